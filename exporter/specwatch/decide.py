@@ -1,0 +1,128 @@
+"""Verdicts (DESIGN.md §5): is speculation paying at the live batch size, and what to change.
+
+Pure: takes a CostModel, one window's WindowStats and the decision settings, returns numbers.
+The hold (a new verdict must repeat ``hold`` evaluations) lives in ``next_verdict``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from . import costmodel as cmod
+
+VERDICTS = ("spec_off", "insufficient_data", "keep", "shorten", "disable")
+
+#: Largest batch the recommended V1 schedule covers when the server's max_num_seqs is unknown
+#: (the range used in vLLM's dynamic speculative decoding docs).
+DEFAULT_SCHEDULE_MAX_BATCH = 512
+
+
+@dataclass(frozen=True)
+class Assessment:
+    breakeven_acceptance_rate: float | None
+    acceptance_margin: float | None      # alpha − break-even
+    expected_speedup: float | None
+    recommended_draft_length: int | None  # 0 = disable
+    max_speculative_batch_size: int | None
+    recommended_config: dict[str, Any] | None  # keys to merge into --speculative-config
+    candidate: str                          # one of VERDICTS, before the hold
+
+
+_EMPTY = dict(breakeven_acceptance_rate=None, acceptance_margin=None, expected_speedup=None,
+              recommended_draft_length=None, max_speculative_batch_size=None, recommended_config=None)
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def assess(cm: cmod.CostModel, stats: Any, decision: Any, method: str | None,
+           previous_verdict: str | None, max_batch: int = DEFAULT_SCHEDULE_MAX_BATCH) -> Assessment:
+    """Assess one route/window. ``stats`` is a specwatch.derive.WindowStats (duck-typed),
+    ``decision`` has min_drafts, margin, hold. ``previous_verdict`` is the verdict in effect,
+    which sets the side of the hysteresis band."""
+    drafts = _num(getattr(stats, "drafts", None))
+    if not getattr(stats, "spec_present", False) or not drafts or drafts <= 0:
+        return Assessment(candidate="spec_off", **_EMPTY)
+    min_drafts = getattr(decision, "min_drafts", 500)
+    alpha = _num(getattr(stats, "acceptance_rate", None))
+    k = _num(getattr(stats, "draft_length", None))
+    batch = _num(getattr(stats, "batch_size", None))
+    if drafts < min_drafts or alpha is None or k is None or k <= 0 or batch is None:
+        # Too few drafts (or a missing input): a verdict here would be noise, so no gauges either.
+        return Assessment(candidate="insufficient_data", **_EMPTY)
+
+    margin = float(getattr(decision, "margin", 0.02) or 0.0)
+    cm = cm.with_method(method)
+    b = max(batch, 1.0)  # drafts were verified, so at least one request was decoding
+    breakeven = cmod.breakeven_acceptance_rate(cm, b, k)
+    speedup = cmod.expected_speedup(cm, b, k, alpha)
+
+    # Window size of the config = configured K (number of `position` labels), else measured K.
+    k_window = getattr(stats, "configured_k", None) or max(1, int(math.ceil(k - 1e-9)))
+    rates = getattr(stats, "position_rates", None)
+    if rates:
+        p = tuple(float(x) for x in rates)
+    else:
+        # No per-position counters (V0 schema): i.i.d. rates that reproduce alpha at K.
+        p = cmod.position_rates_from_alpha(alpha, k_window)
+    best_k = cmod.best_draft_length(cm, b, p)
+    b_max = cmod.max_speculative_batch_size(cm, k, alpha)
+    schedule = cmod.recommend_schedule(cm, p, max(int(max_batch), int(math.ceil(b))))
+    config = None
+    if any(kk > 0 for _, _, kk in schedule):
+        config = cmod.speculative_config(method, int(k_window), schedule)
+
+    # Hysteresis: once disabled, speculation must clear the line by `margin` to come back;
+    # otherwise it must fall `margin` below it to be disabled.
+    line = breakeven + margin if previous_verdict == "disable" else breakeven - margin
+    # The same band in speedup units (dS/dalpha = K·T_base/T_spec) for the shorten decision.
+    band = margin * k * cm.base_step_time(b) / cm.spec_step_time(b, k)
+    s_best = cmod.expected_speedup_for_positions(cm, b, p[:best_k]) if best_k > 0 else 1.0
+    s_now = cmod.expected_speedup_for_positions(cm, b, p[:k_window]) if p else speedup
+    if alpha < line or (best_k == 0 and speedup < 1.0 + band):
+        candidate = "disable"
+    elif best_k < k_window and (previous_verdict == "shorten" or s_best - s_now > band):
+        candidate = "shorten"
+    else:
+        candidate = "keep"
+
+    return Assessment(
+        breakeven_acceptance_rate=breakeven,
+        acceptance_margin=alpha - breakeven,
+        expected_speedup=speedup,
+        recommended_draft_length=best_k,
+        max_speculative_batch_size=b_max,
+        recommended_config=config,
+        candidate=candidate,
+    )
+
+
+@dataclass(frozen=True)
+class VerdictState:
+    current: str
+    pending: str | None = None
+    pending_count: int = 0
+
+
+def next_verdict(state: VerdictState | None, candidate: str, hold: int) -> VerdictState:
+    """Apply the hold: the first evaluation takes effect at once; later a different candidate
+    must repeat ``hold`` consecutive evaluations (a different candidate restarts the count)."""
+    if candidate not in VERDICTS:
+        raise ValueError(f"unknown verdict {candidate!r}")
+    if state is None:
+        return VerdictState(candidate)
+    if candidate == state.current:
+        return VerdictState(state.current)
+    count = state.pending_count + 1 if candidate == state.pending else 1
+    if count >= max(int(hold), 1):
+        return VerdictState(candidate)
+    return VerdictState(state.current, candidate, count)
