@@ -1,0 +1,630 @@
+#!/usr/bin/env python3
+"""Generate dashboards/specwatch.json, the specwatch Grafana dashboard (Grafana 11, classic JSON model).
+
+Dashboard as code in plain Python dicts: every panel, query and threshold is spelled out here, and
+the committed JSON is exactly what this script prints. Regenerate after editing:
+
+    python dashboards/generate.py            # rewrite dashboards/specwatch.json
+    python dashboards/generate.py --check    # exit 1 if the committed file differs (CI)
+
+The Helm chart packages the committed JSON file (one ConfigMap labelled for the Grafana sidecar).
+
+Query conventions (DESIGN.md §6, CONVENTIONS.md §2):
+- every selector of a derived gauge pins `window="$window"` (a sum or average across windows means nothing);
+- every selector filters on `namespace`, `pod` and (for route series) `route` with `=~`, so "All" (`.*`)
+  also matches series that carry no such label (a Prometheus outside Kubernetes);
+- counters go through `rate(...[$__rate_interval])`;
+- only metrics the sidecar exports, or that `rules/*.yaml` records, are named (tests/test_dashboard.py
+  proves it); the alert annotation reads Prometheus's `ALERTS` series of the alerts in `rules/`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+OUT = Path(__file__).with_name("specwatch.json")
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+# Label filters shared by every query.
+POD = 'namespace=~"$namespace", pod=~"$pod"'
+ROUTE = POD + ', route=~"$route"'
+WIN = ROUTE + ', window="$window"'
+
+# Verdict encoding for the stat panel (value -> text, colour). The sidecar exports one
+# `specwatch_verdict{verdict=...}` series per verdict, 1 for the current one and 0 for the others.
+VERDICTS = [
+    ("keep", "keep", "green"),
+    ("shorten", "shorten K", "yellow"),
+    ("disable", "disable", "red"),
+    ("insufficient_data", "insufficient data", "blue"),
+    ("spec_off", "spec off", "text"),
+]
+
+# The default decision guard (DESIGN.md §5 `decision.min_drafts`), drawn as a line on the drafts panel.
+DEFAULT_MIN_DRAFTS = 500
+
+ITL_NOTE = (
+    "vLLM observes one inter-token latency per request per engine step. With speculative decoding one "
+    "output can carry several tokens (the mean acceptance length τ on average), so these are per-step "
+    "latencies, not per-token ones: compare against the acceptance length, and read the per-token mean "
+    "on the panel to the right. Watch P99, not P50: a rejected draft costs an extra pass, and at full "
+    "batch those passes serialise."
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Small builders (plain dicts that follow the Grafana 11 classic model and the foundation-SDK schemas)
+# --------------------------------------------------------------------------------------------------
+
+def target(ref: str, expr: str, legend: str, *, instant: bool = False) -> dict:
+    t = {
+        "datasource": DS,
+        "editorMode": "code",
+        "expr": expr,
+        "legendFormat": legend,
+        "range": not instant,
+        "instant": instant,
+        "refId": ref,
+    }
+    return t
+
+
+def thresholds(*steps: tuple[float | None, str]) -> dict:
+    return {"mode": "absolute", "steps": [{"color": c, "value": v} for v, c in steps]}
+
+
+def value_mappings(pairs: list[tuple[str, str, str]]) -> list[dict]:
+    return [{
+        "type": "value",
+        "options": {v: {"text": text, "color": color, "index": i} for i, (v, text, color) in enumerate(pairs)},
+    }]
+
+
+def dashed(color: str) -> list[dict]:
+    """Override properties: a dashed line in a fixed colour (reference lines: break-even, limits)."""
+    return [
+        {"id": "color", "value": {"mode": "fixed", "fixedColor": color}},
+        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+    ]
+
+
+def by_prefix(prefix: str, props: list[dict]) -> dict:
+    """Override for the series whose legend starts with `prefix`.
+
+    `byRegexpOrNames` takes an object option, which the strict dashboard schema requires (the string
+    options of `byFrameRefID` / `byRegexp` do not validate); Grafana matches the regexp on display names.
+    """
+    pattern = "/^" + re.sub(r"([\\^$.*+?()\[\]{}|/])", r"\\\1", prefix) + "/"
+    return {"matcher": {"id": "byRegexpOrNames", "options": {"pattern": pattern, "names": []}}, "properties": props}
+
+
+def timeseries(title: str, description: str, targets: list[dict], *, unit: str, min_: float | None = None,
+               max_: float | None = None, overrides: list[dict] | None = None, decimals: int | None = None,
+               thresh: dict | None = None, thresholds_style: str = "off") -> dict:
+    defaults: dict = {
+        "custom": {
+            "drawStyle": "line",
+            "lineInterpolation": "linear",
+            "lineWidth": 2,
+            "fillOpacity": 0,
+            "gradientMode": "none",
+            "showPoints": "never",
+            "pointSize": 4,
+            "spanNulls": False,
+            "axisPlacement": "auto",
+            "axisBorderShow": False,
+            "axisCenteredZero": False,
+            "axisColorMode": "text",
+            "axisLabel": "",
+            "scaleDistribution": {"type": "linear"},
+            "stacking": {"mode": "none", "group": "A"},
+            "hideFrom": {"legend": False, "tooltip": False, "viz": False},
+            "thresholdsStyle": {"mode": thresholds_style},
+        },
+        "color": {"mode": "palette-classic"},
+        "unit": unit,
+        "mappings": [],
+        "thresholds": thresh or thresholds((None, "green")),
+    }
+    if min_ is not None:
+        defaults["min"] = min_
+    if max_ is not None:
+        defaults["max"] = max_
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "targets": targets,
+        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
+        "options": {
+            "legend": {"showLegend": True, "displayMode": "table", "placement": "bottom",
+                       "calcs": ["lastNotNull", "min", "max"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+    }
+
+
+def stat(title: str, description: str, targets: list[dict], *, unit: str = "none", thresh: dict | None = None,
+         mappings: list[dict] | None = None, decimals: int | None = None, text_mode: str = "value_and_name",
+         color_mode: str = "value", graph_mode: str = "none", overrides: list[dict] | None = None,
+         value_size: int | None = None) -> dict:
+    defaults: dict = {
+        "unit": unit,
+        "color": {"mode": "thresholds"},
+        "mappings": mappings or [],
+        "thresholds": thresh or thresholds((None, "text")),
+    }
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    options: dict = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "orientation": "auto",
+        "textMode": text_mode,
+        "colorMode": color_mode,
+        "graphMode": graph_mode,
+        "justifyMode": "auto",
+        "wideLayout": True,
+        "showPercentChange": False,
+        "percentChangeColorMode": "standard",
+    }
+    if value_size is not None:
+        options["text"] = {"valueSize": value_size}
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "targets": targets,
+        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
+        "options": options,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Rows
+# --------------------------------------------------------------------------------------------------
+
+def verdict_row() -> list[tuple[dict, int, int]]:
+    verdict_expr = "max by (namespace, pod, route) (\n" + "\n  or ".join(
+        f'(specwatch_verdict{{{WIN}, verdict="{v}"}} == 1) * {i}' for i, (v, _, _) in enumerate(VERDICTS, 1)
+    ) + "\n)"
+    verdict = stat(
+        "Verdict",
+        "Current verdict per route and pod on the selected window (DESIGN.md §5): keep; shorten K (a shorter "
+        "draft pays more); disable (best K' = 0 or expected speedup < 1); insufficient data (fewer drafts "
+        "than the guard); spec off (no drafts seen). A new verdict only shows after it has held for `hold` "
+        "evaluations.",
+        [target("A", verdict_expr, "{{route}} · {{pod}}", instant=True)],
+        mappings=value_mappings([(str(i), text, color) for i, (_, text, color) in enumerate(VERDICTS, 1)]),
+        color_mode="background", text_mode="value_and_name",
+    )
+    speedup = stat(
+        "Expected speedup",
+        "Modelled speedup of speculation over plain decoding at the live batch size and the measured "
+        "acceptance: tau(K)·T(B)/T_spec(B, K). Below 1× speculation costs more than it saves.",
+        [target("A", f"specwatch_expected_speedup{{{WIN}}}", "{{route}} · {{pod}}", instant=True)],
+        unit="suffix:×", decimals=2,
+        thresh=thresholds((None, "red"), (1.0, "yellow"), (1.1, "green")),
+    )
+    margin = stat(
+        "Acceptance margin α − α*",
+        "Measured acceptance rate minus the break-even acceptance rate for the live batch size and draft "
+        "length, in percentage points. Negative: speculation is below break-even (the "
+        "SpecDecodeBelowBreakeven alert). Yellow inside the default decision margin (0.02).",
+        [target("A", f"specwatch_acceptance_margin{{{WIN}}}", "{{route}} · {{pod}}", instant=True)],
+        unit="percentunit", decimals=1,
+        thresh=thresholds((None, "red"), (0.0, "yellow"), (0.02, "green")),
+    )
+    alpha_vs = stat(
+        "α vs break-even α*",
+        "The two numbers behind the margin: α = Δaccepted / Δdraft tokens on the window, α* = the acceptance "
+        "rate at which speculation is exactly break-even at the live batch (rises with batch size).",
+        [
+            target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}}", instant=True),
+            target("B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "α* {{route}}", instant=True),
+        ],
+        unit="percentunit", decimals=1, color_mode="value",
+        thresh=thresholds((None, "green")),
+        overrides=[by_prefix("α* ", [{"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}])],
+    )
+    rec_k = stat(
+        "Recommended K",
+        "Draft length with the best modelled speedup at the live batch (from the per-position acceptance "
+        "p_i); 0 means disable speculation. The measured mean draft length K is shown for comparison.",
+        [
+            target("A", f"specwatch_recommended_draft_length{{{WIN}}}", "K' {{route}}", instant=True),
+            target("B", f"specwatch_draft_length{{{WIN}}}", "K now {{route}}", instant=True),
+        ],
+        decimals=1,
+        mappings=value_mappings([("0", "0 (disable)", "red")]),
+        thresh=thresholds((None, "text")),
+    )
+    config = stat(
+        "Recommended --speculative-config",
+        "The ready vLLM `--speculative-config` JSON that fits the verdict: fewer `num_speculative_tokens`, "
+        "a V1 `num_speculative_tokens_per_batch_size` schedule, or none (remove speculative_config).",
+        [target("A", f"max by (namespace, pod, route, config) (specwatch_recommended_config_info{{{WIN}}})",
+                "{{route}} · {{pod}}: {{config}}", instant=True)],
+        text_mode="name", color_mode="none", value_size=14,
+    )
+    return [(verdict, 6, 5), (speedup, 4, 5), (margin, 4, 5), (alpha_vs, 5, 5), (rec_k, 5, 5), (config, 24, 4)]
+
+
+def acceptance_row() -> list[tuple[dict, int, int]]:
+    alpha = timeseries(
+        "Acceptance rate α vs break-even α* ($window window)",
+        "The picture behind SpecDecodeBelowBreakeven: measured α (solid) against the break-even α* for the "
+        "live batch size and draft length (dashed red). α* rises as the batch grows, because a bigger decode "
+        "batch already amortises the weight reads and verification costs more; once α falls below the red "
+        "line, speculation slows the server down. Read it with the batch-size panel in the Load row.",
+        [
+            target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}}"),
+            target("B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "break-even α* {{route}} · {{pod}}"),
+        ],
+        unit="percentunit", min_=0, max_=1, overrides=[by_prefix("break-even α* ", dashed("red"))],
+    )
+    tau = timeseries(
+        "Mean acceptance length τ and draft length K",
+        "τ = 1 + Δaccepted / Δdrafts: tokens emitted per speculative step. K = Δdraft tokens / Δdrafts: the "
+        "mean draft length actually proposed (n-gram often drafts fewer than configured).",
+        [
+            target("A", f"specwatch_mean_acceptance_length{{{WIN}}}", "τ {{route}} · {{pod}}"),
+            target("B", f"specwatch_draft_length{{{WIN}}}", "K {{route}} · {{pod}}"),
+        ],
+        unit="none", min_=0, decimals=2, overrides=[by_prefix("K ", dashed("purple"))],
+    )
+    pos = timeseries(
+        "Per-position acceptance p_i",
+        "Share of drafts whose position i was accepted (non-increasing in i). Where p_i is small, drafting "
+        "position i costs more than it returns: the reason behind a shorter recommended K.",
+        [target("A", f"specwatch_position_acceptance_rate{{{WIN}}}", "{{route}} · {{pod}} pos {{position}}")],
+        unit="percentunit", min_=0, max_=1,
+    )
+    drafts = timeseries(
+        "Drafts in window",
+        f"Speculative steps (drafts) inside the window. Verdicts need at least `decision.min_drafts` drafts "
+        f"(default {DEFAULT_MIN_DRAFTS}, dashed line); below it the verdict is insufficient data and the "
+        f"derived gauges are absent.",
+        [target("A", f"specwatch_window_drafts{{{WIN}}}", "{{route}} · {{pod}}")],
+        unit="short", min_=0, decimals=0,
+        thresh=thresholds((None, "red"), (DEFAULT_MIN_DRAFTS, "green")), thresholds_style="dashed",
+    )
+    tokens = timeseries(
+        "Draft tokens/s: accepted and rejected",
+        "From the mirrored vLLM counters: draft tokens proposed per second, split into accepted and "
+        "rejected (proposed − accepted). Rejected tokens are verification work that produced nothing.",
+        [
+            target("A", f"sum by (namespace, pod, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
+                        f"[$__rate_interval]))", "accepted {{route}} · {{pod}}"),
+            target("B", f"sum by (namespace, pod, route) (rate(specwatch_draft_tokens_total{{{ROUTE}}}"
+                        f"[$__rate_interval]))\n- sum by (namespace, pod, route) (rate(specwatch_accepted_tokens_"
+                        f"total{{{ROUTE}}}[$__rate_interval]))", "rejected {{route}} · {{pod}}"),
+        ],
+        unit="short", min_=0,
+        overrides=[by_prefix("rejected ", [{"id": "color", "value": {"mode": "fixed", "fixedColor": "orange"}}])],
+    )
+    return [(alpha, 12, 9), (tau, 6, 9), (pos, 6, 9), (drafts, 12, 7), (tokens, 12, 7)]
+
+
+def latency_row() -> list[tuple[dict, int, int]]:
+    steps = timeseries(
+        "ITL per step: P50 and P99 vs spec-off baseline",
+        ITL_NOTE + " The dashed line is the route's configured spec-off P99 baseline "
+        "(`routes[].baseline_itl_p99_seconds`), present only where configured; SpecDecodeITLP99Regression "
+        "compares P99 against it.",
+        [
+            target("A", f"specwatch_itl_p50_seconds{{{WIN}}}", "P50 {{route}} · {{pod}}"),
+            target("B", f"specwatch_itl_p99_seconds{{{WIN}}}", "P99 {{route}} · {{pod}}"),
+            target("C", f"specwatch_baseline_itl_p99_seconds{{{ROUTE}}}", "spec-off P99 baseline {{route}}"),
+        ],
+        unit="s", min_=0, overrides=[by_prefix("spec-off P99 baseline ", dashed("red"))],
+    )
+    per_token = timeseries(
+        "ITL per token (mean)",
+        "Mean latency per generated token on the window: Δ ITL sum / Δ generation tokens. Speculation "
+        "lowers it when it pays; compare with the per-step percentiles on the left.",
+        [target("A", f"specwatch_itl_per_token_mean_seconds{{{WIN}}}", "{{route}} · {{pod}}")],
+        unit="s", min_=0,
+    )
+    return [(steps, 12, 8), (per_token, 12, 8)]
+
+
+def load_row() -> list[tuple[dict, int, int]]:
+    batch = timeseries(
+        "Live batch size vs largest batch where speculation pays",
+        "Live batch B: requests that got decode output per engine step (averaged over the window). The "
+        "dashed red line is the largest batch at which the current α still pays; when B climbs above it, "
+        "α has fallen below the (rising) break-even — the same moment the Acceptance row shows α crossing α*.",
+        [
+            target("A", f"specwatch_batch_size{{{WIN}}}", "batch {{route}} · {{pod}}"),
+            target("B", f"specwatch_max_speculative_batch_size{{{WIN}}}", "max paying batch {{route}} · {{pod}}"),
+        ],
+        unit="short", min_=0, decimals=1, overrides=[by_prefix("max paying batch ", dashed("red"))],
+    )
+    gen = timeseries(
+        "Generation tokens/s",
+        "Output tokens per second (vLLM counts accepted draft and bonus tokens as generated), and the part "
+        "that came from accepted drafts.",
+        [
+            target("A", f"sum by (namespace, pod, route) (rate(specwatch_generation_tokens_total{{{ROUTE}}}"
+                        f"[$__rate_interval]))", "generated {{route}} · {{pod}}"),
+            target("B", f"sum by (namespace, pod, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
+                        f"[$__rate_interval]))", "from accepted drafts {{route}} · {{pod}}"),
+        ],
+        unit="short", min_=0,
+    )
+    return [(batch, 12, 8), (gen, 12, 8)]
+
+
+# Fleet panels read the recording rules of rules/specwatch-recording.yaml (level namespace_route:
+# summed over pods, rates over 5m, ratios of sums, never averages of ratios). They carry only
+# `namespace`, `route` (and `position`), so the pod and window variables do not apply.
+FLEET = 'namespace=~"$namespace", route=~"$route"'
+FLEET_NOTE = ("Fleet view from specwatch's recording rules: counters rated over 5m, summed over every pod of "
+              "the route in the namespace, then divided (never an average of per-pod ratios). Independent of "
+              "the pod and window selectors.")
+
+
+def fleet_row() -> list[tuple[dict, int, int]]:
+    alpha = timeseries(
+        "Fleet acceptance rate α per route (all pods, 5m)",
+        FLEET_NOTE + " α = Σ rate(accepted tokens) / Σ rate(draft tokens).",
+        [target("A", f"namespace_route:specwatch_acceptance_rate:ratio_rate5m{{{FLEET}}}", "α {{route}}")],
+        unit="percentunit", min_=0, max_=1,
+    )
+    tau = timeseries(
+        "Fleet τ and K per route",
+        FLEET_NOTE + " τ = 1 + Σ accepted / Σ drafts; K = Σ draft tokens / Σ drafts.",
+        [
+            target("A", f"namespace_route:specwatch_mean_acceptance_length:ratio_rate5m{{{FLEET}}}", "τ {{route}}"),
+            target("B", f"namespace_route:specwatch_draft_length:ratio_rate5m{{{FLEET}}}", "K {{route}}"),
+        ],
+        unit="none", min_=0, decimals=2, overrides=[by_prefix("K ", dashed("purple"))],
+    )
+    pos = timeseries(
+        "Fleet per-position acceptance p_i",
+        FLEET_NOTE,
+        [target("A", f"namespace_route_position:specwatch_position_acceptance_rate:ratio_rate5m{{{FLEET}}}",
+                "{{route}} pos {{position}}")],
+        unit="percentunit", min_=0, max_=1,
+    )
+    itl = timeseries(
+        "Fleet ITL per step P50 / P99 and per-token mean",
+        FLEET_NOTE + " Quantiles come from the mirrored vLLM ITL histogram summed over pods (per step, "
+        "see the Latency row); the per-token mean is Σ ITL sum / Σ generated tokens.",
+        [
+            target("A", f"namespace_route:specwatch_itl_seconds:p50_rate5m{{{FLEET}}}", "P50 {{route}}"),
+            target("B", f"namespace_route:specwatch_itl_seconds:p99_rate5m{{{FLEET}}}", "P99 {{route}}"),
+            target("C", f"namespace_route:specwatch_itl_per_token_seconds:ratio_rate5m{{{FLEET}}}",
+                   "per token {{route}}"),
+        ],
+        unit="s", min_=0, overrides=[by_prefix("per token ", dashed("blue"))],
+    )
+    tokens = timeseries(
+        "Fleet tokens/s per route",
+        FLEET_NOTE,
+        [
+            target("A", f"namespace_route:specwatch_generation_tokens:rate5m{{{FLEET}}}", "generated {{route}}"),
+            target("B", f"namespace_route:specwatch_draft_tokens:rate5m{{{FLEET}}}", "drafted {{route}}"),
+            target("C", f"namespace_route:specwatch_accepted_tokens:rate5m{{{FLEET}}}", "accepted {{route}}"),
+            target("D", f"namespace_route:specwatch_drafts:rate5m{{{FLEET}}}", "drafts {{route}}"),
+        ],
+        unit="short", min_=0,
+    )
+    return [(alpha, 8, 8), (tau, 8, 8), (pos, 8, 8), (itl, 12, 8), (tokens, 12, 8)]
+
+
+def health_row() -> list[tuple[dict, int, int]]:
+    up = stat(
+        "Target up",
+        "Whether the sidecar's last poll of each vLLM /metrics target succeeded (SpecDecodeTargetDown).",
+        [target("A", f"specwatch_target_up{{{POD}}}", "{{pod}} · {{target}}", instant=True)],
+        mappings=value_mappings([("0", "down", "red"), ("1", "up", "green")]),
+        thresh=thresholds((None, "red"), (1, "green")), color_mode="background",
+    )
+    age = stat(
+        "Since last good poll",
+        "Seconds since the last successful poll of each target. Above a few poll intervals the derived "
+        "gauges go absent.",
+        [target("A", f"time() - specwatch_last_scrape_success_timestamp_seconds{{{POD}}}",
+                "{{pod}} · {{target}}", instant=True)],
+        unit="s", decimals=0, thresh=thresholds((None, "green"), (30, "yellow"), (120, "red")),
+    )
+    info = stat(
+        "Sidecar and routes",
+        "specwatch version per pod, and each route's target, vLLM model name, drafting method and metric "
+        "schema (V1 / V0) as the sidecar detected them.",
+        [
+            target("A", f"max by (namespace, pod, version) (specwatch_build_info{{{POD}}})",
+                   "{{pod}}: specwatch {{version}}", instant=True),
+            target("B", f"max by (namespace, pod, route, target, model_name, method, schema) "
+                        f"(specwatch_route_info{{{ROUTE}}})",
+                   "{{route}} → {{target}} · {{model_name}} · {{method}} · {{schema}}", instant=True),
+        ],
+        text_mode="name", color_mode="none", value_size=12,
+    )
+    errors = timeseries(
+        "Poll errors by reason",
+        "Failed polls of the vLLM targets per second, by reason (timeout, connection, HTTP status, parse, "
+        "size). Derived gauges go absent while a target fails.",
+        [target("A", f"sum by (namespace, pod, target, reason) (rate(specwatch_scrape_errors_total{{{POD}}}"
+                     f"[$__rate_interval]))", "{{reason}} {{pod}} · {{target}}")],
+        unit="reqps", min_=0,
+    )
+    resets = timeseries(
+        "Counter resets (vLLM restarts)",
+        "vLLM counter resets detected by the sidecar (a restart, or a changed _created). Windows follow "
+        "Prometheus's reset rule, so a reset never changes a verdict by itself.",
+        [target("A", f"sum by (namespace, pod, target) (increase(specwatch_counter_resets_total{{{POD}}}"
+                     f"[$__rate_interval]))", "{{pod}} · {{target}}")],
+        unit="short", min_=0,
+    )
+    duration = timeseries(
+        "Poll duration",
+        "Duration of the sidecar's last poll of each target (HTTP GET and parse).",
+        [target("A", f"specwatch_scrape_duration_seconds{{{POD}}}", "{{pod}} · {{target}}")],
+        unit="s", min_=0,
+    )
+    return [(up, 5, 5), (age, 5, 5), (info, 14, 5), (errors, 8, 7), (resets, 8, 7), (duration, 8, 7)]
+
+
+ROWS = [
+    ("Verdict", verdict_row),
+    ("Acceptance", acceptance_row),
+    ("Latency", latency_row),
+    ("Load", load_row),
+    ("Fleet", fleet_row),
+    ("Health", health_row),
+]
+
+
+def layout() -> list[dict]:
+    panels: list[dict] = []
+    y = 0
+    pid = 1
+    for title, make in ROWS:
+        panels.append({"type": "row", "title": title, "collapsed": False, "id": pid, "panels": [],
+                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}})
+        pid += 1
+        y += 1
+        x, line_h = 0, 0
+        for panel, w, h in make():
+            if x + w > 24:
+                x, y, line_h = 0, y + line_h, 0
+            panel = {"id": pid, **panel, "gridPos": {"h": h, "w": w, "x": x, "y": y}}
+            panels.append(panel)
+            pid += 1
+            x += w
+            line_h = max(line_h, h)
+        y += line_h
+    return panels
+
+
+def variables() -> list[dict]:
+    def query_var(name: str, label: str, query: str, *, multi: bool, include_all: bool, description: str,
+                  current: dict | None = None) -> dict:
+        v = {
+            "type": "query",
+            "name": name,
+            "label": label,
+            "description": description,
+            "datasource": DS,
+            "query": query,
+            "definition": query,
+            "refresh": 2,
+            "sort": 1,
+            "multi": multi,
+            "includeAll": include_all,
+            "options": [],
+        }
+        if include_all:
+            v["allValue"] = ".*"
+        v["current"] = current or ({"text": ["All"], "value": ["$__all"]} if include_all else {"text": "", "value": ""})
+        return v
+
+    return [
+        {
+            "type": "datasource",
+            "name": "datasource",
+            "label": "Data source",
+            "query": "prometheus",
+            "regex": "",
+            "current": {"text": "default", "value": "default"},
+            "options": [],
+            "refresh": 1,
+        },
+        query_var("namespace", "Namespace", "label_values(specwatch_build_info, namespace)", multi=False,
+                  include_all=False, description="Kubernetes namespace of the specwatch sidecars."),
+        query_var("pod", "Pod", 'label_values(specwatch_build_info{namespace=~"$namespace"}, pod)', multi=True,
+                  include_all=True, description="vLLM pods (each runs a specwatch sidecar)."),
+        query_var("route", "Route", 'label_values(specwatch_route_info{namespace=~"$namespace", pod=~"$pod"}, '
+                  'route)', multi=True, include_all=True,
+                  description="Traffic class whose acceptance is judged (default: one per vLLM model name)."),
+        query_var("window", "Window", 'label_values(specwatch_verdict{namespace=~"$namespace"}, window)',
+                  multi=False, include_all=False,
+                  description="Rolling window of the sidecar's derived gauges; every query pins it.",
+                  current={"text": "5m", "value": "5m"}),
+    ]
+
+
+def annotations() -> list[dict]:
+    return [
+        {
+            "builtIn": 1,
+            "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True,
+            "hide": True,
+            "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts",
+            "type": "dashboard",
+        },
+        {
+            "name": "specwatch alerts",
+            "datasource": DS,
+            "enable": True,
+            "hide": False,
+            "iconColor": "red",
+            "expr": 'ALERTS{alertname=~"SpecDecode.*", alertstate="firing", namespace=~"$namespace"}',
+            "step": "60s",
+            "titleFormat": "{{alertname}}",
+            "textFormat": "{{severity}} · {{route}} {{pod}} {{target}}",
+            "tagKeys": "severity,route,pod",
+            "useValueForTime": False,
+        },
+    ]
+
+
+def build() -> dict:
+    return {
+        "uid": "specwatch",
+        "title": "specwatch: speculative decoding",
+        "description": "Is vLLM's speculative decoding paying for itself at the live batch size? Acceptance "
+                       "against break-even, ITL tails, batch, verdicts and the recommended config, from the "
+                       "specwatch sidecar.",
+        "tags": ["specwatch", "vllm", "speculative-decoding"],
+        "editable": True,
+        "graphTooltip": 1,
+        "timezone": "browser",
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {"refresh_intervals": ["10s", "30s", "1m", "5m", "15m"]},
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "version": 1,
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "links": [],
+        "annotations": {"list": annotations()},
+        "templating": {"list": variables()},
+        "panels": layout(),
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if the committed JSON differs")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    text = render()
+    if args.check:
+        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+        if current != text:
+            print(f"{args.out} is stale: run python dashboards/generate.py", file=sys.stderr)
+            return 1
+        return 0
+    args.out.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
