@@ -1,0 +1,176 @@
+{{/*
+Naming and labels follow the prometheus-community exporter charts.
+*/}}
+{{- define "specwatch.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "specwatch.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "specwatch.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "specwatch.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{- define "specwatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "specwatch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "specwatch.labels" -}}
+helm.sh/chart: {{ include "specwatch.chart" . }}
+{{ include "specwatch.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: metrics
+app.kubernetes.io/part-of: specwatch
+{{- if .Values.releaseLabel }}
+release: {{ .Release.Name }}
+{{- end }}
+{{- with .Values.commonLabels }}
+{{ tpl (toYaml .) $ }}
+{{- end }}
+{{- end }}
+
+{{- define "specwatch.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- $repo := .Values.image.repository }}
+{{- if .Values.image.registry }}
+{{- $repo = printf "%s/%s" .Values.image.registry .Values.image.repository }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" $repo $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+{{- end }}
+
+{{- define "specwatch.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "specwatch.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "specwatch.configMapName" -}}
+{{- include "specwatch.fullname" . }}
+{{- end }}
+
+{{/*
+The specwatch config file (DESIGN.md §9). Empty values are omitted so the exporter's defaults apply;
+`listen` follows containerPort; sidecar mode defaults the target to vLLM on loopback.
+*/}}
+{{- define "specwatch.configYaml" -}}
+{{- $cfg := dict "listen" (printf ":%d" (int .Values.containerPort)) }}
+{{- range $key, $value := .Values.config }}
+{{- if not (empty $value) }}
+{{- $_ := set $cfg $key $value }}
+{{- end }}
+{{- end }}
+{{- if empty .Values.config.targets }}
+{{- if eq .Values.mode "standalone" }}
+{{- fail "mode=standalone polls the vLLM URLs in config.targets: set at least one, e.g. config.targets[0]={name: vllm-0, url: http://vllm-0.vllm.llm.svc:8000/metrics} (one URL per vLLM replica)" }}
+{{- end }}
+{{- $_ := set $cfg "targets" (list (dict "name" "vllm" "url" (printf "http://127.0.0.1:%d/metrics" (int .Values.sidecar.vllmPort)))) }}
+{{- end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* Annotation value that changes whenever the config changes, so pods roll. */}}
+{{- define "specwatch.configChecksum" -}}
+{{- include "specwatch.configYaml" . | sha256sum }}
+{{- end }}
+
+{{/*
+The specwatch container as a single mapping. Used by this chart's Deployment (standalone mode) and,
+in sidecar mode, by a host chart:
+    containers:
+      - {{- include "specwatch.sidecarContainer" .Subcharts.specwatch | nindent 8 }}
+It is restricted-PSS compliant on its own (the pod security context belongs to the host).
+*/}}
+{{- define "specwatch.sidecarContainer" -}}
+name: {{ .Values.sidecar.containerName }}
+image: {{ include "specwatch.image" . | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+args:
+  - run
+  - --config
+  - /etc/specwatch/specwatch.yaml
+  {{- range .Values.extraArgs }}
+  - {{ . | quote }}
+  {{- end }}
+{{- with .Values.extraEnv }}
+env:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.extraEnvFrom }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+ports:
+  - name: {{ .Values.portName }}
+    containerPort: {{ .Values.containerPort }}
+    protocol: TCP
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: {{ .Values.portName }}
+  {{- toYaml .Values.livenessProbe | nindent 2 }}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: {{ .Values.portName }}
+  {{- toYaml .Values.readinessProbe | nindent 2 }}
+resources:
+  {{- toYaml .Values.resources | nindent 2 }}
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
+volumeMounts:
+  - name: specwatch-config
+    mountPath: /etc/specwatch
+    readOnly: true
+  - name: specwatch-tmp
+    mountPath: /tmp
+  {{- with .Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{/* The volumes the container needs, as list items (host charts append them to their pod's volumes). */}}
+{{- define "specwatch.sidecarVolumes" -}}
+- name: specwatch-config
+  configMap:
+    name: {{ include "specwatch.configMapName" . }}
+- name: specwatch-tmp
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- end }}
+
+{{/* Checks that depend on more than one value (the schema checks single values). */}}
+{{- define "specwatch.validate" -}}
+{{- if and (eq .Values.mode "sidecar") .Values.serviceMonitor.enabled }}
+{{- fail "serviceMonitor needs mode=standalone (sidecar mode has no Service): use podMonitor.enabled=true with podMonitor.selectorOverride set to the vLLM pods' labels" }}
+{{- end }}
+{{- if and (eq .Values.mode "sidecar") .Values.podMonitor.enabled (empty .Values.podMonitor.selectorOverride) }}
+{{- fail "podMonitor.selectorOverride is required in sidecar mode: the labels of the vLLM pods that carry the specwatch container (an empty selector would scrape every pod)" }}
+{{- end }}
+{{- if and (eq .Values.mode "sidecar") .Values.networkPolicy.enabled }}
+{{- fail "networkPolicy needs mode=standalone: in sidecar mode a NetworkPolicy selects the whole vLLM pod and would cut its serving traffic; allow the specwatch port in the vLLM chart's own policy instead" }}
+{{- end }}
+{{- end }}
