@@ -1,0 +1,3 @@
+"""placeholder"""
+def serve(*a, **k):
+    raise NotImplementedError
