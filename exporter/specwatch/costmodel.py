@@ -387,6 +387,7 @@ class DraftCost:
     fixed_seconds: float = DEFAULT_DRAFT_FIXED_SECONDS
     draft_model: ModelSpec | None = None  # draft_model: a full small model, K forwards
     draft_dtype: str = "bf16"
+    reference_k: int = 3                 # K over which the per-proposal fixed cost is spread
 
 
 def draft_cost_for(method: str, target: ModelSpec, cost_per_token: float | None = None, k: int = 3,
@@ -408,6 +409,7 @@ def draft_cost_for(method: str, target: ModelSpec, cost_per_token: float | None 
         return DraftCost(method=m, draft_model=dm, fixed_seconds=0.0, draft_dtype=draft_dtype)
     return DraftCost(
         method=m,
+        reference_k=max(int(k), 1),
         head_params=draft_head_params(target, m, k),
         head_kv_bytes_per_token=draft_head_kv_bytes_per_token(target) if m != "medusa" else 0.0,
         head_steps_per_token=(m != "medusa"),
@@ -581,28 +583,41 @@ class CostModel:
         batch = max(float(batch), 1.0)
         return self.step_time(batch, batch * self.context_tokens)
 
+    def draft_cost_per_token(self) -> float:
+        """c: seconds to draft one token as a fraction of a plain target step.
+
+        Configured, or computed once at batch 1 from the drafter's size on this hardware
+        (EAGLE/MTP/Medusa head incl. LM head and per-proposal fixed cost spread over the
+        reference K; a draft model's own roofline step). Applied at every batch as
+        T_draft(B, K) = K·c·T(B) (DESIGN.md §4), so alpha* = c + (R − 1)/K (COSTMODEL.md §1.5)."""
+        d = self.draft
+        if d.cost_per_token is not None:
+            return d.cost_per_token
+        if d.method in ("ngram", "suffix"):
+            return 0.0  # charged on verify time instead, see draft_time
+        t1 = self.base_step_time(1.0)
+        ctx = self.context_tokens
+        kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
+        if d.method == "draft_model" and d.draft_model is not None:
+            dm = d.draft_model
+            step = self._roofline(model_weight_bytes(dm, d.draft_dtype, 1.0), dm.active_params, 1.0,
+                                  dm.kv_bytes_per_token_bf16 * kv_scale * ctx, self.fixed_seconds)
+            return step / t1
+        head_step = self._roofline(d.head_params * DTYPE_BYTES["bf16"], d.head_params, 1.0,
+                                   d.head_kv_bytes_per_token * kv_scale * ctx, 0.0)  # heads ship in bf16
+        k_ref = max(d.reference_k, 1)
+        per_round = d.fixed_seconds + (k_ref if d.head_steps_per_token else 1) * head_step
+        return per_round / k_ref / t1
+
     def draft_time(self, batch: float, k: float) -> float:
         """Seconds to propose ``k`` draft tokens for each of ``batch`` requests."""
         if k <= 0:
             return 0.0
         batch = max(float(batch), 1.0)
-        d = self.draft
-        ctx = batch * self.context_tokens
-        if d.cost_per_token is not None:
-            return k * d.cost_per_token * self.base_step_time(batch)
-        if d.method in ("ngram", "suffix"):
-            return NGRAM_FRACTION_OF_VERIFY * self.step_time(batch * (k + 1), ctx)
-        if d.method == "draft_model" and d.draft_model is not None:
-            dm = d.draft_model
-            per_step = self._roofline(model_weight_bytes(dm, d.draft_dtype, batch), dm.active_params, batch,
-                                      dm.kv_bytes_per_token_bf16 * DTYPE_BYTES[self.kv_dtype] / 2.0 * ctx,
-                                      self.fixed_seconds)
-            return k * per_step
-        head_bytes = d.head_params * DTYPE_BYTES["bf16"]  # heads ship in bf16
-        per_step = self._roofline(head_bytes, d.head_params, batch,
-                                  d.head_kv_bytes_per_token * DTYPE_BYTES[self.kv_dtype] / 2.0 * ctx, 0.0)
-        steps = k if d.head_steps_per_token else 1.0
-        return d.fixed_seconds + steps * per_step
+        if self.draft.cost_per_token is None and self.draft.method in ("ngram", "suffix"):
+            # CPU-side matching: 0.59 % of the verify step (SpecDecode-Bench).
+            return NGRAM_FRACTION_OF_VERIFY * self.step_time(batch * (k + 1), batch * self.context_tokens)
+        return k * self.draft_cost_per_token() * self.base_step_time(batch)
 
     def spec_step_time(self, batch: float, k: float) -> float:
         """Verify B·(K+1) tokens plus drafting K per request."""
@@ -765,7 +780,11 @@ def position_rates_from_alpha(alpha: float, k: int, extend_to: int | None = None
     return tuple(a ** (i + 1) for i in range(extend_to or k))
 
 
-def max_speculative_batch_size(cm: CostModel, k: float, alpha: float, limit: int = 8192) -> int | None:
+#: Largest batch max_speculative_batch_size looks at (vLLM's max_num_seqs is 256-1024 in practice).
+MAX_BATCH_LIMIT = 1024
+
+
+def max_speculative_batch_size(cm: CostModel, k: float, alpha: float, limit: int = MAX_BATCH_LIMIT) -> int | None:
     """Largest integer batch at which (k, alpha) still gives speedup > 1.
 
     0 when it does not pay even at batch 1; ``limit`` when it still pays at ``limit``;
