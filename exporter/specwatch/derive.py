@@ -1,0 +1,203 @@
+"""Window deltas -> alpha, tau, K, p_i, live batch size and ITL quantiles. Pure functions.
+
+Definitions (DESIGN.md §2, vllm-metrics.md §3) over one window:
+  alpha = Δaccepted / Δdraft_tokens          (vLLM's acceptance rate)
+  K     = Δdraft_tokens / Δdrafts            (mean proposed draft length)
+  tau   = 1 + Δaccepted / Δdrafts            (tokens emitted per spec step, bonus included)
+  p_i   = Δaccepted_per_pos[i] / Δdrafts     (unconditional, non-increasing)
+  B     = Δitl_count / Δengine_steps per engine, mean over engines (requests decoded per step);
+          else the mean of vllm:num_requests_running over the window's snapshots
+  ITL P50/P99 with histogram_quantile's exact interpolation; per-token mean = Δitl_sum / Δgeneration
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from .vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_ITL_BUCKET, K_ITL_COUNT, K_ITL_SUM,
+                   K_POS, K_STEPS, SCHEMA_V0)
+from .window import WindowView
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    route: str
+    window: str
+    t: float
+    samples: int
+    span_seconds: float
+    spec_present: bool
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    draft_length: float | None = None
+    configured_k: int | None = None
+    position_rates: tuple[float, ...] | None = None
+    batch_size: float | None = None
+    itl_p50_seconds: float | None = None
+    itl_p99_seconds: float | None = None
+    itl_per_token_mean_seconds: float | None = None
+    generation_tokens: float | None = None
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
+    """Prometheus's classic histogram_quantile (promql/quantile.go, bucketQuantile).
+
+    `buckets` are (upper bound, cumulative count). Returns NaN where Prometheus does: no
+    observations, fewer than two buckets, or no +Inf bucket. The lowest bucket starts at 0
+    when its bound is positive; a quantile that falls in +Inf returns the highest finite bound.
+    """
+    if math.isnan(q):
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    merged: list[list[float]] = []
+    for bound, count in sorted(buckets):
+        if merged and merged[-1][0] == bound:
+            merged[-1][1] += count  # coalesce identical bounds, as Prometheus does
+        else:
+            merged.append([bound, count])
+    if len(merged) < 2 or not math.isinf(merged[-1][0]) or merged[-1][0] < 0:
+        return math.nan
+    # ensureMonotonic: float sums across series can dip by rounding.
+    highest = merged[0][1]
+    for item in merged:
+        if item[1] < highest:
+            item[1] = highest
+        highest = item[1]
+    observations = merged[-1][1]
+    if observations == 0 or math.isnan(observations):
+        return math.nan
+    rank = q * observations
+    b = len(merged) - 1
+    for i in range(len(merged) - 1):
+        if merged[i][1] >= rank:
+            b = i
+            break
+    if b == len(merged) - 1:
+        return merged[-2][0]
+    if b == 0 and merged[0][0] <= 0:
+        return merged[0][0]
+    bucket_start = 0.0
+    bucket_end = merged[b][0]
+    count = merged[b][1]
+    if b > 0:
+        bucket_start = merged[b - 1][0]
+        count -= merged[b - 1][1]
+        rank -= merged[b - 1][1]
+    return bucket_start + (bucket_end - bucket_start) * (rank / count)
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator > 0 else None
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def v0_draft_length(acceptance: float, efficiency: float, max_k: int = 16) -> int | None:
+    """V0 exports no K: invert efficiency = E[emitted] / (K+1) with E[emitted] = (1 - a^(K+1)) / (1 - a)."""
+    if not (0 < acceptance < 1) or not (0 < efficiency <= 1):
+        return None
+    best, best_err = None, math.inf
+    for k in range(1, max_k + 1):
+        emitted = (1 - acceptance ** (k + 1)) / (1 - acceptance)
+        err = abs(emitted / (k + 1) - efficiency)
+        if err < best_err:
+            best, best_err = k, err
+    return best
+
+
+def window_stats(view: WindowView, route: str, window: str, now: float, *, configured_k_hint: int | None = None) -> WindowStats:
+    """Everything specwatch derives from one route's window of snapshots."""
+    latest = view.last.snapshot
+    inc = view.increases()
+    drafts = draft_tokens = accepted = gen = itl_sum = 0.0
+    itl_count_by_engine: dict[str, float] = {}
+    steps_by_engine: dict[str, float] = {}
+    pos: dict[int, float] = {}
+    itl_buckets: dict[float, float] = {}
+    for key, delta in inc.items():
+        kind = key[0]
+        if kind == K_DRAFTS:
+            drafts += delta
+        elif kind == K_DRAFT_TOKENS:
+            draft_tokens += delta
+        elif kind == K_ACCEPTED:
+            accepted += delta
+        elif kind == K_POS:
+            pos[key[2]] = pos.get(key[2], 0.0) + delta
+        elif kind == K_GEN:
+            gen += delta
+        elif kind == K_ITL_BUCKET:
+            itl_buckets[key[2]] = itl_buckets.get(key[2], 0.0) + delta
+        elif kind == K_ITL_SUM:
+            itl_sum += delta
+        elif kind == K_ITL_COUNT:
+            itl_count_by_engine[key[1]] = itl_count_by_engine.get(key[1], 0.0) + delta
+        elif kind == K_STEPS:
+            steps_by_engine[key[1]] = steps_by_engine.get(key[1], 0.0) + delta
+
+    stats: dict[str, object] = dict(route=route, window=window, t=now, samples=view.samples,
+                                    span_seconds=view.span_seconds, spec_present=latest.spec_present,
+                                    configured_k=latest.configured_k or configured_k_hint)
+
+    if latest.schema == SCHEMA_V0:
+        stats.update(_v0_acceptance(latest, configured_k_hint))
+    elif latest.spec_present:
+        stats["drafts"] = drafts
+        stats["draft_tokens"] = draft_tokens
+        stats["accepted_tokens"] = accepted
+        stats["acceptance_rate"] = _ratio(accepted, draft_tokens)
+        if drafts > 0:
+            stats["mean_acceptance_length"] = 1.0 + accepted / drafts
+            stats["draft_length"] = draft_tokens / drafts
+            if latest.configured_k:
+                stats["position_rates"] = tuple(pos.get(i, 0.0) / drafts for i in range(latest.configured_k))
+
+    # Batch: requests decoded per engine step, per engine, then the mean over engines.
+    per_engine = [itl_count_by_engine.get(e, 0.0) / s for e, s in steps_by_engine.items() if s > 0]
+    if per_engine:
+        stats["batch_size"] = sum(per_engine) / len(per_engine)
+    else:
+        gauges = [sum(e.snapshot.running.values()) / len(e.snapshot.running)
+                  for e in view.entries if e.snapshot.running]
+        if gauges:
+            stats["batch_size"] = sum(gauges) / len(gauges)
+
+    if itl_buckets:
+        buckets = sorted(itl_buckets.items())
+        if buckets[-1][1] > 0:
+            stats["itl_p50_seconds"] = _finite(histogram_quantile(0.5, buckets))
+            stats["itl_p99_seconds"] = _finite(histogram_quantile(0.99, buckets))
+    if gen > 0 and (itl_count_by_engine or itl_sum):
+        stats["itl_per_token_mean_seconds"] = itl_sum / gen
+    stats["generation_tokens"] = gen
+    return WindowStats(**stats)  # type: ignore[arg-type]
+
+
+def _v0_acceptance(latest, configured_k_hint: int | None) -> dict[str, object]:
+    """V0 exports lifetime per-position acceptance `a`; convert to V1 semantics for the cost model."""
+    a = latest.v0_acceptance_rate
+    out: dict[str, object] = {}
+    if a is None or not (0 <= a <= 1):
+        return out
+    k = configured_k_hint
+    if k is None and latest.v0_efficiency is not None:
+        k = v0_draft_length(a, latest.v0_efficiency)
+    if k is None:
+        return out
+    positions = tuple(a ** (i + 1) for i in range(k))
+    out["configured_k"] = k
+    out["draft_length"] = float(k)
+    out["position_rates"] = positions
+    out["mean_acceptance_length"] = 1.0 + sum(positions)
+    out["acceptance_rate"] = sum(positions) / k
+    return out

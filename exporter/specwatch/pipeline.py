@@ -1,0 +1,275 @@
+"""The one evaluation path shared by the live sidecar and `specwatch replay`.
+
+ingest(target, t, text | error) -> per-route windows; evaluate(t) -> derived values, break-even
+assessment and verdicts; state() -> an immutable State that the collector and the status API
+render. No I/O here: the service feeds it from HTTP polls, replay from a recording.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from . import costmodel, decide
+from .config import Config, RouteConfig
+from .derive import WindowStats, window_stats
+from .exposition import ExpositionError
+from .vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_ITL_BUCKET, K_ITL_COUNT, K_ITL_SUM, K_POS,
+                   SCHEMA_V0, RouteMatcher, RouteSnapshot, parse_payload)
+from .window import RouteWindow
+
+ERROR_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "invalid")
+
+
+@dataclass(frozen=True)
+class RouteEvaluation:
+    stats: WindowStats
+    assessment: Any  # decide.Assessment
+    verdict: str | None
+    guard_passed: bool
+
+    def value(self, name: str) -> float | None:
+        """A derived value as exported: target-derived ratios are absent below the sample guard."""
+        if name in GUARDED_STATS and not self.guard_passed:
+            return None
+        if name in ASSESSMENT_FIELDS:
+            if not self.guard_passed or self.assessment is None:
+                return None
+            return getattr(self.assessment, name)
+        return getattr(self.stats, name)
+
+
+GUARDED_STATS = {"acceptance_rate", "mean_acceptance_length", "draft_length", "position_rates"}
+ASSESSMENT_FIELDS = {"breakeven_acceptance_rate", "acceptance_margin", "expected_speedup",
+                     "recommended_draft_length", "max_speculative_batch_size", "recommended_config"}
+
+
+@dataclass(frozen=True)
+class RouteState:
+    route: str
+    target: str
+    model_name: str
+    method: str
+    schema: str
+    spec_present: bool
+    configured_k: int | None
+    expects_speculation: bool
+    baseline_itl_p99_seconds: float | None
+    mirrored: Mapping[str, float]
+    positions: tuple[tuple[int, float], ...]
+    itl_buckets: tuple[tuple[float, float], ...]
+    itl_sum: float
+    itl_count: float
+    evaluations: tuple[RouteEvaluation, ...]
+
+
+@dataclass(frozen=True)
+class TargetState:
+    name: str
+    url: str
+    up: bool | None
+    last_success: float | None
+    scrape_duration: float | None
+    errors: Mapping[str, int]
+    resets: int
+    schema: str | None
+    polls: int
+
+
+@dataclass(frozen=True)
+class State:
+    t: float | None
+    targets: tuple[TargetState, ...]
+    routes: tuple[RouteState, ...]
+    evaluated: bool
+
+
+@dataclass
+class _TargetRecord:
+    name: str
+    url: str
+    matchers: list[RouteMatcher]
+    route_prefix: str
+    up: bool | None = None
+    last_success: float | None = None
+    scrape_duration: float | None = None
+    errors: dict[str, int] = field(default_factory=lambda: {r: 0 for r in ERROR_REASONS})
+    resets: int = 0
+    schema: str | None = None
+    polls: int = 0
+
+
+@dataclass
+class _RouteRecord:
+    window: RouteWindow
+    target: str
+    last_seen_poll: int
+    fresh: bool = True  # a snapshot arrived since the last evaluation
+    verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
+    evaluations: tuple[RouteEvaluation, ...] = ()
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    ok: bool
+    reason: str | None = None
+    message: str | None = None
+    resets: int = 0
+    schema: str | None = None
+    routes: tuple[str, ...] = ()
+
+
+class Pipeline:
+    def __init__(self, config: Config, cost_model: Any | None = None):
+        self.config = config
+        self.cost_model = cost_model if cost_model is not None else costmodel.cost_model_from_config(config)
+        self._route_configs: dict[str, RouteConfig] = {r.name: r for r in config.routes}
+        self._targets: dict[str, _TargetRecord] = {}
+        multi = len(config.targets) > 1
+        for target in config.targets:
+            matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes if r.target == target.name]
+            self._targets[target.name] = _TargetRecord(target.name, target.url, matchers,
+                                                        f"{target.name}/" if multi else "")
+        self._routes: dict[str, _RouteRecord] = {}
+        self._t: float | None = None
+        self._evaluated = False
+
+    # -- input -------------------------------------------------------------------------------
+    def ingest_error(self, target: str, t: float, reason: str, duration: float | None = None) -> None:
+        record = self._targets[target]
+        record.up = False
+        record.polls += 1
+        record.errors[reason if reason in record.errors else "invalid"] += 1
+        record.scrape_duration = duration
+        self._t = t
+
+    def ingest(self, target: str, t: float, text: str, duration: float | None = None) -> IngestResult:
+        """Parse one payload; on any error the windows are left exactly as they were."""
+        record = self._targets[target]
+        try:
+            snaps = parse_payload(text, t=t, target=target, matchers=record.matchers,
+                                  route_prefix=record.route_prefix)
+        except ExpositionError as exc:
+            self.ingest_error(target, t, exc.reason, duration)
+            return IngestResult(False, exc.reason, str(exc))
+        record.up = True
+        record.polls += 1
+        record.last_success = t
+        record.scrape_duration = duration
+        self._t = t
+        resets = 0
+        schema = snaps[0].schema if snaps else record.schema
+        for snap in snaps:
+            route = self._routes.get(snap.route)
+            if route is None:
+                route = self._routes[snap.route] = _RouteRecord(RouteWindow(max(self.config.windows)),
+                                                                target, record.polls)
+            if route.window.ingest(snap):
+                resets += 1
+            route.last_seen_poll = record.polls
+            route.fresh = True
+        if resets:
+            record.resets += 1  # one restart of vLLM resets every route: count it once per poll
+        record.schema = schema
+        self._expire_routes(record)
+        return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps))
+
+    def _expire_routes(self, record: _TargetRecord) -> None:
+        ttl = self.config.route_ttl_polls
+        for name in [n for n, r in self._routes.items()
+                     if r.target == record.name and record.polls - r.last_seen_poll >= ttl]:
+            del self._routes[name]
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def evaluate(self, now: float) -> list[RouteEvaluation]:
+        out: list[RouteEvaluation] = []
+        method = self.config.draft.method
+        for name, route in self._routes.items():
+            evaluations = []
+            for width, label in zip(self.config.windows, self.config.window_labels):
+                view = route.window.view(now, width)
+                if view is None:
+                    continue
+                stats = window_stats(view, name, label, now, configured_k_hint=self.config.draft.k)
+                guard = self._guard(stats, view.last.snapshot)
+                previous = route.verdicts.get(label)
+                assessment = decide.assess(self.cost_model, stats, self.config.decision, method,
+                                           previous.current if previous else None)
+                if route.fresh or previous is None:
+                    state = decide.next_verdict(previous, assessment.candidate, self.config.decision.hold)
+                    route.verdicts[label] = state
+                else:
+                    state = previous  # no new data: a failing target never moves a verdict
+                evaluations.append(RouteEvaluation(stats, assessment, state.current, guard))
+            route.evaluations = tuple(evaluations)
+            route.fresh = False
+            out.extend(evaluations)
+        self._t = now
+        self._evaluated = True
+        return out
+
+    def _guard(self, stats: WindowStats, latest: RouteSnapshot) -> bool:
+        if latest.schema == SCHEMA_V0:
+            return stats.acceptance_rate is not None  # V0 values are lifetime, over every draft so far
+        return stats.drafts is not None and stats.drafts >= self.config.decision.min_drafts
+
+    # -- output ---------------------------------------------------------------------------------
+    def state(self) -> State:
+        targets = tuple(TargetState(r.name, r.url, r.up, r.last_success, r.scrape_duration, dict(r.errors),
+                                    r.resets, r.schema, r.polls) for r in self._targets.values())
+        routes = []
+        for name, route in sorted(self._routes.items()):
+            latest = route.window.latest
+            if latest is None:
+                continue
+            totals = route.window.totals
+            mirrored = {K_DRAFTS: 0.0, K_DRAFT_TOKENS: 0.0, K_ACCEPTED: 0.0, K_GEN: 0.0}
+            positions: dict[int, float] = {}
+            buckets: dict[float, float] = {}
+            current_les = {(k[1], k[2]) for k in latest.counters if k[0] == K_ITL_BUCKET}
+            itl_sum = itl_count = 0.0
+            for key, value in totals.items():
+                kind = key[0]
+                if kind in mirrored:
+                    mirrored[kind] += value
+                elif kind == K_POS:
+                    positions[key[2]] = positions.get(key[2], 0.0) + value
+                elif kind == K_ITL_BUCKET and (key[1], key[2]) in current_les:
+                    buckets[key[2]] = buckets.get(key[2], 0.0) + value
+                elif kind == K_ITL_SUM:
+                    itl_sum += value
+                elif kind == K_ITL_COUNT:
+                    itl_count += value
+            config = self._route_configs.get(name)
+            routes.append(RouteState(
+                route=name, target=route.target, model_name=latest.model_name,
+                method=self.config.draft.method, schema=latest.schema, spec_present=latest.spec_present,
+                configured_k=latest.configured_k or self.config.draft.k,
+                expects_speculation=config.expect_speculation if config else True,
+                baseline_itl_p99_seconds=config.baseline_itl_p99_seconds if config else None,
+                mirrored=mirrored, positions=tuple(sorted(positions.items())),
+                itl_buckets=tuple(sorted(buckets.items())), itl_sum=itl_sum, itl_count=itl_count,
+                evaluations=route.evaluations,
+            ))
+        return State(self._t, targets, tuple(routes), self._evaluated)
+
+
+def evaluation_record(evaluation: RouteEvaluation) -> dict[str, Any]:
+    """One replay line / status entry (DESIGN.md §8 keys, null where there is no value)."""
+    stats = evaluation.stats
+    return {
+        "t": stats.t,
+        "route": stats.route,
+        "window": stats.window,
+        "acceptance_rate": evaluation.value("acceptance_rate"),
+        "mean_acceptance_length": evaluation.value("mean_acceptance_length"),
+        "draft_length": evaluation.value("draft_length"),
+        "batch_size": stats.batch_size,
+        "itl_p50_seconds": stats.itl_p50_seconds,
+        "itl_p99_seconds": stats.itl_p99_seconds,
+        "breakeven_acceptance_rate": evaluation.value("breakeven_acceptance_rate"),
+        "expected_speedup": evaluation.value("expected_speedup"),
+        "recommended_draft_length": evaluation.value("recommended_draft_length"),
+        "verdict": evaluation.verdict,
+        "drafts": stats.drafts,
+    }

@@ -1,0 +1,64 @@
+"""`specwatch replay`: run a recording through the live sidecar's evaluation path.
+
+The same Pipeline as `specwatch run`, fed from the file instead of HTTP: each recorded poll is
+ingested at its recorded time, then every route and window is evaluated at that time, and one
+JSON line per evaluation is printed (DESIGN.md §8 keys, null where there is no value).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import IO, Iterable, Iterator
+
+from .config import Config
+from .pipeline import Pipeline, evaluation_record
+
+
+class RecordingError(ValueError):
+    pass
+
+
+def read_recording(lines: Iterable[str]) -> Iterator[dict]:
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            raise RecordingError(f"line {number}: not JSON") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("t"), (int, float)) \
+                or not isinstance(entry.get("target"), str) or not ("text" in entry or "error" in entry):
+            raise RecordingError(f"line {number}: expected {{\"t\", \"target\", \"text\"}}")
+        yield entry
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
+
+
+def replay(config: Config, lines: Iterable[str], pipeline: Pipeline | None = None) -> Iterator[dict]:
+    pipeline = pipeline or Pipeline(config)
+    known = {t.name for t in config.targets}
+    for entry in read_recording(lines):
+        target = entry["target"]
+        if target not in known:
+            raise RecordingError(f"target {target!r} in the recording is not configured ({', '.join(sorted(known))})")
+        if "text" in entry:
+            pipeline.ingest(target, float(entry["t"]), entry["text"])
+        else:
+            pipeline.ingest_error(target, float(entry["t"]), str(entry["error"]))
+        for evaluation in pipeline.evaluate(float(entry["t"])):
+            yield _clean(evaluation_record(evaluation))
+
+
+def replay_to(config: Config, lines: Iterable[str], out: IO[str]) -> int:
+    count = 0
+    for record in replay(config, lines):
+        out.write(json.dumps(record) + "\n")
+        count += 1
+    return count

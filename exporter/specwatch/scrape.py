@@ -1,0 +1,160 @@
+"""HTTP GET of one target's /metrics, bounded in time and in decoded bytes.
+
+- one keep-alive requests.Session per target, trust_env=False (HTTP_PROXY must never capture a
+  loopback poll, RELIABILITY.md V7), no redirects (a 3xx to a metadata address is not followed);
+- a whole-request deadline: requests' timeouts are per socket read, so a server dripping a byte
+  every 0.8 s would hold a poll forever (V5); the deadline is checked between reads and the
+  socket timeout shrinks to the time left;
+- gzip is decoded here, with a cap on *decoded* bytes, so a 200 MiB gzip bomb never reaches memory (V6).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Mapping
+
+import requests
+
+CHUNK = 64 * 1024
+
+
+class ScrapeError(Exception):
+    """A failed poll; `reason` is one of timeout, connect, http_status, too_large, invalid."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ScrapeResult:
+    text: str
+    duration: float
+    bytes: int
+
+
+class Scraper:
+    def __init__(self, url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] | None = None):
+        self.url = url
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.session = requests.Session()
+        self.session.trust_env = False
+        self.session.max_redirects = 0
+        self.headers = {
+            "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+            "Accept-Encoding": "gzip",
+            "User-Agent": "specwatch",
+            **dict(headers or {}),
+        }
+
+    def close(self) -> None:
+        self.session.close()
+
+    def fetch(self) -> ScrapeResult:
+        start = time.monotonic()
+        deadline = start + self.timeout
+        try:
+            response = self.session.get(self.url, headers=self.headers, stream=True, allow_redirects=False,
+                                        timeout=(min(self.timeout, 1.0), self.timeout))
+        except requests.exceptions.ConnectTimeout as exc:
+            raise ScrapeError("timeout", f"connect timed out: {exc}") from None
+        except requests.exceptions.ReadTimeout as exc:
+            raise ScrapeError("timeout", f"no response in time: {exc}") from None
+        except (requests.exceptions.ConnectionError, OSError) as exc:
+            raise ScrapeError("connect", f"cannot connect: {type(exc).__name__}") from None
+        except requests.exceptions.RequestException as exc:
+            raise ScrapeError("invalid", f"request failed: {type(exc).__name__}") from None
+        try:
+            if response.status_code != 200:
+                raise ScrapeError("http_status", f"HTTP {response.status_code}")
+            body = self._read_body(response, deadline)
+        finally:
+            response.close()
+        duration = time.monotonic() - start
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScrapeError("invalid", "body is not UTF-8") from None
+        return ScrapeResult(text, duration, len(body))
+
+    def _read_body(self, response: requests.Response, deadline: float) -> bytes:
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding in ("", "identity"):
+            decoder = None
+        elif encoding in ("gzip", "x-gzip"):
+            decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            decoder = zlib.decompressobj()
+        else:
+            raise ScrapeError("invalid", f"unsupported Content-Encoding {encoding[:40]!r}")
+        declared = response.headers.get("Content-Length")
+        if decoder is None and declared and declared.isdigit() and int(declared) > self.max_bytes:
+            raise ScrapeError("too_large", f"Content-Length {declared} over max_bytes {self.max_bytes}")
+        raw = response.raw
+        parts: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ScrapeError("timeout", "deadline passed while reading the body")
+                _set_socket_timeout(raw, remaining)
+                chunk = raw.read1(CHUNK, decode_content=False)
+                if not chunk:
+                    break
+                if decoder is not None:
+                    # Decompress in bounded steps: never more than the cap allows (gzip bombs).
+                    data = decoder.decompress(chunk, self.max_bytes - size + 1)
+                    while True:
+                        size += len(data)
+                        if size > self.max_bytes:
+                            raise ScrapeError("too_large", f"decoded body over max_bytes {self.max_bytes}")
+                        parts.append(data)
+                        if not decoder.unconsumed_tail:
+                            break
+                        data = decoder.decompress(decoder.unconsumed_tail, self.max_bytes - size + 1)
+                else:
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise ScrapeError("too_large", f"body over max_bytes {self.max_bytes}")
+                    parts.append(chunk)
+            if decoder is not None:
+                tail = decoder.flush()
+                size += len(tail)
+                if size > self.max_bytes:
+                    raise ScrapeError("too_large", f"decoded body over max_bytes {self.max_bytes}")
+                parts.append(tail)
+        except ScrapeError:
+            raise
+        except zlib.error as exc:
+            raise ScrapeError("invalid", f"bad gzip body: {exc}") from None
+        except (TimeoutError, requests.exceptions.Timeout) as exc:
+            raise ScrapeError("timeout", f"read timed out: {type(exc).__name__}") from None
+        except Exception as exc:  # noqa: BLE001 - urllib3/http.client raise many types on a cut body
+            if "timed out" in str(exc).lower():
+                raise ScrapeError("timeout", "read timed out") from None
+            raise ScrapeError("connect", f"connection broken while reading: {type(exc).__name__}") from None
+        body = b"".join(parts)
+        if declared and declared.isdigit() and decoder is None and len(body) != int(declared):
+            raise ScrapeError("connect", f"body truncated: {len(body)} of {declared} bytes")
+        return body
+
+
+def _set_socket_timeout(raw, seconds: float) -> None:
+    """Shrink the socket timeout to the time left, so one slow read cannot outlive the deadline."""
+    try:
+        sock = raw._connection.sock  # urllib3 2.x HTTPResponse -> HTTPConnection -> socket
+    except AttributeError:
+        sock = None
+    if sock is None:
+        try:
+            sock = raw._fp.fp.raw._sock  # http.client response file -> socket
+        except AttributeError:
+            return
+    try:
+        sock.settimeout(max(seconds, 0.001))
+    except OSError:
+        pass

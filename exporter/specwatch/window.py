@@ -1,0 +1,130 @@
+"""Rolling windows of route snapshots, with counter deltas that survive vLLM restarts.
+
+Each ingested snapshot is folded into a reset-aware running total per series (the "mirror"):
+the Prometheus rule (a value below its predecessor restarted from 0, so the new value is the
+increase), plus a changed `_created` timestamp counts as a reset, and a histogram resets as a
+whole. A window's increase is then the difference of two mirrors, so evaluating a 5m window
+costs O(series), not O(series x snapshots). The mirrors are also what the sidecar exports as
+its own monotonic counters.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Mapping
+
+from .vllm import K_ITL_BUCKET, RouteSnapshot, reset_group
+
+
+@dataclass(frozen=True)
+class Entry:
+    t: float
+    totals: Mapping[tuple, float]   # mirrored cumulative increase per series since first seen
+    snapshot: RouteSnapshot
+
+
+@dataclass(frozen=True)
+class WindowView:
+    """The snapshots of one window: the oldest at or after now - width, the newest at or before now."""
+    first: Entry
+    last: Entry
+    entries: tuple[Entry, ...]
+
+    @property
+    def samples(self) -> int:
+        return len(self.entries)
+
+    @property
+    def span_seconds(self) -> float:
+        return self.last.t - self.first.t
+
+    def increase(self, key: tuple) -> float:
+        last = self.last.totals.get(key)
+        if last is None:
+            return 0.0
+        first = self.first.totals.get(key)
+        # A series born inside the window counts from its first sighting (mirror starts at 0);
+        # a histogram whose buckets were re-laid out restarted its mirror inside the window.
+        if first is None or last < first:
+            return last
+        return last - first
+
+    def increases(self) -> dict[tuple, float]:
+        return {key: self.increase(key) for key in self.last.totals}
+
+
+class RouteWindow:
+    """Snapshots of one route, kept for the longest window."""
+
+    def __init__(self, horizon_seconds: float):
+        self.horizon = horizon_seconds
+        self.entries: deque[Entry] = deque()
+        self._raw: dict[tuple, float] = {}
+        self._created: dict[tuple, float] = {}
+        self._le_sets: dict[str, frozenset[float]] = {}
+        self.totals: dict[tuple, float] = {}
+        self.resets = 0
+
+    def ingest(self, snap: RouteSnapshot) -> bool:
+        """Fold a new snapshot in; return True when it showed a counter reset."""
+        if self.entries and snap.t <= self.entries[-1].t:
+            return False  # out-of-order or duplicate time: ignore rather than corrupt deltas
+        reset_groups: set[tuple] = set()
+        raw = self._raw
+        if raw:
+            for key, value in snap.counters.items():
+                previous = raw.get(key)
+                if previous is not None and value < previous:
+                    reset_groups.add(reset_group(key))
+            for group, created in snap.created.items():
+                previous = self._created.get(group)
+                if previous is not None and created != previous:
+                    reset_groups.add(group)
+        # A histogram whose bucket layout changed restarts as a whole, and so does its mirror.
+        le_sets: dict[str, set[float]] = {}
+        for key in snap.counters:
+            if key[0] == K_ITL_BUCKET:
+                le_sets.setdefault(key[1], set()).add(key[2])
+        for engine, les in le_sets.items():
+            frozen = frozenset(les)
+            previous_les = self._le_sets.get(engine)
+            if previous_les is not None and previous_les != frozen:
+                group = ("itl", engine)
+                reset_groups.add(group)
+                for key in [k for k in self.totals if reset_group(k) == group]:
+                    del self.totals[key]
+            self._le_sets[engine] = frozen
+        totals = self.totals
+        for key, value in snap.counters.items():
+            previous = raw.get(key)
+            if reset_groups and reset_group(key) in reset_groups:
+                delta = value
+            elif previous is None:
+                delta = 0.0  # first sighting: its history before we started is not ours to count
+            else:
+                delta = value - previous
+            totals[key] = totals.get(key, 0.0) + delta
+        self._raw = dict(snap.counters)
+        self._created.update(snap.created)
+        self.entries.append(Entry(snap.t, dict(totals), snap))
+        self._prune(snap.t)
+        if reset_groups:
+            self.resets += 1
+        return bool(reset_groups)
+
+    def _prune(self, now: float) -> None:
+        while self.entries and self.entries[0].t < now - self.horizon:
+            self.entries.popleft()
+
+    @property
+    def latest(self) -> RouteSnapshot | None:
+        return self.entries[-1].snapshot if self.entries else None
+
+    def view(self, now: float, width: float) -> WindowView | None:
+        """The window [now - width, now]; None when it holds fewer than 2 snapshots."""
+        lo = now - width
+        chosen = tuple(e for e in self.entries if lo <= e.t <= now)
+        if len(chosen) < 2:
+            return None
+        return WindowView(chosen[0], chosen[-1], chosen)
