@@ -25,7 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
+import threading
 import time
 from pathlib import Path
 
@@ -333,6 +333,138 @@ def fetch_metrics(url: str, timeout: float = 20) -> tuple[float, str]:
         t_first = t0 + r.elapsed.total_seconds()
         text = r.content.decode()
     return t_first, text
+
+
+class Recorder:
+    """Fetches a target's /metrics every `interval` seconds in a thread and appends
+    DESIGN §8 recording lines {"t", "target", "text"} to a JSONL file (and memory).
+    Failed fetches (server down during a restart) record nothing."""
+
+    def __init__(self, url: str, target: str, path: Path, interval: float = 1.0):
+        self.url, self.target, self.path, self.interval = url, target, path, interval
+        self.lines: list[dict] = []
+        self.failures = 0
+        self._stop = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def set_url(self, url: str) -> None:
+        self.url = url
+
+    def start(self) -> "Recorder":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        with open(self.path, "a") as fh:
+            nxt = time.time()
+            while not self._stop:
+                try:
+                    t, text = fetch_metrics(self.url, timeout=5)
+                    rec = {"t": t, "target": self.target, "text": text}
+                    fh.write(json.dumps(rec) + "\n")
+                    fh.flush()
+                    with self._lock:
+                        self.lines.append(rec)
+                except (requests.RequestException, OSError):
+                    self.failures += 1
+                nxt += self.interval
+                time.sleep(max(0.0, nxt - time.time()))
+
+    def snapshot(self) -> list[dict]:
+        with self._lock:
+            return list(self.lines)
+
+    def stop(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=30)
+
+
+def specwatch_command() -> list[str]:
+    """The project's own `specwatch` console script, from the interpreter running the tests."""
+    exe = Path(sys.executable).parent / "specwatch"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("specwatch")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from specwatch.cli import main; sys.exit(main())"]
+
+
+class Sidecar:
+    """`specwatch run --config FILE` started (and stopped) by this harness."""
+
+    def __init__(self, config: dict, workdir: Path, tag: str):
+        import yaml
+
+        self.port = free_port()
+        self.config = dict(config, listen=f"127.0.0.1:{self.port}")
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = workdir / f"specwatch-{tag}.yaml"
+        self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        self.log_path = workdir / f"specwatch-{tag}.log"
+        self.tag = tag
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60) -> None:
+        fh = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [*specwatch_command(), "run", "--config", str(self.config_path)],
+            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        fh.close()
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"specwatch run exited with {self.proc.returncode}:\n{_tail(self.log_path, 40)}")
+            try:
+                if requests.get(f"{self.base}/readyz", timeout=2).status_code == 200:
+                    log(f"[sidecar {self.tag}] ready on {self.base}")
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"specwatch run not ready after {timeout}s:\n{_tail(self.log_path, 40)}")
+
+    def status(self) -> dict:
+        r = requests.get(f"{self.base}/api/v1/status", timeout=10)
+        r.raise_for_status()
+        return r.json()
+
+    def metrics(self) -> str:
+        r = requests.get(f"{self.base}/metrics", timeout=10)
+        r.raise_for_status()
+        return r.text
+
+    def log_tail(self, n: int = 40) -> str:
+        return f"----- tail of {self.log_path} -----\n{_tail(self.log_path, n)}"
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def replay(config: dict, recording: Path, workdir: Path) -> list[dict]:
+    """`specwatch replay --config FILE REC.jsonl` -> its JSON lines."""
+    import yaml
+
+    cfg = workdir / f"replay-{recording.stem}.yaml"
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    r = subprocess.run([*specwatch_command(), "replay", "--config", str(cfg), str(recording)],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"specwatch replay exited {r.returncode}:\n{r.stderr[-3000:]}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip().startswith("{")]
 
 
 def main(argv: list[str]) -> int:
