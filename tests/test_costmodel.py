@@ -310,10 +310,17 @@ def test_speedup_is_exactly_one_at_the_breakeven_alpha(p, k, b, a):
 @given(p=cm_params, b=st.integers(1, 1024), k=st.integers(1, 8), data=st.data())
 def test_best_k_is_zero_when_every_position_rate_is_below_the_marginal_cost(p, b, k, data):
     cm = model(**p)
-    # Adding the first draft token costs alpha*(B,1) of a step; rates below it never pay
-    # (the marginal cost only grows with K' for dense models).
-    floor = breakeven_acceptance_rate(cm, b, 1)
-    rates = sorted((data.draw(st.floats(0, max(floor * 0.999, 0))) for _ in range(k)), reverse=True)
+    # Going from K' to K'+1 pays only if p_K' / tau(K') > (T_spec(K'+1) − T_spec(K')) / T_spec(K').
+    # Draw every p_i below that marginal cost (tau >= 1 makes the test stricter), non-increasing.
+    rates: list[float] = []
+    upper = 1.0
+    prev_t = cm.base_step_time(b)
+    for i in range(k):
+        t = cm.spec_step_time(b, i + 1)
+        upper = min(upper, (t - prev_t) / prev_t)
+        rates.append(data.draw(st.floats(0, max(upper * 0.999, 0.0))))
+        upper = rates[-1]
+        prev_t = t
     assert best_draft_length(cm, b, rates) == 0
 
 

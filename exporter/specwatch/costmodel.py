@@ -741,10 +741,13 @@ def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[floa
     p = list(position_rates)
     if not p:
         return 0
+    base = cm.base_step_time(batch)
     best_k, best_s = 0, 1.0
     prev = None
+    tau = 1.0
     for kk in range(1, len(p) + 1):
-        s = expected_speedup_for_positions(cm, batch, p[:kk])
+        tau += float(p[kk - 1])
+        s = tau * base / cm.spec_step_time(batch, kk)
         if prev is not None and s < prev:
             break
         if s > best_s:
@@ -823,11 +826,34 @@ def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch
     inclusive ranges, first range starting at 1, K non-increasing in batch, K = 0 disables."""
     if max_batch < 1:
         raise ValueError("max_batch must be >= 1")
+    p = tuple(position_rates)
+    cache: dict[int, int] = {}
+
+    def best(b: int) -> int:
+        if b not in cache:
+            cache[b] = best_draft_length(cm, b, p)
+        return cache[b]
+
+    # best K' falls with batch (verification cost rises), so evaluate the ends of a range and
+    # split it only where they differ: O(bands · log max_batch) evaluations instead of max_batch.
+    ks = [0] * (int(max_batch) + 1)
+
+    def fill(lo: int, hi: int) -> None:
+        k_lo, k_hi = best(lo), best(hi)
+        if k_lo == k_hi or hi - lo <= 1:
+            for b in range(lo, hi + 1):
+                ks[b] = k_lo if b < hi else k_hi
+            return
+        mid = (lo + hi) // 2
+        fill(lo, mid)
+        fill(mid, hi)
+
+    fill(1, int(max_batch))
     bands: list[list[int]] = []
-    current_cap = len(position_rates)
+    cap = len(p)
     for b in range(1, int(max_batch) + 1):
-        kk = min(best_draft_length(cm, b, position_rates), current_cap)  # never grow with batch
-        current_cap = kk
+        kk = min(ks[b], cap)  # the schedule must never grow K with batch
+        cap = kk
         if bands and bands[-1][2] == kk:
             bands[-1][1] = b
         else:

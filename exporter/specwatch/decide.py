@@ -50,13 +50,14 @@ def assess(cm: cmod.CostModel, stats: Any, decision: Any, method: str | None,
     ``decision`` has min_drafts, margin, hold. ``previous_verdict`` is the verdict in effect,
     which sets the side of the hysteresis band."""
     drafts = _num(getattr(stats, "drafts", None))
-    if not getattr(stats, "spec_present", False) or not drafts or drafts <= 0:
-        return Assessment(candidate="spec_off", **_EMPTY)
-    min_drafts = getattr(decision, "min_drafts", 500)
     alpha = _num(getattr(stats, "acceptance_rate", None))
+    if not getattr(stats, "spec_present", False) or (drafts is not None and drafts <= 0):
+        return Assessment(candidate="spec_off", **_EMPTY)
     k = _num(getattr(stats, "draft_length", None))
     batch = _num(getattr(stats, "batch_size", None))
-    if drafts < min_drafts or alpha is None or k is None or k <= 0 or batch is None:
+    # V0 has no draft counter (drafts is None) and reports lifetime acceptance: no guard to apply.
+    too_few = drafts is not None and drafts < getattr(decision, "min_drafts", 500)
+    if too_few or alpha is None or k is None or k <= 0 or batch is None:
         # Too few drafts (or a missing input): a verdict here would be noise, so no gauges either.
         return Assessment(candidate="insufficient_data", **_EMPTY)
 

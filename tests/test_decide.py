@@ -1,0 +1,183 @@
+"""Verdicts: sample guard, hysteresis margin, hold, and the numbers behind them (DESIGN.md §5)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from specwatch import costmodel as cmod
+from specwatch.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
+
+try:  # the lead's dataclass; the fields are the shared interface
+    from specwatch.derive import WindowStats
+except ImportError:  # pragma: no cover - stand-in until derive.py lands
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class WindowStats:  # type: ignore[no-redef]
+        route: str
+        window: str
+        t: float
+        samples: int
+        span_seconds: float
+        spec_present: bool
+        drafts: float | None = None
+        draft_tokens: float | None = None
+        accepted_tokens: float | None = None
+        acceptance_rate: float | None = None
+        mean_acceptance_length: float | None = None
+        draft_length: float | None = None
+        configured_k: int | None = None
+        position_rates: tuple[float, ...] | None = None
+        batch_size: float | None = None
+        itl_p50_seconds: float | None = None
+        itl_p99_seconds: float | None = None
+        itl_per_token_mean_seconds: float | None = None
+        generation_tokens: float | None = None
+
+
+DECISION = SimpleNamespace(min_drafts=500, margin=0.02, hold=2)
+CM = cmod.CostModel(cmod.HARDWARE_PRESETS["h100-sxm"], cmod.MODEL_PRESETS["llama-3.1-8b"], context_tokens=1024,
+                    draft=cmod.draft_cost_for("eagle3", cmod.MODEL_PRESETS["llama-3.1-8b"]))
+
+
+def stats(alpha=0.6, k=3, batch=8.0, drafts=2000.0, rates=None, configured_k=None, spec_present=True):
+    """A window whose counters are consistent: Σp_i = K·alpha, tau = 1 + K·alpha."""
+    if rates is None and alpha is not None:
+        rates = cmod.position_rates_from_alpha(alpha, k)
+    return WindowStats(route="chat", window="1m", t=100.0, samples=13, span_seconds=60.0, spec_present=spec_present,
+                       drafts=drafts, draft_tokens=None if drafts is None else drafts * k,
+                       accepted_tokens=None if drafts is None or alpha is None else drafts * k * alpha,
+                       acceptance_rate=alpha, mean_acceptance_length=None if alpha is None else 1 + k * alpha,
+                       draft_length=float(k), configured_k=configured_k or k,
+                       position_rates=None if rates is None else tuple(rates), batch_size=batch)
+
+
+def test_verdict_names_are_the_design_contract():
+    assert VERDICTS == ("spec_off", "insufficient_data", "keep", "shorten", "disable")
+
+
+def test_no_spec_families_or_no_drafts_is_spec_off_with_every_gauge_absent():
+    for s in (stats(spec_present=False), stats(drafts=0.0)):
+        a = assess(CM, s, DECISION, "eagle3", None)
+        assert a.candidate == "spec_off"
+        assert all(getattr(a, f) is None for f in Assessment.__dataclass_fields__ if f != "candidate")
+
+
+def test_fewer_drafts_than_the_guard_is_insufficient_data_with_every_gauge_absent():
+    a = assess(CM, stats(drafts=499.0), DECISION, "eagle3", None)
+    assert a.candidate == "insufficient_data"
+    assert all(getattr(a, f) is None for f in Assessment.__dataclass_fields__ if f != "candidate")
+    assert assess(CM, stats(drafts=500.0), DECISION, "eagle3", None).candidate != "insufficient_data"
+
+
+def test_missing_batch_size_is_insufficient_data_not_a_guess():
+    assert assess(CM, stats(batch=None), DECISION, "eagle3", None).candidate == "insufficient_data"
+
+
+def test_v0_target_without_draft_counter_is_assessed_from_its_acceptance():
+    s = replace(stats(alpha=0.6), drafts=None, draft_tokens=None, accepted_tokens=None)
+    assert assess(CM, s, DECISION, "eagle3", None).candidate == "keep"
+
+
+def test_high_alpha_at_small_batch_keeps_speculation_with_the_model_numbers():
+    a = assess(CM, stats(alpha=0.6, batch=8), DECISION, "eagle3", None)
+    be = cmod.breakeven_acceptance_rate(CM, 8, 3)
+    assert a.candidate == "keep"
+    assert a.breakeven_acceptance_rate == pytest.approx(be)
+    assert a.acceptance_margin == pytest.approx(0.6 - be)
+    assert a.expected_speedup == pytest.approx(cmod.expected_speedup(CM, 8, 3, 0.6))
+    assert a.recommended_draft_length == 3
+    assert a.max_speculative_batch_size == cmod.max_speculative_batch_size(CM, 3, 0.6)
+    assert a.recommended_config["num_speculative_tokens"] == 3
+    json.dumps(a.recommended_config)  # ready for --speculative-config
+
+
+def test_alpha_below_breakeven_at_high_batch_is_disable():
+    be = cmod.breakeven_acceptance_rate(CM, 256, 3)
+    a = assess(CM, stats(alpha=be - 0.1, batch=256), DECISION, "eagle3", None)
+    assert a.candidate == "disable"
+    assert a.acceptance_margin == pytest.approx(-0.1)
+    assert a.expected_speedup < 1
+
+
+def test_margin_keeps_a_verdict_from_flapping_around_the_line():
+    b = 160
+    be = cmod.breakeven_acceptance_rate(CM, b, 3)
+    just_below, just_above = be - 0.01, be + 0.01  # inside the ±0.02 band
+    # Coming from keep, slightly below the line is not yet disable ...
+    assert assess(CM, stats(alpha=just_below, batch=b), DECISION, "eagle3", "keep").candidate != "disable"
+    # ... and coming from disable, slightly above is not yet back on.
+    assert assess(CM, stats(alpha=just_above, batch=b), DECISION, "eagle3", "disable").candidate == "disable"
+    # Outside the band both directions move.
+    assert assess(CM, stats(alpha=be - 0.03, batch=b), DECISION, "eagle3", "keep").candidate == "disable"
+    assert assess(CM, stats(alpha=be + 0.03, batch=b), DECISION, "eagle3", "disable").candidate != "disable"
+
+
+def test_a_weak_tail_position_recommends_shorten_with_a_schedule():
+    rates = (0.8, 0.6, 0.05, 0.01)  # positions 2 and 3 rarely survive
+    alpha = sum(rates) / 4
+    a = assess(CM, stats(alpha=alpha, k=4, batch=96, rates=rates), DECISION, "eagle3", "keep")
+    assert a.candidate == "shorten"
+    assert 0 < a.recommended_draft_length < 4
+    assert a.recommended_config["num_speculative_tokens"] == 4
+    sched = a.recommended_config.get("num_speculative_tokens_per_batch_size")
+    assert sched and sched[0][0] == 1
+    band = next(k for lo, hi, k in sched if lo <= 96 <= hi)
+    assert band == a.recommended_draft_length
+
+
+def test_cost_uses_measured_draft_length_not_configured_k():
+    # n-gram drafted 3.4 tokens on average with K=4 configured (real vLLM run, DESIGN.md §2).
+    s = replace(stats(alpha=0.3, k=4, batch=64), draft_length=3.4)
+    a = assess(CM, s, DECISION, "ngram", None)
+    ng = CM.with_method("ngram")
+    assert a.breakeven_acceptance_rate == pytest.approx(cmod.breakeven_acceptance_rate(ng, 64, 3.4))
+
+
+def test_method_selects_the_draft_cost():
+    s = stats(alpha=0.5, batch=32)
+    eagle = assess(CM, s, DECISION, "eagle3", None).breakeven_acceptance_rate
+    ngram = assess(CM, s, DECISION, "ngram", None).breakeven_acceptance_rate
+    draft_model = assess(CM, s, DECISION, "draft_model", None).breakeven_acceptance_rate
+    assert ngram < eagle < draft_model
+
+
+def test_hopeless_acceptance_everywhere_recommends_removing_the_config():
+    a = assess(CM, stats(alpha=0.005, batch=4), DECISION, "eagle3", None)
+    assert a.candidate == "disable" and a.recommended_draft_length == 0
+    assert a.recommended_config is None
+
+
+def test_first_evaluation_takes_effect_immediately():
+    assert next_verdict(None, "keep", hold=2) == VerdictState("keep")
+
+
+def test_a_new_verdict_takes_effect_only_after_holding_for_hold_evaluations():
+    s = VerdictState("keep")
+    s = next_verdict(s, "disable", hold=3)
+    assert s.current == "keep" and s.pending == "disable" and s.pending_count == 1
+    s = next_verdict(s, "disable", hold=3)
+    assert s.current == "keep" and s.pending_count == 2
+    s = next_verdict(s, "disable", hold=3)
+    assert s == VerdictState("disable")
+
+
+def test_an_interrupted_streak_restarts_the_hold_count():
+    s = next_verdict(VerdictState("keep"), "disable", hold=2)
+    s = next_verdict(s, "shorten", hold=2)
+    assert s.current == "keep" and s.pending == "shorten" and s.pending_count == 1
+    s = next_verdict(s, "keep", hold=2)  # back to the current verdict clears the pending one
+    assert s == VerdictState("keep")
+
+
+def test_hold_of_one_switches_at_once():
+    assert next_verdict(VerdictState("keep"), "disable", hold=1) == VerdictState("disable")
+
+
+def test_unknown_verdict_is_rejected():
+    with pytest.raises(ValueError):
+        next_verdict(None, "maybe", hold=2)
