@@ -18,6 +18,19 @@ Naming and labels follow the prometheus-community exporter charts.
 {{- end }}
 {{- end }}
 
+{{/*
+Chart labels merged with extra labels (the extra ones win), rendered once so no key is duplicated:
+  include "specwatch.labelsWith" (list . .Values.serviceMonitor.additionalLabels)
+*/}}
+{{- define "specwatch.labelsWith" -}}
+{{- $ctx := index . 0 }}
+{{- $labels := include "specwatch.labels" $ctx | fromYaml }}
+{{- range $extra := rest . }}
+{{- $labels = merge (deepCopy ($extra | default dict)) $labels }}
+{{- end }}
+{{- toYaml $labels }}
+{{- end }}
+
 {{- define "specwatch.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -32,18 +45,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{- define "specwatch.labels" -}}
-helm.sh/chart: {{ include "specwatch.chart" . }}
-{{ include "specwatch.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/component: metrics
-app.kubernetes.io/part-of: specwatch
+{{- $labels := dict
+  "helm.sh/chart" (include "specwatch.chart" .)
+  "app.kubernetes.io/version" (.Chart.AppVersion | toString)
+  "app.kubernetes.io/managed-by" .Release.Service
+  "app.kubernetes.io/component" "metrics"
+  "app.kubernetes.io/part-of" "specwatch" }}
+{{- $labels = merge $labels (include "specwatch.selectorLabels" . | fromYaml) }}
 {{- if .Values.releaseLabel }}
-release: {{ .Release.Name }}
+{{- $_ := set $labels "release" .Release.Name }}
 {{- end }}
 {{- with .Values.commonLabels }}
-{{ tpl (toYaml .) $ }}
+{{- /* commonLabels never override the chart's own labels (selectors depend on them). */}}
+{{- $labels = merge $labels (tpl (toYaml .) $ | fromYaml) }}
 {{- end }}
+{{- toYaml $labels }}
 {{- end }}
 
 {{- define "specwatch.image" -}}
@@ -100,7 +116,7 @@ The specwatch config file (DESIGN.md §9). Empty values are omitted so the expor
 The specwatch container as a single mapping. Used by this chart's Deployment (standalone mode) and,
 in sidecar mode, by a host chart:
     containers:
-      - {{- include "specwatch.sidecarContainer" .Subcharts.specwatch | nindent 8 }}
+      - {{ include "specwatch.sidecarContainer" .Subcharts.specwatch | indent 8 | trim }}
 It is restricted-PSS compliant on its own (the pod security context belongs to the host).
 */}}
 {{- define "specwatch.sidecarContainer" -}}
