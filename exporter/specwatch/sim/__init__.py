@@ -11,7 +11,9 @@
 from .engine import EPOCH_BASE, Simulator, crossings
 from .record import record
 from .scenario import Scenario, ScenarioError, list_scenarios, load_scenario
-from .server import serve
+from .server import SimServer, serve
+from .cli import add_parsers
 
-__all__ = ["EPOCH_BASE", "Scenario", "ScenarioError", "Simulator", "crossings", "list_scenarios",
+__all__ = ["EPOCH_BASE", "Scenario", "ScenarioError", "SimServer", "Simulator", "add_parsers", "crossings",
+           "list_scenarios",
            "load_scenario", "record", "serve"]

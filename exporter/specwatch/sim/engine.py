@@ -486,8 +486,9 @@ class Simulator:
                 "breakeven_acceptance_rate": be,
                 "expected_speedup": sp,
                 "best_k": best,
-                "verdict": ("spec_off" if not k else "keep" if best == k and sp > 1
-                            else "disable" if best == 0 else "shorten"),
+                # DESIGN.md §5: disable (best K' = 0 or speedup < 1) > shorten (best K' < K) > keep.
+                "verdict": ("spec_off" if not k else "disable" if best == 0 or sp < 1
+                            else "shorten" if best < k else "keep"),
                 "concurrency": rp.concurrency,
                 "rate": rp.rate,
             }
