@@ -167,6 +167,9 @@ class Selector:
             raise ExpositionError("parse", f"{type(exc).__name__}: {exc}") from None
 
     def _parse(self, text: str) -> dict[str, Family]:
+        if "\x00" in text:
+            raise ExpositionError("parse", "NUL byte: not the Prometheus text format")
+        type_lines = 0
         declared: dict[str, str] = {}
         values: dict[str, list[Sample]] = {f: [] for f in self.families}
         created: dict[str, list[Sample]] = {f: [] for f in self.families}
@@ -179,6 +182,7 @@ class Selector:
                 continue
             if line[0] == "#":
                 if line.startswith("# TYPE "):
+                    type_lines += 1
                     parts = line.split()
                     if len(parts) != 4:
                         raise ExpositionError("parse", "malformed TYPE line", lineno)
@@ -221,6 +225,9 @@ class Selector:
                 created[family].append(sample)
             else:
                 values[family].append(sample)
+        if type_lines == 0 and count == 0 and text.strip():
+            # Every real exporter declares its families; text with neither is not an exposition.
+            raise ExpositionError("parse", "no TYPE line and no known series: not a Prometheus exposition")
         result: dict[str, Family] = {}
         for family, kind in self.families.items():
             if family in declared and declared[family] not in (kind, "untyped", "unknown"):
