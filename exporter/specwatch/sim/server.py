@@ -208,7 +208,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = text.encode()
             target = int(p.get("bytes", 32 * 1024 * 1024))
             pad_line = b"# padding " + b"x" * 1013 + b"\n"       # 1 KiB comment lines
-            n_pad = max(0, (target - len(body)) // len(pad_line))
+            n_pad = max(0, -(-(target - len(body)) // len(pad_line)))   # at least `bytes` in total
             self.send_response(200)
             self.send_header("Content-Type", CONTENT_TYPE)
             self.send_header("Content-Length", str(len(body) + n_pad * len(pad_line)))

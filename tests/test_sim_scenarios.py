@@ -1,0 +1,45 @@
+"""Shipped scenarios load, and their documented verdict crossings are the true ones."""
+import json
+
+import pytest
+
+from specwatch.sim import Simulator, crossings, list_scenarios, load_scenario, record
+
+REQUIRED = {"steady", "alpha-drop", "batch-surge", "mixed-routes", "restart", "faults"}
+
+
+def test_all_required_named_scenarios_ship():
+    assert REQUIRED <= set(list_scenarios())
+
+
+@pytest.mark.parametrize("name", list_scenarios())
+def test_documented_crossings_equal_the_computed_true_crossings(name):
+    sc = load_scenario(name)
+    doc = sc.expected.get("crossings")
+    assert doc is not None, f"{name}: document expected.crossings"
+    got = crossings(sc)
+    assert [(c["at"], c["route"], c["from"], c["to"]) for c in got] == \
+        [(float(c["at"]), c["route"], c["from"], c["to"]) for c in doc]
+
+
+def test_alpha_drop_and_batch_surge_cross_break_even_so_the_verdict_flips():
+    for name in ("alpha-drop", "batch-surge"):
+        assert any(c["to"] == "disable" for c in crossings(name)), name
+
+
+def test_mixed_routes_gives_the_lessons_per_route_alphas_and_verdicts():
+    sim = Simulator("mixed-routes")
+    tr = sim.truth()["routes"]
+    assert round(tr["chat"]["alpha"], 6) == 0.7 and round(tr["code"]["alpha"], 6) == 0.4
+    assert {k: v["verdict"] for k, v in tr.items()} == load_scenario("mixed-routes").expected["verdicts"]
+
+
+def test_recording_is_deterministic_and_uses_the_fixed_epoch(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    record("alpha-drop", a, poll_interval=5.0, duration=20.0)
+    record("alpha-drop", b, poll_interval=5.0, duration=20.0)
+    assert a.read_bytes() == b.read_bytes()
+    rows = [json.loads(x) for x in a.read_text().splitlines()]
+    assert [r["t"] - rows[0]["t"] for r in rows] == [0.0, 5.0, 10.0, 15.0, 20.0]
+    assert {r["target"] for r in rows} == {"vllm"}
+    assert "vllm:spec_decode_num_drafts_total" in rows[-1]["text"]
