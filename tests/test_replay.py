@@ -1,0 +1,193 @@
+"""`specwatch replay` on recordings built here, with expected values computed independently."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from specwatch.config import from_mapping
+from specwatch.pipeline import Pipeline
+from specwatch.replay import replay
+from support.vllm_payloads import FakeVllm
+
+POLL = 5.0
+CONFIG = {"poll_interval": "5s", "windows": ["30s", "1m"], "decision": {"min_drafts": 100, "hold": 2}}
+PATTERN = [4, 3, 2, 1, 0, 4, 3, 2]  # accepted tokens of the 8 requests of each step (K=4)
+
+
+def run_phase(fake, polls, t0, lines, *, engines=(0,), steps_per_poll=10, batch=8, pattern=PATTERN, itl=0.02):
+    t = t0
+    for _ in range(polls):
+        for _ in range(steps_per_poll):
+            for e in engines:
+                fake.step(e, batch=batch, accepted_per_request=pattern, itl_seconds=itl)
+        t += POLL
+        lines.append(json.dumps({"t": t, "target": "vllm", "text": fake.text()}))
+    return t
+
+
+def expected_for(pattern, batch, k=4, itl=0.02):
+    requests = [pattern[j % len(pattern)] for j in range(batch)]
+    accepted = sum(requests)
+    # ITL 0.02 s falls in (0.01, 0.025]: linear interpolation from 0.01, as histogram_quantile does.
+    return {
+        "acceptance_rate": accepted / (batch * k),
+        "mean_acceptance_length": 1 + accepted / batch,
+        "draft_length": float(k),
+        "batch_size": float(batch),
+        "itl_p50_seconds": 0.01 + 0.015 * 0.5,
+        "itl_p99_seconds": 0.01 + 0.015 * 0.99,
+        "position_rates": [sum(1 for a in requests if a > i) / batch for i in range(k)],
+        "itl_per_token_mean_seconds": batch * itl / (accepted + batch),
+    }
+
+
+def evaluations(lines, config=CONFIG):
+    return list(replay(from_mapping(config), lines))
+
+
+def assert_close(record, expected, keys=("acceptance_rate", "mean_acceptance_length", "draft_length",
+                                         "batch_size", "itl_p50_seconds", "itl_p99_seconds")):
+    for key in keys:
+        assert record[key] == pytest.approx(expected[key], abs=1e-9), key
+
+
+def test_constant_rate_recording_reproduces_alpha_tau_k_batch_and_itl_quantiles():
+    lines = []
+    run_phase(FakeVllm(), 14, 1000.0, lines)
+    out = evaluations(lines)
+    last = {r["window"]: r for r in out if r["t"] == out[-1]["t"]}
+    expected = expected_for(PATTERN, 8)
+    for window in ("30s", "1m"):
+        assert_close(last[window], expected)
+        assert last[window]["drafts"] == (6 if window == "30s" else 12) * 10 * 8
+        assert last[window]["verdict"] in ("keep", "shorten", "disable")
+
+
+def test_position_rates_and_per_token_itl_through_the_pipeline():
+    lines = []
+    run_phase(FakeVllm(), 8, 0.0, lines)
+    pipeline = Pipeline(from_mapping(CONFIG))
+    list(replay(from_mapping(CONFIG), lines, pipeline))
+    evaluation = next(e for e in pipeline.evaluate(40.0) if e.stats.window == "30s")
+    expected = expected_for(PATTERN, 8)
+    assert list(evaluation.value("position_rates")) == pytest.approx(expected["position_rates"], abs=1e-12)
+    assert evaluation.stats.itl_per_token_mean_seconds == pytest.approx(expected["itl_per_token_mean_seconds"], rel=1e-12)
+    assert sum(evaluation.value("position_rates")) == pytest.approx(evaluation.value("mean_acceptance_length") - 1)
+
+
+def test_a_vllm_restart_mid_window_keeps_the_values_and_the_verdict():
+    fake = FakeVllm()
+    lines = []
+    t = run_phase(fake, 8, 0.0, lines)
+    fake.restart()  # counters back to 0, new _created timestamps
+    run_phase(fake, 8, t, lines)
+    out = evaluations(lines)
+    expected = expected_for(PATTERN, 8)
+    spanning = [r for r in out if r["window"] == "1m" and 45 <= r["t"] <= 90]
+    assert spanning
+    for record in spanning:
+        assert_close(record, expected)
+    verdicts = [r["verdict"] for r in out if r["window"] == "1m" and r["t"] >= 20]
+    assert len(set(verdicts)) == 1, verdicts
+    pipeline = Pipeline(from_mapping(CONFIG))
+    list(replay(from_mapping(CONFIG), lines, pipeline))
+    assert pipeline.state().targets[0].resets == 1
+
+
+def test_two_dp_engines_with_different_alpha_are_summed_and_batch_is_per_engine():
+    fake = FakeVllm(engines=2)
+    lines = []
+    t = 0.0
+    for _ in range(10):
+        for _ in range(10):
+            fake.step(0, batch=4, accepted_per_request=[4], itl_seconds=0.02)   # alpha 1.0
+            fake.step(1, batch=12, accepted_per_request=[0], itl_seconds=0.02)  # alpha 0.0
+        t += POLL
+        lines.append(json.dumps({"t": t, "target": "vllm", "text": fake.text()}))
+    last = [r for r in evaluations(lines) if r["t"] == t and r["window"] == "30s"][0]
+    assert last["acceptance_rate"] == pytest.approx(16 / 64)   # tokens, not the mean of two ratios
+    assert last["batch_size"] == pytest.approx(8.0)            # each engine runs its own batch
+    assert last["mean_acceptance_length"] == pytest.approx(1 + 16 / 16)
+
+
+def test_legacy_itl_schema_gives_the_same_values():
+    lines = []
+    run_phase(FakeVllm(schema="v1-legacy-itl"), 8, 0.0, lines)
+    pipeline = Pipeline(from_mapping(CONFIG))
+    out = list(replay(from_mapping(CONFIG), lines, pipeline))
+    assert_close([r for r in out if r["window"] == "30s"][-1], expected_for(PATTERN, 8))
+    assert pipeline.state().routes[0].schema == "v1-legacy-itl"
+
+
+def test_a_target_that_loses_the_spec_families_is_judged_spec_off():
+    lines = []
+    t = run_phase(FakeVllm(), 8, 0.0, lines)
+    off = FakeVllm(schema="nospec")  # restarted without speculative_config
+    run_phase(off, 10, t, lines)
+    out = evaluations(lines)
+    assert [r for r in out if r["window"] == "30s"][-1]["verdict"] == "spec_off"
+    assert [r for r in out if r["window"] == "30s"][-1]["acceptance_rate"] is None
+
+
+def v0_payload(rate, efficiency, generation, itl_count):
+    return f"""# HELP vllm:spec_decode_draft_acceptance_rate Speulative token acceptance rate.
+# TYPE vllm:spec_decode_draft_acceptance_rate gauge
+vllm:spec_decode_draft_acceptance_rate{{model_name="m"}} {rate}
+# HELP vllm:spec_decode_efficiency Speculative decoding system efficiency.
+# TYPE vllm:spec_decode_efficiency gauge
+vllm:spec_decode_efficiency{{model_name="m"}} {efficiency}
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {generation * 7.0}
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{{model_name="m"}} {generation}
+# HELP vllm:num_requests_running Number of requests currently running on GPU.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{model_name="m"}} 6.0
+# HELP vllm:time_per_output_token_seconds Histogram of time per output token in seconds.
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{{le="0.01",model_name="m"}} 0.0
+vllm:time_per_output_token_seconds_bucket{{le="0.025",model_name="m"}} {itl_count}
+vllm:time_per_output_token_seconds_bucket{{le="+Inf",model_name="m"}} {itl_count}
+vllm:time_per_output_token_seconds_count{{model_name="m"}} {itl_count}
+vllm:time_per_output_token_seconds_sum{{model_name="m"}} {itl_count * 0.02}
+"""
+
+
+def test_v0_schema_uses_the_lifetime_gauges_converted_to_v1_semantics_not_the_buggy_counters():
+    a, k = 0.8, 4
+    efficiency = (1 - a ** (k + 1)) / (1 - a) / (k + 1)
+    lines = [json.dumps({"t": 5.0 * i, "target": "vllm", "text": v0_payload(a, efficiency, 100.0 * i, 50.0 * i)})
+             for i in range(1, 9)]
+    pipeline = Pipeline(from_mapping(CONFIG))
+    out = list(replay(from_mapping(CONFIG), lines, pipeline))
+    last = [r for r in out if r["window"] == "30s"][-1]
+    # V1 alpha = emitted prefix / draft tokens = a(1 - a^K) / (K (1 - a)) under V0's per-position rate a.
+    assert last["acceptance_rate"] == pytest.approx(a * (1 - a ** k) / (k * (1 - a)))
+    assert last["draft_length"] == k
+    assert last["batch_size"] == pytest.approx(6.0)
+    assert last["itl_p50_seconds"] == pytest.approx(0.0175)
+    assert pipeline.state().routes[0].schema == "v0"
+
+
+def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys(tmp_path):
+    lines = []
+    run_phase(FakeVllm(), 6, 0.0, lines)
+    recording = tmp_path / "rec.jsonl"
+    recording.write_text("\n".join(lines) + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps(CONFIG))
+    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(records) == 2 * 5  # two windows, evaluations from the second poll on
+    keys = {"t", "route", "window", "acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size",
+            "itl_p50_seconds", "itl_p99_seconds", "breakeven_acceptance_rate", "expected_speedup",
+            "recommended_draft_length", "verdict", "drafts"}
+    assert all(set(r) == keys for r in records)
+    assert math.isclose(records[-1]["acceptance_rate"], 19 / 32)

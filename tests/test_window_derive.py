@@ -1,0 +1,145 @@
+"""Window semantics (Prometheus reset rule, _created resets, whole-histogram resets) and the
+derived values, checked against values computed independently of specwatch."""
+
+import math
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from specwatch.derive import histogram_quantile
+from specwatch.vllm import RouteSnapshot
+from specwatch.window import RouteWindow
+
+
+def snap(t, counters, created=None, schema="v1"):
+    return RouteSnapshot(t=t, target="vllm", route="r", model_name="m", schema=schema, spec_present=True,
+                         engines=("0",), configured_k=None, counters=counters, created=created or {})
+
+
+def prometheus_increase(values):
+    """Reference: Prometheus's reset rule over consecutive samples, without extrapolation."""
+    total = 0.0
+    for previous, current in zip(values, values[1:]):
+        total += current - previous if current >= previous else current
+    return total
+
+
+def test_increase_follows_the_prometheus_reset_rule_when_the_counter_drops():
+    w = RouteWindow(600)
+    for t, v in enumerate([10, 20, 30, 5, 15]):
+        w.ingest(snap(t * 5.0, {("drafts", "0"): float(v)}))
+    view = w.view(20.0, 600)
+    assert view.increase(("drafts", "0")) == prometheus_increase([10, 20, 30, 5, 15]) == 35
+
+
+def test_a_changed_created_timestamp_is_a_reset_even_when_the_value_did_not_drop():
+    w = RouteWindow(600)
+    w.ingest(snap(0, {("drafts", "0"): 100.0}, {("drafts", "0"): 1000.0}))
+    w.ingest(snap(5, {("drafts", "0"): 110.0}, {("drafts", "0"): 1000.0}))
+    # vLLM restarted and counted past the old value between two polls: only _created tells.
+    assert w.ingest(snap(10, {("drafts", "0"): 150.0}, {("drafts", "0"): 2000.0}))
+    assert w.view(10, 600).increase(("drafts", "0")) == 10 + 150
+    assert w.resets == 1
+
+
+def test_a_histogram_resets_as_a_whole_when_any_bucket_drops():
+    w = RouteWindow(600)
+    b = lambda le: ("itl_bucket", "0", le)
+    w.ingest(snap(0, {b(0.01): 5.0, b(math.inf): 10.0, ("itl_count", "0"): 10.0, ("itl_sum", "0"): 1.0}))
+    # Only the lowest bucket drops, the +Inf bucket and count rise: a restart all the same.
+    w.ingest(snap(5, {b(0.01): 1.0, b(math.inf): 12.0, ("itl_count", "0"): 12.0, ("itl_sum", "0"): 1.5}))
+    view = w.view(5, 600)
+    assert view.increase(b(0.01)) == 1.0
+    assert view.increase(b(math.inf)) == 12.0
+    assert view.increase(("itl_sum", "0")) == 1.5
+
+
+def test_window_spans_the_oldest_snapshot_at_or_after_now_minus_width():
+    w = RouteWindow(600)
+    for t in range(0, 100, 5):
+        w.ingest(snap(float(t), {("drafts", "0"): float(t * 2)}))
+    view = w.view(95, 60)
+    assert view.first.t == 35 and view.last.t == 95
+    assert view.increase(("drafts", "0")) == 120
+    assert w.view(95, 4) is None  # one snapshot: no ratio
+
+
+def test_a_series_born_inside_the_window_counts_from_its_first_sighting():
+    w = RouteWindow(600)
+    w.ingest(snap(0, {("drafts", "0"): 10.0}))
+    w.ingest(snap(5, {("drafts", "0"): 20.0, ("drafts", "1"): 500.0}))  # engine 1 appears
+    w.ingest(snap(10, {("drafts", "0"): 30.0, ("drafts", "1"): 520.0}))
+    view = w.view(10, 600)
+    assert view.increase(("drafts", "1")) == 20
+    assert view.increase(("drafts", "0")) == 20
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.booleans()), min_size=2, max_size=40))
+def test_window_increase_with_random_resets_equals_the_prometheus_increase_rule(steps):
+    """Without _created, the only reset signal is a drop: exactly Prometheus's increase()."""
+    w = RouteWindow(10_000)
+    value, values = 0.0, []
+    for i, (inc, restart) in enumerate(steps):
+        value = (0.0 if restart else value) + inc
+        values.append(value)
+        w.ingest(snap(float(i), {("c", "0"): value}))
+    increase = w.view(float(len(steps) - 1), 10_000).increase(("c", "0"))
+    assert increase == prometheus_increase(values)
+    assert increase >= 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.booleans()), min_size=2, max_size=40))
+def test_window_increase_with_created_timestamps_equals_the_true_number_of_events(steps):
+    """With _created (single-process vLLM), even a restart that counts past the old value is seen."""
+    w = RouteWindow(10_000)
+    value, created, truth = 0.0, 1.0, 0.0
+    for i, (inc, restart) in enumerate(steps):
+        if restart:
+            value, created = 0.0, created + 1
+        value += inc
+        if i > 0:
+            truth += inc
+        w.ingest(snap(float(i), {("c", "0"): value}, {("c", "0"): created}))
+    assert w.view(float(len(steps) - 1), 10_000).increase(("c", "0")) == truth
+
+
+def test_histogram_quantile_matches_prometheus_semantics():
+    buckets = [(0.01, 0.0), (0.025, 50.0), (0.05, 90.0), (math.inf, 100.0)]
+    assert histogram_quantile(0.5, buckets) == 0.025
+    assert math.isclose(histogram_quantile(0.7, buckets), 0.025 + 0.025 * (20 / 40))
+    assert histogram_quantile(0.99, buckets) == 0.05            # in +Inf: highest finite bound
+    assert histogram_quantile(0.5, [(0.01, 10.0), (math.inf, 10.0)]) == 0.005  # lowest bucket starts at 0
+    assert math.isnan(histogram_quantile(0.5, [(0.01, 0.0), (math.inf, 0.0)]))
+    assert math.isnan(histogram_quantile(0.5, [(0.01, 1.0), (1.0, 2.0)]))  # no +Inf
+    assert histogram_quantile(0.5, [(-1.0, 5.0), (math.inf, 10.0)]) == -1.0
+    assert histogram_quantile(1.5, buckets) == math.inf and histogram_quantile(-0.1, buckets) == -math.inf
+
+
+def test_histogram_quantile_agrees_with_an_independent_reimplementation_on_random_histograms():
+    rng = random.Random(7)
+
+    def reference(q, bounds, counts):
+        total = counts[-1]
+        rank = q * total
+        for i, c in enumerate(counts):
+            if c >= rank:
+                break
+        if i == len(counts) - 1:
+            return bounds[-2]
+        lo = bounds[i - 1] if i > 0 else 0.0
+        below = counts[i - 1] if i > 0 else 0.0
+        return lo + (bounds[i] - lo) * (rank - below) / (c - below)
+
+    bounds = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, math.inf]
+    for _ in range(500):
+        counts, acc = [], 0
+        for _ in bounds:
+            acc += rng.choice([0, 0, 1, 5, 50])
+            counts.append(float(acc))
+        if counts[-1] == 0:
+            continue
+        for q in (0.5, 0.9, 0.99):
+            ours = histogram_quantile(q, list(zip(bounds, counts)))
+            assert math.isclose(ours, reference(q, bounds, counts), rel_tol=1e-12), (q, counts)
