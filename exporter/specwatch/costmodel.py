@@ -290,7 +290,9 @@ def model_spec_from_params(
         kv = layers * 2 * kv_heads * head_dim * 2.0
     else:
         kv = _KV_REF_BYTES * (params / _KV_REF_PARAMS) ** _KV_EXPONENT
-    return ModelSpec(name=name, dense_params=float(params), layers=int(layers or 32), kv_bytes_per_token_bf16=kv,
+    # Layer count guess (for the TP all-reduce term): 32 at 8B, 80 at 70B, as in Llama-3.1.
+    guess_layers = max(1, round(32 * (params / _KV_REF_PARAMS) ** 0.42))
+    return ModelSpec(name=name, dense_params=float(params), layers=int(layers or guess_layers), kv_bytes_per_token_bf16=kv,
                      kv_heads=kv_heads, head_dim=head_dim)
 
 
@@ -355,8 +357,9 @@ def draft_head_params(target: ModelSpec, method: str, k: int = 1, draft_vocab: i
     """
     h = target.hidden_size
     if not h:
-        # Only a parameter count is known: assume a head of ~1/(layers) of the model + 5 %.
-        return target.dense_params * (1.0 / max(target.layers, 1) + 0.05)
+        # Only a parameter count is known: power law through the Llama-3.1 8B (0.78B) and
+        # 70B (2.04B) EAGLE heads (one layer + fc + full-vocabulary LM head).
+        return 0.78e9 * (target.dense_params / 8.03e9) ** 0.44
     vocab = target.vocab_size or 32000
     attn = target.attention_params_per_layer or 4.0 * h * h
     mlp = target.mlp_params_per_layer or (target.expert_params * max(target.experts_per_token, 1))
@@ -631,6 +634,16 @@ class CostModel:
         if method not in DRAFT_METHODS:
             return self
         return replace(self, draft=draft_cost_for(method, self.model))
+
+
+def max_concurrency_by_memory(cm: "CostModel", gpu_memory_utilization: float = 0.9) -> int | None:
+    """Requests of ``cm.context_tokens`` whose KV fits beside the weights (None: GPU memory unknown)."""
+    mem = cm.hardware.memory_bytes
+    if mem is None:
+        return None
+    free = mem * cm.tensor_parallel * gpu_memory_utilization - model_total_weight_bytes(cm.model, cm.dtype)
+    per_request = cm.kv_bytes_per_token * max(cm.context_tokens, 1.0)
+    return max(int(free // per_request), 0)
 
 
 # ---------------------------------------------------------------------------------------------
