@@ -793,14 +793,36 @@ def test_chart_app_version_matches_the_python_package_version():
 
 def test_readme_parameter_table_documents_every_value():
     def leaves(node, prefix=""):
-        if isinstance(node, dict) and node and not prefix.startswith(("config.", "podSecurityContext.", "securityContext.")):
+        whole = ("podSecurityContext.", "securityContext.", "networkPolicy.prometheusPodSelector.",
+                 "networkPolicy.prometheusNamespaceSelector.")
+        if isinstance(node, dict) and node and not prefix.startswith(whole):
             for key, value in node.items():
                 yield from leaves(value, f"{prefix}{key}.")
         else:
             yield prefix.rstrip(".")
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     readme = (CHART / "README.md").read_text()
-    table_keys = set(re.findall(r"^\| `([^`]+)` \|", readme, re.M))
+    table_keys = set(re.findall(r"^\| `([^`]+)` \|", readme.split("\n## Parameters\n", 1)[1], re.M))
     documented = set(leaves(values))
     assert documented - table_keys == set(), "values missing from the README parameter table"
     assert table_keys - documented == set(), "README documents values that do not exist"
+
+
+def test_values_examples_in_the_readme_render_against_the_current_rules(chart):
+    """Every YAML block marked <!-- values-example --> in the chart README is valid, current advice."""
+    readme = (CHART / "README.md").read_text()
+    blocks = re.findall(r"<!-- values-example -->\n```yaml\n(.*?)```", readme, re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        values = yaml.safe_load(block)
+        values = values.get("specwatch", values)  # the host-chart example nests them under its dependency
+        objects = render(chart, values)
+        assert all(validation_errors(o) == [] for o in objects)
+
+
+def test_named_templates_the_readme_offers_exist_in_the_chart():
+    readme = (CHART / "README.md").read_text()
+    offered = set(re.findall(r'include "(specwatch\.[A-Za-z]+)"', readme))
+    defined = set(re.findall(r'define "(specwatch\.[A-Za-z]+)"', (CHART / "templates" / "_helpers.tpl").read_text()))
+    assert {"specwatch.sidecarContainer", "specwatch.sidecarVolumes", "specwatch.configChecksum"} <= offered
+    assert offered <= defined
