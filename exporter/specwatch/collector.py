@@ -64,7 +64,7 @@ class SpecwatchCollector(Collector):
         up = GaugeMetricFamily("specwatch_target_up", "1 if the last poll of the vLLM target succeeded and parsed, else 0.", labels=["target"])
         duration = GaugeMetricFamily("specwatch_scrape_duration_seconds", "Duration of the last poll of the target.", labels=["target"])
         errors = CounterMetricFamily("specwatch_scrape_errors", "Failed polls of the target by reason (timeout, connect, http_status, too_large, parse, invalid).", labels=["target", "reason"])
-        resets = CounterMetricFamily("specwatch_counter_resets", "Polls in which vLLM's counters were seen to restart (value drop or new _created).", labels=["target"])
+        resets = CounterMetricFamily("specwatch_target_restarts", "Polls in which the target's counters were seen to restart (value drop or new _created), i.e. vLLM restarts.", labels=["target"])
         last = GaugeMetricFamily("specwatch_last_scrape_success_timestamp_seconds", "Unix time of the last successful poll of the target.", labels=["target"])
         for target in state.targets:
             if target.up is not None:
