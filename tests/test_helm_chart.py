@@ -31,6 +31,7 @@ RULES_DIR = ROOT / "rules"
 DASHBOARDS_DIR = ROOT / "dashboards"
 CRD_SCHEMAS = Path(__file__).resolve().parent / "schemas" / "monitoring.coreos.com"
 KUBE_VERSION = "1.30.0"
+MIN_KUBE_VERSION = "1.25.0"  # Chart.yaml kubeVersion
 RELEASE, NAMESPACE = "demo", "llm"
 
 CI_FILES = sorted(CI_DIR.glob("*-values.yaml"))
@@ -117,11 +118,11 @@ def crd_validator(kind: str) -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(json.loads((CRD_SCHEMAS / CRD_KINDS[kind]).read_text()))
 
 
-def validation_errors(obj: dict) -> list[str]:
+def validation_errors(obj: dict, kube_version: str = KUBE_VERSION) -> list[str]:
     if obj["kind"] in CRD_KINDS:
         return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in crd_validator(obj["kind"]).iter_errors(obj)]
     try:
-        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        kubernetes_validate.validate(obj, kube_version, strict=True)
     except kubernetes_validate.ValidationError as exc:
         return [f"{'/'.join(map(str, exc.path))}: {exc.message}"]
     return []
@@ -208,11 +209,12 @@ def test_lint_strict_reports_no_warnings_or_errors(values):
     assert report["errors"] == [] and serious == [], report
 
 
+@pytest.mark.parametrize("kube_version", [MIN_KUBE_VERSION, KUBE_VERSION])
 @pytest.mark.parametrize("values", SCENARIOS)
-def test_every_rendered_object_validates_against_kubernetes_or_crd_schema(chart, values):
+def test_every_rendered_object_validates_against_kubernetes_or_crd_schema(chart, values, kube_version):
     objects = render(chart, values)
     assert objects, "nothing rendered"
-    problems = {f"{o['kind']}/{o['metadata']['name']}": validation_errors(o) for o in objects}
+    problems = {f"{o['kind']}/{o['metadata']['name']}": validation_errors(o, kube_version) for o in objects}
     assert {k: v for k, v in problems.items() if v} == {}
 
 
@@ -784,6 +786,10 @@ def test_packaged_chart_contains_rules_and_dashboards_but_not_promtool_tests(cha
     assert not [n for n in names if "/ci/" in n]
 
 
+def test_chart_kube_version_floor_is_the_one_validated():
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"] == f">={MIN_KUBE_VERSION}-0"
+
+
 def test_chart_app_version_matches_the_python_package_version():
     import tomllib
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -826,3 +832,68 @@ def test_named_templates_the_readme_offers_exist_in_the_chart():
     defined = set(re.findall(r'define "(specwatch\.[A-Za-z]+)"', (CHART / "templates" / "_helpers.tpl").read_text()))
     assert {"specwatch.sidecarContainer", "specwatch.sidecarVolumes", "specwatch.configChecksum"} <= offered
     assert offered <= defined
+
+
+def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_the_helm_test(chart, tmp_path):
+    """Run `specwatch` with the container's args and the chart's rendered config (target pointing at a
+    closed port: vLLM is down). /readyz must still turn 200 (readiness never depends on vLLM), /healthz
+    must be 200, the helm test pod's script must pass, and SIGTERM must stop it promptly."""
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.error
+    import urllib.request
+
+    if not (ROOT / "exporter" / "specwatch" / "service.py").exists():
+        pytest.skip("exporter service not present")
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    port, dead_port = free_port(), free_port()
+    values = merged(STANDALONE, {"containerPort": port, "config": {
+        "poll_interval": "1s", "targets": [{"name": "vllm-0", "url": f"http://127.0.0.1:{dead_port}/metrics",
+                                            "timeout": "500ms"}]}})
+    objects = render(chart, values)
+    container = exporter_container(one(objects, "Deployment")["spec"]["template"]["spec"])
+    config_file = tmp_path / "specwatch.yaml"
+    config_file.write_text(config_map(objects)["data"]["specwatch.yaml"])
+    args = [str(config_file) if a == "/etc/specwatch/specwatch.yaml" else a for a in container["args"]]
+    env = {k: v for k, v in os.environ.items() if k.upper() != "PROMETHEUS_MULTIPROC_DIR"}
+    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": str(ROOT / "exporter"), "NO_PROXY": "*"})
+    code = "import sys; from specwatch.cli import main; sys.argv = ['specwatch'] + sys.argv[1:]; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def get(path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
+
+    try:
+        deadline = time.monotonic() + 20
+        while get(container["readinessProbe"]["httpGet"]["path"]) != 200:
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "never became ready while vLLM was down"
+            time.sleep(0.2)
+        assert get(container["livenessProbe"]["httpGet"]["path"]) == 200
+        script = one(objects, "Pod")["spec"]["containers"][0]["command"][2]
+        test_run = subprocess.run([sys.executable, "-c", script, f"http://127.0.0.1:{port}/readyz"],
+                                  capture_output=True, text=True, timeout=30)
+        assert test_run.returncode == 0, test_run.stdout + test_run.stderr
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - started < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
