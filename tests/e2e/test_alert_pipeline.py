@@ -15,6 +15,7 @@ What it proves:
 - after the drop it reaches the receiver with the route label from the sidecar config, its severity,
   and a description with live numbers (no "n/a") and a recommended --speculative-config that the
   sidecar really exported;
+- every specwatch metric the rules read is in the real sidecar's /metrics (the contract, live);
 - the delay from the drop to the notification, printed with its stages (run with -s to see it).
 """
 from __future__ import annotations
@@ -33,6 +34,9 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_rules import every_expression, selectors  # noqa: E402  (the rules' metric names, parsed)
 
 pytestmark = pytest.mark.e2e
 
@@ -239,7 +243,8 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         clock["fn"] = handle.sim_time
         cfg = sidecar_config_for(scenario, target_url=handle.url, listen=f"127.0.0.1:{sidecar_port}",
                                  poll_interval=POLL_S, windows=(WINDOW,))
-        cfg["routes"] = [{"name": ROUTE, "target": "vllm", "match": {"model_name": model_name}}]
+        cfg["routes"] = [{"name": ROUTE, "target": "vllm", "match": {"model_name": model_name},
+                          "baseline_itl_p99_seconds": 0.05}]
         sidecar_cfg = tmp_path / "specwatch.yaml"
         sidecar_cfg.write_text(yaml.safe_dump(cfg))
         sidecar_log = tmp_path / "specwatch.log"
@@ -299,6 +304,12 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         assert match.group(1) in configs_seen, (match.group(1), configs_seen)
         assert annotations["runbook_url"].endswith("docs/runbook.md#specdecodebelowbreakeven")
         assert annotations["summary"]
+
+        # every specwatch metric the rules and their template queries read is in the real sidecar's output
+        text = requests.get(f"http://127.0.0.1:{sidecar_port}/metrics", timeout=5).text
+        exported = set(re.findall(r"^# TYPE (\S+)", text, flags=re.M)) | set(re.findall(r"^(\w+)[{ ]", text, flags=re.M))
+        read = {sel.name for _, expr in every_expression() for sel in selectors(expr) if sel.name.startswith("specwatch_")}
+        assert read - exported == set(), f"rules read metrics the sidecar does not export: {sorted(read - exported)}"
 
         # the delay from the drop to the notification, and its stages, in wall-clock seconds
         t_negative = next((t for t, m in margins if t > t_drop and m < 0), None)
