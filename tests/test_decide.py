@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from dataclasses import replace
 from types import SimpleNamespace
@@ -60,11 +62,17 @@ def test_verdict_names_are_the_design_contract():
     assert VERDICTS == ("spec_off", "insufficient_data", "keep", "shorten", "disable")
 
 
-def test_no_spec_families_or_no_drafts_is_spec_off_with_every_gauge_absent():
-    for s in (stats(spec_present=False), stats(drafts=0.0)):
+def test_no_spec_families_or_no_drafts_while_generating_is_spec_off_with_every_gauge_absent():
+    generating_without_drafts = dataclasses.replace(stats(drafts=0.0), generation_tokens=5000.0)
+    for s in (stats(spec_present=False), generating_without_drafts):
         a = assess(CM, s, DECISION, "eagle3", None)
         assert a.candidate == "spec_off"
         assert all(getattr(a, f) is None for f in Assessment.__dataclass_fields__ if f != "candidate")
+
+
+def test_an_idle_server_with_speculation_configured_is_insufficient_data_not_spec_off():
+    idle = dataclasses.replace(stats(drafts=0.0), generation_tokens=0.0)
+    assert assess(CM, idle, DECISION, "eagle3", None).candidate == "insufficient_data"
 
 
 def test_fewer_drafts_than_the_guard_is_insufficient_data_with_every_gauge_absent():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -41,6 +42,8 @@ def _load_config(args: argparse.Namespace, **overrides):
 def cmd_run(args: argparse.Namespace) -> int:
     from .service import Service
 
+    # vLLM's multiprocess mode variable must never reach this process's prometheus_client.
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     config = _load_config(args, listen=args.listen, targets=[{"url": args.target}] if args.target else None)
     configure_logging(config.log.format, config.log.level)
     return Service(config).run_forever()
@@ -113,13 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=cmd_replay)
 
     for module_name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:  # TODO(lead): drop once every module has landed
-            if exc.name != module_name:
-                raise
-            continue
-        module.add_parsers(sub)
+        importlib.import_module(module_name).add_parsers(sub)
     return parser
 
 

@@ -51,8 +51,13 @@ def assess(cm: cmod.CostModel, stats: Any, decision: Any, method: str | None,
     which sets the side of the hysteresis band."""
     drafts = _num(getattr(stats, "drafts", None))
     alpha = _num(getattr(stats, "acceptance_rate", None))
-    if not getattr(stats, "spec_present", False) or (drafts is not None and drafts <= 0):
+    if not getattr(stats, "spec_present", False):
         return Assessment(candidate="spec_off", **_EMPTY)
+    if drafts is not None and drafts <= 0:
+        # Configured but not drafting: while tokens are generated that is speculation switched off
+        # (e.g. a num_speculative_tokens_per_batch_size band with K=0); an idle server says nothing.
+        generated = _num(getattr(stats, "generation_tokens", None)) or 0.0
+        return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data", **_EMPTY)
     k = _num(getattr(stats, "draft_length", None))
     batch = _num(getattr(stats, "batch_size", None))
     # V0 has no draft counter (drafts is None) and reports lifetime acceptance: no guard to apply.
