@@ -289,9 +289,9 @@ def _save_fixture_payloads(run: Run, tag: str) -> None:
     with open(d / f"{tag}-index.jsonl", "w") as fh:
         for row in index:
             fh.write(json.dumps(row) + "\n")
-    # the whole run as a DESIGN §8 recording, every 3rd poll (still crosses every phase and the restart)
+    # the whole run as a DESIGN §8 recording, every 10th poll (still crosses every phase and the restart)
     with open(d / f"{tag}-recording.jsonl", "w") as fh:
-        for r in recs[::3]:
+        for r in recs[::10]:
             fh.write(json.dumps(r) + "\n")
     (d / f"{tag}-load.json").write_text(json.dumps(
         {str(k): {kk: vv for kk, vv in v.items() if kk != "first_error"} for k, v in run.phases.items()}, indent=1))
