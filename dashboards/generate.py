@@ -459,10 +459,10 @@ def health_row() -> list[tuple[dict, int, int]]:
         unit="reqps", min_=0,
     )
     resets = timeseries(
-        "Counter resets (vLLM restarts)",
-        "vLLM counter resets detected by the sidecar (a restart, or a changed _created). Windows follow "
-        "Prometheus's reset rule, so a reset never changes a verdict by itself.",
-        [target("A", f"sum by (namespace, pod, target) (increase(specwatch_counter_resets_total{{{POD}}}"
+        "Target restarts (vLLM counter resets)",
+        "vLLM restarts seen by the sidecar: polls where the target's counters dropped or a _created timestamp "
+        "changed. Windows follow Prometheus's reset rule, so a restart never changes a verdict by itself.",
+        [target("A", f"sum by (namespace, pod, target) (increase(specwatch_target_restarts_total{{{POD}}}"
                      f"[$__rate_interval]))", "{{pod}} · {{target}}")],
         unit="short", min_=0,
     )

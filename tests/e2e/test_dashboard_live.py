@@ -41,7 +41,11 @@ from test_dashboard import (  # noqa: E402  (shared helpers of the static dashbo
 
 pytestmark = pytest.mark.e2e
 
-SCENARIO = os.environ.get("SPECWATCH_E2E_SCENARIO", "alpha-drop")
+# batch-surge: alpha stays at 0.45 while concurrency climbs 32 -> 192 and the break-even rises past it,
+# the story the Acceptance and Load rows must tell.
+SCENARIO = os.environ.get("SPECWATCH_E2E_SCENARIO", "batch-surge")
+SPEED = 20
+STORY_WINDOW = "15s"           # a window short against the accelerated scenario (15s wall = 300s simulated)
 NAMESPACE, POD = "llm", "vllm-0"
 RATE_INTERVAL = "30s"          # what Grafana's $__rate_interval gives for a 1s scrape at this zoom
 DATA_DEADLINE_S = 150
@@ -116,37 +120,39 @@ class Stack:
     routes: list[str]
     tmp: Path
     started: float             # time.monotonic() when Prometheus became ready
+    started_wall: float        # the same moment, unix time
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     if not shutil.which("prometheus"):
         pytest.skip("Debian package `prometheus` is not installed")
+    from specwatch.demo import sidecar_config_for
     from specwatch.sim import serve
+    from specwatch.sim.scenario import load_scenario
 
     tmp = tmp_path_factory.mktemp("dashboard-live")
     procs: list[subprocess.Popen] = []
-    sim = serve(SCENARIO, host="127.0.0.1", port=0, speed=20, seed=0)
+    sim = serve(SCENARIO, host="127.0.0.1", port=0, speed=SPEED, seed=0)
     try:
         metrics_url = sim.url if sim.url.endswith("/metrics") else sim.url.rstrip("/") + "/metrics"
         models = model_names(metrics_url)
         assert models, f"simulator at {metrics_url} exports no vllm model_name"
 
         sidecar_port, dead_port = free_port(), free_port()   # nothing listens on dead_port
+        # The config a user would write for the scenario's deployment (hardware, model, TP, method),
+        # so the break-even comes from the same cost model as the simulator's step times.
+        cfg = sidecar_config_for(load_scenario(SCENARIO), target_url=metrics_url,
+                                 listen=f"127.0.0.1:{sidecar_port}", poll_interval=1.0,
+                                 windows=(STORY_WINDOW, "1m", "5m"), min_drafts=50, hold=1)
+        cfg["targets"][0]["timeout"] = "900ms"
+        cfg["targets"].append({"name": "vllm-gone", "url": f"http://127.0.0.1:{dead_port}/metrics",
+                               "timeout": "500ms"})
+        # baseline_itl_p99_seconds makes the Latency row's spec-off baseline line appear
+        cfg["routes"] = [{"name": m, "target": "vllm", "match": {"model_name": m}, "baseline_itl_p99_seconds": 0.05}
+                         for m in models]
         config = tmp / "specwatch.yaml"
-        config.write_text(yaml.safe_dump({
-            "listen": f"127.0.0.1:{sidecar_port}",
-            "poll_interval": "1s",
-            "windows": ["1m", "5m"],
-            "targets": [
-                {"name": "vllm", "url": metrics_url, "timeout": "800ms"},
-                {"name": "vllm-gone", "url": f"http://127.0.0.1:{dead_port}/metrics", "timeout": "500ms"},
-            ],
-            # baseline_itl_p99_seconds makes the Latency row's spec-off baseline line appear
-            "routes": [{"name": m, "target": "vllm", "match": {"model_name": m}, "baseline_itl_p99_seconds": 0.05}
-                       for m in models],
-            "decision": {"min_drafts": 50, "hold": 1},
-        }), encoding="utf-8")
+        config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "exporter"),
                                                                          os.environ.get("PYTHONPATH")])))
         side_log = tmp / "sidecar.log"
@@ -175,7 +181,8 @@ def stack(tmp_path_factory):
             stdout=prom_log.open("w"), stderr=subprocess.STDOUT, cwd=tmp))
         prom = f"http://127.0.0.1:{prom_port}"
         wait_http(prom + "/-/ready", 30, procs[-1], prom_log)
-        yield Stack(prom=prom, sidecar=sidecar, routes=models, tmp=tmp, started=time.monotonic())
+        yield Stack(prom=prom, sidecar=sidecar, routes=models, tmp=tmp, started=time.monotonic(),
+                    started_wall=time.time())
     finally:
         for p in reversed(procs):
             stop(p)
@@ -272,7 +279,7 @@ def test_every_variable_query_resolves_to_values(stack, live):
     assert found["namespace"] == [NAMESPACE]
     assert found["pod"] == [POD]
     assert found["route"] == stack.routes
-    assert "5m" in found["window"] and "1m" in found["window"]
+    assert found["window"] == sorted([STORY_WINDOW, "1m", "5m"])
 
 
 def test_every_panel_query_returns_data_with_its_legend_labels(stack, live):
@@ -299,6 +306,59 @@ def test_alert_annotation_returns_firing_alerts_of_rules(stack, live):
         assert series["metric"]["alertstate"] == "firing"
         assert series["metric"].get("namespace") == NAMESPACE
     print(f"\nALERTS in the annotation: {sorted(fired)}")
+
+
+ACCEPTANCE_PANEL = "Acceptance rate α vs break-even α* ($window window)"
+LOAD_PANEL = "Live batch size vs largest batch where speculation pays"
+
+
+def panel_values(stack: Stack, values: dict[str, str], title: str, ref: str) -> dict[float, float]:
+    """The one series a panel target draws for the single route and pod, over the whole run."""
+    (t,) = [t for p in panels(load_dashboard()) if p["title"] == title for t in p["targets"] if t["refId"] == ref]
+    expr = substitute(t["expr"], values, rate_interval=RATE_INTERVAL)
+    body = prom_get(stack, "/api/v1/query_range", query=expr, start=stack.started_wall - 5, end=time.time(), step=1)
+    assert body["status"] == "success", body
+    result = body["data"]["result"]
+    assert len(result) <= 1, result
+    return {float(ts): float(v) for ts, v in (result[0]["values"] if result else [])}
+
+
+def first_time(points: list[tuple[float, bool]]) -> float | None:
+    return next((ts for ts, flag in points if flag), None)
+
+
+def test_acceptance_and_load_rows_show_alpha_falling_below_the_rising_breakeven_as_batch_grows(stack, live):
+    """The issue's story, read from the dashboard's own queries on a short window of batch-surge."""
+    if SCENARIO != "batch-surge":
+        pytest.skip("the story needs the batch-surge scenario")
+    values = dict(live[0], window=STORY_WINDOW)
+    deadline = time.monotonic() + 120
+    while True:
+        alpha = panel_values(stack, values, ACCEPTANCE_PANEL, "A")
+        breakeven = panel_values(stack, values, ACCEPTANCE_PANEL, "B")
+        batch = panel_values(stack, values, LOAD_PANEL, "A")
+        max_batch = panel_values(stack, values, LOAD_PANEL, "B")
+        ts = sorted(set(alpha) & set(breakeven) & set(batch) & set(max_batch))
+        if ts and alpha[ts[-1]] < breakeven[ts[-1]] and batch[ts[-1]] > max_batch[ts[-1]]:
+            break
+        assert time.monotonic() < deadline, (
+            f"no crossing yet: last α={alpha.get(ts[-1]) if ts else None} α*={breakeven.get(ts[-1]) if ts else None} "
+            f"B={batch.get(ts[-1]) if ts else None} max B={max_batch.get(ts[-1]) if ts else None}")
+        time.sleep(3)
+    first, last = ts[0], ts[-1]
+    # at first speculation pays: α above α*, the batch below the largest paying batch
+    assert alpha[first] > breakeven[first] and batch[first] < max_batch[first]
+    # α holds (0.45 in the scenario) while the batch grows and the break-even rises past it
+    assert abs(alpha[last] - alpha[first]) < 0.1
+    assert batch[last] > 2 * batch[first]
+    assert breakeven[last] > breakeven[first] + 0.1
+    # both rows show the crossing at the same moment
+    t_acc = first_time([(t, alpha[t] < breakeven[t]) for t in ts])
+    t_load = first_time([(t, batch[t] > max_batch[t]) for t in ts])
+    assert t_acc is not None and t_load is not None and abs(t_acc - t_load) <= 5, (t_acc, t_load)
+    print(f"\nα {alpha[first]:.3f} -> {alpha[last]:.3f}; α* {breakeven[first]:.3f} -> {breakeven[last]:.3f}; "
+          f"B {batch[first]:.0f} -> {batch[last]:.0f}; max paying B {max_batch[first]:.0f} -> {max_batch[last]:.0f}; "
+          f"crossing {t_acc - first:.0f}s (acceptance) / {t_load - first:.0f}s (load) after the first point")
 
 
 def test_every_sidecar_metric_the_dashboard_names_is_in_the_real_exposition(stack, live):
