@@ -192,9 +192,7 @@ def stack(tmp_path_factory):
 # ---- Prometheus queries ---------------------------------------------------------------------------
 
 def prom_get(stack: Stack, path: str, **params) -> dict:
-    r = requests.get(stack.prom + path, params=params, timeout=10)
-    body = r.json()
-    return body
+    return requests.get(stack.prom + path, params=params, timeout=10).json()
 
 
 def run_query(stack: Stack, expr: str, *, instant: bool) -> dict:
