@@ -135,11 +135,40 @@ def predict(profile: dict, model_dir: Path, spec: dict) -> dict:
     return out
 
 
+def table(results: dict) -> str:
+    spec, nospec, pred = results["spec"], results["nospec"], results["prediction"]
+    ms = lambda x: "n/a" if x is None else f"{1e3 * x:.1f}"  # noqa: E731
+    rows = [
+        "| concurrency | spec tok/s | no-spec tok/s | measured speedup | predicted speedup | alpha | K mean | B (spec) "
+        "| per-token latency P50 / P99, spec (ms) | no-spec (ms) | inter-chunk P50 / P99, spec (ms) | no-spec (ms) "
+        "| vLLM ITL per step P50 / P99, spec (ms) | no-spec (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in sorted(spec["phases"], key=int):
+        s, n = spec["phases"][c]["client"], nospec["phases"][c]["client"]
+        ss, ns = spec["phases"][c]["server"], nospec["phases"][c]["server"]
+        p = pred[c]
+        rows.append(
+            f"| {c} | {s['tokens_per_second']:.0f} | {n['tokens_per_second']:.0f} | "
+            f"{s['tokens_per_second'] / n['tokens_per_second']:.2f}x | {p['predicted_speedup']:.2f}x | "
+            f"{p['alpha']:.3f} | {p['k_mean']:.2f} | {p['batch']:.2f} | "
+            f"{ms(s['request_tpot_p50_s'])} / {ms(s['request_tpot_p99_s'])} | "
+            f"{ms(n['request_tpot_p50_s'])} / {ms(n['request_tpot_p99_s'])} | "
+            f"{ms(s['chunk_gap_p50_s'])} / {ms(s['chunk_gap_p99_s'])} | "
+            f"{ms(n['chunk_gap_p50_s'])} / {ms(n['chunk_gap_p99_s'])} | "
+            f"{ms(ss['itl_p50_s'])} / {ms(ss['itl_p99_s'])} | {ms(ns['itl_p50_s'])} / {ms(ns['itl_p99_s'])} |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--table-only", action="store_true", help="print the table of OUT/speedup-results.json")
     a = ap.parse_args()
+    if a.table_only:
+        print(table(json.loads((Path(a.out) / "speedup-results.json").read_text())))
+        return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     logdir = harness.cache_dir() / "bench-logs"
@@ -155,17 +184,7 @@ def main() -> int:
                "wall_seconds": round(time.time() - t0, 1), "spec": spec, "nospec": nospec, "profile": profile,
                "prediction": pred}
     (out / "speedup-results.json").write_text(json.dumps(results, indent=1, default=str))
-    print("| c | spec tok/s | no-spec tok/s | measured speedup | predicted | alpha | K mean | B | "
-          "per-token P50/P99 spec (ms) | no-spec (ms) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for c in (1, 4, 16):
-        s, n = spec["phases"][c]["client"], nospec["phases"][c]["client"]
-        p = pred[c]
-        print(f"| {c} | {s['tokens_per_second']:.0f} | {n['tokens_per_second']:.0f} | "
-              f"{s['tokens_per_second'] / n['tokens_per_second']:.2f}x | {p['predicted_speedup']:.2f}x | "
-              f"{p['alpha']:.3f} | {p['k_mean']:.2f} | {p['batch']:.2f} | "
-              f"{1e3 * s['per_token_latency_p50_s']:.2f} / {1e3 * s['per_token_latency_p99_s']:.2f} | "
-              f"{1e3 * n['per_token_latency_p50_s']:.2f} / {1e3 * n['per_token_latency_p99_s']:.2f} |")
+    print(table(results))
     return 0
 
 

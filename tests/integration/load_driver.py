@@ -13,11 +13,14 @@ sequence of prompts and lengths:
 
 `ignore_eos` makes every request generate exactly `max_tokens` tokens.
 
-Per-token latency: each streamed chunk carries one or more tokens (several with
-speculation); the client records the gap since the previous chunk (or since the
-request was sent, for the first chunk) and its token count (from
-`return_token_ids`), and every token of the chunk gets gap / tokens.  P50/P99
-are over all decode tokens (first chunk excluded) of the phase.
+Latency, client side:
+* per-token latency of a request (TPOT) = (last chunk time - first chunk time) / (tokens - 1
+  after the first chunk); P50/P99 over the phase's requests;
+* inter-chunk gaps (what a streaming user sees between updates; with speculation one chunk
+  carries several tokens, whose count comes from `return_token_ids`), and the same gaps split
+  evenly over the chunk's tokens.  On a 2-core box the API server, this client and the engine
+  share CPUs, so chunks often arrive in bursts: the P50 of gaps is then near 0 and only the
+  tail is informative.
 
 usage: python load_driver.py --base http://127.0.0.1:PORT --phases 1:15:400,4:15:800 --out result.json
 """
