@@ -1,0 +1,146 @@
+"""(1) parse + derive cost per poll, and (6) scaling with routes, engines and payload size.
+
+specwatch's path per poll = `vllm.parse_payload` (select + parse + validate + group by route)
++ `RouteWindow.ingest` (reset-aware mirrors) + `Pipeline.evaluate` at the poll time (windows 1m and
+5m: alpha, tau, K, p_i, B, ITL quantiles, cost model, verdict), all through `Pipeline.ingest/evaluate`
+exactly as the live sidecar calls them. The peer is prometheus_client's
+`text_string_to_metric_families` on the same text, every family and sample materialised (a parser
+that yields lazily costs nothing until consumed). The three are timed in alternation on each payload.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from specwatch import sim, vllm
+from specwatch.config import from_mapping
+from specwatch.demo import sidecar_config_for
+from specwatch.pipeline import Pipeline
+
+from . import payloads
+from .common import Table, fmt_us, median, verdict_mark
+
+WINDOWS = ("1m", "5m")
+
+
+def pc_parse(text: str) -> int:
+    n = 0
+    for fam in text_string_to_metric_families(text):
+        n += len(fam.samples)
+    return n
+
+
+def config_for_scenario(path_or_name) -> object:
+    sc = sim.load_scenario(str(path_or_name))
+    return from_mapping(sidecar_config_for(sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0",
+                                           poll_interval=payloads.POLL, windows=WINDOWS))
+
+
+def default_config() -> object:
+    return from_mapping({"poll_interval": "5s", "windows": list(WINDOWS), "log": {"level": "warning"}})
+
+
+def measure_sequence(seq: list[tuple[float, str]], config, *, rounds: int, skip: int = 2, pc_stride: int = 1,
+                     sw_parse: bool = True) -> dict[str, float]:
+    """Median seconds per payload: pc parse, specwatch parse, specwatch poll (parse + ingest + evaluate).
+
+    Each round replays the whole sequence into a fresh Pipeline (a poll can only happen once);
+    the first `skip` polls (empty windows) are not counted. pc is timed on every pc_stride-th payload."""
+    pc, parse, poll = [], [], []
+    perf = time.perf_counter
+    for _ in range(rounds):
+        pipeline = Pipeline(config)
+        for i, (t, text) in enumerate(seq):
+            if i >= skip and i % pc_stride == 0:
+                a = perf()
+                pc_parse(text)
+                pc.append(perf() - a)
+            if i >= skip and sw_parse:
+                a = perf()
+                vllm.parse_payload(text, t=t, target="vllm")
+                parse.append(perf() - a)
+            a = perf()
+            result = pipeline.ingest("vllm", t, text)
+            pipeline.evaluate(t)
+            b = perf()
+            if not result.ok:
+                raise RuntimeError(f"payload {i} rejected: {result.message}")
+            if i >= skip:
+                poll.append(b - a)
+    return {"pc": median(pc), "parse": median(parse) if parse else float("nan"), "poll": median(poll),
+            "polls_timed": len(poll)}
+
+
+def run_parse_cost(smoke: bool) -> tuple[Table, dict]:
+    rounds = 1 if smoke else 5
+    polls = 14 if smoke else 72  # 72 polls = 6 min: the 5m window is full for the last 12
+    table = Table("parse_cost", "Parse + derive cost per poll (specwatch vs prometheus_client, same text, one run)",
+                  ["payload", "bytes / lines", "prometheus_client parse", "specwatch parse", "ratio (parse)",
+                   "specwatch full poll (parse+ingest+evaluate)", "ratio (pc parse / full poll)",
+                   "goal", "met"],
+                  note="Medians over every payload of the sequence and every round. Goals: parse ≥ 30× faster than "
+                       "prometheus_client for one payload; one full poll for 8 engines < 5 ms.")
+    results = {}
+    sources = []
+    real = payloads.real_payloads()
+    if real:
+        seq = [(t, text) for _, t, text in (real[:12] if smoke else real)]
+        sources.append(("real vLLM 0.32 CPU, 1 engine (fixtures)", seq, default_config(), 1))
+    for engines in (1, 2, 8):
+        seq = payloads.sim_sequence(engines, polls)
+        scen = payloads._scenario_file(f"bench-dp{engines}", payloads.dp_scenario_yaml(engines, duration=payloads.POLL * (polls + 1)))
+        sources.append((f"simulator, {engines} DP engine{'s' if engines > 1 else ''}", seq, config_for_scenario(scen), engines))
+    for label, seq, config, engines in sources:
+        m = measure_sequence(seq, config, rounds=rounds)
+        size = median(len(t) for _, t in seq)
+        lines = median(t.count("\n") for _, t in seq)
+        ratio_parse = m["pc"] / m["parse"]
+        ratio_poll = m["pc"] / m["poll"]
+        if engines == 8:
+            goal, met = "poll < 5 ms", m["poll"] < 0.005
+        elif engines == 1:
+            goal, met = "parse ≥ 30×", ratio_parse >= 30
+        else:
+            goal, met = "—", None
+        table.add(label, f"{size / 1024:.0f} KiB / {lines:.0f}", fmt_us(m["pc"]), fmt_us(m["parse"]),
+                  f"{ratio_parse:.1f}×", fmt_us(m["poll"]), f"{ratio_poll:.1f}×", goal, verdict_mark(met))
+        results[label] = {**m, "bytes": size, "lines": lines, "ratio_parse": ratio_parse, "ratio_poll": ratio_poll,
+                          "engines": engines, "goal": goal, "met": met}
+    return table, results
+
+
+def run_scaling(smoke: bool) -> tuple[Table, dict]:
+    rounds = 1 if smoke else 3
+    n = 6 if smoke else 20
+    base = payloads.sim_sequence(1, max(n, 14))[:n]
+    scen = payloads._scenario_file("bench-dp1", payloads.dp_scenario_yaml(1, duration=payloads.POLL * (max(n, 14) + 1)))
+    config = config_for_scenario(scen)
+    table = Table("scaling", "Scaling: cost per poll vs routes, engines and payload size (one run)",
+                  ["dimension", "value", "bytes", "selected series", "prometheus_client parse", "specwatch parse",
+                   "specwatch full poll", "full poll per unit", "ratio (pc / full poll)"],
+                  note="Routes and engines: the simulator's vLLM series copied per model_name / engine label. "
+                       "Size: unrelated series appended (other exporters in the same process). Per unit = per route, "
+                       "per engine, or per MiB of payload: a flat column means linear growth.")
+    variants = []
+    for r in (1, 2, 4, 8):
+        variants.append(("routes", r, [(t, payloads.replicate(x, r, 1)) for t, x in base], r))
+    for e in ((1, 2, 4, 8) if smoke else (1, 2, 4, 8, 16)):
+        variants.append(("engines", e, [(t, payloads.replicate(x, 1, e)) for t, x in base], e))
+    for size in ((256 << 10, 1 << 20) if smoke else (64 << 10, 256 << 10, 1 << 20, 4 << 20)):
+        seq = [(t, payloads.pad(x, size)) for t, x in base]
+        variants.append(("payload size", f"{size >> 10} KiB", seq, size / (1 << 20)))
+    results = []
+    for dim, value, seq, unit in variants:
+        nbytes = len(seq[0][1])
+        stride = 1 if nbytes < (600 << 10) else 3
+        m = measure_sequence(seq, config, rounds=rounds, pc_stride=stride)
+        selected = sum(len(f.samples) + len(f.created) for f in vllm.SELECTOR.parse(seq[-1][1]).values())
+        per_unit = m["poll"] / unit
+        table.add(dim, str(value), f"{nbytes / 1024:.0f} KiB", selected, fmt_us(m["pc"]), fmt_us(m["parse"]),
+                  fmt_us(m["poll"]), fmt_us(per_unit) + (" /MiB" if dim == "payload size" else ""),
+                  f"{m['pc'] / m['poll']:.1f}×")
+        results.append({"dimension": dim, "value": value, "bytes": nbytes, "selected_series": selected, **m,
+                        "poll_per_unit": per_unit})
+    return table, {"variants": results}

@@ -1,0 +1,48 @@
+"""The peer parser: prometheus_client's `text_string_to_metric_families`, swapped into specwatch.
+
+`parse(text)` returns the same {family: exposition.Family} that specwatch's Selector returns for the
+families vllm.py reads, so everything downstream (window, derive, decide, replay output) is unchanged
+and only the parser differs. `install()` patches it into the running process (used to run the
+whole `specwatch replay` command with this parser: `python -m bench.pcparser replay ...`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from specwatch import exposition, vllm
+
+
+def parse(text: str, families=vllm.FAMILIES) -> dict[str, exposition.Family]:
+    values: dict[str, list] = {}
+    created: dict[str, list] = {}
+    kinds: dict[str, str] = {}
+    for fam in text_string_to_metric_families(text):
+        name = fam.name
+        kind = families.get(name)
+        if kind is None and name.endswith("_created") and name[:-8] in families:
+            name = name[:-8]  # text format 0.0.4: `<family>_created` is declared as its own gauge
+        elif kind is None:
+            continue
+        for s in fam.samples:
+            sample = exposition.Sample(s.name, tuple(s.labels.items()), float(s.value))
+            if s.name.endswith("_created"):
+                created.setdefault(name, []).append(sample)
+            else:
+                kinds[name] = kind
+                values.setdefault(name, []).append(sample)
+    return {name: exposition.Family(name, kinds[name], tuple(v), tuple(created.get(name, ())))
+            for name, v in values.items()}
+
+
+def install() -> None:
+    """Make specwatch parse with prometheus_client from now on (this process only)."""
+    vllm.SELECTOR.parse = parse  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    install()
+    from specwatch.cli import main
+    sys.exit(main(sys.argv[1:]))
