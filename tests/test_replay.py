@@ -191,3 +191,20 @@ def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys
             "recommended_draft_length", "verdict", "drafts"}
     assert all(set(r) == keys for r in records)
     assert math.isclose(records[-1]["acceptance_rate"], 19 / 32)
+
+
+def test_auto_method_is_inferred_as_ngram_when_drafts_are_shorter_than_k_as_on_the_real_ngram_server():
+    from conftest import shared_path
+    files = sorted(shared_path("fixtures", "vllm-cpu-real").glob("0[23]*.prom"))
+    lines = [json.dumps({"t": 2.0 * i, "target": "vllm", "text": p.read_text()}) for i, p in enumerate(files)]
+    config = {"poll_interval": "1s", "windows": ["10s"], "decision": {"min_drafts": 50}}
+    pipeline = Pipeline(from_mapping(config))
+    list(replay(from_mapping(config), lines, pipeline))
+    assert pipeline.state().routes[0].method == "auto:ngram"  # n-gram proposed ~3.4 of K=4
+    fixed = FakeVllm()
+    lines = []
+    run_phase(fixed, 4, 0.0, lines)
+    pipeline = Pipeline(from_mapping(CONFIG))
+    list(replay(from_mapping(CONFIG), lines, pipeline))
+    assert pipeline.state().routes[0].method == "auto:eagle3"  # full-length drafts: a model-based drafter
+    assert Pipeline(from_mapping({**CONFIG, "draft": {"method": "ngram"}})).config.draft.method == "ngram"
