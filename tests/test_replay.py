@@ -208,3 +208,20 @@ def test_auto_method_is_inferred_as_ngram_when_drafts_are_shorter_than_k_as_on_t
     list(replay(from_mapping(CONFIG), lines, pipeline))
     assert pipeline.state().routes[0].method == "auto:eagle3"  # full-length drafts: a model-based drafter
     assert Pipeline(from_mapping({**CONFIG, "draft": {"method": "ngram"}})).config.draft.method == "ngram"
+
+
+def test_replay_without_a_config_learns_the_target_names_from_the_recording(tmp_path):
+    lines = []
+    run_phase(FakeVllm(), 6, 0.0, lines)
+    recording = tmp_path / "rec.jsonl"
+    recording.write_text("\n".join(line.replace('"target": "vllm"', '"target": "pod-a"') for line in lines) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "replay", str(recording)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records and {r["route"] for r in records} == {"m"}
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps(CONFIG))
+    strict = subprocess.run([sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
+                            capture_output=True, text=True, timeout=60)
+    assert strict.returncode == 2 and "pod-a" in strict.stderr

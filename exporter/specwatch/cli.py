@@ -76,7 +76,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     configure_logging(config.log.format, "warning")
     try:
         with open(args.recording, encoding="utf-8") as handle:
-            replay_to(config, handle, sys.stdout)
+            replay_to(config, handle, sys.stdout, learn_targets=args.config is None)
     except FileNotFoundError:
         print(f"specwatch: recording not found: {args.recording}", file=sys.stderr)
         return EXIT_CONFIG

@@ -146,6 +146,12 @@ class Pipeline:
         self._t: float | None = None
         self._evaluated = False
 
+    def add_target(self, name: str, url: str = "") -> None:
+        """A target learnt from a recording (replay without a config): routes named as live."""
+        if name not in self._targets:
+            prefix = f"{name}/" if any(r.polls for r in self._targets.values()) else ""
+            self._targets[name] = _TargetRecord(name, url, [], prefix)
+
     # -- input -------------------------------------------------------------------------------
     def ingest_error(self, target: str, t: float, reason: str, duration: float | None = None) -> None:
         record = self._targets[target]

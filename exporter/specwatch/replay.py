@@ -41,13 +41,18 @@ def _clean(value):
     return value
 
 
-def replay(config: Config, lines: Iterable[str], pipeline: Pipeline | None = None) -> Iterator[dict]:
+def replay(config: Config, lines: Iterable[str], pipeline: Pipeline | None = None, *,
+           learn_targets: bool = False) -> Iterator[dict]:
+    """learn_targets: take target names from the recording (replay without a config file)."""
     pipeline = pipeline or Pipeline(config)
     known = {t.name for t in config.targets}
     for entry in read_recording(lines):
         target = entry["target"]
         if target not in known:
-            raise RecordingError(f"target {target!r} in the recording is not configured ({', '.join(sorted(known))})")
+            if not learn_targets:
+                raise RecordingError(f"target {target!r} in the recording is not configured ({', '.join(sorted(known))})")
+            pipeline.add_target(target)
+            known.add(target)
         if "text" in entry:
             pipeline.ingest(target, float(entry["t"]), entry["text"])
         else:
@@ -56,9 +61,9 @@ def replay(config: Config, lines: Iterable[str], pipeline: Pipeline | None = Non
             yield _clean(evaluation_record(evaluation))
 
 
-def replay_to(config: Config, lines: Iterable[str], out: IO[str]) -> int:
+def replay_to(config: Config, lines: Iterable[str], out: IO[str], *, learn_targets: bool = False) -> int:
     count = 0
-    for record in replay(config, lines):
+    for record in replay(config, lines, learn_targets=learn_targets):
         out.write(json.dumps(record) + "\n")
         count += 1
     return count
