@@ -63,6 +63,10 @@ class Scraper:
             raise ScrapeError("timeout", f"connect timed out: {exc}") from None
         except requests.exceptions.ReadTimeout as exc:
             raise ScrapeError("timeout", f"no response in time: {exc}") from None
+        except requests.exceptions.TooManyRedirects:
+            # max_redirects=0 makes requests raise on any 3xx even with allow_redirects=False (it
+            # never sends the next request): this is the target answering with a redirect.
+            raise ScrapeError("http_status", "HTTP 3xx redirect (not followed)") from None
         except (requests.exceptions.ConnectionError, OSError) as exc:
             raise ScrapeError("connect", f"cannot connect: {type(exc).__name__}") from None
         except requests.exceptions.RequestException as exc:
