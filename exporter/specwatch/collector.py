@@ -101,12 +101,18 @@ class SpecwatchCollector(Collector):
                                     labels=["route", "target", "window", "verdict"])
         config = GaugeMetricFamily("specwatch_recommended_config_info", "The recommended --speculative-config JSON for the route (value always 1).",
                                    labels=["route", "target", "window", "config"])
+        # While a target is down its values are not served from the last good polls: absent, never
+        # stale (DESIGN.md §6, RELIABILITY.md §6.1). The windows and verdicts are kept inside and
+        # come back unchanged with the next good poll.
+        down = {t.name for t in state.targets if t.up is False}
         for route in state.routes:
             labels = [route.route, route.target]
             info.add_metric([route.route, route.target, route.model_name, route.method, route.schema], 1)
             expects.add_metric(labels, 1 if route.expects_speculation else 0)
             if route.baseline_itl_p99_seconds is not None:
                 baseline.add_metric(labels, route.baseline_itl_p99_seconds)
+            if route.target in down:
+                continue
             if route.spec_present:
                 for kind in (K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED):
                     counters[kind].add_metric(labels, route.mirrored[kind])
