@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import REPO, shared_path
+from support.paths import REPO, shared_path
 from specwatch.exposition import ExpositionError, Selector
 from specwatch.vllm import FAMILIES, SELECTOR
 from support.vllm_payloads import FakeVllm

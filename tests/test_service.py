@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import shared_path
+from support.paths import shared_path
 
 
 class PayloadServer:
