@@ -235,6 +235,7 @@ def _handler_for(service: Service):
         server_version = f"specwatch/{__version__}"
         timeout = CLIENT_SOCKET_TIMEOUT
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # keep-alive: headers and body are two writes; Nagle + delayed ACK = +40 ms
 
         def log_message(self, *args):  # access logs would be one line per scrape
             return
