@@ -119,10 +119,11 @@ def run_scaling(smoke: bool) -> tuple[Table, dict]:
     config = config_for_scenario(scen)
     table = Table("scaling", "Scaling: cost per poll vs routes, engines and payload size (one run)",
                   ["dimension", "value", "bytes", "selected series", "prometheus_client parse", "specwatch parse",
-                   "specwatch full poll", "full poll per unit", "ratio (pc / full poll)"],
+                   "specwatch full poll", "marginal cost per extra unit", "ratio (pc / full poll)"],
                   note="Routes and engines: the simulator's vLLM series copied per model_name / engine label. "
-                       "Size: unrelated series appended (other exporters in the same process). Per unit = per route, "
-                       "per engine, or per MiB of payload: a flat column means linear growth.")
+                       "Size: unrelated series appended (other exporters in the same process). Marginal cost = (full poll − "
+                       "full poll of the first row) / (units − first row's units), per route, engine or MiB: a flat "
+                       "column means linear growth.")
     variants = []
     for r in (1, 2, 4, 8):
         variants.append(("routes", r, [(t, payloads.replicate(x, r, 1)) for t, x in base], r))
@@ -132,15 +133,22 @@ def run_scaling(smoke: bool) -> tuple[Table, dict]:
         seq = [(t, payloads.pad(x, size)) for t, x in base]
         variants.append(("payload size", f"{size >> 10} KiB", seq, size / (1 << 20)))
     results = []
+    first: dict[str, tuple[float, float]] = {}
     for dim, value, seq, unit in variants:
         nbytes = len(seq[0][1])
         stride = 1 if nbytes < (600 << 10) else 3
         m = measure_sequence(seq, config, rounds=rounds, pc_stride=stride)
         selected = sum(len(f.samples) + len(f.created) for f in vllm.SELECTOR.parse(seq[-1][1]).values())
-        per_unit = m["poll"] / unit
+        if dim not in first:
+            first[dim] = (unit, m["poll"])
+            per_unit = None
+            shown = "(base)"
+        else:
+            per_unit = (m["poll"] - first[dim][1]) / (unit - first[dim][0])
+            shown = fmt_us(per_unit) + (" /MiB" if dim == "payload size" else "")
         table.add(dim, str(value), f"{nbytes / 1024:.0f} KiB", selected, fmt_us(m["pc"]), fmt_us(m["parse"]),
-                  fmt_us(m["poll"]), fmt_us(per_unit) + (" /MiB" if dim == "payload size" else ""),
+                  fmt_us(m["poll"]), shown,
                   f"{m['pc'] / m['poll']:.1f}×")
         results.append({"dimension": dim, "value": value, "bytes": nbytes, "selected_series": selected, **m,
-                        "poll_per_unit": per_unit})
+                        "marginal_poll_per_unit": per_unit})
     return table, {"variants": results}
