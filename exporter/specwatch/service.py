@@ -245,14 +245,23 @@ def _handler_for(service: Service):
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
+
+        def _unread_body(self) -> None:
+            # Request bodies are never read. One left on a keep-alive connection would be parsed as
+            # the next request line (request desync), so a request carrying one closes the connection.
+            if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
 
         def do_HEAD(self):
             self.do_GET()
 
         def do_GET(self):
+            self._unread_body()
             path = self.path.split("?", 1)[0]  # query strings are ignored: nothing can change what is polled
             published = service.published
             if path == "/metrics":
@@ -270,6 +279,7 @@ def _handler_for(service: Service):
                 self._send(404, b"not found\n", "text/plain")
 
         def do_POST(self):
+            self._unread_body()
             self._send(405, b"method not allowed\n", "text/plain")
 
         do_PUT = do_DELETE = do_PATCH = do_POST
