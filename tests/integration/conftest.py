@@ -16,10 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import realvllm_harness as harness  # noqa: E402
 
-# Every server and sidecar started in this session, so a failing test can show their logs.
-_STARTED: list = []
-
-
 @pytest.fixture(scope="session")
 def artifacts(tmp_path_factory) -> Path:
     d = os.environ.get("SPECWATCH_REALVLLM_ARTIFACTS")
@@ -40,34 +36,10 @@ def vllm_env() -> tuple[Path, Path]:
     return py, harness.ensure_tiny_model(py)
 
 
-def start_server(vllm_env, artifacts: Path, tag: str, spec: dict | None) -> harness.VllmServer:
-    py, model = vllm_env
-    srv = harness.VllmServer(py, model, tag, spec, artifacts)
-    _STARTED.append(srv)
-    srv.start()
-    try:
-        srv.wait_ready()
-    except BaseException:
-        srv.stop()
-        raise
-    return srv
-
-
-def start_sidecar(config: dict, artifacts: Path, tag: str) -> harness.Sidecar:
-    sc = harness.Sidecar(config, artifacts, tag)
-    _STARTED.append(sc)
-    try:
-        sc.start()
-    except BaseException:
-        sc.stop()
-        raise
-    return sc
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     if rep.failed and "realvllm" in item.keywords:
-        for proc in _STARTED:
+        for proc in harness.STARTED:
             rep.sections.append((f"log tail: {getattr(proc, 'tag', '?')}", proc.log_tail(60)))

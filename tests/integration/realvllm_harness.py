@@ -467,6 +467,35 @@ def replay(config: dict, recording: Path, workdir: Path) -> list[dict]:
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip().startswith("{")]
 
 
+# Every server and sidecar started in this process, so a failing test can show their logs.
+STARTED: list = []
+
+
+def start_server(vllm_env, artifacts: Path, tag: str, spec: dict | None) -> VllmServer:
+    py, model = vllm_env
+    srv = VllmServer(py, model, tag, spec, artifacts)
+    STARTED.append(srv)
+    srv.start()
+    try:
+        srv.wait_ready()
+    except BaseException:
+        srv.stop()
+        raise
+    return srv
+
+
+def start_sidecar(config: dict, artifacts: Path, tag: str) -> Sidecar:
+    sc = Sidecar(config, artifacts, tag)
+    STARTED.append(sc)
+    try:
+        sc.start()
+    except BaseException:
+        sc.stop()
+        raise
+    return sc
+
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["prepare"]:
         py = ensure_vllm_venv()
