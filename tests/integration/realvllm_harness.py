@@ -84,6 +84,8 @@ def _locked(name: str):
 def _base_python() -> str:
     cand = os.environ.get("SPECWATCH_VLLM_PYTHON")
     if cand:
+        if not (shutil.which(cand) or Path(cand).exists()):
+            raise EnvironmentUnavailable(f"SPECWATCH_VLLM_PYTHON={cand} does not exist")
         return cand
     if sys.version_info[:2] == (3, 11):
         return sys.executable
