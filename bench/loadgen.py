@@ -1,8 +1,9 @@
-"""Concurrent /metrics scrapers in their own process: `python -m bench.loadgen URL CONCURRENCY SECONDS MAXREQ`.
+"""Concurrent /metrics scrapers in their own process:
+`python -m bench.loadgen URL CONCURRENCY SECONDS MAXREQ [INTERVAL]`.
 
 Each scraper is a thread with its own keep-alive connection (reconnecting when the server closes
-it, as HTTP/1.0 servers do), issuing GETs back to back like a Prometheus with a very short scrape
-interval. Prints one JSON object: per-request latencies (s, first byte sent to last byte read),
+it, as HTTP/1.0 servers do). INTERVAL 0: GETs back to back (closed loop, saturation). INTERVAL > 0:
+each scraper scrapes every INTERVAL seconds at its own phase, like independent Prometheus servers. Prints one JSON object: per-request latencies (s, first byte sent to last byte read),
 errors, bytes of the last body.
 """
 
@@ -16,7 +17,7 @@ import time
 from urllib.parse import urlsplit
 
 
-def main(url: str, concurrency: int, seconds: float, max_requests: int) -> dict:
+def main(url: str, concurrency: int, seconds: float, max_requests: int, interval: float = 0.0) -> dict:
     parts = urlsplit(url)
     host, port, path = parts.hostname, parts.port, parts.path or "/"
     latencies: list[float] = []
@@ -27,11 +28,17 @@ def main(url: str, concurrency: int, seconds: float, max_requests: int) -> dict:
     deadline = [0.0]
     per_thread = max(1, max_requests // concurrency)
 
-    def worker():
+    def worker(index: int):
         conn = http.client.HTTPConnection(host, port, timeout=10)
         mine = []
         start.wait()
+        next_at = time.perf_counter() + interval * index / concurrency
         while time.perf_counter() < deadline[0] and len(mine) < per_thread:
+            if interval > 0:
+                pause = next_at - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                next_at += interval
             t0 = time.perf_counter()
             try:
                 conn.request("GET", path)
@@ -54,7 +61,7 @@ def main(url: str, concurrency: int, seconds: float, max_requests: int) -> dict:
         with lock:
             latencies.extend(mine)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
     for t in threads:
         t.start()
     deadline[0] = time.perf_counter() + seconds
@@ -67,4 +74,5 @@ def main(url: str, concurrency: int, seconds: float, max_requests: int) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))))
+    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]),
+                          float(sys.argv[5]) if len(sys.argv) > 5 else 0.0)))

@@ -42,17 +42,26 @@ def _specwatch_cmd() -> list[str]:
 
 
 def run_measured(cmd: list[str], out_path: Path) -> dict:
+    """Wall, CPU and peak RSS of one child process.
+
+    Peak RSS comes from GNU time (%M) wrapped around the command: ru_maxrss of a child forked from this
+    (large) benchmark process would include the parent's own high-water mark, which Linux carries across
+    exec. Without /usr/bin/time, wait4's ru_maxrss is used (an upper bound)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    gnu_time = Path("/usr/bin/time").exists()
+    stats = out_path.with_suffix(".time")
+    full = (["/usr/bin/time", "-f", "%M", "-o", str(stats)] + cmd) if gnu_time else cmd
     with open(out_path, "wb") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=REPO, env=env)
+        proc = subprocess.Popen(full, stdout=out, stderr=subprocess.PIPE, cwd=REPO, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} exited {proc.returncode}: {err[-2000:]}")
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024.0}
+    rss_kb = float(stats.read_text().split()[-1]) if gnu_time else usage.ru_maxrss
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": rss_kb / 1024.0}
 
 
 def _digest(path: Path) -> str:
