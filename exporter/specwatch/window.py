@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Mapping
 
-from .vllm import K_ITL_BUCKET, RouteSnapshot, reset_group
+from .vllm import K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_ITL_BUCKET, K_POS, RouteSnapshot, reset_group
 
 
 @dataclass(frozen=True)
@@ -95,15 +95,27 @@ class RouteWindow:
                 for key in [k for k in self.totals if reset_group(k) == group]:
                     del self.totals[key]
             self._le_sets[engine] = frozen
-        totals = self.totals
+        deltas: dict[tuple, float] = {}
         for key, value in snap.counters.items():
             previous = raw.get(key)
             if reset_groups and reset_group(key) in reset_groups:
-                delta = value
+                deltas[key] = value
             elif previous is None:
-                delta = 0.0  # first sighting: its history before we started is not ours to count
+                deltas[key] = 0.0  # first sighting: its history before we started is not ours to count
             else:
-                delta = value - previous
+                deltas[key] = value - previous
+        if raw and not snap.created:
+            # Without _created (multiprocess vLLM) a restart can hide: counters that grew past their
+            # old values within one poll show no drop. The interval then breaks vLLM's identities
+            # (accepted <= draft tokens, drafts <= draft tokens, accepted at a position <= drafts), so
+            # the engine restarted: count its values from 0, all together, like a visible reset.
+            for engine in _broken_engines(deltas):
+                for key, value in snap.counters.items():
+                    if key[1] == engine:
+                        reset_groups.add(reset_group(key))
+                        deltas[key] = value
+        totals = self.totals
+        for key, delta in deltas.items():
             totals[key] = totals.get(key, 0.0) + delta
         self._raw = dict(snap.counters)
         self._created.update(snap.created)
@@ -128,3 +140,19 @@ class RouteWindow:
         if len(chosen) < 2:
             return None
         return WindowView(chosen[0], chosen[-1], chosen)
+
+
+def _broken_engines(deltas: Mapping[tuple, float]) -> set[str]:
+    """Engines whose deltas over one poll are impossible for one vLLM process (it restarted)."""
+    broken = set()
+    engines = {key[1] for key in deltas if key[0] == K_DRAFT_TOKENS}
+    for engine in engines:
+        tokens = deltas[(K_DRAFT_TOKENS, engine)]
+        drafts = deltas.get((K_DRAFTS, engine))
+        accepted = deltas.get((K_ACCEPTED, engine))
+        if tokens < 0 or (accepted is not None and accepted > tokens) or (drafts is not None and drafts > tokens):
+            broken.add(engine)
+            continue
+        if drafts is not None and any(key[0] == K_POS and key[1] == engine and d > drafts for key, d in deltas.items()):
+            broken.add(engine)
+    return broken
