@@ -138,3 +138,28 @@ def test_route_label_set_vanishing_is_dropped_after_the_ttl_and_output_cardinali
     finally:
         car.close()
         server.stop()
+
+
+def test_multiprocess_vllm_restarts_without_created_keep_ratios_sane_and_verdict_steady():
+    """--api-server-count > 1: no _created (V11). Restarts must still be seen and never make alpha > 1."""
+    server, car = new_pair(scenario=str(HERE / "mp-restart.yaml"))
+    try:
+        assert "_created" not in car.render()
+        car.poll(12)
+        truth = car.sim.truth()["routes"]["llama-8b"]["verdict"]
+        verdicts = car.verdicts()
+        assert set(verdicts.values()) == {truth}
+        with capture_logs() as logs:
+            while car.sim_t < car.scenario.duration:
+                car.poll()
+                metrics = car.scrape()
+                check_sane(car, metrics)
+                for label in ("1m", "5m"):
+                    alpha = value(metrics, "specwatch_acceptance_rate", window=label)
+                    true_alpha = car.sim.truth()["routes"]["llama-8b"]["alpha"]
+                    assert alpha is None or abs(alpha - true_alpha) < 0.08, (car.sim_t, label, alpha, true_alpha)
+        assert not [e for e in logs if e["event"] == "verdict_changed"], logs
+        assert value(car.scrape(), "specwatch_target_restarts_total", target=TARGET) == 2
+    finally:
+        car.close()
+        server.stop()
