@@ -150,3 +150,43 @@ def test_sigterm_exits_within_two_seconds_with_a_final_log_line(sidecar):
     assert proc.returncode == 0
     stderr = proc.stderr.read()
     assert '"event": "stopped"' in stderr
+
+
+def test_a_hung_target_does_not_slow_the_polls_of_the_others(tmp_path):
+    import socket
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)  # the kernel accepts connections; nobody ever answers
+    good = PayloadServer([shared_path("fixtures", "vllm-cpu-real", "030.prom").read_text()])
+    port = free_port()
+    config = tmp_path / "two.yaml"
+    config.write_text(json.dumps({
+        "listen": f"127.0.0.1:{port}", "poll_interval": "500ms", "windows": ["2s"],
+        "targets": [{"name": "hung", "url": f"http://127.0.0.1:{hung.getsockname()[1]}/metrics", "timeout": "450ms"},
+                    {"name": "hung-too", "url": f"http://127.0.0.1:{hung.getsockname()[1]}/x", "timeout": "450ms"},
+                    {"name": "good", "url": good.url, "timeout": "450ms"}],
+    }))
+    proc = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        def ready():
+            try:
+                return requests.get(base + "/readyz", timeout=1).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        wait_for(ready)
+        first = {t["name"]: t for t in requests.get(base + "/api/v1/status", timeout=2).json()["targets"]}
+        time.sleep(5.0)
+        last = {t["name"]: t for t in requests.get(base + "/api/v1/status", timeout=2).json()["targets"]}
+        assert last["good"]["up"] is True and last["hung"]["up"] is False
+        assert last["hung"]["errors"]["timeout"] >= 3
+        # Ten intervals passed: the good target kept its cadence although both hung polls ran to their
+        # deadlines (polled one after the other they would take 900 ms of every 500 ms interval).
+        assert last["good"]["polls"] - first["good"]["polls"] >= 8
+    finally:
+        proc.kill()
+        proc.wait(timeout=5)
+        good.stop()
+        hung.close()

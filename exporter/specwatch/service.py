@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -89,15 +90,27 @@ class Service:
         self._last_logged: dict[tuple, Any] = {}
         self.published = self._publish(ready=False)
         self.httpd: ThreadingHTTPServer | None = None
+        self._pool = ThreadPoolExecutor(max_workers=len(config.targets), thread_name_prefix="specwatch-fetch")
         self._poll_thread: threading.Thread | None = None
 
     # -- polling ---------------------------------------------------------------------------------
+    def _fetch(self, name: str):
+        started = self.clock()
+        try:
+            return started, self.scrapers[name].fetch()
+        except ScrapeError as exc:
+            return started, exc
+
     def poll_once(self) -> None:
-        for target in self.config.targets:
-            now = self.clock()
-            try:
-                result = self.scrapers[target.name].fetch()
-            except ScrapeError as exc:
+        # Targets are fetched in parallel (a hung one must not delay the others past the interval),
+        # then ingested in config order by this one thread, the only writer of the pipeline.
+        if len(self.config.targets) > 1:
+            results = list(self._pool.map(self._fetch, [t.name for t in self.config.targets]))
+        else:
+            results = [self._fetch(self.config.targets[0].name)]
+        for target, (now, result) in zip(self.config.targets, results):
+            if isinstance(result, ScrapeError):
+                exc = result
                 self.pipeline.ingest_error(target.name, now, exc.reason)
                 self._log_change(("target", target.name), ("down", exc.reason), "target_down",
                                  target=target.name, reason=exc.reason, error=str(exc)[:200])
@@ -175,6 +188,7 @@ class Service:
             self.httpd.server_close()
         if self._poll_thread is not None:
             self._poll_thread.join(timeout=1.5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         for scraper in self.scrapers.values():
             scraper.close()
 
