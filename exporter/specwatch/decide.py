@@ -67,7 +67,7 @@ def assess(cm: cmod.CostModel, stats: Any, decision: Any, method: str | None,
         return Assessment(candidate="insufficient_data", **_EMPTY)
 
     margin = float(getattr(decision, "margin", 0.02) or 0.0)
-    cm = cm.with_method(method)
+    cm = cm.with_method(method).with_coverage(_num(getattr(stats, "draft_coverage", None)))
     b = max(batch, 1.0)  # drafts were verified, so at least one request was decoding
     breakeven = cmod.breakeven_acceptance_rate(cm, b, k)
     speedup = cmod.expected_speedup(cm, b, k, alpha)

@@ -42,6 +42,7 @@ class WindowStats:
     itl_p99_seconds: float | None = None
     itl_per_token_mean_seconds: float | None = None
     generation_tokens: float | None = None
+    draft_coverage: float | None = None  # Δdrafts / Δrequest-steps (ITL observations), in (0, 1]
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -161,6 +162,10 @@ def window_stats(view: WindowView, route: str, window: str, now: float, *, confi
             stats["draft_length"] = draft_tokens / drafts
             if latest.configured_k:
                 stats["position_rates"] = tuple(pos.get(i, 0.0) / drafts for i in range(latest.configured_k))
+
+    request_steps = sum(itl_count_by_engine.values())
+    if latest.spec_present and drafts > 0 and request_steps > 0 and latest.schema != SCHEMA_V0:
+        stats["draft_coverage"] = min(drafts / request_steps, 1.0)
 
     # Batch: requests decoded per engine step, per engine, then the mean over engines.
     per_engine = [itl_count_by_engine.get(e, 0.0) / s for e, s in steps_by_engine.items() if s > 0]

@@ -1,0 +1,51 @@
+"""Draft coverage: vLLM counts a draft only when a request proposed tokens, so with n-gram lookup
+part of the request-steps carry no draft. Tokens per step are then 1 + coverage·K·alpha, not tau."""
+
+import json
+
+import pytest
+
+from specwatch import costmodel
+from specwatch.config import from_mapping
+from specwatch.pipeline import Pipeline
+from specwatch.replay import replay
+from support.paths import shared_path
+
+CM = costmodel.cost_model_from_config(from_mapping({"draft": {"method": "ngram"}}, environ={}))
+
+
+def test_undrafted_steps_gain_nothing_and_cost_nothing():
+    full, partial = CM, CM.with_coverage(0.7)
+    for batch in (1, 16, 128):
+        assert costmodel.expected_speedup(partial, batch, 4, 0.8) < costmodel.expected_speedup(full, batch, 4, 0.8)
+        assert partial.spec_step_time(batch, 4) <= full.spec_step_time(batch, 4)
+        # At speedup 1 the per-draft economics are the same, so the break-even barely moves.
+        assert costmodel.breakeven_acceptance_rate(partial, batch, 4) == pytest.approx(
+            costmodel.breakeven_acceptance_rate(full, batch, 4), abs=0.05)
+        s = costmodel.expected_speedup(partial, batch, 4, costmodel.breakeven_acceptance_rate(partial, batch, 4))
+        assert s == pytest.approx(1.0, abs=1e-9)
+
+
+def test_coverage_of_a_model_drafter_is_one_and_changes_nothing():
+    assert CM.with_coverage(None) is CM
+    assert CM.with_coverage(1.0).draft_coverage == 1.0
+    assert costmodel.expected_speedup(CM.with_coverage(1.0), 8, 4, 0.6) == costmodel.expected_speedup(CM, 8, 4, 0.6)
+
+
+def test_coverage_on_the_real_ngram_server_is_drafts_over_request_steps():
+    files = sorted(shared_path("fixtures", "vllm-cpu-real").glob("0[23]*.prom"))
+    lines = [json.dumps({"t": 2.0 * i, "target": "vllm", "text": p.read_text()}) for i, p in enumerate(files)]
+    config = from_mapping({"poll_interval": "1s", "windows": ["1m"], "decision": {"min_drafts": 50}}, environ={})
+    pipeline = Pipeline(config)
+    list(replay(config, lines, pipeline))
+    stats = pipeline.evaluate(2.0 * (len(files) - 1))[0].stats
+    first, last = files[0].read_text(), files[-1].read_text()
+
+    def value(text, name):
+        line = next(l for l in text.splitlines() if l.startswith(name + "{"))
+        return float(line.rsplit(" ", 1)[1])
+
+    drafts = value(last, "vllm:spec_decode_num_drafts_total") - value(first, "vllm:spec_decode_num_drafts_total")
+    steps = value(last, "vllm:inter_token_latency_seconds_count") - value(first, "vllm:inter_token_latency_seconds_count")
+    assert stats.draft_coverage == pytest.approx(drafts / steps, rel=1e-12)
+    assert 0.5 < stats.draft_coverage < 0.95  # n-gram lookup misses on a share of the steps
