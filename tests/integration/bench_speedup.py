@@ -126,11 +126,16 @@ def predict(profile: dict, model_dir: Path, spec: dict) -> dict:
     for c, ph in spec["phases"].items():
         s = ph["server"]
         b, k, a = s["batch"], s["k_mean"], s["alpha"]
+        # Share of request-steps that carried a draft, as the live sidecar measures it
+        # (Δdrafts / ΔITL count = (tokens per request-step − 1) / (tau − 1)).
+        coverage = (s["tokens_per_step_per_request"] - 1) / (s["tau"] - 1) if s["tau"] > 1 else 1.0
+        mc = m.with_coverage(coverage)
         out[c] = {
-            "batch": b, "k_mean": k, "alpha": a,
-            "predicted_speedup": cm.expected_speedup(m, b, k, a),
-            "breakeven_alpha": cm.breakeven_acceptance_rate(m, b, k),
-            "t_base": m.base_step_time(b), "t_spec": m.spec_step_time(b, k),
+            "batch": b, "k_mean": k, "alpha": a, "draft_coverage": min(coverage, 1.0),
+            "predicted_speedup": cm.expected_speedup(mc, b, k, a),
+            "predicted_speedup_without_coverage": cm.expected_speedup(m, b, k, a),
+            "breakeven_alpha": cm.breakeven_acceptance_rate(mc, b, k),
+            "t_base": mc.base_step_time(b), "t_spec": mc.spec_step_time(b, k),
         }
     return out
 
@@ -165,9 +170,19 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--table-only", action="store_true", help="print the table of OUT/speedup-results.json")
+    ap.add_argument("--repredict", action="store_true", help="recompute the cost-model prediction of a saved run")
     a = ap.parse_args()
     if a.table_only:
         print(table(json.loads((Path(a.out) / "speedup-results.json").read_text())))
+        return 0
+    if a.repredict:
+        # Re-run only the cost model over a saved measurement (after a cost-model change).
+        path = Path(a.out) / "speedup-results.json"
+        results = json.loads(path.read_text())
+        results["prediction"] = predict(results["profile"], harness.ensure_tiny_model(harness.ensure_vllm_venv()),
+                                        results["spec"])
+        path.write_text(json.dumps(results, indent=1, default=str))
+        print(table(results))
         return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
