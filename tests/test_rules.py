@@ -47,7 +47,7 @@ DERIVED = {  # {route, window}: must always be read with window pinned
 }
 HEALTH = {
     "specwatch_target_up", "specwatch_scrape_duration_seconds", "specwatch_scrape_errors_total",
-    "specwatch_counter_resets_total", "specwatch_last_scrape_success_timestamp_seconds",
+    "specwatch_target_restarts_total", "specwatch_last_scrape_success_timestamp_seconds",
     "specwatch_build_info", "specwatch_route_info",
     # committed by the lead in addition to §6
     "specwatch_route_expects_speculation", "specwatch_baseline_itl_p99_seconds",

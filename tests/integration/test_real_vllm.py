@@ -455,10 +455,8 @@ def test_live_long_window_spans_the_restart_with_prometheus_reset_rule(spec_run)
         # mirrored counters stay monotonic across the restart
         assert close(sample(metrics, "specwatch_drafts_total", route=ROUTE), d(pc.DRAFTS))
         assert close(sample(metrics, "specwatch_accepted_tokens_total", route=ROUTE), d(pc.ACCEPTED))
-        # DESIGN §6 names it specwatch_counter_resets_total; the collector renamed it for promtool's lint
+        # DESIGN §6 named it specwatch_counter_resets_total; renamed for promtool's lint (docs/design-notes.md)
         resets = sample(metrics, "specwatch_target_restarts_total", target="vllm")
-        if resets is None:
-            resets = sample(metrics, "specwatch_counter_resets_total", target="vllm")
         assert resets is not None and resets >= 1, "the sidecar did not count the restart"
         assert status["targets"][0]["counter_resets"] >= 1
 
