@@ -1,0 +1,36 @@
+"""`python -m bench --smoke` runs and produces every table (timings are not checked: CI machines are noisy)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = ("parse_cost", "scaling", "replay", "http", "detection", "false_changes", "accuracy")
+
+pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
+                                reason="needs Debian package prometheus (backfilled Prometheus for detection/accuracy)")
+
+
+def test_smoke_mode_produces_every_table(tmp_path):
+    out = tmp_path / "results.json"
+    md = tmp_path / "tables.md"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--markdown", str(md)],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads(out.read_text())
+    assert results["mode"] == "smoke"
+    assert not results["errors"]
+    assert set(TABLES) <= set(results["tables"]), sorted(results["tables"])
+    for key in TABLES:
+        table = results["tables"][key]
+        assert table["rows"], key
+        assert all(len(row) == len(table["headers"]) for row in table["rows"]), key
+        assert f"### {table['title']}" in proc.stdout
+        assert f"### {table['title']}" in md.read_text()
+    # The whole-process peer must be the same computation with another parser.
+    assert results["parts"]["replay"]["identical_output"] is True
+    assert results["machine"]["cpus"]
