@@ -99,7 +99,10 @@ class Service:
         try:
             return started, self.scrapers[name].fetch()
         except ScrapeError as exc:
-            return started, exc
+            # Returned, not raised: drop the traceback and context, whose frames would keep the failed
+            # body (up to max_bytes of a gzip bomb) alive until the next poll.
+            exc.__context__ = None
+            return started, exc.with_traceback(None)
 
     def poll_once(self) -> None:
         # Targets are fetched in parallel (a hung one must not delay the others past the interval),
