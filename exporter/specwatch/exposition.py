@@ -20,6 +20,7 @@ Labels = tuple[tuple[str, str], ...]
 MAX_LABELS_PER_SERIES = 64
 MAX_LABEL_VALUE_LENGTH = 4096
 MAX_SELECTED_SERIES = 100_000
+LABEL_CACHE_SIZE = 4096  # distinct label texts remembered between polls
 
 
 class ExpositionError(ValueError):
@@ -123,6 +124,11 @@ def _parse_escaped(text: str, i: int, lineno: int) -> tuple[str, int]:
 
 
 def _parse_value(text: str, lineno: int) -> float:
+    if text[:1] == " " and text.count(" ") == 1:
+        try:
+            return float(text)  # the common case: " 123.0"
+        except ValueError:
+            pass
     parts = text.split()
     if not parts or len(parts) > 2:
         raise ExpositionError("parse", "expected 'value [timestamp]' after the series", lineno)
@@ -156,6 +162,7 @@ class Selector:
             if kind == "counter":
                 self._type_names[family + "_total"] = family
         self._prefixes = tuple(sorted(self.families))
+        self._label_cache: dict[str, Labels] = {}
 
     def parse(self, text: str) -> dict[str, Family]:
         """Parse and validate the selected families of `text`. Raises ExpositionError, nothing else."""
@@ -176,6 +183,7 @@ class Selector:
         seen: set[tuple[str, Labels]] = set()
         prefixes = self._prefixes
         by_sample = self._by_sample
+        label_cache = self._label_cache
         count = 0
         for lineno, line in enumerate(text.split("\n"), 1):
             if not line:
@@ -206,8 +214,18 @@ class Selector:
                 continue  # a longer name that merely shares a prefix (e.g. ..._per_pos_total)
             family, suffix = hit
             if has_labels:
-                labels, end = _parse_labels(line, brace, lineno)
-                rest = line[end:]
+                # The label set of a series repeats every poll: parse each distinct text once.
+                close = line.rfind("}")
+                raw = line[brace:close + 1]
+                labels = label_cache.get(raw)
+                if labels is None:
+                    labels, end = _parse_labels(line, brace, lineno)
+                    if end != close + 1:
+                        raise ExpositionError("parse", "unexpected text after the labels", lineno)
+                    if len(label_cache) >= LABEL_CACHE_SIZE:
+                        label_cache.clear()  # bounded, whatever a target sends
+                    label_cache[raw] = labels
+                rest = line[close + 1:]
             else:
                 labels, rest = (), line[space:]
             value = _parse_value(rest, lineno)
