@@ -528,6 +528,9 @@ class CostModel:
     draft_coverage: float = 1.0
 
     def __post_init__(self) -> None:
+        # Step times are pure in (tokens, context): an assessment asks for the same ones hundreds
+        # of times (best K per batch band). Not a dataclass field, so replace() starts a new memo.
+        object.__setattr__(self, "_memo", {})
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}")
         if self.tensor_parallel < 1:
@@ -573,6 +576,16 @@ class CostModel:
     def step_time(self, tokens: float, context_tokens: float) -> float:
         """Seconds of one target forward over ``tokens`` query tokens with ``context_tokens``
         KV tokens in the whole batch."""
+        memo = self._memo
+        key = (tokens, context_tokens)
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) > 65536:
+                memo.clear()
+            hit = memo[key] = self._step_time(tokens, context_tokens)
+        return hit
+
+    def _step_time(self, tokens: float, context_tokens: float) -> float:
         tokens = max(float(tokens), 1.0)
         context_tokens = max(float(context_tokens), 0.0)
         kv_coef = self.kv_bytes_per_token / self.bandwidth_eff
@@ -593,6 +606,12 @@ class CostModel:
         return self.step_time(batch, batch * self.context_tokens)
 
     def draft_cost_per_token(self) -> float:
+        hit = self._memo.get("draft_cost_per_token")
+        if hit is None:
+            hit = self._memo["draft_cost_per_token"] = self._draft_cost_per_token()
+        return hit
+
+    def _draft_cost_per_token(self) -> float:
         """c: seconds to draft one token as a fraction of a plain target step.
 
         Configured, or computed once at batch 1 from the drafter's size on this hardware
