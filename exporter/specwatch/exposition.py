@@ -185,11 +185,10 @@ class Selector:
         by_sample = self._by_sample
         label_cache = self._label_cache
         count = 0
+        type_prefix = "# TYPE "
         for lineno, line in enumerate(text.split("\n"), 1):
-            if not line:
-                continue
-            if line[0] == "#":
-                if line.startswith("# TYPE "):
+            if not line.startswith(prefixes):
+                if line.startswith(type_prefix):
                     type_lines += 1
                     parts = line.split()
                     if len(parts) != 4:
@@ -199,8 +198,6 @@ class Selector:
                         if family in declared and declared[family] != parts[3]:
                             raise ExpositionError("invalid", f"{family} declared twice with different types", lineno)
                         declared[family] = parts[3]
-                continue
-            if not line.startswith(prefixes):
                 continue
             brace = line.find("{")
             space = line.find(" ")
