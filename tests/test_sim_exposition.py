@@ -7,7 +7,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch.sim import Simulator, load_scenario
 from specwatch.sim.scenario import parse_scenario
 
-FIXTURE = "/work/shared/fixtures/vllm-cpu-real/035.prom"
+from support.paths import shared_path
+
+
+def real_fixture() -> str:
+    return shared_path("fixtures", "vllm-cpu-real", "035.prom").read_text()
 
 
 def families(text):
@@ -39,12 +43,12 @@ def steady_text():
 
 
 def test_default_output_has_exactly_the_real_vllm_family_and_label_sets(steady_text):
-    real = open(FIXTURE).read()
+    real = real_fixture()
     assert families(steady_text) == families(real)
 
 
 def test_default_output_matches_real_vllm_help_lines_and_family_order(steady_text):
-    real = open(FIXTURE).read()
+    real = real_fixture()
     helps = lambda t: re.findall(r"^# HELP (\S+) (.*)$", t, re.M)  # noqa: E731
     types = lambda t: re.findall(r"^# TYPE (\S+) (\S+)$", t, re.M)  # noqa: E731
     assert helps(steady_text) == helps(real)
