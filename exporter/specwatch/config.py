@@ -7,6 +7,7 @@ Every error is a ConfigError whose message starts with the dotted key at fault
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -27,7 +28,6 @@ _SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
                "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
 
-METHODS = ("auto", "ngram", "ngram_gpu", "eagle", "eagle3", "mtp", "draft_model", "medusa", "suffix")
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
 
 
@@ -186,9 +186,11 @@ def _number(value: Any, key: str, *, minimum: float | None = None, maximum: floa
         # Env overrides arrive as strings: accept numeric strings.
         try:
             value = float(value) if not integer else int(str(value))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             kind = "an integer" if integer else "a number"
             raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{key}: must be a finite number, got {value!r}")
     if integer and (float(value) != int(value)):
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if minimum is not None and (value < minimum or (exclusive_min and value == minimum)):
@@ -346,12 +348,15 @@ def _parse_model(raw: Any, base_dir: str) -> ModelConfig:
 def _parse_draft(raw: Any) -> DraftConfig:
     raw = _mapping(raw, "draft")
     _check_keys(raw, {"method", "cost_per_token", "k"}, "draft")
+    from . import costmodel
+
+    methods = (*costmodel.DRAFT_METHODS, *costmodel.METHOD_ALIASES)
     method = str(raw.get("method", "auto")).lower()
-    if method not in METHODS:
-        raise ConfigError(f"draft.method: expected one of {', '.join(METHODS)}, got {raw.get('method')!r}")
+    if method not in methods:
+        raise ConfigError(f"draft.method: expected one of {', '.join(methods)}, got {raw.get('method')!r}")
     cost = raw.get("cost_per_token")
     if cost is not None:
-        cost = _number(cost, "draft.cost_per_token", minimum=0, maximum=10)
+        cost = _number(cost, "draft.cost_per_token", minimum=0, maximum=5)
     k = raw.get("k")
     if k is not None:
         k = _number(k, "draft.k", minimum=1, maximum=64, integer=True)
@@ -451,7 +456,7 @@ def from_mapping(raw: Mapping[str, Any] | None, *, base_dir: str = ".",
     profile, profile_path = _parse_profile(raw.get("profile"), base_dir)
     ttl = _number(raw.get("route_ttl_polls", defaults.route_ttl_polls), "route_ttl_polls", minimum=1, integer=True)
 
-    return Config(
+    config = Config(
         listen=_parse_listen(raw.get("listen", defaults.listen)),
         poll_interval=poll_interval,
         windows=windows,
@@ -467,6 +472,24 @@ def from_mapping(raw: Mapping[str, Any] | None, *, base_dir: str = ".",
         log=_parse_log(raw.get("log")),
         route_ttl_polls=ttl,
     )
+    _check_cost_model(config)
+    return config
+
+
+def _check_cost_model(config: Config) -> None:
+    """Build the cost model once at load: a model or hardware it cannot use is a config error too."""
+    from . import costmodel
+
+    try:
+        costmodel.cost_model_from_config(config)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        text = str(exc).strip("'\"")
+        key = text.split(":", 1)[0] if re.match(r"^[a-z_]+(\.[a-z_]+)*:", text) else None
+        if key is None:
+            key = "model.config_json" if config.model.config_json else "model"
+        else:
+            text = text.split(":", 1)[1].strip()
+        raise ConfigError(f"{key}: {text}") from None
 
 
 # Scalar settings that an environment variable may override (SPECWATCH_POLL_INTERVAL=2s).

@@ -108,6 +108,8 @@ DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "bf16"}
 
 DRAFT_METHODS = ("auto", "ngram", "eagle", "eagle3", "mtp", "draft_model", "medusa", "suffix")
+#: vLLM method names that cost like another: ngram_gpu (0.20+) is n-gram lookup on the GPU.
+METHOD_ALIASES = {"ngram_gpu": "ngram"}
 
 # ---------------------------------------------------------------------------------------------
 # Model specs
@@ -397,6 +399,7 @@ def draft_cost_for(method: str, target: ModelSpec, cost_per_token: float | None 
                    draft_model: ModelSpec | None = None, draft_dtype: str = "bf16") -> DraftCost:
     """Default draft cost for a method. ``auto`` is treated as EAGLE-3 (the common production head)."""
     m = (method or "auto").lower()
+    m = METHOD_ALIASES.get(m, m)
     if m in ("auto", ""):
         m = "eagle3"
     if m not in DRAFT_METHODS:
@@ -671,7 +674,8 @@ class CostModel:
         """The same model with the default draft cost of ``method`` (unless a cost was configured)."""
         if not method or method == "auto" or self.draft.cost_per_token is not None or method == self.draft.method:
             return self
-        if method not in DRAFT_METHODS:
+        method = METHOD_ALIASES.get(method, method)
+        if method not in DRAFT_METHODS or method == self.draft.method:
             return self
         return replace(self, draft=draft_cost_for(method, self.model))
 
@@ -750,7 +754,8 @@ def cost_model_from_config(cfg: Any) -> CostModel:
         kwargs["overhead_seconds"] = float(ov)
     return CostModel(hardware=hw, model=spec, dtype=dtype,
                      tensor_parallel=int(getattr(cfg, "tensor_parallel", 1) or 1),
-                     context_tokens=float(getattr(m_cfg, "context_tokens", 2048) or 2048),
+                     context_tokens=float(2048 if getattr(m_cfg, "context_tokens", None) is None
+                                          else getattr(m_cfg, "context_tokens")),
                      draft=draft, profile=getattr(cfg, "profile", None), **kwargs)
 
 
