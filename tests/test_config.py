@@ -46,6 +46,11 @@ def test_sizes(text, size):
     ({"routes": [{"name": "a", "match": {"pod": "x"}}]}, "routes[0].match.pod"),
     ({"listen": "nowhere"}, "listen"),
     ({"profile": "/nonexistent/profile.yaml"}, "profile"),
+    ({"decision": {"hold": float("inf")}}, "decision.hold"),
+    ({"decision": {"margin": float("nan")}}, "decision.margin"),
+    ({"model": {"params": float("inf")}}, "model.params"),
+    ({"hardware": {"preset": "h100-sxm", "flops": float("inf")}}, "hardware.flops"),
+    ({"draft": {"cost_per_token": 10}}, "draft.cost_per_token"),
     ({"targets": [{"headers": {"Authorization": "Bearer ${SPECWATCH_TEST_UNSET_TOKEN}"}}]}, "targets[0].headers.Authorization"),
 ])
 def test_bad_values_raise_one_error_naming_the_key(raw, key):
@@ -123,3 +128,15 @@ def test_run_with_a_bad_config_exits_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "run", "--config", str(bad)],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and "windows" in proc.stderr
+
+
+def test_a_model_config_json_the_cost_model_cannot_use_is_a_config_error(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"architectures": ["Mystery"]}')
+    with pytest.raises(ConfigError) as info:
+        from_mapping({"model": {"config_json": str(bad)}}, environ={})
+    assert str(info.value).startswith("model.config_json:")
+
+
+def test_vllm_method_names_without_their_own_cost_are_accepted():
+    assert from_mapping({"draft": {"method": "ngram_gpu"}}, environ={}).draft.method == "ngram_gpu"
