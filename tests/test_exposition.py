@@ -106,6 +106,8 @@ def test_the_minimal_good_payload_is_accepted():
     (GOOD.replace("vllm:inter_token_latency_seconds_count{engine=\"0\",model_name=\"m\"} 3.0", "vllm:inter_token_latency_seconds_count{engine=\"0\",model_name=\"m\"} 4.0"), "invalid"),
     (GOOD.replace('{engine="0",model_name="m"} 10.0', "{" + ",".join(f'l{i}="v"' for i in range(32000)) + "} 10.0"), "invalid"),  # 32k labels (V4)
     (GOOD.replace('{engine="0",model_name="m"} 10.0', '{="foo"} 10.0'), "parse"),     # empty label name (Go parser crash #3793)
+    (GOOD + 'vllm:num_requests_running{engine="0",model_name="m"} +Inf\n', "invalid"),  # a batch of infinity
+    (GOOD + 'vllm:num_requests_running{engine="0",model_name="m"} -3\n', "invalid"),
 ])
 def test_malformed_or_invalid_payloads_are_rejected_as_a_whole(bad, reason):
     with pytest.raises(ExpositionError) as info:

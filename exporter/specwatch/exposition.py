@@ -261,9 +261,10 @@ def _validate(family: str, kind: str, samples: tuple[Sample, ...]) -> None:
             if not s.name.endswith("_total") or not (s.value >= 0) or math.isinf(s.value):
                 raise ExpositionError("invalid", f"counter {s.name} has value {s.value}")
     elif kind == "gauge":
+        # Every gauge specwatch reads is a count or a ratio: finite and not negative.
         for s in samples:
-            if math.isnan(s.value):
-                raise ExpositionError("invalid", f"gauge {s.name} is NaN")
+            if not math.isfinite(s.value) or s.value < 0:
+                raise ExpositionError("invalid", f"gauge {s.name} has value {s.value}")
     elif kind == "histogram":
         _validate_histogram(family, samples)
 

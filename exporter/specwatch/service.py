@@ -9,6 +9,7 @@ thread of its own (ThreadingHTTPServer with a connection cap and a socket timeou
 from __future__ import annotations
 
 import json
+import math
 import signal
 import socket
 import threading
@@ -75,6 +76,17 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
     } for t in state.targets]
     return {"version": __version__, "t": state.t, "targets": targets, "routes": routes,
             "windows": list(config.window_labels)}
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no NaN or infinity: such a value is reported as null, like an absent gauge."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 class Service:
@@ -149,7 +161,7 @@ class Service:
         state = self.pipeline.state()
         self._rendering_state = state
         metrics = generate_latest(self._registry)
-        status = json.dumps(status_document(state, self.config), allow_nan=False, default=str).encode()
+        status = json.dumps(_json_safe(status_document(state, self.config)), allow_nan=False, default=str).encode()
         return Published(state, metrics, status, ready, time.monotonic())
 
     def _poll_loop(self) -> None:
@@ -158,10 +170,12 @@ class Service:
         while not self._stop.is_set():
             try:
                 self.poll_once()
-            except Exception:  # noqa: BLE001 - the loop must survive anything a target sends
-                log.exception("poll_failed")
-                self.published = Published(self.published.state, self.published.metrics, self.published.status,
-                                           True, time.monotonic())
+            except Exception as exc:  # noqa: BLE001 - the loop must survive anything a target sends
+                # A bug, not a target fault (those are handled above). Log it once per kind and do
+                # not refresh the liveness tick: if it persists, /healthz fails and the pod restarts.
+                if self._last_logged.get(("poll_failed",)) != repr(exc)[:200]:
+                    self._last_logged[("poll_failed",)] = repr(exc)[:200]
+                    log.exception("poll_failed")
             next_tick += interval
             now = time.monotonic()
             if next_tick < now:  # overran: skip missed ticks rather than bunch polls together
