@@ -225,3 +225,21 @@ def test_replay_without_a_config_learns_the_target_names_from_the_recording(tmp_
     strict = subprocess.run([sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
                             capture_output=True, text=True, timeout=60)
     assert strict.returncode == 2 and "pod-a" in strict.stderr
+
+
+def test_a_route_that_vanishes_while_its_target_stays_up_stops_being_served():
+    from prometheus_client import generate_latest
+    from specwatch.collector import registry_for
+
+    a, b = FakeVllm(model_name="a"), FakeVllm(model_name="b")
+    pipeline = Pipeline(from_mapping(CONFIG))
+    for i in range(1, 8):
+        for fake in (a, b):
+            for _ in range(10):
+                fake.step(0, batch=8, accepted_per_request=PATTERN, itl_seconds=0.02)
+        text = a.text() + (b.text() if i < 6 else "")  # model b leaves after the 5th poll
+        pipeline.ingest("vllm", 5.0 * i, text)
+        pipeline.evaluate(5.0 * i)
+        exposition = generate_latest(registry_for(pipeline.state)).decode()
+        assert ('specwatch_acceptance_rate{route="b"' in exposition) == (3 <= i < 6), i  # from the first window over the guard
+        assert 'specwatch_acceptance_rate{route="a"' in exposition or i < 3

@@ -111,7 +111,7 @@ class SpecwatchCollector(Collector):
             expects.add_metric(labels, 1 if route.expects_speculation else 0)
             if route.baseline_itl_p99_seconds is not None:
                 baseline.add_metric(labels, route.baseline_itl_p99_seconds)
-            if route.target in down:
+            if route.target in down or not route.current:
                 continue
             if route.spec_present:
                 for kind in (K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED):

@@ -61,6 +61,9 @@ class RouteState:
     itl_sum: float
     itl_count: float
     evaluations: tuple[RouteEvaluation, ...]
+    # False when the route was missing from its target's latest good poll (e.g. vLLM restarted
+    # with another --served-model-name): its values are then not served, but kept for its return.
+    current: bool = True
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,7 @@ class Pipeline:
                 mirrored=mirrored, positions=tuple(sorted(positions.items())),
                 itl_buckets=tuple(sorted(buckets.items())), itl_sum=itl_sum, itl_count=itl_count,
                 evaluations=route.evaluations,
+                current=route.last_seen_poll == self._targets[route.target].polls,
             ))
         return State(self._t, targets, tuple(routes), self._evaluated)
 
