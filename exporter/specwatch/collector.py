@@ -105,6 +105,8 @@ class SpecwatchCollector(Collector):
         # stale (DESIGN.md §6, RELIABILITY.md §6.1). The windows and verdicts are kept inside and
         # come back unchanged with the next good poll.
         down = {t.name for t in state.targets if t.up is False}
+        for name, target, expected in state.unmatched_routes:
+            expects.add_metric([name, target], 1 if expected else 0)
         for route in state.routes:
             labels = [route.route, route.target]
             info.add_metric([route.route, route.target, route.model_name, route.method, route.schema], 1)

@@ -85,6 +85,9 @@ class State:
     targets: tuple[TargetState, ...]
     routes: tuple[RouteState, ...]
     evaluated: bool
+    # Configured routes that matched nothing yet: (route, target, expects_speculation). A route
+    # whose match is wrong must still be visible, or SpecDecodeMetricsMissing could never fire.
+    unmatched_routes: tuple[tuple[str, str, bool], ...] = ()
 
 
 @dataclass
@@ -274,7 +277,9 @@ class Pipeline:
                 evaluations=route.evaluations,
                 current=route.last_seen_poll == self._targets[route.target].polls,
             ))
-        return State(self._t, targets, tuple(routes), self._evaluated)
+        unmatched = tuple((r.name, r.target, r.expect_speculation) for r in self.config.routes
+                          if r.name not in self._routes)
+        return State(self._t, targets, tuple(routes), self._evaluated, unmatched)
 
 
 def evaluation_record(evaluation: RouteEvaluation) -> dict[str, Any]:
