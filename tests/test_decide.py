@@ -104,38 +104,67 @@ def test_high_alpha_at_small_batch_keeps_speculation_with_the_model_numbers():
     json.dumps(a.recommended_config)  # ready for --speculative-config
 
 
-def test_alpha_below_breakeven_at_high_batch_is_disable():
-    be = cmod.breakeven_acceptance_rate(CM, 256, 3)
-    a = assess(CM, stats(alpha=be - 0.1, batch=256), DECISION, "eagle3", None)
+def test_alpha_below_breakeven_at_high_batch_with_no_paying_draft_length_is_disable():
+    a = assess(CM, stats(alpha=0.05, batch=256), DECISION, "eagle3", None)
     assert a.candidate == "disable"
-    assert a.acceptance_margin == pytest.approx(-0.1)
+    assert a.recommended_draft_length == 0
+    # Still worth it at small batches at most: the schedule then ends with K=0 at the live batch.
+    sched = (a.recommended_config or {}).get("num_speculative_tokens_per_batch_size", [[1, 512, 0]])
+    assert next(k for lo, hi, k in sched if lo <= 256 <= hi) == 0
     assert a.expected_speedup < 1
 
 
+def test_below_breakeven_at_k_while_a_shorter_draft_pays_is_shorten_not_disable():
+    """The verdict and the recommended config must agree: if K'=1 still pays, say shorten."""
+    be = cmod.breakeven_acceptance_rate(CM, 256, 3)
+    a = assess(CM, stats(alpha=be - 0.1, batch=256), DECISION, "eagle3", None)
+    assert a.acceptance_margin == pytest.approx(-0.1) and a.expected_speedup < 1
+    assert a.recommended_draft_length >= 1
+    assert a.candidate == "shorten"
+    assert cmod.expected_speedup_for_positions(
+        CM, 256, cmod.position_rates_from_alpha(be - 0.1, 3)[:a.recommended_draft_length]) > 1
+
+
 def test_margin_keeps_a_verdict_from_flapping_around_the_line():
+    # K=1: no shorter draft exists, so the line between keep and disable is the only decision.
     b = 160
-    be = cmod.breakeven_acceptance_rate(CM, b, 3)
+    be = cmod.breakeven_acceptance_rate(CM, b, 1)
     just_below, just_above = be - 0.01, be + 0.01  # inside the ±0.02 band
     # Coming from keep, slightly below the line is not yet disable ...
-    assert assess(CM, stats(alpha=just_below, batch=b), DECISION, "eagle3", "keep").candidate != "disable"
+    assert assess(CM, stats(alpha=just_below, k=1, batch=b), DECISION, "eagle3", "keep").candidate == "keep"
     # ... and coming from disable, slightly above is not yet back on.
-    assert assess(CM, stats(alpha=just_above, batch=b), DECISION, "eagle3", "disable").candidate == "disable"
+    assert assess(CM, stats(alpha=just_above, k=1, batch=b), DECISION, "eagle3", "disable").candidate == "disable"
     # Outside the band both directions move.
-    assert assess(CM, stats(alpha=be - 0.03, batch=b), DECISION, "eagle3", "keep").candidate == "disable"
-    assert assess(CM, stats(alpha=be + 0.03, batch=b), DECISION, "eagle3", "disable").candidate != "disable"
+    assert assess(CM, stats(alpha=be - 0.03, k=1, batch=b), DECISION, "eagle3", "keep").candidate == "disable"
+    assert assess(CM, stats(alpha=be + 0.03, k=1, batch=b), DECISION, "eagle3", "disable").candidate == "keep"
 
 
-def test_a_weak_tail_position_recommends_shorten_with_a_schedule():
+def test_a_weak_tail_position_recommends_shorten_with_a_config_for_the_live_batch():
     rates = (0.8, 0.6, 0.05, 0.01)  # positions 2 and 3 rarely survive
     alpha = sum(rates) / 4
     a = assess(CM, stats(alpha=alpha, k=4, batch=96, rates=rates), DECISION, "eagle3", "keep")
     assert a.candidate == "shorten"
     assert 0 < a.recommended_draft_length < 4
-    assert a.recommended_config["num_speculative_tokens"] == 4
-    sched = a.recommended_config.get("num_speculative_tokens_per_batch_size")
-    assert sched and sched[0][0] == 1
+    # One band over every batch is written as a plain num_speculative_tokens.
+    sched = a.recommended_config.get("num_speculative_tokens_per_batch_size",
+                                     [[1, 512, a.recommended_config["num_speculative_tokens"]]])
+    assert sched[0][0] == 1
     band = next(k for lo, hi, k in sched if lo <= 96 <= hi)
     assert band == a.recommended_draft_length
+    # num_speculative_tokens is the schedule's maximum (vLLM clamps every band to it).
+    assert a.recommended_config["num_speculative_tokens"] == max(k for _, _, k in sched) <= 4
+
+
+def test_the_config_names_no_method_it_only_guessed_and_no_schedule_vllm_cannot_apply():
+    rates = (0.8, 0.6, 0.05, 0.01)
+    s = stats(alpha=sum(rates) / 4, k=4, batch=96, rates=rates)
+    guessed = assess(CM, s, DECISION, "eagle3", "keep", config_method=None).recommended_config
+    assert "method" not in guessed
+    assert assess(CM, s, DECISION, "mtp", "keep", config_method="mtp").recommended_config["method"] == "mtp"
+    for unusable in (replace(s, engines=2), replace(s, schema="v1-legacy-itl")):  # DP > 1, or older than 0.24
+        config = assess(CM, unusable, DECISION, "eagle3", "keep").recommended_config
+        assert "num_speculative_tokens_per_batch_size" not in config
+        assert config["num_speculative_tokens"] == assess(CM, unusable, DECISION, "eagle3", "keep").recommended_draft_length
 
 
 def test_cost_uses_measured_draft_length_not_configured_k():

@@ -91,9 +91,15 @@ def test_verdict_changes_when_and_only_when_the_scenario_crosses_breakeven(name,
             assert settled["verdict"] == c["to"], f"{name}/{route}: {settled['verdict']} at {by:.0f}s, expected {c}"
 
 
-def test_mixed_routes_are_judged_separately():
-    scenario = sim.load_scenario("mixed-routes")
-    assert scenario.expected["verdicts"] == {"chat": "shorten", "code": "disable"}
+def test_mixed_routes_are_judged_separately(tmp_path):
+    scenario, records = timeline("mixed-routes", tmp_path)
+    last = {}
+    for r in records:
+        last[r["route"]] = r
+    assert {route: r["verdict"] for route, r in last.items()} == scenario.expected["verdicts"]
+    assert last["chat"]["acceptance_rate"] == pytest.approx(0.7, abs=0.02)
+    assert last["code"]["acceptance_rate"] == pytest.approx(0.4, abs=0.02)
+    assert last["chat"]["recommended_draft_length"] == 2 and last["code"]["recommended_draft_length"] == 1
 
 
 def test_demo_runs_for_a_fixed_duration_and_prints_the_table():

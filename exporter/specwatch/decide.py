@@ -45,7 +45,8 @@ def _num(x: Any) -> float | None:
 
 
 def assess(cm: cmod.CostModel, stats: Any, decision: Any, method: str | None,
-           previous_verdict: str | None, max_batch: int = DEFAULT_SCHEDULE_MAX_BATCH) -> Assessment:
+           previous_verdict: str | None, max_batch: int = DEFAULT_SCHEDULE_MAX_BATCH,
+           config_method: str | None = "same") -> Assessment:
     """Assess one route/window. ``stats`` is a specwatch.derive.WindowStats (duck-typed),
     ``decision`` has min_drafts, margin, hold. ``previous_verdict`` is the verdict in effect,
     which sets the side of the hysteresis band."""
@@ -82,22 +83,37 @@ def assess(cm: cmod.CostModel, stats: Any, decision: Any, method: str | None,
         p = cmod.position_rates_from_alpha(alpha, k_window)
     best_k = cmod.best_draft_length(cm, b, p)
     b_max = cmod.max_speculative_batch_size(cm, k, alpha)
-    schedule = cmod.recommend_schedule(cm, p, max(int(max_batch), int(math.ceil(b))))
+    # The config names the method only when it is known (vLLM exports none; an inferred cost class
+    # must not switch the user's drafter). A batch schedule only where vLLM can apply it: V1
+    # schema (0.24+ has num_speculative_tokens_per_batch_size) and one engine (off with DP > 1).
+    named = method if config_method == "same" else config_method
+    if getattr(stats, "schema", "v1") == "v1" and (getattr(stats, "engines", 1) or 1) <= 1:
+        schedule = cmod.recommend_schedule(cm, p, max(int(max_batch), int(math.ceil(b))))
+    else:
+        schedule = [[1, max(int(max_batch), int(math.ceil(b))), best_k]]
     config = None
-    if any(kk > 0 for _, _, kk in schedule):
-        config = cmod.speculative_config(method, int(k_window), schedule)
+    k_max = max(kk for _, _, kk in schedule)
+    if k_max > 0:
+        config = cmod.speculative_config(named, int(k_max), schedule)
 
     # Hysteresis: once disabled, speculation must clear the line by `margin` to come back;
     # otherwise it must fall `margin` below it to be disabled.
     line = breakeven + margin if previous_verdict == "disable" else breakeven - margin
     # The same band in speedup units (dS/dalpha = K·T_base/T_spec) for the shorten decision.
-    band = margin * k * cm.base_step_time(b) / cm.spec_step_time(b, k)
+    band = margin * cm.draft_coverage * k * cm.base_step_time(b) / cm.spec_step_time(b, k)
     s_best = cmod.expected_speedup_for_positions(cm, b, p[:best_k]) if best_k > 0 else 1.0
     s_now = cmod.expected_speedup_for_positions(cm, b, p[:k_window]) if p else speedup
-    if alpha < line or (best_k == 0 and speedup < 1.0 + band):
-        candidate = "disable"
-    elif best_k < k_window and (previous_verdict == "shorten" or s_best - s_now > band):
+    # The same hysteresis in speedup units: leaving disable needs 1 + band, entering it 1 - band.
+    speed_line = 1.0 + band if previous_verdict == "disable" else 1.0 - band
+    if best_k == 0:
+        # No draft length pays: disable, unless alpha at the measured K is still inside the band.
+        candidate = "disable" if (alpha < line or speedup < speed_line) else "keep"
+    elif best_k < k_window and (alpha < line or previous_verdict == "shorten" or s_best - s_now > band):
+        # Below the line at K but a shorter draft pays: the actionable verdict is shorten, and the
+        # recommended config says so (disable would contradict it).
         candidate = "shorten"
+    elif alpha < line:
+        candidate = "disable"
     else:
         candidate = "keep"
 

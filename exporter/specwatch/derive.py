@@ -43,6 +43,8 @@ class WindowStats:
     itl_per_token_mean_seconds: float | None = None
     generation_tokens: float | None = None
     draft_coverage: float | None = None  # Δdrafts / Δrequest-steps (ITL observations), in (0, 1]
+    schema: str = "v1"
+    engines: int = 1
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -148,7 +150,8 @@ def window_stats(view: WindowView, route: str, window: str, now: float, *, confi
 
     stats: dict[str, object] = dict(route=route, window=window, t=now, samples=view.samples,
                                     span_seconds=view.span_seconds, spec_present=latest.spec_present,
-                                    configured_k=latest.configured_k or configured_k_hint)
+                                    configured_k=latest.configured_k or configured_k_hint,
+                                    schema=latest.schema, engines=max(len(latest.engines), 1))
 
     if latest.schema == SCHEMA_V0:
         stats.update(_v0_acceptance(latest, configured_k_hint))

@@ -113,7 +113,7 @@ class _RouteRecord:
     fresh: bool = True  # a snapshot arrived since the last evaluation
     verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
     evaluations: tuple[RouteEvaluation, ...] = ()
-    method: str = "auto"
+    method: str = "auto:unknown"
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,9 @@ def resolve_method(configured: str, stats: WindowStats) -> str:
     drafters always propose K. The result names its origin: "auto:ngram" or "auto:eagle3"."""
     if configured != "auto":
         return configured
-    if stats.draft_length is not None and stats.configured_k and stats.draft_length < 0.98 * stats.configured_k:
+    if stats.draft_length is None or not stats.configured_k or stats.configured_k < 2:
+        return "auto:unknown"  # with K=1 every drafter proposes exactly one token: no evidence
+    if stats.draft_length < 0.98 * stats.configured_k:
         return "auto:ngram"
     return "auto:eagle3"
 
@@ -207,19 +209,29 @@ class Pipeline:
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self, now: float) -> list[RouteEvaluation]:
         out: list[RouteEvaluation] = []
+        configured = self.config.draft.method
+        config_method = None if configured == "auto" else configured
         for name, route in self._routes.items():
             evaluations = []
+            windows = []
             for width, label in zip(self.config.windows, self.config.window_labels):
                 view = route.window.view(now, width)
-                if view is None:
-                    continue
-                stats = window_stats(view, name, label, now, configured_k_hint=self.config.draft.k)
+                if view is not None:
+                    windows.append((width, label, view,
+                                    window_stats(view, name, label, now, configured_k_hint=self.config.draft.k)))
+            # One cost class per route, from the longest window that saw drafts (stable across windows).
+            if configured != "auto":
+                route.method = configured
+            for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
+                if stats.draft_length is not None:
+                    route.method = resolve_method(configured, stats)
+                    break
+            for width, label, view, stats in windows:
                 guard = self._guard(stats, view.last.snapshot)
-                method = resolve_method(self.config.draft.method, stats)
-                route.method = method
                 previous = route.verdicts.get(label)
-                assessment = decide.assess(self.cost_model, stats, self.config.decision, method.split(":")[-1],
-                                           previous.current if previous else None)
+                assessment = decide.assess(self.cost_model, stats, self.config.decision,
+                                           route.method.split(":")[-1], previous.current if previous else None,
+                                           config_method=config_method)
                 if route.fresh or previous is None:
                     state = decide.next_verdict(previous, assessment.candidate, self.config.decision.hold)
                     route.verdicts[label] = state

@@ -486,9 +486,10 @@ class Simulator:
                 "breakeven_acceptance_rate": be,
                 "expected_speedup": sp,
                 "best_k": best,
-                # DESIGN.md §5: disable (best K' = 0 or speedup < 1) > shorten (best K' < K) > keep.
-                "verdict": ("spec_off" if not k else "disable" if best == 0 or sp < 1
-                            else "shorten" if best < k else "keep"),
+                # decide.py's rule without the band: disable when no draft length pays, shorten when
+                # a shorter one pays better (even if K itself is below break-even), else keep.
+                "verdict": ("spec_off" if not k else "disable" if best == 0
+                            else "shorten" if best < k else "disable" if sp < 1 else "keep"),
                 "concurrency": rp.concurrency,
                 "rate": rp.rate,
             }
