@@ -243,3 +243,23 @@ def test_a_route_that_vanishes_while_its_target_stays_up_stops_being_served():
         exposition = generate_latest(registry_for(pipeline.state)).decode()
         assert ('specwatch_acceptance_rate{route="b"' in exposition) == (3 <= i < 6), i  # from the first window over the guard
         assert 'specwatch_acceptance_rate{route="a"' in exposition or i < 3
+
+
+def test_a_model_joining_a_route_matched_on_engine_adds_its_new_drafts_not_its_lifetime():
+    """Route `match: {engine: "0"}` spans every model on engine 0: a model that appears with a
+    long history must count from its first sighting (Prometheus's rule per series, then sum)."""
+    old_timer = FakeVllm(model_name="b")
+    for _ in range(1000):
+        old_timer.step(0, batch=8, accepted_per_request=[0], itl_seconds=0.02)  # 8000 drafts of history
+    config = {**CONFIG, "routes": [{"name": "engine0", "match": {"engine": "0"}}]}
+    a = FakeVllm(model_name="a")
+    lines = []
+    for i in range(1, 12):
+        for fake in (a, old_timer):
+            for _ in range(10):
+                fake.step(0, batch=8, accepted_per_request=PATTERN, itl_seconds=0.02)
+        text = a.text() + (old_timer.text() if i >= 6 else "")
+        lines.append(json.dumps({"t": 5.0 * i, "target": "vllm", "text": text}))
+    last = [r for r in evaluations(lines, config) if r["window"] == "30s"][-1]
+    assert last["drafts"] == 6 * 10 * 8 + 5 * 10 * 8  # a: six polls in the window; b: five since it appeared
+    assert last["acceptance_rate"] == pytest.approx(19 / 32)

@@ -102,6 +102,15 @@ def _labels(sample: Sample) -> dict[str, str]:
     return dict(sample.labels)
 
 
+def _series_id(labels: Mapping[str, str]) -> str:
+    """One series of a canonical counter: its engine, and its model when a route spans several
+    (a route matched on engine alone). Deltas are taken per series before any sum, so a series
+    that appears or vanishes is a new series, never a jump of the sum."""
+    engine = labels.get("engine", "0")
+    model = labels.get("model_name")
+    return f"{engine}/{model}" if model else engine
+
+
 class _RouteBuilder:
     def __init__(self, route: str, model_name: str):
         self.route = route
@@ -152,7 +161,7 @@ def snapshots(families: Mapping[str, Family], *, t: float, target: str,
             continue  # V0's spec counters are sums of running totals (vLLM PR #15415): unusable
         for s in fam.samples:
             labels = _labels(s)
-            engine = labels.get("engine", "0")
+            engine = _series_id(labels)
             for b in routes_for(labels):
                 b.counters[(key, engine)] = b.counters.get((key, engine), 0.0) + s.value
                 b.engines.add(engine)
@@ -161,12 +170,12 @@ def snapshots(families: Mapping[str, Family], *, t: float, target: str,
         for s in fam.created:
             labels = _labels(s)
             for b in routes_for(labels):
-                b.created[(key, labels.get("engine", "0"))] = s.value
+                b.created[(key, _series_id(labels))] = s.value
     fam = families.get(ACCEPTED_PER_POS)
     if fam is not None and schema != SCHEMA_V0:
         for s in fam.samples:
             labels = _labels(s)
-            engine = labels.get("engine", "0")
+            engine = _series_id(labels)
             try:
                 position = int(labels.get("position", ""))
             except ValueError:
@@ -182,11 +191,11 @@ def snapshots(families: Mapping[str, Family], *, t: float, target: str,
             except ValueError:
                 continue
             for b in routes_for(labels):
-                b.created[(K_POS, labels.get("engine", "0"), position)] = s.value
+                b.created[(K_POS, _series_id(labels), position)] = s.value
     if itl_family is not None:
         for s in itl_family.samples:
             labels = _labels(s)
-            engine = labels.get("engine", "0")
+            engine = _series_id(labels)
             if s.name.endswith("_bucket"):
                 key = (K_ITL_BUCKET, engine, float(labels["le"]))
             elif s.name.endswith("_sum"):
@@ -199,25 +208,25 @@ def snapshots(families: Mapping[str, Family], *, t: float, target: str,
         for s in itl_family.created:
             labels = _labels(s)
             for b in routes_for(labels):
-                b.created[("itl", labels.get("engine", "0"))] = s.value
+                b.created[("itl", _series_id(labels))] = s.value
     fam = families.get(ITERATION_TOKENS)
     if fam is not None:
         for s in fam.samples:
             if not s.name.endswith("_count"):
                 continue
             labels = _labels(s)
-            engine = labels.get("engine", "0")
+            engine = _series_id(labels)
             for b in routes_for(labels):
                 b.counters[(K_STEPS, engine)] = b.counters.get((K_STEPS, engine), 0.0) + s.value
         for s in fam.created:
             labels = _labels(s)
             for b in routes_for(labels):
-                b.created[(K_STEPS, labels.get("engine", "0"))] = s.value
+                b.created[(K_STEPS, _series_id(labels))] = s.value
     fam = families.get(RUNNING)
     if fam is not None:
         for s in fam.samples:
             labels = _labels(s)
-            engine = labels.get("engine", "0")
+            engine = _series_id(labels)
             for b in routes_for(labels):
                 b.running[engine] = b.running.get(engine, 0.0) + s.value
                 b.engines.add(engine)
