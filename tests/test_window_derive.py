@@ -143,3 +143,15 @@ def test_histogram_quantile_agrees_with_an_independent_reimplementation_on_rando
         for q in (0.5, 0.9, 0.99):
             ours = histogram_quantile(q, list(zip(bounds, counts)))
             assert math.isclose(ours, reference(q, bounds, counts), rel_tol=1e-12), (q, counts)
+
+
+def test_the_poll_clock_never_steps_back_with_the_wall_clock(monkeypatch):
+    import time as time_module
+    from specwatch.scrape import steady_clock
+
+    wall = [1_000_000.0]
+    monkeypatch.setattr(time_module, "time", lambda: wall[0])
+    clock = steady_clock()
+    first = clock()
+    wall[0] -= 3600  # an NTP step back by an hour
+    assert clock() >= first

@@ -11,10 +11,11 @@ import time
 from typing import IO
 
 from .config import Config
-from .scrape import Scraper, ScrapeError
+from .scrape import Scraper, ScrapeError, steady_clock
 
 
-def record(config: Config, out: IO[str], duration: float, *, clock=time.time, sleep=time.sleep) -> int:
+def record(config: Config, out: IO[str], duration: float, *, clock=None, sleep=time.sleep) -> int:
+    clock = clock or steady_clock()
     scrapers = {t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers)
                 for t in config.targets}
     lines = 0

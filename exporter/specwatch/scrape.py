@@ -20,6 +20,13 @@ import requests
 CHUNK = 64 * 1024
 
 
+def steady_clock():
+    """Wall-clock seconds that never step: Unix time at start plus monotonic time since. Windows are
+    taken on these times, so an NTP step back cannot make new polls look older than old ones."""
+    wall0, mono0 = time.time(), time.monotonic()
+    return lambda: wall0 + (time.monotonic() - mono0)
+
+
 class ScrapeError(Exception):
     """A failed poll; `reason` is one of timeout, connect, http_status, too_large, invalid."""
 

@@ -26,7 +26,7 @@ from . import __version__
 from .collector import registry_for
 from .config import Config
 from .pipeline import Pipeline, State, evaluation_record
-from .scrape import Scraper, ScrapeError
+from .scrape import Scraper, ScrapeError, steady_clock
 
 log = structlog.get_logger("specwatch")
 
@@ -90,9 +90,9 @@ def _json_safe(value: Any) -> Any:
 
 
 class Service:
-    def __init__(self, config: Config, *, clock=time.time):
+    def __init__(self, config: Config, *, clock=None):
         self.config = config
-        self.clock = clock
+        self.clock = clock or steady_clock()
         self.pipeline = Pipeline(config)
         self.scrapers = {t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers)
                          for t in config.targets}
