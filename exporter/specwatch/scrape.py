@@ -10,12 +10,16 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 CHUNK = 64 * 1024
 
@@ -42,6 +46,35 @@ class ScrapeResult:
     bytes: int
 
 
+class _WatchedPool:
+    """A connection pool that tells its adapter which connection a request runs on."""
+    on_connection: Callable[[Any], None] | None = None
+
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)  # type: ignore[misc]
+        if self.on_connection is not None:
+            self.on_connection(conn)
+        return conn
+
+
+class _DeadlineAdapter(HTTPAdapter):
+    """requests' timeouts bound each socket read, not the request: a server that drips its headers
+    one line at a time would hold a poll forever. This adapter knows the connection in use, so a
+    watchdog can cut it at the deadline whatever phase the request is in."""
+
+    def __init__(self, on_connection: Callable[[Any], None]):
+        self._on_connection = on_connection
+        super().__init__(max_retries=0, pool_connections=1, pool_maxsize=1)
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        hook = staticmethod(self._on_connection)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": type("WatchedHTTPPool", (_WatchedPool, HTTPConnectionPool), {"on_connection": hook}),
+            "https": type("WatchedHTTPSPool", (_WatchedPool, HTTPSConnectionPool), {"on_connection": hook}),
+        }
+
+
 class Scraper:
     def __init__(self, url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] | None = None):
         self.url = url
@@ -50,6 +83,11 @@ class Scraper:
         self.session = requests.Session()
         self.session.trust_env = False
         self.session.max_redirects = 0
+        self._conn: Any = None
+        self._expired = False
+        adapter = _DeadlineAdapter(self._track)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
         self.headers = {
             "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
             "Accept-Encoding": "gzip",
@@ -60,7 +98,35 @@ class Scraper:
     def close(self) -> None:
         self.session.close()
 
+    def _track(self, conn: Any) -> None:
+        self._conn = conn
+
+    def _cut(self) -> None:
+        """Watchdog at the deadline: shut the socket down so any blocked read returns at once."""
+        self._expired = True
+        sock = getattr(self._conn, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def fetch(self) -> ScrapeResult:
+        self._expired = False
+        self._conn = None
+        watchdog = threading.Timer(self.timeout, self._cut)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            return self._fetch()
+        except ScrapeError as exc:
+            if self._expired and exc.reason != "timeout":
+                raise ScrapeError("timeout", f"whole-request deadline of {self.timeout:g}s passed") from None
+            raise
+        finally:
+            watchdog.cancel()
+
+    def _fetch(self) -> ScrapeResult:
         start = time.monotonic()
         deadline = start + self.timeout
         try:
