@@ -155,3 +155,38 @@ def test_the_poll_clock_never_steps_back_with_the_wall_clock(monkeypatch):
     first = clock()
     wall[0] -= 3600  # an NTP step back by an hour
     assert clock() >= first
+
+
+def test_a_half_applied_step_in_multiprocess_mode_is_not_taken_for_a_restart():
+    """Without _created, a scrape can land between vLLM's increments of one step: drafts counted,
+    its draft tokens not yet. That is one step's worth, not a restart."""
+    w = RouteWindow(600)
+    running = {"0": 16.0}
+
+    def mp_snap(t, drafts, tokens, accepted):
+        return RouteSnapshot(t=t, target="vllm", route="r", model_name="m", schema="v1", spec_present=True,
+                             engines=("0",), configured_k=4, created={}, running=running,
+                             counters={("drafts", "0"): drafts, ("draft_tokens", "0"): tokens,
+                                       ("accepted", "0"): accepted})
+
+    assert not w.ingest(mp_snap(0, 1_000_000, 4_000_000, 2_000_000))
+    # 16 drafts of the last step are in, their 64 tokens and 40 accepted are not yet.
+    assert not w.ingest(mp_snap(5, 1_000_016, 4_000_000, 2_000_000))
+    assert not w.ingest(mp_snap(10, 1_000_400, 4_001_600, 2_000_960))
+    assert w.resets == 0
+    assert w.view(10, 600).increase(("drafts", "0")) == 400
+
+
+def test_a_hidden_restart_that_breaks_vllms_identities_is_still_detected_without_created():
+    w = RouteWindow(600)
+
+    def mp_snap(t, drafts, tokens, accepted):
+        return RouteSnapshot(t=t, target="vllm", route="r", model_name="m", schema="v1", spec_present=True,
+                             engines=("0",), configured_k=4, created={}, running={"0": 4.0},
+                             counters={("drafts", "0"): drafts, ("draft_tokens", "0"): tokens,
+                                       ("accepted", "0"): accepted})
+
+    w.ingest(mp_snap(0, 100, 400, 100))
+    # Restarted and counted past the old values: 150 drafts, 600 tokens, 500 accepted since the restart.
+    assert w.ingest(mp_snap(5, 150, 600, 500))
+    assert w.view(5, 600).increase(("accepted", "0")) == 500

@@ -159,8 +159,11 @@ def window_stats(view: WindowView, route: str, window: str, now: float, *, confi
         stats["drafts"] = drafts
         stats["draft_tokens"] = draft_tokens
         stats["accepted_tokens"] = accepted
-        stats["acceptance_rate"] = _ratio(accepted, draft_tokens)
-        if drafts > 0:
+        alpha = _ratio(accepted, draft_tokens)
+        # Impossible for one vLLM process (a restart nothing revealed): absent rather than wrong.
+        consistent = alpha is None or alpha <= 1.0
+        stats["acceptance_rate"] = alpha if consistent else None
+        if drafts > 0 and consistent:
             stats["mean_acceptance_length"] = 1.0 + accepted / drafts
             stats["draft_length"] = draft_tokens / drafts
             if latest.configured_k:

@@ -109,7 +109,7 @@ class RouteWindow:
             # old values within one poll show no drop. The interval then breaks vLLM's identities
             # (accepted <= draft tokens, drafts <= draft tokens, accepted at a position <= drafts), so
             # the engine restarted: count its values from 0, all together, like a visible reset.
-            for engine in _broken_engines(deltas):
+            for engine in _broken_engines(deltas, _one_step_slack(snap, self.latest)):
                 for key, value in snap.counters.items():
                     if key[1] == engine:
                         reset_groups.add(reset_group(key))
@@ -142,17 +142,31 @@ class RouteWindow:
         return WindowView(chosen[0], chosen[-1], chosen)
 
 
-def _broken_engines(deltas: Mapping[tuple, float]) -> set[str]:
-    """Engines whose deltas over one poll are impossible for one vLLM process (it restarted)."""
+def _one_step_slack(snap: RouteSnapshot, previous: RouteSnapshot | None) -> float:
+    """How far one engine step's counter updates can be caught half-applied. In multiprocess mode a
+    scrape reads the counters while another process is still incrementing them one after the
+    other, so a poll can hold drafts of a step whose tokens are not counted yet: up to the batch
+    times the draft length on each counter."""
+    running = [v for s in (snap, previous) if s is not None for v in s.running.values()]
+    batch = max(running, default=0.0)
+    k = snap.configured_k or 1
+    return 2.0 * max(batch, 1.0) * (k + 1)
+
+
+def _broken_engines(deltas: Mapping[tuple, float], slack: float = 0.0) -> set[str]:
+    """Engines whose deltas over one poll are impossible for one vLLM process (it restarted),
+    beyond what one half-applied step can explain."""
     broken = set()
     engines = {key[1] for key in deltas if key[0] == K_DRAFT_TOKENS}
     for engine in engines:
         tokens = deltas[(K_DRAFT_TOKENS, engine)]
         drafts = deltas.get((K_DRAFTS, engine))
         accepted = deltas.get((K_ACCEPTED, engine))
-        if tokens < 0 or (accepted is not None and accepted > tokens) or (drafts is not None and drafts > tokens):
+        if (tokens < -slack or (accepted is not None and accepted > tokens + slack)
+                or (drafts is not None and drafts > tokens + slack)):
             broken.add(engine)
             continue
-        if drafts is not None and any(key[0] == K_POS and key[1] == engine and d > drafts for key, d in deltas.items()):
+        if drafts is not None and any(key[0] == K_POS and key[1] == engine and d > drafts + slack
+                                      for key, d in deltas.items()):
             broken.add(engine)
     return broken
