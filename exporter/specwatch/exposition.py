@@ -219,6 +219,7 @@ class Selector:
                     labels, end = _parse_labels(line, brace, lineno)
                     if end != close + 1:
                         raise ExpositionError("parse", "unexpected text after the labels", lineno)
+                    labels = tuple(sorted(labels))  # label order is not significant in the format
                     if len(label_cache) >= LABEL_CACHE_SIZE:
                         label_cache.clear()  # bounded, whatever a target sends
                     label_cache[raw] = labels

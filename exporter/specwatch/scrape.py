@@ -16,12 +16,23 @@ import time
 import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 CHUNK = 64 * 1024
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials or query: safe to log and to serve on /api/v1/status."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def steady_clock():
@@ -133,9 +144,9 @@ class Scraper:
             response = self.session.get(self.url, headers=self.headers, stream=True, allow_redirects=False,
                                         timeout=(min(self.timeout, 1.0), self.timeout))
         except requests.exceptions.ConnectTimeout as exc:
-            raise ScrapeError("timeout", f"connect timed out: {exc}") from None
+            raise ScrapeError("timeout", "connect timed out") from None  # requests' text holds the URL
         except requests.exceptions.ReadTimeout as exc:
-            raise ScrapeError("timeout", f"no response in time: {exc}") from None
+            raise ScrapeError("timeout", "no response in time") from None
         except requests.exceptions.TooManyRedirects:
             # max_redirects=0 makes requests raise on any 3xx even with allow_redirects=False (it
             # never sends the next request): this is the target answering with a redirect.

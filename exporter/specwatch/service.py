@@ -26,7 +26,7 @@ from . import __version__
 from .collector import registry_for
 from .config import Config
 from .pipeline import Pipeline, State, evaluation_record
-from .scrape import Scraper, ScrapeError, steady_clock
+from .scrape import Scraper, ScrapeError, redact_url, steady_clock
 
 log = structlog.get_logger("specwatch")
 
@@ -70,7 +70,7 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
             "baseline_itl_p99_seconds": route.baseline_itl_p99_seconds, "windows": windows,
         })
     targets = [{
-        "name": t.name, "url": t.url, "up": t.up, "last_success": t.last_success,
+        "name": t.name, "url": redact_url(t.url), "up": t.up, "last_success": t.last_success,
         "scrape_duration_seconds": t.scrape_duration, "errors": dict(t.errors), "counter_resets": t.resets,
         "schema": t.schema, "polls": t.polls,
     } for t in state.targets]
@@ -153,6 +153,8 @@ class Service:
 
     def _log_change(self, key: tuple, value: Any, event: str, **fields: Any) -> None:
         """One log line per state change, not one per poll."""
+        if len(self._last_logged) > 10_000:
+            self._last_logged.clear()  # route churn must not grow memory; at worst a line repeats
         if self._last_logged.get(key) != value:
             self._last_logged[key] = value
             log.info(event, **fields)
