@@ -19,7 +19,7 @@ Labels = tuple[tuple[str, str], ...]
 # Limits on what a selected line may carry: parse cost must stay bounded whatever a target sends.
 MAX_LABELS_PER_SERIES = 64
 MAX_LABEL_VALUE_LENGTH = 4096
-MAX_SELECTED_SERIES = 100_000
+MAX_SELECTED_SERIES = 5_000  # 16 DP engines of vLLM select ~900; memory holds one window of these
 LABEL_CACHE_SIZE = 4096  # distinct label texts remembered between polls
 
 

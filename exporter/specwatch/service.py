@@ -31,7 +31,7 @@ from .scrape import Scraper, ScrapeError, redact_url, steady_clock
 log = structlog.get_logger("specwatch")
 
 MAX_CONNECTIONS = 64          # concurrent HTTP connections; more are refused, never queued behind slow ones
-CLIENT_SOCKET_TIMEOUT = 10.0  # an idle client is dropped after this
+CLIENT_SOCKET_TIMEOUT = 5.0  # an idle client is dropped after this (connections are capped)
 
 
 @dataclass(frozen=True)
