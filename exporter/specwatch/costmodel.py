@@ -583,7 +583,7 @@ class CostModel:
         key = (tokens, context_tokens)
         hit = memo.get(key)
         if hit is None:
-            if len(memo) > 65536:
+            if len(memo) > 4096:  # bounded: a long-lived model sees ever new batch sizes
                 memo.clear()
             hit = memo[key] = self._step_time(tokens, context_tokens)
         return hit
