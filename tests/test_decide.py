@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from dataclasses import replace
 from types import SimpleNamespace
@@ -13,33 +12,7 @@ import pytest
 from specwatch import costmodel as cmod
 from specwatch.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
 
-try:  # the lead's dataclass; the fields are the shared interface
-    from specwatch.derive import WindowStats
-except ImportError:  # pragma: no cover - stand-in until derive.py lands
-    from dataclasses import dataclass
-
-    @dataclass(frozen=True)
-    class WindowStats:  # type: ignore[no-redef]
-        route: str
-        window: str
-        t: float
-        samples: int
-        span_seconds: float
-        spec_present: bool
-        drafts: float | None = None
-        draft_tokens: float | None = None
-        accepted_tokens: float | None = None
-        acceptance_rate: float | None = None
-        mean_acceptance_length: float | None = None
-        draft_length: float | None = None
-        configured_k: int | None = None
-        position_rates: tuple[float, ...] | None = None
-        batch_size: float | None = None
-        itl_p50_seconds: float | None = None
-        itl_p99_seconds: float | None = None
-        itl_per_token_mean_seconds: float | None = None
-        generation_tokens: float | None = None
-
+from specwatch.derive import WindowStats
 
 DECISION = SimpleNamespace(min_drafts=500, margin=0.02, hold=2)
 CM = cmod.CostModel(cmod.HARDWARE_PRESETS["h100-sxm"], cmod.MODEL_PRESETS["llama-3.1-8b"], context_tokens=1024,
