@@ -53,8 +53,8 @@ def format_duration(seconds: float) -> str:
     """Inverse of parse_duration for labels: 60 -> '1m', 300 -> '5m', 30 -> '30s', 0.5 -> '500ms'."""
     for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
         if seconds >= size and abs(seconds / size - round(seconds / size)) < 1e-9:
-            return f"{int(round(seconds / size))}{unit}"
-    return f"{int(round(seconds * 1000))}ms"
+            return f"{round(seconds / size)}{unit}"
+    return f"{round(seconds * 1000)}ms"
 
 
 def parse_size(value: object, key: str) -> int:

@@ -1,5 +1,6 @@
 """Configuration: YAML file + SPECWATCH_* environment + flags -> one frozen Config.
 
+- nodes.py   Key, Section, Items: the building blocks of the table
 - schema.py  every key once: kind, bounds, description, example, environment variable
 - kinds.py   how each kind of value is parsed and described as JSON schema; ConfigError
 - result.py  the typed, frozen dataclasses the rest of specwatch reads (defaults live here)
@@ -46,6 +47,18 @@ def parse_size(value: object, key: str) -> int:
 
 
 __all__ = [
-    "Config", "ConfigError", "DecisionConfig", "DraftConfig", "HardwareConfig", "LogConfig", "ModelConfig",
-    "RouteConfig", "TargetConfig", "format_duration", "from_mapping", "load", "parse_duration", "parse_size",
+    "Config",
+    "ConfigError",
+    "DecisionConfig",
+    "DraftConfig",
+    "HardwareConfig",
+    "LogConfig",
+    "ModelConfig",
+    "RouteConfig",
+    "TargetConfig",
+    "format_duration",
+    "from_mapping",
+    "load",
+    "parse_duration",
+    "parse_size",
 ]

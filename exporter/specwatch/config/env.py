@@ -6,11 +6,13 @@ their own variable (SPECWATCH_TARGET_URL).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .kinds import Kind
-from .schema import ENV_PREFIX, SCHEMA, Items, Key, Section
+from .nodes import ENV_PREFIX, Items, Key, Section
+from .schema import SCHEMA
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -51,7 +52,7 @@ class Kind:
         return text
 
 
-_KEY_PREFIX = re.compile(r"^([a-z_]+(?:\[[0-9]+\])?(?:\.[a-z_]+(?:\[[0-9]+\])?)*):\s*(.*)$", re.S)
+_KEY_PREFIX = re.compile(r"^([a-z_]+(?:\[[0-9]+\])?(?:\.[a-z_]+(?:\[[0-9]+\])?)*):\s*(.*)$", re.DOTALL)
 
 
 def error_from(exc: Exception, fallback_key: str) -> ConfigError:
@@ -60,12 +61,13 @@ def error_from(exc: Exception, fallback_key: str) -> ConfigError:
     The key comes from the exception's `key` attribute (and `detail`, the message without it);
     errors that do not carry one yet are read as "<key>: <reason>" text, else get fallback_key."""
     key = getattr(exc, "key", None)
-    text = str(exc).strip("'\"")
+    # str(KeyError("x")) is "'x'": take the message itself.
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
     if isinstance(key, str) and key:
         detail = getattr(exc, "detail", None)
         if isinstance(detail, str):
             return ConfigError(key, detail)
-        return ConfigError(key, text[len(key) + 1:].strip() if text.startswith(key + ":") else text)
+        return ConfigError(key, text[len(key) + 1 :].strip() if text.startswith(key + ":") else text)
     match = _KEY_PREFIX.match(text)
     if match:
         return ConfigError(match.group(1), match.group(2))
@@ -133,7 +135,9 @@ class Number(Kind):
             try:
                 value = int(str(value)) if self.integer else float(value)
             except (TypeError, ValueError, OverflowError):
-                raise ConfigError(key, f"expected {'an integer' if self.integer else 'a number'}, got {value!r}") from None
+                raise ConfigError(
+                    key, f"expected {'an integer' if self.integer else 'a number'}, got {value!r}"
+                ) from None
         if not math.isfinite(value):
             raise ConfigError(key, f"must be a finite number, got {value!r}")
         if self.integer and float(value) != int(value):

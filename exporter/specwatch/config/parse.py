@@ -8,15 +8,17 @@ Every error is a ConfigError naming the dotted key, so the CLI prints one line a
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import yaml
 
 from ..units import format_duration
 from .env import apply_env
 from .kinds import ConfigError, Context, error_from
+from .nodes import FROM_RESULT, Items, Key, Section, result_fields
 from .result import Config, RouteConfig, TargetConfig
-from .schema import FROM_RESULT, SCHEMA, Items, Key, Section, result_fields
+from .schema import SCHEMA
 
 
 def _where(parent: str, name: str) -> str:
@@ -72,8 +74,13 @@ def _parse_items(node: Items, raw: Any, key: str, ctx: Context) -> list[dict[str
     return [parse_section(node.item, item, f"{key}[{i}]", ctx) for i, item in enumerate(raw)]
 
 
-def from_mapping(raw: Mapping[str, Any] | None, *, base_dir: str = ".", environ: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> Config:
+def from_mapping(
+    raw: Mapping[str, Any] | None,
+    *,
+    base_dir: str = ".",
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
     """Build a validated Config from a parsed YAML mapping, SPECWATCH_* variables and flag overrides
     (flags win over the environment, which wins over the file)."""
     environ = os.environ if environ is None else environ
@@ -97,32 +104,43 @@ def _build(values: dict[str, Any]) -> Config:
     for i, window in enumerate(values.get("windows", ())):
         # A ratio needs two snapshots, and a failed poll should not empty the window.
         if window < 2 * poll_interval:
-            raise ConfigError(f"windows[{i}]", f"must be at least 2 x poll_interval ({format_duration(2 * poll_interval)})")
+            raise ConfigError(
+                f"windows[{i}]", f"must be at least 2 x poll_interval ({format_duration(2 * poll_interval)})"
+            )
 
     # The default deadline leaves a fifth of the interval free, so polls never overlap.
     default_timeout = min(TargetConfig.timeout, 0.8 * poll_interval)
-    targets = tuple(TargetConfig(**{"name": "vllm" if i == 0 else f"target{i}", "timeout": default_timeout, **t})
-                    for i, t in enumerate(values.get("targets") or [{}]))
+    targets = tuple(
+        TargetConfig(**{"name": "vllm" if i == 0 else f"target{i}", "timeout": default_timeout, **t})
+        for i, t in enumerate(values.get("targets") or [{}])
+    )
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise ConfigError("targets", "names must be unique")
     for i, target in enumerate(targets):
         if target.timeout >= poll_interval:
-            raise ConfigError(f"targets[{i}].timeout", f"must be shorter than poll_interval "
-                              f"({format_duration(poll_interval)}) so polls never overlap")
+            raise ConfigError(
+                f"targets[{i}].timeout",
+                f"must be shorter than poll_interval ({format_duration(poll_interval)}) so polls never overlap",
+            )
 
     routes = []
     for i, route in enumerate(values.get("routes") or []):
         target = route.get("target", names[0] if len(names) == 1 else None)
         if target not in names:
-            raise ConfigError(f"routes[{i}].target", f"{target!r} is not a configured target ({', '.join(sorted(names))})")
+            raise ConfigError(
+                f"routes[{i}].target", f"{target!r} is not a configured target ({', '.join(sorted(names))})"
+            )
         routes.append(RouteConfig(**{**route, "target": target}))
     if len({r.name for r in routes}) != len(routes):
         raise ConfigError("routes", "names must be unique")
 
     hardware = values.get("hardware")
-    if hardware is not None and hardware.preset is None and (hardware.bandwidth_bytes_per_second is None
-                                                             or hardware.flops is None):
+    if (
+        hardware is not None
+        and hardware.preset is None
+        and (hardware.bandwidth_bytes_per_second is None or hardware.flops is None)
+    ):
         raise ConfigError("hardware", "give a preset or both bandwidth_bytes_per_second and flops")
     return Config(**{**values, "targets": targets, "routes": tuple(routes)})
 
@@ -137,8 +155,9 @@ def _check_cost_model(config: Config) -> None:
         raise error_from(exc, "model.config_json" if config.model.config_json else "model") from None
 
 
-def load(path: str | None, *, environ: Mapping[str, str] | None = None,
-         overrides: Mapping[str, Any] | None = None) -> Config:
+def load(
+    path: str | None, *, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Config:
     """Load a YAML file (or only defaults when path is None), then env, then flag overrides."""
     raw: dict[str, Any] = {}
     base_dir = "."

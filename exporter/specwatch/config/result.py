@@ -6,8 +6,9 @@ key and every key a field. Defaults live here, once; the schema reads them for d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ..units import format_duration
 

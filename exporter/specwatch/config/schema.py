@@ -27,14 +27,14 @@ fresh process each, median of 7, peak RSS from ru_maxrss):
     import pydantic_settings alone              +22 MiB over bare Python, 250-480 ms import
 
 The replay benchmark peaks at 31 MB in total; a third more memory and a few hundred ms of start-up
-for a config file read once is not worth a fifth runtime dependency. This table plus its walker is
-smaller than the hand-written parser it replaces, and keeps the chart, env and docs derived.
+for a file read once is not worth a fifth runtime dependency, and pydantic would still need the
+same cross-key rules, the chart-specific schema tweaks and the "key: reason" error lines written
+by hand. The package's own kinds (config/kinds.py) and walker (config/parse.py) do it with PyYAML.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
-from typing import Any, Union
+from typing import Any
 
 from .kinds import (
     Choice,
@@ -42,7 +42,6 @@ from .kinds import (
     DurationList,
     Flag,
     JsonFile,
-    Kind,
     Listen,
     Name,
     Number,
@@ -52,6 +51,7 @@ from .kinds import (
     Text,
     Url,
 )
+from .nodes import Items, Key, Section
 from .result import (
     Config,
     DecisionConfig,
@@ -63,83 +63,11 @@ from .result import (
     TargetConfig,
 )
 
-ENV_PREFIX = "SPECWATCH_"
-
-
-class _FromResult:
-    def __repr__(self) -> str:
-        return "<dataclass default>"
-
-
-FROM_RESULT: Any = _FromResult()
-
-
-@dataclass(frozen=True)
-class Key:
-    """One value. `env`: "" derives SPECWATCH_<PATH>, None means no variable, else the name."""
-
-    name: str
-    kind: Kind
-    doc: str
-    example: Any = None
-    nullable: bool = False
-    required: bool = False
-    env: str | None = ""
-    # Result fields the parsed value fills, for kinds that parse to a tuple (path, content).
-    fields: tuple[str, ...] = ()
-    # A default different from the dataclass's (hardware given as a mapping has no preset).
-    default: Any = FROM_RESULT
-    # A default that depends on other keys, for docs.
-    default_doc: str = ""
-    chart: bool = True
-
-
-@dataclass(frozen=True)
-class Section:
-    """A mapping of keys parsed into the `result` dataclass. `shorthand`: a bare string sets that key."""
-
-    name: str
-    result: type
-    keys: tuple[Node, ...]
-    doc: str
-    shorthand: str | None = None
-
-
-@dataclass(frozen=True)
-class Items:
-    """A list of sections (targets, routes). Item keys have no environment variable, except an
-    explicit `env` name, which sets that key of the first item (SPECWATCH_TARGET_URL)."""
-
-    name: str
-    item: Section
-    doc: str
-    min_items: int = 0
-    nullable: bool = True
-    default_doc: str = ""
-
-
-Node = Union[Key, Section, Items]
-
-
-def result_fields(key: Key) -> tuple[str, ...]:
-    return key.fields or (key.name,)
-
-
-def default_of(section: Section, node: Node) -> Any:
-    """The value a key takes when absent: its own default, else the dataclass field's."""
-    if isinstance(node, Key) and node.default is not FROM_RESULT:
-        return node.default
-    for spec in fields(section.result):
-        if spec.name == node.name:
-            if spec.default is not MISSING:
-                return spec.default
-            if spec.default_factory is not MISSING:
-                return spec.default_factory()
-    return None
-
 
 def _costmodel() -> Any:
-    from .. import costmodel  # the cost model owns presets, dtypes and methods; config lists them
+    from .. import (
+        costmodel,  # the cost model owns presets, dtypes and methods; config lists them
+    )
 
     return costmodel
 
@@ -168,94 +96,230 @@ def _fixed(*values: str) -> Any:
 POSITIVE = Number(minimum=0, exclusive_minimum=True)
 FRACTION = Number(minimum=0, maximum=1, exclusive_minimum=True)
 
-TARGET = Section("targets", TargetConfig, doc="a vLLM /metrics endpoint", keys=(
-    Key("name", Name(), "label value of the target's series", example="vllm-0",
-        default_doc="vllm for the first target, target<i> for the others"),
-    Key("url", Url(), "http(s) URL of vLLM's /metrics; redirects are not followed, proxies ignored",
-        example="http://10.0.0.1:8000/metrics", env="SPECWATCH_TARGET_URL"),
-    Key("timeout", Duration(), "whole-request deadline, shorter than poll_interval", example="1s",
-        default_doc="min(2s, 0.8 x poll_interval)"),
-    Key("max_bytes", Size(), "cap on the decoded body (gzip bombs stop here)", example="4MiB"),
-    Key("headers", StringMap(env_refs=True), 'request headers; values may be "${ENV_VAR}", never logged',
-        example={"Authorization": "Bearer ${VLLM_API_KEY}"}, nullable=True),
-))
+TARGET = Section(
+    "targets",
+    TargetConfig,
+    doc="a vLLM /metrics endpoint",
+    keys=(
+        Key(
+            "name",
+            Name(),
+            "label value of the target's series",
+            example="vllm-0",
+            default_doc="vllm for the first target, target<i> for the others",
+        ),
+        Key(
+            "url",
+            Url(),
+            "http(s) URL of vLLM's /metrics; redirects are not followed, proxies ignored",
+            example="http://10.0.0.1:8000/metrics",
+            env="SPECWATCH_TARGET_URL",
+        ),
+        Key(
+            "timeout",
+            Duration(),
+            "whole-request deadline, shorter than poll_interval",
+            example="1s",
+            default_doc="min(2s, 0.8 x poll_interval)",
+        ),
+        Key("max_bytes", Size(), "cap on the decoded body (gzip bombs stop here)", example="4MiB"),
+        Key(
+            "headers",
+            StringMap(env_refs=True),
+            'request headers; values may be "${ENV_VAR}", never logged',
+            example={"Authorization": "Bearer ${VLLM_API_KEY}"},
+            nullable=True,
+        ),
+    ),
+)
 
-ROUTE = Section("routes", RouteConfig, doc="a named traffic class on one target", keys=(
-    Key("name", Name(), "route label value", example="code", required=True),
-    Key("target", Text(), "name of the target it is served by (optional with one target)",
-        example="vllm", nullable=True),
-    Key("match", StringMap(keys=("model_name", "engine"), keys_hint="only model_name and engine can be matched"),
-        "vLLM labels that select the route's series", example={"model_name": "llama-code"}, nullable=True),
-    Key("baseline_itl_p99_seconds", POSITIVE, "spec-off P99 inter-token latency, for the ITL regression alert",
-        example=0.045, nullable=True),
-    Key("expect_speculation", Flag(), "alert when speculative-decoding metrics are missing", example=False),
-))
+ROUTE = Section(
+    "routes",
+    RouteConfig,
+    doc="a named traffic class on one target",
+    keys=(
+        Key("name", Name(), "route label value", example="code", required=True),
+        Key(
+            "target",
+            Text(),
+            "name of the target it is served by (optional with one target)",
+            example="vllm",
+            nullable=True,
+        ),
+        Key(
+            "match",
+            StringMap(keys=("model_name", "engine"), keys_hint="only model_name and engine can be matched"),
+            "vLLM labels that select the route's series",
+            example={"model_name": "llama-code"},
+            nullable=True,
+        ),
+        Key(
+            "baseline_itl_p99_seconds",
+            POSITIVE,
+            "spec-off P99 inter-token latency, for the ITL regression alert",
+            example=0.045,
+            nullable=True,
+        ),
+        Key("expect_speculation", Flag(), "alert when speculative-decoding metrics are missing", example=False),
+    ),
+)
 
-HARDWARE = Section("hardware", HardwareConfig, shorthand="preset",
-                   doc="a preset name, or a mapping with a preset and/or measured figures", keys=(
-    Key("preset", Choice(hardware_presets, noun="preset"), "GPU preset of the cost model", example="h200",
-        nullable=True, default=None),
-    Key("bandwidth_bytes_per_second", POSITIVE, "HBM bandwidth per GPU", example=3.35e12, nullable=True),
-    Key("flops", POSITIVE, "dense peak FLOP/s per GPU", example=989e12, nullable=True),
-    Key("mbu", FRACTION, "achieved fraction of the bandwidth", example=0.7, nullable=True),
-    Key("mfu", FRACTION, "achieved fraction of the FLOP/s", example=0.5, nullable=True),
-    Key("overhead_seconds", Number(minimum=0), "fixed cost per engine step", example=0.002, nullable=True),
-))
+HARDWARE = Section(
+    "hardware",
+    HardwareConfig,
+    shorthand="preset",
+    doc="a preset name, or a mapping with a preset and/or measured figures",
+    keys=(
+        Key(
+            "preset",
+            Choice(hardware_presets, noun="preset"),
+            "GPU preset of the cost model",
+            example="h200",
+            nullable=True,
+            default=None,
+        ),
+        Key("bandwidth_bytes_per_second", POSITIVE, "HBM bandwidth per GPU", example=3.35e12, nullable=True),
+        Key("flops", POSITIVE, "dense peak FLOP/s per GPU", example=989e12, nullable=True),
+        Key("mbu", FRACTION, "achieved fraction of the bandwidth", example=0.7, nullable=True),
+        Key("mfu", FRACTION, "achieved fraction of the FLOP/s", example=0.5, nullable=True),
+        Key("overhead_seconds", Number(minimum=0), "fixed cost per engine step", example=0.002, nullable=True),
+    ),
+)
 
-MODEL = Section("model", ModelConfig, doc="the target model: a preset, a config.json, or a parameter count", keys=(
-    Key("preset", Choice(model_presets, noun="preset"), "model preset of the cost model", example="llama-3.1-8b",
-        nullable=True),
-    Key("config_json", JsonFile(), "path of the model's Hugging Face config.json (relative to this file)",
-        example="/models/llama/config.json", nullable=True, fields=("config_json", "hf_config")),
-    Key("params", Number(minimum=0, exclusive_minimum=True, numeric_strings=True), "parameter count",
-        example=8e9, nullable=True),
-    Key("dtype", Choice(weight_dtypes), "weight dtype", example="fp8"),
-    Key("layers", Number(minimum=1, integer=True), "decoder layers (with params)", example=32, nullable=True),
-    Key("kv_heads", Number(minimum=1, integer=True), "KV heads (with params)", example=8, nullable=True),
-    Key("head_dim", Number(minimum=1, integer=True), "head dimension (with params)", example=128, nullable=True),
-    Key("context_tokens", Number(minimum=0, integer=True), "mean context per request", example=4096,
-        nullable=True),
-))
+MODEL = Section(
+    "model",
+    ModelConfig,
+    doc="the target model: a preset, a config.json, or a parameter count",
+    keys=(
+        Key(
+            "preset",
+            Choice(model_presets, noun="preset"),
+            "model preset of the cost model",
+            example="llama-3.1-8b",
+            nullable=True,
+        ),
+        Key(
+            "config_json",
+            JsonFile(),
+            "path of the model's Hugging Face config.json (relative to this file)",
+            example="/models/llama/config.json",
+            nullable=True,
+            fields=("config_json", "hf_config"),
+        ),
+        Key(
+            "params",
+            Number(minimum=0, exclusive_minimum=True, numeric_strings=True),
+            "parameter count",
+            example=8e9,
+            nullable=True,
+        ),
+        Key("dtype", Choice(weight_dtypes), "weight dtype", example="fp8"),
+        Key("layers", Number(minimum=1, integer=True), "decoder layers (with params)", example=32, nullable=True),
+        Key("kv_heads", Number(minimum=1, integer=True), "KV heads (with params)", example=8, nullable=True),
+        Key("head_dim", Number(minimum=1, integer=True), "head dimension (with params)", example=128, nullable=True),
+        Key("context_tokens", Number(minimum=0, integer=True), "mean context per request", example=4096, nullable=True),
+    ),
+)
 
-DRAFT = Section("draft", DraftConfig, doc="the speculative method (vLLM does not export it)", keys=(
-    Key("method", Choice(draft_methods), "drafter; auto infers n-gram vs model-based from the drafts",
-        example="eagle3"),
-    Key("cost_per_token", Number(minimum=0, maximum=10, exclusive_maximum=True),
-        "fraction of a plain target step per drafted token; null: the method's default", example=0.05,
-        nullable=True),
-    Key("k", Number(minimum=1, maximum=64, integer=True),
-        "configured num_speculative_tokens; null: read from the metrics", example=4, nullable=True),
-))
+DRAFT = Section(
+    "draft",
+    DraftConfig,
+    doc="the speculative method (vLLM does not export it)",
+    keys=(
+        Key(
+            "method",
+            Choice(draft_methods),
+            "drafter; auto infers n-gram vs model-based from the drafts",
+            example="eagle3",
+        ),
+        Key(
+            "cost_per_token",
+            Number(minimum=0, maximum=10, exclusive_maximum=True),
+            "fraction of a plain target step per drafted token; null: the method's default",
+            example=0.05,
+            nullable=True,
+        ),
+        Key(
+            "k",
+            Number(minimum=1, maximum=64, integer=True),
+            "configured num_speculative_tokens; null: read from the metrics",
+            example=4,
+            nullable=True,
+        ),
+    ),
+)
 
-DECISION = Section("decision", DecisionConfig, doc="when a verdict is given and changed", keys=(
-    Key("min_drafts", Number(minimum=1, integer=True),
-        "fewer drafts in a window: insufficient_data, ratio gauges absent", example=1000),
-    Key("margin", Number(minimum=0, maximum=0.5), "hysteresis band around the break-even", example=0.05),
-    Key("hold", Number(minimum=1, maximum=100, integer=True),
-        "evaluations a new verdict must hold before it takes effect", example=3),
-))
+DECISION = Section(
+    "decision",
+    DecisionConfig,
+    doc="when a verdict is given and changed",
+    keys=(
+        Key(
+            "min_drafts",
+            Number(minimum=1, integer=True),
+            "fewer drafts in a window: insufficient_data, ratio gauges absent",
+            example=1000,
+        ),
+        Key("margin", Number(minimum=0, maximum=0.5), "hysteresis band around the break-even", example=0.05),
+        Key(
+            "hold",
+            Number(minimum=1, maximum=100, integer=True),
+            "evaluations a new verdict must hold before it takes effect",
+            example=3,
+        ),
+    ),
+)
 
-LOG = Section("log", LogConfig, doc="structured logs on stderr", keys=(
-    Key("format", Choice(_fixed("json", "console")), "log format", example="console"),
-    Key("level", Choice(_fixed("debug", "info", "warning", "error")), "lowest level logged", example="debug"),
-))
+LOG = Section(
+    "log",
+    LogConfig,
+    doc="structured logs on stderr",
+    keys=(
+        Key("format", Choice(_fixed("json", "console")), "log format", example="console"),
+        Key("level", Choice(_fixed("debug", "info", "warning", "error")), "lowest level logged", example="debug"),
+    ),
+)
 
-SCHEMA = Section("", Config, doc="specwatch config file", keys=(
-    Key("listen", Listen(), "exporter HTTP address [host]:port", example="127.0.0.1:9100", chart=False),
-    Key("poll_interval", Duration(), "time between polls of each target", example="2s"),
-    Key("windows", DurationList(), "rolling windows, each at least 2 x poll_interval; env: comma-separated",
-        example=["30s", "2m"]),
-    Items("targets", TARGET, "vLLM /metrics endpoints", min_items=1,
-          default_doc="one target vllm at http://127.0.0.1:8000/metrics"),
-    Items("routes", ROUTE, "named traffic classes", default_doc="one route per (target, model_name)"),
-    HARDWARE,
-    Key("tensor_parallel", Number(minimum=1, maximum=64, integer=True), "GPUs per model replica", example=4),
-    MODEL,
-    DRAFT,
-    Key("profile", StepTimeProfile(), "measured step-time profile (YAML path or inline) replacing the roofline",
-        example="profile.yaml", nullable=True, fields=("profile", "profile_path")),
-    DECISION,
-    LOG,
-    Key("route_ttl_polls", Number(minimum=1, integer=True), "routes unseen for this many polls are dropped",
-        example=120),
-))
+SCHEMA = Section(
+    "",
+    Config,
+    doc="specwatch config file",
+    keys=(
+        Key("listen", Listen(), "exporter HTTP address [host]:port", example="127.0.0.1:9100", chart=False),
+        Key("poll_interval", Duration(), "time between polls of each target", example="2s"),
+        Key(
+            "windows",
+            DurationList(),
+            "rolling windows, each at least 2 x poll_interval; env: comma-separated",
+            example=["30s", "2m"],
+        ),
+        Items(
+            "targets",
+            TARGET,
+            "vLLM /metrics endpoints",
+            min_items=1,
+            default_doc="one target vllm at http://127.0.0.1:8000/metrics",
+        ),
+        Items("routes", ROUTE, "named traffic classes", default_doc="one route per (target, model_name)"),
+        HARDWARE,
+        Key("tensor_parallel", Number(minimum=1, maximum=64, integer=True), "GPUs per model replica", example=4),
+        MODEL,
+        DRAFT,
+        Key(
+            "profile",
+            StepTimeProfile(),
+            "measured step-time profile (YAML path or inline) replacing the roofline",
+            example="profile.yaml",
+            nullable=True,
+            fields=("profile", "profile_path"),
+        ),
+        DECISION,
+        LOG,
+        Key(
+            "route_ttl_polls",
+            Number(minimum=1, integer=True),
+            "routes unseen for this many polls are dropped",
+            example=120,
+        ),
+    ),
+)
