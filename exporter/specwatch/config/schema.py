@@ -149,18 +149,23 @@ ROUTE = Section(
         Key(
             "match",
             StringMap(keys=("model_name", "engine"), keys_hint="only model_name and engine can be matched"),
-            "vLLM labels that select the route's series",
+            "vLLM labels that select the route's series: model_name and/or engine",
             example={"model_name": "llama-code"},
             nullable=True,
         ),
         Key(
             "baseline_itl_p99_seconds",
             POSITIVE,
-            "spec-off P99 inter-token latency, for the ITL regression alert",
+            "spec-off P99 inter-token latency, for SpecDecodeITLP99Regression",
             example=0.045,
             nullable=True,
         ),
-        Key("expect_speculation", Flag(), "alert when speculative-decoding metrics are missing", example=False),
+        Key(
+            "expect_speculation",
+            Flag(),
+            "SpecDecodeMetricsMissing fires when the spec-decode metrics vanish",
+            example=False,
+        ),
     ),
 )
 
@@ -300,7 +305,12 @@ SCHEMA = Section(
             min_items=1,
             default_doc="one target vllm at http://127.0.0.1:8000/metrics",
         ),
-        Items("routes", ROUTE, "named traffic classes", default_doc="one route per (target, model_name)"),
+        Items(
+            "routes",
+            ROUTE,
+            "named traffic classes",
+            default_doc="one route per (target, model_name), named after model_name",
+        ),
         HARDWARE,
         Key("tensor_parallel", Number(minimum=1, maximum=64, integer=True), "GPUs per model replica", example=4),
         MODEL,
@@ -308,7 +318,7 @@ SCHEMA = Section(
         Key(
             "profile",
             StepTimeProfile(),
-            "measured step-time profile (YAML path or inline) replacing the roofline",
+            "measured step-time profile (YAML path or inline) replacing the roofline (docs/costmodel.md)",
             example="profile.yaml",
             nullable=True,
             fields=("profile", "profile_path"),
