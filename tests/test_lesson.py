@@ -10,12 +10,13 @@ import io
 import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from specwatch import costmodel as cmod
 from specwatch import decide, lesson
+from specwatch.config import Config, DecisionConfig, DraftConfig, ModelConfig
+from specwatch.derive import WindowStats
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("SPECWATCH_UPDATE_GOLDEN") == "1"
@@ -67,13 +68,13 @@ def test_breakeven_json_matches_golden_for_70b_fp8_tp4_from_a_config_file(tmp_pa
 def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
     rc, out = run(["breakeven", "--k", "3", "--batch", "48", "--alpha", "0.55", "--context", "2048", "--format", "json"])
     row = json.loads(out)[0]
-    # The sidecar path: config defaults -> cost_model_from_config -> decide.assess on a window.
-    cfg = SimpleNamespace(model=SimpleNamespace(context_tokens=2048), draft=SimpleNamespace(method="auto", k=3,
-                                                                                            cost_per_token=None))
-    cm = cmod.cost_model_from_config(cfg)
-    stats = SimpleNamespace(spec_present=True, drafts=5000.0, acceptance_rate=0.55, draft_length=3.0,
-                            configured_k=3, position_rates=cmod.position_rates_from_alpha(0.55, 3), batch_size=48.0)
-    a = decide.assess(cm, stats, SimpleNamespace(min_drafts=500, margin=0.02), "auto", None)
+    # The sidecar path: config -> cost_model_from_config -> decide.assess on a window.
+    cm = cmod.cost_model_from_config(Config(model=ModelConfig(context_tokens=2048), draft=DraftConfig(k=3)))
+    stats = WindowStats(route="r", window="1m", t=0.0, samples=10, span_seconds=60.0, spec_present=True,
+                        drafts=5000.0, acceptance_rate=0.55, draft_length=3.0, configured_k=3,
+                        position_rates=cmod.position_rates_from_alpha(0.55, 3), batch_size=48.0)
+    a = decide.assess(cm, stats, DecisionConfig(min_drafts=500, margin=0.02), "auto", None)
+    assert a.breakeven_acceptance_rate is not None and a.expected_speedup is not None
     assert row["breakeven_acceptance_rate"] == round(a.breakeven_acceptance_rate, 4)
     assert row["expected_speedup"] == round(a.expected_speedup, 4)
 

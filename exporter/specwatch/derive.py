@@ -1,6 +1,6 @@
 """Window deltas -> alpha, tau, K, p_i, live batch size and ITL quantiles. Pure functions.
 
-Definitions (DESIGN.md §2, vllm-metrics.md §3) over one window:
+Definitions over one window (the metric contract is in docs/architecture.md):
   alpha = Δaccepted / Δdraft_tokens          (vLLM's acceptance rate)
   K     = Δdraft_tokens / Δdrafts            (mean proposed draft length)
   tau   = 1 + Δaccepted / Δdrafts            (tokens emitted per spec step, bonus included)
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_ITL_BUCKET, K_ITL_COUNT, K_ITL_SUM,
-                   K_POS, K_STEPS, SCHEMA_V0)
+                   K_POS, K_STEPS, SCHEMA_V0, RouteSnapshot)
 from .window import WindowView
 
 
@@ -194,7 +194,7 @@ def window_stats(view: WindowView, route: str, window: str, now: float, *, confi
     return WindowStats(**stats)  # type: ignore[arg-type]
 
 
-def _v0_acceptance(latest, configured_k_hint: int | None) -> dict[str, object]:
+def _v0_acceptance(latest: RouteSnapshot, configured_k_hint: int | None) -> dict[str, object]:
     """V0 exports lifetime per-position acceptance `a`; convert to V1 semantics for the cost model."""
     a = latest.v0_acceptance_rate
     out: dict[str, object] = {}
