@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from specwatch import costmodel as cm_mod
 from specwatch.config import Config, DraftConfig, HardwareConfig, ModelConfig
 from specwatch.costmodel import (

@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 
 import pytest
-
 from specwatch import costmodel as cmod
 from specwatch.config import DecisionConfig
 from specwatch.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from specwatch import costmodel as cmod
 from specwatch import decide, lesson
 from specwatch.config import Config, DecisionConfig, DraftConfig, ModelConfig
@@ -66,7 +65,7 @@ def test_breakeven_json_matches_golden_for_70b_fp8_tp4_from_a_config_file(tmp_pa
 
 
 def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
-    rc, out = run(["breakeven", "--k", "3", "--batch", "48", "--alpha", "0.55", "--context", "2048", "--format", "json"])
+    _rc, out = run(["breakeven", "--k", "3", "--batch", "48", "--alpha", "0.55", "--context", "2048", "--format", "json"])
     row = json.loads(out)[0]
     # The sidecar path: config -> cost_model_from_config -> decide.assess on a window.
     cm = cmod.cost_model_from_config(Config(model=ModelConfig(context_tokens=2048), draft=DraftConfig(k=3)))
@@ -80,7 +79,7 @@ def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
 
 
 def test_breakeven_raw_bandwidth_and_flops_and_draft_cost_flags():
-    rc, out = run(["breakeven", "--bandwidth", "2e12", "--flops", "4e14", "--params", "8e9", "--draft-cost", "0.05",
+    _rc, out = run(["breakeven", "--bandwidth", "2e12", "--flops", "4e14", "--params", "8e9", "--draft-cost", "0.05",
                    "--k", "4", "--batch", "1", "--format", "json"])
     assert json.loads(out)[0]["breakeven_acceptance_rate"] == pytest.approx(0.05, abs=1e-4)
 
@@ -120,7 +119,7 @@ def test_simulate_is_reproducible_with_a_seed_and_changes_with_another():
 
 
 def test_simulated_speedup_and_alpha_track_the_model_over_many_requests():
-    rc, out = run(["simulate", "--alphas", "0.3,0.7", "--k", "3", "--batch", "1,64", "--tokens", "200",
+    _rc, out = run(["simulate", "--alphas", "0.3,0.7", "--k", "3", "--batch", "1,64", "--tokens", "200",
                    "--requests", "40", "--format", "json"])
     for g in json.loads(out)["grid"]:
         assert g["measured_alpha"] == pytest.approx(g["alpha"], abs=0.04)
@@ -173,7 +172,7 @@ def test_plan_markdown_matches_golden_and_has_every_stage():
 def test_plan_at_high_concurrency_flags_the_code_route_below_break_even(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(cmod.MODEL_HF_CONFIGS["llama-3.3-70b"]))
-    rc, out = run(["plan", "--model-config", str(cfg), "--hardware", "h100-sxm", "--dtype", "fp8", "--tp", "4",
+    _rc, out = run(["plan", "--model-config", str(cfg), "--hardware", "h100-sxm", "--dtype", "fp8", "--tp", "4",
                    "--context", "1024", "--k", "5", "--traffic", "chat=0.7:0.7,code=0.3:0.4", "--concurrency", "256"])
     code_row = next(ln for ln in out.splitlines() if ln.startswith("| code"))
     assert code_row.rstrip().endswith("| disable |")

@@ -72,7 +72,7 @@ def assess(cm: cmod.CostModel, stats: WindowStats, decision: DecisionConfig, met
     speedup = cmod.expected_speedup(cm, b, k, alpha)
 
     # Window size of the config = configured K (number of `position` labels), else measured K.
-    k_window = stats.configured_k or max(1, int(math.ceil(k - 1e-9)))
+    k_window = stats.configured_k or max(1, math.ceil(k - 1e-9))
     rates = stats.position_rates
     if rates:
         p = tuple(float(x) for x in rates)
@@ -86,9 +86,9 @@ def assess(cm: cmod.CostModel, stats: WindowStats, decision: DecisionConfig, met
     # schema (0.24+ has num_speculative_tokens_per_batch_size) and one engine (off with DP > 1).
     named = method if config_method == "same" else config_method
     if stats.schema == "v1" and (stats.engines or 1) <= 1:
-        schedule = cmod.recommend_schedule(cm, p, max(int(max_batch), int(math.ceil(b))))
+        schedule = cmod.recommend_schedule(cm, p, max(int(max_batch), math.ceil(b)))
     else:
-        schedule = [[1, max(int(max_batch), int(math.ceil(b))), best_k]]
+        schedule = [[1, max(int(max_batch), math.ceil(b)), best_k]]
     config = None
     k_max = max(kk for _, _, kk in schedule)
     if k_max > 0:

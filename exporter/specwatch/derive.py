@@ -13,11 +13,22 @@ Definitions over one window (the metric contract is in docs/architecture.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from .vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_ITL_BUCKET, K_ITL_COUNT, K_ITL_SUM,
-                   K_POS, K_STEPS, SCHEMA_V0, RouteSnapshot)
+from .vllm import (
+    K_ACCEPTED,
+    K_DRAFT_TOKENS,
+    K_DRAFTS,
+    K_GEN,
+    K_ITL_BUCKET,
+    K_ITL_COUNT,
+    K_ITL_SUM,
+    K_POS,
+    K_STEPS,
+    SCHEMA_V0,
+    RouteSnapshot,
+)
 from .window import WindowView
 
 
@@ -71,8 +82,7 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     # ensureMonotonic: float sums across series can dip by rounding.
     highest = merged[0][1]
     for item in merged:
-        if item[1] < highest:
-            item[1] = highest
+        item[1] = max(item[1], highest)
         highest = item[1]
     observations = merged[-1][1]
     if observations == 0 or math.isnan(observations):
@@ -148,10 +158,10 @@ def window_stats(view: WindowView, route: str, window: str, now: float, *, confi
         elif kind == K_STEPS:
             steps_by_engine[key[1]] = steps_by_engine.get(key[1], 0.0) + delta
 
-    stats: dict[str, object] = dict(route=route, window=window, t=now, samples=view.samples,
-                                    span_seconds=view.span_seconds, spec_present=latest.spec_present,
-                                    configured_k=latest.configured_k or configured_k_hint,
-                                    schema=latest.schema, engines=max(len(latest.engines), 1))
+    stats: dict[str, object] = {"route": route, "window": window, "t": now, "samples": view.samples,
+                                    "span_seconds": view.span_seconds, "spec_present": latest.spec_present,
+                                    "configured_k": latest.configured_k or configured_k_hint,
+                                    "schema": latest.schema, "engines": max(len(latest.engines), 1)}
 
     if latest.schema == SCHEMA_V0:
         stats.update(_v0_acceptance(latest, configured_k_hint))

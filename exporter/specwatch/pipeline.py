@@ -7,15 +7,27 @@ render. No I/O here: the service feeds it from HTTP polls, replay from a recordi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from . import costmodel, decide
 from .config import Config, RouteConfig
 from .derive import WindowStats, window_stats
 from .exposition import ExpositionError
-from .vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_ITL_BUCKET, K_ITL_COUNT, K_ITL_SUM, K_POS,
-                   SCHEMA_V0, RouteMatcher, RouteSnapshot, parse_payload)
+from .vllm import (
+    K_ACCEPTED,
+    K_DRAFT_TOKENS,
+    K_DRAFTS,
+    K_GEN,
+    K_ITL_BUCKET,
+    K_ITL_COUNT,
+    K_ITL_SUM,
+    K_POS,
+    SCHEMA_V0,
+    RouteMatcher,
+    RouteSnapshot,
+    parse_payload,
+)
 from .window import RouteWindow, WindowView
 
 ERROR_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "invalid")
@@ -35,8 +47,10 @@ class RouteEvaluation:
         if name in ASSESSMENT_FIELDS:
             if not self.guard_passed or self.assessment is None:
                 return None
-            return getattr(self.assessment, name)
-        return getattr(self.stats, name)
+            derived: float | None = getattr(self.assessment, name)
+            return derived
+        measured: float | None = getattr(self.stats, name)
+        return measured
 
 
 GUARDED_STATS = {"acceptance_rate", "mean_acceptance_length", "draft_length", "position_rates"}

@@ -46,7 +46,13 @@ from .draft import (
     draft_head_params,
 )
 from .errors import CostModelError
-from .hardware import COMPUTE_DTYPE, DEFAULT_HARDWARE, HARDWARE_PRESETS, HardwareSpec, hardware_from
+from .hardware import (
+    COMPUTE_DTYPE,
+    DEFAULT_HARDWARE,
+    HARDWARE_PRESETS,
+    HardwareSpec,
+    hardware_from,
+)
 from .models import (
     DEFAULT_MODEL,
     DTYPE_BYTES,

@@ -7,13 +7,13 @@ Every function takes a CostModel and asks it only for ``base_step_time``, ``spec
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 from .roofline import CostModel
 from .search import last_true, solve_increasing
 
 #: JSON-compatible value of ``--speculative-config``.
-SpeculativeConfigValue = Union[str, int, list[list[int]]]
+SpeculativeConfigValue = str | int | list[list[int]]
 
 
 def breakeven_acceptance_rate(cm: CostModel, batch: float, k: float) -> float:
@@ -77,8 +77,8 @@ def per_token_rate_from_alpha(alpha: float, k: float) -> float:
 
     def expected_accepted(a: float) -> float:
         if k == int(k):
-            return float(sum(a ** (i + 1) for i in range(int(round(k)))))
-        return a * (1 - a ** k) / (1 - a)
+            return float(sum(a ** (i + 1) for i in range(round(k))))
+        return float(a * (1 - a ** k) / (1 - a))
 
     return solve_increasing(expected_accepted, target)
 

@@ -7,14 +7,21 @@ them get the same numbers for the same inputs. Bad inputs raise CostModelError n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .draft import draft_cost_for
 from .errors import CostModelError
 from .hardware import DEFAULT_HARDWARE, hardware_from
 from .models import HF_CONFIG_KEY, model_from
 from .profile import StepTimeCurve
-from .roofline import DEFAULT_CONTEXT_TOKENS, CostModel
+from .roofline import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_MBU,
+    DEFAULT_MFU,
+    DEFAULT_OVERHEAD_SECONDS,
+    CostModel,
+)
 
 if TYPE_CHECKING:  # config imports this package to validate preset names
     from ..config import Config
@@ -70,15 +77,11 @@ def build_cost_model(
             raise
         raise CostModelError(HF_CONFIG_KEY, str(exc)) from exc
     draft = draft_cost_for(draft_method, spec, draft_cost_per_token, draft_k)
-    efficiency: dict[str, float] = {}
-    if mbu is not None:
-        efficiency["mbu"] = float(mbu)
-    if mfu is not None:
-        efficiency["mfu"] = float(mfu)
-    if overhead_seconds is not None:
-        efficiency["overhead_seconds"] = float(overhead_seconds)
     return CostModel(hardware=hw, model=spec, dtype=dtype, tensor_parallel=int(tensor_parallel),
-                     context_tokens=float(context_tokens), draft=draft, profile=profile, **efficiency)
+                     mbu=DEFAULT_MBU if mbu is None else float(mbu),
+                     mfu=DEFAULT_MFU if mfu is None else float(mfu),
+                     overhead_seconds=DEFAULT_OVERHEAD_SECONDS if overhead_seconds is None else float(overhead_seconds),
+                     context_tokens=float(context_tokens), draft=draft, profile=profile)
 
 
 def cost_model_from_config(cfg: Config) -> CostModel:

@@ -19,4 +19,4 @@ class CostModelError(ValueError):
     @property
     def detail(self) -> str:
         prefix = f"{self.key}: "
-        return self.message[len(prefix):] if self.message.startswith(prefix) else self.message
+        return self.message.removeprefix(prefix)

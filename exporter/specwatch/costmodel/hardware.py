@@ -6,8 +6,8 @@ reasoning are in docs/costmodel.md ("Hardware presets").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .errors import CostModelError
 

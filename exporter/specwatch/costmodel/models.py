@@ -4,8 +4,9 @@ the bytes of weights a forward streams. Formulas and the preset list: docs/costm
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import CostModelError
 
@@ -62,7 +63,7 @@ class ModelSpec:
         if not self.is_moe:
             return 0.0
         e, k = self.num_experts, self.experts_per_token
-        return e * (1.0 - (1.0 - k / e) ** max(tokens, 1.0))
+        return float(e * (1.0 - (1.0 - k / e) ** max(tokens, 1.0)))
 
     def streamed_params(self, tokens: float) -> float:
         """Weights read from HBM by one forward over ``tokens`` tokens."""

@@ -7,9 +7,11 @@ with speculation off (format in docs/costmodel.md, "Measured profile").
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import Protocol, TypeGuard
 
 from .errors import CostModelError
 
@@ -44,7 +46,7 @@ class Profile:
         pts = self.points
         if tokens <= pts[0][0]:
             return pts[0][1]  # fewer tokens cannot be cheaper than the memory-bound floor
-        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        for (x0, y0), (x1, y1) in itertools.pairwise(pts):
             if tokens <= x1:
                 return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
         (x0, y0), (x1, y1) = pts[-2], pts[-1]  # linear extrapolation past the last point
@@ -65,7 +67,7 @@ def _invalid(message: str) -> CostModelError:
     return CostModelError(PROFILE_KEY, message)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return not isinstance(value, bool) and isinstance(value, (int, float))
 
 

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .draft import DRAFT_METHODS, METHOD_ALIASES, NGRAM_FRACTION_OF_VERIFY, DraftCost, draft_cost_for
+from .draft import (
+    DRAFT_METHODS,
+    METHOD_ALIASES,
+    NGRAM_FRACTION_OF_VERIFY,
+    DraftCost,
+    draft_cost_for,
+)
 from .errors import CostModelError
 from .hardware import COMPUTE_DTYPE, HardwareSpec
 from .models import DTYPE_BYTES, ModelSpec, model_total_weight_bytes, model_weight_bytes

@@ -8,17 +8,24 @@ has a report function with explicit parameters and a ``cmd_*`` that reads the fl
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import breakeven, memory, plan, simulate
 from .breakeven import breakeven_rows, breakeven_table, cmd_breakeven
 from .memory import cmd_memory, memory_report, memory_text
 from .options import cost_model_from_flags, target_options
 from .plan import Rollout, cmd_plan, plan_markdown
-from .simulate import SimulationGrid, alpha_for_speedup, cmd_simulate, simulate_cell, simulate_report, simulate_text
+from .simulate import (
+    SimulationGrid,
+    alpha_for_speedup,
+    cmd_simulate,
+    simulate_cell,
+    simulate_report,
+    simulate_text,
+)
 
 
-def add_parsers(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for command in (breakeven, simulate, plan, memory):
         command.add_parser(subparsers)
 

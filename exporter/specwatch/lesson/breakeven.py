@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import IO, Sequence
+from collections.abc import Sequence
+from typing import IO
 
 from .. import costmodel as cmod
-from .options import SMALL_TARGET, cost_model_from_flags, describe, emit_json, ints, rounded, target_options
+from .options import (
+    SMALL_TARGET,
+    cost_model_from_flags,
+    describe,
+    emit_json,
+    ints,
+    rounded,
+    target_options,
+)
 
 BreakevenRow = dict[str, float | None]
 
@@ -28,9 +37,9 @@ def breakeven_rows(cm: cmod.CostModel, batches: Sequence[int], ks: Sequence[int]
 
 def breakeven_table(cm: cmod.CostModel, rows: Sequence[BreakevenRow], alpha: float | None) -> str:
     d = describe(cm)
-    lines = [f"# {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
+    lines = [(f"# {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
              f"{d['context_tokens_per_request']} context tokens/request, draft {d['draft_method']} "
-             f"(c = {d['draft_cost_per_token']} of a step per drafted token)"]
+             f"(c = {d['draft_cost_per_token']} of a step per drafted token)")]
     head = f"{'batch':>6} {'K':>3} {'break-even alpha':>17}"
     if alpha is not None:
         head += f" {'speedup @ alpha=' + format(alpha, 'g'):>20}"
@@ -56,7 +65,7 @@ def cmd_breakeven(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     return 0
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("breakeven", help="break-even acceptance rate vs batch size",
                               parents=[target_options(SMALL_TARGET)],
                               description="Break-even vLLM acceptance rate alpha*(B, K) and the speedup at --alpha.")

@@ -7,7 +7,15 @@ import sys
 from typing import IO, Any
 
 from .. import costmodel as cmod
-from .options import DTYPE_CHOICES, LESSON_TARGET, cost_model_from_flags, emit_json, load_json, rounded, target_options
+from .options import (
+    DTYPE_CHOICES,
+    LESSON_TARGET,
+    cost_model_from_flags,
+    emit_json,
+    load_json,
+    rounded,
+    target_options,
+)
 
 
 def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str, draft_vocab: int,
@@ -47,7 +55,7 @@ def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str
     components = {}
     for key, v in items.items():
         c = {"params_billion": rounded(v["params"] / 1e9, 3), "weights_gb": rounded(v["weights_bytes"] / gb, 3),
-             "kv_bytes_per_token": int(round(v["kv_bytes_per_token"])),
+             "kv_bytes_per_token": round(v["kv_bytes_per_token"]),
              "kv_gb_at_load": rounded(v["kv_bytes_at_load"] / gb, 3),
              "total_gb_at_load": rounded(v["total_bytes_at_load"] / gb, 3)}
         if "name" in v:
@@ -65,10 +73,10 @@ def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str
 
 def memory_text(rep: dict[str, Any]) -> str:
     t = rep["target"]
-    lines = [f"# memory of a drafter for {t['model']} ({t['dtype']}, TP{t['tensor_parallel']}, {t['hardware']}) "
-             f"at {t['concurrency']} requests x {t['context_tokens']} context tokens",
-             f"{'component':<14} {'params (B)':>10} {'weights GB':>11} {'KV B/token':>11} {'KV GB at load':>14} "
-             f"{'total GB':>9}"]
+    lines = [(f"# memory of a drafter for {t['model']} ({t['dtype']}, TP{t['tensor_parallel']}, {t['hardware']}) "
+             f"at {t['concurrency']} requests x {t['context_tokens']} context tokens"),
+             (f"{'component':<14} {'params (B)':>10} {'weights GB':>11} {'KV B/token':>11} {'KV GB at load':>14} "
+             f"{'total GB':>9}")]
     for name, c in rep["components"].items():
         lines.append(f"{name:<14} {c['params_billion']:>10.3f} {c['weights_gb']:>11.2f} {c['kv_bytes_per_token']:>11} "
                      f"{c['kv_gb_at_load']:>14.2f} {c['total_gb_at_load']:>9.2f}")
@@ -100,7 +108,7 @@ def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     return 0
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m = subparsers.add_parser("memory", help="memory of an EAGLE-3 head vs a classic draft model",
                               parents=[target_options(LESSON_TARGET, role="target")],
                               description="Weights + KV of an EAGLE-3 head and of a draft model for a target.")

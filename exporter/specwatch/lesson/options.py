@@ -78,7 +78,7 @@ LESSON_TARGET = ModelDefaults(model="llama-3.3-70b", dtype="fp8", tensor_paralle
 def target_options(defaults: ModelDefaults, role: str = "model") -> argparse.ArgumentParser:
     """The parent parser of every lesson command: GPU, target model, dtype, TP and context."""
     p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("hardware (default: %s)" % defaults.hardware)
+    g = p.add_argument_group(f"hardware (default: {defaults.hardware})")
     g.add_argument("--hardware", choices=sorted(cmod.HARDWARE_PRESETS), default=None, help="GPU preset")
     g.add_argument("--bandwidth", type=float, default=None, help="HBM bytes/s (instead of --hardware)")
     g.add_argument("--flops", type=float, default=None, help="peak bf16 FLOP/s (instead of --hardware)")

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from typing import IO
 
 from .. import costmodel as cmod
-from .options import DEFAULT_TRAFFIC, LESSON_TARGET, Traffic, cost_model_from_flags, describe, target_options, traffic
+from .options import (
+    DEFAULT_TRAFFIC,
+    LESSON_TARGET,
+    Traffic,
+    cost_model_from_flags,
+    describe,
+    target_options,
+    traffic,
+)
 
 
 @dataclass(frozen=True)
@@ -48,12 +56,12 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
     lines = [
         f"# Speculative decoding rollout plan: {d['model']} on {d['tensor_parallel']}x {d['hardware']}",
         "",
-        f"Inputs: {d['dtype']} weights, TP {d['tensor_parallel']}, drafter `{rollout.method}` with K={k}, "
+        (f"Inputs: {d['dtype']} weights, TP {d['tensor_parallel']}, drafter `{rollout.method}` with K={k}, "
         f"target concurrency {b}, {d['context_tokens_per_request']} context tokens per request, "
-        f"traffic {', '.join(f'{n} {s:.0%} at alpha {a}' for n, s, a in traffic)} (blended alpha {blended:.3f}).",
-        f"Model: specwatch cost model (MBU {cm.mbu}, MFU {cm.mfu}, c0 {cm.overhead_seconds * 1e3:.1f} ms, "
+        f"traffic {', '.join(f'{n} {s:.0%} at alpha {a}' for n, s, a in traffic)} (blended alpha {blended:.3f})."),
+        (f"Model: specwatch cost model (MBU {cm.mbu}, MFU {cm.mfu}, c0 {cm.overhead_seconds * 1e3:.1f} ms, "
         f"draft cost {d['draft_cost_per_token']} of a step per drafted token). Estimates, to be replaced by "
-        f"the measurements each stage asks for.",
+        f"the measurements each stage asks for."),
         "",
     ]
     if mem is not None:
@@ -64,11 +72,11 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
     lines += [
         "## Stage 1 - baseline (speculation off)",
         f"- Serve the target plain; run `vllm bench serve` at concurrency {b}.",
-        f"- Expected: decode step {t_base * 1e3:.1f} ms, so ITL about {t_base * 1e3:.1f} ms per token, "
+        (f"- Expected: decode step {t_base * 1e3:.1f} ms, so ITL about {t_base * 1e3:.1f} ms per token, "
         f"throughput about {b / t_base:,.0f} output tokens/s; TTFT for a {rollout.prompt_tokens}-token prompt "
-        f"without queueing about {prefill * 1e3:.0f} ms.",
-        "- Record TTFT, mean and P99 ITL, and output tokens/s. Put the P99 ITL in specwatch's "
-        "`routes[].baseline_itl_p99_seconds`.",
+        f"without queueing about {prefill * 1e3:.0f} ms."),
+        ("- Record TTFT, mean and P99 ITL, and output tokens/s. Put the P99 ITL in specwatch's "
+        "`routes[].baseline_itl_p99_seconds`."),
         "",
         "## Stage 2 - enable speculation",
         "- Add to `--speculative-config` (keep your drafter's `model` path):",
@@ -77,16 +85,16 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
         json.dumps(config, separators=(", ", ": ")) if config else "// the model says speculation does not pay",
         "```",
         "",
-        "- The `num_speculative_tokens_per_batch_size` schedule steps K down as concurrency rises "
+        ("- The `num_speculative_tokens_per_batch_size` schedule steps K down as concurrency rises "
         "(vLLM V1; `disable_by_batch_size` is ignored by V1 and is not used). It is disabled automatically with "
-        "data parallel > 1: then use a fixed `num_speculative_tokens`.",
-        f"- Expected at concurrency {b}: spec step {t_spec * 1e3:.1f} ms vs {t_base * 1e3:.1f} ms plain "
-        f"(verify overhead {t_spec / t_base - 1:.0%}); best K at this concurrency {best}.",
+        "data parallel > 1: then use a fixed `num_speculative_tokens`."),
+        (f"- Expected at concurrency {b}: spec step {t_spec * 1e3:.1f} ms vs {t_base * 1e3:.1f} ms plain "
+        f"(verify overhead {t_spec / t_base - 1:.0%}); best K at this concurrency {best}."),
         "",
         "## Stage 3 - measure alpha per route",
-        "- Run specwatch beside vLLM with one route per traffic class; read "
+        ("- Run specwatch beside vLLM with one route per traffic class; read "
         "`specwatch_acceptance_rate{route=...,window=\"5m\"}` after at least "
-        f"{rollout.min_drafts} drafts per window.",
+        f"{rollout.min_drafts} drafts per window."),
         "",
         "| route | share | alpha (assumed) | break-even at this concurrency | expected speedup | verdict |",
         "|---|---|---|---|---|---|",
@@ -104,21 +112,21 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
         "production mix; at the blended alpha it pays up to "
         + (f"{b_max} concurrent requests" if b_max else "no concurrency at all")
         + (f" (memory holds at most {fits} requests of {int(cm.context_tokens)} tokens)." if fits is not None else "."),
-        "- A route below break-even: serve it from a replica without speculation (gateway routing) or train a "
-        "domain drafter for it.",
+        ("- A route below break-even: serve it from a replica without speculation (gateway routing) or train a "
+        "domain drafter for it."),
         "",
         "## Stage 5 - watch P99 ITL",
-        f"- vLLM's ITL is per step: expect P99 ITL to rise by about {t_spec / t_base - 1:.0%} (a fully rejected "
+        (f"- vLLM's ITL is per step: expect P99 ITL to rise by about {t_spec / t_base - 1:.0%} (a fully rejected "
         f"draft waits one spec step for one token) while the per-token mean falls by about "
-        f"{1 - t_spec / t_base / (1 + k * blended):.0%}.",
-        f"- Alert when P99 ITL exceeds the baseline by more than {t_spec / t_base - 1 + 0.1:.0%} "
-        "(specwatch `SpecDecodeITLP99Regression`).",
+        f"{1 - t_spec / t_base / (1 + k * blended):.0%}."),
+        (f"- Alert when P99 ITL exceeds the baseline by more than {t_spec / t_base - 1 + 0.1:.0%} "
+        "(specwatch `SpecDecodeITLP99Regression`)."),
         "",
         "## Rollback trigger",
-        f"- `SpecDecodeBelowBreakeven` firing (specwatch verdict `disable` held for {rollout.hold} evaluations), or the "
-        "P99 ITL regression above, or output tokens/s below the Stage 1 baseline at the same concurrency.",
-        "- Action: remove `--speculative-config` (or apply the schedule above with K=0 for the affected band) and "
-        "restart; vLLM V1 cannot disable speculation at runtime.",
+        (f"- `SpecDecodeBelowBreakeven` firing (specwatch verdict `disable` held for {rollout.hold} evaluations), or the "
+        "P99 ITL regression above, or output tokens/s below the Stage 1 baseline at the same concurrency."),
+        ("- Action: remove `--speculative-config` (or apply the schedule above with K=0 for the affected band) and "
+        "restart; vLLM V1 cannot disable speculation at runtime."),
         "",
     ]
     return "\n".join(lines)
@@ -136,7 +144,7 @@ def cmd_plan(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     return 0
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pl = subparsers.add_parser("plan", help="staged rollout plan (markdown)", parents=[target_options(LESSON_TARGET)],
                                description="Staged speculative-decoding rollout plan with numbers from the cost model.")
     pl.add_argument("--prompt-tokens", type=int, default=1024, help="prompt length for the TTFT estimate (1024)")

@@ -6,8 +6,9 @@ import argparse
 import math
 import random
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import IO, Any, Sequence
+from typing import IO, Any
 
 from .. import costmodel as cmod
 from .options import (
@@ -185,11 +186,11 @@ def simulate_report(cm: cmod.CostModel, grid: SimulationGrid, mix: Traffic, *, i
 
 def simulate_text(rep: dict[str, Any]) -> str:
     d = rep["model"]
-    lines = [f"# toy decode loop: {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
+    lines = [(f"# toy decode loop: {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
              f"{d['context_tokens_per_request']} ctx, draft cost {d['draft_cost_per_token']} of a step per token, "
-             f"seed {rep['seed']}, {rep['requests']}x{rep['tokens_per_request']} tokens",
-             f"{'B':>4} {'K':>2} {'alpha':>5} {'a*':>6} {'S(model)':>8} {'S(sim)':>7} "
-             f"{'ITL/tok off':>11} {'on':>8} {'P50 off':>8} {'on':>8} {'P99 off':>8} {'on':>8}  (ms)"]
+             f"seed {rep['seed']}, {rep['requests']}x{rep['tokens_per_request']} tokens"),
+             (f"{'B':>4} {'K':>2} {'alpha':>5} {'a*':>6} {'S(model)':>8} {'S(sim)':>7} "
+             f"{'ITL/tok off':>11} {'on':>8} {'P50 off':>8} {'on':>8} {'P99 off':>8} {'on':>8}  (ms)")]
     for g in rep["grid"]:
         lines.append(f"{g['batch']:>4} {g['k']:>2} {g['alpha']:>5.2f} {g['breakeven_acceptance_rate']:>6.3f} "
                      f"{g['expected_speedup']:>7.2f}x {g['measured_speedup']:>6.2f}x "
@@ -206,7 +207,7 @@ def simulate_text(rep: dict[str, Any]) -> str:
         lines.append(f"  overhead {r['overhead']:.2f}: break-even {r['breakeven']}, 2x at {r['alpha_for_2x']}, "
                      f"3x at {r['alpha_for_3x']}")
     bt = a["blended_traffic"]
-    mix = ", ".join("%s %.0f%% @ %s" % (r["route"], r["share"] * 100, r["alpha"]) for r in bt["routes"])
+    mix = ", ".join("{} {:.0f}% @ {}".format(r["route"], r["share"] * 100, r["alpha"]) for r in bt["routes"])
     lines.append(f"\n## blended traffic: alpha = {bt['blended_alpha']} ({mix}), K={bt['k']}")
     for r in bt["per_batch"]:
         below = ", ".join(r["routes_below_breakeven"]) or "none"
@@ -239,7 +240,7 @@ def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     return 0
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = subparsers.add_parser("simulate", help="the lesson's toy speculative decode simulator",
                               parents=[target_options(replace(LESSON_TARGET, context_tokens=1024))],
                               description="Monte-Carlo decode loop with and without speculation over an alpha x K "

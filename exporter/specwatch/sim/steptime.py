@@ -8,7 +8,8 @@ crossings are what a correct sidecar must find. The model is described in docs/c
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .. import costmodel
 
