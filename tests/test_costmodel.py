@@ -442,6 +442,28 @@ def test_profile_kv_correction_charges_only_the_real_context():
     assert cm.step_time(100, 25_000) == pytest.approx(0.02 + 1e-8 * (25_000 - 100_000))
 
 
+class FlatCurve:
+    """A step-time curve that is not a Profile: what a learned model would plug in."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.asked: list[tuple[float, float]] = []
+
+    def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:
+        self.asked.append((tokens, context_tokens))
+        return self.seconds * tokens
+
+
+def test_any_step_time_curve_replaces_the_roofline_for_every_break_even_function():
+    curve = FlatCurve(0.001)
+    cm = build_cost_model(draft_cost_per_token=0.0, context_tokens=1000, profile=curve)
+    assert cm.step_time(8, 8000) == pytest.approx(0.008)
+    assert (8.0, 8000.0) in curve.asked
+    # Verify cost grows with tokens exactly as the curve says: T_spec/T_base = K + 1.
+    assert breakeven_acceptance_rate(cm, 8, 3) == pytest.approx(1.0)
+    assert expected_speedup(cm, 8, 3, 1.0) == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("bad,msg", [
     ({"points": [[1, 0.01]]}, "at least 2"),
     ({"points": [[1, 0.01], [1, 0.02]]}, "strictly increasing"),

@@ -194,3 +194,31 @@ def test_memory_json_matches_golden_eagle3_head_vs_llama_32_1b_for_llama_33_70b(
 def test_missing_model_config_file_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="model-config"):
         run(["breakeven", "--model-config", str(tmp_path / "nope.json"), "--k", "3", "--batch", "1"])
+
+
+# ------------------------------------------------------------------------------------------
+# The report functions take explicit parameters; the commands share one set of target options
+# ------------------------------------------------------------------------------------------
+
+def test_plan_and_memory_reports_called_directly_match_the_commands():
+    cm = cmod.build_cost_model(model="llama-3.3-70b", dtype="fp8", tensor_parallel=4, draft_method="eagle3")
+    mix = [("chat", 0.7, 0.7), ("code", 0.3, 0.4)]
+    _, plan_out = run(["plan", "--traffic", "chat=0.7:0.7,code=0.3:0.4"])
+    assert lesson.plan_markdown(cm, lesson.Rollout(method="eagle3", k=3, concurrency=64, traffic=mix)) == plan_out
+    _, memory_out = run(["memory", "--format", "json"])
+    rep = lesson.memory_report(cm, cmod.MODEL_PRESETS["llama-3.2-1b"], draft_dtype="bf16", draft_vocab=32000,
+                               concurrency=64, context_tokens=2048, gpu_memory_utilization=0.9)
+    assert json.loads(memory_out) == rep
+
+
+@pytest.mark.parametrize("command, numbers", [
+    (["breakeven", "--k", "3", "--batch", "1,64", "--format", "json"], lambda rep: rep),
+    (["memory", "--format", "json"], lambda rep: rep["components"]),
+])
+def test_every_command_accepts_a_preset_a_config_json_or_a_parameter_count_for_the_target(command, numbers, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(cmod.MODEL_HF_CONFIGS["qwen2.5-7b"]))
+    by_preset, by_file, by_params = (numbers(json.loads(run([*command, *target])[1]))
+                                     for target in (["--model", "qwen2.5-7b"], ["--model-config", str(cfg)],
+                                                    ["--params", "7.6e9"]))
+    assert by_preset == by_file != by_params
