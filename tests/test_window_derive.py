@@ -1,11 +1,12 @@
 """Window semantics (Prometheus reset rule, _created resets, whole-histogram resets) and the
 derived values, checked against values computed independently of specwatch."""
 
+import itertools
 import math
 import random
 
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from specwatch.derive import histogram_quantile
 from specwatch.vllm import RouteSnapshot
 from specwatch.window import RouteWindow
@@ -19,7 +20,7 @@ def snap(t, counters, created=None, schema="v1"):
 def prometheus_increase(values):
     """Reference: Prometheus's reset rule over consecutive samples, without extrapolation."""
     total = 0.0
-    for previous, current in zip(values, values[1:]):
+    for previous, current in itertools.pairwise(values):
         total += current - previous if current >= previous else current
     return total
 
@@ -147,6 +148,7 @@ def test_histogram_quantile_agrees_with_an_independent_reimplementation_on_rando
 
 def test_the_poll_clock_never_steps_back_with_the_wall_clock(monkeypatch):
     import time as time_module
+
     from specwatch.scrape import steady_clock
 
     wall = [1_000_000.0]
