@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from support.paths import shared_path
+from support.paths import fixture_path
 
 
 class PayloadServer:
@@ -57,7 +57,7 @@ def free_port():
 
 @pytest.fixture
 def sidecar(tmp_path):
-    files = sorted(shared_path("fixtures", "vllm-cpu-real").glob("0[2-3]*.prom"))
+    files = sorted(fixture_path("vllm-cpu-real").glob("0[2-3]*.prom"))
     server = PayloadServer(p.read_text() for p in files)
     port = free_port()
     config = tmp_path / "specwatch.yaml"
@@ -157,7 +157,7 @@ def test_a_hung_target_does_not_slow_the_polls_of_the_others(tmp_path):
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(16)  # the kernel accepts connections; nobody ever answers
-    good = PayloadServer([shared_path("fixtures", "vllm-cpu-real", "030.prom").read_text()])
+    good = PayloadServer([fixture_path("vllm-cpu-real", "030.prom").read_text()])
     port = free_port()
     config = tmp_path / "two.yaml"
     config.write_text(json.dumps({

@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     run = sub.add_parser("run", help="run the sidecar: poll vLLM /metrics and serve specwatch metrics")
-    run.add_argument("--config", help="YAML config (DESIGN §9); every key optional")
+    run.add_argument("--config", help="YAML config (README: Configuration); every key optional")
     run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")
     run.add_argument("--target", help="override the first target's URL, e.g. http://127.0.0.1:8000/metrics")
     run.set_defaults(func=cmd_run)

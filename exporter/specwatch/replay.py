@@ -2,7 +2,7 @@
 
 The same Pipeline as `specwatch run`, fed from the file instead of HTTP: each recorded poll is
 ingested at its recorded time, then every route and window is evaluated at that time, and one
-JSON line per evaluation is printed (DESIGN.md §8 keys, null where there is no value).
+JSON line per evaluation is printed (the keys of docs/architecture.md §4, null where there is no value).
 """
 
 from __future__ import annotations

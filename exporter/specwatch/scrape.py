@@ -1,11 +1,11 @@
 """HTTP GET of one target's /metrics, bounded in time and in decoded bytes.
 
 - one keep-alive requests.Session per target, trust_env=False (HTTP_PROXY must never capture a
-  loopback poll, RELIABILITY.md V7), no redirects (a 3xx to a metadata address is not followed);
+  loopback poll), no redirects (a 3xx to a metadata address is not followed);
 - a whole-request deadline: requests' timeouts are per socket read, so a server dripping a byte
-  every 0.8 s would hold a poll forever (V5); the deadline is checked between reads and the
+  every 0.8 s would hold a poll forever; the deadline is checked between reads and the
   socket timeout shrinks to the time left;
-- gzip is decoded here, with a cap on *decoded* bytes, so a 200 MiB gzip bomb never reaches memory (V6).
+- gzip is decoded here, with a cap on *decoded* bytes, so a 200 MiB gzip bomb never reaches memory.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Reads the V1 names (0.8.3 .. 0.33), the pre-0.10.2 ITL name (`time_per_output_token_seconds`)
 and the V0 engine's gauges. Counters keep one series per (engine[, position | le]) so the
 window can apply the Prometheus reset rule per series before summing over engines.
-See ../shared/vllm-metrics.md for where each name and quirk comes from.
+docs/architecture.md §5 lists each name per vLLM version and its quirks.
 """
 
 from __future__ import annotations

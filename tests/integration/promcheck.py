@@ -82,7 +82,7 @@ def _increase(vals: list[float], created: list[float | None]) -> float:
 
 
 def window(snaps: list[Snap], t: float, w: float) -> list[Snap]:
-    """DESIGN §2: the snapshots from the oldest with time >= t - w to the newest at or before t."""
+    """docs/architecture.md §3: the snapshots from the oldest with time >= t - w to the newest at or before t."""
     return [s for s in snaps if t - w <= s.t <= t]
 
 

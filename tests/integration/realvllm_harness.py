@@ -339,7 +339,7 @@ def fetch_metrics(url: str, timeout: float = 20) -> tuple[float, str]:
 
 class Recorder:
     """Fetches a target's /metrics every `interval` seconds in a thread and appends
-    DESIGN §8 recording lines {"t", "target", "text"} to a JSONL file (and memory).
+    recording lines (the `specwatch record` format) {"t", "target", "text"} to a JSONL file (and memory).
     Failed fetches (server down during a restart) record nothing."""
 
     def __init__(self, url: str, target: str, path: Path, interval: float = 1.0):

@@ -3,7 +3,7 @@ n-gram speculative decoding (K=4), on loopback.  Issue #10.
 
 Each module fixture drives one bounded scenario against a real server while
 (a) `specwatch run` polls it live, (b) this test records the server's /metrics
-itself every second (DESIGN §8 recording format), and (c) a status sampler reads
+itself every second (the `specwatch record` format), and (c) a status sampler reads
 the sidecar's /api/v1/status and /metrics every second.  The checks compare
 specwatch's numbers with values computed independently (promcheck.py: prometheus_client's
 parser, Prometheus's reset rule and histogram_quantile) from vLLM's own payloads.
@@ -290,7 +290,7 @@ def _save_fixture_payloads(run: Run, tag: str) -> None:
     with open(d / f"{tag}-index.jsonl", "w") as fh:
         for row in index:
             fh.write(json.dumps(row) + "\n")
-    # the whole run as a DESIGN §8 recording, every 10th poll (still crosses every phase and the restart)
+    # the whole run as a recording (`specwatch record` format), every 10th poll (still crosses every phase and the restart)
     with open(d / f"{tag}-recording.jsonl", "w") as fh:
         for r in recs[::10]:
             fh.write(json.dumps(r) + "\n")
@@ -336,7 +336,7 @@ def _replay_compare(run: Run, artifacts: Path) -> tuple[int, list[dict]]:
         for key in ("acceptance_rate", "mean_acceptance_length", "draft_length", "itl_p50_seconds",
                     "itl_p99_seconds"):
             if key in GUARDED_KEYS and guarded and ln.get(key) is None:
-                continue  # below the sample guard the value is absent by design (DESIGN §6)
+                continue  # below the sample guard the value is absent by design (docs/architecture.md §4)
             if not close(ln.get(key), ref[key]):
                 mismatches.append((ln["t"], ln["window"], key, ln.get(key), ref[key]))
         if ref["drafts"] is not None and not close(ln.get("drafts"), ref["drafts"]):
@@ -455,7 +455,7 @@ def test_live_long_window_spans_the_restart_with_prometheus_reset_rule(spec_run)
         # mirrored counters stay monotonic across the restart
         assert close(sample(metrics, "specwatch_drafts_total", route=ROUTE), d(pc.DRAFTS))
         assert close(sample(metrics, "specwatch_accepted_tokens_total", route=ROUTE), d(pc.ACCEPTED))
-        # DESIGN §6 named it specwatch_counter_resets_total; renamed for promtool's lint (docs/design-notes.md)
+        # first planned as specwatch_counter_resets_total; renamed for promtool's lint (docs/design-notes.md)
         resets = sample(metrics, "specwatch_target_restarts_total", target="vllm")
         assert resets is not None and resets >= 1, "the sidecar did not count the restart"
         assert status["targets"][0]["counter_resets"] >= 1

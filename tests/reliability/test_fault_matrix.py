@@ -1,4 +1,4 @@
-"""The fault matrix (RELIABILITY.md §6.1-6.5, issue #8): one named test per fault.
+"""The fault matrix (issue #8): one named test per fault.
 
 Each test runs the real Service against a real loopback HTTP target (the simulator's healthy
 exposition, served by the hostile server), warms it up to a `keep` verdict, applies one fault for
@@ -7,7 +7,7 @@ a few polls, and checks the contract:
   - specwatch_target_up is 0 and specwatch_scrape_errors_total{reason} grew by exactly the polls
     that failed, under the expected reason and no other;
   - the windows are byte-identical to the last good poll and no verdict changed (none logged);
-  - no target-derived series is served while the target is down (DESIGN.md §6: absent, never stale);
+  - no target-derived series is served while the target is down (docs/architecture.md §4: absent, never stale);
   - when the target heals, the next poll is up again, windows move on, the verdict is the same.
 """
 

@@ -1,4 +1,4 @@
-"""Hypothesis properties (RELIABILITY.md §6.4-6.6, issue #8).
+"""Hypothesis properties (issue #8; the window rules are in docs/architecture.md).
 
 - the exposition parser (and everything after it up to the pipeline) raises nothing but
   ExpositionError on arbitrary mutations of real vLLM payloads, and a rejected poll leaves the
@@ -13,32 +13,35 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
 from specwatch.config import from_mapping
 from specwatch.derive import window_stats
 from specwatch.exposition import ExpositionError
 from specwatch.pipeline import Pipeline
-from specwatch.vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_POS, RouteSnapshot, SELECTOR,
-                            parse_payload)
+from specwatch.vllm import (
+    K_ACCEPTED,
+    K_DRAFT_TOKENS,
+    K_DRAFTS,
+    K_GEN,
+    K_POS,
+    SELECTOR,
+    RouteSnapshot,
+    parse_payload,
+)
 from specwatch.window import RouteWindow
+from support.paths import fixture_path
 
 from .mutate import MUTATIONS, apply_mutations
 
 CORPUS = Path(__file__).parent / "corpus"
 
 
-SHARED = Path(os.environ.get("SPECWATCH_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-
-
 def real_payloads() -> list[str]:
-    folder = SHARED / "fixtures" / "vllm-cpu-real"
-    if not folder.is_dir():  # the shared reference material sits beside the clone
-        return []
+    folder = fixture_path("vllm-cpu-real")
     files = sorted(folder.glob("*.prom")) + sorted((folder / "extra").glob("*.prom"))
     # A spread of phases (idle, load, restart, spec off, multiprocess) keeps each example cheap.
     return [p.read_text() for p in files[::4]]
@@ -49,7 +52,7 @@ PAYLOADS = real_payloads()
 
 @st.composite
 def mutated_payloads(draw):
-    text = draw(st.sampled_from(PAYLOADS)) if PAYLOADS else "# TYPE x counter\nx_total 1\n"
+    text = draw(st.sampled_from(PAYLOADS))
     ops = draw(st.lists(st.tuples(st.sampled_from(sorted(MUTATIONS)), st.integers(0, 2**31 - 1),
                                   st.integers(0, 2**31 - 1)), min_size=1, max_size=6))
     return apply_mutations(text, ops)
@@ -73,7 +76,6 @@ def _config():
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_payloads())
 def test_a_rejected_mutation_leaves_the_pipeline_windows_byte_identical(text):
-    assume(PAYLOADS)
     pipeline = Pipeline(_config())
     assert pipeline.ingest("vllm", 1000.0, PAYLOADS[1]).ok
     before = [(n, list(r.window.entries), dict(r.window.totals)) for n, r in pipeline._routes.items()]

@@ -1,6 +1,6 @@
-"""Security and process behaviour of the real `specwatch run` process (RELIABILITY.md §6.2, 6.3, 6.9, 6.10).
+"""Security and process behaviour of the real `specwatch run` process (issue #8).
 
-- HTTP_PROXY in the environment never captures a loopback poll (V7);
+- HTTP_PROXY in the environment never captures a loopback poll;
 - no request parameter, path or method can make the sidecar poll anything but its configured URL;
 - header values resolved from the environment are never logged nor served;
 - /metrics stays fast under 50 concurrent scrapers while idle and half-open clients hold connections;

@@ -6,7 +6,7 @@
     text = sim.render()          # vLLM /metrics text at sim time 120 s
     sim.truth()                  # true alpha, K, batch, break-even, verdict per route
     h = serve("alpha-drop", speed=20)    # loopback HTTP server, h.url is .../metrics; h.stop()
-    record("alpha-drop", "out.jsonl", poll_interval=5.0)   # DESIGN.md §8 recording, no HTTP
+    record("alpha-drop", "out.jsonl", poll_interval=5.0)   # a `specwatch record` recording, no HTTP
 """
 from .engine import EPOCH_BASE, Simulator, crossings
 from .record import record

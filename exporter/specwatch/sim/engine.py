@@ -4,7 +4,7 @@ Each (model_name, engine) pair is one scheduler with its own batch, clock and co
 arrive (closed loop at a fixed concurrency, or Poisson at a rate), wait for a batch slot, are
 prefilled in one step (first token, TTFT) and then decode: every engine step drafts K tokens per
 running request, accepts a prefix drawn from per-position CONDITIONAL acceptance probabilities,
-and moves the counters by vLLM's own rules (vllm-metrics.md §3):
+and moves the counters by vLLM's own scheduler rules:
 
   drafts += 1 per request with draft tokens > 0; draft_tokens += K; accepted += a;
   per_pos[i] += 1 for i < a; generation_tokens += emitted (a + 1, cut at max_tokens);
@@ -26,7 +26,7 @@ from .steptime import StepTimer
 
 EPOCH_BASE = 1_790_000_000.0   # fixed epoch of sim time 0 for deterministic recordings
 
-# Bucket bounds (vllm-metrics.md §2b). Histograms store the union of every schema's bounds, so a
+# Bucket bounds of vLLM's histograms (0.8.4+ defaults; docs/architecture.md §5 lists the versions). Histograms store the union of every schema's bounds, so a
 # schema switch can render any of them exactly from the same counts.
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                10.0, 20.0, 40.0, 80.0]
@@ -190,7 +190,7 @@ class Engine:
                     a = bis(cum, rnd())
                     hist_a[a] += 1
                     if v0 and a < k - 1:
-                        # V0 counted every accepted draft token, prefix or not (COSTMODEL §0.2).
+                        # V0 counted every accepted draft token, prefix or not (not only the accepted prefix).
                         for j in range(a + 1, k):
                             if rnd() < cond[j]:
                                 v0_extra += 1

@@ -1,8 +1,8 @@
 """Render a Simulator's state as vLLM's /metrics text, byte-for-byte in vLLM's wire format.
 
-Schemas (vllm-metrics.md):
+Schemas (docs/architecture.md §5):
   v1             vLLM 0.33 V1 engine (same families, HELP/TYPE, label order, `_created` gauges and
-                 buckets as the real 0.32 payloads in shared/fixtures/vllm-cpu-real/)
+                 buckets as the real 0.32 payloads in tests/fixtures/vllm-cpu-real/)
   v1-legacy-itl  vLLM 0.10.1 V1: `vllm:time_per_output_token_seconds` instead of
                  `vllm:inter_token_latency_seconds`, no per-request TPOT, `gpu_*` cache families
                  still present, and (before 0.11) every engine's spec counters under engine="0".
@@ -10,7 +10,7 @@ Schemas (vllm-metrics.md):
                  `_created`, spec gauges `spec_decode_draft_acceptance_rate`/`spec_decode_efficiency`
                  and the sum-of-sums counters (accepted/draft/emitted).
 `multiprocess: true` in the scenario mimics `--api-server-count > 1`: no python_/process_ families
-and no `_created` series (RELIABILITY.md V11).
+and no `_created` series.
 
 Label names are sorted as prometheus_client prints them (`engine`, `le`, `model_name`, `position`);
 numbers use prometheus_client's own float formatting.
