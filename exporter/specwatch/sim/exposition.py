@@ -21,8 +21,17 @@ import math
 
 from prometheus_client.utils import floatToGoString as _fmt
 
-from .engine import (ITER_BUCKETS_V0, ITER_BUCKETS_V1, ITL_BUCKETS, PARAMS_N_BUCKETS, PREEMPT_BUCKETS,
-                     REQ_LAT_BUCKETS, TTFT_BUCKETS, Hist, buckets_1_2_5)
+from .histograms import (
+    ITER_BUCKETS_V0,
+    ITER_BUCKETS_V1,
+    ITL_BUCKETS,
+    PARAMS_N_BUCKETS,
+    PREEMPT_BUCKETS,
+    REQ_LAT_BUCKETS,
+    TTFT_BUCKETS,
+    Hist,
+    buckets_1_2_5,
+)
 
 TPOT_LEGACY_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                        7.5, 10.0, 20.0, 40.0, 80.0]
@@ -171,7 +180,7 @@ def _merged_spec(sim):
 def _render_v1(out: _Out, sim, ver) -> None:
     sc = sim.scenario
     eng = list(_engines(sim))
-    per = lambda key: [(lab, e.c[key], e.created) for lab, e in eng]  # noqa: E731
+    per = lambda key: [(lab, e.c[key], e.created) for lab, e in eng]
     zero = [(lab, 0.0, e.created) for lab, e in eng]
 
     if sim.spec_enabled:
@@ -415,7 +424,7 @@ def _render_v0(out: _Out, sim) -> None:
     """V0 engine: one stat logger per server, `model_name` only; DP engines are summed."""
     sc = sim.scenario
     routes = list(sim.routes.values())
-    lab = lambda r: {"model_name": r.name}  # noqa: E731
+    lab = lambda r: {"model_name": r.name}
 
     def g(name, help_, fn):
         out.simple(name, help_, "gauge", [(lab(r), fn(r)) for r in routes])
