@@ -30,6 +30,7 @@ from specwatch.vllm import (
     K_POS,
     SELECTOR,
     RouteSnapshot,
+    SeriesKey,
     parse_payload,
 )
 from specwatch.window import RouteWindow
@@ -105,7 +106,7 @@ def test_window_increase_with_random_resets_equals_prometheus_increase(events, w
     for i, (n, restart) in enumerate(events):
         value = (0.0 if restart else value) + n
         values.append(value)
-        window.ingest(_snap(float(i), {(K_DRAFTS, "0"): value}))
+        window.ingest(_snap(float(i), {SeriesKey(K_DRAFTS, "0"): value}))
     now = float(min(end, len(events) - 1))
     view = window.view(now, float(width_polls))
     chosen = [i for i in range(len(events)) if now - width_polls <= i <= now]
@@ -115,7 +116,7 @@ def test_window_increase_with_random_resets_equals_prometheus_increase(events, w
     expected = 0.0
     for a, b in zip(chosen, chosen[1:]):
         expected += values[b] - values[a] if values[b] >= values[a] else values[b]
-    assert view.increase((K_DRAFTS, "0")) == expected
+    assert view.increase(SeriesKey(K_DRAFTS, "0")) == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -129,14 +130,14 @@ def test_window_increase_with_created_timestamps_equals_the_true_event_count(eve
             value, created = 0.0, float(i)  # a restart is visible through _created even if the value rose
         value += n
         true_after.append(n)
-        window.ingest(_snap(float(i), {(K_DRAFTS, "0"): value}, {(K_DRAFTS, "0"): created}))
+        window.ingest(_snap(float(i), {SeriesKey(K_DRAFTS, "0"): value}, {SeriesKey(K_DRAFTS, "0"): created}))
     now = float(len(events) - 1)
     view = window.view(now, float(width_polls))
     chosen = [i for i in range(len(events)) if now - width_polls <= i <= now]
     if view is None:
         assert len(chosen) < 2
         return
-    assert view.increase((K_DRAFTS, "0")) == sum(true_after[i] for i in chosen[1:])
+    assert view.increase(SeriesKey(K_DRAFTS, "0")) == sum(true_after[i] for i in chosen[1:])
 
 
 K = 4
@@ -157,12 +158,12 @@ def traffic(draw):
 def _fold(state, drafts, accepted, restart):
     if restart:
         state = {key: 0.0 for key in state}
-    state[(K_DRAFTS, "0")] += drafts
-    state[(K_DRAFT_TOKENS, "0")] += drafts * K
-    state[(K_ACCEPTED, "0")] += sum(accepted)
-    state[(K_GEN, "0")] += sum(accepted) + drafts
+    state[SeriesKey(K_DRAFTS, "0")] += drafts
+    state[SeriesKey(K_DRAFT_TOKENS, "0")] += drafts * K
+    state[SeriesKey(K_ACCEPTED, "0")] += sum(accepted)
+    state[SeriesKey(K_GEN, "0")] += sum(accepted) + drafts
     for i in range(K):
-        state[(K_POS, "0", i)] += sum(1 for a in accepted if a > i)
+        state[SeriesKey(K_POS, "0", i)] += sum(1 for a in accepted if a > i)
     return state
 
 
@@ -170,8 +171,8 @@ def _fold(state, drafts, accepted, restart):
 @given(traffic(), st.booleans(), st.sampled_from([10.0, 30.0, 60.0]))
 def test_ratios_stay_in_0_1_across_restarts_with_and_without_created(polls, with_created, width):
     window = RouteWindow(horizon_seconds=300)
-    state = {(K_DRAFTS, "0"): 0.0, (K_DRAFT_TOKENS, "0"): 0.0, (K_ACCEPTED, "0"): 0.0, (K_GEN, "0"): 0.0,
-             **{(K_POS, "0", i): 0.0 for i in range(K)}}
+    state = {SeriesKey(K_DRAFTS, "0"): 0.0, SeriesKey(K_DRAFT_TOKENS, "0"): 0.0, SeriesKey(K_ACCEPTED, "0"): 0.0, SeriesKey(K_GEN, "0"): 0.0,
+             **{SeriesKey(K_POS, "0", i): 0.0 for i in range(K)}}
     created = 0.0
     for i, (drafts, accepted, restart) in enumerate(polls):
         t = 5.0 * (i + 1)
