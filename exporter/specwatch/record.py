@@ -11,7 +11,7 @@ import time
 from typing import IO
 
 from .config import Config
-from .scrape import Scraper, ScrapeError, steady_clock
+from .scrape import ScrapeError, Scraper, steady_clock
 
 
 def record(config: Config, out: IO[str], duration: float, *, clock=None, sleep=time.sleep) -> int:

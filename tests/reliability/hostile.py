@@ -16,8 +16,8 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from support.loopback import free_port
 
@@ -87,7 +87,7 @@ class HostileServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=self._serve, args=(conn,), name="hostile-conn", daemon=True).start()
 

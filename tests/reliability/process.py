@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import requests
-
 from support.loopback import free_port
 
 

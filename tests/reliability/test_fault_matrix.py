@@ -20,8 +20,18 @@ import pytest
 from structlog.testing import capture_logs
 
 from .harness import TARGET, TARGET_DERIVED, names, new_pair, value
-from .hostile import (HostileServer, chunked, close_without_answer, drip, drop_mid_body, gzip_bomb, hang,
-                      redirect, refused_url, respond)
+from .hostile import (
+    HostileServer,
+    chunked,
+    close_without_answer,
+    drip,
+    drop_mid_body,
+    gzip_bomb,
+    hang,
+    redirect,
+    refused_url,
+    respond,
+)
 
 WARMUP_POLLS = 8
 FAULT_POLLS = 2
@@ -239,7 +249,7 @@ def test_100000_series_of_other_families_are_accepted_without_growing_specwatch_
 
 # -- semantic validation (V1) ------------------------------------------------------------------
 def _set_first(text: str, prefix: str, new_value: str) -> str:
-    pattern = re.compile(rf"^({re.escape(prefix)}(?:{{[^\n]*}})?) \S+$", re.M)
+    pattern = re.compile(rf"^({re.escape(prefix)}(?:{{[^\n]*}})?) \S+$", re.MULTILINE)
     out, n = pattern.subn(lambda m: f"{m.group(1)} {new_value}", text, count=1)
     assert n == 1, prefix
     return out

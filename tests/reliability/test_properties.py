@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -114,7 +115,7 @@ def test_window_increase_with_random_resets_equals_prometheus_increase(events, w
         assert view is None
         return
     expected = 0.0
-    for a, b in zip(chosen, chosen[1:]):
+    for a, b in itertools.pairwise(chosen):
         expected += values[b] - values[a] if values[b] >= values[a] else values[b]
     assert view.increase(SeriesKey(K_DRAFTS, "0")) == expected
 

@@ -8,11 +8,11 @@
     h = serve("alpha-drop", speed=20)    # loopback HTTP server, h.url is .../metrics; h.stop()
     record("alpha-drop", "out.jsonl", poll_interval=5.0)   # a `specwatch record` recording, no HTTP
 """
+from .cli import add_parsers
 from .engine import EPOCH_BASE, Simulator, crossings
 from .record import record
 from .scenario import Scenario, ScenarioError, list_scenarios, load_scenario
 from .server import SimServer, serve
-from .cli import add_parsers
 
 __all__ = ["EPOCH_BASE", "Scenario", "ScenarioError", "SimServer", "Simulator", "add_parsers", "crossings",
            "list_scenarios",

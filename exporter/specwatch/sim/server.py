@@ -128,7 +128,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):       # quiet: tests and the demo own the terminal
         pass
 
-    def do_GET(self):  # noqa: N802 (http.server API)
+    def do_GET(self):
         owner: SimServer = self.server.owner
         path = self.path.split("?", 1)[0]
         if path == "/version":
