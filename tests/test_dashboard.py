@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -30,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "dashboards" / "specwatch.json"
 GENERATOR = ROOT / "dashboards" / "generate.py"
 RULES_DIR = ROOT / "rules"
-# The shared reference docs beside the repo (.ci/run exports SPECWATCH_SHARED).
-SCHEMAS = Path(os.environ.get("SPECWATCH_SHARED", ROOT.parent / "shared")) / "schemas" / "grafana"
+# The Grafana JSON schemas, vendored with their provenance (tests/schemas/PROVENANCE.md).
+SCHEMAS = ROOT / "tests" / "schemas" / "grafana"
 
 # ---- the sidecar's metric contract (DESIGN.md §6 and the contract list of issue #6) ------------------
 MIRRORED = {

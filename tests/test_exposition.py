@@ -6,16 +6,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from support.paths import REPO, shared_path
+from support.paths import REPO, fixture_path
 from specwatch.exposition import ExpositionError, Selector
 from specwatch.vllm import FAMILIES, SELECTOR
 from support.vllm_payloads import FakeVllm
 
 
 def _payloads() -> list[Path]:
-    files = sorted(shared_path("fixtures").rglob("*.prom"))
-    files += sorted((REPO / "tests" / "fixtures").rglob("*.prom"))
-    return files
+    return sorted(fixture_path().rglob("*.prom"))
 
 
 def _oracle(text: str) -> dict[tuple, float]:
@@ -67,7 +65,7 @@ def test_payloads_built_by_prometheus_client_parse_identically_including_dp_engi
 
 
 def test_created_timestamps_and_per_position_counters_are_never_confused_with_their_neighbours():
-    text = shared_path("fixtures", "vllm-cpu-real", "035.prom").read_text()
+    text = fixture_path("vllm-cpu-real", "035.prom").read_text()
     families = SELECTOR.parse(text)
     accepted = families["vllm:spec_decode_num_accepted_tokens"]
     assert [s.name for s in accepted.samples] == ["vllm:spec_decode_num_accepted_tokens_total"]
@@ -116,7 +114,7 @@ def test_malformed_or_invalid_payloads_are_rejected_as_a_whole(bad, reason):
 
 
 def test_truncated_payload_is_rejected_not_half_read():
-    text = shared_path("fixtures", "vllm-cpu-real", "035.prom").read_text()
+    text = fixture_path("vllm-cpu-real", "035.prom").read_text()
     cut = text[: text.index('vllm:inter_token_latency_seconds_bucket{engine="0",le="0.1"')]
     with pytest.raises(ExpositionError):
         SELECTOR.parse(cut)

@@ -839,7 +839,6 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
     closed port: vLLM is down). /readyz must still turn 200 (readiness never depends on vLLM), /healthz
     must be 200, the helm test pod's script must pass, and SIGTERM must stop it promptly."""
     import signal
-    import socket
     import subprocess
     import time
     import urllib.error
@@ -848,10 +847,7 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
     if not (ROOT / "exporter" / "specwatch" / "service.py").exists():
         pytest.skip("exporter service not present")
 
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+    from support.loopback import free_port
 
     port, dead_port = free_port(), free_port()
     values = merged(STANDALONE, {"containerPort": port, "config": {

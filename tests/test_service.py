@@ -1,7 +1,6 @@
 """`specwatch run` as a real process against a local HTTP server serving real vLLM payloads."""
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -9,12 +8,12 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 import requests
 
-from support.paths import shared_path
+from support.loopback import free_port, wait_http
+from support.paths import fixture_path
 
 
 class PayloadServer:
@@ -48,16 +47,9 @@ class PayloadServer:
         self.httpd.server_close()
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def sidecar(tmp_path):
-    files = sorted(shared_path("fixtures", "vllm-cpu-real").glob("0[2-3]*.prom"))
+    files = sorted(fixture_path("vllm-cpu-real").glob("0[2-3]*.prom"))
     server = PayloadServer(p.read_text() for p in files)
     port = free_port()
     config = tmp_path / "specwatch.yaml"
@@ -70,14 +62,7 @@ def sidecar(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(base + "/readyz", timeout=1).status_code == 200:
-                break
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.1)
+    wait_http(base + "/readyz", 20, proc)
     yield base, proc, server
     if proc.poll() is None:
         proc.kill()
@@ -157,7 +142,7 @@ def test_a_hung_target_does_not_slow_the_polls_of_the_others(tmp_path):
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(16)  # the kernel accepts connections; nobody ever answers
-    good = PayloadServer([shared_path("fixtures", "vllm-cpu-real", "030.prom").read_text()])
+    good = PayloadServer([fixture_path("vllm-cpu-real", "030.prom").read_text()])
     port = free_port()
     config = tmp_path / "two.yaml"
     config.write_text(json.dumps({

@@ -3,36 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import logging
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-import structlog
-
-from . import __version__
+from . import __version__, demo, lesson, sim
 from .config import ConfigError, load
+from .logsetup import configure_logging
 
 EXIT_CONFIG = 2
 
 # Modules that contribute subcommands through add_parsers(subparsers).
-SUBCOMMAND_MODULES = ("specwatch.lesson", "specwatch.sim", "specwatch.demo")
-
-
-def configure_logging(fmt: str = "json", level: str = "info", stream=None) -> None:
-    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+SUBCOMMAND_MODULES = (lesson, sim, demo)
 
 
 def _load_config(args: argparse.Namespace, **overrides):
@@ -95,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     run = sub.add_parser("run", help="run the sidecar: poll vLLM /metrics and serve specwatch metrics")
-    run.add_argument("--config", help="YAML config (DESIGN §9); every key optional")
+    run.add_argument("--config", help="YAML config (README: Configuration); every key optional")
     run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")
     run.add_argument("--target", help="override the first target's URL, e.g. http://127.0.0.1:8000/metrics")
     run.set_defaults(func=cmd_run)
@@ -115,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("recording")
     rep.set_defaults(func=cmd_replay)
 
-    for module_name in SUBCOMMAND_MODULES:
-        importlib.import_module(module_name).add_parsers(sub)
+    for module in SUBCOMMAND_MODULES:
+        module.add_parsers(sub)
     return parser
 
 

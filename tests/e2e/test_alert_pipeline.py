@@ -24,7 +24,6 @@ import http.server
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ import requests
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.loopback import free_port, stop_process, wait_http
 from test_rules import every_expression, selectors  # noqa: E402  (the rules' metric names, parsed)
 
 pytestmark = pytest.mark.e2e
@@ -72,36 +72,6 @@ def _specwatch_cli() -> list[str] | None:
 
 
 # ---- helpers -------------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if requests.get(url, timeout=1).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} not ready after {timeout}s:\n{log.read_text()[-3000:]}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
 
 def accelerated_rules_copy(dest: Path) -> list[Path]:
     """Copy rules/*.yaml with every `for:` shortened to FOR_S and window="5m" re-pinned to WINDOW."""
@@ -326,7 +296,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         assert delay < 20, f"notification took {delay:.1f}s after the drop"
     finally:
         for proc, _ in reversed(procs):
-            stop(proc)
+            stop_process(proc)
         if handle is not None:
             handle.stop()
         if receiver is not None:

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import requests
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.loopback import free_port, stop_process, wait_http
 from test_dashboard import (  # noqa: E402  (shared helpers of the static dashboard tests)
     EXPORTED, ROOT, load_dashboard, panels, rule_files, selectors, substitute,
 )
@@ -53,36 +53,6 @@ SCREENSHOT_HISTORY_S = 60      # seconds of scraped history before the screensho
 
 
 # ---- process helpers ----------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited {proc.returncode}: {log.read_text()[-2000:] if log else ''}")
-        try:
-            if requests.get(url, timeout=1).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} not ready after {timeout}s: {log.read_text()[-2000:] if log else ''}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
 
 def sidecar_command(config: Path) -> list[str]:
     exe = shutil.which("specwatch", path=str(Path(sys.executable).parent)) or shutil.which("specwatch")
@@ -185,7 +155,7 @@ def stack(tmp_path_factory):
                     started_wall=time.time())
     finally:
         for p in reversed(procs):
-            stop(p)
+            stop_process(p)
         sim.stop()
 
 
