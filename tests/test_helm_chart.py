@@ -282,7 +282,9 @@ def test_exporter_container_is_hardened_with_only_a_tmpfs_writable(chart):
     assert volumes[mounts["/tmp"]["name"]]["emptyDir"]["medium"] == "Memory"
     assert mounts["/etc/specwatch"]["readOnly"] is True
     assert volumes[mounts["/etc/specwatch"]["name"]]["configMap"]["name"] == deploy["metadata"]["name"]
-    assert container["resources"] == {}, "resources are empty by default (the user's choice)"
+    resources = container["resources"]
+    assert resources["requests"] == resources["limits"] and set(resources["limits"]) == {"cpu", "memory"}, \
+        "requests == limits by default: a Guaranteed vLLM pod must stay Guaranteed"
     assert not any(e["name"].lower() == "prometheus_multiproc_dir" for e in container.get("env", []))
 
 
@@ -302,7 +304,7 @@ def test_probes_hit_healthz_and_readyz_on_the_exporter_port(chart, values):
 def test_container_runs_the_run_subcommand_with_the_mounted_config(chart):
     container = exporter_container(one(render(chart, merged(STANDALONE, {"extraArgs": ["--verbose"]})),
                                        "Deployment")["spec"]["template"]["spec"])
-    assert container["args"] == ["run", "--config", "/etc/specwatch/specwatch.yaml", "--verbose"]
+    assert container["args"] == ["run", "--config", "/etc/specwatch/specwatch.yaml", "--listen", ":9474", "--verbose"]
     assert "command" not in container, "the image ENTRYPOINT (specwatch) must stay in charge"
     assert container["image"] == "specwatch/specwatch:0.1.0"
 
@@ -679,8 +681,6 @@ spec:
   template:
     metadata:
       labels: {app.kubernetes.io/name: vllm}
-      annotations:
-        checksum/specwatch-config: {{ include "specwatch.configChecksum" .Subcharts.specwatch }}
     spec:
       containers:
         - name: vllm
@@ -720,8 +720,8 @@ def test_host_chart_includes_the_sidecar_named_templates_from_the_dependency(tmp
     assert {m["name"] for m in sidecar["volumeMounts"]} == {"specwatch-config", "specwatch-tmp", "models"}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["specwatch-config"]["configMap"]["name"] == cm["metadata"]["name"]
-    expected = hashlib.sha256(cm["data"]["specwatch.yaml"].rstrip("\n").encode()).hexdigest()
-    assert deploy["spec"]["template"]["metadata"]["annotations"]["checksum/specwatch-config"] == expected
+    assert "annotations" not in deploy["spec"]["template"]["metadata"], "a config change must not roll vLLM"
+    assert_never_gates_vllm_readiness(sidecar)
     assert one(objects, "PodMonitor")["spec"]["selector"]["matchLabels"].items() <= \
         deploy["spec"]["template"]["metadata"]["labels"].items()
 
@@ -732,7 +732,7 @@ def strategic_merge(base: dict, patch: dict) -> dict:
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = strategic_merge(out[key], value)
-        elif key in ("containers", "volumes") and isinstance(value, list):
+        elif key in ("containers", "volumes", "imagePullSecrets") and isinstance(value, list):
             items = {i["name"]: i for i in out.get(key, [])}
             for item in value:
                 items[item["name"]] = strategic_merge(items.get(item["name"], {}), item)
@@ -742,28 +742,89 @@ def strategic_merge(base: dict, patch: dict) -> dict:
     return out
 
 
-def test_notes_print_a_patch_that_adds_a_valid_sidecar_to_an_existing_vllm_deployment(chart):
-    notes = render_files(chart, ci_values("sidecar-values.yaml"))["specwatch/templates/NOTES.txt"]
+def assert_never_gates_vllm_readiness(container: dict) -> None:
+    """A pod is Ready only when every container is: the sidecar must have no probe that a config or
+    vLLM problem can fail, and must run in sidecar mode (never exits on a bad config)."""
+    assert "readinessProbe" not in container and "startupProbe" not in container
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert {"name": "SPECWATCH_MODE", "value": "sidecar"} in container["env"]
+    listen = container["args"][container["args"].index("--listen") + 1]
+    assert listen == f":{container['ports'][0]['containerPort']}", "the probe must find it even without a config"
+
+
+def sidecar_patch(chart, values: dict) -> dict:
+    notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
     match = re.search(r"^# --- specwatch sidecar patch begin ---\n(.*?)^# --- specwatch sidecar patch end ---",
                       notes, re.S | re.M)
     assert match, notes
-    patch = yaml.safe_load(match.group(1))
-    vllm = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "vllm-engine", "namespace": NAMESPACE},
-        "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "vllm"}}, "template": {
-            "metadata": {"labels": {"app.kubernetes.io/name": "vllm"}},
-            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-                                     "volumeMounts": [{"name": "models", "mountPath": "/models"}]}],
-                     "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": "models"}}]}}},
-    }
+    return yaml.safe_load(match.group(1))
+
+
+# Minimal Deployments of the shapes specwatch meets. Only the parts a patch can collide with are kept.
+VLLM_EXAMPLE_CHART = {  # vLLM's examples/online_serving/chart-helm: one "vllm" container, a PVC at /data
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "demo-deployment-vllm", "namespace": NAMESPACE},
+    "spec": {"replicas": 1, "selector": {"matchLabels": {"environment": "test", "release": "test"}}, "template": {
+        "metadata": {"labels": {"environment": "test", "release": "test"}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                                 "ports": [{"name": "container-port", "containerPort": 8000}],
+                                 "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+                                               "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}},
+                                 "volumeMounts": [{"name": "demo-storage", "mountPath": "/data"}]}],
+                 "volumes": [{"name": "demo-storage", "persistentVolumeClaim": {"claimName": "demo-storage-claim"}}]}}},
+}
+PRODUCTION_STACK = {  # vllm-project/production-stack: "<release>-<model>-deployment-vllm", pull secret, no replicas under KEDA
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "vllm-llama3-deployment-vllm", "namespace": NAMESPACE},
+    "spec": {"selector": {"matchLabels": {"model": "llama3", "helm-release-name": "vllm"}}, "template": {
+        "metadata": {"labels": {"model": "llama3", "helm-release-name": "vllm"}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                                 "ports": [{"name": "container-port", "containerPort": 8000}],
+                                 "volumeMounts": [{"name": "vllm-storage", "mountPath": "/data"}]}],
+                 "imagePullSecrets": [{"name": "vllm-registry"}],
+                 "volumes": [{"name": "vllm-storage", "persistentVolumeClaim": {"claimName": "vllm-llama3-storage-claim"}}]}}},
+}
+
+
+@pytest.mark.parametrize("vllm", [pytest.param(VLLM_EXAMPLE_CHART, id="vllm-example-chart"),
+                                  pytest.param(PRODUCTION_STACK, id="production-stack")])
+def test_notes_print_a_patch_that_adds_a_valid_sidecar_to_an_existing_vllm_deployment(chart, vllm):
+    values = merged(ci_values("sidecar-values.yaml"), {"imagePullSecrets": [{"name": "specwatch-registry"}],
+                                                      "extraVolumeMounts": []})
+    patch = sidecar_patch(chart, values)
+    assert "metadata" not in patch["spec"]["template"], "no pod annotation: a config change must not roll vLLM"
     patched = strategic_merge(vllm, patch)
     assert validation_errors(patched) == []
     spec = patched["spec"]["template"]["spec"]
     assert [c["name"] for c in spec["containers"]] == ["vllm", "specwatch"]
+    assert spec["containers"][0] == vllm["spec"]["template"]["spec"]["containers"][0], "vLLM's container is untouched"
     assert restricted_violations(spec, only_container="specwatch") == []
     mounts = {m["name"] for c in spec["containers"] for m in c.get("volumeMounts", [])}
     assert mounts <= {v["name"] for v in spec["volumes"]}, "every mount has a volume after the patch"
+    secrets = [s["name"] for s in spec["imagePullSecrets"]]
+    assert "specwatch-registry" in secrets
+    assert set(secrets) >= {s["name"] for s in vllm["spec"]["template"]["spec"].get("imagePullSecrets", [])}
+    sidecar = exporter_container(spec)
+    assert_never_gates_vllm_readiness(sidecar)
+    assert sidecar["resources"]["requests"] == sidecar["resources"]["limits"], "keeps a Guaranteed vLLM pod Guaranteed"
+
+
+def test_sidecar_patch_carries_no_pull_secrets_when_none_are_set(chart):
+    assert "imagePullSecrets" not in sidecar_patch(chart, ci_values("sidecar-values.yaml"))["spec"]["template"]["spec"]
+
+
+def test_standalone_keeps_its_readiness_probe_and_liveness_can_be_disabled(chart):
+    container = exporter_container(one(render(chart, STANDALONE), "Deployment")["spec"]["template"]["spec"])
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert {"name": "SPECWATCH_MODE", "value": "standalone"} in container["env"]
+    off = exporter_container(one(render(chart, merged(STANDALONE, {"livenessProbe": {"enabled": False}})),
+                                 "Deployment")["spec"]["template"]["spec"])
+    assert "livenessProbe" not in off
+
+
+def test_no_config_checksum_reaches_a_vllm_pod_from_any_sidecar_hook(chart):
+    files = render_files(chart, ci_values("sidecar-values.yaml"))
+    assert "checksum" not in files["specwatch/templates/NOTES.txt"]
 
 
 # ---- packaging -----------------------------------------------------------------------------------------
@@ -830,7 +891,7 @@ def test_named_templates_the_readme_offers_exist_in_the_chart():
     readme = (CHART / "README.md").read_text()
     offered = set(re.findall(r'include "(specwatch\.[A-Za-z]+)"', readme))
     defined = set(re.findall(r'define "(specwatch\.[A-Za-z]+)"', (CHART / "templates" / "_helpers.tpl").read_text()))
-    assert {"specwatch.sidecarContainer", "specwatch.sidecarVolumes", "specwatch.configChecksum"} <= offered
+    assert {"specwatch.sidecarContainer", "specwatch.sidecarVolumes"} <= offered
     assert offered <= defined
 
 

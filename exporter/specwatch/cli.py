@@ -39,14 +39,33 @@ def _load_config(args: argparse.Namespace, **overrides):
     return load(getattr(args, "config", None), overrides=overrides)
 
 
+def _sidecar_mode(args: argparse.Namespace) -> bool:
+    """Sidecar mode (the chart sets SPECWATCH_MODE=sidecar on the container it adds to vLLM's pod):
+    a config problem must never stop the process, or the pod loses Ready and leaves its Service."""
+    return bool(args.sidecar) or os.environ.get("SPECWATCH_MODE", "").strip().lower() == "sidecar"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from .service import Service
+    from .config import Config, with_overrides
+    from .service import ConfigSource, Service
 
     # vLLM's multiprocess mode variable must never reach this process's prometheus_client.
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    config = _load_config(args, listen=args.listen, targets=[{"url": args.target}] if args.target else None)
+    overrides = {"listen": args.listen, "targets": [{"url": args.target}] if args.target else None}
+    source = ConfigSource(args.config, lambda path: load(path, overrides=overrides))
+    try:
+        config, error = source.load(), None
+    except ConfigError as exc:
+        if not _sidecar_mode(args):
+            raise
+        # Stay up on the listen address from the command line (the chart passes it), report the
+        # error on /metrics and wait for a good config.
+        config, error = Config(), str(exc)
+        if args.listen:
+            config = with_overrides(config, listen=args.listen)
     configure_logging(config.log.format, config.log.level)
-    return Service(config).run_forever()
+    return Service(config, source=source, config_error=error,
+                   on_log_config=lambda c: configure_logging(c.log.format, c.log.level)).run_forever()
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -95,9 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     run = sub.add_parser("run", help="run the sidecar: poll vLLM /metrics and serve specwatch metrics")
-    run.add_argument("--config", help="YAML config (DESIGN §9); every key optional")
+    run.add_argument("--config", help="YAML config; every key optional. Reloaded on SIGHUP and when the file changes")
     run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")
     run.add_argument("--target", help="override the first target's URL, e.g. http://127.0.0.1:8000/metrics")
+    run.add_argument("--sidecar", action="store_true",
+                     help="sidecar mode (also SPECWATCH_MODE=sidecar): never exit on a bad or missing config; "
+                          "serve /healthz and /metrics and report the error until the config is fixed")
     run.set_defaults(func=cmd_run)
 
     check = sub.add_parser("check-config", help="validate a config file and exit (status 2 when invalid)")

@@ -107,7 +107,11 @@ The specwatch config file (DESIGN.md §9). Empty values are omitted so the expor
 {{- toYaml $cfg }}
 {{- end }}
 
-{{/* Annotation value that changes whenever the config changes, so pods roll. */}}
+{{/*
+Annotation value that changes whenever the config changes. Only this chart's own Deployment
+(standalone mode) carries it: a vLLM pod never does, since rolling it would reload model weights on
+every replica for a config change that `specwatch run` applies in place (file change or SIGHUP).
+*/}}
 {{- define "specwatch.configChecksum" -}}
 {{- include "specwatch.configYaml" . | sha256sum }}
 {{- end }}
@@ -118,8 +122,12 @@ in sidecar mode, by a host chart:
     containers:
       - {{ include "specwatch.sidecarContainer" .Subcharts.specwatch | indent 8 | trim }}
 It is restricted-PSS compliant on its own (the pod security context belongs to the host).
+In sidecar mode it can never take the vLLM pod out of its Service: no readiness probe (a pod is
+Ready only when all its containers are), SPECWATCH_MODE=sidecar so the process never exits on a
+bad config, and --listen on the command line so the liveness probe finds it even then.
 */}}
 {{- define "specwatch.sidecarContainer" -}}
+{{- $sidecar := eq .Values.mode "sidecar" }}
 name: {{ .Values.sidecar.containerName }}
 image: {{ include "specwatch.image" . | quote }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -127,13 +135,17 @@ args:
   - run
   - --config
   - /etc/specwatch/specwatch.yaml
+  - --listen
+  - {{ printf ":%d" (int .Values.containerPort) | quote }}
   {{- range .Values.extraArgs }}
   - {{ . | quote }}
   {{- end }}
-{{- with .Values.extraEnv }}
 env:
+  - name: SPECWATCH_MODE
+    value: {{ .Values.mode | quote }}
+  {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
-{{- end }}
+  {{- end }}
 {{- with .Values.extraEnvFrom }}
 envFrom:
   {{- toYaml . | nindent 2 }}
@@ -142,16 +154,20 @@ ports:
   - name: {{ .Values.portName }}
     containerPort: {{ .Values.containerPort }}
     protocol: TCP
+{{- if .Values.livenessProbe.enabled }}
 livenessProbe:
   httpGet:
     path: /healthz
     port: {{ .Values.portName }}
-  {{- toYaml .Values.livenessProbe | nindent 2 }}
+  {{- toYaml (omit .Values.livenessProbe "enabled") | nindent 2 }}
+{{- end }}
+{{- if not $sidecar }}
 readinessProbe:
   httpGet:
     path: /readyz
     port: {{ .Values.portName }}
   {{- toYaml .Values.readinessProbe | nindent 2 }}
+{{- end }}
 resources:
   {{- toYaml .Values.resources | nindent 2 }}
 securityContext:
