@@ -571,7 +571,7 @@ def annotations() -> list[dict]:
             "enable": True,
             "hide": False,
             "iconColor": "red",
-            "expr": 'ALERTS{alertname=~"SpecDecode.*", alertstate="firing", namespace=~"$namespace"}',
+            "expr": 'ALERTS{alertname=~"SpecDecode.*|Specwatch.*", alertstate="firing", namespace=~"$namespace"}',
             "step": "60s",
             "titleFormat": "{{alertname}}",
             "textFormat": "{{severity}} · {{route}} {{pod}} {{target}}",

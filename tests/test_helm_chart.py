@@ -538,7 +538,8 @@ def test_prometheus_rule_applies_for_severity_threshold_and_disable_overrides(ch
 def test_every_alert_for_duration_is_overridable(chart):
     names = sorted(rendered_alerts(source_groups()))
     assert {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended", "SpecDecodeITLP99Regression",
-            "SpecDecodeMetricsMissing", "SpecDecodeTargetDown", "SpecDecodeExporterDown"} <= set(names)
+            "SpecDecodeMetricsMissing", "SpecDecodeTargetDown", "SpecDecodeExporterDown",
+            "SpecDecodeFleetBelowBreakeven", "SpecwatchConfigReloadFailed"} <= set(names)
     values = {"prometheusRule": {"enabled": True, "alerts": {n: {"for": "42m"} for n in names}}}
     alerts = rendered_alerts(one(render(chart, values), "PrometheusRule")["spec"]["groups"])
     assert {n: a["for"] for n, a in alerts.items()} == {n: "42m" for n in names}
@@ -553,6 +554,99 @@ def test_every_alert_for_duration_is_overridable(chart):
 def test_rule_overrides_that_match_nothing_fail_the_render(chart, values, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render(chart, {"prometheusRule": {"enabled": True, **values}})
+
+
+def write_rendered_rules(groups: list[dict], into: Path) -> None:
+    """The rendered groups back into files named like rules/ (the promtool tests load ../<file>)."""
+    by_file: dict[str, list[dict]] = {}
+    for path in sorted(RULES_DIR.glob("*.yaml")):
+        names = {g["name"] for g in yaml.safe_load(path.read_text())["groups"]}
+        by_file[path.name] = [g for g in groups if g["name"] in names]
+    (into / "tests").mkdir(parents=True)
+    for name, file_groups in by_file.items():
+        (into / name).write_text(yaml.safe_dump({"groups": file_groups}, sort_keys=False, width=1000))
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
+def test_a_custom_alert_window_rewrites_every_rule_and_the_promtool_suite_passes_on_that_window(chart, tmp_path):
+    """alertWindow=15m with windows [1m, 15m]: the rendered rules read window="15m" everywhere, and the
+    repository's promtool cases, moved to the 15m window, pass against them, while the original 5m
+    cases no longer fire (the rewrite is real)."""
+    import subprocess
+    values = {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"enabled": True, "alertWindow": "15m"}}
+    groups = one(render(chart, values), "PrometheusRule")["spec"]["groups"]
+    text = yaml.safe_dump(groups, width=1000)
+    assert 'window="5m"' not in text and 'window="15m"' in text
+    assert "over the last 15m" in text
+    moved, original = tmp_path / "moved", tmp_path / "original"
+    for target, shift in ((moved, True), (original, False)):
+        write_rendered_rules(groups, target)
+        for case in sorted((RULES_DIR / "tests").glob("*.yaml")):
+            body = case.read_text()
+            if shift:
+                body = body.replace('window="5m"', 'window="15m"').replace("window: 5m", "window: 15m")
+                if case.name == "spec-decode.yaml":  # the chart rewrites the window's wording there only
+                    body = body.replace("the last 5m", "the last 15m")
+            (target / "tests" / case.name).write_text(body)
+    run = lambda d: subprocess.run(["promtool", "test", "rules", *map(str, sorted((d / "tests").glob("*.yaml")))],
+                                   capture_output=True, text=True, timeout=300, check=False)
+    result = run(moved)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert run(original).returncode != 0, "cases on window=5m still pass: the rules were not rewritten"
+
+
+def test_an_alert_window_that_is_not_a_sidecar_window_fails_the_render_naming_both_keys(chart):
+    with pytest.raises(helm.HelmRenderError, match=r"prometheusRule\.alertWindow=5m is not one of config\.windows"):
+        render(chart, {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"enabled": True}})
+
+
+def test_the_sidecar_learns_the_alert_window_so_it_can_warn_at_start(chart):
+    values = merged(STANDALONE, {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"alertWindow": "15m"}})
+    container = exporter_container(one(render(chart, values), "Deployment")["spec"]["template"]["spec"])
+    assert {"name": "SPECWATCH_ALERT_WINDOW", "value": "15m"} in container["env"]
+
+
+def test_runbook_url_base_is_one_value(chart):
+    values = {"prometheusRule": {"enabled": True, "runbookUrl": "https://wiki.example.com/runbooks/specwatch#"}}
+    alerts = rendered_alerts(one(render(chart, values), "PrometheusRule")["spec"]["groups"])
+    assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {
+        f"https://wiki.example.com/runbooks/specwatch#{name.lower()}" for name in alerts}
+
+
+def test_monitors_carry_tls_auth_and_scrape_limits_and_validate_against_the_crds(chart):
+    extra = {"scheme": "https", "tlsConfig": {"serverName": "specwatch", "ca": {"configMap": {"name": "ca", "key": "ca.crt"}}},
+             "basicAuth": {"username": {"name": "scrape", "key": "user"}, "password": {"name": "scrape", "key": "pass"}},
+             "sampleLimit": 6000, "labelLimit": 30}
+    sidecar = merged(ci_values("sidecar-values.yaml"), {"podMonitor": extra})
+    standalone = merged(STANDALONE, {"serviceMonitor": {"enabled": True, **extra, "basicAuth": {},
+                                                        "authorization": {"type": "Bearer", "credentials": {"name": "t", "key": "token"}}}})
+    for values, kind, endpoints in ((sidecar, "PodMonitor", "podMetricsEndpoints"), (standalone, "ServiceMonitor", "endpoints")):
+        monitor = one(render(chart, values), kind)
+        assert validation_errors(monitor) == []
+        assert monitor["spec"]["sampleLimit"] == 6000 and monitor["spec"]["labelLimit"] == 30
+        endpoint = monitor["spec"][endpoints][0]
+        assert endpoint["scheme"] == "https" and endpoint["tlsConfig"]["serverName"] == "specwatch"
+        assert ("basicAuth" in endpoint) == (kind == "PodMonitor")
+        assert ("authorization" in endpoint) == (kind == "ServiceMonitor")
+    plain = one(render(chart, ci_values("sidecar-values.yaml")), "PodMonitor")
+    assert "sampleLimit" not in plain["spec"] and "tlsConfig" not in plain["spec"]["podMetricsEndpoints"][0]
+
+
+def test_extra_objects_render_objects_and_templated_strings(chart):
+    values = {"extraObjects": [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "{{ .Release.Name }}-scrape"},
+         "stringData": {"user": "prometheus"}},
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-extra\ndata: {a: b}\n",
+    ]}
+    objects = render(chart, values)
+    assert one(objects, "Secret")["metadata"]["name"] == f"{RELEASE}-scrape"
+    names = {o["metadata"]["name"] for o in of_kind(objects, "ConfigMap")}
+    assert f"{RELEASE}-extra" in names
+
+
+def test_chart_metadata_names_home_sources_and_maintainers():
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert meta["home"].startswith("https://") and meta["sources"] and meta["maintainers"][0]["name"]
 
 
 # ---- dashboards from dashboards/ -----------------------------------------------------------------------

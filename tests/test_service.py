@@ -367,3 +367,30 @@ def test_without_sidecar_mode_a_bad_config_still_exits_2_naming_the_key(tmp_path
                           capture_output=True, text=True, timeout=30, check=False,
                           env={**os.environ, "SPECWATCH_MODE": ""})
     assert proc.returncode == 2 and "windows[0]" in proc.stderr
+
+
+@pytest.mark.parametrize("window, warned", [("5m", True), ("15m", False)])
+def test_check_config_warns_when_the_alert_window_is_not_a_configured_window(tmp_path, window, warned):
+    config = tmp_path / "specwatch.yaml"
+    config.write_text("windows: [1m, 15m]\n")
+    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "check-config", str(config)],
+                          capture_output=True, text=True, timeout=30, check=False,
+                          env={**os.environ, "SPECWATCH_ALERT_WINDOW": window})
+    assert proc.returncode == 0, proc.stderr
+    assert ('window="5m"' in proc.stderr and "can never fire" in proc.stderr) == warned, proc.stderr
+
+
+def test_run_warns_once_at_start_when_the_alert_window_is_not_a_configured_window(tmp_path):
+    port = free_port()
+    config = tmp_path / "specwatch.yaml"
+    config.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "windows": ["1m", "15m"],
+                                  "targets": [{"url": f"http://127.0.0.1:{free_port()}/metrics"}]}))
+    proc = start_run(config, "--alert-window", "5m")
+    try:
+        wait_for(lambda: answers(f"http://127.0.0.1:{port}/healthz"))
+        logs = stderr_lines_after_stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    warnings = [line for line in logs if line["event"] == "alert_window_not_in_windows"]
+    assert len(warnings) == 1 and "can never fire" in warnings[0]["message"]

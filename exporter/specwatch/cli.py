@@ -12,7 +12,7 @@ from typing import Sequence
 import structlog
 
 from . import __version__
-from .config import ConfigError, load
+from .config import Config, ConfigError, load
 
 EXIT_CONFIG = 2
 
@@ -45,8 +45,27 @@ def _sidecar_mode(args: argparse.Namespace) -> bool:
     return bool(args.sidecar) or os.environ.get("SPECWATCH_MODE", "").strip().lower() == "sidecar"
 
 
+DEFAULT_ALERT_WINDOW = "5m"  # the window rules/ read (window="5m"); the chart's prometheusRule.alertWindow
+
+
+def alert_window_warning(config: Config, alert_window: str) -> str | None:
+    """The alert rules read one window; if the sidecar does not export it, they can never fire."""
+    from .config import format_duration, parse_duration
+
+    seconds = parse_duration(alert_window, "--alert-window")
+    if seconds in config.windows:
+        return None
+    return (f"alert window {format_duration(seconds)} is not among windows [{', '.join(config.window_labels)}]: "
+            f'the alert rules read window="{format_duration(seconds)}" and can never fire; add it to windows '
+            "or set the chart's prometheusRule.alertWindow (and --alert-window / SPECWATCH_ALERT_WINDOW) to one of them")
+
+
+def _alert_window(args: argparse.Namespace) -> str:
+    return args.alert_window or os.environ.get("SPECWATCH_ALERT_WINDOW") or DEFAULT_ALERT_WINDOW
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config import Config, with_overrides
+    from .config import with_overrides
     from .service import ConfigSource, Service
 
     # vLLM's multiprocess mode variable must never reach this process's prometheus_client.
@@ -64,12 +83,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.listen:
             config = with_overrides(config, listen=args.listen)
     configure_logging(config.log.format, config.log.level)
+    if error is None and (warning := alert_window_warning(config, _alert_window(args))):
+        structlog.get_logger("specwatch").warning("alert_window_not_in_windows", message=warning)
     return Service(config, source=source, config_error=error,
                    on_log_config=lambda c: configure_logging(c.log.format, c.log.level)).run_forever()
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     config = load(args.file)
+    if warning := alert_window_warning(config, _alert_window(args)):
+        print(f"specwatch: warning: {args.file}: {warning}", file=sys.stderr)
     print(f"{args.file}: OK ({len(config.targets)} target(s), {len(config.routes)} route(s), "
           f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s)")
     return 0
@@ -117,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="YAML config; every key optional. Reloaded on SIGHUP and when the file changes")
     run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")
     run.add_argument("--target", help="override the first target's URL, e.g. http://127.0.0.1:8000/metrics")
+    run.add_argument("--alert-window", help="the window the alert rules read (default SPECWATCH_ALERT_WINDOW or 5m); "
+                     "a warning is logged at start when it is not among the config's windows")
     run.add_argument("--sidecar", action="store_true",
                      help="sidecar mode (also SPECWATCH_MODE=sidecar): never exit on a bad or missing config; "
                           "serve /healthz and /metrics and report the error until the config is fixed")
@@ -124,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="validate a config file and exit (status 2 when invalid)")
     check.add_argument("file")
+    check.add_argument("--alert-window", help="the window the alert rules read (default SPECWATCH_ALERT_WINDOW or 5m): "
+                       "warn when it is not among the config's windows")
     check.set_defaults(func=cmd_check_config)
 
     rec = sub.add_parser("record", help="record polls of the configured targets as JSON lines")

@@ -16,6 +16,7 @@ What it proves:
   and a description with live numbers (no "n/a") and a recommended --speculative-config that the
   sidecar really exported;
 - every specwatch metric the rules read is in the real sidecar's /metrics (the contract, live);
+- the route-level SpecDecodeFleetBelowBreakeven reaches the receiver too, once for the route;
 - the delay from the drop to the notification, printed with its stages (run with -s to see it).
 """
 from __future__ import annotations
@@ -292,7 +293,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         labels, annotations = alert["labels"], alert["annotations"]
         assert labels["route"] == ROUTE
         assert labels["window"] == WINDOW
-        assert labels["severity"] == "warning"
+        assert labels["severity"] == "info"  # per replica; the route-level alert is the fleet one
         assert labels["target"] == "vllm" and labels["namespace"] == "llm" and labels["job"] == "specwatch"
         description = annotations["description"]
         assert "n/a" not in description, description
@@ -304,6 +305,17 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         assert match.group(1) in configs_seen, (match.group(1), configs_seen)
         assert annotations["runbook_url"].endswith("docs/runbook.md#specdecodebelowbreakeven")
         assert annotations["summary"]
+
+        # the route-level alert: once for the route, with the number and share of replicas below break-even
+        fleet_deadline = time.monotonic() + 15
+        while not receiver.firing("SpecDecodeFleetBelowBreakeven") and time.monotonic() < fleet_deadline:
+            time.sleep(0.2)
+        fleet = receiver.firing("SpecDecodeFleetBelowBreakeven")
+        assert fleet, "no SpecDecodeFleetBelowBreakeven notification"
+        fleet_alert = fleet[0][1]
+        assert fleet_alert["labels"]["route"] == ROUTE and fleet_alert["labels"]["severity"] == "warning"
+        assert "instance" not in fleet_alert["labels"], "one alert per route, not per replica"
+        assert "1 of 1 replicas (100%) are below break-even" in fleet_alert["annotations"]["description"], fleet_alert
 
         # every specwatch metric the rules and their template queries read is in the real sidecar's output
         text = requests.get(f"http://127.0.0.1:{sidecar_port}/metrics", timeout=5).text

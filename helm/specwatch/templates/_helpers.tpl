@@ -143,6 +143,8 @@ args:
 env:
   - name: SPECWATCH_MODE
     value: {{ .Values.mode | quote }}
+  - name: SPECWATCH_ALERT_WINDOW
+    value: {{ .Values.prometheusRule.alertWindow | default "5m" | quote }}
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -196,6 +198,10 @@ volumeMounts:
 
 {{/* Checks that depend on more than one value (the schema checks single values). */}}
 {{- define "specwatch.validate" -}}
+{{- $windows := .Values.config.windows | default (list "1m" "5m") }}
+{{- if and .Values.prometheusRule.enabled (not (has (.Values.prometheusRule.alertWindow | default "5m") $windows)) }}
+{{- fail (printf "prometheusRule.alertWindow=%s is not one of config.windows %v: the alerts read window=%q, which the sidecar would never export, so they could never fire" (.Values.prometheusRule.alertWindow | default "5m") $windows (.Values.prometheusRule.alertWindow | default "5m")) }}
+{{- end }}
 {{- if and (eq .Values.mode "sidecar") .Values.serviceMonitor.enabled }}
 {{- fail "serviceMonitor needs mode=standalone (sidecar mode has no Service): use podMonitor.enabled=true with podMonitor.selectorOverride set to the vLLM pods' labels" }}
 {{- end }}
