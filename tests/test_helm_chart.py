@@ -903,6 +903,25 @@ def test_notes_print_a_patch_that_adds_a_valid_sidecar_to_an_existing_vllm_deplo
     assert sidecar["resources"]["requests"] == sidecar["resources"]["limits"], "keeps a Guaranteed vLLM pod Guaranteed"
 
 
+def test_notes_print_an_extra_containers_entry_that_fits_the_vllm_example_chart_without_volumes(chart):
+    """vLLM's example chart appends `extraContainers` to its pod but offers no extra volumes: the entry
+    needs none, runs in sidecar mode with no config file, and targets vLLM's port on loopback."""
+    values = merged(ci_values("sidecar-values.yaml"), {"extraVolumeMounts": [], "sidecar": {"vllmPort": 8080}})
+    notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
+    match = re.search(r"^# --- specwatch extraContainers begin ---\n(.*?)^# --- specwatch extraContainers end ---",
+                      notes, re.S | re.M)
+    assert match, notes
+    extra = yaml.safe_load(match.group(1))["extraContainers"]
+    vllm = copy.deepcopy(VLLM_EXAMPLE_CHART)
+    vllm["spec"]["template"]["spec"]["containers"] += extra  # what the chart's template does with them
+    assert validation_errors(vllm) == []
+    (sidecar,) = extra
+    assert "volumeMounts" not in sidecar and "--config" not in sidecar["args"]
+    assert {"name": "SPECWATCH_TARGET_URL", "value": "http://127.0.0.1:8080/metrics"} in sidecar["env"]
+    assert_never_gates_vllm_readiness(sidecar)
+    assert restricted_violations(vllm["spec"]["template"]["spec"], only_container="specwatch") == []
+
+
 def test_sidecar_patch_carries_no_pull_secrets_when_none_are_set(chart):
     assert "imagePullSecrets" not in sidecar_patch(chart, ci_values("sidecar-values.yaml"))["spec"]["template"]["spec"]
 

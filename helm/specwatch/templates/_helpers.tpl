@@ -185,6 +185,32 @@ volumeMounts:
   {{- end }}
 {{- end }}
 
+{{/*
+The same container for a host chart that can add containers but not volumes (vLLM's example chart:
+`extraContainers`): no config file and no mounts. The exporter's defaults apply (target
+http://127.0.0.1:<sidecar.vllmPort>/metrics), tuned with SPECWATCH_* variables in extraEnv. A change
+of those variables changes the pod template, so prefer the ConfigMap (patch) where it is possible.
+*/}}
+{{- define "specwatch.sidecarContainerEnvOnly" -}}
+{{- $c := include "specwatch.sidecarContainer" . | fromYaml }}
+{{- $_ := unset $c "volumeMounts" }}
+{{- $args := list }}
+{{- $skip := false }}
+{{- range $c.args }}
+{{- if eq . "--config" }}
+{{- $skip = true }}
+{{- else if $skip }}
+{{- $skip = false }}
+{{- else }}
+{{- $args = append $args . }}
+{{- end }}
+{{- end }}
+{{- $_ := set $c "args" $args }}
+{{- $env := list (dict "name" "SPECWATCH_TARGET_URL" "value" (printf "http://127.0.0.1:%d/metrics" (int .Values.sidecar.vllmPort))) }}
+{{- $_ := set $c "env" (concat $env $c.env) }}
+{{- toYaml $c }}
+{{- end }}
+
 {{/* The volumes the container needs, as list items (host charts append them to their pod's volumes). */}}
 {{- define "specwatch.sidecarVolumes" -}}
 - name: specwatch-config
