@@ -719,11 +719,11 @@ def test_helm_test_script_exits_zero_only_for_a_ready_endpoint(chart, tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}/readyz"
     try:
-        ok = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=30)
+        ok = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=30, check=False)
         assert ok.returncode == 0, ok.stdout + ok.stderr
         status["code"] = 503
         fast = script.replace("time.sleep(3)", "time.sleep(0)")
-        bad = subprocess.run([sys.executable, "-c", fast, url], capture_output=True, text=True, timeout=30)
+        bad = subprocess.run([sys.executable, "-c", fast, url], capture_output=True, text=True, timeout=30, check=False)
         assert bad.returncode == 1, bad.stdout + bad.stderr
     finally:
         server.shutdown()
@@ -849,7 +849,7 @@ def assert_never_gates_vllm_readiness(container: dict) -> None:
 def sidecar_patch(chart, values: dict) -> dict:
     notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
     match = re.search(r"^# --- specwatch sidecar patch begin ---\n(.*?)^# --- specwatch sidecar patch end ---",
-                      notes, re.S | re.M)
+                      notes, re.DOTALL | re.MULTILINE)
     assert match, notes
     return yaml.safe_load(match.group(1))
 
@@ -909,7 +909,7 @@ def test_notes_print_an_extra_containers_entry_that_fits_the_vllm_example_chart_
     values = merged(ci_values("sidecar-values.yaml"), {"extraVolumeMounts": [], "sidecar": {"vllmPort": 8080}})
     notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
     match = re.search(r"^# --- specwatch extraContainers begin ---\n(.*?)^# --- specwatch extraContainers end ---",
-                      notes, re.S | re.M)
+                      notes, re.DOTALL | re.MULTILINE)
     assert match, notes
     extra = yaml.safe_load(match.group(1))["extraContainers"]
     vllm = copy.deepcopy(VLLM_EXAMPLE_CHART)
@@ -982,7 +982,7 @@ def test_readme_parameter_table_documents_every_value():
             yield prefix.rstrip(".")
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     readme = (CHART / "README.md").read_text()
-    table_keys = set(re.findall(r"^\| `([^`]+)` \|", readme.split("\n## Parameters\n", 1)[1], re.M))
+    table_keys = set(re.findall(r"^\| `([^`]+)` \|", readme.split("\n## Parameters\n", 1)[1], re.MULTILINE))
     documented = set(leaves(values))
     assert documented - table_keys == set(), "values missing from the README parameter table"
     assert table_keys - documented == set(), "README documents values that do not exist"
@@ -991,7 +991,7 @@ def test_readme_parameter_table_documents_every_value():
 def test_values_examples_in_the_readme_render_against_the_current_rules(chart):
     """Every YAML block marked <!-- values-example --> in the chart README is valid, current advice."""
     readme = (CHART / "README.md").read_text()
-    blocks = re.findall(r"<!-- values-example -->\n```yaml\n(.*?)```", readme, re.S)
+    blocks = re.findall(r"<!-- values-example -->\n```yaml\n(.*?)```", readme, re.DOTALL)
     assert len(blocks) >= 2
     for block in blocks:
         values = yaml.safe_load(block)
@@ -1061,7 +1061,7 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
         assert get(container["livenessProbe"]["httpGet"]["path"]) == 200
         script = one(objects, "Pod")["spec"]["containers"][0]["command"][2]
         test_run = subprocess.run([sys.executable, "-c", script, f"http://127.0.0.1:{port}/readyz"],
-                                  capture_output=True, text=True, timeout=30)
+                                  capture_output=True, text=True, timeout=30, check=False)
         assert test_run.returncode == 0, test_run.stdout + test_run.stderr
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)

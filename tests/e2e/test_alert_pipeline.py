@@ -37,7 +37,7 @@ import requests
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_rules import every_expression, selectors  # noqa: E402  (the rules' metric names, parsed)
+from test_rules import every_expression, selectors
 
 pytestmark = pytest.mark.e2e
 
@@ -109,7 +109,7 @@ def accelerated_rules_copy(dest: Path) -> list[Path]:
     out = []
     for src in sorted(RULES.glob("*.yaml")):
         text = src.read_text()
-        text, n_for = re.subn(r"^(\s+for:\s*)\S+\s*$", rf"\g<1>{FOR_S}s", text, flags=re.M)
+        text, n_for = re.subn(r"^(\s+for:\s*)\S+\s*$", rf"\g<1>{FOR_S}s", text, flags=re.MULTILINE)
         text = text.replace('window="5m"', f'window="{WINDOW}"')
         if "alert:" in text:
             assert n_for >= 6, f"{src.name}: expected a `for:` per alert, rewrote {n_for}"
@@ -142,7 +142,7 @@ class Receiver:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with outer.lock:
                     outer.posts.append((outer.clock(), json.loads(body)))
@@ -319,7 +319,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
 
         # every specwatch metric the rules and their template queries read is in the real sidecar's output
         text = requests.get(f"http://127.0.0.1:{sidecar_port}/metrics", timeout=5).text
-        exported = set(re.findall(r"^# TYPE (\S+)", text, flags=re.M)) | set(re.findall(r"^(\w+)[{ ]", text, flags=re.M))
+        exported = set(re.findall(r"^# TYPE (\S+)", text, flags=re.MULTILINE)) | set(re.findall(r"^(\w+)[{ ]", text, flags=re.MULTILINE))
         read = {sel.name for _, expr in every_expression() for sel in selectors(expr) if sel.name.startswith("specwatch_")}
         assert read - exported == set(), f"rules read metrics the sidecar does not export: {sorted(read - exported)}"
 

@@ -35,8 +35,14 @@ import requests
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_dashboard import (  # noqa: E402  (shared helpers of the static dashboard tests)
-    EXPORTED, ROOT, load_dashboard, panels, rule_files, selectors, substitute,
+from test_dashboard import (
+    EXPORTED,
+    ROOT,
+    load_dashboard,
+    panels,
+    rule_files,
+    selectors,
+    substitute,
 )
 
 pytestmark = pytest.mark.e2e
@@ -94,7 +100,7 @@ def sidecar_command(config: Path) -> list[str]:
 
 def model_names(metrics_url: str) -> list[str]:
     text = requests.get(metrics_url, timeout=5).text
-    return sorted(set(re.findall(r'^vllm:[a-z_]+\{[^}]*model_name="([^"]+)"', text, re.M)))
+    return sorted(set(re.findall(r'^vllm:[a-z_]+\{[^}]*model_name="([^"]+)"', text, re.MULTILINE)))
 
 
 def shortened_rules(dest: Path) -> list[Path]:
@@ -273,7 +279,7 @@ def live(stack):
 # ---- tests ----------------------------------------------------------------------------------------
 
 def test_every_variable_query_resolves_to_values(stack, live):
-    values, found = resolve_variables(stack)
+    _, found = resolve_variables(stack)
     assert found["namespace"] == [NAMESPACE]
     assert found["pod"] == [POD]
     assert found["cluster"] == []  # optional: a single-cluster Prometheus has no cluster label
@@ -452,7 +458,7 @@ def screenshot(stack: Stack, expr: str, out: Path) -> Path:
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={profile}", "--window-size=1280,800", "--virtual-time-budget=8000",
              f"--screenshot={out}", url],
-            capture_output=True, text=True, timeout=120)
+            capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
     return out
 
