@@ -1,6 +1,7 @@
 """`specwatch run` as a real process against a local HTTP server serving real vLLM payloads."""
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import requests
