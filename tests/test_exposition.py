@@ -187,7 +187,7 @@ def test_a_selected_sample_after_another_familys_header_is_still_read():
     moved = next(line for line in lines if line.startswith("vllm:spec_decode_num_drafts_total"))
     lines.remove(moved)
     text = "\n".join(lines + ["# HELP zzz_other Another family.", "# TYPE zzz_other gauge", "zzz_other 1.0", moved])
-    assert moved in SELECTOR._selected_lines(text)
+    assert (*moved.split(" "), "") in SELECTOR._selected_lines(text)  # found, and cut as name{labels}, value
     _assert_same_as_line_scan_and_oracle(text)
     assert SELECTOR.parse(text)["vllm:spec_decode_num_drafts"].samples[0].value == 15033.0
     # ... and a second copy of it there is the duplicate series it is, wherever it sits
@@ -286,3 +286,29 @@ def test_any_line_order_with_or_without_headers_reads_as_the_line_scan_and_prome
     lines = [line for line in text.rstrip("\n").split("\n") if headers or not line.startswith("#")]
     rnd.shuffle(lines)
     _assert_same_as_line_scan_and_oracle("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("line", [
+    'vllm:num_requests_running{engine="0",model_name="m"} 3.0',
+    'vllm:num_requests_running{engine="0",model_name="a}b"} 3.0',          # a brace inside a label value
+    'vllm:num_requests_running{engine="0",model_name="a b"} 3.0',          # a space inside a label value
+    'vllm:num_requests_running{engine="0",model_name="m"} 3.0 1700000000000',  # a timestamp
+    'vllm:num_requests_running{engine="0",model_name="m"} 3.0}',
+    'vllm:num_requests_running{engine="0",model_name="m"} {3.0',
+    'vllm:num_requests_running{engine="0",model_name="m"}\t3.0',
+    'vllm:num_requests_running{engine="0",model_name="m"} 3.0\r',
+    'vllm:num_requests_running{engine="0",model_name="m"}  3.0',
+    'vllm:num_requests_running{engine="0",model_name="m"}3.0',
+    'vllm:num_requests_running{} 3.0',
+    'vllm:num_requests_running 3.0',
+    'vllm:num_requests_running} 3.0',
+    'vllm:num_requests_running 3.0 {',
+    'vllm:num_requests_running_extra{engine="0"} 3.0',                       # shares the prefix only
+    'vllm:num_requests_running{engine="0",engine="1"} 3.0',
+    'vllm:num_requests_running{engine="0" ,model_name="m" } 3.0',
+    'vllm:num_requests_running{engine="0",model_name="m\\"} 3.0',
+    'vllm:num_requests_running{engine="0",model_name="m"} 1_0',
+])
+def test_plain_and_unusual_sample_lines_read_as_the_line_scan_reads_them(line):
+    for text in (GOOD + line + "\n", GOOD + line, line + "\n" + GOOD):
+        assert _outcome(Selector(FAMILIES).parse, text) == _outcome(Selector(FAMILIES).parse_by_lines, text)

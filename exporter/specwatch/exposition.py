@@ -84,6 +84,9 @@ class _Series(NamedTuple):
 
 _SKIP = _Series("", "", "", (), -1, (), math.nan, "")
 
+# One line for Selector._read: (`name{labels}`, value text, "") when already cut, else ("", "", line).
+_Line = tuple[str, str, str]
+
 
 def _suffixes(kind: str) -> tuple[str, ...]:
     if kind == "counter":
@@ -203,7 +206,7 @@ class Selector:
                 return self._read(self._selected_lines(text), text)
             except ExpositionError:
                 pass  # rejected: the line scan says why, with the line number
-            return self._read(text.split("\n"), text)
+            return self._read(_every_line(text), text)
         except ExpositionError:
             raise
         except Exception as exc:  # noqa: BLE001 - the contract is one error type for any bad input
@@ -214,20 +217,22 @@ class Selector:
         try:
             if "\x00" in text:
                 raise ExpositionError("parse", "NUL byte: not the Prometheus text format")
-            return self._read(text.split("\n"), text)
+            return self._read(_every_line(text), text)
         except ExpositionError:
             raise
         except Exception as exc:  # noqa: BLE001 - as parse()
             raise ExpositionError("parse", f"{type(exc).__name__}: {exc}") from None
 
-    def _selected_lines(self, text: str) -> list[str]:
+    def _selected_lines(self, text: str) -> list[_Line]:
         """The lines `_read` acts on, in order, except well-formed TYPE lines of other families."""
-        lines = self._lines.findall(text)
+        lines: list[_Line] = self._lines.findall(text)
         if text.startswith(self._first_line_starts):
-            lines.insert(0, text.split("\n", 1)[0])  # the pattern anchors on the newline before a line
+            lines.insert(0, ("", "", text.split("\n", 1)[0]))  # the pattern anchors on the newline before a line
         return lines
 
-    def _read(self, lines: list[str], text: str) -> dict[str, Family]:
+    def _read(self, lines: list[_Line], text: str) -> dict[str, Family]:
+        """Apply every line: a plain sample comes as (series, value, ""), any other as ("", "", line).
+        Line numbers are right only when `lines` holds every line (the line scan)."""
         declared: dict[str, str] = {}
         values: dict[str, list[Sample]] = {f: [] for f in self.families}
         created: dict[str, list[Sample]] = {f: [] for f in self.families}
@@ -241,8 +246,10 @@ class Selector:
             self._keys.clear()
         count = 0
         new_sample = tuple.__new__  # Sample(...) without the Python-level __new__ of a NamedTuple
-        for lineno, line in enumerate(lines, 1):
-            if not line.startswith(prefixes):
+        for lineno, (head, rest, line) in enumerate(lines, 1):
+            if rest:
+                pass  # `name{labels} value`, already cut by the pattern
+            elif not line.startswith(prefixes):
                 if line.startswith(TYPE_PREFIX):
                     fields = line.split()
                     if len(fields) != 4:
@@ -253,23 +260,23 @@ class Selector:
                             raise ExpositionError("invalid", f"{family} declared twice with different types", lineno)
                         declared[family] = fields[3]
                 continue
-            brace = line.find("{")
-            space = line.find(" ")
-            if brace >= 0 and (space < 0 or brace < space):
-                close = line.rfind("}")
-                if close < brace:
-                    if line[:brace] in self._by_sample:
-                        raise ExpositionError("parse", "unterminated labels", lineno)
-                    continue  # a longer name that merely shares a prefix
-                head, rest = line[:close + 1], line[close + 1:]
-            elif space < 0:
-                raise ExpositionError("parse", "sample without a value", lineno)
             else:
-                brace = -1
-                head, rest = line[:space], line[space:]
+                brace = line.find("{")
+                space = line.find(" ")
+                if brace >= 0 and (space < 0 or brace < space):
+                    close = line.rfind("}")
+                    if close < brace:
+                        if line[:brace] in self._by_sample:
+                            raise ExpositionError("parse", "unterminated labels", lineno)
+                        continue  # a longer name that merely shares a prefix
+                    head, rest = line[:close + 1], line[close + 1:]
+                elif space < 0:
+                    raise ExpositionError("parse", "sample without a value", lineno)
+                else:
+                    head, rest = line[:space], line[space:]
             series = cache.get(head)
             if series is None:
-                series = self._new_series(head, brace, lineno)
+                series = self._new_series(head, lineno)
             if series is _SKIP:
                 continue  # a longer name that merely shares a prefix (e.g. ..._per_pos_total)
             try:
@@ -309,8 +316,9 @@ class Selector:
             result[family] = Family(family, kind, samples, tuple(created[family]))
         return result
 
-    def _new_series(self, head: str, brace: int, lineno: int) -> _Series:
+    def _new_series(self, head: str, lineno: int) -> _Series:
         """Work out what `name{labels}` (or a bare `name`) means and remember it."""
+        brace = head.find("{")  # a bare name holds no brace: it ends before the first space and any brace
         name = head[:brace] if brace >= 0 else head
         hit = self._by_sample.get(name)
         if hit is None:
@@ -335,23 +343,36 @@ class Selector:
         return series
 
 
+def _every_line(text: str) -> list[_Line]:
+    return [("", "", line) for line in text.split("\n")]
+
+
 def _line_finder(prefixes: tuple[str, ...], type_names: tuple[str, ...]) -> re.Pattern[str]:
-    """A pattern whose findall() returns, in order, every line (after the first) that starts with
-    one of `prefixes`, every TYPE line naming one of `type_names`, and every TYPE line that
-    str.split() would not cut into exactly four fields."""
+    """A pattern whose findall() returns, in order, as `_Line`s, every line (after the first) that
+    starts with one of `prefixes`, every TYPE line naming one of `type_names`, and every TYPE line
+    that str.split() would not cut into exactly four fields.
+
+    A plain sample line, `name{labels} value` or `name value` with no brace in the name or value,
+    no `}` inside the labels and no timestamp, comes already cut: (`name{labels}`, `value`, "").
+    That is the cut the line scan makes (the first brace opens the labels, the last `}` closes
+    them, the value follows). Any other selected line comes whole: ("", "", line)."""
 
     def alternatives(words: tuple[str, ...]) -> str:
         return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
     branches = []
     if prefixes:
-        branches.append(f"(?:{alternatives(prefixes)})[^\\n]*")
+        names = f"(?:{alternatives(prefixes)})"
+        plain = rf"({names}[^ {{}}\n]*(?:\{{[^}}\n]*\}})?) ([^ {{}}\n]+)(?=\n|\Z)"
+        branches.append(rf"{names}[^\n]*")
+    else:
+        plain = "()()(?!)"
     type_branches = []
     if type_names:
-        type_branches.append(f"{_WS}*(?:{alternatives(type_names)}){_WS}[^\\n]*")
-    type_branches.append(f"(?!{_WS}*\\S+{_WS}+\\S+{_WS}*(?:\\n|\\Z))[^\\n]*")
+        type_branches.append(rf"{_WS}*(?:{alternatives(type_names)}){_WS}[^\n]*")
+    type_branches.append(rf"(?!{_WS}*\S+{_WS}+\S+{_WS}*(?:\n|\Z))[^\n]*")
     branches.append(re.escape(TYPE_PREFIX) + "(?:" + "|".join(type_branches) + ")")
-    return re.compile("\\n(" + "|".join(branches) + ")")
+    return re.compile(r"\n(?:" + plain + "|(" + "|".join(branches) + "))")
 
 
 def _bucket_bound(name: str, labels: Labels) -> tuple[float, str]:
