@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
-
 from specwatch import sim, vllm
 from specwatch.config import from_mapping
 from specwatch.demo import sidecar_config_for

@@ -6,14 +6,14 @@ import random
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-
 from reliability.fuzzcheck import CORPUS, text_from_bytes
 from reliability.mutate import MUTATIONS, apply_mutations
-from support.paths import REPO, SHARED, shared_path
 from specwatch.exposition import ExpositionError, Selector
 from specwatch.vllm import FAMILIES, SELECTOR
+from support.paths import REPO, SHARED, shared_path
 from support.vllm_payloads import FakeVllm
 
 
@@ -157,8 +157,14 @@ def _assert_same_as_line_scan_and_oracle(text, oracle=True):
         assert _ours(text) == _oracle(text)
 
 
+def _real_dir():
+    """The real vLLM payloads: the repository's copy, else the shared reference material."""
+    copy = REPO / "tests" / "fixtures" / "vllm-cpu-real"
+    return copy if copy.is_dir() else shared_path("fixtures", "vllm-cpu-real")
+
+
 def _real(name="035.prom"):
-    return shared_path("fixtures", "vllm-cpu-real", name).read_text()
+    return (_real_dir() / name).read_text()
 
 
 def test_every_fixture_reads_the_same_through_the_line_finder_and_the_line_scan():
@@ -247,8 +253,7 @@ CORPUS_FILES = sorted(p for p in CORPUS.iterdir() if p.is_file() and p.suffix !=
 
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=[p.name for p in CORPUS_FILES])
 def test_fuzz_corpus_inputs_read_as_the_line_scan_and_as_prometheus_client_when_accepted(path):
-    folder = shared_path("fixtures", "vllm-cpu-real")
-    seeds = [p.read_text() for p in sorted(folder.glob("*.prom"))[::3]]
+    seeds = [p.read_text() for p in sorted(_real_dir().glob("*.prom"))[::3]]
     text, _ = text_from_bytes(path.read_bytes(), seeds)
     assert _outcome(SELECTOR.parse, text) == _outcome(Selector(FAMILIES).parse_by_lines, text)
     try:
@@ -259,7 +264,8 @@ def test_fuzz_corpus_inputs_read_as_the_line_scan_and_as_prometheus_client_when_
 
 
 def _seeds():
-    folder = SHARED / "fixtures" / "vllm-cpu-real"
+    folder = REPO / "tests" / "fixtures" / "vllm-cpu-real"
+    folder = folder if folder.is_dir() else SHARED / "fixtures" / "vllm-cpu-real"
     return [p.read_text() for p in sorted(folder.glob("*.prom"))[::6]] if folder.is_dir() else [GOOD]
 
 
