@@ -318,3 +318,70 @@ def test_any_line_order_with_or_without_headers_reads_as_the_line_scan_and_prome
 def test_plain_and_unusual_sample_lines_read_as_the_line_scan_reads_them(line):
     for text in (GOOD + line + "\n", GOOD + line, line + "\n" + GOOD):
         assert _outcome(Selector(FAMILIES).parse, text) == _outcome(Selector(FAMILIES).parse_by_lines, text)
+
+
+# -- a poll with the last good poll's lines and new values: only the values are read again ------
+def test_a_sequence_of_real_polls_reads_as_the_line_scan_while_reusing_the_last_polls_shape():
+    selector = Selector(FAMILIES)
+    reused = 0
+    for path in sorted(_real_dir().glob("*.prom")):
+        text = path.read_text()
+        before = selector._last
+        assert _outcome(selector.parse, text) == _outcome(selector.parse_by_lines, text), path.name
+        reused += before is not None and selector._last is before
+    assert reused >= 20  # vLLM prints the same series in the same order every poll
+
+
+VALUES = ("NaN", "-1", "+Inf", "-Inf", "1e309", "0", "-0", "3.5", "1_000", "0x10", "1e-400", "1e308", "-1e-300",
+          "nan", "inf", "1.7e308", "7", "1e9")
+
+
+@st.composite
+def _same_lines_new_values(draw):
+    text = draw(st.sampled_from(SEEDS))
+    lines = text.split("\n")
+    selected = [i for i, line in enumerate(lines) if line.startswith(tuple(FAMILIES))]
+    if not selected:
+        return text, text
+    for _ in range(draw(st.integers(1, 8))):
+        i = draw(st.sampled_from(selected))
+        head, _, _ = lines[i].rpartition(" ")
+        value = float(text.split("\n")[i].rpartition(" ")[2])  # the real value, as vLLM printed it
+        choice = draw(st.one_of(st.sampled_from(VALUES), st.sampled_from([repr(value * 2), repr(value / 2)]),
+                                st.floats(allow_nan=True, allow_infinity=True).map(repr)))
+        lines[i] = f"{head} {choice}"
+    return text, "\n".join(lines)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_same_lines_new_values())
+def test_new_values_on_the_last_polls_lines_are_checked_as_the_line_scan_checks_them(texts):
+    good, changed = texts
+    selector = Selector(FAMILIES)
+    selector.parse(good)  # remembers the shape of this poll
+    assert selector._last is not None or not PAYLOADS_PRESENT
+    assert _outcome(selector.parse, changed) == _outcome(selector.parse_by_lines, changed)
+    assert _outcome(selector.parse, good) == _outcome(selector.parse_by_lines, good)
+
+
+PAYLOADS_PRESENT = SEEDS != [GOOD]
+
+
+@pytest.mark.parametrize("change", [
+    ('vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 1.0',
+     'vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 4.0'),   # buckets go down
+    ('vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 3.0',
+     'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 2.0'),               # _count != +Inf bucket
+    ('vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 0.5',
+     'vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} NaN'),
+    ('model_name="m"} 10.0', 'model_name="m"} -0.5'),
+    ('model_name="m"} 10.0', 'model_name="m"} +Inf'),
+    ('model_name="m"} 10.0', 'model_name="m"} 1e308\nvllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 1e308'),
+])
+def test_an_invalid_value_on_the_last_polls_lines_is_still_rejected(change):
+    selector = Selector(FAMILIES)
+    selector.parse(GOOD)
+    assert selector._last is not None
+    bad = GOOD.replace(*change)
+    assert bad != GOOD
+    assert _outcome(selector.parse, bad) == _outcome(selector.parse_by_lines, bad)

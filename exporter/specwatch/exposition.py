@@ -20,12 +20,16 @@ line scan (`Selector.parse_by_lines`), which raises the same error with its line
 from __future__ import annotations
 
 import math
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from functools import partial
+from operator import itemgetter
+from typing import NamedTuple, TypeVar
 
 Labels = tuple[tuple[str, str], ...]
+_T = TypeVar("_T")
 
 # Limits on what a selected line may carry: parse cost must stay bounded whatever a target sends.
 MAX_LABELS_PER_SERIES = 64
@@ -195,6 +199,7 @@ class Selector:
         self._first_line_starts = (*self._prefixes, TYPE_PREFIX)
         self._series: dict[str, _Series] = {}
         self._keys: dict[tuple[str, Labels], int] = {}
+        self._last: _LastPoll | None = None
         self._lines = _line_finder(self._prefixes, tuple(self._type_names))
 
     def parse(self, text: str) -> dict[str, Family]:
@@ -203,7 +208,7 @@ class Selector:
             if "\x00" in text:
                 raise ExpositionError("parse", "NUL byte: not the Prometheus text format")
             try:
-                return self._read(self._selected_lines(text), text)
+                return self._read_found(self._selected_lines(text), text)
             except ExpositionError:
                 pass  # rejected: the line scan says why, with the line number
             return self._read(_every_line(text), text)
@@ -229,6 +234,18 @@ class Selector:
         if text.startswith(self._first_line_starts):
             lines.insert(0, ("", "", text.split("\n", 1)[0]))  # the pattern anchors on the newline before a line
         return lines
+
+    def _read_found(self, found: list[_Line], text: str) -> dict[str, Family]:
+        """Read the lines the pattern found; when they are the last good poll's lines with new
+        values (the usual case: vLLM prints the same series in the same order every time), only
+        the values are converted and checked."""
+        if self._last is not None:
+            result = self._last.reread(found)
+            if result is not None:
+                return result
+        result = self._read(found, text)
+        self._last = _LastPoll.remember(found, result, self._series, self.families)
+        return result
 
     def _read(self, lines: list[_Line], text: str) -> dict[str, Family]:
         """Apply every line: a plain sample comes as (series, value, ""), any other as ("", "", line).
@@ -341,6 +358,112 @@ class Selector:
             self._series.clear()  # bounded, whatever a target sends
         self._series[head] = series
         return series
+
+
+_head, _value_text, _whole_line = itemgetter(0), itemgetter(1), itemgetter(2)
+_make_sample = partial(tuple.__new__, Sample)  # Sample from a (name, labels, value) tuple, all in C
+
+
+def _pick(items: Sequence[_T], positions: tuple[int, ...]) -> tuple[_T, ...]:
+    return tuple([items[i] for i in positions])
+
+
+@dataclass(frozen=True)
+class _HistogramPlan:
+    buckets: tuple[int, ...]  # positions of the buckets, by increasing le
+    count: int
+    sum: int
+
+
+@dataclass(frozen=True)
+class _LastPoll:
+    """The shape of the last good poll: which lines, which series, where each sample goes, which
+    value checks apply. A poll with exactly the same lines apart from the values (same series
+    texts, same TYPE lines, same order) only needs its values converted and checked; anything
+    else, or any doubt about a value, goes through `Selector._read`."""
+
+    heads: list[str]
+    lines: list[str]
+    plain: tuple[int, ...]          # positions in the found lines of the samples, in order
+    names: tuple[str, ...]
+    labels: tuple[Labels, ...]
+    families: tuple[tuple[str, str, tuple[int, ...], tuple[int, ...]], ...]  # name, kind, values, created
+    not_negative: tuple[int, ...]   # counters and gauges: finite and >= 0
+    timestamps: tuple[int, ...]     # _created: finite
+    histograms: tuple[_HistogramPlan, ...]
+
+    @staticmethod
+    def remember(found: list[_Line], result: Mapping[str, Family], cache: Mapping[str, _Series],
+                 kinds: Mapping[str, str]) -> _LastPoll | None:
+        plain: list[int] = []
+        series: list[_Series] = []
+        for i, (head, value, line) in enumerate(found):
+            if not value:
+                if not line.startswith(TYPE_PREFIX):
+                    return None  # a sample line the pattern did not cut: keep to the general path
+                continue
+            known = cache.get(head)
+            if known is None:
+                return None  # the cache was cleared during the poll
+            if known is not _SKIP:
+                plain.append(i)
+                series.append(known)
+        if not series:
+            return None  # with no sample, whether the text is an exposition at all depends on more
+        slots: dict[tuple[str, bool], list[int]] = {}
+        for position, s in enumerate(series):
+            slots.setdefault((s.family, s.suffix == "_created"), []).append(position)
+        families = []
+        not_negative: list[int] = []
+        timestamps: list[int] = []
+        histograms: list[_HistogramPlan] = []
+        for name, family in result.items():
+            values = tuple(slots.get((name, False), ()))
+            created = tuple(slots.get((name, True), ()))
+            if len(values) != len(family.samples) or len(created) != len(family.created):
+                return None
+            families.append((name, kinds[name], values, created))
+            timestamps += created
+            if kinds[name] != "histogram":
+                not_negative += values
+                continue
+            groups: dict[Labels, dict[str, list[tuple[float, int]]]] = {}
+            for position in values:
+                s = series[position]
+                groups.setdefault(s.group, {}).setdefault(s.suffix, []).append((s.bound, position))
+            for parts in groups.values():
+                if len(parts.get("_count", ())) != 1 or len(parts.get("_sum", ())) != 1 or not parts.get("_bucket"):
+                    return None
+                histograms.append(_HistogramPlan(tuple(p for _, p in sorted(parts["_bucket"])),
+                                                 parts["_count"][0][1], parts["_sum"][0][1]))
+        return _LastPoll(list(map(_head, found)), list(map(_whole_line, found)), tuple(plain),
+                         tuple(s.name for s in series), tuple(s.labels for s in series), tuple(families),
+                         tuple(not_negative), tuple(timestamps), tuple(histograms))
+
+    def reread(self, found: list[_Line]) -> dict[str, Family] | None:
+        """The families of `found` if it has this poll's lines with valid values, else None."""
+        if list(map(_head, found)) != self.heads or list(map(_whole_line, found)) != self.lines:
+            return None
+        texts = list(map(_value_text, found))
+        try:
+            values = list(map(float, _pick(texts, self.plain)))
+        except ValueError:
+            return None
+        if self.not_negative:
+            checked = _pick(values, self.not_negative)
+            if not (math.isfinite(sum(checked)) and min(checked) >= 0):
+                return None  # a NaN, an infinity or a negative value (or a sum overflow): look closer
+        if self.timestamps and not math.isfinite(sum(_pick(values, self.timestamps))):
+            return None
+        for plan in self.histograms:
+            buckets = _pick(values, plan.buckets)
+            if not (buckets[0] >= 0 and all(map(operator.ge, buckets[1:], buckets[:-1]))
+                    and not math.isinf(buckets[-1]) and values[plan.count] == buckets[-1]
+                    and math.isfinite(values[plan.sum])):
+                return None
+        samples = list(map(_make_sample, zip(self.names, self.labels, values)))
+        return {name: Family(name, kind, _pick(samples, value_at), _pick(samples, created_at))
+                for name, kind, value_at, created_at in self.families}
 
 
 def _every_line(text: str) -> list[_Line]:
