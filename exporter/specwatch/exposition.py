@@ -15,6 +15,9 @@ other families, HELP lines) is never split into lines. Because lines are found w
 sit, exporters that omit HELP/TYPE, interleave families or put a sample far from its header are
 read exactly as the line scan reads them. When the payload is rejected it is re-read by the
 line scan (`Selector.parse_by_lines`), which raises the same error with its line number.
+
+A target prints the same series in the same order every poll: when the lines found are the last
+good poll's lines with new values, only the values are converted and checked (`_LastPoll`).
 """
 
 from __future__ import annotations
