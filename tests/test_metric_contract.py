@@ -38,7 +38,10 @@ DESIGN_CONTRACT = {
 }
 # Added beyond DESIGN §6 for the alerts' routing and annotations.
 EXTENSIONS = {"specwatch_recommended_config_info", "specwatch_route_expects_speculation",
-              "specwatch_baseline_itl_p99_seconds"}
+              "specwatch_baseline_itl_p99_seconds",
+              # draft.config check and before/after grading
+              "specwatch_speculative_config_mismatch", "specwatch_configured_draft_length",
+              "specwatch_advice_predicted_gain_ratio", "specwatch_advice_measured_gain_ratio"}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +52,8 @@ def exposition() -> set[str]:
                              poll_interval=5.0, windows=("1m", "5m"))
     route = scenario.model_names[0]
     raw["routes"] = [{"name": route, "match": {"model_name": route}, "baseline_itl_p99_seconds": 0.05}]
+    # The speculative config vLLM runs with, so the config-check gauges are exported too.
+    raw["draft"]["config"] = {"method": "eagle3", "num_speculative_tokens": scenario.num_speculative_tokens}
     pipeline = Pipeline(from_mapping(raw, environ={}))
     simulator = sim.Simulator(scenario, seed=1)
     for i in range(1, 80):
