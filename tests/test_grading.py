@@ -109,6 +109,24 @@ def test_the_gauges_export_the_predicted_and_measured_gain(applied):
     assert samples["specwatch_advice_measured_gain_ratio"].labels == {"route": "chat", "target": "vllm"}
 
 
+def test_turning_speculation_off_is_graded_against_the_simulators_truth():
+    """At 128 requests with a weak drafter (per-position acceptance 0.3) vLLM is restarted without
+    speculation at 300 s: the measured gain matches the simulator's tokens/s."""
+    sc = parse_scenario({
+        "name": "apply-disable", "hardware": "h100-sxm", "model": "llama-3.1-8b", "method": "eagle3",
+        "num_speculative_tokens": 4, "prompt_tokens": 512, "output_tokens": 256, "routes": [{"model_name": "chat"}],
+        "phases": [{"name": "weak", "duration": "660s", "concurrency": 128, "k": 4, "alpha": 0.3}],
+        "events": [{"at": "300s", "type": "spec_off"}]})
+    # The restart at 300 s zeroes the simulator's counters: measure each phase on its own side of it.
+    pipeline, _, generated = drive(sc, 660.0, (60.0, 300.0, 360.0, 660.0))
+    true_gain = ((generated[660.0] - generated[360.0]) / 300.0) / ((generated[300.0] - generated[60.0]) / 240.0)
+    grading = pipeline.state().routes[0].grading
+    assert grading is not None and grading.status == "graded" and grading.new_draft_length == 0
+    assert grading.after is not None and grading.after.tokens_per_step == 1.0
+    assert grading.measured_gain_ratio == pytest.approx(true_gain, rel=0.10)
+    assert grading.predicted_gain_ratio is not None and grading.predicted_gain_ratio > 1
+
+
 def _stats(t: float, span: float, k: float | None, drafts: float, window: str = "1m") -> WindowStats:
     return WindowStats(route="r", window=window, t=t, samples=10, span_seconds=span, spec_present=True,
                        drafts=drafts, draft_tokens=(k or 0) * drafts, accepted_tokens=None, acceptance_rate=0.6,
