@@ -34,7 +34,10 @@ def _scalar(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_scalar(v) for v in value) + "]"
     text = str(value)
-    return f'"{text}"' if text[:1] in ":{[*&!|>%@`\"'" or ": " in text or " #" in text else text
+    if not (text[:1] in ":{[*&!|>%@`\"'" or ": " in text or " #" in text):
+        return text
+    # A JSON example (draft.config) holds double quotes: single-quote it, as YAML allows.
+    return "'" + text.replace("'", "''") + "'" if '"' in text else f'"{text}"'
 
 
 def _value(key: Key, value: Any) -> str:
