@@ -46,7 +46,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     config = _load_config(args, listen=args.listen, targets=[{"url": args.target}] if args.target else None)
     configure_logging(config.log.format, config.log.level)
-    return Service(config).run_forever()
+    try:
+        return Service(config).run_forever()
+    except OSError as exc:  # the listen address is taken or not ours to bind: one line, like a bad key
+        print(f"specwatch: config error: listen {config.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -95,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     run = sub.add_parser("run", help="run the sidecar: poll vLLM /metrics and serve specwatch metrics")
-    run.add_argument("--config", help="YAML config (DESIGN §9); every key optional")
+    run.add_argument("--config", help="YAML config (keys: README, Configuration); every key optional")
     run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")
     run.add_argument("--target", help="override the first target's URL, e.g. http://127.0.0.1:8000/metrics")
     run.set_defaults(func=cmd_run)
