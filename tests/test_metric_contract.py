@@ -38,7 +38,7 @@ DESIGN_CONTRACT = {
 }
 # Added beyond DESIGN §6 for the alerts' routing and annotations.
 EXTENSIONS = {"specwatch_recommended_config_info", "specwatch_route_expects_speculation",
-              "specwatch_baseline_itl_p99_seconds"}
+              "specwatch_baseline_itl_p99_seconds", "specwatch_speculation_cannot_pay"}
 
 
 @pytest.fixture(scope="module")

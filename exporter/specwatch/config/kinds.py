@@ -92,6 +92,30 @@ class Duration(Kind):
 
 
 @dataclass(frozen=True)
+class HoldTime(Kind):
+    """How long something must persist: a duration ("30s") -> float seconds; a bare integer (as
+    before durations were accepted) -> int, a count of evaluations, converted by the reader."""
+
+    max_count: int = 100
+
+    def parse(self, value: Any, key: str, ctx: Context) -> int | float:
+        text = str(value).strip()
+        if not isinstance(value, (bool, float)) and re.fullmatch(r"[+-]?\d+", text):
+            count = int(text)
+            if not 1 <= count <= self.max_count:
+                raise ConfigError(key, f"must be >= 1, got {count}" if count < 1
+                                  else f"must be <= {self.max_count}, got {count}")
+            return count
+        if isinstance(value, (bool, int, float)):
+            raise ConfigError(key, f"expected a duration like 30s (or a whole number of polls), got {value!r}")
+        return float(_unit(lambda: units.parse_duration(text, key)))
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": ["string", "integer"], "pattern": units.DURATION_PATTERN, "minimum": 1,
+                "maximum": self.max_count}
+
+
+@dataclass(frozen=True)
 class DurationList(Kind):
     """A non-empty list of distinct durations; the environment gives it comma-separated."""
 

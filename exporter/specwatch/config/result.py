@@ -67,7 +67,15 @@ class DraftConfig:
 class DecisionConfig:
     min_drafts: int = 500
     margin: float = 0.02
-    hold: int = 2
+    # Seconds (float, from "30s"), or an int: a count of evaluations, as before durations existed.
+    hold: float | int = 2
+
+    def hold_seconds(self, poll_interval: float) -> float:
+        """How long a new verdict must stay the candidate. N evaluations span N - 1 poll intervals,
+        so an integer hold behaves exactly as the former count of polls did."""
+        if isinstance(self.hold, int):
+            return max(self.hold - 1, 0) * poll_interval
+        return float(self.hold)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from .kinds import (
     Duration,
     DurationList,
     Flag,
+    HoldTime,
     JsonFile,
     Listen,
     Name,
@@ -272,9 +273,10 @@ DECISION = Section(
         Key("margin", Number(minimum=0, maximum=0.5), "hysteresis band around the break-even", example=0.05),
         Key(
             "hold",
-            Number(minimum=1, maximum=100, integer=True),
-            "evaluations a new verdict must hold before it takes effect",
-            example=3,
+            HoldTime(),
+            "how long a new verdict must stay the candidate before it takes effect; "
+            "a bare integer counts polls (N polls = (N-1) x poll_interval)",
+            example="30s",
         ),
     ),
 )
