@@ -472,3 +472,40 @@ def test_replay_lines_carry_the_complete_recommended_config():
     assert record["recommended_config"] == advice.recommended_config and record["recommended_action"] == "apply"
     assert vllm_accepts(record["recommended_config"]) is None
     json.dumps(record)
+
+
+# ------------------------------------------------------------------------------------------
+# Cost model inputs behind the advice
+# ------------------------------------------------------------------------------------------
+
+CPU_PROFILE = str(FIXTURES / "stepprofile-nospec.yaml")
+
+
+def test_with_a_profile_the_draft_cost_is_a_roofline_ratio_not_a_roofline_draft_over_a_measured_step():
+    """profile: + no hardware: the draft's H100 roofline step was divided by the CPU profile's step."""
+    plain = from_mapping({"draft": {"method": "draft_model"}}, environ={})
+    profiled = from_mapping({"draft": {"method": "draft_model"}, "profile": CPU_PROFILE}, environ={})
+    cm_plain, cm_prof = cmod.cost_model_from_config(plain), cmod.cost_model_from_config(profiled)
+    assert cm_prof.draft_cost_per_token() == pytest.approx(cm_plain.draft_cost_per_token())
+    # Drafting K tokens costs K·c of the profile's own step.
+    assert cm_prof.draft_time(1, 4) == pytest.approx(4 * cm_plain.draft_cost_per_token() * cm_prof.base_step_time(1))
+    assert cmod.breakeven_acceptance_rate(cm_prof, 1, 4) < 1.0
+
+
+def test_the_draft_model_is_named_by_a_preset_or_its_config_json(tmp_path):
+    def cost(draft: dict) -> float:
+        config = from_mapping({"draft": {"method": "draft_model", **draft}}, base_dir=str(tmp_path), environ={})
+        return cmod.cost_model_from_config(config).draft_cost_per_token()
+
+    default = cost({})
+    assert cost({"model": "llama-3.2-1b"}) == pytest.approx(default)
+    assert cost({"model": "llama-3.2-3b"}) > default
+    (tmp_path / "draft.json").write_text(json.dumps(cmod.MODEL_HF_CONFIGS["llama-3.2-3b"]))
+    assert cost({"model": "draft.json"}) == pytest.approx(cost({"model": "llama-3.2-3b"}))
+    # The drafter survives a method inferred later (with_method) instead of falling back to 1B.
+    config = from_mapping({"draft": {"model": "llama-3.2-3b"}}, environ={})
+    inferred = cmod.cost_model_from_config(config).with_method("draft_model")
+    assert inferred.draft_cost_per_token() == pytest.approx(cost({"model": "llama-3.2-3b"}))
+    with pytest.raises(ConfigError) as exc:
+        from_mapping({"draft": {"model": "gpt-17"}}, environ={})
+    assert exc.value.key == "draft.model"

@@ -325,6 +325,27 @@ class JsonFile(Kind):
 
 
 @dataclass(frozen=True)
+class ModelRef(Kind):
+    """A model preset name, or the path (relative to the config file) of a Hugging Face
+    config.json; parses to (preset or path, the config object or None)."""
+
+    presets: Callable[[], Sequence[str]]
+
+    def parse(self, value: Any, key: str, ctx: Context) -> tuple[str, dict[str, Any] | None]:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(key, f"expected a model preset or a config.json path, got {value!r}")
+        if value.lower() in tuple(self.presets()):
+            return value.lower(), None
+        if not value.endswith(".json"):
+            raise ConfigError(key, f"unknown preset {value!r} (known: {', '.join(sorted(self.presets()))}; "
+                                   "or give the path of its config.json)")
+        return JsonFile().parse(value, key, ctx)
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string", "minLength": 1}
+
+
+@dataclass(frozen=True)
 class StepTimeProfile(Kind):
     """A measured step-time profile, inline or as a YAML path; parses to (Profile, path or None)."""
 

@@ -61,6 +61,9 @@ class DraftConfig:
     method: str = "auto"
     cost_per_token: float | None = None
     k: int | None = None
+    # The drafter of method draft_model: a preset name or a config.json path, and that file parsed.
+    model: str | None = None
+    model_hf_config: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from .kinds import (
     HoldTime,
     JsonFile,
     Listen,
+    ModelRef,
     Name,
     Number,
     Size,
@@ -255,6 +256,14 @@ DRAFT = Section(
             "configured num_speculative_tokens; null: read from the metrics",
             example=4,
             nullable=True,
+        ),
+        Key(
+            "model",
+            ModelRef(model_presets),
+            "draft model of method draft_model: a model preset or its config.json path; null: llama-3.2-1b",
+            example="llama-3.2-1b",
+            nullable=True,
+            fields=("model", "model_hf_config"),
         ),
     ),
 )
