@@ -71,7 +71,7 @@ class DecisionConfig:
     min_drafts: int = 500
     margin: float = 0.02
     # Seconds (float, from "30s"), or an int: a count of evaluations, as before durations existed.
-    hold: float | int = 2
+    hold: float | int = 30.0
 
     def hold_seconds(self, poll_interval: float) -> float:
         """How long a new verdict must stay the candidate. N evaluations span N - 1 poll intervals,

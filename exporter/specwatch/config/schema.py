@@ -285,7 +285,7 @@ DECISION = Section(
             HoldTime(),
             "how long a new verdict must stay the candidate before it takes effect; "
             "a bare integer counts polls (N polls = (N-1) x poll_interval)",
-            example="30s",
+            example="1m",
         ),
     ),
 )
