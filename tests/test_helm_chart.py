@@ -332,9 +332,10 @@ def test_config_map_carries_the_values_config_with_empty_keys_left_to_exporter_d
     cfg = rendered_config(render(chart, values))
     expected = {k: v for k, v in values["config"].items()}
     expected["listen"] = ":9474"
+    expected["alerting"] = {"window": "5m"}  # from prometheusRule.alertWindow
     assert cfg == expected
     defaults = rendered_config(render(chart, {}))
-    assert set(defaults) == {"listen", "poll_interval", "windows", "targets", "tensor_parallel", "log"}
+    assert set(defaults) == {"listen", "poll_interval", "windows", "targets", "tensor_parallel", "log", "alerting"}
 
 
 def test_sidecar_mode_defaults_its_target_to_vllm_on_loopback(chart):
@@ -359,13 +360,25 @@ def test_config_checksum_annotation_is_the_sha256_of_the_config_and_rolls_pods_o
     assert same["spec"]["template"]["metadata"]["annotations"]["checksum/config"] == checksum
 
 
-def test_rendered_config_is_accepted_by_the_exporter_config_loader(chart, tmp_path):
-    """Cross-check with the exporter's own parser (specwatch.config), so chart and program agree."""
+def exporter_config():
+    """The exporter's own config parser (specwatch.config), so chart and program are checked to agree."""
     sys.path.insert(0, str(ROOT / "exporter"))
     try:
-        config = pytest.importorskip("specwatch.config", reason="exporter config module not present")
+        return pytest.importorskip("specwatch.config", reason="exporter config module not present")
     finally:
         sys.path.remove(str(ROOT / "exporter"))
+
+
+def notes_extra_containers(notes: str) -> list[dict]:
+    match = re.search(r"^# --- specwatch extraContainers begin ---\n(.*?)^# --- specwatch extraContainers end ---",
+                      notes, re.DOTALL | re.MULTILINE)
+    assert match, notes
+    return yaml.safe_load(match.group(1))["extraContainers"]
+
+
+def test_rendered_config_is_accepted_by_the_exporter_config_loader(chart, tmp_path):
+    """Cross-check with the exporter's own parser (specwatch.config), so chart and program agree."""
+    config = exporter_config()
     model_json = tmp_path / "config.json"
     model_json.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                                       "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}))
@@ -600,10 +613,29 @@ def test_an_alert_window_that_is_not_a_sidecar_window_fails_the_render_naming_bo
         render(chart, {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"enabled": True}})
 
 
-def test_the_sidecar_learns_the_alert_window_so_it_can_warn_at_start(chart):
+def test_the_sidecar_learns_the_alert_window_through_its_config_so_it_can_warn(chart, tmp_path):
     values = merged(STANDALONE, {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"alertWindow": "15m"}})
-    container = exporter_container(one(render(chart, values), "Deployment")["spec"]["template"]["spec"])
-    assert {"name": "SPECWATCH_ALERT_WINDOW", "value": "15m"} in container["env"]
+    objects = render(chart, values)
+    assert rendered_config(objects)["alerting"] == {"window": "15m"}
+    container = exporter_container(one(objects, "Deployment")["spec"]["template"]["spec"])
+    assert not [e for e in container["env"] if "ALERT" in e["name"]]  # one source: the config file
+    path = tmp_path / "specwatch.yaml"
+    path.write_text(config_map(objects)["data"]["specwatch.yaml"])
+    assert exporter_config().load(str(path), environ={}).alerting.window == 900.0
+
+
+def test_the_env_only_sidecar_learns_the_alert_window_from_its_variable(chart):
+    notes = render_files(chart, {"prometheusRule": {"alertWindow": "1m"}})["specwatch/templates/NOTES.txt"]
+    (container,) = notes_extra_containers(notes)
+    assert {"name": "SPECWATCH_ALERTING__WINDOW", "value": "1m"} in container["env"]
+
+
+def test_an_alerting_window_in_the_config_values_that_disagrees_with_the_rules_fails_the_render(chart):
+    values = {"config": {"alerting": {"window": "1m"}}, "prometheusRule": {"alertWindow": "5m"}}
+    with pytest.raises(helm.HelmRenderError, match=r"config\.alerting\.window=1m differs from prometheusRule\.alertWindow"):
+        render(chart, values)
+    agreeing = render(chart, {"config": {"alerting": {"window": "5m"}}})
+    assert rendered_config(agreeing)["alerting"] == {"window": "5m"}
 
 
 def test_runbook_url_base_is_one_value(chart):
@@ -907,11 +939,7 @@ def test_notes_print_an_extra_containers_entry_that_fits_the_vllm_example_chart_
     """vLLM's example chart appends `extraContainers` to its pod but offers no extra volumes: the entry
     needs none, runs in sidecar mode with no config file, and targets vLLM's port on loopback."""
     values = merged(ci_values("sidecar-values.yaml"), {"extraVolumeMounts": [], "sidecar": {"vllmPort": 8080}})
-    notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
-    match = re.search(r"^# --- specwatch extraContainers begin ---\n(.*?)^# --- specwatch extraContainers end ---",
-                      notes, re.DOTALL | re.MULTILINE)
-    assert match, notes
-    extra = yaml.safe_load(match.group(1))["extraContainers"]
+    extra = notes_extra_containers(render_files(chart, values)["specwatch/templates/NOTES.txt"])
     vllm = copy.deepcopy(VLLM_EXAMPLE_CHART)
     vllm["spec"]["template"]["spec"]["containers"] += extra  # what the chart's template does with them
     assert validation_errors(vllm) == []

@@ -368,6 +368,61 @@ def test_check_config_warns_when_the_alert_window_is_not_a_configured_window(tmp
     assert ('window="5m"' in proc.stderr and "can never fire" in proc.stderr) == warned, proc.stderr
 
 
+def test_check_config_reads_the_alert_window_from_the_config_file(tmp_path):
+    config = tmp_path / "specwatch.yaml"
+    config.write_text("windows: [1m, 15m]\nalerting: {window: 15m}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECWATCH_ALERT_WINDOW", "SPECWATCH_ALERTING__WINDOW")}
+    quiet = subprocess.run([sys.executable, "-m", "specwatch.cli", "check-config", str(config)],
+                           capture_output=True, text=True, timeout=30, check=False, env=env)
+    assert quiet.returncode == 0 and "can never fire" not in quiet.stderr, quiet.stderr
+    flagged = subprocess.run([sys.executable, "-m", "specwatch.cli", "check-config", str(config), "--alert-window", "5m"],
+                             capture_output=True, text=True, timeout=30, check=False, env=env)
+    assert flagged.returncode == 0 and 'window="5m"' in flagged.stderr, flagged.stderr
+
+
+def test_a_bad_alert_window_flag_exits_2_naming_the_flag(tmp_path):
+    config = tmp_path / "specwatch.yaml"
+    config.write_text("windows: [1m, 5m]\n")
+    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "check-config", str(config), "--alert-window", "soon"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 2 and "--alert-window" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("environ, flag, expected", [
+    ({}, None, 900.0),                                                     # the file
+    ({"SPECWATCH_ALERT_WINDOW": "1m"}, None, 60.0),                        # the older variable beats the file
+    ({"SPECWATCH_ALERTING__WINDOW": "1m"}, None, 60.0),                    # so does the derived one
+    ({"SPECWATCH_ALERTING__WINDOW": "1m", "SPECWATCH_ALERT_WINDOW": "15m"}, None, 60.0),  # the derived name wins
+    ({"SPECWATCH_ALERTING__WINDOW": "1m"}, 300.0, 300.0),                 # the flag beats both
+])
+def test_the_alert_window_comes_from_the_flag_then_the_environment_then_the_file(tmp_path, environ, flag, expected):
+    from specwatch.config import load
+
+    config = tmp_path / "specwatch.yaml"
+    config.write_text("windows: [1m, 5m, 15m]\nalerting: {window: 15m}\n")
+    overrides = {"alerting": {"window": flag}} if flag else None
+    assert load(str(config), environ=environ, overrides=overrides).alerting.window == expected
+
+
+def test_a_reload_that_drops_the_alert_window_warns_once_and_one_that_keeps_it_stays_quiet():
+    from dataclasses import replace
+
+    from structlog.testing import capture_logs
+
+    from specwatch.config import from_mapping
+    from specwatch.service import Service
+
+    good = from_mapping({"windows": ["1m", "5m"]}, environ={})
+    with capture_logs() as logs:
+        service = Service(good)
+        service.apply(replace(good, decision=replace(good.decision, hold=5)))  # windows untouched
+        service.apply(from_mapping({"windows": ["1m", "15m"]}, environ={}))   # 5m gone
+        service.apply(from_mapping({"windows": ["1m", "15m"], "decision": {"hold": 4}}, environ={}))
+        service.apply(from_mapping({"windows": ["1m", "15m"], "alerting": {"window": "15m"}}, environ={}))
+    warnings = [line for line in logs if line["event"] == "alert_window_not_in_windows"]
+    assert len(warnings) == 1 and 'window="5m"' in warnings[0]["message"]
+
+
 def test_run_warns_once_at_start_when_the_alert_window_is_not_a_configured_window(tmp_path):
     port = free_port()
     config = tmp_path / "specwatch.yaml"

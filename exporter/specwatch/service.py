@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 
 from . import __version__, costmodel
 from .collector import registry_for
-from .config import Config, ConfigError
+from .config import Config, ConfigError, format_duration
 from .pipeline import Pipeline, State, evaluation_record
 from .scrape import ScrapeError, Scraper, redact_url, steady_clock
 
@@ -99,6 +99,22 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+def alert_window_warning(config: Config) -> str | None:
+    """The alert rules read one window (alerting.window); if it is not exported they never fire."""
+    window = config.alerting.window
+    if window in config.windows:
+        return None
+    label = format_duration(window)
+    return (f"alerting.window {label} is not among windows [{', '.join(config.window_labels)}]: "
+            f'the alert rules read window="{label}" and can never fire; add it to windows or set '
+            "alerting.window (the chart's prometheusRule.alertWindow) to one of them")
+
+
+def _warn_about_alert_window(config: Config) -> None:
+    if warning := alert_window_warning(config):
+        log.warning("alert_window_not_in_windows", message=warning)
 
 
 FileIdentity = tuple[int, int, int, int]  # (device, inode, mtime ns, size) of the resolved file
@@ -217,7 +233,9 @@ class Service:
         self.httpd: ThreadingHTTPServer | None = None
         self._pool = ThreadPoolExecutor(max_workers=len(config.targets), thread_name_prefix="specwatch-fetch")
         self._poll_thread: threading.Thread | None = None
-        if config_error is not None:
+        if config_error is None:
+            _warn_about_alert_window(config)
+        else:
             log.error("config_error", error=config_error, action="serving /healthz and /metrics; nothing is "
                       "polled until the config file is fixed (reloaded on change or SIGHUP)")
 
@@ -273,6 +291,8 @@ class Service:
             rebuilt.append("scrapers")
         if new.log != old.log and self._on_log_config is not None:
             self._on_log_config(new)
+        if not self.active or (new.windows, new.alerting) != (old.windows, old.alerting):
+            _warn_about_alert_window(new)
         self.config = new
         self.active = True
         self.reload_status = ReloadStatus(None, time.time())

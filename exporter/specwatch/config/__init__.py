@@ -19,6 +19,7 @@ from ..units import format_duration
 from .kinds import ConfigError
 from .parse import from_mapping, load
 from .result import (
+    AlertingConfig,
     Config,
     DecisionConfig,
     DraftConfig,
@@ -47,6 +48,7 @@ def parse_size(value: object, key: str) -> int:
 
 
 __all__ = [
+    "AlertingConfig",
     "Config",
     "ConfigError",
     "DecisionConfig",

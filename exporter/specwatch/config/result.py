@@ -77,6 +77,12 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class AlertingConfig:
+    # The window the alert rules read (window="5m" in rules/); one of `windows`, or they never fire.
+    window: float = 300.0
+
+
+@dataclass(frozen=True)
 class Config:
     listen: str = ":9474"
     poll_interval: float = 5.0
@@ -92,6 +98,7 @@ class Config:
     profile_path: str | None = None
     decision: DecisionConfig = DecisionConfig()
     log: LogConfig = LogConfig()
+    alerting: AlertingConfig = AlertingConfig()
     # Routes not seen for this many polls are dropped (label churn must not grow memory).
     route_ttl_polls: int = 60
 

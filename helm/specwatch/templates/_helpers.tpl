@@ -104,7 +104,21 @@ The specwatch config file (DESIGN.md §9). Empty values are omitted so the expor
 {{- end }}
 {{- $_ := set $cfg "targets" (list (dict "name" "vllm" "url" (printf "http://127.0.0.1:%d/metrics" (int .Values.sidecar.vllmPort)))) }}
 {{- end }}
+{{- /* The alert rules' window goes to the sidecar through its config (alerting.window), so it warns
+when the window is not exported; prometheusRule.alertWindow is the one chart value for it. */}}
+{{- $alertWindow := include "specwatch.alertWindow" . }}
+{{- $alerting := deepCopy (.Values.config.alerting | default dict) }}
+{{- if and (hasKey $alerting "window") (ne (toString $alerting.window) $alertWindow) }}
+{{- fail (printf "config.alerting.window=%v differs from prometheusRule.alertWindow=%s: set only prometheusRule.alertWindow (the chart writes it into config.alerting.window)" $alerting.window $alertWindow) }}
+{{- end }}
+{{- $_ := set $alerting "window" $alertWindow }}
+{{- $_ := set $cfg "alerting" $alerting }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* The window every alert reads (rules/ read window="5m"). */}}
+{{- define "specwatch.alertWindow" -}}
+{{- .Values.prometheusRule.alertWindow | default "5m" | toString }}
 {{- end }}
 
 {{/*
@@ -143,8 +157,6 @@ args:
 env:
   - name: SPECWATCH_MODE
     value: {{ .Values.mode | quote }}
-  - name: SPECWATCH_ALERT_WINDOW
-    value: {{ .Values.prometheusRule.alertWindow | default "5m" | quote }}
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -207,6 +219,8 @@ of those variables changes the pod template, so prefer the ConfigMap (patch) whe
 {{- end }}
 {{- $_ := set $c "args" $args }}
 {{- $env := list (dict "name" "SPECWATCH_TARGET_URL" "value" (printf "http://127.0.0.1:%d/metrics" (int .Values.sidecar.vllmPort))) }}
+{{- /* No config file here: the alert window comes through its variable. */}}
+{{- $env = append $env (dict "name" "SPECWATCH_ALERTING__WINDOW" "value" (include "specwatch.alertWindow" .)) }}
 {{- $_ := set $c "env" (concat $env $c.env) }}
 {{- toYaml $c }}
 {{- end }}
@@ -225,8 +239,9 @@ of those variables changes the pod template, so prefer the ConfigMap (patch) whe
 {{/* Checks that depend on more than one value (the schema checks single values). */}}
 {{- define "specwatch.validate" -}}
 {{- $windows := .Values.config.windows | default (list "1m" "5m") }}
-{{- if and .Values.prometheusRule.enabled (not (has (.Values.prometheusRule.alertWindow | default "5m") $windows)) }}
-{{- fail (printf "prometheusRule.alertWindow=%s is not one of config.windows %v: the alerts read window=%q, which the sidecar would never export, so they could never fire" (.Values.prometheusRule.alertWindow | default "5m") $windows (.Values.prometheusRule.alertWindow | default "5m")) }}
+{{- $alertWindow := include "specwatch.alertWindow" . }}
+{{- if and .Values.prometheusRule.enabled (not (has $alertWindow $windows)) }}
+{{- fail (printf "prometheusRule.alertWindow=%s is not one of config.windows %v: the alerts read window=%q, which the sidecar would never export, so they could never fire" $alertWindow $windows $alertWindow) }}
 {{- end }}
 {{- if and (eq .Values.mode "sidecar") .Values.serviceMonitor.enabled }}
 {{- fail "serviceMonitor needs mode=standalone (sidecar mode has no Service): use podMonitor.enabled=true with podMonitor.selectorOverride set to the vLLM pods' labels" }}
