@@ -44,6 +44,7 @@ CRD_KINDS = {
     "PrometheusRule": "prometheusrule_v1.json",
 }
 STANDALONE = {"mode": "standalone", "config": {"targets": [{"name": "vllm-0", "url": "http://vllm-0:8000/metrics"}]}}
+PROMETHEUS = {"mode": "prometheus", "config": {"prometheus": {"url": "http://prometheus.monitoring.svc:9090"}}}
 
 
 def ci_values(name: str) -> dict:
@@ -251,6 +252,8 @@ def pod_specs(objects: list[dict]) -> dict[str, dict]:
     pytest.param(STANDALONE, id="standalone-minimal"),
     pytest.param(ci_values("standalone-values.yaml"), id="standalone-values.yaml"),
     pytest.param(ci_values("standalone-monitoring-values.yaml"), id="standalone-monitoring-values.yaml"),
+    pytest.param(PROMETHEUS, id="prometheus-minimal"),
+    pytest.param(ci_values("prometheus-values.yaml"), id="prometheus-values.yaml"),
 ])
 def test_standalone_pods_pass_the_restricted_pod_security_standard(chart, values):
     specs = pod_specs(render(chart, values))
@@ -382,16 +385,21 @@ def test_rendered_config_is_accepted_by_the_exporter_config_loader(chart, tmp_pa
     model_json = tmp_path / "config.json"
     model_json.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                                       "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}))
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
     for values in [{}, STANDALONE] + [ci_values(p.name) for p in CI_FILES]:
         text = config_map(render(chart, values))["data"]["specwatch.yaml"]
         raw = yaml.safe_load(text)
         if raw.get("model", {}).get("config_json"):  # the pod mounts the model volume; here a stand-in
             raw["model"]["config_json"] = str(model_json)
+        if raw.get("prometheus", {}).get("bearer_token_file"):  # the pod mounts the Secret; here a stand-in
+            raw["prometheus"]["bearer_token_file"] = str(token)
         path = tmp_path / "specwatch.yaml"
         path.write_text(yaml.safe_dump(raw))
-        parsed = config.load(str(path), environ={"VLLM_API_KEY": "secret"})
+        parsed = config.load(str(path), environ={"VLLM_API_KEY": "secret", "TENANT": "team-a"})
         assert parsed.listen_address[1] == 9474
-        assert [t.url for t in parsed.targets] == [t["url"] for t in raw["targets"]]
+        assert [t.url for t in parsed.targets] == [t["url"] for t in raw.get("targets", [])]
+        assert (parsed.prometheus is None) == ("prometheus" not in raw)
 
 
 # ---- defaults: opt-in features are off -----------------------------------------------------------------
@@ -765,6 +773,110 @@ def test_sidecar_mode_has_a_helm_test_only_when_given_a_url(chart):
     assert not of_kind(render(chart, {}), "Pod")
     pod = one(render(chart, {"testFramework": {"url": "http://vllm-0.vllm:9474/readyz"}}), "Pod")
     assert pod["spec"]["containers"][0]["command"][-1] == "http://vllm-0.vllm:9474/readyz"
+
+
+# ---- prometheus (fleet) mode ---------------------------------------------------------------------------
+
+PROMETHEUS_MODE_KINDS = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Pod", "ServiceMonitor",
+                         "PrometheusRule", "NetworkPolicy"}
+
+
+@pytest.mark.parametrize("values", [pytest.param(PROMETHEUS, id="minimal"),
+                                    pytest.param(ci_values("prometheus-values.yaml"), id="prometheus-values.yaml")])
+def test_prometheus_mode_runs_one_exporter_deployment_that_validates_and_touches_no_vllm_pod(chart, values):
+    objects = render(chart, values)
+    assert {o["kind"] for o in objects} <= PROMETHEUS_MODE_KINDS
+    problems = {f"{o['kind']}/{o['metadata']['name']}": validation_errors(o) for o in objects}
+    assert {k: v for k, v in problems.items() if v} == {}
+    deploy = one(objects, "Deployment")
+    assert deploy["spec"]["replicas"] == 1
+    spec = deploy["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["containers"]] == ["specwatch"]
+    assert exporter_container(spec)["image"].startswith("specwatch/specwatch:")
+    assert exporter_container(spec)["readinessProbe"]["httpGet"]["path"] == "/readyz"  # its own pod: gated
+    chart_pods = {"app.kubernetes.io/name": "specwatch", "app.kubernetes.io/instance": RELEASE}
+    # Everything that selects pods selects this chart's exporter, never a vLLM pod.
+    assert deploy["spec"]["selector"]["matchLabels"] == chart_pods
+    assert one(objects, "Service")["spec"]["selector"] == chart_pods
+    for monitor in of_kind(objects, "ServiceMonitor"):
+        assert monitor["spec"]["selector"]["matchLabels"] == chart_pods
+    for policy in of_kind(objects, "NetworkPolicy"):
+        assert policy["spec"]["podSelector"]["matchLabels"] == chart_pods
+    notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
+    assert "sidecar patch begin" not in notes and "extraContainers" not in notes
+
+
+def test_prometheus_mode_config_passes_the_prometheus_section_through_and_has_no_targets(chart, tmp_path):
+    values = ci_values("prometheus-values.yaml")
+    raw = rendered_config(render(chart, values))
+    assert "targets" not in raw
+    given = values["config"]["prometheus"]
+    assert raw["prometheus"] == {**given, "bearer_token_file": "/var/run/secrets/specwatch/prometheus/token"}
+    assert raw["routes"] == values["config"]["routes"]
+    minimal = rendered_config(render(chart, PROMETHEUS))
+    assert "targets" not in minimal and minimal["prometheus"] == PROMETHEUS["config"]["prometheus"]
+    path = tmp_path / "specwatch.yaml"
+    path.write_text(yaml.safe_dump(minimal))
+    parsed = exporter_config().load(str(path), environ={})
+    assert parsed.targets == () and parsed.prometheus.url == "http://prometheus.monitoring.svc:9090"
+
+
+def test_the_bearer_token_secret_is_mounted_read_only_as_the_bearer_token_file_and_can_rotate(chart):
+    objects = render(chart, merged(PROMETHEUS, {"prometheus": {"bearerTokenSecret": {"name": "reader", "key": "jwt"}}}))
+    spec = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "prometheus-token"]
+    assert volume["secret"] == {"secretName": "reader", "items": [{"key": "jwt", "path": "token"}], "defaultMode": 0o440}
+    (mount,) = [m for m in exporter_container(spec)["volumeMounts"] if m["name"] == "prometheus-token"]
+    # A directory mount, not subPath: the kubelet swaps in a rotated Secret, and the file is re-read per query.
+    assert mount == {"name": "prometheus-token", "mountPath": "/var/run/secrets/specwatch/prometheus", "readOnly": True}
+    assert rendered_config(objects)["prometheus"]["bearer_token_file"] == mount["mountPath"] + "/token"
+    assert spec["securityContext"]["fsGroup"] == exporter_container(spec)["securityContext"]["runAsGroup"]
+    without = one(render(chart, PROMETHEUS), "Deployment")["spec"]["template"]["spec"]
+    assert "prometheus-token" not in {v["name"] for v in without["volumes"]}
+    assert "bearer_token_file" not in rendered_config(render(chart, PROMETHEUS))["prometheus"]
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"mode": "prometheus"}, r"mode=prometheus reads every vLLM replica from Prometheus: set config\.prometheus\.url"),
+    (merged(PROMETHEUS, {"config": {"targets": [{"url": "http://vllm-0:8000/metrics"}]}}),
+     r"config\.targets is not used in mode=prometheus"),
+    (merged(STANDALONE, {"config": {"prometheus": {"url": "http://p:9090"}}}),
+     r"config\.prometheus \(fleet mode\) needs mode=prometheus, not mode=standalone"),
+    ({"config": {"prometheus": {"url": "http://p:9090"}}}, r"needs mode=prometheus, not mode=sidecar"),
+    (merged(STANDALONE, {"prometheus": {"bearerTokenSecret": {"name": "t"}}}),
+     r"prometheus\.bearerTokenSecret .* needs mode=prometheus"),
+    (merged(PROMETHEUS, {"prometheus": {"bearerTokenSecret": {"name": "t"}},
+                         "config": {"prometheus": {"bearer_token_file": "/t"}}}),
+     r"prometheus\.bearerTokenSecret or config\.prometheus\.bearer_token_file, not both"),
+    (merged(PROMETHEUS, {"prometheus": {"bearerTokenSecret": {"name": "t"}},
+                         "config": {"prometheus": {"headers": {"authorization": "Bearer x"}}}}),
+     r"config\.prometheus\.headers\.Authorization, not both"),
+])
+def test_prometheus_mode_refuses_combinations_that_cannot_work_naming_the_keys(chart, values, message):
+    with pytest.raises(helm.HelmRenderError, match=message):
+        render(chart, values)
+
+
+@pytest.mark.parametrize("values, honored", [
+    (merged(PROMETHEUS, {"serviceMonitor": {"enabled": True}}), True),
+    (merged(PROMETHEUS, {"serviceMonitor": {"enabled": True, "honorLabels": False}}), False),
+    (merged(STANDALONE, {"serviceMonitor": {"enabled": True}}), False),
+    (merged(STANDALONE, {"serviceMonitor": {"enabled": True, "honorLabels": True}}), True),
+])
+def test_the_service_monitor_keeps_the_replica_labels_by_default_only_in_prometheus_mode(chart, values, honored):
+    monitor = one(render(chart, values), "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is honored
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+def test_prometheus_mode_notes_name_the_query_api_and_the_replica_labels(chart):
+    notes = render_files(chart, ci_values("prometheus-values.yaml"))["specwatch/templates/NOTES.txt"]
+    assert "http://prometheus-operated.monitoring.svc:9090" in notes
+    assert 'matching {namespace="llm", job="vllm"}' in notes
+    assert "one replica per distinct (namespace, pod)" in notes
+    assert "polls no vLLM" in notes and "Secret prometheus-reader-token" in notes
+    bare = render_files(chart, PROMETHEUS)["specwatch/templates/NOTES.txt"]
+    assert "(instance)" in bare and "serviceMonitor.enabled=true" in bare
 
 
 # ---- schema refusals -----------------------------------------------------------------------------------
