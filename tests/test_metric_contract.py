@@ -21,21 +21,43 @@ REPO = Path(__file__).resolve().parents[1]
 # The tables of docs/architecture.md "Metric contract" (counter restarts are
 # specwatch_target_restarts_total: promtool check metrics rejects a type word such as "counter" in a name).
 CONTRACT = {
-    "specwatch_drafts_total", "specwatch_draft_tokens_total", "specwatch_accepted_tokens_total",
-    "specwatch_accepted_tokens_by_position_total", "specwatch_generation_tokens_total",
-    "specwatch_itl_seconds_bucket", "specwatch_itl_seconds_sum", "specwatch_itl_seconds_count",
-    "specwatch_acceptance_rate", "specwatch_mean_acceptance_length", "specwatch_draft_length",
-    "specwatch_position_acceptance_rate", "specwatch_batch_size", "specwatch_itl_p50_seconds",
-    "specwatch_itl_p99_seconds", "specwatch_itl_per_token_mean_seconds", "specwatch_breakeven_acceptance_rate",
-    "specwatch_acceptance_margin", "specwatch_expected_speedup", "specwatch_recommended_draft_length",
-    "specwatch_max_speculative_batch_size", "specwatch_window_drafts", "specwatch_verdict",
-    "specwatch_target_up", "specwatch_scrape_duration_seconds", "specwatch_scrape_errors_total",
-    "specwatch_target_restarts_total", "specwatch_last_scrape_success_timestamp_seconds",
-    "specwatch_build_info", "specwatch_route_info",
+    "specwatch_drafts_total",
+    "specwatch_draft_tokens_total",
+    "specwatch_accepted_tokens_total",
+    "specwatch_accepted_tokens_by_position_total",
+    "specwatch_generation_tokens_total",
+    "specwatch_itl_seconds_bucket",
+    "specwatch_itl_seconds_sum",
+    "specwatch_itl_seconds_count",
+    "specwatch_acceptance_rate",
+    "specwatch_mean_acceptance_length",
+    "specwatch_draft_length",
+    "specwatch_position_acceptance_rate",
+    "specwatch_batch_size",
+    "specwatch_itl_p50_seconds",
+    "specwatch_itl_p99_seconds",
+    "specwatch_itl_per_token_mean_seconds",
+    "specwatch_breakeven_acceptance_rate",
+    "specwatch_acceptance_margin",
+    "specwatch_expected_speedup",
+    "specwatch_recommended_draft_length",
+    "specwatch_max_speculative_batch_size",
+    "specwatch_window_drafts",
+    "specwatch_verdict",
+    "specwatch_target_up",
+    "specwatch_scrape_duration_seconds",
+    "specwatch_scrape_errors_total",
+    "specwatch_target_restarts_total",
+    "specwatch_last_scrape_success_timestamp_seconds",
+    "specwatch_build_info",
+    "specwatch_route_info",
 }
 # Also documented there: the alerts' routing and annotations.
-ALERT_METADATA = {"specwatch_recommended_config_info", "specwatch_route_expects_speculation",
-                  "specwatch_baseline_itl_p99_seconds"}
+ALERT_METADATA = {
+    "specwatch_recommended_config_info",
+    "specwatch_route_expects_speculation",
+    "specwatch_baseline_itl_p99_seconds",
+}
 # Config reloads, under the names Prometheus uses for its own (documented in docs/kubernetes.md and the
 # SpecwatchConfigReloadFailed entry of docs/runbook.md).
 RELOAD = {"specwatch_config_last_reload_successful", "specwatch_config_last_reload_success_timestamp_seconds"}
@@ -45,8 +67,9 @@ RELOAD = {"specwatch_config_last_reload_successful", "specwatch_config_last_relo
 def exposition() -> set[str]:
     """Sample names of the real /metrics after the alpha-drop scenario, with a baseline configured."""
     scenario = sim.load_scenario("alpha-drop")
-    raw = sidecar_config_for(scenario, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0",
-                             poll_interval=5.0, windows=("1m", "5m"))
+    raw = sidecar_config_for(
+        scenario, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=5.0, windows=("1m", "5m")
+    )
     route = scenario.model_names[0]
     raw["routes"] = [{"name": route, "match": {"model_name": route}, "baseline_itl_p99_seconds": 0.05}]
     config = from_mapping(raw, environ={})
@@ -78,7 +101,7 @@ def _family(name: str) -> str:
 
 def test_every_exported_name_is_documented_in_the_repo(exposition):
     architecture = (REPO / "docs" / "architecture.md").read_text()
-    contract = architecture[architecture.index("## 4. Metric contract"):architecture.index("## 5.")]
+    contract = architecture[architecture.index("## 4. Metric contract") : architecture.index("## 5.")]
     undocumented = {n for n in CONTRACT | ALERT_METADATA if f"`{_family(n)}" not in contract}
     assert undocumented == set(), "missing from docs/architecture.md, Metric contract"
     operations = (REPO / "docs" / "kubernetes.md").read_text() + (REPO / "docs" / "runbook.md").read_text()

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__, demo, lesson, sim
-from .config import Config, ConfigError, load
+from .config import ConfigError, load
 from .logsetup import configure_logging
 
 EXIT_CONFIG = 2
