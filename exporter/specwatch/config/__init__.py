@@ -17,14 +17,16 @@ from __future__ import annotations
 from .. import units
 from ..units import format_duration
 from .kinds import ConfigError
-from .parse import from_mapping, load
+from .parse import from_mapping, load, parse_prometheus
 from .result import (
+    AlertingConfig,
     Config,
     DecisionConfig,
     DraftConfig,
     HardwareConfig,
     LogConfig,
     ModelConfig,
+    PrometheusConfig,
     RouteConfig,
     TargetConfig,
 )
@@ -47,6 +49,7 @@ def parse_size(value: object, key: str) -> int:
 
 
 __all__ = [
+    "AlertingConfig",
     "Config",
     "ConfigError",
     "DecisionConfig",
@@ -54,11 +57,13 @@ __all__ = [
     "HardwareConfig",
     "LogConfig",
     "ModelConfig",
+    "PrometheusConfig",
     "RouteConfig",
     "TargetConfig",
     "format_duration",
     "from_mapping",
     "load",
     "parse_duration",
+    "parse_prometheus",
     "parse_size",
 ]

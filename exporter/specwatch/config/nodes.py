@@ -22,7 +22,8 @@ FROM_RESULT: Any = _FromResult()
 
 @dataclass(frozen=True)
 class Key:
-    """One value. `env`: "" derives SPECWATCH_<PATH>, None means no variable, else the name."""
+    """One value. `env`: "" derives SPECWATCH_<PATH>, None means no variable, else the name.
+    `env_aliases`: older names that set it too (the main name wins when both are set)."""
 
     name: str
     kind: Kind
@@ -31,6 +32,7 @@ class Key:
     nullable: bool = False
     required: bool = False
     env: str | None = ""
+    env_aliases: tuple[str, ...] = ()
     # Result fields the parsed value fills, for kinds that parse to a tuple (path, content).
     fields: tuple[str, ...] = ()
     # A default different from the dataclass's (hardware given as a mapping has no preset).
@@ -42,13 +44,16 @@ class Key:
 
 @dataclass(frozen=True)
 class Section:
-    """A mapping of keys parsed into the `result` dataclass. `shorthand`: a bare string sets that key."""
+    """A mapping of keys parsed into the `result` dataclass. `shorthand`: a bare string sets that key;
+    `nullable`: the section is optional and off unless given (prometheus: fleet mode)."""
 
     name: str
     result: type
     keys: tuple[Node, ...]
     doc: str
     shorthand: str | None = None
+    # An optional section: absent or null leaves the result field at its default (None).
+    nullable: bool = False
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,12 @@ from .kinds import (
     Choice,
     Duration,
     DurationList,
+    ExistingFile,
     Flag,
     HoldTime,
     JsonFile,
+    LabelMatchers,
+    LabelNames,
     Listen,
     ModelRef,
     Name,
@@ -60,12 +63,14 @@ from .kinds import (
 )
 from .nodes import Items, Key, Section
 from .result import (
+    AlertingConfig,
     Config,
     DecisionConfig,
     DraftConfig,
     HardwareConfig,
     LogConfig,
     ModelConfig,
+    PrometheusConfig,
     RouteConfig,
     TargetConfig,
 )
@@ -310,6 +315,83 @@ LOG = Section(
     ),
 )
 
+ALERTING = Section(
+    "alerting",
+    AlertingConfig,
+    doc="what the alert rules (rules/, the chart's PrometheusRule) expect of the sidecar",
+    keys=(
+        Key(
+            "window",
+            Duration(),
+            'the window the alert rules read (window="5m"); warned at start when not among windows; '
+            "env also SPECWATCH_ALERT_WINDOW",
+            example="15m",
+            env_aliases=("SPECWATCH_ALERT_WINDOW",),
+        ),
+    ),
+)
+
+PROMETHEUS = Section(
+    "prometheus",
+    PrometheusConfig,
+    nullable=True,
+    doc="fleet mode: read every vLLM replica from Prometheus and poll nothing (targets must be absent)",
+    keys=(
+        Key(
+            "url",
+            Url(base=True),
+            "base URL of a Prometheus-compatible query API (Prometheus, Thanos, Mimir, VictoriaMetrics)",
+            example="http://prometheus:9090",
+            required=True,
+        ),
+        Key(
+            "selector",
+            LabelMatchers(),
+            "PromQL label matchers added to every vLLM series; __name__ is refused",
+            example='{namespace="llm", job="vllm"}',
+        ),
+        Key(
+            "replica_labels",
+            LabelNames(
+                reserved=("model_name", "engine", "position", "le"),
+                reserved_prefixes=("__", "specwatch_"),
+                reserved_hint="specwatch reads or adds it; name the labels of one vLLM (e.g. namespace, pod)",
+            ),
+            "labels that together identify one vLLM replica; env: comma-separated",
+            example=["namespace", "pod"],
+        ),
+        Key(
+            "headers",
+            StringMap(env_refs=True, http_headers=True),
+            'request headers (Mimir/Cortex tenant); values may be "${ENV_VAR}", never logged; env: a JSON object',
+            example={"X-Scope-OrgID": "${TENANT}"},
+            nullable=True,
+        ),
+        Key(
+            "bearer_token_file",
+            ExistingFile(),
+            "file holding a bearer token, re-read for every query (relative to this file)",
+            example="/var/run/secrets/kubernetes.io/serviceaccount/token",
+            nullable=True,
+        ),
+        Key(
+            "timeout",
+            Duration(),
+            "whole-query deadline, shorter than poll_interval (long windows: raise both)",
+            example="3s",
+            default_doc="min(10s, 0.8 x poll_interval)",
+        ),
+        Key("max_bytes", Size(), "cap on one decoded query answer", example="256MiB"),
+        Key(
+            "scrape_interval",
+            Duration(),
+            "Prometheus's scrape interval of the vLLM job; null: inferred from the samples",
+            example="30s",
+            nullable=True,
+        ),
+    ),
+)
+
 SCHEMA = Section(
     "",
     Config,
@@ -350,11 +432,13 @@ SCHEMA = Section(
         ),
         DECISION,
         LOG,
+        ALERTING,
         Key(
             "route_ttl_polls",
             Number(minimum=1, integer=True),
             "routes unseen for this many polls are dropped",
             example=120,
         ),
+        PROMETHEUS,
     ),
 )
