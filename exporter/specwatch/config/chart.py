@@ -13,15 +13,14 @@ defaults apply.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ..units import format_duration
+from .generated import regenerate
 from .kinds import Duration, DurationList, Size
 from .nodes import Items, Key, Node, Section, default_of
 from .schema import SCHEMA
@@ -129,24 +128,8 @@ def render(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specwatch.config.chart", description=__doc__.splitlines()[0])
-    parser.add_argument("schema", type=Path, help="the chart's values.schema.json")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the generated schema")
-    args = parser.parse_args(argv)
-    current = args.schema.read_text(encoding="utf-8")
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            print(
-                f"{args.schema}: the config schema is out of date; run python -m specwatch.config.chart {args.schema}",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if wanted != current:
-        args.schema.write_text(wanted, encoding="utf-8")
-        print(f"wrote {args.schema}", file=sys.stderr)
-    return 0
+    return regenerate(argv, module="specwatch.config.chart", description=__doc__.splitlines()[0], file_arg="schema",
+                      file_help="the chart's values.schema.json", what="config schema", render=render)
 
 
 if __name__ == "__main__":

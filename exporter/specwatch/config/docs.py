@@ -8,13 +8,12 @@ Only the lines between `<!-- config:begin -->` and `<!-- config:end -->` are rep
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ..units import format_duration
+from .generated import regenerate
 from .kinds import Choice, Duration, DurationList, Number, Size
 from .nodes import Items, Key, Section, default_of
 from .schema import SCHEMA
@@ -124,23 +123,8 @@ def render(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specwatch.config.docs", description="README example config")
-    parser.add_argument("readme", type=Path)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README differs from the generated block")
-    args = parser.parse_args(argv)
-    current = args.readme.read_text(encoding="utf-8")
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            print(
-                f"{args.readme}: the example config is out of date; run python -m specwatch.config.docs {args.readme}",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if wanted != current:
-        args.readme.write_text(wanted, encoding="utf-8")
-    return 0
+    return regenerate(argv, module="specwatch.config.docs", description="README example config", file_arg="readme",
+                      file_help="the README holding the config markers", what="example config", render=render)
 
 
 if __name__ == "__main__":

@@ -359,7 +359,7 @@ class SpeculativeConfig(Kind):
         try:
             parse_speculative_config(data)
         except SpeculativeConfigError as exc:
-            raise ConfigError(f"{key}.{exc.field}", exc.reason) from None
+            raise ConfigError(f"{key}.{exc.key}", exc.reason) from None
         return dict(data)
 
     def json_schema(self) -> dict[str, Any]:
