@@ -17,11 +17,10 @@ import json
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from ..units import format_duration
 from .generated import regenerate
-from .kinds import Duration, DurationList, Size
+from .kinds import Duration, DurationList, JsonSchema, Size
 from .nodes import Items, Key, Node, Section, default_of
 from .schema import SCHEMA
 
@@ -31,27 +30,28 @@ DESCRIPTION = (
 )
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+def _nullable(schema: JsonSchema) -> JsonSchema:
     kind = schema.get("type")
     if isinstance(kind, list):
         schema["type"] = [*kind, "null"]
     elif kind is not None:
         schema["type"] = [kind, "null"]
-    if "enum" in schema:
-        schema["enum"] = [*schema["enum"], None]
+    enum = schema.get("enum")
+    if isinstance(enum, list):
+        schema["enum"] = [*enum, None]
     return schema
 
 
-def _default_text(key: Key, value: Any) -> str:
+def _default_text(key: Key, value: object) -> str:
     if key.default_doc:
         return key.default_doc
     if value is None or value == {}:
         return ""
-    if isinstance(key.kind, Duration):
+    if isinstance(key.kind, Duration) and isinstance(value, (int, float)):
         return format_duration(value)
-    if isinstance(key.kind, DurationList):
+    if isinstance(key.kind, DurationList) and isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_duration(v) for v in value) + "]"
-    if isinstance(key.kind, Size) and value % 2**20 == 0:
+    if isinstance(key.kind, Size) and isinstance(value, int) and value % 2**20 == 0:
         return f"{value // 2**20}MiB"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -60,7 +60,7 @@ def _describe(doc: str, default: str) -> str:
     return f"{doc} (default: {default})" if default else doc
 
 
-def node_schema(section: Section, node: Node) -> dict[str, Any]:
+def node_schema(section: Section, node: Node) -> JsonSchema:
     if isinstance(node, Key):
         schema = node.kind.json_schema()
         if node.nullable:
@@ -74,9 +74,9 @@ def node_schema(section: Section, node: Node) -> dict[str, Any]:
     return section_schema(node)
 
 
-def section_schema(section: Section, *, chart: bool = False) -> dict[str, Any]:
+def section_schema(section: Section, *, chart: bool = False) -> JsonSchema:
     members = [node for node in section.keys if not (isinstance(node, Key) and chart and not node.chart)]
-    schema: dict[str, Any] = {
+    schema: JsonSchema = {
         "description": section.doc,
         "type": "object",
         "additionalProperties": False,
@@ -94,19 +94,23 @@ def section_schema(section: Section, *, chart: bool = False) -> dict[str, Any]:
     return schema
 
 
-def _accept_empty(schema: dict[str, Any]) -> dict[str, Any]:
+def _accept_empty(schema: JsonSchema) -> JsonSchema:
     """The chart template drops empty top-level values: let the schema accept them too."""
     schema.pop("minItems", None)
-    for option in schema.get("anyOf", ()):
-        if "enum" in option:
-            option["enum"] = [*option["enum"], ""]
+    options = schema.get("anyOf")
+    for option in options if isinstance(options, list) else ():
+        enum = option.get("enum") if isinstance(option, dict) else None
+        if isinstance(enum, list):
+            option["enum"] = [*enum, ""]
     return schema
 
 
-def chart_config_schema() -> dict[str, Any]:
+def chart_config_schema() -> JsonSchema:
     schema = section_schema(SCHEMA, chart=True)
     schema["description"] = DESCRIPTION
-    schema["properties"] = {name: _accept_empty(value) for name, value in schema["properties"].items()}
+    properties = schema["properties"]
+    assert isinstance(properties, dict)  # section_schema always writes it
+    schema["properties"] = {name: _accept_empty(value) for name, value in properties.items()}
     return schema
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from ..units import format_duration
 from .generated import regenerate
@@ -23,7 +22,7 @@ END = "<!-- config:end -->"
 COMMENT_COLUMN = 32
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -39,7 +38,7 @@ def _scalar(value: Any) -> str:
     return "'" + text.replace("'", "''") + "'" if '"' in text else f'"{text}"'
 
 
-def _value(key: Key, value: Any) -> str:
+def _value(key: Key, value: object) -> str:
     if isinstance(key.kind, Duration) and isinstance(value, float):
         return format_duration(value)
     if isinstance(key.kind, DurationList) and isinstance(value, tuple):
@@ -61,7 +60,7 @@ def _rule(key: Key) -> str:
     return ""
 
 
-def _comment(key: Key, default: Any, *, showing_example: bool = False) -> str:
+def _comment(key: Key, default: object, *, showing_example: bool = False) -> str:
     parts = [key.doc]
     rule = _rule(key)
     if rule and len(rule) < 140:

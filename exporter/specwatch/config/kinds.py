@@ -13,12 +13,19 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
 
 from .. import units
+
+if TYPE_CHECKING:
+    from ..costmodel import Profile
+
+#: A JSON schema as json_schema() builds it (written out with json.dumps).
+JsonSchema = dict[str, object]
+_N = TypeVar("_N", int, float)
 
 
 class ConfigError(ValueError):
@@ -41,13 +48,16 @@ class Context:
 class Kind:
     """Base of all kinds. `parse` validates and converts; `json_schema` describes the same rule."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> Any:
+    # Each kind returns its own type (see the overrides); the base says Any only because the schema
+    # walk in parse.py unpacks the tuples of two-field kinds (JsonFile, StepTimeProfile) without a check.
+    def parse(self, value: object, key: str, ctx: Context) -> Any:
+        """`value` as YAML or the environment gave it -> the typed value the Config holds."""
         raise NotImplementedError
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         raise NotImplementedError
 
-    def from_env(self, text: str) -> Any:
+    def from_env(self, text: str) -> object:
         """An environment variable's text as the value the file would hold."""
         return text
 
@@ -74,7 +84,7 @@ def error_from(exc: Exception, fallback_key: str) -> ConfigError:
     return ConfigError(fallback_key, text)
 
 
-def _unit(parse: Callable[[], Any]) -> Any:
+def _unit(parse: Callable[[], _N]) -> _N:
     try:
         return parse()
     except units.UnitError as exc:
@@ -83,10 +93,10 @@ def _unit(parse: Callable[[], Any]) -> Any:
 
 @dataclass(frozen=True)
 class Duration(Kind):
-    def parse(self, value: Any, key: str, ctx: Context) -> float:
+    def parse(self, value: object, key: str, ctx: Context) -> float:
         return float(_unit(lambda: units.parse_duration(value, key)))
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         # pattern applies to strings only, exclusiveMinimum to numbers only (bare seconds).
         return {"type": ["string", "number"], "pattern": units.DURATION_PATTERN, "exclusiveMinimum": 0}
 
@@ -95,7 +105,7 @@ class Duration(Kind):
 class DurationList(Kind):
     """A non-empty list of distinct durations; the environment gives it comma-separated."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> tuple[float, ...]:
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[float, ...]:
         if not isinstance(value, list) or not value:
             raise ConfigError(key, "expected a non-empty list of durations such as [1m, 5m]")
         durations = tuple(Duration().parse(item, f"{key}[{i}]", ctx) for i, item in enumerate(value))
@@ -103,19 +113,19 @@ class DurationList(Kind):
             raise ConfigError(key, "durations must be distinct")
         return durations
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "array", "items": Duration().json_schema(), "uniqueItems": True, "minItems": 1}
 
-    def from_env(self, text: str) -> Any:
+    def from_env(self, text: str) -> object:
         return [item.strip() for item in text.split(",") if item.strip()]
 
 
 @dataclass(frozen=True)
 class Size(Kind):
-    def parse(self, value: Any, key: str, ctx: Context) -> int:
+    def parse(self, value: object, key: str, ctx: Context) -> int:
         return int(_unit(lambda: units.parse_size(value, key)))
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": ["string", "integer"], "pattern": units.SIZE_PATTERN, "minimum": 1}
 
 
@@ -129,11 +139,11 @@ class Number(Kind):
     # YAML 1.1 reads 8e9 as a string: let the chart accept numeric strings where that is natural.
     numeric_strings: bool = False
 
-    def parse(self, value: Any, key: str, ctx: Context) -> int | float:
+    def parse(self, value: object, key: str, ctx: Context) -> int | float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             # Environment overrides arrive as strings: accept numeric strings.
             try:
-                value = int(str(value)) if self.integer else float(value)
+                value = int(str(value)) if self.integer else _float(value)
             except (TypeError, ValueError, OverflowError):
                 raise ConfigError(
                     key, f"expected {'an integer' if self.integer else 'a number'}, got {value!r}"
@@ -148,14 +158,21 @@ class Number(Kind):
             raise ConfigError(key, f"must be {'<' if self.exclusive_maximum else '<='} {self.maximum}, got {value!r}")
         return int(value) if self.integer else float(value)
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         kind = "integer" if self.integer else "number"
-        schema: dict[str, Any] = {"type": [kind, "string"] if self.numeric_strings else kind}
+        schema: JsonSchema = {"type": [kind, "string"] if self.numeric_strings else kind}
         if self.minimum is not None:
             schema["exclusiveMinimum" if self.exclusive_minimum else "minimum"] = self.minimum
         if self.maximum is not None:
             schema["exclusiveMaximum" if self.exclusive_maximum else "maximum"] = self.maximum
         return schema
+
+
+def _float(value: object) -> float:
+    """float() of a YAML value; TypeError for a value that is neither a number nor a string."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"not a number: {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -165,7 +182,7 @@ class Choice(Kind):
     values: Callable[[], Sequence[str]]
     noun: str | None = None  # "preset": unknown preset 'x' (known: ...)
 
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         choices = tuple(self.values())
         text = str(value).lower()
         if isinstance(value, (bool, int, float)) or text not in choices:
@@ -174,7 +191,7 @@ class Choice(Kind):
             raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}")
         return text
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "enum": list(self.values())}
 
 
@@ -186,31 +203,31 @@ _NAME_RE = re.compile(NAME_PATTERN)
 class Name(Kind):
     """A target or route name: it becomes a Prometheus label value."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         if not isinstance(value, str) or not _NAME_RE.match(value):
             raise ConfigError(key, f"expected a name of letters, digits and _.:/- (1-128 chars), got {value!r}")
         return value
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "pattern": NAME_PATTERN}
 
 
 @dataclass(frozen=True)
 class Listen(Kind):
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         text = str(value)
         _host, sep, port = text.rpartition(":")
         if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(key, f"expected [host]:port such as :9474 or 127.0.0.1:9474, got {value!r}")
         return text
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "pattern": r"^[^\s]*:[0-9]{1,5}$"}
 
 
 @dataclass(frozen=True)
 class Url(Kind):
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         url = str(value)
         parts = urlsplit(url)
         # Only http(s): a sidecar must never be turned into a file:// or gopher:// reader.
@@ -218,21 +235,21 @@ class Url(Kind):
             raise ConfigError(key, f"expected an http:// or https:// URL, got {url!r}")
         return url
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "pattern": "^https?://[^/?#]"}
 
 
 @dataclass(frozen=True)
 class Flag(Kind):
-    def parse(self, value: Any, key: str, ctx: Context) -> bool:
+    def parse(self, value: object, key: str, ctx: Context) -> bool:
         if not isinstance(value, bool):
             raise ConfigError(key, "expected true or false")
         return value
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "boolean"}
 
-    def from_env(self, text: str) -> Any:
+    def from_env(self, text: str) -> object:
         lowered = text.strip().lower()
         return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(lowered, text)
 
@@ -248,7 +265,7 @@ class StringMap(Kind):
     keys_hint: str = ""
     env_refs: bool = False
 
-    def parse(self, value: Any, key: str, ctx: Context) -> dict[str, str]:
+    def parse(self, value: object, key: str, ctx: Context) -> dict[str, str]:
         if not isinstance(value, Mapping):
             raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
         environ = os.environ if ctx.environ is None else ctx.environ
@@ -262,8 +279,8 @@ class StringMap(Kind):
             result[str(name)] = _resolve_env_refs(item, where, environ) if self.env_refs else item
         return result
 
-    def json_schema(self) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+    def json_schema(self) -> JsonSchema:
+        schema: JsonSchema = {"type": "object", "additionalProperties": {"type": "string"}}
         if self.keys is not None:
             schema["propertyNames"] = {"enum": list(self.keys)}
         return schema
@@ -283,7 +300,7 @@ def _resolve_env_refs(value: str, key: str, environ: Mapping[str, str]) -> str:
 class JsonFile(Kind):
     """A path (relative to the config file) of a JSON object; parses to (path, object)."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> tuple[str, dict[str, Any]]:
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[str, dict[str, object]]:
         path = os.path.join(ctx.base_dir, str(value))
         try:
             with open(path, encoding="utf-8") as handle:
@@ -296,7 +313,7 @@ class JsonFile(Kind):
             raise ConfigError(key, f"{path} is not a JSON object")
         return path, data
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "minLength": 1}
 
 
@@ -304,7 +321,7 @@ class JsonFile(Kind):
 class StepTimeProfile(Kind):
     """A measured step-time profile, inline or as a YAML path; parses to (Profile, path or None)."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> tuple[Any, str | None]:
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[Profile, str | None]:
         from .. import costmodel
 
         path = None
@@ -323,7 +340,7 @@ class StepTimeProfile(Kind):
         except ValueError as exc:
             raise error_from(exc, key) from None
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": ["string", "object", "array"]}
 
 
@@ -331,12 +348,12 @@ class StepTimeProfile(Kind):
 class Text(Kind):
     """A plain string (a reference checked by a rule that spans keys, e.g. a route's target)."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         if not isinstance(value, str):
             raise ConfigError(key, f"expected a string, got {value!r}")
         return value
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string"}
 
 
@@ -345,7 +362,7 @@ class SpeculativeConfig(Kind):
     """vLLM's `--speculative-config`: a mapping, or the same JSON as a string; checked as vLLM
     checks it (num_speculative_tokens, the num_speculative_tokens_per_batch_size schedule)."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> dict[str, Any]:
+    def parse(self, value: object, key: str, ctx: Context) -> JsonSchema:
         from ..schedule_check import SpeculativeConfigError, parse_speculative_config
 
         data = value
@@ -362,5 +379,5 @@ class SpeculativeConfig(Kind):
             raise ConfigError(f"{key}.{exc.key}", exc.reason) from None
         return dict(data)
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": ["object", "string"]}
