@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from ..units import format_duration
 from .generated import regenerate
-from .kinds import Duration, DurationList, JsonSchema, Size
+from .kinds import Duration, DurationList, HoldTime, JsonSchema, Size
 from .nodes import Items, Key, Node, Section, default_of
 from .schema import SCHEMA
 
@@ -47,7 +47,9 @@ def _default_text(key: Key, value: object) -> str:
         return key.default_doc
     if value is None or value == {}:
         return ""
-    if isinstance(key.kind, Duration) and isinstance(value, (int, float)):
+    if (isinstance(key.kind, Duration) and isinstance(value, (int, float))) or (
+        isinstance(key.kind, HoldTime) and isinstance(value, float)
+    ):
         return format_duration(value)
     if isinstance(key.kind, DurationList) and isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_duration(v) for v in value) + "]"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ..units import format_duration
 from .generated import regenerate
-from .kinds import Choice, Duration, DurationList, Number, Size
+from .kinds import Choice, Duration, DurationList, HoldTime, Number, Size
 from .nodes import Items, Key, Section, default_of
 from .schema import SCHEMA
 
@@ -39,7 +39,7 @@ def _scalar(value: object) -> str:
 
 
 def _value(key: Key, value: object) -> str:
-    if isinstance(key.kind, Duration) and isinstance(value, float):
+    if isinstance(key.kind, (Duration, HoldTime)) and isinstance(value, float):
         return format_duration(value)
     if isinstance(key.kind, DurationList) and isinstance(value, tuple):
         return "[" + ", ".join(format_duration(v) for v in value) + "]"
