@@ -7,6 +7,8 @@
 - env.py     the SPECWATCH_* overrides, derived from the schema
 - parse.py   load / from_mapping: the schema walk plus the rules that span keys
 - chart.py   writes the Helm chart's `config` JSON schema from the schema (`--check` for CI)
+- docs.py    writes the README's annotated example config from the schema (`--check` for CI)
+- generated.py  the rewrite / `--check` command line those two share
 
 Every error is a ConfigError whose message starts with the dotted key at fault
 (`targets[0].timeout: ...`), so the CLI can print one line and exit 2.
