@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from . import costmodel, decide
 from .config import Config, RouteConfig
+from .decide_cache import AssessmentCache
 from .derive import WindowStats, window_stats, with_drafter
 from .exposition import ExpositionError
 from .grading import AdviceGrader, Grading
@@ -213,6 +214,7 @@ class Pipeline:
             self._targets[target.name] = _TargetRecord(target.name, target.url, matchers,
                                                         f"{target.name}/" if multi else "")
         self._routes: dict[str, _RouteRecord] = {}
+        self._assessments = AssessmentCache()  # an unchanged window is not assessed twice
         self._t: float | None = None
         self._evaluated = False
         self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
@@ -306,9 +308,9 @@ class Pipeline:
                 stats = with_drafter(stats, variable_length=variable_length, schedule_ks=schedule_ks)
                 guard = self._guard(stats, view.last.snapshot)
                 previous = route.verdicts.get(label)
-                assessment = decide.assess(self.cost_model, stats, decision, cost_class,
-                                           previous.current if previous else None,
-                                           config_method=config_method, base_config=base_config)
+                assessment = self._assessments.assess(self.cost_model, stats, decision, cost_class,
+                                                      previous.current if previous else None,
+                                                      config_method=config_method, base_config=base_config)
                 if route.fresh or previous is None:
                     state = decide.next_verdict(previous, assessment.candidate, hold, now)
                     route.verdicts[label] = state

@@ -11,7 +11,9 @@ defaults and their calibration: docs/costmodel.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from .draft import (
     DRAFT_METHODS,
@@ -46,6 +48,11 @@ DEFAULT_CONTEXT_TOKENS = 2048
 
 #: Bound of the step-time memo: a long-lived model sees ever new batch sizes.
 _MEMO_LIMIT = 4096
+#: Bound of the derived-model memo (with_method/with_coverage): a measured coverage is a new
+#: float on most polls, so only the recent ones are worth keeping.
+_DERIVED_LIMIT = 16
+#: Memo entry holding the curve generation the memo was filled with.
+_VERSION_KEY = "curve_version"
 
 
 @dataclass(frozen=True)
@@ -67,9 +74,14 @@ class CostModel:
     # tokens: n-gram lookup misses leave ~28 % of steps undrafted on a real run, and those steps
     # neither verify extra tokens nor gain any. 1.0 for model-based drafters.
     draft_coverage: float = 1.0
-    # Step times are pure in (tokens, context): an assessment asks for the same ones hundreds of
-    # times (best K per batch band). Not compared, and replace() starts a new memo.
+    # Step times are pure in (tokens, context), base and spec step times in (batch, K): an
+    # assessment asks for the same ones hundreds of times (best K per batch band, largest
+    # speculative batch). Emptied when the curve's generation changes (curve_version); not
+    # compared, and replace() starts a new memo.
     _memo: dict[object, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # with_method/with_coverage results: kept so their memos outlive one assessment.
+    _derived: dict[tuple[str, object], CostModel] = field(default_factory=dict, init=False, repr=False,
+                                                          compare=False)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -86,19 +98,19 @@ class CostModel:
             raise CostModelError("draft_coverage", "draft_coverage must be in (0, 1]")
 
     # -- roofline pieces ---------------------------------------------------------------------
-    @property
+    @cached_property
     def bandwidth_eff(self) -> float:
         return self.hardware.bandwidth_bytes_per_second * self.mbu * self.tensor_parallel
 
-    @property
+    @cached_property
     def flops_eff(self) -> float:
         return self.hardware.peak_flops(COMPUTE_DTYPE[self.dtype]) * self.mfu * self.tensor_parallel
 
-    @property
+    @cached_property
     def kv_bytes_per_token(self) -> float:
         return self.model.kv_bytes_per_token_bf16 * DTYPE_BYTES[self.kv_dtype] / 2.0
 
-    @property
+    @cached_property
     def fixed_seconds(self) -> float:
         tp_extra = self.allreduce_seconds_per_layer * self.model.layers if self.tensor_parallel > 1 else 0.0
         return self.overhead_seconds + tp_extra
@@ -109,6 +121,28 @@ class CostModel:
         w = model_weight_bytes(self.model, self.dtype)
         return w * self.flops_eff / (2.0 * self.model.active_params * self.bandwidth_eff)
 
+    @cached_property
+    def _dense_weight_bytes(self) -> float | None:
+        """Weight bytes streamed per step when they do not depend on the tokens (dense models)."""
+        return None if self.model.is_moe else model_weight_bytes(self.model, self.dtype)
+
+    @property
+    def curve_version(self) -> int:
+        """Generation of the step-time curve: 0 for the roofline and a static profile; a curve that
+        changes while the sidecar runs (a learned one) exposes ``curve_version`` and increments it on
+        every change. Every cache of values derived from step times keys on it."""
+        return int(getattr(self.profile, "curve_version", 0)) if self.profile is not None else 0
+
+    def _current_memo(self) -> dict[object, float]:
+        """The memo, emptied first when the step-time curve changed since it was filled."""
+        memo = self._memo
+        if self.profile is not None:
+            version = float(self.curve_version)
+            if memo.get(_VERSION_KEY, 0.0) != version:
+                memo.clear()
+                memo[_VERSION_KEY] = version
+        return memo
+
     def _roofline(self, params_streamed_bytes: float, active_params: float, tokens: float,
                   kv_bytes: float, fixed: float) -> float:
         gemm = max(params_streamed_bytes / self.bandwidth_eff, 2.0 * active_params * tokens / self.flops_eff)
@@ -118,7 +152,7 @@ class CostModel:
     def step_time(self, tokens: float, context_tokens: float) -> float:
         """Seconds of one target forward over ``tokens`` query tokens with ``context_tokens``
         KV tokens in the whole batch."""
-        memo = self._memo
+        memo = self._memo if self.profile is None else self._current_memo()
         key = (tokens, context_tokens)
         hit = memo.get(key)
         if hit is None:
@@ -133,19 +167,34 @@ class CostModel:
         if self.profile is not None:
             kv_coef = self.kv_bytes_per_token / self.bandwidth_eff
             return self.profile.step_seconds(tokens, context_tokens, kv_coef)
-        return self._roofline(model_weight_bytes(self.model, self.dtype, tokens), self.model.active_params,
-                              tokens, self.kv_bytes_per_token * context_tokens, self.fixed_seconds)
+        weight_bytes = self._dense_weight_bytes
+        if weight_bytes is None:
+            weight_bytes = model_weight_bytes(self.model, self.dtype, tokens)
+        return self._roofline(weight_bytes, self._active_params, tokens,
+                              self.kv_bytes_per_token * context_tokens, self.fixed_seconds)
+
+    @cached_property
+    def _active_params(self) -> float:
+        return self.model.active_params
 
     def base_step_time(self, batch: float) -> float:
         """Plain decode step at batch B: B query tokens over B·context KV tokens."""
-        batch = max(float(batch), 1.0)
-        return self.step_time(batch, batch * self.context_tokens)
+        memo = self._memo if self.profile is None else self._current_memo()
+        hit = memo.get(batch)  # a bare number: step_time's keys are pairs
+        if hit is None:
+            b = max(float(batch), 1.0)
+            hit = self.step_time(b, b * self.context_tokens)
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
+            memo[batch] = hit
+        return hit
 
     # -- drafting -----------------------------------------------------------------------------
     def draft_cost_per_token(self) -> float:
-        hit = self._memo.get("draft_cost_per_token")
+        memo = self._current_memo()
+        hit = memo.get("draft_cost_per_token")
         if hit is None:
-            hit = self._memo["draft_cost_per_token"] = self._draft_cost_per_token()
+            hit = memo["draft_cost_per_token"] = self._draft_cost_per_token()
         return hit
 
     def _draft_cost_per_token(self) -> float:
@@ -192,6 +241,17 @@ class CostModel:
     def spec_step_time(self, batch: float, k: float) -> float:
         """Verify B·(K+1) tokens plus drafting K per request (B·(1 + coverage·K) and coverage·B
         drafting requests when only part of the request-steps carry a draft)."""
+        memo = self._memo if self.profile is None else self._current_memo()
+        key = ("spec", batch, k)
+        hit = memo.get(key)
+        if hit is None:
+            hit = self._spec_step_time(batch, k)
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
+            memo[key] = hit
+        return hit
+
+    def _spec_step_time(self, batch: float, k: float) -> float:
         batch = max(float(batch), 1.0)
         c = self.draft_coverage
         if c >= 1.0:
@@ -207,7 +267,7 @@ class CostModel:
         """The same model with a measured draft coverage (Δdrafts / Δrequest-steps)."""
         if coverage is None or not (coverage > 0):
             return self
-        return replace(self, draft_coverage=min(float(coverage), 1.0))
+        return self._derive(("coverage", coverage), lambda: replace(self, draft_coverage=min(float(coverage), 1.0)))
 
     def with_method(self, method: str | None) -> CostModel:
         """The same model with the default draft cost of ``method`` (unless a cost was configured)."""
@@ -216,8 +276,19 @@ class CostModel:
         method = METHOD_ALIASES.get(method, method)
         if method not in DRAFT_METHODS or method == self.draft.method:
             return self
-        return replace(self, draft=draft_cost_for(method, self.model, draft_model=self.draft.draft_model,
-                                                  draft_dtype=self.draft.draft_dtype))
+        return self._derive(("method", method), lambda: replace(
+            self, draft=draft_cost_for(method, self.model, draft_model=self.draft.draft_model,
+                                       draft_dtype=self.draft.draft_dtype)))
+
+    def _derive(self, key: tuple[str, object], make: Callable[[], CostModel]) -> CostModel:
+        """The same derived model for the same change, so its step-time memo serves every later
+        assessment (a new model per assessment would start from an empty memo each time)."""
+        derived = self._derived.get(key)
+        if derived is None:
+            if len(self._derived) >= _DERIVED_LIMIT:
+                self._derived.clear()
+            derived = self._derived[key] = make()
+        return derived
 
 
 def max_concurrency_by_memory(cm: CostModel, gpu_memory_utilization: float = 0.9) -> int | None:
