@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 
-from . import __version__, demo, lesson, sim
-from .config import ConfigError, load
-from .logsetup import configure_logging
+from . import __version__
+from .config import Config, ConfigError, load
 
 EXIT_CONFIG = 2
 
-# Modules that contribute subcommands through add_parsers(subparsers).
-SUBCOMMAND_MODULES = (lesson, sim, demo)
+# Modules that contribute subcommands through add_parsers(subparsers). Imported only when the
+# command is not one of this module's own, so `specwatch replay` does not load the simulator,
+# the lesson tools or the HTTP server (start-up is part of every replay's cost).
+SUBCOMMAND_MODULES = ("specwatch.lesson", "specwatch.sim", "specwatch.demo")
+CORE_COMMANDS = ("run", "check-config", "record", "replay")
 
 
-def _load_config(args: argparse.Namespace, **overrides):
+def _load_config(args: argparse.Namespace, **overrides: object) -> Config:
     return load(getattr(args, "config", None), overrides=overrides)
 
 
@@ -38,6 +41,7 @@ def _alert_window_override(args: argparse.Namespace) -> dict[str, object] | None
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .config import from_mapping
+    from .logsetup import configure_logging
     from .service import ConfigSource, Service
 
     # vLLM's multiprocess mode variable must never reach this process's prometheus_client.
@@ -77,6 +81,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def cmd_record(args: argparse.Namespace) -> int:
     from .config import parse_duration
+    from .logsetup import configure_logging
     from .record import record
 
     config = _load_config(args)
@@ -92,7 +97,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import RecordingError, replay_to
 
     config = _load_config(args)
-    configure_logging(config.log.format, "warning")
+    # No logging set-up: nothing on the replay path logs, and structlog's import is a third of
+    # a short replay's start-up.
     try:
         with open(args.recording, encoding="utf-8") as handle:
             replay_to(config, handle, sys.stdout, learn_targets=args.config is None)
@@ -105,7 +111,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specwatch", description=(
         "Observability sidecar for vLLM speculative decoding: rolling acceptance rate, ITL tails, "
         "break-even at the live batch size, and what to change."))
@@ -142,14 +148,20 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("recording")
     rep.set_defaults(func=cmd_replay)
 
-    for module in SUBCOMMAND_MODULES:
-        module.add_parsers(sub)
+    for name in subcommand_modules:
+        importlib.import_module(name).add_parsers(sub)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first argument that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(() if _command(words) in CORE_COMMANDS else SUBCOMMAND_MODULES)
+    args = parser.parse_args(words)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
