@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from specwatch import sim
 from specwatch.demo import sidecar_config_for
 
@@ -93,7 +92,8 @@ def run_replay(smoke: bool) -> tuple[Table, dict]:
         runs[which].append(run_measured(*commands[which]))
     floor = run_measured(floor_cmd, cache_dir() / "floor.out")
     identical = _digest(sw_out) == _digest(pc_out)
-    lines = sum(1 for _ in open(sw_out, "rb"))
+    with open(sw_out, "rb") as handle:
+        lines = sum(1 for _ in handle)
 
     def agg(rs, key):
         return median(r[key] for r in rs)
