@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 ASSESS_INPUTS = ("spec_present", "drafts", "generation_tokens", "acceptance_rate", "draft_length", "batch_size",
                  "draft_coverage", "configured_k", "position_rates", "schema", "engines")
 
-#: Assessments kept: two windows of a few hundred routes; about 1 KiB each.
-DEFAULT_SIZE = 2048
+#: Assessments kept, about 1.5 KiB each with their key. A repeated question is almost always the
+#: last one of the same route and window (or of the other window over the same polls), so a few
+#: per route-window suffice; with new traffic every poll the memo only costs its memory.
+DEFAULT_SIZE = 256
 
 _Key = tuple[object, ...]
 
