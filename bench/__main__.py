@@ -5,7 +5,8 @@
     python -m bench --only parse,http
     python -m bench --markdown out.md   # the tables as markdown too (docs/benchmarks.md is built from them)
 
-Parts: parse (1), replay (2), http (3), detection (4, 5: delay, false changes, ITL accuracy), scaling (6).
+Parts: parse (1), replay (2), http (3), detection (4, 5: delay, false changes, ITL accuracy), scaling (6),
+evaluate (7: one route-window through derive, cost model and verdict).
 Recordings and simulator payloads are cached in bench/.cache/ (gitignored); delete it to rebuild.
 """
 
@@ -21,8 +22,8 @@ from pathlib import Path
 
 from .common import REPO, machine
 
-PARTS = ("parse", "scaling", "replay", "http", "detection")
-TABLE_KEYS = ("parse_cost", "scaling", "replay", "http", "detection", "false_changes", "accuracy")
+PARTS = ("parse", "evaluate", "scaling", "replay", "http", "detection")
+TABLE_KEYS = ("parse_cost", "evaluate", "scaling", "replay", "http", "detection", "false_changes", "accuracy")
 
 
 def main(argv=None) -> int:
@@ -61,9 +62,10 @@ def main(argv=None) -> int:
         results["parts"][name] = {"seconds": round(time.monotonic() - t0, 1), **data}
         return data
 
-    from . import detection, http_latency, parse_cost, replay_proc
+    from . import detection, evaluate, http_latency, parse_cost, replay_proc
 
     part("parse", lambda: parse_cost.run_parse_cost(args.smoke))
+    part("evaluate", lambda: evaluate.run_evaluate(args.smoke))
     part("scaling", lambda: parse_cost.run_scaling(args.smoke))
     replay_data = part("replay", lambda: replay_proc.run_replay(args.smoke))
     part("http", lambda: http_latency.run_http(args.smoke))
