@@ -1,7 +1,5 @@
-"""(2) Whole process: `specwatch replay` over a 24 h recording (17,280 polls at 5 s), against two
-peers, alternating runs: the same command with prometheus_client's parser swapped in
-(bench/pcparser.py), and a process that only parses every payload with prometheus_client
-(bench/pcloop.py: the floor of any replay built on prometheus_client). Start-up is included.
+"""(2) Whole process: `specwatch replay` over a 24 h recording (17,280 polls at 5 s), against the same
+command with prometheus_client's parser swapped in (bench/pcparser.py), alternating runs.
 
 Each run is its own process; wall time, CPU time and peak RSS (ru_maxrss from wait4 on that very
 child) are measured from outside. Both runs must print byte-identical output (same verdicts).
@@ -80,16 +78,13 @@ def run_replay(smoke: bool) -> tuple[Table, dict]:
     rec_bytes = rec.stat().st_size
     sw_cmd = _specwatch_cmd() + ["replay", "--config", str(cfg), str(rec)]
     pc_cmd = [sys.executable, "-m", "bench.pcparser", "replay", "--config", str(cfg), str(rec)]
-    loop_cmd = [sys.executable, "-m", "bench.pcloop", str(rec)]
     floor_cmd = [sys.executable, "-c", "import specwatch.cli, specwatch.pipeline, specwatch.replay"]
     sw_out = cache_dir() / f"replay-out-specwatch-{polls}.jsonl"
     pc_out = cache_dir() / f"replay-out-pc-{polls}.jsonl"
-    loop_out = cache_dir() / f"replay-out-pcloop-{polls}.txt"
-    order = ["sw", "pc", "loop", "sw"] if smoke else ["sw", "pc", "loop", "sw", "pc", "loop", "sw"]
-    runs: dict[str, list[dict]] = {"sw": [], "pc": [], "loop": []}
-    commands = {"sw": (sw_cmd, sw_out), "pc": (pc_cmd, pc_out), "loop": (loop_cmd, loop_out)}
+    order = ["sw", "pc", "sw"] if smoke else ["sw", "pc", "sw", "pc", "sw"]
+    runs: dict[str, list[dict]] = {"sw": [], "pc": []}
     for which in order:
-        runs[which].append(run_measured(*commands[which]))
+        runs[which].append(run_measured(sw_cmd if which == "sw" else pc_cmd, sw_out if which == "sw" else pc_out))
     floor = run_measured(floor_cmd, cache_dir() / "floor.out")
     identical = _digest(sw_out) == _digest(pc_out)
     with open(sw_out, "rb") as handle:
@@ -100,12 +95,11 @@ def run_replay(smoke: bool) -> tuple[Table, dict]:
 
     sw = {k: agg(runs["sw"], k) for k in ("wall_s", "cpu_s", "peak_rss_mb")}
     pc = {k: agg(runs["pc"], k) for k in ("wall_s", "cpu_s", "peak_rss_mb")}
-    loop = {k: agg(runs["loop"], k) for k in ("wall_s", "cpu_s", "peak_rss_mb")}
     hours = polls * payloads.POLL / 3600
     table = Table("replay", f"Whole process: `specwatch replay` over {hours:g} h ({polls:,} polls, "
                             f"{rec_bytes / 2**20:.0f} MiB recording), one run, alternating",
                   ["measure", "specwatch", "same with prometheus_client parser", "ratio", "goal", "met"],
-                  note=f"Medians of {len(runs['sw'])} specwatch runs and {len(runs['pc'])} runs of each peer. Outputs "
+                  note=f"Medians of {len(runs['sw'])} specwatch and {len(runs['pc'])} peer runs. Outputs "
                        f"({lines:,} evaluation lines) byte-identical: {'yes' if identical else 'NO'}. "
                        f"Python + specwatch imports alone: {floor['peak_rss_mb']:.1f} MB peak RSS. "
                        "CPU per poll includes reading the JSON line, parse, windows, cost model, verdict and "
@@ -117,11 +111,6 @@ def run_replay(smoke: bool) -> tuple[Table, dict]:
               f"{pc['cpu_s'] / sw['cpu_s']:.1f}×", "—", "—")
     table.add("peak RSS", f"{sw['peak_rss_mb']:.1f} MB", f"{pc['peak_rss_mb']:.1f} MB",
               f"{pc['peak_rss_mb'] / sw['peak_rss_mb']:.2f}×", "< 60 MB", verdict_mark(sw["peak_rss_mb"] < 60))
-    loop_ratio = loop["cpu_s"] / sw["cpu_s"]
-    table.add("CPU time vs a prometheus_client parse-only loop (bench/pcloop.py, start-up included)",
-              f"{sw['cpu_s']:.1f} s", f"parse only: {loop['cpu_s']:.1f} s", f"{loop_ratio:.1f}×", "≥ 10×",
-              verdict_mark(loop_ratio >= 10))
     return table, {"polls": polls, "recording_bytes": rec_bytes, "specwatch": sw, "prometheus_client": pc,
-                   "prometheus_client_parse_only": loop, "ratio_parse_only_cpu": loop_ratio,
                    "runs": runs, "identical_output": identical, "evaluation_lines": lines,
                    "import_floor_rss_mb": floor["peak_rss_mb"], "specwatch_output": str(sw_out)}
