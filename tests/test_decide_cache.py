@@ -198,3 +198,27 @@ def test_a_new_curve_version_empties_every_cache_derived_from_step_times():
     assert derived_after == fresh.with_method("ngram").with_coverage(0.7).spec_step_time(96.0, 3.0)
     assert derived_after != derived_before
     assert cm.draft_cost_per_token() == fresh.draft_cost_per_token()
+
+
+def per_batch_schedule(cm: cmod.CostModel, rates: tuple[float, ...], max_batch: int) -> list[list[int]]:
+    """The schedule by its definition: best K' at every batch, never growing with batch."""
+    bands: list[list[int]] = []
+    cap = len(rates)
+    for b in range(1, max_batch + 1):
+        cap = min(cmod.best_draft_length(cm, b, rates), cap)
+        if bands and bands[-1][2] == cap:
+            bands[-1][1] = b
+        else:
+            bands.append([b, b, cap])
+    return bands
+
+
+# Dense targets: there best K' falls with batch, which the schedule's bisection relies on (an MoE
+# target's can rise where more experts get touched; the bisection then keeps its probes' answer).
+@pytest.mark.parametrize("settings", [MODELS[0], MODELS[1], MODELS[3]],
+                         ids=lambda s: f"{s['model']}-{s['draft_method']}")
+def test_schedule_bands_built_from_settled_ranges_match_the_per_batch_definition(settings):
+    cm = cmod.build_cost_model(**settings)
+    for rates in ((0.9, 0.7, 0.5, 0.3), (0.6, 0.35, 0.2), (0.45, 0.2), (0.99, 0.97, 0.95, 0.9, 0.8)):
+        for max_batch in (1, 2, 7, 100, 512):
+            assert cmod.recommend_schedule(cm, rates, max_batch) == per_batch_schedule(cm, rates, max_batch)
