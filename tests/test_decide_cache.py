@@ -62,10 +62,11 @@ class CheckedCache(AssessmentCache):
         self.fresh_model = fresh_model
         self.compared = 0
 
-    def assess(self, cm, stats, decision, method, previous_verdict, *, config_method="same"):
-        got = super().assess(cm, stats, decision, method, previous_verdict, config_method=config_method)
+    def assess(self, cm, stats, decision, method, previous_verdict, *, config_method="same", base_config=None):
+        got = super().assess(cm, stats, decision, method, previous_verdict, config_method=config_method,
+                             base_config=base_config)
         assert got == decide.assess(self.fresh_model(), stats, decision, method, previous_verdict,
-                                    config_method=config_method)
+                                    config_method=config_method, base_config=base_config)
         self.compared += 1
         return got
 
@@ -231,3 +232,16 @@ def test_schedule_bands_built_from_settled_ranges_equal_the_per_batch_constructi
     for rates in ((0.9, 0.7, 0.5, 0.3), (0.6, 0.35, 0.2), (0.45, 0.2), (0.99, 0.97, 0.95, 0.9, 0.8)):
         for max_batch in (1, 2, 7, 100, 512):
             assert cmod.recommend_schedule(cm, rates, max_batch) == schedule_with_per_batch_loops(cm, rates, max_batch)
+
+
+def test_the_stated_speculative_config_is_part_of_the_memo_key():
+    cm = cmod.build_cost_model(hardware="h100-sxm", model="llama-3.1-8b")
+    cache = AssessmentCache()
+    stats = window(batch_size=300.0, acceptance_rate=0.3, position_rates=(0.5, 0.25, 0.15))
+    for stated in ({"method": "eagle3", "model": "a/b"}, {"method": "eagle3", "model": "c/d"}, None):
+        assert cache.assess(cm, stats, DECISION, "eagle3", "keep", base_config=stated) == decide.assess(
+            cm, stats, DECISION, "eagle3", "keep", base_config=stated)
+    assert cache.misses == 3
+    assert cache.assess(cm, stats, DECISION, "eagle3", "keep", base_config={"model": "c/d", "method": "eagle3"}) \
+        == decide.assess(cm, stats, DECISION, "eagle3", "keep", base_config={"method": "eagle3", "model": "c/d"})
+    assert cache.hits == 1
