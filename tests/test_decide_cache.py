@@ -201,12 +201,23 @@ def test_a_new_curve_version_empties_every_cache_derived_from_step_times():
     assert cm.draft_cost_per_token() == fresh.draft_cost_per_token()
 
 
-def schedule_with_per_batch_loops(cm: cmod.CostModel, rates: tuple[float, ...], max_batch: int) -> list[list[int]]:
-    """The previous construction: the same bisection filling a K per batch, then a loop over every batch."""
+def schedule_with_per_batch_loops(cm: cmod.CostModel, rates: tuple[float, ...], max_batch: int,
+                                  live_batch: float | None, zero_band_speedup: float) -> list[list[int]]:
+    """The previous construction: the same bisection filling a K per batch, then loops over every batch."""
+    cache: dict[int, int] = {}
+
+    def best(b: int) -> int:
+        if b not in cache:
+            cache[b] = cmod.best_draft_length(cm, b, rates, floor=zero_band_speedup)
+        return cache[b]
+
+    anchor = min(max(round(live_batch or 1), 1), max_batch)
+    if live_batch is not None:
+        cache[anchor] = cmod.best_draft_length(cm, max(float(live_batch), 1.0), rates, floor=zero_band_speedup)
     ks = [0] * (max_batch + 1)
 
     def fill(lo: int, hi: int) -> None:
-        k_lo, k_hi = cmod.best_draft_length(cm, lo, rates), cmod.best_draft_length(cm, hi, rates)
+        k_lo, k_hi = best(lo), best(hi)
         if k_lo == k_hi or hi - lo <= 1:
             for b in range(lo, hi + 1):
                 ks[b] = k_lo if b < hi else k_hi
@@ -214,15 +225,20 @@ def schedule_with_per_batch_loops(cm: cmod.CostModel, rates: tuple[float, ...], 
         fill(lo, (lo + hi) // 2)
         fill((lo + hi) // 2, hi)
 
-    fill(1, max_batch)
-    bands: list[list[int]] = []
+    if anchor > 1:
+        fill(1, anchor)
+    fill(anchor, max_batch)
     cap = len(rates)
+    for b in range(anchor, max_batch + 1):
+        ks[b] = cap = min(ks[b], cap)
+    for b in range(anchor - 1, 0, -1):
+        ks[b] = max(min(ks[b], len(rates)), ks[b + 1])
+    bands: list[list[int]] = []
     for b in range(1, max_batch + 1):
-        cap = min(ks[b], cap)
-        if bands and bands[-1][2] == cap:
+        if bands and bands[-1][2] == ks[b]:
             bands[-1][1] = b
         else:
-            bands.append([b, b, cap])
+            bands.append([b, b, ks[b]])
     return bands
 
 
@@ -230,8 +246,10 @@ def schedule_with_per_batch_loops(cm: cmod.CostModel, rates: tuple[float, ...], 
 def test_schedule_bands_built_from_settled_ranges_equal_the_per_batch_construction(settings):
     cm = cmod.build_cost_model(**settings)
     for rates in ((0.9, 0.7, 0.5, 0.3), (0.6, 0.35, 0.2), (0.45, 0.2), (0.99, 0.97, 0.95, 0.9, 0.8)):
-        for max_batch in (1, 2, 7, 100, 512):
-            assert cmod.recommend_schedule(cm, rates, max_batch) == schedule_with_per_batch_loops(cm, rates, max_batch)
+        for max_batch, live_batch, zero in itertools.product((1, 7, 512), (None, 1.0, 5.5, 300.0, 900.0),
+                                                             (1.0, cmod.ZERO_K_BAND_SPEEDUP)):
+            assert cmod.recommend_schedule(cm, rates, max_batch, live_batch=live_batch, zero_band_speedup=zero) \
+                == schedule_with_per_batch_loops(cm, rates, max_batch, live_batch, zero)
 
 
 def test_the_stated_speculative_config_is_part_of_the_memo_key():

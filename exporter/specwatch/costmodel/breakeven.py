@@ -158,33 +158,35 @@ def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch
 
     # best K' falls with batch (verification cost rises), so evaluate the ends of a range and
     # split it only where they differ: O(bands · log max_batch) evaluations instead of max_batch.
-    ks = [0] * (top + 1)
-
-    def fill(lo: int, hi: int) -> None:
+    # A settled range [lo, hi) takes best(lo), as runs [first, last, K] in batch order (no per-batch list).
+    def fill(lo: int, hi: int, runs: list[list[int]]) -> None:
         k_lo, k_hi = best(lo), best(hi)
         if k_lo == k_hi or hi - lo <= 1:
-            for b in range(lo, hi + 1):
-                ks[b] = k_lo if b < hi else k_hi
+            if hi > lo:
+                runs.append([lo, hi - 1, k_lo])
             return
         mid = (lo + hi) // 2
-        fill(lo, mid)
-        fill(mid, hi)
+        fill(lo, mid, runs)
+        fill(mid, hi, runs)
 
+    below: list[list[int]] = []  # batches 1..anchor-1
+    above: list[list[int]] = []  # batches anchor..top
     if anchor > 1:
-        fill(1, anchor)
-    fill(anchor, top)
+        fill(1, anchor, below)
+    fill(anchor, top, above)
+    above.append([top, top, best(top)])
     cap = len(p)
-    for b in range(anchor, top + 1):  # the schedule must never grow K with batch ...
-        ks[b] = cap = min(ks[b], cap)
-    for b in range(anchor - 1, 0, -1):  # ... so batches below the live one get at least its K
-        ks[b] = max(min(ks[b], len(p)), ks[b + 1])
+    for run in above:  # the schedule must never grow K with batch ...
+        run[2] = cap = min(run[2], cap)
+    floor = above[0][2]
+    for run in reversed(below):  # ... so batches below the live one get at least its K
+        run[2] = floor = max(min(run[2], len(p)), floor)
     bands: list[list[int]] = []
-    for b in range(1, top + 1):
-        kk = ks[b]
+    for first, last, kk in below + above:
         if bands and bands[-1][2] == kk:
-            bands[-1][1] = b
+            bands[-1][1] = last
         else:
-            bands.append([b, b, kk])
+            bands.append([first, last, kk])
     return bands
 
 
