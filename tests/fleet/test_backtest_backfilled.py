@@ -1,0 +1,118 @@
+"""`specwatch backtest` over a Prometheus TSDB backfilled with promtool from simulated recordings
+equals `specwatch replay` of the same recordings (within 1 %, verdicts identical).
+
+Two replicas: alpha-drop (a verdict change from keep to shorten) and mixed-routes (two models on
+one /metrics). Each is recorded every 5 s straight from the simulator, converted to OpenMetrics
+with timestamps (instance and job labels added, as a scrape would), and written into a TSDB with
+`promtool tsdb create-blocks-from openmetrics`; a real Prometheus then serves that TSDB.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specwatch import config as config_mod
+from specwatch.backtest import Backtest, backtest_to, parse_time
+from specwatch.promsource import parse_prometheus_source
+from specwatch.replay import replay
+from specwatch.sim.record import record
+
+from .openmetrics import recording_to_openmetrics
+from .promharness import PROMETHEUS, PROMTOOL, start_prometheus
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool not installed")]
+
+REPLICAS = {"sim-a:8000": "alpha-drop", "sim-b:8000": "mixed-routes"}
+POLL = 5.0
+DURATION = 420.0
+COMPARED = ("acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size", "itl_p50_seconds",
+            "itl_p99_seconds", "breakeven_acceptance_rate", "expected_speedup", "drafts")
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=0.01, abs_tol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def backfilled(tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("backfill")
+    recordings = {}
+    for instance, scenario in REPLICAS.items():
+        path = work / f"{scenario}.jsonl"
+        record(scenario, path, poll_interval=POLL, seed=3, duration=DURATION)
+        recordings[instance] = path
+    openmetrics = work / "history.om.txt"
+    assert recording_to_openmetrics([(p, {"instance": i, "job": "vllm"}) for i, p in recordings.items()], openmetrics)
+    data = work / "data"
+    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
+                   check=True, capture_output=True, timeout=300)
+    prometheus = start_prometheus(work / "prom", storage=data)
+    try:
+        yield prometheus, recordings
+    finally:
+        prometheus.stop()
+
+
+def _config():
+    return config_mod.from_mapping({"windows": ["1m", "5m"], "poll_interval": f"{POLL:g}s"}, environ={})
+
+
+def test_backtest_of_a_backfilled_tsdb_equals_replay_of_the_recording(backfilled) -> None:
+    prometheus, recordings = backfilled
+    config = _config()
+    source = parse_prometheus_source({"url": prometheus.url, "selector": '{job="vllm"}',
+                                      "replica_labels": ["instance"], "scrape_interval": "5s"}, environ={})
+    first = {json.loads(line)["t"] for path in recordings.values() for line in path.read_text().splitlines()}
+    start, end = min(first), max(first)
+    out = io.StringIO()
+    summary = backtest_to(config, source, start, end, POLL, out)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert lines[-1] == json.loads(json.dumps(summary)) and summary["summary"] is True
+    mine = {(line["replica"]["instance"], line["route"], line["window"], round(line["t"], 3)): line
+            for line in lines[:-1] if line.get("replica")}
+    replayed = {}
+    for instance, path in recordings.items():
+        for line in replay(config, path.read_text().splitlines()):
+            replayed[(instance, line["route"], line["window"], round(line["t"], 3))] = line
+    assert set(mine) == set(replayed), "the same replicas, routes, windows and times"
+    mismatches = [(key, name, replayed[key][name], line[name]) for key, line in mine.items() for name in COMPARED
+                  if not _close(replayed[key][name], line[name])]
+    mismatches += [(key, "verdict", replayed[key]["verdict"], line["verdict"]) for key, line in mine.items()
+                   if replayed[key]["verdict"] != line["verdict"]]
+    assert not mismatches, f"{len(mismatches)} disagreements, first: {mismatches[:5]}"
+    assert {line["verdict"] for line in mine.values()} >= {"insufficient_data", "keep", "shorten"}
+    # Keys of a replay line, plus the replica.
+    assert set(next(iter(mine.values()))) == set(next(iter(replayed.values()))) | {"replica"}
+
+    fleet_rows = [line for line in lines[:-1] if line.get("replica", "x") is None]
+    assert {row["route"] for row in fleet_rows} == {"llama-70b", "chat", "code"}
+    one_minute = summary["windows"]["1m"]
+    assert math.isclose(sum(one_minute["time_share"].values()), 1.0)
+    assert one_minute["verdict_changes"] >= 1  # alpha-drop goes from keep to shorten
+    assert one_minute["throughput_gain_if_followed"] > 0  # a shorter draft at the low alpha gains throughput
+    assert summary["queries_per_evaluation"] == 3
+
+
+def test_backtest_splits_a_range_over_the_points_limit_without_changing_the_answer(backfilled) -> None:
+    prometheus, recordings = backfilled
+    config = _config()
+    source = parse_prometheus_source({"url": prometheus.url, "selector": '{job="vllm"}'}, environ={})
+    start = min(json.loads(line)["t"] for line in recordings["sim-a:8000"].read_text().splitlines())
+    whole = list(Backtest(config, source).run(start, start + 200, POLL))
+    split = Backtest(config, source, max_points=7)
+    assert list(split.run(start, start + 200, POLL)) == whole
+    assert split.client.queries == 3 * math.ceil(41 / 7)
+
+
+def test_backtest_times_are_rfc3339_or_unix_seconds() -> None:
+    assert parse_time("2026-11-30T17:00:00Z", "--start") == parse_time("1796058000", "--start") == 1796058000.0
+    with pytest.raises(config_mod.ConfigError, match="--end"):
+        parse_time("yesterday", "--end")
