@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from urllib.parse import urlsplit
 import requests
 
 from .config import ConfigError, parse_duration, parse_size
+from .scrape import _DeadlineAdapter  # the sidecar's connection tracking: a deadline can cut any phase
 
 QUERY_ERROR_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "too_large", "warnings", "limit", "invalid")
 
@@ -200,8 +202,25 @@ class PromClient:
         self.session = requests.Session()
         self.session.trust_env = False  # HTTP(S)_PROXY must not capture an in-cluster query
         self.session.max_redirects = 0
+        adapter = _DeadlineAdapter(self._track)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self._conn: Any = None
         self.queries = 0  # queries sent, for the benchmark and the exported counter
         self._lock = threading.Lock()
+
+    def _track(self, conn: Any) -> None:
+        self._conn = conn
+
+    def _cut(self) -> None:
+        """Shut the connection in use down: a blocked read returns at once, and a connection left
+        mid-answer is never reused for the next query."""
+        sock = getattr(self._conn, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self) -> None:
         self.session.close()
@@ -254,8 +273,8 @@ class PromClient:
             self.queries += 1
         start = time.monotonic()
         deadline = start + timeout
-        response: requests.Response | None = None
-        watchdog = threading.Timer(timeout, lambda: _cut(response))
+        self._conn = None
+        watchdog = threading.Timer(timeout, self._cut)
         watchdog.daemon = True
         watchdog.start()
         try:
@@ -272,8 +291,15 @@ class PromClient:
                 raise PromQueryError("invalid", f"request failed: {type(exc).__name__}") from None
             try:
                 body = self._read(response, deadline)
+            except PromQueryError:
+                self._cut()
+                raise
             finally:
                 response.close()
+        except PromQueryError as exc:
+            if time.monotonic() >= deadline and exc.reason != "timeout":
+                raise PromQueryError("timeout", f"whole-request deadline of {timeout:g}s passed") from None
+            raise
         finally:
             watchdog.cancel()
         duration = time.monotonic() - start
@@ -327,15 +353,6 @@ class PromClient:
             raise PromQueryError("warnings", f"partial answer: {str(warnings[0])[:200]}")
         data: dict[str, Any] = payload["data"]
         return data
-
-
-def _cut(response: requests.Response | None) -> None:
-    """Watchdog at the deadline: close the connection so a blocked read returns at once."""
-    if response is not None:
-        try:
-            response.raw.close()
-        except Exception:  # noqa: BLE001 - best effort; the reader reports the timeout
-            pass
 
 
 def _labels(metric: Any) -> dict[str, str]:

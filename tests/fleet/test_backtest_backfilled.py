@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,17 +19,13 @@ from specwatch import config as config_mod
 from specwatch.backtest import Backtest, backtest_to, parse_time
 from specwatch.promsource import parse_prometheus_source
 from specwatch.replay import replay
-from specwatch.sim.record import record
 
-from .openmetrics import recording_to_openmetrics
-from .promharness import PROMETHEUS, PROMTOOL, start_prometheus
+from .conftest import POLL
+from .promharness import PROMETHEUS, PROMTOOL
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool not installed")]
 
-REPLICAS = {"sim-a:8000": "alpha-drop", "sim-b:8000": "mixed-routes"}
-POLL = 5.0
-DURATION = 420.0
 COMPARED = ("acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size", "itl_p50_seconds",
             "itl_p99_seconds", "breakeven_acceptance_rate", "expected_speedup", "drafts")
 
@@ -39,26 +34,6 @@ def _close(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return math.isclose(a, b, rel_tol=0.01, abs_tol=1e-12)
-
-
-@pytest.fixture(scope="module")
-def backfilled(tmp_path_factory: pytest.TempPathFactory):
-    work = tmp_path_factory.mktemp("backfill")
-    recordings = {}
-    for instance, scenario in REPLICAS.items():
-        path = work / f"{scenario}.jsonl"
-        record(scenario, path, poll_interval=POLL, seed=3, duration=DURATION)
-        recordings[instance] = path
-    openmetrics = work / "history.om.txt"
-    assert recording_to_openmetrics([(p, {"instance": i, "job": "vllm"}) for i, p in recordings.items()], openmetrics)
-    data = work / "data"
-    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
-                   check=True, capture_output=True, timeout=300)
-    prometheus = start_prometheus(work / "prom", storage=data)
-    try:
-        yield prometheus, recordings
-    finally:
-        prometheus.stop()
 
 
 def _config():
