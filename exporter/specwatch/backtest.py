@@ -18,19 +18,26 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any, Iterator, Mapping, Sequence
+from typing import IO, Any
 
 import yaml
 
-from . import costmodel
 from . import config as config_mod
+from . import costmodel
 from .config import Config, ConfigError
 from .fleet import FleetEvaluator, ReplicaKey, fleet_record, replica_record
 from .pipeline import RouteEvaluation
-from .promsource import (MAX_POINTS_PER_SERIES, PromClient, PromQueryError, PrometheusSourceConfig, Sample,
-                         parse_prometheus_source)
+from .promsource import (
+    MAX_POINTS_PER_SERIES,
+    PromClient,
+    PrometheusSourceConfig,
+    PromQueryError,
+    Sample,
+    parse_prometheus_source,
+)
 
 EXIT_CONFIG = 2
 EXIT_QUERY = 1
@@ -76,7 +83,7 @@ class _Chunk:
 
 def _chunks(start: float, end: float, step: float, max_points: int) -> list[_Chunk]:
     out = []
-    points = int(math.floor((end - start) / step + 1e-9)) + 1
+    points = math.floor((end - start) / step + 1e-9) + 1
     n = 0
     while n < points:
         last = min(points - 1, n + max_points - 1)

@@ -17,18 +17,45 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import structlog
 
 from . import costmodel, decide, promql
 from .config import Config
 from .derive import WindowStats, window_stats
-from .pipeline import ASSESSMENT_FIELDS, GUARDED_STATS, RouteEvaluation, evaluation_record, resolve_method
-from .promsource import QUERY_ERROR_REASONS, PromClient, PromQueryError, PrometheusSourceConfig, Sample
-from .vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_ITL_BUCKET, K_ITL_COUNT, K_ITL_SUM, K_POS,
-                   K_STEPS, SCHEMA_V0, SCHEMA_V1, SCHEMA_V1_LEGACY_ITL, RouteMatcher, RouteSnapshot)
+from .pipeline import (
+    ASSESSMENT_FIELDS,
+    GUARDED_STATS,
+    RouteEvaluation,
+    evaluation_record,
+    resolve_method,
+)
+from .promsource import (
+    QUERY_ERROR_REASONS,
+    PromClient,
+    PrometheusSourceConfig,
+    PromQueryError,
+    Sample,
+)
+from .vllm import (
+    K_ACCEPTED,
+    K_DRAFT_TOKENS,
+    K_DRAFTS,
+    K_GEN,
+    K_ITL_BUCKET,
+    K_ITL_COUNT,
+    K_ITL_SUM,
+    K_POS,
+    K_STEPS,
+    SCHEMA_V0,
+    SCHEMA_V1,
+    SCHEMA_V1_LEGACY_ITL,
+    RouteMatcher,
+    RouteSnapshot,
+)
 from .window import Entry, WindowView
 
 log = structlog.get_logger("specwatch.fleet")
@@ -48,7 +75,7 @@ def series_id(engine: str | None, model_name: str | None) -> str:
     return f"{engine}/{model_name}" if model_name else engine
 
 
-def series_key(kind: str, series: str, detail: float | int | None = None) -> tuple[Any, ...]:
+def series_key(kind: str, series: str, detail: float | None = None) -> tuple[Any, ...]:
     """The RouteSnapshot.counters / WindowView key of one canonical series."""
     return (kind, series) if detail is None else (kind, series, detail)
 
@@ -110,19 +137,19 @@ def group_window(samples: Iterable[Sample], replica_labels: tuple[str, ...],
             kind = _FAMILY_KIND.get(family)
             if kind is None:
                 continue
+            detail: float | int | None = None
             if kind == K_POS:
                 try:
-                    detail: float | int | None = int(labels.get("position", ""))
+                    position = int(labels.get("position", ""))
                 except ValueError:
                     continue
-                data.positions.add(int(detail))
+                data.positions.add(position)
+                detail = position
             elif kind == K_ITL_BUCKET:
                 try:
                     detail = float(labels["le"])
                 except (KeyError, ValueError):
                     continue
-            else:
-                detail = None
             key = series_key(kind, series, detail)
             data.increases[key] = data.increases.get(key, 0.0) + max(value, 0.0)
             if kind in _SPEC_KINDS:

@@ -24,14 +24,17 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 
 from .config import ConfigError, parse_duration, parse_size
-from .scrape import _DeadlineAdapter  # the sidecar's connection tracking: a deadline can cut any phase
+from .scrape import (
+    _DeadlineAdapter,  # the sidecar's connection tracking: a deadline can cut any phase
+)
 
 QUERY_ERROR_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "too_large", "warnings", "limit", "invalid")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
 from specwatch.sim.record import record
 
 from .openmetrics import recording_to_openmetrics

@@ -55,7 +55,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
+    def do_POST(self) -> None:
         proxy = self.server.owner  # type: ignore[attr-defined]
         proxy.requests += 1
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -74,9 +74,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return None
-        if mode == "slow":
-            if proxy._stop.wait(proxy.delay):
-                return None
+        if mode == "slow" and proxy._stop.wait(proxy.delay):
+            return None
         if mode == "drip":
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 
 def recording_to_openmetrics(recordings: Iterable[tuple[Path, dict[str, str]]], out: Path,

@@ -11,12 +11,10 @@ from __future__ import annotations
 import io
 import json
 import math
-from pathlib import Path
 
 import pytest
-
 from specwatch import config as config_mod
-from specwatch.backtest import Backtest, backtest_to, parse_time
+from specwatch.backtest import Backtest, backtest_to
 from specwatch.promsource import parse_prometheus_source
 from specwatch.replay import replay
 
@@ -85,9 +83,3 @@ def test_backtest_splits_a_range_over_the_points_limit_without_changing_the_answ
     split = Backtest(config, source, max_points=7)
     assert list(split.run(start, start + 200, POLL)) == whole
     assert split.client.queries == 3 * math.ceil(41 / 7)
-
-
-def test_backtest_times_are_rfc3339_or_unix_seconds() -> None:
-    assert parse_time("2026-11-30T17:00:00Z", "--start") == parse_time("1796058000", "--start") == 1796058000.0
-    with pytest.raises(config_mod.ConfigError, match="--end"):
-        parse_time("yesterday", "--end")

@@ -10,11 +10,10 @@ import socket
 import time
 
 import pytest
-from structlog.testing import capture_logs
-
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
 from specwatch.promsource import PromClient, parse_prometheus_source
+from structlog.testing import capture_logs
 
 from .conftest import POLL
 from .faultproxy import FaultProxy

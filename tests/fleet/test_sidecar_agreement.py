@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
 from specwatch.pipeline import Pipeline
