@@ -106,3 +106,30 @@ def test_a_replica_whose_newest_sample_is_older_than_two_scrape_intervals_is_sta
     assert state.stale_replicas == len(state.routes) == 3  # alpha-drop's route, mixed-routes' chat and code
     assert state.stale_evaluations == 3
     assert state.fleet == ()
+
+
+def test_exported_series_carry_the_replica_labels_and_vanish_when_stale_or_failed(backfilled, proxy) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from specwatch.fleet_metrics import FleetCollector
+
+    _, recordings = backfilled
+    times = _times(recordings)
+    fleet = _source(proxy.url)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector(fleet.evaluator.state, fleet.evaluator.source.replica_labels))
+    fleet.poll(times[60])
+    text = generate_latest(registry).decode()
+    assert 'specwatch_acceptance_rate{instance="sim-a:8000",route="llama-70b",target="sim-a:8000",window="1m"}' in text
+    assert 'specwatch_verdict{instance="sim-b:8000",route="code",target="sim-b:8000",verdict="shorten",window="5m"} 1.0' in text
+    assert 'specwatch_fleet_replicas{route="code",verdict="shorten",window="1m"} 1.0' in text
+    assert 'specwatch_fleet_losing_token_share{route="chat",window="1m"} 0.0' in text
+    assert "specwatch_prometheus_queries_per_poll 3.0" in text
+    proxy.mode = "http_500"
+    fleet.poll(times[61])
+    text = generate_latest(registry).decode()
+    assert "specwatch_acceptance_rate{" not in text and "specwatch_fleet_replicas{" not in text
+    assert 'specwatch_prometheus_query_errors_total{reason="http_5xx"} 1.0' in text
+    proxy.mode = "ok"
+    fleet.poll(times[-1] + 11.0)
+    text = generate_latest(registry).decode()
+    assert "specwatch_acceptance_rate{" not in text and "specwatch_stale_replicas 3.0" in text
