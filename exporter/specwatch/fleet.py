@@ -114,51 +114,63 @@ def group_window(samples: Iterable[Sample], replica_labels: tuple[str, ...],
                  matchers: Sequence[RouteMatcher]) -> dict[tuple[ReplicaKey, str], _RouteData]:
     """One window query's samples -> per (replica, route) increases keyed as the sidecar keys them."""
     out: dict[tuple[ReplicaKey, str], _RouteData] = {}
-    for sample in samples:
-        labels = sample.labels
+    # Each (replica, model, engine) recurs for every family and bucket: resolve it once.
+    resolved: dict[tuple[str, ...], tuple[str, list[_RouteData]]] = {}
+    for labels, value in samples:
         family = labels.get(promql.FAMILY_LABEL)
-        value = sample.value
         if family is None or not math.isfinite(value):
             continue
-        replica: ReplicaKey = tuple((name, labels.get(name, "")) for name in replica_labels)
-        model = labels.get("model_name")
-        series = series_id(labels.get("engine"), model)
-        for route, route_model in _routes_for(labels, matchers):
-            data = out.get((replica, route))
-            if data is None:
-                data = out[(replica, route)] = _RouteData(route, route_model)
-            if family == promql.RUNNING_MEAN:
+        identity = (*(labels.get(name, "") for name in replica_labels), labels.get("model_name", "\0"),
+                    labels.get("engine", ""))
+        hit = resolved.get(identity)
+        if hit is None:
+            replica: ReplicaKey = tuple(zip(replica_labels, identity[:-2]))
+            model = labels.get("model_name")
+            targets = []
+            for route, route_model in _routes_for(labels, matchers):
+                data = out.get((replica, route))
+                if data is None:
+                    data = out[(replica, route)] = _RouteData(route, route_model)
+                targets.append(data)
+            hit = resolved[identity] = (series_id(labels.get("engine"), model), targets)
+        series, targets = hit
+        if family == promql.RUNNING_MEAN:
+            for data in targets:
                 data.running[series] = data.running.get(series, 0.0) + value
                 data.engines.add(series)
-                continue
-            if family == promql.SAMPLES:
+            continue
+        if family == promql.SAMPLES:
+            for data in targets:
                 data.samples = max(data.samples, int(value))
+            continue
+        kind = _FAMILY_KIND.get(family)
+        if kind is None:
+            continue
+        detail: float | int | None = None
+        if kind == K_POS:
+            try:
+                detail = int(labels.get("position", ""))
+            except ValueError:
                 continue
-            kind = _FAMILY_KIND.get(family)
-            if kind is None:
+        elif kind == K_ITL_BUCKET:
+            try:
+                detail = float(labels["le"])
+            except (KeyError, ValueError):
                 continue
-            detail: float | int | None = None
-            if kind == K_POS:
-                try:
-                    position = int(labels.get("position", ""))
-                except ValueError:
-                    continue
-                data.positions.add(position)
-                detail = position
-            elif kind == K_ITL_BUCKET:
-                try:
-                    detail = float(labels["le"])
-                except (KeyError, ValueError):
-                    continue
-            key = series_key(kind, series, detail)
-            data.increases[key] = data.increases.get(key, 0.0) + max(value, 0.0)
+        key = series_key(kind, series, detail)
+        increase = max(value, 0.0)
+        legacy = promql.SCHEMA_LABEL in labels
+        for data in targets:
+            increases = data.increases
+            increases[key] = increases.get(key, 0.0) + increase
             if kind in _SPEC_KINDS:
                 data.spec = True
-            if kind in (K_ITL_BUCKET, K_ITL_COUNT, K_ITL_SUM):
+            if kind == K_POS:
+                data.positions.add(int(detail))  # type: ignore[arg-type]
+            else:
                 data.engines.add(series)
-                data.legacy_itl = data.legacy_itl or promql.SCHEMA_LABEL in labels
-            elif kind != K_POS:
-                data.engines.add(series)
+            if legacy:
+                data.legacy_itl = True
     return out
 
 

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import requests
@@ -164,14 +164,12 @@ class PromQueryError(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class Sample:
+class Sample(NamedTuple):  # a tuple: a 1,000-replica answer holds ~30,000 of them per window
     labels: Mapping[str, str]
     value: float
 
 
-@dataclass(frozen=True)
-class Series:
+class Series(NamedTuple):
     labels: Mapping[str, str]
     points: tuple[tuple[float, float], ...]  # (unix seconds, value)
 
@@ -244,13 +242,11 @@ class PromClient:
         data, duration, size = self._post("/api/v1/query", {"query": expr, "time": _ts(at)})
         if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
             raise PromQueryError("invalid", "expected a vector result")
-        samples = []
-        for item in data["result"]:
-            try:
-                samples.append(Sample(_labels(item["metric"]), _float(item["value"][1])))
-            except (KeyError, IndexError, TypeError):
-                raise PromQueryError("invalid", "malformed vector sample") from None
-        return QueryAnswer(tuple(samples), duration, size)
+        try:
+            samples = tuple(Sample(_labels(item["metric"]), _float(item["value"][1])) for item in data["result"])
+        except (KeyError, IndexError, TypeError):
+            raise PromQueryError("invalid", "malformed vector sample") from None
+        return QueryAnswer(samples, duration, size)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> RangeAnswer:
         if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
@@ -359,9 +355,10 @@ class PromClient:
 
 
 def _labels(metric: Any) -> dict[str, str]:
-    if not isinstance(metric, dict):
-        raise PromQueryError("invalid", "series labels are not an object")
-    return {str(k): str(v) for k, v in metric.items()}
+    # JSON object keys are strings; values must be too (checked, not copied: answers are large).
+    if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
+        raise PromQueryError("invalid", "series labels are not an object of strings")
+    return metric
 
 
 def _ts(seconds: float) -> str:
