@@ -95,7 +95,7 @@ def test_the_backtest_command_streams_json_lines_and_exits_2_on_a_bad_config(bac
     good.write_text(f"prometheus: {{url: '{prometheus.url}', selector: '{{job=\"vllm\"}}'}}\n"
                     "windows: [1m, 5m]\npoll_interval: 5s\n")
     done = subprocess.run([sys.executable, "-m", "specwatch.backtest", "--config", str(good), "--start", str(start + 60),
-                           "--end", str(start + 120)], capture_output=True, text=True, timeout=120)
+                           "--end", str(start + 120)], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert lines[-1]["summary"] is True
@@ -103,6 +103,6 @@ def test_the_backtest_command_streams_json_lines_and_exits_2_on_a_bad_config(bac
     bad = tmp_path / "bad.yaml"
     bad.write_text("prometheus: {url: 'http://p:9090', timeout: soon}\n")
     done = subprocess.run([sys.executable, "-m", "specwatch.backtest", "--config", str(bad), "--start", "0", "--end", "60"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == ["specwatch: config error: prometheus.timeout: expected a duration like 500ms, 5s, 1m or 2h, got 'soon'"]
