@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import requests
-
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
 from specwatch.promsource import PromClient, parse_prometheus_source
@@ -65,7 +64,7 @@ def free_port() -> int:
 def measure(replicas: int, recording: Path, work: Path, repeat: int) -> dict[str, float]:
     data = work / f"tsdb-{replicas}"
     om = work / f"history-{replicas}.om"
-    first, last = write_openmetrics(recording, replicas, om)
+    _, last = write_openmetrics(recording, replicas, om)
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
                    check=True, capture_output=True)
     om.unlink()
