@@ -432,5 +432,5 @@ def fleet_record(t: float, row: FleetRow) -> dict[str, Any]:
             "generation_tokens": row.generation_tokens, "verdicts": dict(row.verdicts)}
 
 
-__all__ = ["ASSESSMENT_FIELDS", "GUARDED_STATS", "FleetEvaluator", "FleetRow", "FleetSource", "FleetState",
+__all__ = ["FleetEvaluator", "FleetRow", "FleetSource", "FleetState",
            "ReplicaKey", "fleet_record", "group_window", "replica_record", "series_id", "series_key", "window_view"]
