@@ -27,8 +27,6 @@ from . import costmodel, decide, promql
 from .config import Config
 from .derive import WindowStats, window_stats
 from .pipeline import (
-    ASSESSMENT_FIELDS,
-    GUARDED_STATS,
     RouteEvaluation,
     evaluation_record,
     resolve_method,
