@@ -114,12 +114,13 @@ def group_window(samples: Iterable[Sample], replica_labels: tuple[str, ...],
     out: dict[tuple[ReplicaKey, str], _RouteData] = {}
     # Each (replica, model, engine) recurs for every family and bucket: resolve it once.
     resolved: dict[tuple[str, ...], tuple[str, list[_RouteData]]] = {}
+    names = (*replica_labels, "model_name", "engine")
+    defaults = (*("" for _ in replica_labels), "\0", "")
     for labels, value in samples:
         family = labels.get(promql.FAMILY_LABEL)
         if family is None or not math.isfinite(value):
             continue
-        identity = (*(labels.get(name, "") for name in replica_labels), labels.get("model_name", "\0"),
-                    labels.get("engine", ""))
+        identity = tuple(map(labels.get, names, defaults))
         hit = resolved.get(identity)
         if hit is None:
             replica: ReplicaKey = tuple(zip(replica_labels, identity[:-2]))
@@ -148,12 +149,12 @@ def group_window(samples: Iterable[Sample], replica_labels: tuple[str, ...],
         if kind == K_POS:
             try:
                 detail = int(labels.get("position", ""))
-            except ValueError:
+            except (TypeError, ValueError):
                 continue
         elif kind == K_ITL_BUCKET:
             try:
                 detail = float(labels["le"])
-            except (KeyError, ValueError):
+            except (KeyError, TypeError, ValueError):
                 continue
         key = series_key(kind, series, detail)
         increase = max(value, 0.0)

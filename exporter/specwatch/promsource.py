@@ -355,9 +355,10 @@ class PromClient:
 
 
 def _labels(metric: Any) -> dict[str, str]:
-    # JSON object keys are strings; values must be too (checked, not copied: answers are large).
-    if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
-        raise PromQueryError("invalid", "series labels are not an object of strings")
+    # Not copied or checked value by value: answers are large, and a non-string value can only
+    # fail a label's conversion downstream, where it is skipped.
+    if not isinstance(metric, dict):
+        raise PromQueryError("invalid", "series labels are not an object")
     return metric
 
 
