@@ -90,6 +90,13 @@ class RecordedSim:
     handle: Any
     payloads: list[tuple[float, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    gone: bool = False
+
+    def go_away(self) -> None:
+        """Stop answering, like a replica whose process ended: stopping the server alone would
+        leave Prometheus's keep-alive connection served by its handler thread."""
+        self.gone = True
+        self.handle.stop()
 
     @property
     def instance(self) -> str:
@@ -104,6 +111,8 @@ def serve_recorded(scenario: str, seed: int, speed: float, name: str) -> Recorde
     original = handle.snapshot
 
     def snapshot_and_keep() -> tuple[str, dict[str, Any], list[Any]]:
+        if recorded.gone:
+            raise ConnectionResetError("replica gone")  # the handler drops the connection quietly
         served_at = time.time()
         text, truth, faults = original()
         with recorded.lock:

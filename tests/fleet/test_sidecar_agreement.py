@@ -7,6 +7,8 @@ evaluation path (the Pipeline that `specwatch run` and `specwatch replay` use) i
 samples Prometheus stored, at Prometheus's scrape timestamps. One fleet-mode evaluator queries
 Prometheus at the same evaluation times. Per replica, route and window: alpha, tau, K, batch and
 ITL P50/P99 agree within 1 %, and the verdicts are the same outside the seconds after a restart.
+One replica goes away before the end: from Prometheus's first failed scrape it is stale in fleet
+mode and nothing is served for it.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ REPLICAS = [  # (scenario, seed, speed)
 WINDOWS = ["10s", "30s"]
 POLL = 5.0
 RUN_SECONDS = 80.0
+STOPPED = 7              # this replica goes away STOP_AFTER seconds into the run
+STOP_AFTER = 60.0
 FIRST_EVALUATION = 32.0
 COMPARED = ("acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size",
             "itl_p50_seconds", "itl_p99_seconds")
@@ -85,8 +89,11 @@ def fleet_run(tmp_path_factory: pytest.TempPathFactory):
     prometheus = start_prometheus(tmp_path_factory.mktemp("prom"), scrape_targets=[s.instance for s in sims])
     t0 = time.time()
     try:
-        time.sleep(RUN_SECONDS)
-        yield sims, prometheus, t0
+        time.sleep(STOP_AFTER)
+        sims[STOPPED].go_away()
+        stopped_at = time.time()
+        time.sleep(RUN_SECONDS - STOP_AFTER)
+        yield sims, prometheus, t0, stopped_at
     finally:
         prometheus.stop()
         for sim in sims:
@@ -94,7 +101,7 @@ def fleet_run(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) -> None:
-    sims, prometheus, t0 = fleet_run
+    sims, prometheus, t0, stopped_at = fleet_run
     end = time.time() - 2.0
     stored = prometheus.raw_samples('up{job="vllm"}', end, int(end - t0) + 5)
     assert len(stored) == len(sims), "every simulator is a scraped replica"
@@ -113,8 +120,9 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
     sidecar: dict[tuple[str, str, str, float], object] = {}
     resets: dict[str, list[float]] = {}
     for sim in sims:
-        payloads = _prometheus_times(sim, [t for t, _ in stored[sim.instance]])
-        assert len(payloads) >= 0.9 * len(stored[sim.instance]), "nearly every scrape maps to a kept payload"
+        scraped = [t for t, up in stored[sim.instance] if up == 1.0]
+        payloads = _prometheus_times(sim, scraped)
+        assert len(payloads) >= 0.9 * len(scraped), "nearly every successful scrape maps to a kept payload"
         resets[sim.instance] = _reset_times(payloads)
         pipeline = Pipeline(config)
         pending = iter(payloads)
@@ -135,6 +143,16 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
     assert fleet.evaluator.state().queries_per_poll == len(WINDOWS) + 1
     assert fleet.client.queries == len(times) * (len(WINDOWS) + 1), "queries per poll do not depend on replicas"
 
+    # The stopped replica: Prometheus marks its series stale at the first failed scrape, so from
+    # then on fleet mode serves nothing for it (the sidecar would show the target down).
+    gone = sims[STOPPED].instance
+    after_stop = {key for key in sidecar if key[0] == gone and key[3] > stopped_at - 0.5}
+    assert not {key for key in fleet_out if key[0] == gone and key[3] > stopped_at + 2.5}
+    assert any(key[3] > stopped_at + 2.5 for key in after_stop)
+    assert fleet.evaluator.state().stale_replicas == 1
+    for key in after_stop:
+        sidecar.pop(key)
+        fleet_out.pop(key, None)
     assert set(fleet_out) == set(sidecar), "the same replicas, routes and windows are evaluated"
     assert {key[0] for key in sidecar} == {s.instance for s in sims}
 
@@ -165,7 +183,7 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
     # The restart replica is there and was seen restarting.
     assert any(resets.values())
 
-    # Fleet rows: token-weighted alpha of the last poll over the replicas whose guard passed.
+    # Fleet rows: token-weighted alpha of the last poll over the (fresh) replicas whose guard passed.
     last = times[-1]
     rows = {(row.route, row.window): row for row in fleet.evaluator.state().fleet}
     for (route, window), row in rows.items():
