@@ -311,6 +311,9 @@ class FleetEvaluator:
             evaluations = self._evaluate_route(record, replica, route, by_window, now, interval, fresh)
             record.evaluations = evaluations
             out.extend((replica, e) for e in evaluations)
+        for record in self._records.values():
+            if record.seen_poll != self._polls:
+                record.stale = True  # gone from every window: its last values must not be served
         self._expire()
         self._fleet = self._fleet_rows(out)
         return out

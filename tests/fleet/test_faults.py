@@ -106,6 +106,8 @@ def test_a_replica_whose_newest_sample_is_older_than_two_scrape_intervals_is_sta
     assert state.stale_replicas == len(state.routes) == 3  # alpha-drop's route, mixed-routes' chat and code
     assert state.stale_evaluations == 3
     assert state.fleet == ()
+    assert fleet.poll(times[-1] + 400.0) == [], "past the longest window: no samples at all"
+    assert fleet.evaluator.state().stale_replicas == 3, "a replica gone from every window stays stale"
 
 
 def test_exported_series_carry_the_replica_labels_and_vanish_when_stale_or_failed(backfilled, proxy) -> None:
