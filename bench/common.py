@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SPECWATCH_SHARED", REPO.parent / "shared"))
+FIXTURES = REPO / "tests" / "fixtures"  # real vLLM payloads, kept in the repository
 CACHE = Path(os.environ.get("SPECWATCH_BENCH_CACHE", REPO / "bench" / ".cache"))  # gitignored (.cache/)
 
 

@@ -1,10 +1,10 @@
-"""Bounded fuzz campaign of the exposition parser and the pipeline (issue #8, RELIABILITY.md §6.4).
+"""Bounded fuzz campaign of the exposition parser and the pipeline (issue #8).
 
     python bench/fuzz.py --seconds 120            # atheris (libFuzzer) if installed, else Hypothesis
     python bench/fuzz.py --seconds 60 --engine hypothesis
 
 Inputs are bytes turned into payloads by tests/reliability/fuzzcheck.py (structure-aware mutations
-of the real vLLM fixtures in ../shared/fixtures, or raw bytes); the oracle is fuzzcheck.check.
+of the real vLLM fixtures in tests/fixtures/vllm-cpu-real, or raw bytes); the oracle is fuzzcheck.check.
 A finding is written to tests/reliability/corpus/ (crash-*), where tests/reliability/test_fuzz_corpus.py
 replays it on every test run. Exit status 0 = no finding within the budget.
 """
@@ -32,7 +32,7 @@ def run_atheris(seconds: int, workdir: Path) -> int:
 
     payloads = seed_payloads()
     if not payloads:
-        print("no seed payloads: set SPECWATCH_SHARED", file=sys.stderr)
+        print("no seed payloads: tests/fixtures/vllm-cpu-real is empty", file=sys.stderr)
         return 2
 
     def one(data: bytes) -> None:

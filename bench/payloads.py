@@ -19,10 +19,10 @@ from pathlib import Path
 
 from specwatch import sim
 
-from .common import SHARED, cache_dir
+from .common import FIXTURES, cache_dir
 
 POLL = 5.0
-REAL_DIR = SHARED / "fixtures" / "vllm-cpu-real"
+REAL_DIR = FIXTURES / "vllm-cpu-real"
 
 
 def _sim_fingerprint() -> str:

@@ -9,10 +9,13 @@ the committed JSON is exactly what this script prints. Regenerate after editing:
 
 The Helm chart packages the committed JSON file (one ConfigMap labelled for the Grafana sidecar).
 
-Query conventions (DESIGN.md §6, CONVENTIONS.md §2):
+Query conventions (the metric contract, docs/architecture.md):
 - every selector of a derived gauge pins `window="$window"` (a sum or average across windows means nothing);
-- every selector filters on `namespace`, `pod` and (for route series) `route` with `=~`, so "All" (`.*`)
-  also matches series that carry no such label (a Prometheus outside Kubernetes);
+- every selector filters on `cluster`, `namespace`, `pod` and (for route series) `target` and `route` with
+  `=~`, so "All" (`.*`) also matches series that carry no such label (a Prometheus outside Kubernetes, or
+  one cluster without a `cluster` external label);
+- legends name route, pod and target: unique in sidecar mode (one pod per target) and in standalone
+  mode (one exporter pod, many targets);
 - counters go through `rate(...[$__rate_interval])`;
 - only metrics the sidecar exports, or that `rules/*.yaml` records, are named (tests/test_dashboard.py
   proves it); the alert annotation reads Prometheus's `ALERTS` series of the alerts in `rules/`.
@@ -26,12 +29,25 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).with_name("specwatch.json")
+RUNBOOK = "https://github.com/specwatch/specwatch/blob/main/docs/runbook.md"
+# Panels that show what an alert fires on link to its runbook section.
+PANEL_RUNBOOKS = {
+    "Acceptance margin α − α*": ("SpecDecodeBelowBreakeven", "SpecDecodeFleetBelowBreakeven"),
+    "Acceptance rate α vs break-even α* ($window window)": ("SpecDecodeBelowBreakeven",),
+    "Fleet acceptance rate α per route (all pods, 5m)": ("SpecDecodeFleetBelowBreakeven",),
+    "Recommended K": ("SpecDecodeShorterDraftRecommended",),
+    "ITL per step: P50 and P99 vs spec-off baseline": ("SpecDecodeITLP99Regression",),
+    "Target up": ("SpecDecodeTargetDown",),
+    "Since last good poll": ("SpecDecodeTargetDown",),
+    "Sidecar and routes": ("SpecDecodeMetricsMissing", "SpecwatchConfigReloadFailed"),
+}
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 
 # Label filters shared by every query.
-POD = 'namespace=~"$namespace", pod=~"$pod"'
-ROUTE = POD + ', route=~"$route"'
+POD = 'cluster=~"$cluster", namespace=~"$namespace", pod=~"$pod"'
+TARGET = POD + ', target=~"$target"'
+ROUTE = TARGET + ', route=~"$route"'
 WIN = ROUTE + ', window="$window"'
 
 # Verdict encoding for the stat panel (value -> text, colour). The sidecar exports one
@@ -44,7 +60,7 @@ VERDICTS = [
     ("spec_off", "spec off", "text"),
 ]
 
-# The default decision guard (DESIGN.md §5 `decision.min_drafts`), drawn as a line on the drafts panel.
+# The default decision guard (`decision.min_drafts`), drawn as a line on the drafts panel.
 DEFAULT_MIN_DRAFTS = 500
 
 ITL_NOTE = (
@@ -71,6 +87,12 @@ def target(ref: str, expr: str, legend: str, *, instant: bool = False) -> dict:
         "refId": ref,
     }
     return t
+
+
+def link(title: str, url: str, *, tooltip: str = "") -> dict:
+    """An external link (dashboard and panel links share Grafana's DashboardLink model)."""
+    return {"title": title, "type": "link", "url": url, "icon": "doc", "tooltip": tooltip or title, "tags": [],
+            "asDropdown": False, "targetBlank": True, "includeVars": False, "keepTime": False}
 
 
 def thresholds(*steps: tuple[float | None, str]) -> dict:
@@ -192,16 +214,16 @@ def stat(title: str, description: str, targets: list[dict], *, unit: str = "none
 # --------------------------------------------------------------------------------------------------
 
 def verdict_row() -> list[tuple[dict, int, int]]:
-    verdict_expr = "max by (namespace, pod, route) (\n" + "\n  or ".join(
+    verdict_expr = "max by (cluster, namespace, pod, target, route) (\n" + "\n  or ".join(
         f'(specwatch_verdict{{{WIN}, verdict="{v}"}} == 1) * {i}' for i, (v, _, _) in enumerate(VERDICTS, 1)
     ) + "\n)"
     verdict = stat(
         "Verdict",
-        "Current verdict per route and pod on the selected window (DESIGN.md §5): keep; shorten K (a shorter "
+        "Current verdict per route and pod on the selected window (docs/costmodel.md): keep; shorten K (a shorter "
         "draft pays more); disable (best K' = 0 or expected speedup < 1); insufficient data (fewer drafts "
         "than the guard); spec off (no drafts seen). A new verdict only shows after it has held for `hold` "
         "evaluations.",
-        [target("A", verdict_expr, "{{route}} · {{pod}}", instant=True)],
+        [target("A", verdict_expr, "{{route}} · {{pod}} · {{target}}", instant=True)],
         mappings=value_mappings([(str(i), text, color) for i, (_, text, color) in enumerate(VERDICTS, 1)]),
         color_mode="background", text_mode="value_and_name",
     )
@@ -209,7 +231,7 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Expected speedup",
         "Modelled speedup of speculation over plain decoding at the live batch size and the measured "
         "acceptance: tau(K)·T(B)/T_spec(B, K). Below 1× speculation costs more than it saves.",
-        [target("A", f"specwatch_expected_speedup{{{WIN}}}", "{{route}} · {{pod}}", instant=True)],
+        [target("A", f"specwatch_expected_speedup{{{WIN}}}", "{{route}} · {{pod}} · {{target}}", instant=True)],
         unit="suffix:×", decimals=2,
         thresh=thresholds((None, "red"), (1.0, "yellow"), (1.1, "green")),
     )
@@ -218,7 +240,7 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Measured acceptance rate minus the break-even acceptance rate for the live batch size and draft "
         "length, in percentage points. Negative: speculation is below break-even (the "
         "SpecDecodeBelowBreakeven alert). Yellow inside the default decision margin (0.02).",
-        [target("A", f"specwatch_acceptance_margin{{{WIN}}}", "{{route}} · {{pod}}", instant=True)],
+        [target("A", f"specwatch_acceptance_margin{{{WIN}}}", "{{route}} · {{pod}} · {{target}}", instant=True)],
         unit="percentunit", decimals=1,
         thresh=thresholds((None, "red"), (0.0, "yellow"), (0.02, "green")),
     )
@@ -227,8 +249,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "The two numbers behind the margin: α = Δaccepted / Δdraft tokens on the window, α* = the acceptance "
         "rate at which speculation is exactly break-even at the live batch (rises with batch size).",
         [
-            target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}}", instant=True),
-            target("B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "α* {{route}}", instant=True),
+            target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}} · {{target}}", instant=True),
+            target("B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "α* {{route}} · {{pod}} · {{target}}", instant=True),
         ],
         unit="percentunit", decimals=1, color_mode="value",
         thresh=thresholds((None, "green")),
@@ -239,8 +261,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Draft length with the best modelled speedup at the live batch (from the per-position acceptance "
         "p_i); 0 means disable speculation. The measured mean draft length K is shown for comparison.",
         [
-            target("A", f"specwatch_recommended_draft_length{{{WIN}}}", "K' {{route}}", instant=True),
-            target("B", f"specwatch_draft_length{{{WIN}}}", "K now {{route}}", instant=True),
+            target("A", f"specwatch_recommended_draft_length{{{WIN}}}", "K' {{route}} · {{pod}} · {{target}}", instant=True),
+            target("B", f"specwatch_draft_length{{{WIN}}}", "K now {{route}} · {{pod}} · {{target}}", instant=True),
         ],
         decimals=1,
         mappings=value_mappings([("0", "0 (disable)", "red")]),
@@ -250,8 +272,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Recommended --speculative-config",
         "The ready vLLM `--speculative-config` JSON that fits the verdict: fewer `num_speculative_tokens`, "
         "a V1 `num_speculative_tokens_per_batch_size` schedule, or none (remove speculative_config).",
-        [target("A", f"max by (namespace, pod, route, config) (specwatch_recommended_config_info{{{WIN}}})",
-                "{{route}} · {{pod}}: {{config}}", instant=True)],
+        [target("A", f"max by (cluster, namespace, pod, target, route, config) (specwatch_recommended_config_info{{{WIN}}})",
+                "{{route}} · {{pod}} · {{target}}: {{config}}", instant=True)],
         text_mode="name", color_mode="none", value_size=14,
     )
     return [(verdict, 6, 5), (speedup, 4, 5), (margin, 4, 5), (alpha_vs, 5, 5), (rec_k, 5, 5), (config, 24, 4)]
@@ -265,8 +287,8 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "batch already amortises the weight reads and verification costs more; once α falls below the red "
         "line, speculation slows the server down. Read it with the batch-size panel in the Load row.",
         [
-            target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}}"),
-            target("B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "break-even α* {{route}} · {{pod}}"),
+            target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}} · {{target}}"),
+            target("B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "break-even α* {{route}} · {{pod}} · {{target}}"),
         ],
         unit="percentunit", min_=0, max_=1, overrides=[by_prefix("break-even α* ", dashed("red"))],
     )
@@ -275,8 +297,8 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "τ = 1 + Δaccepted / Δdrafts: tokens emitted per speculative step. K = Δdraft tokens / Δdrafts: the "
         "mean draft length actually proposed (n-gram often drafts fewer than configured).",
         [
-            target("A", f"specwatch_mean_acceptance_length{{{WIN}}}", "τ {{route}} · {{pod}}"),
-            target("B", f"specwatch_draft_length{{{WIN}}}", "K {{route}} · {{pod}}"),
+            target("A", f"specwatch_mean_acceptance_length{{{WIN}}}", "τ {{route}} · {{pod}} · {{target}}"),
+            target("B", f"specwatch_draft_length{{{WIN}}}", "K {{route}} · {{pod}} · {{target}}"),
         ],
         unit="none", min_=0, decimals=2, overrides=[by_prefix("K ", dashed("purple"))],
     )
@@ -284,7 +306,7 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "Per-position acceptance p_i",
         "Share of drafts whose position i was accepted (non-increasing in i). Where p_i is small, drafting "
         "position i costs more than it returns: the reason behind a shorter recommended K.",
-        [target("A", f"specwatch_position_acceptance_rate{{{WIN}}}", "{{route}} · {{pod}} pos {{position}}")],
+        [target("A", f"specwatch_position_acceptance_rate{{{WIN}}}", "{{route}} · {{pod}} · {{target}} pos {{position}}")],
         unit="percentunit", min_=0, max_=1,
     )
     drafts = timeseries(
@@ -292,7 +314,7 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         f"Speculative steps (drafts) inside the window. Verdicts need at least `decision.min_drafts` drafts "
         f"(default {DEFAULT_MIN_DRAFTS}, dashed line); below it the verdict is insufficient data and the "
         f"derived gauges are absent.",
-        [target("A", f"specwatch_window_drafts{{{WIN}}}", "{{route}} · {{pod}}")],
+        [target("A", f"specwatch_window_drafts{{{WIN}}}", "{{route}} · {{pod}} · {{target}}")],
         unit="short", min_=0, decimals=0,
         thresh=thresholds((None, "red"), (DEFAULT_MIN_DRAFTS, "green")), thresholds_style="dashed",
     )
@@ -301,11 +323,11 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "From the mirrored vLLM counters: draft tokens proposed per second, split into accepted and "
         "rejected (proposed − accepted). Rejected tokens are verification work that produced nothing.",
         [
-            target("A", f"sum by (namespace, pod, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
-                        f"[$__rate_interval]))", "accepted {{route}} · {{pod}}"),
-            target("B", f"sum by (namespace, pod, route) (rate(specwatch_draft_tokens_total{{{ROUTE}}}"
-                        f"[$__rate_interval]))\n- sum by (namespace, pod, route) (rate(specwatch_accepted_tokens_"
-                        f"total{{{ROUTE}}}[$__rate_interval]))", "rejected {{route}} · {{pod}}"),
+            target("A", f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
+                        f"[$__rate_interval]))", "accepted {{route}} · {{pod}} · {{target}}"),
+            target("B", f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_draft_tokens_total{{{ROUTE}}}"
+                        f"[$__rate_interval]))\n- sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_"
+                        f"total{{{ROUTE}}}[$__rate_interval]))", "rejected {{route}} · {{pod}} · {{target}}"),
         ],
         unit="short", min_=0,
         overrides=[by_prefix("rejected ", [{"id": "color", "value": {"mode": "fixed", "fixedColor": "orange"}}])],
@@ -320,9 +342,9 @@ def latency_row() -> list[tuple[dict, int, int]]:
         "(`routes[].baseline_itl_p99_seconds`), present only where configured; SpecDecodeITLP99Regression "
         "compares P99 against it.",
         [
-            target("A", f"specwatch_itl_p50_seconds{{{WIN}}}", "P50 {{route}} · {{pod}}"),
-            target("B", f"specwatch_itl_p99_seconds{{{WIN}}}", "P99 {{route}} · {{pod}}"),
-            target("C", f"specwatch_baseline_itl_p99_seconds{{{ROUTE}}}", "spec-off P99 baseline {{route}}"),
+            target("A", f"specwatch_itl_p50_seconds{{{WIN}}}", "P50 {{route}} · {{pod}} · {{target}}"),
+            target("B", f"specwatch_itl_p99_seconds{{{WIN}}}", "P99 {{route}} · {{pod}} · {{target}}"),
+            target("C", f"specwatch_baseline_itl_p99_seconds{{{ROUTE}}}", "spec-off P99 baseline {{route}} · {{pod}} · {{target}}"),
         ],
         unit="s", min_=0, overrides=[by_prefix("spec-off P99 baseline ", dashed("red"))],
     )
@@ -330,7 +352,7 @@ def latency_row() -> list[tuple[dict, int, int]]:
         "ITL per token (mean)",
         "Mean latency per generated token on the window: Δ ITL sum / Δ generation tokens. Speculation "
         "lowers it when it pays; compare with the per-step percentiles on the left.",
-        [target("A", f"specwatch_itl_per_token_mean_seconds{{{WIN}}}", "{{route}} · {{pod}}")],
+        [target("A", f"specwatch_itl_per_token_mean_seconds{{{WIN}}}", "{{route}} · {{pod}} · {{target}}")],
         unit="s", min_=0,
     )
     return [(steps, 12, 8), (per_token, 12, 8)]
@@ -343,8 +365,8 @@ def load_row() -> list[tuple[dict, int, int]]:
         "dashed red line is the largest batch at which the current α still pays; when B climbs above it, "
         "α has fallen below the (rising) break-even — the same moment the Acceptance row shows α crossing α*.",
         [
-            target("A", f"specwatch_batch_size{{{WIN}}}", "batch {{route}} · {{pod}}"),
-            target("B", f"specwatch_max_speculative_batch_size{{{WIN}}}", "max paying batch {{route}} · {{pod}}"),
+            target("A", f"specwatch_batch_size{{{WIN}}}", "batch {{route}} · {{pod}} · {{target}}"),
+            target("B", f"specwatch_max_speculative_batch_size{{{WIN}}}", "max paying batch {{route}} · {{pod}} · {{target}}"),
         ],
         unit="short", min_=0, decimals=1, overrides=[by_prefix("max paying batch ", dashed("red"))],
     )
@@ -353,10 +375,10 @@ def load_row() -> list[tuple[dict, int, int]]:
         "Output tokens per second (vLLM counts accepted draft and bonus tokens as generated), and the part "
         "that came from accepted drafts.",
         [
-            target("A", f"sum by (namespace, pod, route) (rate(specwatch_generation_tokens_total{{{ROUTE}}}"
-                        f"[$__rate_interval]))", "generated {{route}} · {{pod}}"),
-            target("B", f"sum by (namespace, pod, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
-                        f"[$__rate_interval]))", "from accepted drafts {{route}} · {{pod}}"),
+            target("A", f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_generation_tokens_total{{{ROUTE}}}"
+                        f"[$__rate_interval]))", "generated {{route}} · {{pod}} · {{target}}"),
+            target("B", f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
+                        f"[$__rate_interval]))", "from accepted drafts {{route}} · {{pod}} · {{target}}"),
         ],
         unit="short", min_=0,
     )
@@ -366,7 +388,7 @@ def load_row() -> list[tuple[dict, int, int]]:
 # Fleet panels read the recording rules of rules/specwatch-recording.yaml (level namespace_route:
 # summed over pods, rates over 5m, ratios of sums, never averages of ratios). They carry only
 # `namespace`, `route` (and `position`), so the pod and window variables do not apply.
-FLEET = 'namespace=~"$namespace", route=~"$route"'
+FLEET = 'cluster=~"$cluster", namespace=~"$namespace", route=~"$route"'
 FLEET_NOTE = ("Fleet view from specwatch's recording rules: counters rated over 5m, summed over every pod of "
               "the route in the namespace, then divided (never an average of per-pod ratios). Independent of "
               "the pod and window selectors.")
@@ -425,7 +447,7 @@ def health_row() -> list[tuple[dict, int, int]]:
     up = stat(
         "Target up",
         "Whether the sidecar's last poll of each vLLM /metrics target succeeded (SpecDecodeTargetDown).",
-        [target("A", f"specwatch_target_up{{{POD}}}", "{{pod}} · {{target}}", instant=True)],
+        [target("A", f"specwatch_target_up{{{TARGET}}}", "{{pod}} · {{target}}", instant=True)],
         mappings=value_mappings([("0", "down", "red"), ("1", "up", "green")]),
         thresh=thresholds((None, "red"), (1, "green")), color_mode="background",
     )
@@ -433,7 +455,7 @@ def health_row() -> list[tuple[dict, int, int]]:
         "Since last good poll",
         "Seconds since the last successful poll of each target. Above a few poll intervals the derived "
         "gauges go absent.",
-        [target("A", f"time() - specwatch_last_scrape_success_timestamp_seconds{{{POD}}}",
+        [target("A", f"time() - specwatch_last_scrape_success_timestamp_seconds{{{TARGET}}}",
                 "{{pod}} · {{target}}", instant=True)],
         unit="s", decimals=0, thresh=thresholds((None, "green"), (30, "yellow"), (120, "red")),
     )
@@ -446,7 +468,7 @@ def health_row() -> list[tuple[dict, int, int]]:
                    "{{pod}}: specwatch {{version}}", instant=True),
             target("B", f"max by (namespace, pod, route, target, model_name, method, schema) "
                         f"(specwatch_route_info{{{ROUTE}}})",
-                   "{{route}} → {{target}} · {{model_name}} · {{method}} · {{schema}}", instant=True),
+                   "{{pod}}: {{route}} → {{target}} · {{model_name}} · {{method}} · {{schema}}", instant=True),
         ],
         text_mode="name", color_mode="none", value_size=12,
     )
@@ -454,7 +476,7 @@ def health_row() -> list[tuple[dict, int, int]]:
         "Poll errors by reason",
         "Failed polls of the vLLM targets per second, by reason (timeout, connection, HTTP status, parse, "
         "size). Derived gauges go absent while a target fails.",
-        [target("A", f"sum by (namespace, pod, target, reason) (rate(specwatch_scrape_errors_total{{{POD}}}"
+        [target("A", f"sum by (namespace, pod, target, reason) (rate(specwatch_scrape_errors_total{{{TARGET}}}"
                      f"[$__rate_interval]))", "{{reason}} {{pod}} · {{target}}")],
         unit="reqps", min_=0,
     )
@@ -462,14 +484,14 @@ def health_row() -> list[tuple[dict, int, int]]:
         "Target restarts (vLLM counter resets)",
         "vLLM restarts seen by the sidecar: polls where the target's counters dropped or a _created timestamp "
         "changed. Windows follow Prometheus's reset rule, so a restart never changes a verdict by itself.",
-        [target("A", f"sum by (namespace, pod, target) (increase(specwatch_target_restarts_total{{{POD}}}"
+        [target("A", f"sum by (namespace, pod, target) (increase(specwatch_target_restarts_total{{{TARGET}}}"
                      f"[$__rate_interval]))", "{{pod}} · {{target}}")],
         unit="short", min_=0,
     )
     duration = timeseries(
         "Poll duration",
         "Duration of the sidecar's last poll of each target (HTTP GET and parse).",
-        [target("A", f"specwatch_scrape_duration_seconds{{{POD}}}", "{{pod}} · {{target}}")],
+        [target("A", f"specwatch_scrape_duration_seconds{{{TARGET}}}", "{{pod}} · {{target}}")],
         unit="s", min_=0,
     )
     return [(up, 5, 5), (age, 5, 5), (info, 14, 5), (errors, 8, 7), (resets, 8, 7), (duration, 8, 7)]
@@ -499,6 +521,9 @@ def layout() -> list[dict]:
             if x + w > 24:
                 x, y, line_h = 0, y + line_h, 0
             panel = {"id": pid, **panel, "gridPos": {"h": h, "w": w, "x": x, "y": y}}
+            if panel["title"] in PANEL_RUNBOOKS:
+                panel["links"] = [link(f"Runbook: {name}", f"{RUNBOOK}#{name.lower()}")
+                                  for name in PANEL_RUNBOOKS[panel["title"]]]
             panels.append(panel)
             pid += 1
             x += w
@@ -540,14 +565,24 @@ def variables() -> list[dict]:
             "options": [],
             "refresh": 1,
         },
-        query_var("namespace", "Namespace", "label_values(specwatch_build_info, namespace)", multi=False,
-                  include_all=False, description="Kubernetes namespace of the specwatch sidecars."),
-        query_var("pod", "Pod", 'label_values(specwatch_build_info{namespace=~"$namespace"}, pod)', multi=True,
-                  include_all=True, description="vLLM pods (each runs a specwatch sidecar)."),
-        query_var("route", "Route", 'label_values(specwatch_route_info{namespace=~"$namespace", pod=~"$pod"}, '
-                  'route)', multi=True, include_all=True,
+        query_var("cluster", "Cluster", "label_values(specwatch_build_info, cluster)", multi=False,
+                  include_all=True, description="Cluster (the `cluster` label of a multi-cluster Prometheus, "
+                  "Thanos or Mimir). Empty with one cluster: All matches series without the label."),
+        query_var("namespace", "Namespace", 'label_values(specwatch_build_info{cluster=~"$cluster"}, namespace)',
+                  multi=False, include_all=False, description="Kubernetes namespace of the specwatch sidecars."),
+        query_var("pod", "Pod", 'label_values(specwatch_build_info{cluster=~"$cluster", namespace=~"$namespace"}, pod)',
+                  multi=True, include_all=True,
+                  description="Pods running specwatch: the vLLM pods (sidecar mode) or the exporter (standalone)."),
+        query_var("target", "Target", 'label_values(specwatch_target_up{cluster=~"$cluster", namespace=~"$namespace", '
+                  'pod=~"$pod"}, target)', multi=True, include_all=True,
+                  description="vLLM endpoint polled by specwatch (one per sidecar; many per standalone exporter)."),
+        query_var("model_name", "Model", 'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
+                  'pod=~"$pod", target=~"$target"}, model_name)', multi=True, include_all=True,
+                  description="vLLM --served-model-name; narrows the routes below."),
+        query_var("route", "Route", 'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
+                  'pod=~"$pod", target=~"$target", model_name=~"$model_name"}, route)', multi=True, include_all=True,
                   description="Traffic class whose acceptance is judged (default: one per vLLM model name)."),
-        query_var("window", "Window", 'label_values(specwatch_verdict{namespace=~"$namespace"}, window)',
+        query_var("window", "Window", 'label_values(specwatch_verdict{cluster=~"$cluster", namespace=~"$namespace"}, window)',
                   multi=False, include_all=False,
                   description="Rolling window of the sidecar's derived gauges; every query pins it.",
                   current={"text": "5m", "value": "5m"}),
@@ -571,11 +606,39 @@ def annotations() -> list[dict]:
             "enable": True,
             "hide": False,
             "iconColor": "red",
-            "expr": 'ALERTS{alertname=~"SpecDecode.*", alertstate="firing", namespace=~"$namespace"}',
+            "expr": 'ALERTS{alertname=~"SpecDecode.*|Specwatch.*", alertstate="firing", cluster=~"$cluster", '
+                    'namespace=~"$namespace"}',
             "step": "60s",
             "titleFormat": "{{alertname}}",
             "textFormat": "{{severity}} · {{route}} {{pod}} {{target}}",
             "tagKeys": "severity,route,pod",
+            "useValueForTime": False,
+        },
+        {
+            # A verdict series that is current now and was not a minute ago: the verdict changed.
+            "name": "verdict changes",
+            "datasource": DS,
+            "enable": True,
+            "hide": False,
+            "iconColor": "orange",
+            "expr": f'(specwatch_verdict{{{WIN}}} == 1) unless (specwatch_verdict{{{WIN}}} offset 1m == 1)',
+            "step": "60s",
+            "titleFormat": "verdict → {{verdict}}",
+            "textFormat": "{{route}} · {{pod}} · {{target}} ({{window}} window)",
+            "tagKeys": "verdict,route",
+            "useValueForTime": False,
+        },
+        {
+            "name": "vLLM restarts",
+            "datasource": DS,
+            "enable": True,
+            "hide": False,
+            "iconColor": "purple",
+            "expr": f"increase(specwatch_target_restarts_total{{{TARGET}}}[2m]) > 0",
+            "step": "60s",
+            "titleFormat": "vLLM restarted",
+            "textFormat": "{{pod}} · {{target}}: counters reset",
+            "tagKeys": "pod,target",
             "useValueForTime": False,
         },
     ]
@@ -589,9 +652,10 @@ def build() -> dict:
                        "against break-even, ITL tails, batch, verdicts and the recommended config, from the "
                        "specwatch sidecar.",
         "tags": ["specwatch", "vllm", "speculative-decoding"],
-        "editable": True,
+        # Shipped like a mixin: provisioned, UTC, not editable in the UI (edit this generator instead).
+        "editable": False,
         "graphTooltip": 1,
-        "timezone": "browser",
+        "timezone": "utc",
         "time": {"from": "now-1h", "to": "now"},
         "timepicker": {"refresh_intervals": ["10s", "30s", "1m", "5m", "15m"]},
         "refresh": "30s",
@@ -599,7 +663,7 @@ def build() -> dict:
         "version": 1,
         "fiscalYearStartMonth": 0,
         "liveNow": False,
-        "links": [],
+        "links": [link("specwatch runbook", RUNBOOK, tooltip="What each specwatch alert means and what to do")],
         "annotations": {"list": annotations()},
         "templating": {"list": variables()},
         "panels": layout(),

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from specwatch import costmodel as cm_mod
+from specwatch.config import Config, DraftConfig, HardwareConfig, ModelConfig
 from specwatch.costmodel import (
     HARDWARE_PRESETS,
     MODEL_PRESETS,
     CostModel,
+    CostModelError,
     best_draft_length,
     breakeven_acceptance_rate,
+    build_cost_model,
     cost_model_from_config,
     draft_cost_for,
     expected_speedup,
@@ -42,7 +43,7 @@ def model(hw="h100-sxm", name="llama-3.1-8b", method="eagle3", **kw) -> CostMode
     return CostModel(HARDWARE_PRESETS[hw], spec, draft=draft_cost_for(method, spec, cost), **kw)
 
 
-# --- SpecDecode-Bench fitted step model (COSTMODEL.md §1.3), Llama-3.1-8B on H100 -------------
+# --- SpecDecode-Bench fitted step model (docs/costmodel.md, "Defaults and why"), Llama-3.1-8B on H100 -------------
 def sdb_target(n_tok: float, n_kv: float) -> float:
     return 3.926e-8 * n_kv + 2.101e-5 * n_tok + 5.886e-3 + 1.207e-3  # incl. per-step overhead
 
@@ -63,7 +64,7 @@ def test_every_required_hardware_preset_exists_with_a_source():
 
 
 def test_ideal_knee_of_presets_matches_the_hardware_table():
-    # COSTMODEL.md §1.5: n* = F_bf16 / BW for bf16 weights.
+    # Ideal roofline knee: n* = F_bf16 / BW for bf16 weights (docs/costmodel.md).
     expected = {"h100-sxm": 295, "h200": 206, "a100-80gb": 153, "l40s": 419, "mi300x": 247}
     for name, knee in expected.items():
         hw = HARDWARE_PRESETS[name]
@@ -135,21 +136,23 @@ def test_tensor_parallel_shortens_the_step_but_keeps_the_knee_in_tokens():
     assert tp4.knee_tokens == pytest.approx(tp1.knee_tokens)
 
 
-def test_cost_model_from_empty_config_is_h100_with_llama_31_8b_bf16():
-    cm = cost_model_from_config(SimpleNamespace())
+def test_cost_model_from_default_config_is_h100_with_llama_31_8b_bf16():
+    cm = cost_model_from_config(Config())
     assert cm.hardware.name == "h100-sxm" and cm.model.name == "llama-3.1-8b" and cm.dtype == "bf16"
     assert cm.context_tokens == 2048
 
 
+def test_build_cost_model_without_arguments_equals_the_default_config():
+    assert build_cost_model() == cost_model_from_config(Config())
+
+
 def test_cost_model_from_config_uses_hf_config_tp_dtype_draft_cost_and_hardware_overrides():
-    cfg = SimpleNamespace(
-        hardware=SimpleNamespace(preset="h200", bandwidth_bytes_per_second=None, flops=None, mbu=0.7, mfu=None,
-                                 overhead_seconds=0.002),
+    cfg = Config(
+        hardware=HardwareConfig(preset="h200", mbu=0.7, overhead_seconds=0.002),
         tensor_parallel=2,
-        model=SimpleNamespace(preset=None, config_json="/x/config.json", hf_config=cm_mod.MODEL_HF_CONFIGS["qwen2.5-7b"],
-                              params=None, dtype="fp8", layers=None, kv_heads=None, head_dim=None, context_tokens=4096),
-        draft=SimpleNamespace(method="ngram", cost_per_token=0.05, k=4),
-        profile=None,
+        model=ModelConfig(config_json="/x/config.json", hf_config=cm_mod.MODEL_HF_CONFIGS["qwen2.5-7b"],
+                          dtype="fp8", context_tokens=4096),
+        draft=DraftConfig(method="ngram", cost_per_token=0.05, k=4),
     )
     cm = cost_model_from_config(cfg)
     assert cm.hardware.name == "h200" and cm.tensor_parallel == 2 and cm.dtype == "fp8"
@@ -159,10 +162,36 @@ def test_cost_model_from_config_uses_hf_config_tp_dtype_draft_cost_and_hardware_
 
 
 def test_raw_bandwidth_and_flops_without_a_preset_build_a_custom_gpu():
-    cfg = SimpleNamespace(hardware=SimpleNamespace(preset=None, bandwidth_bytes_per_second=1e12, flops=1e14,
-                                                   mbu=None, mfu=None, overhead_seconds=None))
-    cm = cost_model_from_config(cfg)
+    cm = build_cost_model(hardware=None, bandwidth_bytes_per_second=1e12, flops=1e14)
     assert cm.hardware.bandwidth_bytes_per_second == 1e12 and cm.hardware.peak_flops("fp8") == 1e14
+
+
+@pytest.mark.parametrize("kwargs, key", [
+    ({"hardware": "tpu-v9"}, "hardware"),
+    ({"hardware": None, "bandwidth_bytes_per_second": 1e12}, "hardware"),
+    ({"model": "gpt-9"}, "model.preset"),
+    ({"model_config": {"hidden_size": 4096}}, "model.config_json"),
+    ({"model_config": {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10,
+                       "num_attention_heads": "many"}}, "model.config_json"),
+    ({"model_params": -1.0}, "model.params"),
+    ({"dtype": "fp4"}, "model.dtype"),
+    ({"tensor_parallel": 0}, "tensor_parallel"),
+    ({"mbu": 1.5}, "hardware.mbu"),
+    ({"overhead_seconds": -1.0}, "hardware.overhead_seconds"),
+    ({"draft_method": "magic"}, "draft.method"),
+    ({"draft_cost_per_token": 10.0}, "draft.cost_per_token"),
+])
+def test_a_bad_input_raises_a_cost_model_error_carrying_the_config_key(kwargs, key):
+    with pytest.raises(CostModelError) as info:
+        build_cost_model(**kwargs)
+    assert info.value.key == key
+    assert not info.value.detail.startswith(key + ":")
+
+
+def test_a_bad_profile_raises_a_cost_model_error_for_the_profile_key():
+    with pytest.raises(CostModelError) as info:
+        parse_profile({"points": [[1, 0.01]]})
+    assert info.value.key == "profile" and str(info.value) == "profile.points: need at least 2 points"
 
 
 def test_params_only_model_guesses_kv_size_from_the_llama_power_law():
@@ -171,7 +200,7 @@ def test_params_only_model_guesses_kv_size_from_the_llama_power_law():
 
 
 # ------------------------------------------------------------------------------------------
-# Calibration against the SpecDecode-Bench fitted step model (COSTMODEL.md §1.3)
+# Calibration against the SpecDecode-Bench fitted step model (docs/costmodel.md, "Defaults and why")
 # ------------------------------------------------------------------------------------------
 
 def test_default_step_time_tracks_specdecode_bench_fit_for_llama_8b_h100_within_45_percent():
@@ -222,7 +251,7 @@ def test_speedup_sign_agrees_with_specdecode_bench_fit_on_llama_8b_h100_eagle():
 
 
 def test_breakeven_rises_with_batch_in_both_our_model_and_the_specdecode_bench_table():
-    # COSTMODEL.md §1.3 table, K=3, 512 context: 0.10 / 0.14 / 0.21 / 0.28 / 0.35 for B=1..256.
+    # SpecDecode-Bench measured break-even, K=3, 512 context (docs/costmodel.md): 0.10 / 0.14 / 0.21 / 0.28 / 0.35 for B=1..256.
     cm = model(method="eagle", context_tokens=512)
     ours = [breakeven_acceptance_rate(cm, b, 3) for b in (1, 16, 64, 128, 256)]
     assert ours == sorted(ours)
@@ -231,7 +260,7 @@ def test_breakeven_rises_with_batch_in_both_our_model_and_the_specdecode_bench_t
 
 
 # ------------------------------------------------------------------------------------------
-# The lesson's rule of thumb (DESIGN.md §4, LESSON.md "The arithmetic")
+# The lesson's rule of thumb: alpha* = c + (R - 1)/K (docs/costmodel.md, "Draft cost")
 # ------------------------------------------------------------------------------------------
 
 def test_breakeven_is_0_03_at_batch_1_with_total_overhead_0_15_and_k5_llama8b_h100_2k_context():
@@ -253,7 +282,7 @@ def test_breakeven_rises_into_045_055_band_for_llama33_70b_fp8_tp4_h100_eagle3_k
 
 
 def test_h200_saturates_at_a_smaller_batch_than_h100_for_the_same_model():
-    # COSTMODEL.md §1.5: higher bandwidth lowers the knee, so speculation stops paying sooner.
+    # Higher bandwidth lowers the knee, so speculation stops paying sooner.
     h100, h200 = model("h100-sxm", context_tokens=1024), model("h200", context_tokens=1024)
     assert breakeven_acceptance_rate(h200, 128, 3) > breakeven_acceptance_rate(h100, 128, 3)
 
@@ -333,7 +362,7 @@ def test_best_k_keeps_positions_that_pay_and_drops_the_tail_that_does_not():
 
 
 def test_dspark_example_per_position_rates_give_tau_2_436_at_k3():
-    # COSTMODEL.md §1.1 worked example: p = [0.718, 0.449, 0.269] -> E[tau] = 2.436.
+    # Worked example (docs/costmodel.md, "Best draft length"): p = [0.718, 0.449, 0.269] -> E[tau] = 2.436.
     cm = model(cost_per_token=0.0)
     assert expected_speedup_for_positions(cm, 1, [0.718, 0.449, 0.269]) == pytest.approx(2.436, abs=1e-9)
 
@@ -411,6 +440,28 @@ def test_profile_kv_correction_charges_only_the_real_context():
     cm = replace(model(cost_per_token=0.0), profile=prof)
     # measured at 100 requests × 1000 ctx; a verify of 100 tokens over 25 000 KV tokens is cheaper.
     assert cm.step_time(100, 25_000) == pytest.approx(0.02 + 1e-8 * (25_000 - 100_000))
+
+
+class FlatCurve:
+    """A step-time curve that is not a Profile: what a learned model would plug in."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.asked: list[tuple[float, float]] = []
+
+    def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:
+        self.asked.append((tokens, context_tokens))
+        return self.seconds * tokens
+
+
+def test_any_step_time_curve_replaces_the_roofline_for_every_break_even_function():
+    curve = FlatCurve(0.001)
+    cm = build_cost_model(draft_cost_per_token=0.0, context_tokens=1000, profile=curve)
+    assert cm.step_time(8, 8000) == pytest.approx(0.008)
+    assert (8.0, 8000.0) in curve.asked
+    # Verify cost grows with tokens exactly as the curve says: T_spec/T_base = K + 1.
+    assert breakeven_acceptance_rate(cm, 8, 3) == pytest.approx(1.0)
+    assert expected_speedup(cm, 8, 3, 1.0) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("bad,msg", [

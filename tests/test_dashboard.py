@@ -4,7 +4,7 @@
 - it validates against the Grafana foundation-SDK JSON schemas (dashboard, and per panel the plugin's
   options / field config, and every Prometheus target);
 - every query parses as PromQL once Grafana's variables are substituted, pins `window=` wherever it
-  reads a derived gauge, and names only metrics the sidecar exports (DESIGN.md §6) or `rules/*.yaml`
+  reads a derived gauge, and names only metrics the sidecar exports (the metric contract) or `rules/*.yaml`
   records;
 - the issue's rows and variables are there, and the alert annotation reads the alerts of `rules/`.
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -30,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "dashboards" / "specwatch.json"
 GENERATOR = ROOT / "dashboards" / "generate.py"
 RULES_DIR = ROOT / "rules"
-# The shared reference docs beside the repo (.ci/run exports SPECWATCH_SHARED).
-SCHEMAS = Path(os.environ.get("SPECWATCH_SHARED", ROOT.parent / "shared")) / "schemas" / "grafana"
+# The Grafana JSON schemas, vendored with their provenance (tests/schemas/PROVENANCE.md).
+SCHEMAS = ROOT / "tests" / "schemas" / "grafana"
 
-# ---- the sidecar's metric contract (DESIGN.md §6 and the contract list of issue #6) ------------------
+# ---- the sidecar's metric contract (tests/test_metric_contract.py) -------------------------------------
 MIRRORED = {
     "specwatch_drafts_total", "specwatch_draft_tokens_total", "specwatch_accepted_tokens_total",
     "specwatch_accepted_tokens_by_position_total", "specwatch_generation_tokens_total",
@@ -51,7 +50,7 @@ DERIVED = {
 ROUTE_GAUGES = {"specwatch_baseline_itl_p99_seconds", "specwatch_route_expects_speculation"}
 HEALTH = {
     "specwatch_target_up", "specwatch_scrape_duration_seconds", "specwatch_scrape_errors_total",
-    # DESIGN.md §6 says specwatch_counter_resets_total; the exporter renamed it in e06f94e because
+    # The original contract said specwatch_counter_resets_total; the exporter renamed it in e06f94e because
     # `promtool check metrics` rejects a metric name containing its type ("counter").
     "specwatch_target_restarts_total", "specwatch_last_scrape_success_timestamp_seconds",
     "specwatch_build_info", "specwatch_route_info",
@@ -93,7 +92,8 @@ def substitute(expr: str, values: dict[str, str], *, rate_interval: str = "1m") 
     return out
 
 
-STATIC_VALUES = {"namespace": "llm", "pod": ".*", "route": ".*", "window": WINDOW_SENTINEL}
+STATIC_VALUES = {"cluster": ".*", "namespace": "llm", "pod": ".*", "target": ".*", "model_name": ".*", "route": ".*",
+                 "window": WINDOW_SENTINEL}
 
 
 def selectors(expr: str) -> list[promql_parser.VectorSelector]:
@@ -287,19 +287,59 @@ def _row_of(dash: dict) -> dict[str, str]:
     return out
 
 
-def test_variables_datasource_namespace_route_window_default_5m_and_multi_pod(dash):
+def test_variables_cluster_namespace_pod_target_model_route_window_with_window_default_5m(dash):
     v = {x["name"]: x for x in dash["templating"]["list"]}
-    assert list(v) == ["datasource", "namespace", "pod", "route", "window"]
+    assert list(v) == ["datasource", "cluster", "namespace", "pod", "target", "model_name", "route", "window"]
     assert v["datasource"]["type"] == "datasource" and v["datasource"]["query"] == "prometheus"
     assert v["window"]["current"]["value"] == "5m" and not v["window"]["multi"]
-    assert v["pod"]["multi"] and v["pod"]["includeAll"] and v["pod"]["allValue"] == ".*"
-    assert v["route"]["multi"] and v["route"]["includeAll"]
-    for name in ("namespace", "pod", "route", "window"):
+    # cluster is optional: All (.*) also matches series without a cluster label (one Prometheus per cluster)
+    assert v["cluster"]["includeAll"] and v["cluster"]["allValue"] == ".*"
+    for name in ("pod", "target", "model_name", "route"):
+        assert v[name]["multi"] and v[name]["includeAll"] and v[name]["allValue"] == ".*", name
+    for name in ("cluster", "namespace", "pod", "target", "model_name", "route", "window"):
         q = v[name]["query"]
         m = re.fullmatch(r"label_values\((.*), (\w+)\)", q)
         assert m and m.group(2) == name, q
-        for sel in selectors(substitute(m.group(1), {"namespace": "llm", "pod": ".*"})):
+        for sel in selectors(substitute(m.group(1), STATIC_VALUES)):
             assert sel.name in EXPORTED, sel.name
+    # the route list narrows with the model and target chosen above it
+    assert 'model_name=~"$model_name"' in v["route"]["query"] and 'target=~"$target"' in v["route"]["query"]
+
+
+def test_every_per_sidecar_selector_filters_cluster_and_route_series_filter_target(dash):
+    for title, ref, expr in queries(dash):
+        for sel in selectors(substitute(expr, STATIC_VALUES)):
+            names = {n for n, _, _ in matchers(sel)}
+            assert "cluster" in names, f"{title}/{ref}: {sel.name}"
+            if "route" in names and ":" not in sel.name:
+                assert "target" in names, f"{title}/{ref}: {sel.name}"
+
+
+def test_per_sidecar_legends_name_route_pod_and_target_so_standalone_mode_stays_unique(dash):
+    """A standalone exporter is one pod polling many targets: a legend without the target repeats."""
+    for p in panels(dash):
+        for t in p.get("targets", []):
+            legend = t["legendFormat"]
+            if "{{route}}" in legend and ":" not in t["expr"].split("{")[0]:
+                assert "{{pod}}" in legend and "{{target}}" in legend, (p["title"], legend)
+
+
+def test_dashboard_ships_like_a_mixin_utc_and_not_editable_with_runbook_links(dash):
+    assert dash["timezone"] == "utc" and dash["editable"] is False
+    assert any(link["url"].endswith("docs/runbook.md") for link in dash["links"])
+    linked = {p["title"]: [link["url"] for link in p.get("links", [])] for p in panels(dash)}
+    anchors = {u.split("#", 1)[1] for urls in linked.values() for u in urls}
+    assert {a.lower() for a in alert_names()} <= anchors | {"specdecodeexporterdown"}, anchors
+
+
+def test_annotations_mark_verdict_changes_and_vllm_restarts(dash):
+    by_name = {a["name"]: a for a in dash["annotations"]["list"]}
+    verdict = substitute(by_name["verdict changes"]["expr"], STATIC_VALUES)
+    assert [s.name for s in selectors(verdict)] == ["specwatch_verdict", "specwatch_verdict"]
+    assert "offset 1m" in verdict and "unless" in verdict
+    restarts = substitute(by_name["vLLM restarts"]["expr"], STATIC_VALUES)
+    assert [s.name for s in selectors(restarts)] == ["specwatch_target_restarts_total"]
+    assert restarts.startswith("increase(")
 
 
 def test_acceptance_panel_draws_alpha_and_breakeven_on_one_axis(dash):
@@ -343,7 +383,7 @@ def test_stat_panels_in_the_verdict_row_use_thresholds_or_mappings(dash):
 
 
 def test_alert_annotation_reads_alerts_firing_from_prometheus(dash):
-    ann = [a for a in dash["annotations"]["list"] if a.get("expr")]
+    ann = [a for a in dash["annotations"]["list"] if a.get("expr") and "ALERTS" in a["expr"]]
     assert len(ann) == 1
     sels = selectors(substitute(ann[0]["expr"], STATIC_VALUES))
     assert [s.name for s in sels] == ["ALERTS"]
@@ -354,7 +394,7 @@ def test_alert_annotation_covers_every_alert_in_rules():
     alerts = alert_names()
     if not alerts:
         pytest.skip("rules/ has no alerting rules yet")
-    ann = next(a for a in load_dashboard()["annotations"]["list"] if a.get("expr"))
+    ann = next(a for a in load_dashboard()["annotations"]["list"] if a.get("expr") and "ALERTS" in a["expr"])
     (sel,) = selectors(substitute(ann["expr"], STATIC_VALUES))
     pattern = next(v for n, op, v in matchers(sel) if n == "alertname")
     assert all(re.fullmatch(pattern, a) for a in alerts), (pattern, alerts)

@@ -1,20 +1,18 @@
-"""Verdicts: sample guard, hysteresis margin, hold, and the numbers behind them (DESIGN.md §5)."""
+"""Verdicts: sample guard, hysteresis margin, hold, and the numbers behind them."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
-
 from specwatch import costmodel as cmod
+from specwatch.config import DecisionConfig
 from specwatch.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
-
 from specwatch.derive import WindowStats
 
-DECISION = SimpleNamespace(min_drafts=500, margin=0.02, hold=2)
+DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
 CM = cmod.CostModel(cmod.HARDWARE_PRESETS["h100-sxm"], cmod.MODEL_PRESETS["llama-3.1-8b"], context_tokens=1024,
                     draft=cmod.draft_cost_for("eagle3", cmod.MODEL_PRESETS["llama-3.1-8b"]))
 
@@ -141,7 +139,7 @@ def test_the_config_names_no_method_it_only_guessed_and_no_schedule_vllm_cannot_
 
 
 def test_cost_uses_measured_draft_length_not_configured_k():
-    # n-gram drafted 3.4 tokens on average with K=4 configured (real vLLM run, DESIGN.md §2).
+    # n-gram drafted 3.4 tokens on average with K=4 configured (real vLLM run).
     s = replace(stats(alpha=0.3, k=4, batch=64), draft_length=3.4)
     a = assess(CM, s, DECISION, "ngram", None)
     ng = CM.with_method("ngram")

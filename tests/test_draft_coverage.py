@@ -9,7 +9,7 @@ from specwatch import costmodel
 from specwatch.config import from_mapping
 from specwatch.pipeline import Pipeline
 from specwatch.replay import replay
-from support.paths import shared_path
+from support.paths import fixture_path
 
 CM = costmodel.cost_model_from_config(from_mapping({"draft": {"method": "ngram"}}, environ={}))
 
@@ -33,7 +33,7 @@ def test_coverage_of_a_model_drafter_is_one_and_changes_nothing():
 
 
 def test_coverage_on_the_real_ngram_server_is_drafts_over_request_steps():
-    files = sorted(shared_path("fixtures", "vllm-cpu-real").glob("0[23]*.prom"))
+    files = sorted(fixture_path("vllm-cpu-real").glob("0[23]*.prom"))
     lines = [json.dumps({"t": 2.0 * i, "target": "vllm", "text": p.read_text()}) for i, p in enumerate(files)]
     config = from_mapping({"poll_interval": "1s", "windows": ["1m"], "decision": {"min_drafts": 50}}, environ={})
     pipeline = Pipeline(config)

@@ -282,7 +282,9 @@ def test_exporter_container_is_hardened_with_only_a_tmpfs_writable(chart):
     assert volumes[mounts["/tmp"]["name"]]["emptyDir"]["medium"] == "Memory"
     assert mounts["/etc/specwatch"]["readOnly"] is True
     assert volumes[mounts["/etc/specwatch"]["name"]]["configMap"]["name"] == deploy["metadata"]["name"]
-    assert container["resources"] == {}, "resources are empty by default (the user's choice)"
+    resources = container["resources"]
+    assert resources["requests"] == resources["limits"] and set(resources["limits"]) == {"cpu", "memory"}, \
+        "requests == limits by default: a Guaranteed vLLM pod must stay Guaranteed"
     assert not any(e["name"].lower() == "prometheus_multiproc_dir" for e in container.get("env", []))
 
 
@@ -302,7 +304,7 @@ def test_probes_hit_healthz_and_readyz_on_the_exporter_port(chart, values):
 def test_container_runs_the_run_subcommand_with_the_mounted_config(chart):
     container = exporter_container(one(render(chart, merged(STANDALONE, {"extraArgs": ["--verbose"]})),
                                        "Deployment")["spec"]["template"]["spec"])
-    assert container["args"] == ["run", "--config", "/etc/specwatch/specwatch.yaml", "--verbose"]
+    assert container["args"] == ["run", "--config", "/etc/specwatch/specwatch.yaml", "--listen", ":9474", "--verbose"]
     assert "command" not in container, "the image ENTRYPOINT (specwatch) must stay in charge"
     assert container["image"] == "specwatch/specwatch:0.1.0"
 
@@ -536,7 +538,8 @@ def test_prometheus_rule_applies_for_severity_threshold_and_disable_overrides(ch
 def test_every_alert_for_duration_is_overridable(chart):
     names = sorted(rendered_alerts(source_groups()))
     assert {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended", "SpecDecodeITLP99Regression",
-            "SpecDecodeMetricsMissing", "SpecDecodeTargetDown", "SpecDecodeExporterDown"} <= set(names)
+            "SpecDecodeMetricsMissing", "SpecDecodeTargetDown", "SpecDecodeExporterDown",
+            "SpecDecodeFleetBelowBreakeven", "SpecwatchConfigReloadFailed"} <= set(names)
     values = {"prometheusRule": {"enabled": True, "alerts": {n: {"for": "42m"} for n in names}}}
     alerts = rendered_alerts(one(render(chart, values), "PrometheusRule")["spec"]["groups"])
     assert {n: a["for"] for n, a in alerts.items()} == {n: "42m" for n in names}
@@ -551,6 +554,99 @@ def test_every_alert_for_duration_is_overridable(chart):
 def test_rule_overrides_that_match_nothing_fail_the_render(chart, values, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render(chart, {"prometheusRule": {"enabled": True, **values}})
+
+
+def write_rendered_rules(groups: list[dict], into: Path) -> None:
+    """The rendered groups back into files named like rules/ (the promtool tests load ../<file>)."""
+    by_file: dict[str, list[dict]] = {}
+    for path in sorted(RULES_DIR.glob("*.yaml")):
+        names = {g["name"] for g in yaml.safe_load(path.read_text())["groups"]}
+        by_file[path.name] = [g for g in groups if g["name"] in names]
+    (into / "tests").mkdir(parents=True)
+    for name, file_groups in by_file.items():
+        (into / name).write_text(yaml.safe_dump({"groups": file_groups}, sort_keys=False, width=1000))
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
+def test_a_custom_alert_window_rewrites_every_rule_and_the_promtool_suite_passes_on_that_window(chart, tmp_path):
+    """alertWindow=15m with windows [1m, 15m]: the rendered rules read window="15m" everywhere, and the
+    repository's promtool cases, moved to the 15m window, pass against them, while the original 5m
+    cases no longer fire (the rewrite is real)."""
+    import subprocess
+    values = {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"enabled": True, "alertWindow": "15m"}}
+    groups = one(render(chart, values), "PrometheusRule")["spec"]["groups"]
+    text = yaml.safe_dump(groups, width=1000)
+    assert 'window="5m"' not in text and 'window="15m"' in text
+    assert "over the last 15m" in text
+    moved, original = tmp_path / "moved", tmp_path / "original"
+    for target, shift in ((moved, True), (original, False)):
+        write_rendered_rules(groups, target)
+        for case in sorted((RULES_DIR / "tests").glob("*.yaml")):
+            body = case.read_text()
+            if shift:
+                body = body.replace('window="5m"', 'window="15m"').replace("window: 5m", "window: 15m")
+                if case.name == "spec-decode.yaml":  # the chart rewrites the window's wording there only
+                    body = body.replace("the last 5m", "the last 15m")
+            (target / "tests" / case.name).write_text(body)
+    run = lambda d: subprocess.run(["promtool", "test", "rules", *map(str, sorted((d / "tests").glob("*.yaml")))],
+                                   capture_output=True, text=True, timeout=300, check=False)
+    result = run(moved)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert run(original).returncode != 0, "cases on window=5m still pass: the rules were not rewritten"
+
+
+def test_an_alert_window_that_is_not_a_sidecar_window_fails_the_render_naming_both_keys(chart):
+    with pytest.raises(helm.HelmRenderError, match=r"prometheusRule\.alertWindow=5m is not one of config\.windows"):
+        render(chart, {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"enabled": True}})
+
+
+def test_the_sidecar_learns_the_alert_window_so_it_can_warn_at_start(chart):
+    values = merged(STANDALONE, {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"alertWindow": "15m"}})
+    container = exporter_container(one(render(chart, values), "Deployment")["spec"]["template"]["spec"])
+    assert {"name": "SPECWATCH_ALERT_WINDOW", "value": "15m"} in container["env"]
+
+
+def test_runbook_url_base_is_one_value(chart):
+    values = {"prometheusRule": {"enabled": True, "runbookUrl": "https://wiki.example.com/runbooks/specwatch#"}}
+    alerts = rendered_alerts(one(render(chart, values), "PrometheusRule")["spec"]["groups"])
+    assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {
+        f"https://wiki.example.com/runbooks/specwatch#{name.lower()}" for name in alerts}
+
+
+def test_monitors_carry_tls_auth_and_scrape_limits_and_validate_against_the_crds(chart):
+    extra = {"scheme": "https", "tlsConfig": {"serverName": "specwatch", "ca": {"configMap": {"name": "ca", "key": "ca.crt"}}},
+             "basicAuth": {"username": {"name": "scrape", "key": "user"}, "password": {"name": "scrape", "key": "pass"}},
+             "sampleLimit": 6000, "labelLimit": 30}
+    sidecar = merged(ci_values("sidecar-values.yaml"), {"podMonitor": extra})
+    standalone = merged(STANDALONE, {"serviceMonitor": {"enabled": True, **extra, "basicAuth": {},
+                                                        "authorization": {"type": "Bearer", "credentials": {"name": "t", "key": "token"}}}})
+    for values, kind, endpoints in ((sidecar, "PodMonitor", "podMetricsEndpoints"), (standalone, "ServiceMonitor", "endpoints")):
+        monitor = one(render(chart, values), kind)
+        assert validation_errors(monitor) == []
+        assert monitor["spec"]["sampleLimit"] == 6000 and monitor["spec"]["labelLimit"] == 30
+        endpoint = monitor["spec"][endpoints][0]
+        assert endpoint["scheme"] == "https" and endpoint["tlsConfig"]["serverName"] == "specwatch"
+        assert ("basicAuth" in endpoint) == (kind == "PodMonitor")
+        assert ("authorization" in endpoint) == (kind == "ServiceMonitor")
+    plain = one(render(chart, ci_values("sidecar-values.yaml")), "PodMonitor")
+    assert "sampleLimit" not in plain["spec"] and "tlsConfig" not in plain["spec"]["podMetricsEndpoints"][0]
+
+
+def test_extra_objects_render_objects_and_templated_strings(chart):
+    values = {"extraObjects": [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "{{ .Release.Name }}-scrape"},
+         "stringData": {"user": "prometheus"}},
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-extra\ndata: {a: b}\n",
+    ]}
+    objects = render(chart, values)
+    assert one(objects, "Secret")["metadata"]["name"] == f"{RELEASE}-scrape"
+    names = {o["metadata"]["name"] for o in of_kind(objects, "ConfigMap")}
+    assert f"{RELEASE}-extra" in names
+
+
+def test_chart_metadata_names_home_sources_and_maintainers():
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert meta["home"].startswith("https://") and meta["sources"] and meta["maintainers"][0]["name"]
 
 
 # ---- dashboards from dashboards/ -----------------------------------------------------------------------
@@ -623,11 +719,11 @@ def test_helm_test_script_exits_zero_only_for_a_ready_endpoint(chart, tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}/readyz"
     try:
-        ok = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=30)
+        ok = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=30, check=False)
         assert ok.returncode == 0, ok.stdout + ok.stderr
         status["code"] = 503
         fast = script.replace("time.sleep(3)", "time.sleep(0)")
-        bad = subprocess.run([sys.executable, "-c", fast, url], capture_output=True, text=True, timeout=30)
+        bad = subprocess.run([sys.executable, "-c", fast, url], capture_output=True, text=True, timeout=30, check=False)
         assert bad.returncode == 1, bad.stdout + bad.stderr
     finally:
         server.shutdown()
@@ -679,8 +775,6 @@ spec:
   template:
     metadata:
       labels: {app.kubernetes.io/name: vllm}
-      annotations:
-        checksum/specwatch-config: {{ include "specwatch.configChecksum" .Subcharts.specwatch }}
     spec:
       containers:
         - name: vllm
@@ -720,8 +814,8 @@ def test_host_chart_includes_the_sidecar_named_templates_from_the_dependency(tmp
     assert {m["name"] for m in sidecar["volumeMounts"]} == {"specwatch-config", "specwatch-tmp", "models"}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["specwatch-config"]["configMap"]["name"] == cm["metadata"]["name"]
-    expected = hashlib.sha256(cm["data"]["specwatch.yaml"].rstrip("\n").encode()).hexdigest()
-    assert deploy["spec"]["template"]["metadata"]["annotations"]["checksum/specwatch-config"] == expected
+    assert "annotations" not in deploy["spec"]["template"]["metadata"], "a config change must not roll vLLM"
+    assert_never_gates_vllm_readiness(sidecar)
     assert one(objects, "PodMonitor")["spec"]["selector"]["matchLabels"].items() <= \
         deploy["spec"]["template"]["metadata"]["labels"].items()
 
@@ -732,7 +826,7 @@ def strategic_merge(base: dict, patch: dict) -> dict:
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = strategic_merge(out[key], value)
-        elif key in ("containers", "volumes") and isinstance(value, list):
+        elif key in ("containers", "volumes", "imagePullSecrets") and isinstance(value, list):
             items = {i["name"]: i for i in out.get(key, [])}
             for item in value:
                 items[item["name"]] = strategic_merge(items.get(item["name"], {}), item)
@@ -742,28 +836,108 @@ def strategic_merge(base: dict, patch: dict) -> dict:
     return out
 
 
-def test_notes_print_a_patch_that_adds_a_valid_sidecar_to_an_existing_vllm_deployment(chart):
-    notes = render_files(chart, ci_values("sidecar-values.yaml"))["specwatch/templates/NOTES.txt"]
+def assert_never_gates_vllm_readiness(container: dict) -> None:
+    """A pod is Ready only when every container is: the sidecar must have no probe that a config or
+    vLLM problem can fail, and must run in sidecar mode (never exits on a bad config)."""
+    assert "readinessProbe" not in container and "startupProbe" not in container
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert {"name": "SPECWATCH_MODE", "value": "sidecar"} in container["env"]
+    listen = container["args"][container["args"].index("--listen") + 1]
+    assert listen == f":{container['ports'][0]['containerPort']}", "the probe must find it even without a config"
+
+
+def sidecar_patch(chart, values: dict) -> dict:
+    notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
     match = re.search(r"^# --- specwatch sidecar patch begin ---\n(.*?)^# --- specwatch sidecar patch end ---",
-                      notes, re.S | re.M)
+                      notes, re.DOTALL | re.MULTILINE)
     assert match, notes
-    patch = yaml.safe_load(match.group(1))
-    vllm = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "vllm-engine", "namespace": NAMESPACE},
-        "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "vllm"}}, "template": {
-            "metadata": {"labels": {"app.kubernetes.io/name": "vllm"}},
-            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-                                     "volumeMounts": [{"name": "models", "mountPath": "/models"}]}],
-                     "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": "models"}}]}}},
-    }
+    return yaml.safe_load(match.group(1))
+
+
+# Minimal Deployments of the shapes specwatch meets. Only the parts a patch can collide with are kept.
+VLLM_EXAMPLE_CHART = {  # vLLM's examples/online_serving/chart-helm: one "vllm" container, a PVC at /data
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "demo-deployment-vllm", "namespace": NAMESPACE},
+    "spec": {"replicas": 1, "selector": {"matchLabels": {"environment": "test", "release": "test"}}, "template": {
+        "metadata": {"labels": {"environment": "test", "release": "test"}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                                 "ports": [{"name": "container-port", "containerPort": 8000}],
+                                 "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+                                               "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}},
+                                 "volumeMounts": [{"name": "demo-storage", "mountPath": "/data"}]}],
+                 "volumes": [{"name": "demo-storage", "persistentVolumeClaim": {"claimName": "demo-storage-claim"}}]}}},
+}
+PRODUCTION_STACK = {  # vllm-project/production-stack: "<release>-<model>-deployment-vllm", pull secret, no replicas under KEDA
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "vllm-llama3-deployment-vllm", "namespace": NAMESPACE},
+    "spec": {"selector": {"matchLabels": {"model": "llama3", "helm-release-name": "vllm"}}, "template": {
+        "metadata": {"labels": {"model": "llama3", "helm-release-name": "vllm"}},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                                 "ports": [{"name": "container-port", "containerPort": 8000}],
+                                 "volumeMounts": [{"name": "vllm-storage", "mountPath": "/data"}]}],
+                 "imagePullSecrets": [{"name": "vllm-registry"}],
+                 "volumes": [{"name": "vllm-storage", "persistentVolumeClaim": {"claimName": "vllm-llama3-storage-claim"}}]}}},
+}
+
+
+@pytest.mark.parametrize("vllm", [pytest.param(VLLM_EXAMPLE_CHART, id="vllm-example-chart"),
+                                  pytest.param(PRODUCTION_STACK, id="production-stack")])
+def test_notes_print_a_patch_that_adds_a_valid_sidecar_to_an_existing_vllm_deployment(chart, vllm):
+    values = merged(ci_values("sidecar-values.yaml"), {"imagePullSecrets": [{"name": "specwatch-registry"}],
+                                                      "extraVolumeMounts": []})
+    patch = sidecar_patch(chart, values)
+    assert "metadata" not in patch["spec"]["template"], "no pod annotation: a config change must not roll vLLM"
     patched = strategic_merge(vllm, patch)
     assert validation_errors(patched) == []
     spec = patched["spec"]["template"]["spec"]
     assert [c["name"] for c in spec["containers"]] == ["vllm", "specwatch"]
+    assert spec["containers"][0] == vllm["spec"]["template"]["spec"]["containers"][0], "vLLM's container is untouched"
     assert restricted_violations(spec, only_container="specwatch") == []
     mounts = {m["name"] for c in spec["containers"] for m in c.get("volumeMounts", [])}
     assert mounts <= {v["name"] for v in spec["volumes"]}, "every mount has a volume after the patch"
+    secrets = [s["name"] for s in spec["imagePullSecrets"]]
+    assert "specwatch-registry" in secrets
+    assert set(secrets) >= {s["name"] for s in vllm["spec"]["template"]["spec"].get("imagePullSecrets", [])}
+    sidecar = exporter_container(spec)
+    assert_never_gates_vllm_readiness(sidecar)
+    assert sidecar["resources"]["requests"] == sidecar["resources"]["limits"], "keeps a Guaranteed vLLM pod Guaranteed"
+
+
+def test_notes_print_an_extra_containers_entry_that_fits_the_vllm_example_chart_without_volumes(chart):
+    """vLLM's example chart appends `extraContainers` to its pod but offers no extra volumes: the entry
+    needs none, runs in sidecar mode with no config file, and targets vLLM's port on loopback."""
+    values = merged(ci_values("sidecar-values.yaml"), {"extraVolumeMounts": [], "sidecar": {"vllmPort": 8080}})
+    notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
+    match = re.search(r"^# --- specwatch extraContainers begin ---\n(.*?)^# --- specwatch extraContainers end ---",
+                      notes, re.DOTALL | re.MULTILINE)
+    assert match, notes
+    extra = yaml.safe_load(match.group(1))["extraContainers"]
+    vllm = copy.deepcopy(VLLM_EXAMPLE_CHART)
+    vllm["spec"]["template"]["spec"]["containers"] += extra  # what the chart's template does with them
+    assert validation_errors(vllm) == []
+    (sidecar,) = extra
+    assert "volumeMounts" not in sidecar and "--config" not in sidecar["args"]
+    assert {"name": "SPECWATCH_TARGET_URL", "value": "http://127.0.0.1:8080/metrics"} in sidecar["env"]
+    assert_never_gates_vllm_readiness(sidecar)
+    assert restricted_violations(vllm["spec"]["template"]["spec"], only_container="specwatch") == []
+
+
+def test_sidecar_patch_carries_no_pull_secrets_when_none_are_set(chart):
+    assert "imagePullSecrets" not in sidecar_patch(chart, ci_values("sidecar-values.yaml"))["spec"]["template"]["spec"]
+
+
+def test_standalone_keeps_its_readiness_probe_and_liveness_can_be_disabled(chart):
+    container = exporter_container(one(render(chart, STANDALONE), "Deployment")["spec"]["template"]["spec"])
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert {"name": "SPECWATCH_MODE", "value": "standalone"} in container["env"]
+    off = exporter_container(one(render(chart, merged(STANDALONE, {"livenessProbe": {"enabled": False}})),
+                                 "Deployment")["spec"]["template"]["spec"])
+    assert "livenessProbe" not in off
+
+
+def test_no_config_checksum_reaches_a_vllm_pod_from_any_sidecar_hook(chart):
+    files = render_files(chart, ci_values("sidecar-values.yaml"))
+    assert "checksum" not in files["specwatch/templates/NOTES.txt"]
 
 
 # ---- packaging -----------------------------------------------------------------------------------------
@@ -808,7 +982,7 @@ def test_readme_parameter_table_documents_every_value():
             yield prefix.rstrip(".")
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     readme = (CHART / "README.md").read_text()
-    table_keys = set(re.findall(r"^\| `([^`]+)` \|", readme.split("\n## Parameters\n", 1)[1], re.M))
+    table_keys = set(re.findall(r"^\| `([^`]+)` \|", readme.split("\n## Parameters\n", 1)[1], re.MULTILINE))
     documented = set(leaves(values))
     assert documented - table_keys == set(), "values missing from the README parameter table"
     assert table_keys - documented == set(), "README documents values that do not exist"
@@ -817,7 +991,7 @@ def test_readme_parameter_table_documents_every_value():
 def test_values_examples_in_the_readme_render_against_the_current_rules(chart):
     """Every YAML block marked <!-- values-example --> in the chart README is valid, current advice."""
     readme = (CHART / "README.md").read_text()
-    blocks = re.findall(r"<!-- values-example -->\n```yaml\n(.*?)```", readme, re.S)
+    blocks = re.findall(r"<!-- values-example -->\n```yaml\n(.*?)```", readme, re.DOTALL)
     assert len(blocks) >= 2
     for block in blocks:
         values = yaml.safe_load(block)
@@ -830,7 +1004,7 @@ def test_named_templates_the_readme_offers_exist_in_the_chart():
     readme = (CHART / "README.md").read_text()
     offered = set(re.findall(r'include "(specwatch\.[A-Za-z]+)"', readme))
     defined = set(re.findall(r'define "(specwatch\.[A-Za-z]+)"', (CHART / "templates" / "_helpers.tpl").read_text()))
-    assert {"specwatch.sidecarContainer", "specwatch.sidecarVolumes", "specwatch.configChecksum"} <= offered
+    assert {"specwatch.sidecarContainer", "specwatch.sidecarVolumes"} <= offered
     assert offered <= defined
 
 
@@ -839,7 +1013,6 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
     closed port: vLLM is down). /readyz must still turn 200 (readiness never depends on vLLM), /healthz
     must be 200, the helm test pod's script must pass, and SIGTERM must stop it promptly."""
     import signal
-    import socket
     import subprocess
     import time
     import urllib.error
@@ -848,10 +1021,7 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
     if not (ROOT / "exporter" / "specwatch" / "service.py").exists():
         pytest.skip("exporter service not present")
 
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+    from support.loopback import free_port
 
     port, dead_port = free_port(), free_port()
     values = merged(STANDALONE, {"containerPort": port, "config": {
@@ -887,7 +1057,7 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
         assert get(container["livenessProbe"]["httpGet"]["path"]) == 200
         script = one(objects, "Pod")["spec"]["containers"][0]["command"][2]
         test_run = subprocess.run([sys.executable, "-c", script, f"http://127.0.0.1:{port}/readyz"],
-                                  capture_output=True, text=True, timeout=30)
+                                  capture_output=True, text=True, timeout=30, check=False)
         assert test_run.returncode == 0, test_run.stdout + test_run.stderr
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)

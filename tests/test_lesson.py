@@ -10,12 +10,12 @@ import io
 import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-
 from specwatch import costmodel as cmod
 from specwatch import decide, lesson
+from specwatch.config import Config, DecisionConfig, DraftConfig, ModelConfig
+from specwatch.derive import WindowStats
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("SPECWATCH_UPDATE_GOLDEN") == "1"
@@ -65,21 +65,21 @@ def test_breakeven_json_matches_golden_for_70b_fp8_tp4_from_a_config_file(tmp_pa
 
 
 def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
-    rc, out = run(["breakeven", "--k", "3", "--batch", "48", "--alpha", "0.55", "--context", "2048", "--format", "json"])
+    _rc, out = run(["breakeven", "--k", "3", "--batch", "48", "--alpha", "0.55", "--context", "2048", "--format", "json"])
     row = json.loads(out)[0]
-    # The sidecar path: config defaults -> cost_model_from_config -> decide.assess on a window.
-    cfg = SimpleNamespace(model=SimpleNamespace(context_tokens=2048), draft=SimpleNamespace(method="auto", k=3,
-                                                                                            cost_per_token=None))
-    cm = cmod.cost_model_from_config(cfg)
-    stats = SimpleNamespace(spec_present=True, drafts=5000.0, acceptance_rate=0.55, draft_length=3.0,
-                            configured_k=3, position_rates=cmod.position_rates_from_alpha(0.55, 3), batch_size=48.0)
-    a = decide.assess(cm, stats, SimpleNamespace(min_drafts=500, margin=0.02), "auto", None)
+    # The sidecar path: config -> cost_model_from_config -> decide.assess on a window.
+    cm = cmod.cost_model_from_config(Config(model=ModelConfig(context_tokens=2048), draft=DraftConfig(k=3)))
+    stats = WindowStats(route="r", window="1m", t=0.0, samples=10, span_seconds=60.0, spec_present=True,
+                        drafts=5000.0, acceptance_rate=0.55, draft_length=3.0, configured_k=3,
+                        position_rates=cmod.position_rates_from_alpha(0.55, 3), batch_size=48.0)
+    a = decide.assess(cm, stats, DecisionConfig(min_drafts=500, margin=0.02), "auto", None)
+    assert a.breakeven_acceptance_rate is not None and a.expected_speedup is not None
     assert row["breakeven_acceptance_rate"] == round(a.breakeven_acceptance_rate, 4)
     assert row["expected_speedup"] == round(a.expected_speedup, 4)
 
 
 def test_breakeven_raw_bandwidth_and_flops_and_draft_cost_flags():
-    rc, out = run(["breakeven", "--bandwidth", "2e12", "--flops", "4e14", "--params", "8e9", "--draft-cost", "0.05",
+    _rc, out = run(["breakeven", "--bandwidth", "2e12", "--flops", "4e14", "--params", "8e9", "--draft-cost", "0.05",
                    "--k", "4", "--batch", "1", "--format", "json"])
     assert json.loads(out)[0]["breakeven_acceptance_rate"] == pytest.approx(0.05, abs=1e-4)
 
@@ -119,7 +119,7 @@ def test_simulate_is_reproducible_with_a_seed_and_changes_with_another():
 
 
 def test_simulated_speedup_and_alpha_track_the_model_over_many_requests():
-    rc, out = run(["simulate", "--alphas", "0.3,0.7", "--k", "3", "--batch", "1,64", "--tokens", "200",
+    _rc, out = run(["simulate", "--alphas", "0.3,0.7", "--k", "3", "--batch", "1,64", "--tokens", "200",
                    "--requests", "40", "--format", "json"])
     for g in json.loads(out)["grid"]:
         assert g["measured_alpha"] == pytest.approx(g["alpha"], abs=0.04)
@@ -172,7 +172,7 @@ def test_plan_markdown_matches_golden_and_has_every_stage():
 def test_plan_at_high_concurrency_flags_the_code_route_below_break_even(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(cmod.MODEL_HF_CONFIGS["llama-3.3-70b"]))
-    rc, out = run(["plan", "--model-config", str(cfg), "--hardware", "h100-sxm", "--dtype", "fp8", "--tp", "4",
+    _rc, out = run(["plan", "--model-config", str(cfg), "--hardware", "h100-sxm", "--dtype", "fp8", "--tp", "4",
                    "--context", "1024", "--k", "5", "--traffic", "chat=0.7:0.7,code=0.3:0.4", "--concurrency", "256"])
     code_row = next(ln for ln in out.splitlines() if ln.startswith("| code"))
     assert code_row.rstrip().endswith("| disable |")
@@ -194,3 +194,31 @@ def test_memory_json_matches_golden_eagle3_head_vs_llama_32_1b_for_llama_33_70b(
 def test_missing_model_config_file_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="model-config"):
         run(["breakeven", "--model-config", str(tmp_path / "nope.json"), "--k", "3", "--batch", "1"])
+
+
+# ------------------------------------------------------------------------------------------
+# The report functions take explicit parameters; the commands share one set of target options
+# ------------------------------------------------------------------------------------------
+
+def test_plan_and_memory_reports_called_directly_match_the_commands():
+    cm = cmod.build_cost_model(model="llama-3.3-70b", dtype="fp8", tensor_parallel=4, draft_method="eagle3")
+    mix = [("chat", 0.7, 0.7), ("code", 0.3, 0.4)]
+    _, plan_out = run(["plan", "--traffic", "chat=0.7:0.7,code=0.3:0.4"])
+    assert lesson.plan_markdown(cm, lesson.Rollout(method="eagle3", k=3, concurrency=64, traffic=mix)) == plan_out
+    _, memory_out = run(["memory", "--format", "json"])
+    rep = lesson.memory_report(cm, cmod.MODEL_PRESETS["llama-3.2-1b"], draft_dtype="bf16", draft_vocab=32000,
+                               concurrency=64, context_tokens=2048, gpu_memory_utilization=0.9)
+    assert json.loads(memory_out) == rep
+
+
+@pytest.mark.parametrize("command, numbers", [
+    (["breakeven", "--k", "3", "--batch", "1,64", "--format", "json"], lambda rep: rep),
+    (["memory", "--format", "json"], lambda rep: rep["components"]),
+])
+def test_every_command_accepts_a_preset_a_config_json_or_a_parameter_count_for_the_target(command, numbers, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(cmod.MODEL_HF_CONFIGS["qwen2.5-7b"]))
+    by_preset, by_file, by_params = (numbers(json.loads(run([*command, *target])[1]))
+                                     for target in (["--model", "qwen2.5-7b"], ["--model-config", str(cfg)],
+                                                    ["--params", "7.6e9"]))
+    assert by_preset == by_file != by_params

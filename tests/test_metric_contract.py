@@ -10,13 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client import generate_latest
-
 from specwatch import sim
-from specwatch.collector import registry_for
 from specwatch.config import from_mapping
 from specwatch.demo import sidecar_config_for
-from specwatch.pipeline import Pipeline
+from specwatch.service import Service
 
 promql_parser = pytest.importorskip("promql_parser")
 REPO = Path(__file__).resolve().parents[1]
@@ -36,9 +33,11 @@ DESIGN_CONTRACT = {
     "specwatch_target_restarts_total", "specwatch_last_scrape_success_timestamp_seconds",
     "specwatch_build_info", "specwatch_route_info",
 }
-# Added beyond DESIGN §6 for the alerts' routing and annotations.
+# Added beyond the original contract: the alerts' routing and annotations, and config reloads (the
+# names Prometheus uses for its own reloads).
 EXTENSIONS = {"specwatch_recommended_config_info", "specwatch_route_expects_speculation",
-              "specwatch_baseline_itl_p99_seconds"}
+              "specwatch_baseline_itl_p99_seconds", "specwatch_config_last_reload_successful",
+              "specwatch_config_last_reload_success_timestamp_seconds"}
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +48,18 @@ def exposition() -> set[str]:
                              poll_interval=5.0, windows=("1m", "5m"))
     route = scenario.model_names[0]
     raw["routes"] = [{"name": route, "match": {"model_name": route}, "baseline_itl_p99_seconds": 0.05}]
-    pipeline = Pipeline(from_mapping(raw, environ={}))
+    config = from_mapping(raw, environ={})
+    # The service's registry: the collector's families plus the service's own (config reloads).
+    service = Service(config)
+    pipeline = service.pipeline
     simulator = sim.Simulator(scenario, seed=1)
     for i in range(1, 80):
         simulator.advance_to(5.0 * i)
         pipeline.ingest("vllm", 5.0 * i, simulator.render(), duration=0.01)
         pipeline.evaluate(5.0 * i)
-    text = generate_latest(registry_for(pipeline.state)).decode()
+    service.published = service._publish(ready=True)
+    service.stop()
+    text = service.published.metrics.decode()
     return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 

@@ -194,8 +194,8 @@ def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys
 
 
 def test_auto_method_is_inferred_as_ngram_when_drafts_are_shorter_than_k_as_on_the_real_ngram_server():
-    from support.paths import shared_path
-    files = sorted(shared_path("fixtures", "vllm-cpu-real").glob("0[23]*.prom"))
+    from support.paths import fixture_path
+    files = sorted(fixture_path("vllm-cpu-real").glob("0[23]*.prom"))
     lines = [json.dumps({"t": 2.0 * i, "target": "vllm", "text": p.read_text()}) for i, p in enumerate(files)]
     config = {"poll_interval": "1s", "windows": ["10s"], "decision": {"min_drafts": 50}}
     pipeline = Pipeline(from_mapping(config))

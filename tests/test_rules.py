@@ -3,7 +3,7 @@
 - `promtool check rules` (with --lint=all) accepts every rule file; `promtool test rules` passes for
   every per-group test file, run from another directory (rule_files are relative to the test file).
 - Contract: every metric a rule or an annotation template query reads is exported by the sidecar
-  (DESIGN.md §6 plus the extra names the lead committed to), recorded by a rule, or Prometheus's `up`;
+  (the metric contract, tests/test_metric_contract.py), recorded by a rule, or Prometheus's `up`;
   every derived `{route,window}` gauge is read with `window="5m"` pinned.
 - Conventions the chart and users rely on: the six alert names in the two groups, one `for:` each,
   severity/summary/description/runbook_url, runbook sections that exist.
@@ -30,7 +30,7 @@ RUNBOOK_URL = "https://github.com/specwatch/specwatch/blob/main/docs/runbook.md#
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) not installed")
 
-# DESIGN.md §6, exact names.
+# The metric contract, exact names.
 MIRRORED = {
     "specwatch_drafts_total", "specwatch_draft_tokens_total", "specwatch_accepted_tokens_total",
     "specwatch_accepted_tokens_by_position_total", "specwatch_generation_tokens_total",
@@ -49,17 +49,22 @@ HEALTH = {
     "specwatch_target_up", "specwatch_scrape_duration_seconds", "specwatch_scrape_errors_total",
     "specwatch_target_restarts_total", "specwatch_last_scrape_success_timestamp_seconds",
     "specwatch_build_info", "specwatch_route_info",
-    # committed by the lead in addition to §6
+    # in addition to the original contract
     "specwatch_route_expects_speculation", "specwatch_baseline_itl_p99_seconds",
+    "specwatch_config_last_reload_successful", "specwatch_config_last_reload_success_timestamp_seconds",
 }
 PROMETHEUS_OWN = {"up"}
 CONTRACT = MIRRORED | DERIVED | HEALTH | PROMETHEUS_OWN
 
 ALERTS = {
-    "spec-decode": {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended",
+    "spec-decode": {"SpecDecodeFleetBelowBreakeven", "SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended",
                     "SpecDecodeITLP99Regression", "SpecDecodeMetricsMissing"},
-    "specwatch-health": {"SpecDecodeTargetDown", "SpecDecodeExporterDown"},
+    "specwatch-health": {"SpecDecodeTargetDown", "SpecDecodeExporterDown", "SpecwatchConfigReloadFailed"},
 }
+# Recording rules in the alerts file: replica counts per route for the fleet alert. They count the
+# per-replica margin gauge (window pinned), which is the only place a verdict per replica exists.
+REPLICA_COUNTS = {"namespace_route:specwatch_replicas_below_breakeven:count",
+                  "namespace_route:specwatch_replicas_assessed:count"}
 # alerts about spec-decode performance: their description carries the live numbers + recommendation
 PERFORMANCE_ALERTS = {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended", "SpecDecodeITLP99Regression"}
 
@@ -111,7 +116,7 @@ def every_expression() -> list[tuple[str, str]]:
 
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False)
 
 
 # ---- promtool -------------------------------------------------------------------------------------
@@ -184,7 +189,7 @@ def test_derived_gauges_are_always_read_with_window_5m_pinned():
 
 def test_recording_rules_are_built_from_mirrored_counters_never_from_ratio_gauges():
     for rule in all_rules():
-        if "record" not in rule:
+        if "record" not in rule or rule["record"] in REPLICA_COUNTS:
             continue
         level, metric, ops = rule["record"].split(":")
         assert level and metric.startswith("specwatch_") and ops, rule["record"]
@@ -206,7 +211,7 @@ def test_recording_rule_names_follow_level_metric_operations_with_level_matching
 
 # ---- conventions ----------------------------------------------------------------------------------
 
-def test_the_six_alerts_live_in_groups_spec_decode_and_specwatch_health_once_each():
+def test_the_eight_alerts_live_in_groups_spec_decode_and_specwatch_health_once_each():
     seen: dict[str, set[str]] = {}
     names = []
     for _, group in groups():
@@ -215,7 +220,7 @@ def test_the_six_alerts_live_in_groups_spec_decode_and_specwatch_health_once_eac
                 seen.setdefault(group["name"], set()).add(rule["alert"])
                 names.append(rule["alert"])
     assert seen == ALERTS
-    assert len(names) == len(set(names)) == 6
+    assert len(names) == len(set(names)) == 8
 
 
 def test_every_alert_has_one_plain_for_severity_summary_description_and_runbook_url():
@@ -232,11 +237,11 @@ def test_every_alert_has_one_plain_for_severity_summary_description_and_runbook_
                            "specwatch_recommended_config_info"):
                 assert needle in ann["description"], (name, needle)
     # exactly one `for:` line per alert, so a chart can rewrite it by alert name
-    assert len(re.findall(r"^\s+for:\s", text, flags=re.M)) == len(alerts())
+    assert len(re.findall(r"^\s+for:\s", text, flags=re.MULTILINE)) == len(alerts())
 
 
 def test_runbook_has_a_section_for_every_alert_at_its_runbook_url_anchor():
-    headings = re.findall(r"^## (\S+)\s*$", RUNBOOK.read_text(), flags=re.M)
+    headings = re.findall(r"^## (\S+)\s*$", RUNBOOK.read_text(), flags=re.MULTILINE)
     anchors = {h.lower() for h in headings}
     for name, rule in alerts().items():
         assert rule["annotations"]["runbook_url"].split("#", 1)[1] in anchors, name
@@ -249,8 +254,8 @@ MUTATIONS = [
     # (rule file, original text, mutated text, why a correct suite must fail)
     ("specwatch-alerts.yaml", "specwatch_acceptance_margin{window=\"5m\"} < 0\n        for: 15m",
      "specwatch_acceptance_margin{window=\"5m\"} < 0\n        for: 5m", "fires before for: 15m"),
-    ("specwatch-alerts.yaml", "specwatch_acceptance_margin{window=\"5m\"} < 0",
-     "specwatch_acceptance_margin < 0", "window not pinned: the 1m window of another route fires"),
+    ("specwatch-alerts.yaml", "          specwatch_acceptance_margin{window=\"5m\"} < 0\n",
+     "          specwatch_acceptance_margin < 0\n", "window not pinned: the 1m window of another route fires"),
     ("specwatch-alerts.yaml", "1.2 * specwatch_baseline_itl_p99_seconds",
      "1.0 * specwatch_baseline_itl_p99_seconds", "ITL factor lost"),
     ("specwatch-alerts.yaml", "< on (job, instance, route) group_left ()",
@@ -263,8 +268,15 @@ MUTATIONS = [
      "missing-metrics fires for a down target of a sidecar whose other target is up"),
     ("specwatch-alerts.yaml", "(time() - specwatch_last_scrape_success_timestamp_seconds) > 300",
      "(time() - specwatch_last_scrape_success_timestamp_seconds) > 3000", "wedged poller missed"),
-    ("specwatch-alerts.yaml", "up{job=~\".*specwatch.*\"} == 0\n            or on (job, namespace)",
-     "absent(up{job=~\".*specwatch.*\"} == 1)\n            or on (job, namespace)", "labels lost (V12c)"),
+    ("specwatch-alerts.yaml", "up{job=~\".*specwatch.*\"} == 0\n",
+     "up{job=~\".*specwatch.*\"} == 0 or on () absent(up{job=~\".*specwatch.*\"})\n",
+     "fires when vLLM scales to zero"),
+    ("specwatch-alerts.yaml", "severity: warning\n        annotations:\n          summary: specwatch cannot read",
+     "severity: critical\n        annotations:\n          summary: specwatch cannot read", "target down pages"),
+    ("specwatch-alerts.yaml", "> 300\n        for: 20m", "> 300\n        for: 10m", "a cold start fires target down"),
+    ("specwatch-alerts.yaml", ") >= 0.25", ") >= 0", "fleet alert fires for a route with no replica below"),
+    ("specwatch-alerts.yaml", "count by (namespace, route) (specwatch_acceptance_margin{window=\"5m\"} < 0)",
+     "count by (namespace, route) (specwatch_acceptance_margin < 0)", "fleet count reads every window"),
     ("specwatch-recording.yaml", "sum by (namespace, route) (rate(specwatch_accepted_tokens_total[5m]))",
      "avg by (namespace, route) (rate(specwatch_accepted_tokens_total[5m]))", "averaging across pods"),
     ("specwatch-recording.yaml", "(namespace_route:specwatch_draft_tokens:rate5m > 0)",

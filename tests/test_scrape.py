@@ -71,3 +71,57 @@ def test_reordered_labels_are_the_same_series():
     selector = Selector({"a": "counter"})
     with pytest.raises(ExpositionError):  # the same series twice, labels in another order
         selector.parse('# TYPE a_total counter\na_total{x="1",y="2"} 1\na_total{y="2",x="1"} 2\n')
+
+
+@pytest.fixture
+def keepalive_server():
+    """An HTTP/1.1 server that keeps connections open and records each request's connection and headers."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[tuple[tuple[str, int], dict[str, str]]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            seen.append((self.client_address, dict(self.headers)))
+            body = b"# TYPE x counter\nx_total 1\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            # Idle keep-alive timeout of a real server: close without saying so in the response.
+            self.close_connection = httpd.close_silently
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.close_silently = False
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd, seen
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_polls_reuse_one_kept_alive_connection_and_send_url_credentials_as_basic_auth(keepalive_server):
+    httpd, seen = keepalive_server
+    port = httpd.server_address[1]
+    scraper = Scraper(f"http://user:p%40ss@127.0.0.1:{port}/metrics", timeout=1.0, max_bytes=1 << 20)
+    for _ in range(3):
+        assert scraper.fetch().text.startswith("# TYPE x counter")
+    scraper.close()
+    assert len({address for address, _ in seen}) == 1  # one TCP connection for three polls
+    assert all(headers["Authorization"] == "Basic dXNlcjpwQHNz" for _, headers in seen)  # user:p@ss
+    assert all(headers["Accept-Encoding"] == "gzip" for _, headers in seen)
+
+
+def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_failed_poll(keepalive_server):
+    httpd, seen = keepalive_server
+    httpd.close_silently = True
+    scraper = Scraper(f"http://127.0.0.1:{httpd.server_address[1]}/metrics", timeout=1.0, max_bytes=1 << 20)
+    for _ in range(3):
+        assert scraper.fetch().text  # each on a new connection, never a `connect` error
+        time.sleep(0.05)  # the server's close reaches the client
+    scraper.close()
+    assert len({address for address, _ in seen}) == 3

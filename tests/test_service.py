@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from support.paths import shared_path
+from support.loopback import free_port, wait_http
+from support.paths import fixture_path
 
 
 class PayloadServer:
@@ -48,16 +49,9 @@ class PayloadServer:
         self.httpd.server_close()
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def sidecar(tmp_path):
-    files = sorted(shared_path("fixtures", "vllm-cpu-real").glob("0[2-3]*.prom"))
+    files = sorted(fixture_path("vllm-cpu-real").glob("0[2-3]*.prom"))
     server = PayloadServer(p.read_text() for p in files)
     port = free_port()
     config = tmp_path / "specwatch.yaml"
@@ -70,14 +64,7 @@ def sidecar(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(base + "/readyz", timeout=1).status_code == 200:
-                break
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.1)
+    wait_http(base + "/readyz", 20, proc)
     yield base, proc, server
     if proc.poll() is None:
         proc.kill()
@@ -96,7 +83,7 @@ def wait_for(predicate, timeout=15.0):
 
 
 def test_run_serves_metrics_and_status_over_http_from_real_payloads(sidecar):
-    base, proc, _ = sidecar
+    base, _, _ = sidecar
 
     def have_verdict():
         status = requests.get(base + "/api/v1/status", timeout=2).json()
@@ -125,7 +112,7 @@ def test_exported_metrics_pass_promtool_check_metrics(sidecar):
     base, _, _ = sidecar
     wait_for(lambda: "specwatch_acceptance_rate{" in requests.get(base + "/metrics", timeout=2).text)
     body = requests.get(base + "/metrics", timeout=2).text
-    proc = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -157,7 +144,7 @@ def test_a_hung_target_does_not_slow_the_polls_of_the_others(tmp_path):
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(16)  # the kernel accepts connections; nobody ever answers
-    good = PayloadServer([shared_path("fixtures", "vllm-cpu-real", "030.prom").read_text()])
+    good = PayloadServer([fixture_path("vllm-cpu-real", "030.prom").read_text()])
     port = free_port()
     config = tmp_path / "two.yaml"
     config.write_text(json.dumps({
@@ -190,3 +177,208 @@ def test_a_hung_target_does_not_slow_the_polls_of_the_others(tmp_path):
         proc.wait(timeout=5)
         good.stop()
         hung.close()
+
+
+# -- config reload in place (SIGHUP and file change) and sidecar mode ----------------------------
+
+class ConfigMapDir:
+    """A directory laid out like a mounted ConfigMap: specwatch.yaml -> ..data/specwatch.yaml, and an
+    update is the kubelet's atomic swap of the ..data symlink to a new timestamped directory."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.generation = 0
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "specwatch.yaml").symlink_to("..data/specwatch.yaml")
+
+    @property
+    def path(self) -> Path:
+        return self.root / "specwatch.yaml"
+
+    def publish(self, document: dict | str) -> None:
+        self.generation += 1
+        version = self.root / f"..2026_11_30_{self.generation:04d}"
+        version.mkdir()
+        text = document if isinstance(document, str) else json.dumps(document)
+        (version / "specwatch.yaml").write_text(text)
+        tmp = self.root / "..data_tmp"
+        tmp.symlink_to(version.name)
+        os.replace(tmp, self.root / "..data")
+
+
+def metric_value(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+def start_run(config_path: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config_path), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def stderr_lines_after_stop(proc: subprocess.Popen) -> list[dict]:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=5)
+    return [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith("{")]
+
+
+@pytest.fixture
+def reloadable(tmp_path):
+    files = sorted(fixture_path("vllm-cpu-real").glob("0[2-3]*.prom"))
+    server = PayloadServer(p.read_text() for p in files)
+    port = free_port()
+    good = {"listen": f"127.0.0.1:{port}", "poll_interval": "300ms", "windows": ["2s", "5s"],
+            "targets": [{"name": "vllm", "url": server.url}],
+            "routes": [{"name": "chat", "match": {"model_name": "tiny-llama"}}],
+            "decision": {"min_drafts": 50, "hold": 3}}
+    configmap = ConfigMapDir(tmp_path / "config")
+    configmap.publish(good)
+    proc = start_run(configmap.path)
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: answers(base + "/healthz"))
+    yield base, proc, configmap, good
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=5)
+    server.stop()
+
+
+def target_polls(base: str) -> int:
+    return int(requests.get(base + "/api/v1/status", timeout=2).json()["targets"][0]["polls"])
+
+
+def route_samples(base: str) -> int:
+    status = requests.get(base + "/api/v1/status", timeout=2).json()
+    windows = status["routes"][0]["windows"] if status["routes"] else {}
+    return int(windows.get("5s", {}).get("samples") or 0)
+
+
+def test_a_changed_configmap_is_applied_in_place_and_a_bad_one_refused_keeping_the_old(reloadable):
+    base, proc, configmap, good = reloadable
+    wait_for(lambda: route_samples(base) >= 3)
+    metrics = requests.get(base + "/metrics", timeout=2).text
+    assert metric_value(metrics, "specwatch_config_last_reload_successful") == 1.0
+    first_success = metric_value(metrics, "specwatch_config_last_reload_success_timestamp_seconds")
+    assert first_success is not None
+
+    configmap.publish({**good, "decision": {"min_drafts": 50, "hold": "banana"}})
+    wait_for(lambda: metric_value(requests.get(base + "/metrics", timeout=2).text,
+                                  "specwatch_config_last_reload_successful") == 0.0)
+    samples_before, polls_before = route_samples(base), target_polls(base)
+    wait_for(lambda: target_polls(base) > polls_before + 2)  # the old config keeps polling
+    metrics = requests.get(base + "/metrics", timeout=2).text
+    assert metric_value(metrics, "specwatch_config_last_reload_success_timestamp_seconds") == first_success
+
+    configmap.publish({**good, "decision": {"min_drafts": 50, "hold": 5}})
+    wait_for(lambda: metric_value(requests.get(base + "/metrics", timeout=2).text,
+                                  "specwatch_config_last_reload_successful") == 1.0)
+    # Targets and windows did not change: the windows' history survived the reload.
+    assert route_samples(base) >= samples_before
+    metrics = requests.get(base + "/metrics", timeout=2).text
+    assert metric_value(metrics, "specwatch_config_last_reload_success_timestamp_seconds") > first_success
+    assert proc.poll() is None
+
+    logs = stderr_lines_after_stop(proc)
+    assert proc.returncode == 0
+    refused = [line for line in logs if line["event"] == "config_reload_failed"]
+    assert len(refused) == 1 and "decision.hold" in refused[0]["error"]
+    applied = [line for line in logs if line["event"] == "config_reloaded"]
+    assert len(applied) == 1 and applied[0]["rebuilt"] == [] and applied[0]["trigger"] == "file"
+    assert sum(line["event"] == "started" for line in logs) == 1  # no restart
+
+
+def test_sighup_reloads_the_config_instead_of_killing_the_process(reloadable):
+    base, proc, configmap, good = reloadable
+    wait_for(lambda: route_samples(base) >= 2)
+    # Written in place (no swap), so only the signal can make it apply before the next stat sees it.
+    version = (configmap.root / "..data").resolve()
+    (version / "specwatch.yaml").write_text(json.dumps({**good, "windows": ["7s"]}))
+    proc.send_signal(signal.SIGHUP)
+    status = wait_for(lambda: (s := requests.get(base + "/api/v1/status", timeout=2).json())["windows"] == ["7s"] and s)
+    assert status["windows"] == ["7s"] and proc.poll() is None
+    proc.send_signal(signal.SIGHUP)  # a second signal with the same good file re-applies it, harmlessly
+    time.sleep(0.5)
+    assert proc.poll() is None
+    logs = stderr_lines_after_stop(proc)
+    applied = [line for line in logs if line["event"] == "config_reloaded"]
+    assert applied and applied[0]["rebuilt"] == ["pipeline"]  # new windows: history starts afresh
+    assert "signal" in {line["trigger"] for line in applied}
+
+
+@pytest.mark.parametrize("bad", ["missing", "windows: [nope]\n"])
+def test_sidecar_mode_stays_up_on_a_bad_config_and_recovers_when_it_is_fixed(tmp_path, bad):
+    server = PayloadServer([fixture_path("vllm-cpu-real", "030.prom").read_text()])
+    port = free_port()
+    configmap = ConfigMapDir(tmp_path / "config")
+    if bad != "missing":
+        configmap.publish(bad)
+    proc = start_run(configmap.path, "--listen", f"127.0.0.1:{port}", env={"SPECWATCH_MODE": "sidecar"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: answers(base + "/healthz"))
+        time.sleep(1.5)  # several idle ticks: still up, still live
+        assert proc.poll() is None and answers(base + "/healthz")
+        metrics = requests.get(base + "/metrics", timeout=2).text
+        assert metric_value(metrics, "specwatch_config_last_reload_successful") == 0.0
+        assert "specwatch_target_up{" not in metrics  # nothing is polled without a config
+
+        configmap.publish({"listen": f"127.0.0.1:{port}", "poll_interval": "300ms",
+                           "targets": [{"name": "vllm", "url": server.url}]})
+        wait_for(lambda: 'specwatch_target_up{target="vllm"} 1.0' in requests.get(base + "/metrics", timeout=2).text)
+        assert metric_value(requests.get(base + "/metrics", timeout=2).text,
+                            "specwatch_config_last_reload_successful") == 1.0
+        logs = stderr_lines_after_stop(proc)
+        assert proc.returncode == 0
+        errors = [line for line in logs if line["event"] == "config_error"]
+        assert len(errors) == 1
+        assert ("not found" in errors[0]["error"]) if bad == "missing" else ("windows[0]" in errors[0]["error"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.stop()
+
+
+def test_without_sidecar_mode_a_bad_config_still_exits_2_naming_the_key(tmp_path):
+    config = tmp_path / "specwatch.yaml"
+    config.write_text("windows: [nope]\n")
+    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
+                          capture_output=True, text=True, timeout=30, check=False,
+                          env={**os.environ, "SPECWATCH_MODE": ""})
+    assert proc.returncode == 2 and "windows[0]" in proc.stderr
+
+
+@pytest.mark.parametrize("window, warned", [("5m", True), ("15m", False)])
+def test_check_config_warns_when_the_alert_window_is_not_a_configured_window(tmp_path, window, warned):
+    config = tmp_path / "specwatch.yaml"
+    config.write_text("windows: [1m, 15m]\n")
+    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "check-config", str(config)],
+                          capture_output=True, text=True, timeout=30, check=False,
+                          env={**os.environ, "SPECWATCH_ALERT_WINDOW": window})
+    assert proc.returncode == 0, proc.stderr
+    assert ('window="5m"' in proc.stderr and "can never fire" in proc.stderr) == warned, proc.stderr
+
+
+def test_run_warns_once_at_start_when_the_alert_window_is_not_a_configured_window(tmp_path):
+    port = free_port()
+    config = tmp_path / "specwatch.yaml"
+    config.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "windows": ["1m", "15m"],
+                                  "targets": [{"url": f"http://127.0.0.1:{free_port()}/metrics"}]}))
+    proc = start_run(config, "--alert-window", "5m")
+    try:
+        wait_for(lambda: answers(f"http://127.0.0.1:{port}/healthz"))
+        logs = stderr_lines_after_stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    warnings = [line for line in logs if line["event"] == "alert_window_not_in_windows"]
+    assert len(warnings) == 1 and "can never fire" in warnings[0]["message"]

@@ -7,11 +7,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch.sim import Simulator, load_scenario
 from specwatch.sim.scenario import parse_scenario
 
-from support.paths import shared_path
+from support.paths import fixture_path
 
 
 def real_fixture() -> str:
-    return shared_path("fixtures", "vllm-cpu-real", "035.prom").read_text()
+    return fixture_path("vllm-cpu-real", "035.prom").read_text()
 
 
 def families(text):

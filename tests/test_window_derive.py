@@ -1,13 +1,14 @@
 """Window semantics (Prometheus reset rule, _created resets, whole-histogram resets) and the
 derived values, checked against values computed independently of specwatch."""
 
+import itertools
 import math
 import random
 
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from specwatch.derive import histogram_quantile
-from specwatch.vllm import RouteSnapshot
+from specwatch.vllm import RouteSnapshot, SeriesKey
 from specwatch.window import RouteWindow
 
 
@@ -19,7 +20,7 @@ def snap(t, counters, created=None, schema="v1"):
 def prometheus_increase(values):
     """Reference: Prometheus's reset rule over consecutive samples, without extrapolation."""
     total = 0.0
-    for previous, current in zip(values, values[1:]):
+    for previous, current in itertools.pairwise(values):
         total += current - previous if current >= previous else current
     return total
 
@@ -27,51 +28,51 @@ def prometheus_increase(values):
 def test_increase_follows_the_prometheus_reset_rule_when_the_counter_drops():
     w = RouteWindow(600)
     for t, v in enumerate([10, 20, 30, 5, 15]):
-        w.ingest(snap(t * 5.0, {("drafts", "0"): float(v)}))
+        w.ingest(snap(t * 5.0, {SeriesKey("drafts", "0"): float(v)}))
     view = w.view(20.0, 600)
-    assert view.increase(("drafts", "0")) == prometheus_increase([10, 20, 30, 5, 15]) == 35
+    assert view.increase(SeriesKey("drafts", "0")) == prometheus_increase([10, 20, 30, 5, 15]) == 35
 
 
 def test_a_changed_created_timestamp_is_a_reset_even_when_the_value_did_not_drop():
     w = RouteWindow(600)
-    w.ingest(snap(0, {("drafts", "0"): 100.0}, {("drafts", "0"): 1000.0}))
-    w.ingest(snap(5, {("drafts", "0"): 110.0}, {("drafts", "0"): 1000.0}))
+    w.ingest(snap(0, {SeriesKey("drafts", "0"): 100.0}, {SeriesKey("drafts", "0"): 1000.0}))
+    w.ingest(snap(5, {SeriesKey("drafts", "0"): 110.0}, {SeriesKey("drafts", "0"): 1000.0}))
     # vLLM restarted and counted past the old value between two polls: only _created tells.
-    assert w.ingest(snap(10, {("drafts", "0"): 150.0}, {("drafts", "0"): 2000.0}))
-    assert w.view(10, 600).increase(("drafts", "0")) == 10 + 150
+    assert w.ingest(snap(10, {SeriesKey("drafts", "0"): 150.0}, {SeriesKey("drafts", "0"): 2000.0}))
+    assert w.view(10, 600).increase(SeriesKey("drafts", "0")) == 10 + 150
     assert w.resets == 1
 
 
 def test_a_histogram_resets_as_a_whole_when_any_bucket_drops():
     w = RouteWindow(600)
-    b = lambda le: ("itl_bucket", "0", le)
-    w.ingest(snap(0, {b(0.01): 5.0, b(math.inf): 10.0, ("itl_count", "0"): 10.0, ("itl_sum", "0"): 1.0}))
+    b = lambda le: SeriesKey("itl_bucket", "0", le)
+    w.ingest(snap(0, {b(0.01): 5.0, b(math.inf): 10.0, SeriesKey("itl_count", "0"): 10.0, SeriesKey("itl_sum", "0"): 1.0}))
     # Only the lowest bucket drops, the +Inf bucket and count rise: a restart all the same.
-    w.ingest(snap(5, {b(0.01): 1.0, b(math.inf): 12.0, ("itl_count", "0"): 12.0, ("itl_sum", "0"): 1.5}))
+    w.ingest(snap(5, {b(0.01): 1.0, b(math.inf): 12.0, SeriesKey("itl_count", "0"): 12.0, SeriesKey("itl_sum", "0"): 1.5}))
     view = w.view(5, 600)
     assert view.increase(b(0.01)) == 1.0
     assert view.increase(b(math.inf)) == 12.0
-    assert view.increase(("itl_sum", "0")) == 1.5
+    assert view.increase(SeriesKey("itl_sum", "0")) == 1.5
 
 
 def test_window_spans_the_oldest_snapshot_at_or_after_now_minus_width():
     w = RouteWindow(600)
     for t in range(0, 100, 5):
-        w.ingest(snap(float(t), {("drafts", "0"): float(t * 2)}))
+        w.ingest(snap(float(t), {SeriesKey("drafts", "0"): float(t * 2)}))
     view = w.view(95, 60)
     assert view.first.t == 35 and view.last.t == 95
-    assert view.increase(("drafts", "0")) == 120
+    assert view.increase(SeriesKey("drafts", "0")) == 120
     assert w.view(95, 4) is None  # one snapshot: no ratio
 
 
 def test_a_series_born_inside_the_window_counts_from_its_first_sighting():
     w = RouteWindow(600)
-    w.ingest(snap(0, {("drafts", "0"): 10.0}))
-    w.ingest(snap(5, {("drafts", "0"): 20.0, ("drafts", "1"): 500.0}))  # engine 1 appears
-    w.ingest(snap(10, {("drafts", "0"): 30.0, ("drafts", "1"): 520.0}))
+    w.ingest(snap(0, {SeriesKey("drafts", "0"): 10.0}))
+    w.ingest(snap(5, {SeriesKey("drafts", "0"): 20.0, SeriesKey("drafts", "1"): 500.0}))  # engine 1 appears
+    w.ingest(snap(10, {SeriesKey("drafts", "0"): 30.0, SeriesKey("drafts", "1"): 520.0}))
     view = w.view(10, 600)
-    assert view.increase(("drafts", "1")) == 20
-    assert view.increase(("drafts", "0")) == 20
+    assert view.increase(SeriesKey("drafts", "1")) == 20
+    assert view.increase(SeriesKey("drafts", "0")) == 20
 
 
 @settings(max_examples=150, deadline=None)
@@ -83,8 +84,8 @@ def test_window_increase_with_random_resets_equals_the_prometheus_increase_rule(
     for i, (inc, restart) in enumerate(steps):
         value = (0.0 if restart else value) + inc
         values.append(value)
-        w.ingest(snap(float(i), {("c", "0"): value}))
-    increase = w.view(float(len(steps) - 1), 10_000).increase(("c", "0"))
+        w.ingest(snap(float(i), {SeriesKey("c", "0"): value}))
+    increase = w.view(float(len(steps) - 1), 10_000).increase(SeriesKey("c", "0"))
     assert increase == prometheus_increase(values)
     assert increase >= 0
 
@@ -101,8 +102,8 @@ def test_window_increase_with_created_timestamps_equals_the_true_number_of_event
         value += inc
         if i > 0:
             truth += inc
-        w.ingest(snap(float(i), {("c", "0"): value}, {("c", "0"): created}))
-    assert w.view(float(len(steps) - 1), 10_000).increase(("c", "0")) == truth
+        w.ingest(snap(float(i), {SeriesKey("c", "0"): value}, {SeriesKey("c", "0"): created}))
+    assert w.view(float(len(steps) - 1), 10_000).increase(SeriesKey("c", "0")) == truth
 
 
 def test_histogram_quantile_matches_prometheus_semantics():
@@ -147,6 +148,7 @@ def test_histogram_quantile_agrees_with_an_independent_reimplementation_on_rando
 
 def test_the_poll_clock_never_steps_back_with_the_wall_clock(monkeypatch):
     import time as time_module
+
     from specwatch.scrape import steady_clock
 
     wall = [1_000_000.0]
@@ -166,15 +168,15 @@ def test_a_half_applied_step_in_multiprocess_mode_is_not_taken_for_a_restart():
     def mp_snap(t, drafts, tokens, accepted):
         return RouteSnapshot(t=t, target="vllm", route="r", model_name="m", schema="v1", spec_present=True,
                              engines=("0",), configured_k=4, created={}, running=running,
-                             counters={("drafts", "0"): drafts, ("draft_tokens", "0"): tokens,
-                                       ("accepted", "0"): accepted})
+                             counters={SeriesKey("drafts", "0"): drafts, SeriesKey("draft_tokens", "0"): tokens,
+                                       SeriesKey("accepted", "0"): accepted})
 
     assert not w.ingest(mp_snap(0, 1_000_000, 4_000_000, 2_000_000))
     # 16 drafts of the last step are in, their 64 tokens and 40 accepted are not yet.
     assert not w.ingest(mp_snap(5, 1_000_016, 4_000_000, 2_000_000))
     assert not w.ingest(mp_snap(10, 1_000_400, 4_001_600, 2_000_960))
     assert w.resets == 0
-    assert w.view(10, 600).increase(("drafts", "0")) == 400
+    assert w.view(10, 600).increase(SeriesKey("drafts", "0")) == 400
 
 
 def test_a_hidden_restart_that_breaks_vllms_identities_is_still_detected_without_created():
@@ -183,10 +185,10 @@ def test_a_hidden_restart_that_breaks_vllms_identities_is_still_detected_without
     def mp_snap(t, drafts, tokens, accepted):
         return RouteSnapshot(t=t, target="vllm", route="r", model_name="m", schema="v1", spec_present=True,
                              engines=("0",), configured_k=4, created={}, running={"0": 4.0},
-                             counters={("drafts", "0"): drafts, ("draft_tokens", "0"): tokens,
-                                       ("accepted", "0"): accepted})
+                             counters={SeriesKey("drafts", "0"): drafts, SeriesKey("draft_tokens", "0"): tokens,
+                                       SeriesKey("accepted", "0"): accepted})
 
     w.ingest(mp_snap(0, 100, 400, 100))
     # Restarted and counted past the old values: 150 drafts, 600 tokens, 500 accepted since the restart.
     assert w.ingest(mp_snap(5, 150, 600, 500))
-    assert w.view(5, 600).increase(("accepted", "0")) == 500
+    assert w.view(5, 600).increase(SeriesKey("accepted", "0")) == 500

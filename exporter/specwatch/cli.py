@@ -3,54 +3,79 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import logging
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import structlog
 
-from . import __version__
-from .config import ConfigError, load
+from . import __version__, demo, lesson, sim
+from .config import Config, ConfigError, load
+from .logsetup import configure_logging
 
 EXIT_CONFIG = 2
 
 # Modules that contribute subcommands through add_parsers(subparsers).
-SUBCOMMAND_MODULES = ("specwatch.lesson", "specwatch.sim", "specwatch.demo")
-
-
-def configure_logging(fmt: str = "json", level: str = "info", stream=None) -> None:
-    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+SUBCOMMAND_MODULES = (lesson, sim, demo)
 
 
 def _load_config(args: argparse.Namespace, **overrides):
     return load(getattr(args, "config", None), overrides=overrides)
 
 
+def _sidecar_mode(args: argparse.Namespace) -> bool:
+    """Sidecar mode (the chart sets SPECWATCH_MODE=sidecar on the container it adds to vLLM's pod):
+    a config problem must never stop the process, or the pod loses Ready and leaves its Service."""
+    return bool(args.sidecar) or os.environ.get("SPECWATCH_MODE", "").strip().lower() == "sidecar"
+
+
+DEFAULT_ALERT_WINDOW = "5m"  # the window rules/ read (window="5m"); the chart's prometheusRule.alertWindow
+
+
+def alert_window_warning(config: Config, alert_window: str) -> str | None:
+    """The alert rules read one window; if the sidecar does not export it, they can never fire."""
+    from .config import format_duration, parse_duration
+
+    seconds = parse_duration(alert_window, "--alert-window")
+    if seconds in config.windows:
+        return None
+    return (f"alert window {format_duration(seconds)} is not among windows [{', '.join(config.window_labels)}]: "
+            f'the alert rules read window="{format_duration(seconds)}" and can never fire; add it to windows '
+            "or set the chart's prometheusRule.alertWindow (and --alert-window / SPECWATCH_ALERT_WINDOW) to one of them")
+
+
+def _alert_window(args: argparse.Namespace) -> str:
+    return args.alert_window or os.environ.get("SPECWATCH_ALERT_WINDOW") or DEFAULT_ALERT_WINDOW
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from .service import Service
+    from .config import from_mapping
+    from .service import ConfigSource, Service
 
     # vLLM's multiprocess mode variable must never reach this process's prometheus_client.
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    config = _load_config(args, listen=args.listen, targets=[{"url": args.target}] if args.target else None)
+    overrides = {"listen": args.listen, "targets": [{"url": args.target}] if args.target else None}
+    source = ConfigSource(args.config, lambda path: load(path, overrides=overrides))
+    try:
+        config, error = source.load(), None
+    except ConfigError as exc:
+        if not _sidecar_mode(args):
+            raise
+        # Stay up on the listen address from the command line (the chart passes it), report the
+        # error on /metrics and wait for a good config.
+        config = from_mapping({}, environ={}, overrides={"listen": args.listen} if args.listen else None)
+        error = str(exc)
     configure_logging(config.log.format, config.log.level)
-    return Service(config).run_forever()
+    if error is None and (warning := alert_window_warning(config, _alert_window(args))):
+        structlog.get_logger("specwatch").warning("alert_window_not_in_windows", message=warning)
+    return Service(config, source=source, config_error=error,
+                   on_log_config=lambda c: configure_logging(c.log.format, c.log.level)).run_forever()
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     config = load(args.file)
+    if warning := alert_window_warning(config, _alert_window(args)):
+        print(f"specwatch: warning: {args.file}: {warning}", file=sys.stderr)
     print(f"{args.file}: OK ({len(config.targets)} target(s), {len(config.routes)} route(s), "
           f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s)")
     return 0
@@ -95,13 +120,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     run = sub.add_parser("run", help="run the sidecar: poll vLLM /metrics and serve specwatch metrics")
-    run.add_argument("--config", help="YAML config (DESIGN §9); every key optional")
+    run.add_argument("--config", help="YAML config (README: Configuration); every key optional. "
+                     "Reloaded on SIGHUP and when the file changes")
     run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")
     run.add_argument("--target", help="override the first target's URL, e.g. http://127.0.0.1:8000/metrics")
+    run.add_argument("--alert-window", help="the window the alert rules read (default SPECWATCH_ALERT_WINDOW or 5m); "
+                     "a warning is logged at start when it is not among the config's windows")
+    run.add_argument("--sidecar", action="store_true",
+                     help="sidecar mode (also SPECWATCH_MODE=sidecar): never exit on a bad or missing config; "
+                          "serve /healthz and /metrics and report the error until the config is fixed")
     run.set_defaults(func=cmd_run)
 
     check = sub.add_parser("check-config", help="validate a config file and exit (status 2 when invalid)")
     check.add_argument("file")
+    check.add_argument("--alert-window", help="the window the alert rules read (default SPECWATCH_ALERT_WINDOW or 5m): "
+                       "warn when it is not among the config's windows")
     check.set_defaults(func=cmd_check_config)
 
     rec = sub.add_parser("record", help="record polls of the configured targets as JSON lines")
@@ -115,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("recording")
     rep.set_defaults(func=cmd_replay)
 
-    for module_name in SUBCOMMAND_MODULES:
-        importlib.import_module(module_name).add_parsers(sub)
+    for module in SUBCOMMAND_MODULES:
+        module.add_parsers(sub)
     return parser
 
 

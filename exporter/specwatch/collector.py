@@ -1,4 +1,4 @@
-"""prometheus_client custom Collector: the metric contract of DESIGN.md §6, from one State.
+"""prometheus_client custom Collector: the metric contract (docs/architecture.md §4), from one State.
 
 Families are built fresh from an immutable State on every collect(), so a route or engine that
 disappears simply stops being exported (no stale children to remove), and collect() can never
@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__
@@ -102,7 +107,7 @@ class SpecwatchCollector(Collector):
         config = GaugeMetricFamily("specwatch_recommended_config_info", "The recommended --speculative-config JSON for the route (value always 1).",
                                    labels=["route", "target", "window", "config"])
         # While a target is down its values are not served from the last good polls: absent, never
-        # stale (DESIGN.md §6, RELIABILITY.md §6.1). The windows and verdicts are kept inside and
+        # stale (docs/architecture.md §4). The windows and verdicts are kept inside and
         # come back unchanged with the next good poll.
         down = {t.name for t in state.targets if t.up is False}
         for name, target, expected in state.unmatched_routes:

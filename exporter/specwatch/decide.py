@@ -1,16 +1,21 @@
-"""Verdicts (DESIGN.md §5): is speculation paying at the live batch size, and what to change.
+"""Verdicts: is speculation paying at the live batch size, and what to change.
 
 Pure: takes a CostModel, one window's WindowStats and the decision settings, returns numbers.
-The hold (a new verdict must repeat ``hold`` evaluations) lives in ``next_verdict``.
+The hold (a new verdict must repeat ``hold`` evaluations) lives in ``next_verdict``. The rules and
+their hysteresis are explained in docs/costmodel.md ("Verdicts").
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import costmodel as cmod
+from .derive import WindowStats
+
+if TYPE_CHECKING:
+    from .config import DecisionConfig
 
 VERDICTS = ("spec_off", "insufficient_data", "keep", "shorten", "disable")
 
@@ -18,64 +23,57 @@ VERDICTS = ("spec_off", "insufficient_data", "keep", "shorten", "disable")
 #: (the range used in vLLM's dynamic speculative decoding docs).
 DEFAULT_SCHEDULE_MAX_BATCH = 512
 
+#: Keys to merge into ``--speculative-config``.
+SpeculativeConfig = dict[str, cmod.SpeculativeConfigValue]
+
 
 @dataclass(frozen=True)
 class Assessment:
-    breakeven_acceptance_rate: float | None
-    acceptance_margin: float | None      # alpha − break-even
-    expected_speedup: float | None
-    recommended_draft_length: int | None  # 0 = disable
-    max_speculative_batch_size: int | None
-    recommended_config: dict[str, Any] | None  # keys to merge into --speculative-config
     candidate: str                          # one of VERDICTS, before the hold
+    breakeven_acceptance_rate: float | None = None
+    acceptance_margin: float | None = None      # alpha − break-even
+    expected_speedup: float | None = None
+    recommended_draft_length: int | None = None  # 0 = disable
+    max_speculative_batch_size: int | None = None
+    recommended_config: SpeculativeConfig | None = None
 
 
-_EMPTY = dict(breakeven_acceptance_rate=None, acceptance_margin=None, expected_speedup=None,
-              recommended_draft_length=None, max_speculative_batch_size=None, recommended_config=None)
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
 
 
-def _num(x: Any) -> float | None:
-    if x is None:
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def assess(cm: cmod.CostModel, stats: Any, decision: Any, method: str | None,
+def assess(cm: cmod.CostModel, stats: WindowStats, decision: DecisionConfig, method: str | None,
            previous_verdict: str | None, max_batch: int = DEFAULT_SCHEDULE_MAX_BATCH,
            config_method: str | None = "same") -> Assessment:
-    """Assess one route/window. ``stats`` is a specwatch.derive.WindowStats (duck-typed),
-    ``decision`` has min_drafts, margin, hold. ``previous_verdict`` is the verdict in effect,
-    which sets the side of the hysteresis band."""
-    drafts = _num(getattr(stats, "drafts", None))
-    alpha = _num(getattr(stats, "acceptance_rate", None))
-    if not getattr(stats, "spec_present", False):
-        return Assessment(candidate="spec_off", **_EMPTY)
+    """Assess one route/window. ``decision`` gives min_drafts and margin. ``previous_verdict`` is
+    the verdict in effect, which sets the side of the hysteresis band. ``config_method`` is the
+    method the recommended config names ("same" = ``method``, None = name none)."""
+    drafts = _finite(stats.drafts)
+    alpha = _finite(stats.acceptance_rate)
+    if not stats.spec_present:
+        return Assessment(candidate="spec_off")
     if drafts is not None and drafts <= 0:
         # Configured but not drafting: while tokens are generated that is speculation switched off
         # (e.g. a num_speculative_tokens_per_batch_size band with K=0); an idle server says nothing.
-        generated = _num(getattr(stats, "generation_tokens", None)) or 0.0
-        return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data", **_EMPTY)
-    k = _num(getattr(stats, "draft_length", None))
-    batch = _num(getattr(stats, "batch_size", None))
+        generated = _finite(stats.generation_tokens) or 0.0
+        return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data")
+    k = _finite(stats.draft_length)
+    batch = _finite(stats.batch_size)
     # V0 has no draft counter (drafts is None) and reports lifetime acceptance: no guard to apply.
-    too_few = drafts is not None and drafts < getattr(decision, "min_drafts", 500)
+    too_few = drafts is not None and drafts < decision.min_drafts
     if too_few or alpha is None or k is None or k <= 0 or batch is None:
         # Too few drafts (or a missing input): a verdict here would be noise, so no gauges either.
-        return Assessment(candidate="insufficient_data", **_EMPTY)
+        return Assessment(candidate="insufficient_data")
 
-    margin = float(getattr(decision, "margin", 0.02) or 0.0)
-    cm = cm.with_method(method).with_coverage(_num(getattr(stats, "draft_coverage", None)))
+    margin = float(decision.margin or 0.0)
+    cm = cm.with_method(method).with_coverage(_finite(stats.draft_coverage))
     b = max(batch, 1.0)  # drafts were verified, so at least one request was decoding
     breakeven = cmod.breakeven_acceptance_rate(cm, b, k)
     speedup = cmod.expected_speedup(cm, b, k, alpha)
 
     # Window size of the config = configured K (number of `position` labels), else measured K.
-    k_window = getattr(stats, "configured_k", None) or max(1, int(math.ceil(k - 1e-9)))
-    rates = getattr(stats, "position_rates", None)
+    k_window = stats.configured_k or max(1, math.ceil(k - 1e-9))
+    rates = stats.position_rates
     if rates:
         p = tuple(float(x) for x in rates)
     else:
@@ -87,10 +85,10 @@ def assess(cm: cmod.CostModel, stats: Any, decision: Any, method: str | None,
     # must not switch the user's drafter). A batch schedule only where vLLM can apply it: V1
     # schema (0.24+ has num_speculative_tokens_per_batch_size) and one engine (off with DP > 1).
     named = method if config_method == "same" else config_method
-    if getattr(stats, "schema", "v1") == "v1" and (getattr(stats, "engines", 1) or 1) <= 1:
-        schedule = cmod.recommend_schedule(cm, p, max(int(max_batch), int(math.ceil(b))))
+    if stats.schema == "v1" and (stats.engines or 1) <= 1:
+        schedule = cmod.recommend_schedule(cm, p, max(int(max_batch), math.ceil(b)))
     else:
-        schedule = [[1, max(int(max_batch), int(math.ceil(b))), best_k]]
+        schedule = [[1, max(int(max_batch), math.ceil(b)), best_k]]
     config = None
     k_max = max(kk for _, _, kk in schedule)
     if k_max > 0:

@@ -15,6 +15,7 @@ import time
 from typing import Any, TextIO
 
 from .config import from_mapping, parse_duration
+from .logsetup import configure_logging
 
 
 def sidecar_config_for(scenario, *, target_url: str, listen: str, poll_interval: float,
@@ -87,7 +88,6 @@ def run_demo(*, scenario_name: str, speed: float, duration: float | None, poll_i
              windows: tuple[str, ...], port: int, refresh: float, out: TextIO, seed: int = 0) -> int:
     from . import sim
     from .service import Service
-    from .cli import configure_logging
 
     configure_logging("json", "warning")
     scenario = sim.load_scenario(scenario_name)

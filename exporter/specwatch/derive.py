@@ -1,6 +1,6 @@
 """Window deltas -> alpha, tau, K, p_i, live batch size and ITL quantiles. Pure functions.
 
-Definitions (DESIGN.md §2, vllm-metrics.md §3) over one window:
+Definitions over one window (the metric contract is in docs/architecture.md):
   alpha = Δaccepted / Δdraft_tokens          (vLLM's acceptance rate)
   K     = Δdraft_tokens / Δdrafts            (mean proposed draft length)
   tau   = 1 + Δaccepted / Δdrafts            (tokens emitted per spec step, bonus included)
@@ -13,11 +13,22 @@ Definitions (DESIGN.md §2, vllm-metrics.md §3) over one window:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from .vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_ITL_BUCKET, K_ITL_COUNT, K_ITL_SUM,
-                   K_POS, K_STEPS, SCHEMA_V0)
+from .vllm import (
+    K_ACCEPTED,
+    K_DRAFT_TOKENS,
+    K_DRAFTS,
+    K_GEN,
+    K_ITL_BUCKET,
+    K_ITL_COUNT,
+    K_ITL_SUM,
+    K_POS,
+    K_STEPS,
+    SCHEMA_V0,
+    RouteSnapshot,
+)
 from .window import WindowView
 
 
@@ -71,8 +82,7 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     # ensureMonotonic: float sums across series can dip by rounding.
     highest = merged[0][1]
     for item in merged:
-        if item[1] < highest:
-            item[1] = highest
+        item[1] = max(item[1], highest)
         highest = item[1]
     observations = merged[-1][1]
     if observations == 0 or math.isnan(observations):
@@ -148,67 +158,92 @@ def window_stats(view: WindowView, route: str, window: str, now: float, *, confi
         elif kind == K_STEPS:
             steps_by_engine[key[1]] = steps_by_engine.get(key[1], 0.0) + delta
 
-    stats: dict[str, object] = dict(route=route, window=window, t=now, samples=view.samples,
-                                    span_seconds=view.span_seconds, spec_present=latest.spec_present,
-                                    configured_k=latest.configured_k or configured_k_hint,
-                                    schema=latest.schema, engines=max(len(latest.engines), 1))
-
     if latest.schema == SCHEMA_V0:
-        stats.update(_v0_acceptance(latest, configured_k_hint))
+        acceptance = _v0_acceptance(latest, configured_k_hint)
     elif latest.spec_present:
-        stats["drafts"] = drafts
-        stats["draft_tokens"] = draft_tokens
-        stats["accepted_tokens"] = accepted
-        alpha = _ratio(accepted, draft_tokens)
-        # Impossible for one vLLM process (a restart nothing revealed): absent rather than wrong.
-        consistent = alpha is None or alpha <= 1.0
-        stats["acceptance_rate"] = alpha if consistent else None
-        if drafts > 0 and consistent:
-            stats["mean_acceptance_length"] = 1.0 + accepted / drafts
-            stats["draft_length"] = draft_tokens / drafts
-            if latest.configured_k:
-                stats["position_rates"] = tuple(pos.get(i, 0.0) / drafts for i in range(latest.configured_k))
+        acceptance = _v1_acceptance(drafts, draft_tokens, accepted, pos, latest.configured_k)
+    else:
+        acceptance = _Acceptance()
 
+    draft_coverage = None
     request_steps = sum(itl_count_by_engine.values())
     if latest.spec_present and drafts > 0 and request_steps > 0 and latest.schema != SCHEMA_V0:
-        stats["draft_coverage"] = min(drafts / request_steps, 1.0)
+        draft_coverage = min(drafts / request_steps, 1.0)
 
     # Batch: requests decoded per engine step, per engine, then the mean over engines.
+    batch_size = None
     per_engine = [itl_count_by_engine.get(e, 0.0) / s for e, s in steps_by_engine.items() if s > 0]
     if per_engine:
-        stats["batch_size"] = sum(per_engine) / len(per_engine)
+        batch_size = sum(per_engine) / len(per_engine)
     else:
         gauges = [sum(e.snapshot.running.values()) / len(e.snapshot.running)
                   for e in view.entries if e.snapshot.running]
         if gauges:
-            stats["batch_size"] = sum(gauges) / len(gauges)
+            batch_size = sum(gauges) / len(gauges)
 
+    itl_p50 = itl_p99 = itl_per_token = None
     if itl_buckets:
         buckets = sorted(itl_buckets.items())
         if buckets[-1][1] > 0:
-            stats["itl_p50_seconds"] = _finite(histogram_quantile(0.5, buckets))
-            stats["itl_p99_seconds"] = _finite(histogram_quantile(0.99, buckets))
+            itl_p50 = _finite(histogram_quantile(0.5, buckets))
+            itl_p99 = _finite(histogram_quantile(0.99, buckets))
     if gen > 0 and (itl_count_by_engine or itl_sum):
-        stats["itl_per_token_mean_seconds"] = itl_sum / gen
-    stats["generation_tokens"] = gen
-    return WindowStats(**stats)  # type: ignore[arg-type]
+        itl_per_token = itl_sum / gen
+    return WindowStats(
+        route=route, window=window, t=now, samples=view.samples, span_seconds=view.span_seconds,
+        spec_present=latest.spec_present,
+        drafts=acceptance.drafts, draft_tokens=acceptance.draft_tokens, accepted_tokens=acceptance.accepted_tokens,
+        acceptance_rate=acceptance.acceptance_rate, mean_acceptance_length=acceptance.mean_acceptance_length,
+        draft_length=acceptance.draft_length,
+        configured_k=(acceptance.configured_k if acceptance.configured_k is not None
+                      else latest.configured_k or configured_k_hint),
+        position_rates=acceptance.position_rates, batch_size=batch_size,
+        itl_p50_seconds=itl_p50, itl_p99_seconds=itl_p99, itl_per_token_mean_seconds=itl_per_token,
+        generation_tokens=gen, draft_coverage=draft_coverage, schema=latest.schema,
+        engines=max(len(latest.engines), 1),
+    )
 
 
-def _v0_acceptance(latest, configured_k_hint: int | None) -> dict[str, object]:
+@dataclass(frozen=True)
+class _Acceptance:
+    """The acceptance part of WindowStats (absent fields stay None)."""
+
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    draft_length: float | None = None
+    position_rates: tuple[float, ...] | None = None
+    configured_k: int | None = None  # V0: the K its lifetime rate was converted at
+
+
+def _v1_acceptance(drafts: float, draft_tokens: float, accepted: float, pos: dict[int, float],
+                   configured_k: int | None) -> _Acceptance:
+    """V1 counters over the window: exact alpha, tau, K and per-position rates."""
+    alpha = _ratio(accepted, draft_tokens)
+    # Impossible for one vLLM process (a restart nothing revealed): absent rather than wrong.
+    consistent = alpha is None or alpha <= 1.0
+    if not (drafts > 0 and consistent):
+        return _Acceptance(drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted,
+                           acceptance_rate=alpha if consistent else None)
+    return _Acceptance(
+        drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted, acceptance_rate=alpha,
+        mean_acceptance_length=1.0 + accepted / drafts, draft_length=draft_tokens / drafts,
+        position_rates=(tuple(pos.get(i, 0.0) / drafts for i in range(configured_k)) if configured_k else None),
+    )
+
+
+def _v0_acceptance(latest: RouteSnapshot, configured_k_hint: int | None) -> _Acceptance:
     """V0 exports lifetime per-position acceptance `a`; convert to V1 semantics for the cost model."""
     a = latest.v0_acceptance_rate
-    out: dict[str, object] = {}
     if a is None or not (0 <= a <= 1):
-        return out
+        return _Acceptance()
     k = configured_k_hint
     if k is None and latest.v0_efficiency is not None:
         k = v0_draft_length(a, latest.v0_efficiency)
     if k is None:
-        return out
+        return _Acceptance()
     positions = tuple(a ** (i + 1) for i in range(k))
-    out["configured_k"] = k
-    out["draft_length"] = float(k)
-    out["position_rates"] = positions
-    out["mean_acceptance_length"] = 1.0 + sum(positions)
-    out["acceptance_rate"] = sum(positions) / k
-    return out
+    return _Acceptance(configured_k=k, draft_length=float(k), position_rates=positions,
+                       mean_acceptance_length=1.0 + sum(positions), acceptance_rate=sum(positions) / k)

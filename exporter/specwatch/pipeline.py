@@ -7,16 +7,28 @@ render. No I/O here: the service feeds it from HTTP polls, replay from a recordi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
 
 from . import costmodel, decide
 from .config import Config, RouteConfig
 from .derive import WindowStats, window_stats
 from .exposition import ExpositionError
-from .vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_ITL_BUCKET, K_ITL_COUNT, K_ITL_SUM, K_POS,
-                   SCHEMA_V0, RouteMatcher, RouteSnapshot, parse_payload)
-from .window import RouteWindow
+from .vllm import (
+    K_ACCEPTED,
+    K_DRAFT_TOKENS,
+    K_DRAFTS,
+    K_GEN,
+    K_ITL_BUCKET,
+    K_ITL_COUNT,
+    K_ITL_SUM,
+    K_POS,
+    SCHEMA_V0,
+    RouteMatcher,
+    RouteSnapshot,
+    parse_payload,
+)
+from .window import RouteWindow, WindowView
 
 ERROR_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "invalid")
 
@@ -24,7 +36,7 @@ ERROR_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "inv
 @dataclass(frozen=True)
 class RouteEvaluation:
     stats: WindowStats
-    assessment: Any  # decide.Assessment
+    assessment: decide.Assessment | None
     verdict: str | None
     guard_passed: bool
 
@@ -35,8 +47,10 @@ class RouteEvaluation:
         if name in ASSESSMENT_FIELDS:
             if not self.guard_passed or self.assessment is None:
                 return None
-            return getattr(self.assessment, name)
-        return getattr(self.stats, name)
+            derived: float | None = getattr(self.assessment, name)
+            return derived
+        measured: float | None = getattr(self.stats, name)
+        return measured
 
 
 GUARDED_STATS = {"acceptance_rate", "mean_acceptance_length", "draft_length", "position_rates"}
@@ -140,7 +154,7 @@ def resolve_method(configured: str, stats: WindowStats) -> str:
 
 
 class Pipeline:
-    def __init__(self, config: Config, cost_model: Any | None = None):
+    def __init__(self, config: Config, cost_model: costmodel.CostModel | None = None) -> None:
         self.config = config
         self.cost_model = cost_model if cost_model is not None else costmodel.cost_model_from_config(config)
         self._route_configs: dict[str, RouteConfig] = {r.name: r for r in config.routes}
@@ -212,8 +226,8 @@ class Pipeline:
         configured = self.config.draft.method
         config_method = None if configured == "auto" else configured
         for name, route in self._routes.items():
-            evaluations = []
-            windows = []
+            evaluations: list[RouteEvaluation] = []
+            windows: list[tuple[float, str, WindowView, WindowStats]] = []
             for width, label in zip(self.config.windows, self.config.window_labels):
                 view = route.window.view(now, width)
                 if view is not None:
@@ -294,8 +308,8 @@ class Pipeline:
         return State(self._t, targets, tuple(routes), self._evaluated, unmatched)
 
 
-def evaluation_record(evaluation: RouteEvaluation) -> dict[str, Any]:
-    """One replay line / status entry (DESIGN.md §8 keys, null where there is no value)."""
+def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
+    """One replay line / status entry (keys listed in docs/architecture.md, null where there is no value)."""
     stats = evaluation.stats
     return {
         "t": stats.t,

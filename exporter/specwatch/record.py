@@ -1,6 +1,6 @@
 """`specwatch record`: poll the configured targets and write a replayable recording.
 
-A recording is JSON lines {"t": unix_seconds, "target": name, "text": exposition} (DESIGN.md §8);
+A recording is JSON lines {"t": unix_seconds, "target": name, "text": exposition} (docs/architecture.md §2);
 a failed poll is written as {"t", "target", "error": reason} so replay sees the same faults.
 """
 
@@ -11,7 +11,7 @@ import time
 from typing import IO
 
 from .config import Config
-from .scrape import Scraper, ScrapeError, steady_clock
+from .scrape import ScrapeError, Scraper, steady_clock
 
 
 def record(config: Config, out: IO[str], duration: float, *, clock=None, sleep=time.sleep) -> int:

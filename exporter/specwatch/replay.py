@@ -2,16 +2,17 @@
 
 The same Pipeline as `specwatch run`, fed from the file instead of HTTP: each recorded poll is
 ingested at its recorded time, then every route and window is evaluated at that time, and one
-JSON line per evaluation is printed (DESIGN.md §8 keys, null where there is no value).
+JSON line per evaluation is printed (the keys of docs/architecture.md §4, null where there is no value).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from typing import IO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
 
 from .config import Config
+from .jsonsafe import json_safe_record
 from .pipeline import Pipeline, evaluation_record
 
 
@@ -19,7 +20,7 @@ class RecordingError(ValueError):
     pass
 
 
-def read_recording(lines: Iterable[str]) -> Iterator[dict]:
+def read_recording(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -33,16 +34,8 @@ def read_recording(lines: Iterable[str]) -> Iterator[dict]:
         yield entry
 
 
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value
-
-
 def replay(config: Config, lines: Iterable[str], pipeline: Pipeline | None = None, *,
-           learn_targets: bool = False) -> Iterator[dict]:
+           learn_targets: bool = False) -> Iterator[dict[str, object]]:
     """learn_targets: take target names from the recording (replay without a config file)."""
     pipeline = pipeline or Pipeline(config)
     known = {t.name for t in config.targets}
@@ -58,7 +51,7 @@ def replay(config: Config, lines: Iterable[str], pipeline: Pipeline | None = Non
         else:
             pipeline.ingest_error(target, float(entry["t"]), str(entry["error"]))
         for evaluation in pipeline.evaluate(float(entry["t"])):
-            yield _clean(evaluation_record(evaluation))
+            yield json_safe_record(evaluation_record(evaluation))
 
 
 def replay_to(config: Config, lines: Iterable[str], out: IO[str], *, learn_targets: bool = False) -> int:

@@ -4,29 +4,41 @@ The poller is the only writer: each tick it polls every target, feeds the Pipeli
 renders /metrics once, and swaps one immutable published view. HTTP handlers only read that
 view, so a scrape does no I/O towards vLLM, takes no lock, and an idle or slow client costs one
 thread of its own (ThreadingHTTPServer with a connection cap and a socket timeout).
+
+The config is reloaded in place, by the poll thread between two ticks: on SIGHUP and when the
+config file changes (a Kubernetes ConfigMap update is an atomic symlink swap, so the file's
+identity and content are polled; no inotify). A bad new config is refused with one log line and
+the running one is kept. Only what changed is rebuilt: windows and verdicts survive a reload that
+leaves targets and windows alone. In sidecar mode the process never exits on a config problem:
+it serves /healthz and /metrics and reports the error until a good config arrives.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-from . import __version__
+from . import __version__, costmodel
 from .collector import registry_for
-from .config import Config
+from .config import Config, ConfigError
 from .pipeline import Pipeline, State, evaluation_record
-from .scrape import Scraper, ScrapeError, redact_url, steady_clock
+from .scrape import ScrapeError, Scraper, redact_url, steady_clock
 
 log = structlog.get_logger("specwatch")
 
@@ -89,24 +101,187 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+FileIdentity = tuple[int, int, int, int]  # (device, inode, mtime ns, size) of the resolved file
+
+
+class ConfigSource:
+    """The config file (or none: env and defaults only) plus the command line's overrides.
+
+    changed() is cheap enough for every tick: one stat; the content is hashed only when the
+    file's identity moved, and a change counts only when the bytes differ from the last attempt
+    (a ConfigMap resync that rewrites the same content is not a reload)."""
+
+    def __init__(self, path: str | None, load: Callable[[str | None], Config]):
+        self.path = path
+        self._load = load
+        self._identity: FileIdentity | None = self._stat()
+        self._digest: str | None = self._hash()
+
+    def _stat(self) -> FileIdentity | None:
+        if self.path is None:
+            return None
+        try:
+            st = os.stat(self.path)  # follows the ..data symlink a ConfigMap volume swaps
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _hash(self) -> str | None:
+        if self.path is None:
+            return None
+        try:
+            with open(self.path, "rb") as handle:
+                return hashlib.sha256(handle.read()).hexdigest()
+        except OSError:
+            return None
+
+    def changed(self) -> bool:
+        if self.path is None:
+            return False
+        identity = self._stat()
+        if identity == self._identity:
+            return False
+        self._identity = identity
+        digest = self._hash()
+        if digest == self._digest:
+            return False
+        self._digest = digest
+        return True
+
+    def load(self) -> Config:
+        return self._load(self.path)
+
+
+class ReloadStatus:
+    """What the last config load did, exported under the names Prometheus uses for its own."""
+
+    def __init__(self, error: str | None, now: float, previous_success: float | None = None):
+        self.successful = error is None
+        self.success_timestamp: float | None = previous_success if error else now
+        self.error = error
+
+
+class _ReloadCollector(Collector):
+    def __init__(self, status: Callable[[], ReloadStatus]):
+        self._status = status
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        status = self._status()
+        ok = GaugeMetricFamily(
+            "specwatch_config_last_reload_successful",
+            "1 if the last config load (start, SIGHUP or file change) succeeded, 0 if it was refused "
+            "(the previous config, or none in sidecar mode, keeps running).")
+        ok.add_metric([], 1.0 if status.successful else 0.0)
+        yield ok
+        if status.success_timestamp is not None:
+            when = GaugeMetricFamily("specwatch_config_last_reload_success_timestamp_seconds",
+                                     "Unix time of the last successful config load.")
+            when.add_metric([], status.success_timestamp)
+            yield when
+
+
+def _pipeline_shape(config: Config) -> tuple[Any, ...]:
+    """What the windows and verdicts are keyed on: a change here starts them afresh."""
+    return (tuple((t.name, t.url) for t in config.targets), config.routes, config.windows, config.route_ttl_polls)
+
+
+def _cost_inputs(config: Config) -> tuple[Any, ...]:
+    return (config.hardware, config.model, config.draft, config.profile, config.profile_path, config.tensor_parallel)
+
+
 class Service:
-    def __init__(self, config: Config, *, clock=None):
+    def __init__(self, config: Config, *, clock: Callable[[], float] | None = None, source: ConfigSource | None = None,
+                 config_error: str | None = None,
+                 on_log_config: Callable[[Config], None] | None = None):
+        """config_error: the config could not be loaded (sidecar mode). `config` is then only a
+        fallback that gives the listen address; nothing is polled until a good config arrives."""
         self.config = config
-        self.clock = clock or steady_clock()
+        self.clock: Callable[[], float] = clock or steady_clock()
+        self.source = source
+        self._on_log_config = on_log_config
+        self.active = config_error is None
+        self.reload_status = ReloadStatus(config_error, time.time())
         self.pipeline = Pipeline(config)
-        self.scrapers = {t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers)
-                         for t in config.targets}
+        self.scrapers = self._scrapers_for(config)
         self._stop = threading.Event()
-        self._registry = registry_for(lambda: self._rendering_state)
+        self._wake = threading.Event()
+        self._reload_requested = False
+        self.registry = registry_for(lambda: self._rendering_state)
+        self.registry.register(_ReloadCollector(lambda: self.reload_status))
         self._rendering_state: State = self.pipeline.state()
-        self._last_logged: dict[tuple, Any] = {}
+        self._last_logged: dict[tuple[Any, ...], Any] = {}
         self.published = self._publish(ready=False)
         self.httpd: ThreadingHTTPServer | None = None
         self._pool = ThreadPoolExecutor(max_workers=len(config.targets), thread_name_prefix="specwatch-fetch")
         self._poll_thread: threading.Thread | None = None
+        if config_error is not None:
+            log.error("config_error", error=config_error, action="serving /healthz and /metrics; nothing is "
+                      "polled until the config file is fixed (reloaded on change or SIGHUP)")
+
+    @staticmethod
+    def _scrapers_for(config: Config) -> dict[str, Scraper]:
+        return {t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers)
+                for t in config.targets}
+
+    # -- reload ----------------------------------------------------------------------------------
+    def request_reload(self) -> None:
+        """Safe from a signal handler: the poll thread does the work before its next tick."""
+        self._reload_requested = True
+        self._wake.set()
+
+    def _reload_if_due(self) -> None:
+        forced, self._reload_requested = self._reload_requested, False
+        file_changed = self.source is not None and self.source.changed()
+        if not (forced or file_changed) or self.source is None:
+            return
+        try:
+            new = self.source.load()
+        except ConfigError as exc:
+            self.reload_status = ReloadStatus(str(exc), time.time(), self.reload_status.success_timestamp)
+            # One line per refused change; the config that runs is not touched.
+            log.error("config_reload_failed", error=str(exc), trigger="signal" if forced else "file",
+                      kept="previous config" if self.active else "no config (nothing polled)")
+            return
+        self.apply(new, trigger="signal" if forced else "file")
+
+    def apply(self, new: Config, *, trigger: str = "api") -> None:
+        """Swap to a validated config, rebuilding only what it changes."""
+        old = self.config
+        if new.listen != old.listen and self.httpd is not None:
+            log.warning("config_listen_needs_restart", running=old.listen, configured=new.listen)
+            new = replace(new, listen=old.listen)
+        rebuilt: list[str] = []
+        if not self.active or _pipeline_shape(new) != _pipeline_shape(old):
+            self.pipeline = Pipeline(new)  # new targets, routes or windows: history starts afresh
+            rebuilt.append("pipeline")
+            self._last_logged.clear()
+        else:
+            if _cost_inputs(new) != _cost_inputs(old):
+                self.pipeline.cost_model = costmodel.cost_model_from_config(new)
+                rebuilt.append("cost_model")
+            self.pipeline.config = new  # decision thresholds etc.; windows and verdicts are kept
+        if not self.active or new.targets != old.targets:
+            for scraper in self.scrapers.values():
+                scraper.close()
+            self.scrapers = self._scrapers_for(new)
+            if len(new.targets) != len(old.targets):
+                self._pool.shutdown(wait=False)
+                self._pool = ThreadPoolExecutor(max_workers=len(new.targets), thread_name_prefix="specwatch-fetch")
+            rebuilt.append("scrapers")
+        if new.log != old.log and self._on_log_config is not None:
+            self._on_log_config(new)
+        self.config = new
+        self.active = True
+        self.reload_status = ReloadStatus(None, time.time())
+        log.info("config_reloaded", trigger=trigger, rebuilt=rebuilt, windows=list(new.window_labels),
+                 targets=[t.name for t in new.targets])
+        self.published = self._publish(ready=self.published.ready and "pipeline" not in rebuilt)
 
     # -- polling ---------------------------------------------------------------------------------
-    def _fetch(self, name: str):
+    def _fetch(self, name: str) -> tuple[float, Any]:
         started = self.clock()
         try:
             return started, self.scrapers[name].fetch()
@@ -151,7 +326,7 @@ class Service:
                              recommended_config=evaluation.value("recommended_config"))
         self.published = self._publish(ready=True)
 
-    def _log_change(self, key: tuple, value: Any, event: str, **fields: Any) -> None:
+    def _log_change(self, key: tuple[Any, ...], value: Any, event: str, **fields: Any) -> None:
         """One log line per state change, not one per poll."""
         if len(self._last_logged) > 10_000:
             self._last_logged.clear()  # route churn must not grow memory; at worst a line repeats
@@ -162,27 +337,35 @@ class Service:
     def _publish(self, *, ready: bool) -> Published:
         state = self.pipeline.state()
         self._rendering_state = state
-        metrics = generate_latest(self._registry)
+        metrics = generate_latest(self.registry)
         status = json.dumps(_json_safe(status_document(state, self.config)), allow_nan=False, default=str).encode()
         return Published(state, metrics, status, ready, time.monotonic())
 
     def _poll_loop(self) -> None:
-        interval = self.config.poll_interval
         next_tick = time.monotonic()
         while not self._stop.is_set():
             try:
-                self.poll_once()
-            except Exception as exc:  # noqa: BLE001 - the loop must survive anything a target sends
+                self._reload_if_due()
+                if self.active:
+                    self.poll_once()
+                else:
+                    self.published = self._publish(ready=False)  # alive, waiting for a good config
+            except Exception as exc:
                 # A bug, not a target fault (those are handled above). Log it once per kind and do
                 # not refresh the liveness tick: if it persists, /healthz fails and the pod restarts.
                 if self._last_logged.get(("poll_failed",)) != repr(exc)[:200]:
                     self._last_logged[("poll_failed",)] = repr(exc)[:200]
                     log.exception("poll_failed")
+            # Without a config, tick every second: the file is checked once per tick.
+            interval = self.config.poll_interval if self.active else 1.0
             next_tick += interval
             now = time.monotonic()
             if next_tick < now:  # overran: skip missed ticks rather than bunch polls together
                 next_tick = now + interval - ((now - next_tick) % interval)
-            self._stop.wait(max(0.0, next_tick - now))
+            self._wake.wait(max(0.0, next_tick - now))
+            if self._wake.is_set():
+                self._wake.clear()
+                next_tick = time.monotonic()  # reload (or stop) now, then poll on a fresh schedule
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -194,7 +377,8 @@ class Service:
         self._poll_thread.start()
         log.info("started", version=__version__, listen=f"{host}:{self.port}",
                  targets=[t.name for t in self.config.targets], poll_interval=self.config.poll_interval,
-                 windows=list(self.config.window_labels))
+                 windows=list(self.config.window_labels), config=self.source.path if self.source else None,
+                 config_ok=self.active)
 
     @property
     def port(self) -> int:
@@ -202,6 +386,7 @@ class Service:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self.httpd is not None:
             self.httpd.shutdown()
             self.httpd.server_close()
@@ -214,12 +399,14 @@ class Service:
     def run_forever(self) -> int:
         stop_signal = threading.Event()
 
-        def on_signal(signum, _frame):
+        def on_signal(signum: int, _frame: object) -> None:
             stop_signal.set()
             self._stop.set()
+            self._wake.set()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: self.request_reload())
         self.start()
         while not stop_signal.wait(0.2):
             pass
@@ -233,14 +420,14 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address, handler):
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         host = address[0]
         if ":" in host:
             self.address_family = socket.AF_INET6
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__(address, handler)
 
-    def process_request(self, request, client_address):
+    def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
             self.shutdown_request(request)  # over the cap: refuse instead of queueing behind slow clients
             return
@@ -250,7 +437,7 @@ class _Server(ThreadingHTTPServer):
             self._slots.release()
             raise
 
-    def process_request_thread(self, request, client_address):
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -263,14 +450,14 @@ LANDING = b"""<!doctype html><html><head><title>specwatch</title></head><body>
 <li><a href="/healthz">/healthz</a></li><li><a href="/readyz">/readyz</a></li></ul></body></html>"""
 
 
-def _handler_for(service: Service):
+def _handler_for(service: Service) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = f"specwatch/{__version__}"
         timeout = CLIENT_SOCKET_TIMEOUT
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # keep-alive: headers and body are two writes; Nagle + delayed ACK = +40 ms
 
-        def log_message(self, *args):  # access logs would be one line per scrape
+        def log_message(self, *args: Any) -> None:  # access logs would be one line per scrape
             return
 
         def _send(self, code: int, body: bytes, content_type: str) -> None:
@@ -290,10 +477,10 @@ def _handler_for(service: Service):
             if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get("Transfer-Encoding"):
                 self.close_connection = True
 
-        def do_HEAD(self):
+        def do_HEAD(self) -> None:
             self.do_GET()
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             self._unread_body()
             path = self.path.split("?", 1)[0]  # query strings are ignored: nothing can change what is polled
             published = service.published
@@ -311,7 +498,7 @@ def _handler_for(service: Service):
             else:
                 self._send(404, b"not found\n", "text/plain")
 
-        def do_POST(self):
+        def do_POST(self) -> None:
             self._unread_body()
             self._send(405, b"method not allowed\n", "text/plain")
 

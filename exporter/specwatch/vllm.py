@@ -3,14 +3,15 @@
 Reads the V1 names (0.8.3 .. 0.33), the pre-0.10.2 ITL name (`time_per_output_token_seconds`)
 and the V0 engine's gauges. Counters keep one series per (engine[, position | le]) so the
 window can apply the Prometheus reset rule per series before summing over engines.
-See ../shared/vllm-metrics.md for where each name and quirk comes from.
+docs/architecture.md §5 lists each name per vLLM version and its quirks.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import NamedTuple
 
 from .exposition import Family, Sample, Selector
 
@@ -44,18 +45,35 @@ SCHEMA_V1 = "v1"
 SCHEMA_V1_LEGACY_ITL = "v1-legacy-itl"
 SCHEMA_V0 = "v0"
 
-# Series keys of RouteSnapshot.counters (the first element names the canonical counter).
+# Canonical counters: the `counter` of a SeriesKey.
 K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_POS, K_GEN = "drafts", "draft_tokens", "accepted", "pos", "gen"
 K_ITL_BUCKET, K_ITL_SUM, K_ITL_COUNT, K_STEPS = "itl_bucket", "itl_sum", "itl_count", "steps"
+K_ITL = "itl"  # the reset group (and `_created`) of one engine's whole ITL histogram
+_ITL_PARTS = (K_ITL_BUCKET, K_ITL_SUM, K_ITL_COUNT)
 
-_SIMPLE_COUNTERS = {DRAFTS: K_DRAFTS, DRAFT_TOKENS: K_DRAFT_TOKENS, ACCEPTED: K_ACCEPTED, GENERATION: K_GEN}
+
+class SeriesKey(NamedTuple):
+    """One counter series of a route, e.g. SeriesKey(K_POS, "0", 2): engine 0's accepted tokens at
+    position 2. Deltas are taken per series, before any sum over engines or positions."""
+    counter: str                 # canonical counter: K_DRAFTS, K_POS, K_ITL_BUCKET, ...
+    series: str                  # the engine, or "engine/model" when a route spans several models
+    sub: float | None = None     # the position of K_POS, the upper bound `le` of K_ITL_BUCKET
+
+    @property
+    def position(self) -> int:
+        assert self.counter == K_POS and self.sub is not None
+        return int(self.sub)
+
+    @property
+    def le(self) -> float:
+        assert self.counter == K_ITL_BUCKET and self.sub is not None
+        return float(self.sub)
 
 
-def reset_group(key: tuple) -> tuple:
+def reset_group(key: SeriesKey) -> SeriesKey:
     """Series that reset together: a histogram resets as a whole (per engine)."""
-    kind = key[0]
-    if kind in (K_ITL_BUCKET, K_ITL_SUM, K_ITL_COUNT):
-        return ("itl", key[1])
+    if key.counter in _ITL_PARTS:
+        return SeriesKey(K_ITL, key.series)
     return key
 
 
@@ -69,8 +87,8 @@ class RouteSnapshot:
     spec_present: bool
     engines: tuple[str, ...]
     configured_k: int | None
-    counters: Mapping[tuple, float]
-    created: Mapping[tuple, float]
+    counters: Mapping[SeriesKey, float]
+    created: Mapping[SeriesKey, float]   # `_created` timestamp per reset group
     running: Mapping[str, float] = field(default_factory=dict)
     v0_acceptance_rate: float | None = None
     v0_efficiency: float | None = None
@@ -111,12 +129,64 @@ def _series_id(labels: Mapping[str, str]) -> str:
     return f"{engine}/{model}" if model else engine
 
 
+def _plain(counter: str) -> Callable[[str, Mapping[str, str], str], SeriesKey | None]:
+    return lambda name, labels, series: SeriesKey(counter, series)
+
+
+def _per_position(name: str, labels: Mapping[str, str], series: str) -> SeriesKey | None:
+    try:
+        return SeriesKey(K_POS, series, int(labels.get("position", "")))
+    except ValueError:
+        return None
+
+
+def _itl_part(name: str, labels: Mapping[str, str], series: str) -> SeriesKey | None:
+    if name.endswith("_bucket"):
+        return SeriesKey(K_ITL_BUCKET, series, float(labels["le"]))
+    if name.endswith("_sum"):
+        return SeriesKey(K_ITL_SUM, series)
+    return SeriesKey(K_ITL_COUNT, series)  # _count, and _created (whose reset group is the histogram)
+
+
+def _engine_steps(name: str, labels: Mapping[str, str], series: str) -> SeriesKey | None:
+    # Only the observation count matters: one observation per engine step.
+    return SeriesKey(K_STEPS, series) if name.endswith(("_count", "_created")) else None
+
+
+@dataclass(frozen=True)
+class CounterSource:
+    """How one vLLM family becomes counter series of a RouteSnapshot."""
+    families: tuple[str, ...]     # the first one present is read (a renamed family's old name last)
+    key_of: Callable[[str, Mapping[str, str], str], SeriesKey | None]   # (sample name, labels, series)
+    shows_speculation: bool       # a sample of it means speculation is configured
+    names_engines: bool           # its series list the route's engines
+    in_v0: bool                   # read from V0 engines too
+    unmatched_labels: tuple[str, ...] = ()   # labels that do not select a route
+
+
+COUNTER_SOURCES = (
+    # V0's spec counters are sums of running totals (vLLM PR #15415): unusable, so not in_v0.
+    CounterSource((DRAFTS,), _plain(K_DRAFTS), shows_speculation=True, names_engines=True, in_v0=False),
+    CounterSource((DRAFT_TOKENS,), _plain(K_DRAFT_TOKENS), shows_speculation=True, names_engines=True, in_v0=False),
+    CounterSource((ACCEPTED,), _plain(K_ACCEPTED), shows_speculation=True, names_engines=True, in_v0=False),
+    CounterSource((GENERATION,), _plain(K_GEN), shows_speculation=False, names_engines=True, in_v0=True),
+    CounterSource((ACCEPTED_PER_POS,), _per_position, shows_speculation=True, names_engines=False, in_v0=False),
+    CounterSource((ITL, ITL_LEGACY), _itl_part, shows_speculation=False, names_engines=True, in_v0=True,
+                  unmatched_labels=("le",)),
+    CounterSource((ITERATION_TOKENS,), _engine_steps, shows_speculation=False, names_engines=False, in_v0=True),
+)
+
+
+def _without(labels: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k not in names} if names else labels
+
+
 class _RouteBuilder:
     def __init__(self, route: str, model_name: str):
         self.route = route
         self.model_name = model_name
-        self.counters: dict[tuple, float] = {}
-        self.created: dict[tuple, float] = {}
+        self.counters: dict[SeriesKey, float] = {}
+        self.created: dict[SeriesKey, float] = {}
         self.running: dict[str, float] = {}
         self.engines: set[str] = set()
         self.positions: set[int] = set()
@@ -154,74 +224,30 @@ def snapshots(families: Mapping[str, Family], *, t: float, target: str,
             b = builders[name] = _RouteBuilder(name, model)
         return [b]
 
-    itl_family = families.get(ITL) or families.get(ITL_LEGACY)
-    for family_name, key in _SIMPLE_COUNTERS.items():
-        fam = families.get(family_name)
-        if fam is None or (schema == SCHEMA_V0 and key != K_GEN):
-            continue  # V0's spec counters are sums of running totals (vLLM PR #15415): unusable
+    for source in COUNTER_SOURCES:
+        fam = next((families[name] for name in source.families if name in families), None)
+        if fam is None or (schema == SCHEMA_V0 and not source.in_v0):
+            continue
         for s in fam.samples:
             labels = _labels(s)
-            engine = _series_id(labels)
-            for b in routes_for(labels):
-                b.counters[(key, engine)] = b.counters.get((key, engine), 0.0) + s.value
-                b.engines.add(engine)
-                if key != K_GEN:
-                    b.spec = True
-        for s in fam.created:
-            labels = _labels(s)
-            for b in routes_for(labels):
-                b.created[(key, _series_id(labels))] = s.value
-    fam = families.get(ACCEPTED_PER_POS)
-    if fam is not None and schema != SCHEMA_V0:
-        for s in fam.samples:
-            labels = _labels(s)
-            engine = _series_id(labels)
-            try:
-                position = int(labels.get("position", ""))
-            except ValueError:
+            key = source.key_of(s.name, labels, _series_id(labels))
+            if key is None:
                 continue
-            for b in routes_for(labels):
-                b.counters[(K_POS, engine, position)] = b.counters.get((K_POS, engine, position), 0.0) + s.value
-                b.positions.add(position)
-                b.spec = True
-        for s in fam.created:
-            labels = _labels(s)
-            try:
-                position = int(labels.get("position", ""))
-            except ValueError:
-                continue
-            for b in routes_for(labels):
-                b.created[(K_POS, _series_id(labels), position)] = s.value
-    if itl_family is not None:
-        for s in itl_family.samples:
-            labels = _labels(s)
-            engine = _series_id(labels)
-            if s.name.endswith("_bucket"):
-                key = (K_ITL_BUCKET, engine, float(labels["le"]))
-            elif s.name.endswith("_sum"):
-                key = (K_ITL_SUM, engine)
-            else:
-                key = (K_ITL_COUNT, engine)
-            for b in routes_for({k: v for k, v in labels.items() if k != "le"}):
+            for b in routes_for(_without(labels, source.unmatched_labels)):
                 b.counters[key] = b.counters.get(key, 0.0) + s.value
-                b.engines.add(engine)
-        for s in itl_family.created:
-            labels = _labels(s)
-            for b in routes_for(labels):
-                b.created[("itl", _series_id(labels))] = s.value
-    fam = families.get(ITERATION_TOKENS)
-    if fam is not None:
-        for s in fam.samples:
-            if not s.name.endswith("_count"):
-                continue
-            labels = _labels(s)
-            engine = _series_id(labels)
-            for b in routes_for(labels):
-                b.counters[(K_STEPS, engine)] = b.counters.get((K_STEPS, engine), 0.0) + s.value
+                if source.names_engines:
+                    b.engines.add(key.series)
+                if source.shows_speculation:
+                    b.spec = True
+                if key.counter == K_POS:
+                    b.positions.add(key.position)
         for s in fam.created:
             labels = _labels(s)
-            for b in routes_for(labels):
-                b.created[(K_STEPS, _series_id(labels))] = s.value
+            key = source.key_of(s.name, labels, _series_id(labels))
+            if key is None:
+                continue
+            for b in routes_for(_without(labels, source.unmatched_labels)):
+                b.created[reset_group(key)] = s.value
     fam = families.get(RUNNING)
     if fam is not None:
         for s in fam.samples:

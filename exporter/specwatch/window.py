@@ -11,16 +11,26 @@ its own monotonic counters.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
-from .vllm import K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_ITL_BUCKET, K_POS, RouteSnapshot, reset_group
+from .vllm import (
+    K_ACCEPTED,
+    K_DRAFT_TOKENS,
+    K_DRAFTS,
+    K_ITL,
+    K_ITL_BUCKET,
+    K_POS,
+    RouteSnapshot,
+    SeriesKey,
+    reset_group,
+)
 
 
 @dataclass(frozen=True)
 class Entry:
     t: float
-    totals: Mapping[tuple, float]   # mirrored cumulative increase per series since first seen
+    totals: Mapping[SeriesKey, float]   # mirrored cumulative increase per series since first seen
     snapshot: RouteSnapshot
 
 
@@ -39,7 +49,7 @@ class WindowView:
     def span_seconds(self) -> float:
         return self.last.t - self.first.t
 
-    def increase(self, key: tuple) -> float:
+    def increase(self, key: SeriesKey) -> float:
         last = self.last.totals.get(key)
         if last is None:
             return 0.0
@@ -50,7 +60,7 @@ class WindowView:
             return last
         return last - first
 
-    def increases(self) -> dict[tuple, float]:
+    def increases(self) -> dict[SeriesKey, float]:
         return {key: self.increase(key) for key in self.last.totals}
 
 
@@ -60,17 +70,17 @@ class RouteWindow:
     def __init__(self, horizon_seconds: float):
         self.horizon = horizon_seconds
         self.entries: deque[Entry] = deque()
-        self._raw: dict[tuple, float] = {}
-        self._created: dict[tuple, float] = {}
-        self._le_sets: dict[str, frozenset[float]] = {}
-        self.totals: dict[tuple, float] = {}
+        self._raw: dict[SeriesKey, float] = {}
+        self._created: dict[SeriesKey, float] = {}
+        self._le_sets: dict[str, frozenset[float]] = {}   # ITL bucket bounds per series
+        self.totals: dict[SeriesKey, float] = {}
         self.resets = 0
 
     def ingest(self, snap: RouteSnapshot) -> bool:
         """Fold a new snapshot in; return True when it showed a counter reset."""
         if self.entries and snap.t <= self.entries[-1].t:
             return False  # out-of-order or duplicate time: ignore rather than corrupt deltas
-        reset_groups: set[tuple] = set()
+        reset_groups: set[SeriesKey] = set()
         raw = self._raw
         if raw:
             for key, value in snap.counters.items():
@@ -84,18 +94,18 @@ class RouteWindow:
         # A histogram whose bucket layout changed restarts as a whole, and so does its mirror.
         le_sets: dict[str, set[float]] = {}
         for key in snap.counters:
-            if key[0] == K_ITL_BUCKET:
-                le_sets.setdefault(key[1], set()).add(key[2])
+            if key.counter == K_ITL_BUCKET:
+                le_sets.setdefault(key.series, set()).add(key.le)
         for engine, les in le_sets.items():
             frozen = frozenset(les)
             previous_les = self._le_sets.get(engine)
             if previous_les is not None and previous_les != frozen:
-                group = ("itl", engine)
+                group = SeriesKey(K_ITL, engine)
                 reset_groups.add(group)
                 for key in [k for k in self.totals if reset_group(k) == group]:
                     del self.totals[key]
             self._le_sets[engine] = frozen
-        deltas: dict[tuple, float] = {}
+        deltas: dict[SeriesKey, float] = {}
         for key, value in snap.counters.items():
             previous = raw.get(key)
             if reset_groups and reset_group(key) in reset_groups:
@@ -111,7 +121,7 @@ class RouteWindow:
             # the engine restarted: count its values from 0, all together, like a visible reset.
             for engine in _broken_engines(deltas, _one_step_slack(snap, self.latest)):
                 for key, value in snap.counters.items():
-                    if key[1] == engine:
+                    if key.series == engine:
                         reset_groups.add(reset_group(key))
                         deltas[key] = value
         totals = self.totals
@@ -153,20 +163,20 @@ def _one_step_slack(snap: RouteSnapshot, previous: RouteSnapshot | None) -> floa
     return 2.0 * max(batch, 1.0) * (k + 1)
 
 
-def _broken_engines(deltas: Mapping[tuple, float], slack: float = 0.0) -> set[str]:
+def _broken_engines(deltas: Mapping[SeriesKey, float], slack: float = 0.0) -> set[str]:
     """Engines whose deltas over one poll are impossible for one vLLM process (it restarted),
     beyond what one half-applied step can explain."""
     broken = set()
-    engines = {key[1] for key in deltas if key[0] == K_DRAFT_TOKENS}
+    engines = {key.series for key in deltas if key.counter == K_DRAFT_TOKENS}
     for engine in engines:
-        tokens = deltas[(K_DRAFT_TOKENS, engine)]
-        drafts = deltas.get((K_DRAFTS, engine))
-        accepted = deltas.get((K_ACCEPTED, engine))
+        tokens = deltas[SeriesKey(K_DRAFT_TOKENS, engine)]
+        drafts = deltas.get(SeriesKey(K_DRAFTS, engine))
+        accepted = deltas.get(SeriesKey(K_ACCEPTED, engine))
         if (tokens < -slack or (accepted is not None and accepted > tokens + slack)
                 or (drafts is not None and drafts > tokens + slack)):
             broken.add(engine)
             continue
-        if drafts is not None and any(key[0] == K_POS and key[1] == engine and d > drafts + slack
+        if drafts is not None and any(key.counter == K_POS and key.series == engine and d > drafts + slack
                                       for key, d in deltas.items()):
             broken.add(engine)
     return broken

@@ -16,6 +16,7 @@ What it proves:
   and a description with live numbers (no "n/a") and a recommended --speculative-config that the
   sidecar really exported;
 - every specwatch metric the rules read is in the real sidecar's /metrics (the contract, live);
+- the route-level SpecDecodeFleetBelowBreakeven reaches the receiver too, once for the route;
 - the delay from the drop to the notification, printed with its stages (run with -s to see it).
 """
 from __future__ import annotations
@@ -24,7 +25,6 @@ import http.server
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +36,7 @@ import requests
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.loopback import free_port, stop_process, wait_http
 from test_rules import every_expression, selectors  # noqa: E402  (the rules' metric names, parsed)
 
 pytestmark = pytest.mark.e2e
@@ -73,42 +74,12 @@ def _specwatch_cli() -> list[str] | None:
 
 # ---- helpers -------------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if requests.get(url, timeout=1).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} not ready after {timeout}s:\n{log.read_text()[-3000:]}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def accelerated_rules_copy(dest: Path) -> list[Path]:
     """Copy rules/*.yaml with every `for:` shortened to FOR_S and window="5m" re-pinned to WINDOW."""
     out = []
     for src in sorted(RULES.glob("*.yaml")):
         text = src.read_text()
-        text, n_for = re.subn(r"^(\s+for:\s*)\S+\s*$", rf"\g<1>{FOR_S}s", text, flags=re.M)
+        text, n_for = re.subn(r"^(\s+for:\s*)\S+\s*$", rf"\g<1>{FOR_S}s", text, flags=re.MULTILINE)
         text = text.replace('window="5m"', f'window="{WINDOW}"')
         if "alert:" in text:
             assert n_for >= 6, f"{src.name}: expected a `for:` per alert, rewrote {n_for}"
@@ -141,7 +112,7 @@ class Receiver:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with outer.lock:
                     outer.posts.append((outer.clock(), json.loads(body)))
@@ -292,7 +263,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         labels, annotations = alert["labels"], alert["annotations"]
         assert labels["route"] == ROUTE
         assert labels["window"] == WINDOW
-        assert labels["severity"] == "warning"
+        assert labels["severity"] == "info"  # per replica; the route-level alert is the fleet one
         assert labels["target"] == "vllm" and labels["namespace"] == "llm" and labels["job"] == "specwatch"
         description = annotations["description"]
         assert "n/a" not in description, description
@@ -305,9 +276,20 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         assert annotations["runbook_url"].endswith("docs/runbook.md#specdecodebelowbreakeven")
         assert annotations["summary"]
 
+        # the route-level alert: once for the route, with the number and share of replicas below break-even
+        fleet_deadline = time.monotonic() + 15
+        while not receiver.firing("SpecDecodeFleetBelowBreakeven") and time.monotonic() < fleet_deadline:
+            time.sleep(0.2)
+        fleet = receiver.firing("SpecDecodeFleetBelowBreakeven")
+        assert fleet, "no SpecDecodeFleetBelowBreakeven notification"
+        fleet_alert = fleet[0][1]
+        assert fleet_alert["labels"]["route"] == ROUTE and fleet_alert["labels"]["severity"] == "warning"
+        assert "instance" not in fleet_alert["labels"], "one alert per route, not per replica"
+        assert "1 of 1 replicas (100%) are below break-even" in fleet_alert["annotations"]["description"], fleet_alert
+
         # every specwatch metric the rules and their template queries read is in the real sidecar's output
         text = requests.get(f"http://127.0.0.1:{sidecar_port}/metrics", timeout=5).text
-        exported = set(re.findall(r"^# TYPE (\S+)", text, flags=re.M)) | set(re.findall(r"^(\w+)[{ ]", text, flags=re.M))
+        exported = set(re.findall(r"^# TYPE (\S+)", text, flags=re.MULTILINE)) | set(re.findall(r"^(\w+)[{ ]", text, flags=re.MULTILINE))
         read = {sel.name for _, expr in every_expression() for sel in selectors(expr) if sel.name.startswith("specwatch_")}
         assert read - exported == set(), f"rules read metrics the sidecar does not export: {sorted(read - exported)}"
 
@@ -326,7 +308,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         assert delay < 20, f"notification took {delay:.1f}s after the drop"
     finally:
         for proc, _ in reversed(procs):
-            stop(proc)
+            stop_process(proc)
         if handle is not None:
             handle.stop()
         if receiver is not None:

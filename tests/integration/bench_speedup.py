@@ -27,8 +27,8 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import promcheck as pc  # noqa: E402
-import realvllm_harness as harness  # noqa: E402
+import promcheck as pc
+import realvllm_harness as harness
 
 SETTLE = 3.0
 
@@ -142,11 +142,11 @@ def predict(profile: dict, model_dir: Path, spec: dict) -> dict:
 
 def table(results: dict) -> str:
     spec, nospec, pred = results["spec"], results["nospec"], results["prediction"]
-    ms = lambda x: "n/a" if x is None else f"{1e3 * x:.1f}"  # noqa: E731
+    ms = lambda x: "n/a" if x is None else f"{1e3 * x:.1f}"
     rows = [
-        "| concurrency | spec tok/s | no-spec tok/s | measured speedup | predicted speedup | alpha | K mean | B (spec) "
-        "| per-token latency P50 / P99, spec (ms) | no-spec (ms) | inter-chunk P50 / P99, spec (ms) | no-spec (ms) "
-        "| vLLM ITL per step P50 / P99, spec (ms) | no-spec (ms) |",
+        ("| concurrency | spec tok/s | no-spec tok/s | measured speedup | predicted speedup | alpha | K mean | B (spec) "
+         "| per-token latency P50 / P99, spec (ms) | no-spec (ms) | inter-chunk P50 / P99, spec (ms) | no-spec (ms) "
+         "| vLLM ITL per step P50 / P99, spec (ms) | no-spec (ms) |"),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in sorted(spec["phases"], key=int):

@@ -14,7 +14,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import realvllm_harness as harness  # noqa: E402
+import realvllm_harness as harness
+
 
 @pytest.fixture(scope="session")
 def artifacts(tmp_path_factory) -> Path:

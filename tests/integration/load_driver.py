@@ -35,11 +35,7 @@ import time
 
 import requests
 
-WORDS = (
-    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma "
-    "upsilon phi chi psi omega river stone cloud lantern copper violet meadow harbor signal engine "
-    "kernel socket buffer thread queue vector matrix tensor closure module import orange falcon"
-).split()
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "upsilon", "phi", "chi", "psi", "omega", "river", "stone", "cloud", "lantern", "copper", "violet", "meadow", "harbor", "signal", "engine", "kernel", "socket", "buffer", "thread", "queue", "vector", "matrix", "tensor", "closure", "module", "import", "orange", "falcon"]
 
 FRIENDLY = [
     "the cat sat on the mat. " * 8,

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import promcheck as pc  # noqa: E402
+import promcheck as pc
 
 PAIRS = [
     ("ngram-00-idle.prom", "ngram-01-c1-quiet.prom"),

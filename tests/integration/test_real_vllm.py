@@ -3,7 +3,7 @@ n-gram speculative decoding (K=4), on loopback.  Issue #10.
 
 Each module fixture drives one bounded scenario against a real server while
 (a) `specwatch run` polls it live, (b) this test records the server's /metrics
-itself every second (DESIGN §8 recording format), and (c) a status sampler reads
+itself every second (the `specwatch record` format), and (c) a status sampler reads
 the sidecar's /api/v1/status and /metrics every second.  The checks compare
 specwatch's numbers with values computed independently (promcheck.py: prometheus_client's
 parser, Prometheus's reset rule and histogram_quantile) from vLLM's own payloads.
@@ -24,11 +24,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 import promcheck as pc
+import pytest
 import realvllm_harness as harness
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.realvllm
 
@@ -95,7 +94,7 @@ def run_phase(base: str, concurrency: int, seconds: float, seed: int, out: Path)
     r = subprocess.run(
         [sys.executable, str(HERE / "load_driver.py"), "--base", base, "--phases",
          f"{concurrency}:{seconds}:100000", "--seed", str(seed), "--out", str(out)],
-        capture_output=True, text=True, timeout=seconds + 200,
+        check=False, capture_output=True, text=True, timeout=seconds + 200,
     )
     assert r.returncode == 0, f"load driver failed: {r.stderr[-2000:]}"
     ph = json.loads(out.read_text())["phases"][0]
@@ -184,7 +183,7 @@ def drive_phases(run: Run, artifacts: Path, tag: str, gap: float) -> None:
 @pytest.fixture(scope="module")
 def spec_run(vllm_env, artifacts):
     """n-gram K=4 server: idle, c=1, c=4, c=16 with quiet gaps, then a restart and c=4 again."""
-    py, model = vllm_env
+    _py, model = vllm_env
     server = harness.start_server(vllm_env, artifacts, "ngram", harness.NGRAM_SPEC)
     rec_path = artifacts / "recording-ngram.jsonl"
     rec_path.unlink(missing_ok=True)
@@ -224,7 +223,7 @@ def spec_run(vllm_env, artifacts):
 @pytest.fixture(scope="module")
 def nospec_run(vllm_env, artifacts):
     """The same load against a server without speculative_config."""
-    py, model = vllm_env
+    _py, model = vllm_env
     server = harness.start_server(vllm_env, artifacts, "nospec", None)
     rec_path = artifacts / "recording-nospec.jsonl"
     rec_path.unlink(missing_ok=True)
@@ -288,9 +287,8 @@ def _save_fixture_payloads(run: Run, tag: str) -> None:
         (d / fn).write_text(r["text"])
         index.append({"file": fn, "t": r["t"], "server": tag})
     with open(d / f"{tag}-index.jsonl", "w") as fh:
-        for row in index:
-            fh.write(json.dumps(row) + "\n")
-    # the whole run as a DESIGN §8 recording, every 10th poll (still crosses every phase and the restart)
+        fh.writelines(json.dumps(row) + "\n" for row in index)
+    # the whole run as a recording (`specwatch record` format), every 10th poll (still crosses every phase and the restart)
     with open(d / f"{tag}-recording.jsonl", "w") as fh:
         for r in recs[::10]:
             fh.write(json.dumps(r) + "\n")
@@ -336,7 +334,7 @@ def _replay_compare(run: Run, artifacts: Path) -> tuple[int, list[dict]]:
         for key in ("acceptance_rate", "mean_acceptance_length", "draft_length", "itl_p50_seconds",
                     "itl_p99_seconds"):
             if key in GUARDED_KEYS and guarded and ln.get(key) is None:
-                continue  # below the sample guard the value is absent by design (DESIGN §6)
+                continue  # below the sample guard the value is absent by design (docs/architecture.md §4)
             if not close(ln.get(key), ref[key]):
                 mismatches.append((ln["t"], ln["window"], key, ln.get(key), ref[key]))
         if ref["drafts"] is not None and not close(ln.get("drafts"), ref["drafts"]):
@@ -447,7 +445,7 @@ def test_live_long_window_spans_the_restart_with_prometheus_reset_rule(spec_run)
     assert after.counters[pc.DRAFTS] < before.counters[pc.DRAFTS], "the restart did not reset vLLM's counters"
     for _, status, metrics in _live_rows(spec_run, "after_restart"):
         w = window_of(status, W_LONG)
-        d = lambda n: before.counters[n] - zero.counters[n] + after.counters[n]  # noqa: E731
+        d = lambda n: before.counters[n] - zero.counters[n] + after.counters[n]
         assert close(w["drafts"], d(pc.DRAFTS))
         assert close(w["acceptance_rate"], d(pc.ACCEPTED) / d(pc.DRAFT_TOKENS))
         assert close(w["draft_length"], d(pc.DRAFT_TOKENS) / d(pc.DRAFTS))
@@ -455,7 +453,7 @@ def test_live_long_window_spans_the_restart_with_prometheus_reset_rule(spec_run)
         # mirrored counters stay monotonic across the restart
         assert close(sample(metrics, "specwatch_drafts_total", route=ROUTE), d(pc.DRAFTS))
         assert close(sample(metrics, "specwatch_accepted_tokens_total", route=ROUTE), d(pc.ACCEPTED))
-        # DESIGN §6 named it specwatch_counter_resets_total; renamed for promtool's lint (docs/design-notes.md)
+        # first planned as specwatch_counter_resets_total; renamed for promtool's lint (docs/design-notes.md)
         resets = sample(metrics, "specwatch_target_restarts_total", target="vllm")
         assert resets is not None and resets >= 1, "the sidecar did not count the restart"
         assert status["targets"][0]["counter_resets"] >= 1

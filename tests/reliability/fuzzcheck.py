@@ -7,24 +7,23 @@ payload leaves the windows exactly as they were. Anything else is a finding.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from specwatch.config import from_mapping
 from specwatch.exposition import ExpositionError
 from specwatch.pipeline import Pipeline
 from specwatch.vllm import SELECTOR
+from support.paths import fixture_path
 
 from .mutate import MUTATIONS, apply_mutations
 
-SHARED = Path(os.environ.get("SPECWATCH_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 CORPUS = Path(__file__).parent / "corpus"
 _CONFIG = None
 
 
 def seed_payloads() -> list[str]:
-    folder = SHARED / "fixtures" / "vllm-cpu-real"
-    files = sorted(folder.glob("*.prom")) + sorted((folder / "extra").glob("*.prom")) if folder.is_dir() else []
+    folder = fixture_path("vllm-cpu-real")
+    files = sorted(folder.glob("*.prom")) + sorted((folder / "extra").glob("*.prom"))
     return [p.read_text() for p in files[::3]]
 
 

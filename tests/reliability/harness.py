@@ -14,7 +14,6 @@ from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
-
 from specwatch import service as service_mod
 from specwatch.config import from_mapping
 from specwatch.demo import sidecar_config_for

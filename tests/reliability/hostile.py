@@ -16,8 +16,10 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+
+from support.loopback import free_port
 
 MAX_HOLD_SECONDS = 30.0       # no behaviour holds a connection longer than this
 MAX_REQUEST_HEAD = 64 * 1024
@@ -85,7 +87,7 @@ class HostileServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=self._serve, args=(conn,), name="hostile-conn", daemon=True).start()
 
@@ -240,7 +242,4 @@ def gzip_body(body) -> Behaviour:
 
 def refused_url() -> str:
     """A loopback URL nothing listens on (connection refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/metrics"
+    return f"http://127.0.0.1:{free_port()}/metrics"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,12 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import requests
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.loopback import free_port
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:

@@ -1,4 +1,4 @@
-"""The fault matrix (RELIABILITY.md §6.1-6.5, issue #8): one named test per fault.
+"""The fault matrix (issue #8): one named test per fault.
 
 Each test runs the real Service against a real loopback HTTP target (the simulator's healthy
 exposition, served by the hostile server), warms it up to a `keep` verdict, applies one fault for
@@ -7,7 +7,7 @@ a few polls, and checks the contract:
   - specwatch_target_up is 0 and specwatch_scrape_errors_total{reason} grew by exactly the polls
     that failed, under the expected reason and no other;
   - the windows are byte-identical to the last good poll and no verdict changed (none logged);
-  - no target-derived series is served while the target is down (DESIGN.md §6: absent, never stale);
+  - no target-derived series is served while the target is down (docs/architecture.md §4: absent, never stale);
   - when the target heals, the next poll is up again, windows move on, the verdict is the same.
 """
 
@@ -20,8 +20,18 @@ import pytest
 from structlog.testing import capture_logs
 
 from .harness import TARGET, TARGET_DERIVED, names, new_pair, value
-from .hostile import (HostileServer, chunked, close_without_answer, drip, drop_mid_body, gzip_bomb, hang,
-                      redirect, refused_url, respond)
+from .hostile import (
+    HostileServer,
+    chunked,
+    close_without_answer,
+    drip,
+    drop_mid_body,
+    gzip_bomb,
+    hang,
+    redirect,
+    refused_url,
+    respond,
+)
 
 WARMUP_POLLS = 8
 FAULT_POLLS = 2
@@ -239,7 +249,7 @@ def test_100000_series_of_other_families_are_accepted_without_growing_specwatch_
 
 # -- semantic validation (V1) ------------------------------------------------------------------
 def _set_first(text: str, prefix: str, new_value: str) -> str:
-    pattern = re.compile(rf"^({re.escape(prefix)}(?:{{[^\n]*}})?) \S+$", re.M)
+    pattern = re.compile(rf"^({re.escape(prefix)}(?:{{[^\n]*}})?) \S+$", re.MULTILINE)
     out, n = pattern.subn(lambda m: f"{m.group(1)} {new_value}", text, count=1)
     assert n == 1, prefix
     return out

@@ -1,4 +1,4 @@
-"""Hypothesis properties (RELIABILITY.md §6.4-6.6, issue #8).
+"""Hypothesis properties (issue #8; the window rules are in docs/architecture.md).
 
 - the exposition parser (and everything after it up to the pipeline) raises nothing but
   ExpositionError on arbitrary mutations of real vLLM payloads, and a rejected poll leaves the
@@ -13,32 +13,37 @@
 
 from __future__ import annotations
 
-import os
+import itertools
 from pathlib import Path
 
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
 from specwatch.config import from_mapping
 from specwatch.derive import window_stats
 from specwatch.exposition import ExpositionError
 from specwatch.pipeline import Pipeline
-from specwatch.vllm import (K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN, K_POS, RouteSnapshot, SELECTOR,
-                            parse_payload)
+from specwatch.vllm import (
+    K_ACCEPTED,
+    K_DRAFT_TOKENS,
+    K_DRAFTS,
+    K_GEN,
+    K_POS,
+    SELECTOR,
+    RouteSnapshot,
+    SeriesKey,
+    parse_payload,
+)
 from specwatch.window import RouteWindow
+from support.paths import fixture_path
 
 from .mutate import MUTATIONS, apply_mutations
 
 CORPUS = Path(__file__).parent / "corpus"
 
 
-SHARED = Path(os.environ.get("SPECWATCH_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-
-
 def real_payloads() -> list[str]:
-    folder = SHARED / "fixtures" / "vllm-cpu-real"
-    if not folder.is_dir():  # the shared reference material sits beside the clone
-        return []
+    folder = fixture_path("vllm-cpu-real")
     files = sorted(folder.glob("*.prom")) + sorted((folder / "extra").glob("*.prom"))
     # A spread of phases (idle, load, restart, spec off, multiprocess) keeps each example cheap.
     return [p.read_text() for p in files[::4]]
@@ -49,7 +54,7 @@ PAYLOADS = real_payloads()
 
 @st.composite
 def mutated_payloads(draw):
-    text = draw(st.sampled_from(PAYLOADS)) if PAYLOADS else "# TYPE x counter\nx_total 1\n"
+    text = draw(st.sampled_from(PAYLOADS))
     ops = draw(st.lists(st.tuples(st.sampled_from(sorted(MUTATIONS)), st.integers(0, 2**31 - 1),
                                   st.integers(0, 2**31 - 1)), min_size=1, max_size=6))
     return apply_mutations(text, ops)
@@ -73,7 +78,6 @@ def _config():
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_payloads())
 def test_a_rejected_mutation_leaves_the_pipeline_windows_byte_identical(text):
-    assume(PAYLOADS)
     pipeline = Pipeline(_config())
     assert pipeline.ingest("vllm", 1000.0, PAYLOADS[1]).ok
     before = [(n, list(r.window.entries), dict(r.window.totals)) for n, r in pipeline._routes.items()]
@@ -103,7 +107,7 @@ def test_window_increase_with_random_resets_equals_prometheus_increase(events, w
     for i, (n, restart) in enumerate(events):
         value = (0.0 if restart else value) + n
         values.append(value)
-        window.ingest(_snap(float(i), {(K_DRAFTS, "0"): value}))
+        window.ingest(_snap(float(i), {SeriesKey(K_DRAFTS, "0"): value}))
     now = float(min(end, len(events) - 1))
     view = window.view(now, float(width_polls))
     chosen = [i for i in range(len(events)) if now - width_polls <= i <= now]
@@ -111,9 +115,9 @@ def test_window_increase_with_random_resets_equals_prometheus_increase(events, w
         assert view is None
         return
     expected = 0.0
-    for a, b in zip(chosen, chosen[1:]):
+    for a, b in itertools.pairwise(chosen):
         expected += values[b] - values[a] if values[b] >= values[a] else values[b]
-    assert view.increase((K_DRAFTS, "0")) == expected
+    assert view.increase(SeriesKey(K_DRAFTS, "0")) == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -127,14 +131,14 @@ def test_window_increase_with_created_timestamps_equals_the_true_event_count(eve
             value, created = 0.0, float(i)  # a restart is visible through _created even if the value rose
         value += n
         true_after.append(n)
-        window.ingest(_snap(float(i), {(K_DRAFTS, "0"): value}, {(K_DRAFTS, "0"): created}))
+        window.ingest(_snap(float(i), {SeriesKey(K_DRAFTS, "0"): value}, {SeriesKey(K_DRAFTS, "0"): created}))
     now = float(len(events) - 1)
     view = window.view(now, float(width_polls))
     chosen = [i for i in range(len(events)) if now - width_polls <= i <= now]
     if view is None:
         assert len(chosen) < 2
         return
-    assert view.increase((K_DRAFTS, "0")) == sum(true_after[i] for i in chosen[1:])
+    assert view.increase(SeriesKey(K_DRAFTS, "0")) == sum(true_after[i] for i in chosen[1:])
 
 
 K = 4
@@ -155,12 +159,12 @@ def traffic(draw):
 def _fold(state, drafts, accepted, restart):
     if restart:
         state = {key: 0.0 for key in state}
-    state[(K_DRAFTS, "0")] += drafts
-    state[(K_DRAFT_TOKENS, "0")] += drafts * K
-    state[(K_ACCEPTED, "0")] += sum(accepted)
-    state[(K_GEN, "0")] += sum(accepted) + drafts
+    state[SeriesKey(K_DRAFTS, "0")] += drafts
+    state[SeriesKey(K_DRAFT_TOKENS, "0")] += drafts * K
+    state[SeriesKey(K_ACCEPTED, "0")] += sum(accepted)
+    state[SeriesKey(K_GEN, "0")] += sum(accepted) + drafts
     for i in range(K):
-        state[(K_POS, "0", i)] += sum(1 for a in accepted if a > i)
+        state[SeriesKey(K_POS, "0", i)] += sum(1 for a in accepted if a > i)
     return state
 
 
@@ -168,8 +172,8 @@ def _fold(state, drafts, accepted, restart):
 @given(traffic(), st.booleans(), st.sampled_from([10.0, 30.0, 60.0]))
 def test_ratios_stay_in_0_1_across_restarts_with_and_without_created(polls, with_created, width):
     window = RouteWindow(horizon_seconds=300)
-    state = {(K_DRAFTS, "0"): 0.0, (K_DRAFT_TOKENS, "0"): 0.0, (K_ACCEPTED, "0"): 0.0, (K_GEN, "0"): 0.0,
-             **{(K_POS, "0", i): 0.0 for i in range(K)}}
+    state = {SeriesKey(K_DRAFTS, "0"): 0.0, SeriesKey(K_DRAFT_TOKENS, "0"): 0.0, SeriesKey(K_ACCEPTED, "0"): 0.0, SeriesKey(K_GEN, "0"): 0.0,
+             **{SeriesKey(K_POS, "0", i): 0.0 for i in range(K)}}
     created = 0.0
     for i, (drafts, accepted, restart) in enumerate(polls):
         t = 5.0 * (i + 1)

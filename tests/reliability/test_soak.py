@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_soak(*args: str, timeout: float) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "soak.py"), *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "soak.py"), *args], check=False, capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
     assert proc.stdout, proc.stderr[-3000:]
     result = json.loads(proc.stdout)

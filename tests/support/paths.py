@@ -1,16 +1,14 @@
-"""Where the repository and the shared reference material are (shared/ sits beside the clone in CI)."""
+"""Where the repository and its test fixtures are. Everything a test reads lives in the repository."""
 
-import os
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("SPECWATCH_SHARED", REPO.parent / "shared"))
+FIXTURES = REPO / "tests" / "fixtures"
 
 
-def shared_path(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
+def fixture_path(*parts: str) -> Path:
+    """A file or folder under tests/fixtures; a missing one is a broken checkout, so it fails loudly."""
+    path = FIXTURES.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"shared reference material not found at {path} (set SPECWATCH_SHARED)")
+        raise FileNotFoundError(f"test fixture missing from the repository: {path}")
     return path

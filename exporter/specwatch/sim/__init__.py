@@ -6,13 +6,13 @@
     text = sim.render()          # vLLM /metrics text at sim time 120 s
     sim.truth()                  # true alpha, K, batch, break-even, verdict per route
     h = serve("alpha-drop", speed=20)    # loopback HTTP server, h.url is .../metrics; h.stop()
-    record("alpha-drop", "out.jsonl", poll_interval=5.0)   # DESIGN.md §8 recording, no HTTP
+    record("alpha-drop", "out.jsonl", poll_interval=5.0)   # a `specwatch record` recording, no HTTP
 """
+from .cli import add_parsers
 from .engine import EPOCH_BASE, Simulator, crossings
 from .record import record
 from .scenario import Scenario, ScenarioError, list_scenarios, load_scenario
 from .server import SimServer, serve
-from .cli import add_parsers
 
 __all__ = ["EPOCH_BASE", "Scenario", "ScenarioError", "SimServer", "Simulator", "add_parsers", "crossings",
            "list_scenarios",

@@ -1,6 +1,6 @@
 """`specwatch sim`: serve a scenario on loopback, or write a recording without HTTP.
 
-The lead wires `add_parsers` into specwatch/cli.py; until then: `python -m specwatch.sim ...`."""
+Also runnable as `python -m specwatch.sim ...`."""
 from __future__ import annotations
 
 import argparse
@@ -28,7 +28,7 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--duration", default=None,
                    help="stop after this much SIM time (default: the scenario's length)")
     p.add_argument("--record", metavar="OUT.jsonl", default=None,
-                   help="write a DESIGN.md §8 recording directly (no HTTP, no faults) and exit")
+                   help="write a recording (the `specwatch record` format) directly (no HTTP, no faults) and exit")
     p.add_argument("--poll-interval", default="5s", help="recording interval in sim time (default 5s)")
     p.add_argument("--target", default="vllm", help="target name written into the recording")
     p.add_argument("--truth-every", default="10s",

@@ -4,7 +4,7 @@ Each (model_name, engine) pair is one scheduler with its own batch, clock and co
 arrive (closed loop at a fixed concurrency, or Poisson at a rate), wait for a batch slot, are
 prefilled in one step (first token, TTFT) and then decode: every engine step drafts K tokens per
 running request, accepts a prefix drawn from per-position CONDITIONAL acceptance probabilities,
-and moves the counters by vLLM's own rules (vllm-metrics.md §3):
+and moves the counters by vLLM's own scheduler rules:
 
   drafts += 1 per request with draft tokens > 0; draft_tokens += K; accepted += a;
   per_pos[i] += 1 for i < a; generation_tokens += emitted (a + 1, cut at max_tokens);
@@ -21,66 +21,26 @@ import math
 import random
 from typing import Any
 
+from .exposition import render
+from .histograms import (
+    ITER_BUCKETS_V0,
+    ITER_BUCKETS_V1,
+    ITL_BUCKETS,
+    PARAMS_N_BUCKETS,
+    PREEMPT_BUCKETS,
+    REQ_LAT_BUCKETS,
+    TTFT_BUCKETS,
+    Hist,
+    buckets_1_2_5,
+)
 from .scenario import Scenario, load_scenario, unconditional
 from .steptime import StepTimer
 
 EPOCH_BASE = 1_790_000_000.0   # fixed epoch of sim time 0 for deterministic recordings
 
-# Bucket bounds (vllm-metrics.md §2b). Histograms store the union of every schema's bounds, so a
-# schema switch can render any of them exactly from the same counts.
-ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-               10.0, 20.0, 40.0, 80.0]
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-REQ_LAT_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
-V0_E2E_EXTRA = []  # V0 request-latency bounds are a subset of REQ_LAT_BUCKETS
-ITER_BUCKETS_V1 = [1.0] + [float(2 ** i) for i in range(3, 15)]            # 1, 8, 16, ... 16384
-ITER_BUCKETS_V0 = sorted({1.0, 2.0, 4.0} | {float(x) for x in range(8, 513, 8)})  # cudagraph sizes
-PARAMS_N_BUCKETS = [1.0, 2.0, 5.0, 10.0, 20.0]
-PREEMPT_BUCKETS = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]
-
-
-def buckets_1_2_5(max_value: int) -> list[float]:
-    out, e = [], 0
-    while True:
-        for m in (1, 2, 5):
-            v = m * 10 ** e
-            if v > max_value:
-                return out
-            out.append(float(v))
-        e += 1
-
-
-class Hist:
-    """Bucket counts over a fixed sorted bound list (le semantics), plus sum and count."""
-    __slots__ = ("bounds", "counts", "sum", "count")
-
-    def __init__(self, bounds):
-        self.bounds = sorted(set(float(b) for b in bounds))
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, v: float, n: int = 1) -> None:
-        self.counts[bisect.bisect_left(self.bounds, v)] += n
-        self.sum += v * n
-        self.count += n
-
-    def cumulative(self, bounds) -> list[tuple[float, int]]:
-        """Cumulative counts at `bounds` (each must be one of self.bounds) and +Inf."""
-        out, acc, i = [], 0, 0
-        for b in bounds:
-            while i < len(self.bounds) and self.bounds[i] <= b:
-                acc += self.counts[i]
-                i += 1
-            out.append((float(b), acc))
-        out.append((math.inf, self.count))
-        return out
-
 
 class Request:
-    __slots__ = ("arrival", "admit", "first", "prompt", "target", "max_tokens", "generated", "ctx")
+    __slots__ = ("admit", "arrival", "ctx", "first", "generated", "max_tokens", "prompt", "target")
 
     def __init__(self, arrival, prompt, target, max_tokens):
         self.arrival = arrival
@@ -96,7 +56,7 @@ class Request:
 class Engine:
     """One vLLM engine core (one DP rank) serving one model_name."""
 
-    def __init__(self, sim: "Simulator", route: "Route", index: int, now: float):
+    def __init__(self, sim: Simulator, route: Route, index: int, now: float):
         self.sim, self.route, self.index = sim, route, index
         self.rng = random.Random(f"{sim.seed}/{route.name}/{index}")
         self.running: list[Request] = []
@@ -190,7 +150,7 @@ class Engine:
                     a = bis(cum, rnd())
                     hist_a[a] += 1
                     if v0 and a < k - 1:
-                        # V0 counted every accepted draft token, prefix or not (COSTMODEL §0.2).
+                        # V0 counted every accepted draft token, prefix or not (not only the accepted prefix).
                         for j in range(a + 1, k):
                             if rnd() < cond[j]:
                                 v0_extra += 1
@@ -286,7 +246,7 @@ class Engine:
 class Route:
     """One served model_name: its engines and its client population."""
 
-    def __init__(self, sim: "Simulator", name: str, now: float):
+    def __init__(self, sim: Simulator, name: str, now: float):
         self.sim, self.name = sim, name
         self.rng = random.Random(f"{sim.seed}/{name}/clients")
         self.engines = [Engine(sim, self, i, now) for i in range(sim.scenario.engines)]
@@ -320,7 +280,7 @@ class Route:
         rp = self.sim.params(self.name, t)
         if rp.concurrency is None:
             return
-        target = int(round(rp.concurrency))
+        target = round(rp.concurrency)
         while self.in_flight < target:
             self.dispatch(t)
 
@@ -340,7 +300,7 @@ class Simulator:
 
     RAMP_TICK = 0.5
 
-    def __init__(self, scenario: "Scenario | str", seed: int = 0, *, epoch: float | None = None):
+    def __init__(self, scenario: Scenario | str, seed: int = 0, *, epoch: float | None = None):
         self.scenario = load_scenario(scenario)
         self.seed = seed
         self.epoch = EPOCH_BASE if epoch is None else float(epoch)
@@ -455,7 +415,6 @@ class Simulator:
 
     # -- outputs ----------------------------------------------------------------------------
     def render(self, schema: str | None = None) -> str:
-        from .exposition import render
         return render(self, schema or self.schema)
 
     def truth(self) -> dict[str, Any]:
@@ -520,7 +479,7 @@ class Simulator:
         return min(b, float(sc.max_num_seqs))
 
 
-def crossings(scenario: "Scenario | str", step: float = 1.0) -> list[dict]:
+def crossings(scenario: Scenario | str, step: float = 1.0) -> list[dict]:
     """Times (sim seconds) where the TRUE verdict changes, from the scenario's nominal parameters.
 
     Benchmarks measure detection delay against these; scenario files document them under

@@ -1,8 +1,8 @@
 """Render a Simulator's state as vLLM's /metrics text, byte-for-byte in vLLM's wire format.
 
-Schemas (vllm-metrics.md):
+Schemas (docs/architecture.md §5):
   v1             vLLM 0.33 V1 engine (same families, HELP/TYPE, label order, `_created` gauges and
-                 buckets as the real 0.32 payloads in shared/fixtures/vllm-cpu-real/)
+                 buckets as the real 0.32 payloads in tests/fixtures/vllm-cpu-real/)
   v1-legacy-itl  vLLM 0.10.1 V1: `vllm:time_per_output_token_seconds` instead of
                  `vllm:inter_token_latency_seconds`, no per-request TPOT, `gpu_*` cache families
                  still present, and (before 0.11) every engine's spec counters under engine="0".
@@ -10,7 +10,7 @@ Schemas (vllm-metrics.md):
                  `_created`, spec gauges `spec_decode_draft_acceptance_rate`/`spec_decode_efficiency`
                  and the sum-of-sums counters (accepted/draft/emitted).
 `multiprocess: true` in the scenario mimics `--api-server-count > 1`: no python_/process_ families
-and no `_created` series (RELIABILITY.md V11).
+and no `_created` series.
 
 Label names are sorted as prometheus_client prints them (`engine`, `le`, `model_name`, `position`);
 numbers use prometheus_client's own float formatting.
@@ -21,8 +21,17 @@ import math
 
 from prometheus_client.utils import floatToGoString as _fmt
 
-from .engine import (ITER_BUCKETS_V0, ITER_BUCKETS_V1, ITL_BUCKETS, PARAMS_N_BUCKETS, PREEMPT_BUCKETS,
-                     REQ_LAT_BUCKETS, TTFT_BUCKETS, Hist, buckets_1_2_5)
+from .histograms import (
+    ITER_BUCKETS_V0,
+    ITER_BUCKETS_V1,
+    ITL_BUCKETS,
+    PARAMS_N_BUCKETS,
+    PREEMPT_BUCKETS,
+    REQ_LAT_BUCKETS,
+    TTFT_BUCKETS,
+    Hist,
+    buckets_1_2_5,
+)
 
 TPOT_LEGACY_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                        7.5, 10.0, 20.0, 40.0, 80.0]
@@ -171,7 +180,7 @@ def _merged_spec(sim):
 def _render_v1(out: _Out, sim, ver) -> None:
     sc = sim.scenario
     eng = list(_engines(sim))
-    per = lambda key: [(lab, e.c[key], e.created) for lab, e in eng]  # noqa: E731
+    per = lambda key: [(lab, e.c[key], e.created) for lab, e in eng]
     zero = [(lab, 0.0, e.created) for lab, e in eng]
 
     if sim.spec_enabled:
@@ -415,7 +424,7 @@ def _render_v0(out: _Out, sim) -> None:
     """V0 engine: one stat logger per server, `model_name` only; DP engines are summed."""
     sc = sim.scenario
     routes = list(sim.routes.values())
-    lab = lambda r: {"model_name": r.name}  # noqa: E731
+    lab = lambda r: {"model_name": r.name}
 
     def g(name, help_, fn):
         out.simple(name, help_, "gauge", [(lab(r), fn(r)) for r in routes])

@@ -1,4 +1,4 @@
-"""Write a recording (DESIGN.md §8) straight from the simulation, without HTTP.
+"""Write a recording (the `specwatch record` format, docs/architecture.md §2) straight from the simulation, without HTTP.
 
 Each line is `{"t": unix_seconds, "target": name, "text": exposition}` with t = EPOCH_BASE + sim
 time, so a recording depends only on (scenario, seed, poll_interval) and is byte-for-byte

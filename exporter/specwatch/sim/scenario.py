@@ -49,10 +49,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 from typing import Any
 
 import yaml
+
+from .. import units
 
 SCHEMAS = ("v1", "v1-legacy-itl", "v0")
 EVENT_TYPES = ("restart", "spec_off", "spec_on", "schema")
@@ -73,22 +74,12 @@ class ScenarioError(ValueError):
     """A scenario file is invalid; the message names the offending key."""
 
 
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-
-
 def parse_duration(value: Any, key: str) -> float:
-    """'500ms', '5s', '2m', '1h' or a bare number of seconds -> seconds."""
-    if isinstance(value, bool):
-        raise ScenarioError(f"{key}: expected a duration, got {value!r}")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ScenarioError(f"{key}: duration must be >= 0")
-        return float(value)
-    m = _DUR.match(str(value))
-    if not m:
-        raise ScenarioError(f"{key}: bad duration {value!r} (use e.g. 500ms, 5s, 2m)")
-    n = float(m.group(1))
-    return n * {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
+    """'500ms', '5s', '2m', '1h' or a number of seconds -> seconds >= 0 (the one grammar in units.py)."""
+    try:
+        return units.parse_duration(value, key, allow_zero=True)
+    except units.UnitError as exc:
+        raise ScenarioError(str(exc)) from None
 
 
 def iid_conditional_for_rate(rate: float, k: int) -> float:

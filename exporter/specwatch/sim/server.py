@@ -3,7 +3,7 @@
 `serve()` runs the simulation in wall-clock time × speed and answers like a vLLM API server:
 `GET /metrics` (gzip when asked, as prometheus_client does), `GET /version`, `GET /health`.
 Faults come from the scenario's `faults:` list (by sim time) or from `handle.inject(kind, ...)`
-for tests that need one fault right now (RELIABILITY.md §3.3).
+for tests that need one fault right now.
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):       # quiet: tests and the demo own the terminal
         pass
 
-    def do_GET(self):  # noqa: N802 (http.server API)
+    def do_GET(self):
         owner: SimServer = self.server.owner
         path = self.path.split("?", 1)[0]
         if path == "/version":

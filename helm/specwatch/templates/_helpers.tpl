@@ -107,7 +107,11 @@ The specwatch config file (DESIGN.md §9). Empty values are omitted so the expor
 {{- toYaml $cfg }}
 {{- end }}
 
-{{/* Annotation value that changes whenever the config changes, so pods roll. */}}
+{{/*
+Annotation value that changes whenever the config changes. Only this chart's own Deployment
+(standalone mode) carries it: a vLLM pod never does, since rolling it would reload model weights on
+every replica for a config change that `specwatch run` applies in place (file change or SIGHUP).
+*/}}
 {{- define "specwatch.configChecksum" -}}
 {{- include "specwatch.configYaml" . | sha256sum }}
 {{- end }}
@@ -118,8 +122,12 @@ in sidecar mode, by a host chart:
     containers:
       - {{ include "specwatch.sidecarContainer" .Subcharts.specwatch | indent 8 | trim }}
 It is restricted-PSS compliant on its own (the pod security context belongs to the host).
+In sidecar mode it can never take the vLLM pod out of its Service: no readiness probe (a pod is
+Ready only when all its containers are), SPECWATCH_MODE=sidecar so the process never exits on a
+bad config, and --listen on the command line so the liveness probe finds it even then.
 */}}
 {{- define "specwatch.sidecarContainer" -}}
+{{- $sidecar := eq .Values.mode "sidecar" }}
 name: {{ .Values.sidecar.containerName }}
 image: {{ include "specwatch.image" . | quote }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -127,13 +135,19 @@ args:
   - run
   - --config
   - /etc/specwatch/specwatch.yaml
+  - --listen
+  - {{ printf ":%d" (int .Values.containerPort) | quote }}
   {{- range .Values.extraArgs }}
   - {{ . | quote }}
   {{- end }}
-{{- with .Values.extraEnv }}
 env:
+  - name: SPECWATCH_MODE
+    value: {{ .Values.mode | quote }}
+  - name: SPECWATCH_ALERT_WINDOW
+    value: {{ .Values.prometheusRule.alertWindow | default "5m" | quote }}
+  {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
-{{- end }}
+  {{- end }}
 {{- with .Values.extraEnvFrom }}
 envFrom:
   {{- toYaml . | nindent 2 }}
@@ -142,16 +156,20 @@ ports:
   - name: {{ .Values.portName }}
     containerPort: {{ .Values.containerPort }}
     protocol: TCP
+{{- if .Values.livenessProbe.enabled }}
 livenessProbe:
   httpGet:
     path: /healthz
     port: {{ .Values.portName }}
-  {{- toYaml .Values.livenessProbe | nindent 2 }}
+  {{- toYaml (omit .Values.livenessProbe "enabled") | nindent 2 }}
+{{- end }}
+{{- if not $sidecar }}
 readinessProbe:
   httpGet:
     path: /readyz
     port: {{ .Values.portName }}
   {{- toYaml .Values.readinessProbe | nindent 2 }}
+{{- end }}
 resources:
   {{- toYaml .Values.resources | nindent 2 }}
 securityContext:
@@ -167,6 +185,32 @@ volumeMounts:
   {{- end }}
 {{- end }}
 
+{{/*
+The same container for a host chart that can add containers but not volumes (vLLM's example chart:
+`extraContainers`): no config file and no mounts. The exporter's defaults apply (target
+http://127.0.0.1:<sidecar.vllmPort>/metrics), tuned with SPECWATCH_* variables in extraEnv. A change
+of those variables changes the pod template, so prefer the ConfigMap (patch) where it is possible.
+*/}}
+{{- define "specwatch.sidecarContainerEnvOnly" -}}
+{{- $c := include "specwatch.sidecarContainer" . | fromYaml }}
+{{- $_ := unset $c "volumeMounts" }}
+{{- $args := list }}
+{{- $skip := false }}
+{{- range $c.args }}
+{{- if eq . "--config" }}
+{{- $skip = true }}
+{{- else if $skip }}
+{{- $skip = false }}
+{{- else }}
+{{- $args = append $args . }}
+{{- end }}
+{{- end }}
+{{- $_ := set $c "args" $args }}
+{{- $env := list (dict "name" "SPECWATCH_TARGET_URL" "value" (printf "http://127.0.0.1:%d/metrics" (int .Values.sidecar.vllmPort))) }}
+{{- $_ := set $c "env" (concat $env $c.env) }}
+{{- toYaml $c }}
+{{- end }}
+
 {{/* The volumes the container needs, as list items (host charts append them to their pod's volumes). */}}
 {{- define "specwatch.sidecarVolumes" -}}
 - name: specwatch-config
@@ -180,6 +224,10 @@ volumeMounts:
 
 {{/* Checks that depend on more than one value (the schema checks single values). */}}
 {{- define "specwatch.validate" -}}
+{{- $windows := .Values.config.windows | default (list "1m" "5m") }}
+{{- if and .Values.prometheusRule.enabled (not (has (.Values.prometheusRule.alertWindow | default "5m") $windows)) }}
+{{- fail (printf "prometheusRule.alertWindow=%s is not one of config.windows %v: the alerts read window=%q, which the sidecar would never export, so they could never fire" (.Values.prometheusRule.alertWindow | default "5m") $windows (.Values.prometheusRule.alertWindow | default "5m")) }}
+{{- end }}
 {{- if and (eq .Values.mode "sidecar") .Values.serviceMonitor.enabled }}
 {{- fail "serviceMonitor needs mode=standalone (sidecar mode has no Service): use podMonitor.enabled=true with podMonitor.selectorOverride set to the vLLM pods' labels" }}
 {{- end }}

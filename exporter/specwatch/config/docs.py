@@ -1,0 +1,144 @@
+"""Write the README's annotated example config from the config schema (config/schema.py).
+
+Only the lines between `<!-- config:begin -->` and `<!-- config:end -->` are replaced.
+
+    python -m specwatch.config.docs README.md           # rewrite
+    python -m specwatch.config.docs README.md --check   # exit 1 on drift (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..units import format_duration
+from .kinds import Choice, Duration, DurationList, Number, Size
+from .nodes import Items, Key, Section, default_of
+from .schema import SCHEMA
+
+BEGIN = "<!-- config:begin -->"
+END = "<!-- config:end -->"
+COMMENT_COLUMN = 32
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_scalar(v) for v in value) + "]"
+    text = str(value)
+    return f'"{text}"' if text[:1] in ":{[*&!|>%@`\"'" or ": " in text or " #" in text else text
+
+
+def _value(key: Key, value: Any) -> str:
+    if isinstance(key.kind, Duration) and isinstance(value, float):
+        return format_duration(value)
+    if isinstance(key.kind, DurationList) and isinstance(value, tuple):
+        return "[" + ", ".join(format_duration(v) for v in value) + "]"
+    if isinstance(key.kind, Size) and isinstance(value, int) and value % 2**20 == 0:
+        return f"{value // 2**20}MiB"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return _scalar(value)
+
+
+def _rule(key: Key) -> str:
+    kind = key.kind
+    if isinstance(kind, Choice):
+        return " | ".join(kind.values())
+    if isinstance(kind, Number) and kind.maximum is not None and kind.minimum is not None:
+        low, high = ("(" if kind.exclusive_minimum else "["), (")" if kind.exclusive_maximum else "]")
+        return f"{low}{kind.minimum:g}, {kind.maximum:g}{high}"
+    return ""
+
+
+def _comment(key: Key, default: Any, *, showing_example: bool = False) -> str:
+    parts = [key.doc]
+    rule = _rule(key)
+    if rule and len(rule) < 140:
+        parts.append(rule)
+    if key.default_doc:
+        parts.append(f"default {key.default_doc}")
+    if not showing_example and default in (None, {}) and key.example is not None:
+        parts.append(f"e.g. {_value(key, key.example)}")
+    return "; ".join(parts)
+
+
+def _line(indent: str, text: str, comment: str) -> str:
+    if not comment:
+        return indent + text
+    return f"{indent + text:<{COMMENT_COLUMN - 1}} # {comment}"
+
+
+def _key_line(section: Section, key: Key, lead: str, example: bool = False) -> str:
+    default = default_of(section, key)
+    if example and default in (None, {}) and key.example is not None:
+        return _line(lead, f"{key.name}: {_value(key, key.example)}", _comment(key, default, showing_example=True))
+    return _line(lead, f"{key.name}: {_value(key, default)}", _comment(key, default))
+
+
+def _lines(section: Section, indent: str, first: str = "", example: bool = False) -> list[str]:
+    out: list[str] = []
+    for node in section.keys:
+        lead = first if (first and not out) else indent
+        if isinstance(node, Key):
+            out.append(_key_line(section, node, lead, example))
+        elif isinstance(node, Items):
+            # A list with a default item shows that item; an empty one an example item.
+            items_default = default_of(section, node)
+            comment = f"{node.doc}; default {node.default_doc}" if node.default_doc else node.doc
+            out.append(_line(lead, f"{node.name}:", comment))
+            out.extend(_lines(node.item, indent + "    ", first=indent + "  - ", example=not items_default))
+        elif node.shorthand:
+            # hardware: h100-sxm, or the mapping whose keys follow as comments.
+            shorthand = next(k for k in node.keys if k.name == node.shorthand)
+            assert isinstance(shorthand, Key)
+            value = _value(shorthand, getattr(default_of(section, node), node.shorthand))
+            out.append(_line(lead, f"{node.name}: {value}", f"{_rule(shorthand)}; or a mapping:"))
+            out.extend("# " + line for line in _lines(node, indent + "  "))
+        else:
+            out.append(_line(lead, f"{node.name}:", node.doc))
+            out.extend(_lines(node, indent + "  "))
+    return out
+
+
+def example_yaml() -> str:
+    return "\n".join(["```yaml", *_lines(SCHEMA, ""), "```"])
+
+
+def render(text: str) -> str:
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"markers {BEGIN} ... {END} not found")
+    return text[: start + len(BEGIN)] + "\n" + example_yaml() + "\n" + text[end:]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specwatch.config.docs", description="README example config")
+    parser.add_argument("readme", type=Path)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the README differs from the generated block")
+    args = parser.parse_args(argv)
+    current = args.readme.read_text(encoding="utf-8")
+    wanted = render(current)
+    if args.check:
+        if wanted != current:
+            print(
+                f"{args.readme}: the example config is out of date; run python -m specwatch.config.docs {args.readme}",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    if wanted != current:
+        args.readme.write_text(wanted, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Environment overrides, derived from the schema: SPECWATCH_<KEY>, nested keys joined by a
+double underscore (SPECWATCH_POLL_INTERVAL=2s, SPECWATCH_DECISION__MIN_DRAFTS=1000,
+SPECWATCH_HARDWARE=h200, SPECWATCH_WINDOWS=1m,5m), plus keys of the first list item that name
+their own variable (SPECWATCH_TARGET_URL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .kinds import Kind
+from .nodes import ENV_PREFIX, Items, Key, Section
+from .schema import SCHEMA
+
+
+@dataclass(frozen=True)
+class EnvBinding:
+    """One variable: the key path it sets (an int step is a list index) and how its text parses."""
+
+    name: str
+    path: tuple[str | int, ...]
+    kind: Kind | None  # None: a section's shorthand (a bare string)
+
+
+def _bindings(section: Section, path: tuple[str | int, ...]) -> Iterator[EnvBinding]:
+    for node in section.keys:
+        here = (*path, node.name)
+        if isinstance(node, Key):
+            if node.env is not None:
+                yield EnvBinding(node.env or derived_name(here), here, node.kind)
+        elif isinstance(node, Section):
+            if node.shorthand:
+                yield EnvBinding(derived_name(here), here, None)
+            yield from _bindings(node, here)
+        elif isinstance(node, Items):
+            for key in node.item.keys:
+                if isinstance(key, Key) and key.env:
+                    yield EnvBinding(key.env, (*here, 0, key.name), key.kind)
+
+
+def derived_name(path: tuple[str | int, ...]) -> str:
+    return ENV_PREFIX + "__".join(str(step) for step in path).upper()
+
+
+ENV_BINDINGS: tuple[EnvBinding, ...] = tuple(_bindings(SCHEMA, ()))
+
+
+def apply_env(raw: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of raw with every SPECWATCH_* variable that is set written into it."""
+    result = dict(raw)
+    for binding in ENV_BINDINGS:
+        if binding.name in environ:
+            text = environ[binding.name]
+            _set(result, binding.path, binding.kind.from_env(text) if binding.kind else text)
+    return result
+
+
+def _set(tree: dict[str, Any], path: tuple[str | int, ...], value: Any) -> None:
+    """Write value at path, copying every container on the way so the caller's data is untouched.
+    A container of the wrong type is left alone: validation reports it with its key."""
+    step, rest = path[0], path[1:]
+    if not rest:
+        tree[str(step)] = value
+        return
+    current = tree.get(str(step))
+    if isinstance(rest[0], int):  # a list of sections: write into item rest[0]
+        if current is not None and not isinstance(current, list):
+            return
+        items = list(current or []) or [{}]
+        index = rest[0]
+        items.extend({} for _ in range(index + 1 - len(items)))
+        item = items[index] if items[index] is not None else {}
+        if not isinstance(item, Mapping):
+            return
+        item = dict(item)
+        _set(item, rest[1:], value)
+        items[index] = item
+        tree[str(step)] = items
+        return
+    section = _section_at(path[: len(path) - len(rest)])
+    if current is None:
+        current = {}
+    elif isinstance(current, str) and section is not None and section.shorthand:
+        current = {section.shorthand: current}  # hardware: h100-sxm plus SPECWATCH_HARDWARE__MBU
+    if not isinstance(current, Mapping):
+        return
+    child = dict(current)
+    _set(child, rest, value)
+    tree[str(step)] = child
+
+
+def _section_at(path: tuple[str | int, ...]) -> Section | None:
+    section: Section | None = SCHEMA
+    for step in path:
+        if section is None or isinstance(step, int):
+            return None
+        found = next((n for n in section.keys if n.name == step), None)
+        section = found if isinstance(found, Section) else found.item if isinstance(found, Items) else None
+    return section

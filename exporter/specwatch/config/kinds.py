@@ -1,0 +1,340 @@
+"""Value kinds of the config schema: how one value is parsed, read from the environment, and
+described as JSON schema. Each kind is the single place its rules are written.
+
+Every parse error is a ConfigError naming the dotted key (`targets[0].timeout: ...`), so the CLI can
+print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from .. import units
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; `key` is the dotted key at fault, `reason` the rest of the line."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Context:
+    """What parsing needs besides the value: where relative paths start, and ${ENV} values."""
+
+    base_dir: str = "."
+    environ: Mapping[str, str] | None = None
+
+
+class Kind:
+    """Base of all kinds. `parse` validates and converts; `json_schema` describes the same rule."""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> Any:
+        raise NotImplementedError
+
+    def json_schema(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def from_env(self, text: str) -> Any:
+        """An environment variable's text as the value the file would hold."""
+        return text
+
+
+_KEY_PREFIX = re.compile(r"^([a-z_]+(?:\[[0-9]+\])?(?:\.[a-z_]+(?:\[[0-9]+\])?)*):\s*(.*)$", re.DOTALL)
+
+
+def error_from(exc: Exception, fallback_key: str) -> ConfigError:
+    """A ConfigError for an error raised outside config (the cost model), naming the right key.
+
+    The key comes from the exception's `key` attribute (and `detail`, the message without it);
+    errors that do not carry one yet are read as "<key>: <reason>" text, else get fallback_key."""
+    key = getattr(exc, "key", None)
+    # str(KeyError("x")) is "'x'": take the message itself.
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if isinstance(key, str) and key:
+        detail = getattr(exc, "detail", None)
+        if isinstance(detail, str):
+            return ConfigError(key, detail)
+        return ConfigError(key, text[len(key) + 1 :].strip() if text.startswith(key + ":") else text)
+    match = _KEY_PREFIX.match(text)
+    if match:
+        return ConfigError(match.group(1), match.group(2))
+    return ConfigError(fallback_key, text)
+
+
+def _unit(parse: Callable[[], Any]) -> Any:
+    try:
+        return parse()
+    except units.UnitError as exc:
+        raise ConfigError(exc.key, exc.reason) from None
+
+
+@dataclass(frozen=True)
+class Duration(Kind):
+    def parse(self, value: Any, key: str, ctx: Context) -> float:
+        return float(_unit(lambda: units.parse_duration(value, key)))
+
+    def json_schema(self) -> dict[str, Any]:
+        # pattern applies to strings only, exclusiveMinimum to numbers only (bare seconds).
+        return {"type": ["string", "number"], "pattern": units.DURATION_PATTERN, "exclusiveMinimum": 0}
+
+
+@dataclass(frozen=True)
+class DurationList(Kind):
+    """A non-empty list of distinct durations; the environment gives it comma-separated."""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> tuple[float, ...]:
+        if not isinstance(value, list) or not value:
+            raise ConfigError(key, "expected a non-empty list of durations such as [1m, 5m]")
+        durations = tuple(Duration().parse(item, f"{key}[{i}]", ctx) for i, item in enumerate(value))
+        if len(set(durations)) != len(durations):
+            raise ConfigError(key, "durations must be distinct")
+        return durations
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "array", "items": Duration().json_schema(), "uniqueItems": True, "minItems": 1}
+
+    def from_env(self, text: str) -> Any:
+        return [item.strip() for item in text.split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class Size(Kind):
+    def parse(self, value: Any, key: str, ctx: Context) -> int:
+        return int(_unit(lambda: units.parse_size(value, key)))
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": ["string", "integer"], "pattern": units.SIZE_PATTERN, "minimum": 1}
+
+
+@dataclass(frozen=True)
+class Number(Kind):
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    exclusive_maximum: bool = False
+    integer: bool = False
+    # YAML 1.1 reads 8e9 as a string: let the chart accept numeric strings where that is natural.
+    numeric_strings: bool = False
+
+    def parse(self, value: Any, key: str, ctx: Context) -> int | float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            # Environment overrides arrive as strings: accept numeric strings.
+            try:
+                value = int(str(value)) if self.integer else float(value)
+            except (TypeError, ValueError, OverflowError):
+                raise ConfigError(
+                    key, f"expected {'an integer' if self.integer else 'a number'}, got {value!r}"
+                ) from None
+        if not math.isfinite(value):
+            raise ConfigError(key, f"must be a finite number, got {value!r}")
+        if self.integer and float(value) != int(value):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        if self.minimum is not None and (value < self.minimum or (self.exclusive_minimum and value == self.minimum)):
+            raise ConfigError(key, f"must be {'>' if self.exclusive_minimum else '>='} {self.minimum}, got {value!r}")
+        if self.maximum is not None and (value > self.maximum or (self.exclusive_maximum and value == self.maximum)):
+            raise ConfigError(key, f"must be {'<' if self.exclusive_maximum else '<='} {self.maximum}, got {value!r}")
+        return int(value) if self.integer else float(value)
+
+    def json_schema(self) -> dict[str, Any]:
+        kind = "integer" if self.integer else "number"
+        schema: dict[str, Any] = {"type": [kind, "string"] if self.numeric_strings else kind}
+        if self.minimum is not None:
+            schema["exclusiveMinimum" if self.exclusive_minimum else "minimum"] = self.minimum
+        if self.maximum is not None:
+            schema["exclusiveMaximum" if self.exclusive_maximum else "maximum"] = self.maximum
+        return schema
+
+
+@dataclass(frozen=True)
+class Choice(Kind):
+    """One of a fixed set of lower-case names; `values` is called lazily (cost-model presets)."""
+
+    values: Callable[[], Sequence[str]]
+    noun: str | None = None  # "preset": unknown preset 'x' (known: ...)
+
+    def parse(self, value: Any, key: str, ctx: Context) -> str:
+        choices = tuple(self.values())
+        text = str(value).lower()
+        if isinstance(value, (bool, int, float)) or text not in choices:
+            if self.noun:
+                raise ConfigError(key, f"unknown {self.noun} {value!r} (known: {', '.join(sorted(choices))})")
+            raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}")
+        return text
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string", "enum": list(self.values())}
+
+
+NAME_PATTERN = r"^[A-Za-z0-9_.:/-]{1,128}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+
+
+@dataclass(frozen=True)
+class Name(Kind):
+    """A target or route name: it becomes a Prometheus label value."""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> str:
+        if not isinstance(value, str) or not _NAME_RE.match(value):
+            raise ConfigError(key, f"expected a name of letters, digits and _.:/- (1-128 chars), got {value!r}")
+        return value
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string", "pattern": NAME_PATTERN}
+
+
+@dataclass(frozen=True)
+class Listen(Kind):
+    def parse(self, value: Any, key: str, ctx: Context) -> str:
+        text = str(value)
+        _host, sep, port = text.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(key, f"expected [host]:port such as :9474 or 127.0.0.1:9474, got {value!r}")
+        return text
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string", "pattern": r"^[^\s]*:[0-9]{1,5}$"}
+
+
+@dataclass(frozen=True)
+class Url(Kind):
+    def parse(self, value: Any, key: str, ctx: Context) -> str:
+        url = str(value)
+        parts = urlsplit(url)
+        # Only http(s): a sidecar must never be turned into a file:// or gopher:// reader.
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(key, f"expected an http:// or https:// URL, got {url!r}")
+        return url
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string", "pattern": "^https?://[^/?#]"}
+
+
+@dataclass(frozen=True)
+class Flag(Kind):
+    def parse(self, value: Any, key: str, ctx: Context) -> bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, "expected true or false")
+        return value
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "boolean"}
+
+    def from_env(self, text: str) -> Any:
+        lowered = text.strip().lower()
+        return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(lowered, text)
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class StringMap(Kind):
+    """A mapping of strings; `keys` limits the names, `env_refs` resolves "${ENV}" in the values."""
+
+    keys: tuple[str, ...] | None = None
+    keys_hint: str = ""
+    env_refs: bool = False
+
+    def parse(self, value: Any, key: str, ctx: Context) -> dict[str, str]:
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
+        environ = os.environ if ctx.environ is None else ctx.environ
+        result: dict[str, str] = {}
+        for name, item in value.items():
+            where = f"{key}.{name}"
+            if self.keys is not None and name not in self.keys:
+                raise ConfigError(where, self.keys_hint or f"allowed: {', '.join(self.keys)}")
+            if not isinstance(item, str):
+                raise ConfigError(where, "expected a string")
+            result[str(name)] = _resolve_env_refs(item, where, environ) if self.env_refs else item
+        return result
+
+    def json_schema(self) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+        if self.keys is not None:
+            schema["propertyNames"] = {"enum": list(self.keys)}
+        return schema
+
+
+def _resolve_env_refs(value: str, key: str, environ: Mapping[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in environ:
+            raise ConfigError(key, f"environment variable {name} is not set")
+        return environ[name]
+
+    return _ENV_REF.sub(substitute, value)
+
+
+@dataclass(frozen=True)
+class JsonFile(Kind):
+    """A path (relative to the config file) of a JSON object; parses to (path, object)."""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> tuple[str, dict[str, Any]]:
+        path = os.path.join(ctx.base_dir, str(value))
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except FileNotFoundError:
+            raise ConfigError(key, f"file not found: {path}") from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(key, f"cannot read {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(key, f"{path} is not a JSON object")
+        return path, data
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string", "minLength": 1}
+
+
+@dataclass(frozen=True)
+class StepTimeProfile(Kind):
+    """A measured step-time profile, inline or as a YAML path; parses to (Profile, path or None)."""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> tuple[Any, str | None]:
+        from .. import costmodel
+
+        path = None
+        data = value
+        if isinstance(value, str):
+            path = os.path.join(ctx.base_dir, value)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    data = yaml.safe_load(handle)
+            except FileNotFoundError:
+                raise ConfigError(key, f"file not found: {path}") from None
+            except (OSError, yaml.YAMLError) as exc:
+                raise ConfigError(key, f"cannot read {path}: {exc}") from None
+        try:
+            return costmodel.parse_profile(data), path
+        except ValueError as exc:
+            raise error_from(exc, key) from None
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": ["string", "object", "array"]}
+
+
+@dataclass(frozen=True)
+class Text(Kind):
+    """A plain string (a reference checked by a rule that spans keys, e.g. a route's target)."""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        return value
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string"}

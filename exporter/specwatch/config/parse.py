@@ -1,0 +1,180 @@
+"""Config loading: YAML file, then SPECWATCH_* environment, then flag overrides -> one frozen Config.
+
+Each value is checked by walking the schema (config/schema.py); the rules that span keys (windows
+against poll_interval, target timeouts, route targets, unique names, the cost model) follow here.
+Every error is a ConfigError naming the dotted key, so the CLI prints one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from ..units import format_duration
+from .env import apply_env
+from .kinds import ConfigError, Context, error_from
+from .nodes import FROM_RESULT, Items, Key, Section, result_fields
+from .result import Config, RouteConfig, TargetConfig
+from .schema import SCHEMA
+
+
+def _where(parent: str, name: str) -> str:
+    return f"{parent}.{name}" if parent else name
+
+
+def _check_keys(raw: Mapping[str, Any], section: Section, where: str) -> None:
+    allowed = {node.name for node in section.keys}
+    for key in raw:
+        if key not in allowed:
+            hint = ", ".join(sorted(allowed))
+            raise ConfigError(_where(where, str(key)), f"unknown key (allowed: {hint})")
+
+
+def parse_section(section: Section, raw: Any, where: str, ctx: Context) -> dict[str, Any]:
+    """Validate one mapping against its section: the parsed values by result field name.
+
+    Absent keys (and null for nullable keys) are left out, so the dataclass default applies,
+    unless the key states its own default. Nested sections come back as dataclasses, lists as
+    lists of dicts (their defaults depend on other keys; _build finishes them)."""
+    shorthand_key = None
+    if raw is None:
+        raw = {}
+    elif isinstance(raw, str) and section.shorthand:
+        raw, shorthand_key = {section.shorthand: raw}, where
+    if not isinstance(raw, Mapping):
+        raise ConfigError(where or "config", f"expected a mapping, got {type(raw).__name__}")
+    _check_keys(raw, section, where)
+    values: dict[str, Any] = {}
+    for node in section.keys:
+        key = shorthand_key or _where(where, node.name)
+        value = raw.get(node.name)
+        if value is None and (node.name not in raw or getattr(node, "nullable", False)):
+            if getattr(node, "required", False):
+                raise ConfigError(key, "required")
+            if isinstance(node, Key) and node.default is not FROM_RESULT:
+                values[node.name] = node.default
+            continue
+        if isinstance(node, Key):
+            parsed = node.kind.parse(value, key, ctx)
+            names = result_fields(node)
+            values.update(zip(names, parsed) if len(names) > 1 else ((node.name, parsed),))
+        elif isinstance(node, Section):
+            values[node.name] = node.result(**parse_section(node, value, key, ctx))
+        else:
+            values[node.name] = _parse_items(node, value, key, ctx)
+    return values
+
+
+def _parse_items(node: Items, raw: Any, key: str, ctx: Context) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or len(raw) < node.min_items:
+        raise ConfigError(key, "expected a non-empty list" if node.min_items else "expected a list")
+    return [parse_section(node.item, item, f"{key}[{i}]", ctx) for i, item in enumerate(raw)]
+
+
+def from_mapping(
+    raw: Mapping[str, Any] | None,
+    *,
+    base_dir: str = ".",
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Build a validated Config from a parsed YAML mapping, SPECWATCH_* variables and flag overrides
+    (flags win over the environment, which wins over the file)."""
+    environ = os.environ if environ is None else environ
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError("config", f"expected a mapping, got {type(raw).__name__}")
+    raw = dict(raw or {})
+    _check_keys(raw, SCHEMA, "")
+    raw = apply_env(raw, environ)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            raw[key] = value
+    values = parse_section(SCHEMA, raw, "", Context(base_dir=base_dir, environ=environ))
+    config = _build(values)
+    _check_cost_model(config)
+    return config
+
+
+def _build(values: dict[str, Any]) -> Config:
+    """The rules that span keys, then the dataclass."""
+    poll_interval = values.get("poll_interval", Config.poll_interval)
+    for i, window in enumerate(values.get("windows", ())):
+        # A ratio needs two snapshots, and a failed poll should not empty the window.
+        if window < 2 * poll_interval:
+            raise ConfigError(
+                f"windows[{i}]", f"must be at least 2 x poll_interval ({format_duration(2 * poll_interval)})"
+            )
+
+    # The default deadline leaves a fifth of the interval free, so polls never overlap.
+    default_timeout = min(TargetConfig.timeout, 0.8 * poll_interval)
+    targets = tuple(
+        TargetConfig(**{"name": "vllm" if i == 0 else f"target{i}", "timeout": default_timeout, **t})
+        for i, t in enumerate(values.get("targets") or [{}])
+    )
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ConfigError("targets", "names must be unique")
+    for i, target in enumerate(targets):
+        if target.timeout >= poll_interval:
+            raise ConfigError(
+                f"targets[{i}].timeout",
+                f"must be shorter than poll_interval ({format_duration(poll_interval)}) so polls never overlap",
+            )
+
+    routes = []
+    for i, route in enumerate(values.get("routes") or []):
+        target = route.get("target", names[0] if len(names) == 1 else None)
+        if target not in names:
+            raise ConfigError(
+                f"routes[{i}].target", f"{target!r} is not a configured target ({', '.join(sorted(names))})"
+            )
+        routes.append(RouteConfig(**{**route, "target": target}))
+    if len({r.name for r in routes}) != len(routes):
+        raise ConfigError("routes", "names must be unique")
+
+    hardware = values.get("hardware")
+    if (
+        hardware is not None
+        and hardware.preset is None
+        and (hardware.bandwidth_bytes_per_second is None or hardware.flops is None)
+    ):
+        raise ConfigError("hardware", "give a preset or both bandwidth_bytes_per_second and flops")
+    return Config(**{**values, "targets": targets, "routes": tuple(routes)})
+
+
+def _check_cost_model(config: Config) -> None:
+    """Build the cost model once at load: a model or hardware it cannot use is a config error too."""
+    from .. import costmodel
+
+    try:
+        costmodel.cost_model_from_config(config)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        raise error_from(exc, "model.config_json" if config.model.config_json else "model") from None
+
+
+def load(
+    path: str | None, *, environ: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Config:
+    """Load a YAML file (or only defaults when path is None), then env, then flag overrides."""
+    raw: dict[str, Any] = {}
+    base_dir = "."
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                loaded = yaml.safe_load(handle)
+        except FileNotFoundError:
+            raise ConfigError("config", f"file not found: {path}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError("config", f"cannot read {path}: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, Mapping):
+            raise ConfigError("config", f"{path} must hold a mapping at the top level")
+        raw = dict(loaded)
+        base_dir = os.path.dirname(os.path.abspath(path))
+    return from_mapping(raw, base_dir=base_dir, environ=environ, overrides=overrides)

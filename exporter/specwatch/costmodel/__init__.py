@@ -1,0 +1,94 @@
+"""Step-time cost model, break-even acceptance, best draft length and V1 schedules.
+
+Pure functions only: no I/O, and no import of ``specwatch.config`` at run time (config.py
+validates names against the presets defined here). Modules, in the order they build on each other:
+
+- ``errors``     CostModelError (carries the config key at fault)
+- ``hardware``   HardwareSpec, HARDWARE_PRESETS, hardware_from
+- ``models``     ModelSpec, MODEL_PRESETS, Hugging Face config.json parsing, weight bytes
+- ``draft``      draft methods, head sizes, DraftCost, draft_cost_for
+- ``profile``    measured step-time curves (Profile, parse_profile, the StepTimeCurve seam)
+- ``roofline``   CostModel: step time of the target, draft time, spec step time
+- ``search``     the one bisection
+- ``breakeven``  break-even, expected speedup, best K, max speculative batch, schedules, config
+- ``build``      build_cost_model (named parameters) and cost_model_from_config (a Config)
+
+The model and its calibration are documented in docs/costmodel.md.
+"""
+
+from __future__ import annotations
+
+from .breakeven import (
+    MAX_BATCH_LIMIT,
+    SpeculativeConfigValue,
+    best_draft_length,
+    breakeven_acceptance_rate,
+    expected_speedup,
+    expected_speedup_for_positions,
+    max_speculative_batch_size,
+    per_token_rate_from_alpha,
+    position_rates_from_alpha,
+    recommend_schedule,
+    speculative_config,
+)
+from .build import DEFAULT_DRAFT_K, build_cost_model, cost_model_from_config
+from .draft import (
+    DEFAULT_DRAFT_FIXED_SECONDS,
+    DEFAULT_DRAFT_MODEL,
+    DRAFT_METHODS,
+    EAGLE3_DRAFT_VOCAB,
+    METHOD_ALIASES,
+    NGRAM_FRACTION_OF_VERIFY,
+    DraftCost,
+    canonical_method,
+    draft_cost_for,
+    draft_head_kv_bytes_per_token,
+    draft_head_params,
+)
+from .errors import CostModelError
+from .hardware import (
+    COMPUTE_DTYPE,
+    DEFAULT_HARDWARE,
+    HARDWARE_PRESETS,
+    HardwareSpec,
+    hardware_from,
+)
+from .models import (
+    DEFAULT_MODEL,
+    DTYPE_BYTES,
+    MODEL_HF_CONFIGS,
+    MODEL_PRESETS,
+    ModelSpec,
+    model_from,
+    model_spec_from_hf_config,
+    model_spec_from_params,
+    model_total_weight_bytes,
+    model_weight_bytes,
+)
+from .profile import Profile, StepTimeCurve, parse_profile
+from .roofline import (
+    DEFAULT_ALLREDUCE_SECONDS_PER_LAYER,
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_MBU,
+    DEFAULT_MFU,
+    DEFAULT_OVERHEAD_SECONDS,
+    CostModel,
+    max_concurrency_by_memory,
+)
+from .search import last_true, solve_increasing
+
+__all__ = [
+    "COMPUTE_DTYPE", "DEFAULT_ALLREDUCE_SECONDS_PER_LAYER", "DEFAULT_CONTEXT_TOKENS", "DEFAULT_DRAFT_FIXED_SECONDS",
+    "DEFAULT_DRAFT_K", "DEFAULT_DRAFT_MODEL", "DEFAULT_HARDWARE", "DEFAULT_MBU", "DEFAULT_MFU", "DEFAULT_MODEL",
+    "DEFAULT_OVERHEAD_SECONDS", "DRAFT_METHODS", "DTYPE_BYTES", "EAGLE3_DRAFT_VOCAB", "HARDWARE_PRESETS",
+    "MAX_BATCH_LIMIT", "METHOD_ALIASES", "MODEL_HF_CONFIGS", "MODEL_PRESETS", "NGRAM_FRACTION_OF_VERIFY",
+    "CostModel", "CostModelError", "DraftCost", "HardwareSpec", "ModelSpec", "Profile", "SpeculativeConfigValue",
+    "StepTimeCurve",
+    "best_draft_length", "breakeven_acceptance_rate", "build_cost_model", "canonical_method",
+    "cost_model_from_config", "draft_cost_for", "draft_head_kv_bytes_per_token", "draft_head_params",
+    "expected_speedup", "expected_speedup_for_positions", "hardware_from", "last_true",
+    "max_concurrency_by_memory", "max_speculative_batch_size", "model_from", "model_spec_from_hf_config",
+    "model_spec_from_params", "model_total_weight_bytes", "model_weight_bytes", "parse_profile",
+    "per_token_rate_from_alpha", "position_rates_from_alpha", "recommend_schedule", "solve_increasing",
+    "speculative_config",
+]

@@ -1,0 +1,180 @@
+"""What the step times mean for speculation: break-even acceptance, expected speedup, best draft
+length, the largest batch where speculation pays, V1 batch schedules and the config to apply.
+
+Every function takes a CostModel and asks it only for ``base_step_time``, ``spec_step_time``,
+``tokens_per_step`` and ``draft_coverage``. Derivations: docs/costmodel.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .roofline import CostModel
+from .search import last_true, solve_increasing
+
+#: JSON-compatible value of ``--speculative-config``.
+SpeculativeConfigValue = str | int | list[list[int]]
+
+
+def breakeven_acceptance_rate(cm: CostModel, batch: float, k: float) -> float:
+    """alpha*(B, K) = (T_spec/T_base − 1)/K: the vLLM acceptance rate at which speedup is 1.
+    Values >= 1 mean speculation cannot pay at this batch size."""
+    if k <= 0:
+        raise ValueError("k must be > 0")
+    return (cm.spec_step_time(batch, k) / cm.base_step_time(batch) - 1.0) / (k * cm.draft_coverage)
+
+
+def expected_speedup(cm: CostModel, batch: float, k: float, alpha: float) -> float:
+    """Decode throughput with speculation over without: (1 + K·alpha)·T_base/T_spec. Exact for
+    vLLM V1's alpha (tokens per spec step = 1 + K·alpha, no i.i.d. assumption)."""
+    if k <= 0:
+        return 1.0
+    return cm.tokens_per_step(k, alpha) * cm.base_step_time(batch) / cm.spec_step_time(batch, k)
+
+
+def expected_speedup_for_positions(cm: CostModel, batch: float, position_rates: Sequence[float]) -> float:
+    """Speedup when drafting len(p) tokens with unconditional per-position rates p_i."""
+    k = len(position_rates)
+    if k == 0:
+        return 1.0
+    gained = 1.0 + cm.draft_coverage * float(sum(position_rates))
+    return gained * cm.base_step_time(batch) / cm.spec_step_time(batch, k)
+
+
+def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[float]) -> int:
+    """Best K' in 0..len(p) (0 = disable). Truncating a chain draft keeps p_0..p_{K'-1}, so
+    speedup(K') uses the first K' rates.
+
+    Scan K' = 1, 2, ... and stop at the first drop (TurboSpec). The scan starts at K'=1 rather
+    than comparing against K'=0 first: a fixed per-proposal draft cost can make K'=1 lose while
+    K'=2 wins, so K'=0 is chosen only if the best scanned K' does not beat 1.
+    """
+    p = list(position_rates)
+    if not p:
+        return 0
+    base = cm.base_step_time(batch)
+    best_k, best_s = 0, 1.0
+    prev = None
+    tau = 1.0
+    for kk in range(1, len(p) + 1):
+        tau += cm.draft_coverage * float(p[kk - 1])
+        s = tau * base / cm.spec_step_time(batch, kk)
+        if prev is not None and s < prev:
+            break
+        if s > best_s:
+            best_k, best_s = kk, s
+        prev = s
+    return best_k
+
+
+def per_token_rate_from_alpha(alpha: float, k: float) -> float:
+    """Solve alpha_V1·K = a(1−a^K)/(1−a) for the i.i.d. per-token rate a (bisection; monotone)."""
+    target = max(0.0, min(float(alpha), 1.0)) * k
+    if target <= 0:
+        return 0.0
+    if target >= k:
+        return 1.0
+
+    def expected_accepted(a: float) -> float:
+        if k == int(k):
+            return float(sum(a ** (i + 1) for i in range(round(k))))
+        return float(a * (1 - a ** k) / (1 - a))
+
+    return solve_increasing(expected_accepted, target)
+
+
+def position_rates_from_alpha(alpha: float, k: int, extend_to: int | None = None) -> tuple[float, ...]:
+    """p_i = a^(i+1) from vLLM's alpha and K under an i.i.d. per-token assumption."""
+    a = per_token_rate_from_alpha(alpha, k)
+    return tuple(a ** (i + 1) for i in range(extend_to or k))
+
+
+#: Largest batch max_speculative_batch_size looks at (vLLM's max_num_seqs is 256-1024 in practice).
+MAX_BATCH_LIMIT = 1024
+
+
+def max_speculative_batch_size(cm: CostModel, k: float | None, alpha: float | None,
+                               limit: int = MAX_BATCH_LIMIT) -> int | None:
+    """Largest integer batch at which (k, alpha) still gives speedup > 1.
+
+    0 when it does not pay even at batch 1; ``limit`` when it still pays at ``limit``;
+    None when not computable (k <= 0). Doubling then bisection (speedup falls with batch
+    once verification leaves the memory-bound regime)."""
+    if k is None or alpha is None or k <= 0:
+        return None
+    k_, alpha_ = k, alpha
+
+    def pays(b: int) -> bool:
+        return expected_speedup(cm, b, k_, alpha_) > 1.0
+
+    if not pays(1):
+        return 0
+    lo = 1
+    hi = 2
+    while hi <= limit and pays(hi):
+        lo, hi = hi, hi * 2
+    if hi > limit:
+        return limit if pays(limit) else last_true(pays, lo, limit)
+    return last_true(pays, lo, hi)
+
+
+def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch: int = 512) -> list[list[int]]:
+    """V1 ``num_speculative_tokens_per_batch_size``: ``[[lo, hi, K], ...]`` covering 1..max_batch,
+    inclusive ranges, first range starting at 1, K non-increasing in batch, K = 0 disables."""
+    if max_batch < 1:
+        raise ValueError("max_batch must be >= 1")
+    p = tuple(position_rates)
+    cache: dict[int, int] = {}
+
+    def best(b: int) -> int:
+        if b not in cache:
+            cache[b] = best_draft_length(cm, b, p)
+        return cache[b]
+
+    # best K' falls with batch (verification cost rises), so evaluate the ends of a range and
+    # split it only where they differ: O(bands · log max_batch) evaluations instead of max_batch.
+    ks = [0] * (int(max_batch) + 1)
+
+    def fill(lo: int, hi: int) -> None:
+        k_lo, k_hi = best(lo), best(hi)
+        if k_lo == k_hi or hi - lo <= 1:
+            for b in range(lo, hi + 1):
+                ks[b] = k_lo if b < hi else k_hi
+            return
+        mid = (lo + hi) // 2
+        fill(lo, mid)
+        fill(mid, hi)
+
+    fill(1, int(max_batch))
+    bands: list[list[int]] = []
+    cap = len(p)
+    for b in range(1, int(max_batch) + 1):
+        kk = min(ks[b], cap)  # the schedule must never grow K with batch
+        cap = kk
+        if bands and bands[-1][2] == kk:
+            bands[-1][1] = b
+        else:
+            bands.append([b, b, kk])
+    return bands
+
+
+def speculative_config(method: str | None, k: int, schedule: Sequence[Sequence[int]] | None = None,
+                       ) -> dict[str, SpeculativeConfigValue]:
+    """Keys to merge into ``--speculative-config`` (keep your drafter's ``model`` path).
+
+    Never emits ``disable_by_batch_size``: vLLM V1 ignores it (removed by PR #35060). A schedule
+    that is one band with K equal to ``k`` is left out (it is the same as no schedule)."""
+    if k is None or int(k) < 1:
+        raise ValueError("num_speculative_tokens must be >= 1 (to disable, remove --speculative-config)")
+    out: dict[str, SpeculativeConfigValue] = {}
+    if method and method != "auto":
+        out["method"] = method
+    out["num_speculative_tokens"] = int(k)
+    if schedule:
+        sched = [[int(lo), int(hi), int(kk)] for lo, hi, kk in schedule]
+        if any(kk > int(k) for _, _, kk in sched):
+            raise ValueError("every K in the schedule must be <= num_speculative_tokens")
+        if not (len(sched) == 1 and sched[0][2] == int(k)):
+            out["num_speculative_tokens_per_batch_size"] = sched
+    return out
+

@@ -1,0 +1,110 @@
+"""The one way to build a CostModel from user-facing settings.
+
+``build_cost_model`` takes every setting as a named parameter; the sidecar reaches it through
+``cost_model_from_config`` and the lesson commands and the simulator call it directly, so all of
+them get the same numbers for the same inputs. Bad inputs raise CostModelError naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .draft import draft_cost_for
+from .errors import CostModelError
+from .hardware import DEFAULT_HARDWARE, hardware_from
+from .models import HF_CONFIG_KEY, model_from
+from .profile import StepTimeCurve
+from .roofline import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_MBU,
+    DEFAULT_MFU,
+    DEFAULT_OVERHEAD_SECONDS,
+    CostModel,
+)
+
+if TYPE_CHECKING:  # config imports this package to validate preset names
+    from ..config import Config
+
+#: Draft length assumed when none is configured (spreads the per-proposal draft cost).
+DEFAULT_DRAFT_K = 3
+
+
+def build_cost_model(
+    *,
+    hardware: str | None = DEFAULT_HARDWARE,
+    bandwidth_bytes_per_second: float | None = None,
+    flops: float | None = None,
+    mbu: float | None = None,
+    mfu: float | None = None,
+    overhead_seconds: float | None = None,
+    tensor_parallel: int = 1,
+    model: str | None = None,
+    model_config: Mapping[str, Any] | None = None,
+    model_params: float | None = None,
+    model_layers: int | None = None,
+    model_kv_heads: int | None = None,
+    model_head_dim: int | None = None,
+    dtype: str = "bf16",
+    context_tokens: float = DEFAULT_CONTEXT_TOKENS,
+    draft_method: str = "auto",
+    draft_cost_per_token: float | None = None,
+    draft_k: int = DEFAULT_DRAFT_K,
+    profile: StepTimeCurve | None = None,
+) -> CostModel:
+    """A CostModel for one target on one GPU set.
+
+    hardware: preset name, or None with ``bandwidth_bytes_per_second`` and ``flops`` (bf16);
+      with a preset those two override it. ``mbu``/``mfu``/``overhead_seconds``: None = default.
+    model: preset name; ``model_config`` (a Hugging Face config.json dict) wins over it; a bare
+      ``model_params`` count (with optional KV geometry) is used when neither is given; nothing
+      at all means llama-3.1-8b.
+    dtype: weight dtype. context_tokens: KV tokens per request.
+    draft_method: vLLM method (``auto`` costs like EAGLE-3); ``draft_cost_per_token`` overrides the
+      modelled cost; ``draft_k`` spreads the per-proposal fixed cost.
+    profile: a measured step-time curve replacing the roofline (profile.py).
+
+    Raises CostModelError whose ``key`` is the config key at fault.
+    """
+    hw = hardware_from(hardware, bandwidth_bytes_per_second, flops)
+    try:
+        spec = model_from(model, model_config, model_params, model_layers, model_kv_heads, model_head_dim)
+    except CostModelError:
+        raise
+    except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        # A config.json with values of the wrong type or shape: report it under its key.
+        if model_config is None:
+            raise
+        raise CostModelError(HF_CONFIG_KEY, str(exc)) from exc
+    draft = draft_cost_for(draft_method, spec, draft_cost_per_token, draft_k)
+    return CostModel(hardware=hw, model=spec, dtype=dtype, tensor_parallel=int(tensor_parallel),
+                     mbu=DEFAULT_MBU if mbu is None else float(mbu),
+                     mfu=DEFAULT_MFU if mfu is None else float(mfu),
+                     overhead_seconds=DEFAULT_OVERHEAD_SECONDS if overhead_seconds is None else float(overhead_seconds),
+                     context_tokens=float(context_tokens), draft=draft, profile=profile)
+
+
+def cost_model_from_config(cfg: Config) -> CostModel:
+    """The sidecar's CostModel: ``build_cost_model`` with the values of a loaded Config."""
+    hw, m, d = cfg.hardware, cfg.model, cfg.draft
+    return build_cost_model(
+        hardware=hw.preset,
+        bandwidth_bytes_per_second=hw.bandwidth_bytes_per_second,
+        flops=hw.flops,
+        mbu=hw.mbu,
+        mfu=hw.mfu,
+        overhead_seconds=hw.overhead_seconds,
+        tensor_parallel=cfg.tensor_parallel or 1,
+        model=m.preset,
+        model_config=m.hf_config,
+        model_params=m.params,
+        model_layers=m.layers,
+        model_kv_heads=m.kv_heads,
+        model_head_dim=m.head_dim,
+        dtype=m.dtype or "bf16",
+        context_tokens=m.context_tokens,
+        draft_method=d.method or "auto",
+        draft_cost_per_token=d.cost_per_token,
+        draft_k=d.k or DEFAULT_DRAFT_K,
+        profile=cfg.profile,
+    )

@@ -1,0 +1,91 @@
+"""GPU hardware: peak HBM bandwidth and dense tensor FLOPS per compute dtype, and the presets.
+
+Preset numbers are dense (no 2:4 sparsity) and each carries its source; the table and the
+reasoning are in docs/costmodel.md ("Hardware presets").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import CostModelError
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    bandwidth_bytes_per_second: float
+    flops: Mapping[str, float]  # compute dtype -> dense peak FLOP/s ("bf16", "fp8", "int8")
+    memory_bytes: float | None = None
+    source: str = ""
+
+    def peak_flops(self, compute_dtype: str) -> float:
+        # A GPU without FP8/INT8 tensor cores (A100 has no FP8) runs those weights through
+        # bf16 math (weight-only kernels), so fall back to the bf16 peak.
+        return self.flops.get(compute_dtype) or self.flops["bf16"]
+
+
+#: Which tensor-core math a weight dtype uses: fp8 -> W8A8 fp8, int8 -> W8A8 int8,
+#: int4 -> weight-only W4A16 (dequantised into bf16 GEMMs).
+COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "int8", "int4": "bf16"}
+
+_T = 1e12
+_GB = 1e9
+
+HARDWARE_PRESETS: dict[str, HardwareSpec] = {
+    "h100-sxm": HardwareSpec(
+        "h100-sxm", 3.35 * _T, {"bf16": 989.4 * _T, "fp8": 1979 * _T, "int8": 1979 * _T}, 80 * _GB,
+        "NVIDIA H100 product page, SXM column (989.4 TFLOPS bf16 / 1979 fp8 dense, 3.35 TB/s); "
+        "transcribed twice",
+    ),
+    "h100-pcie": HardwareSpec(
+        "h100-pcie", 2.0 * _T, {"bf16": 756 * _T, "fp8": 1513 * _T, "int8": 1513 * _T}, 80 * _GB,
+        "NVIDIA H100 datasheet, PCIe column (2.0 TB/s, ~756 bf16 / ~1513 fp8); not re-verified",
+    ),
+    "h200": HardwareSpec(
+        "h200", 4.8 * _T, {"bf16": 989.4 * _T, "fp8": 1979 * _T, "int8": 1979 * _T}, 141 * _GB,
+        "NVIDIA H200 page: 4.8 TB/s, same GH100 compute as H100 SXM",
+    ),
+    "a100-80gb": HardwareSpec(
+        "a100-80gb", 2.039 * _T, {"bf16": 312 * _T, "int8": 624 * _T}, 80 * _GB,
+        "NVIDIA A100 datasheet (2.039 TB/s, 312 TFLOPS bf16, 624 TOPS int8, no FP8)",
+    ),
+    "a100-40gb": HardwareSpec(
+        "a100-40gb", 1.555 * _T, {"bf16": 312 * _T, "int8": 624 * _T}, 40 * _GB,
+        "NVIDIA A100 datasheet, 40GB column (1.555 TB/s)",
+    ),
+    "l40s": HardwareSpec(
+        "l40s", 0.864 * _T, {"bf16": 362.05 * _T, "fp8": 733 * _T, "int8": 733 * _T}, 48 * _GB,
+        "NVIDIA L40S datasheet (864 GB/s GDDR6, 362 bf16 / 733 fp8)",
+    ),
+    "mi300x": HardwareSpec(
+        "mi300x", 5.3 * _T, {"bf16": 1307.4 * _T, "fp8": 2614.9 * _T, "int8": 2614.9 * _T}, 192 * _GB,
+        "AMD Instinct MI300X spec page (5.3 TB/s, 1307.4 bf16 / 2614.9 fp8)",
+    ),
+}
+
+DEFAULT_HARDWARE = "h100-sxm"
+
+
+def hardware_from(preset: str | None = DEFAULT_HARDWARE, bandwidth_bytes_per_second: float | None = None,
+                  flops: float | None = None) -> HardwareSpec:
+    """A preset, a preset with raw overrides, or raw bandwidth + bf16 FLOPS alone."""
+    base = None
+    if preset:
+        if preset not in HARDWARE_PRESETS:
+            raise CostModelError(
+                "hardware", f"hardware: unknown preset '{preset}' (one of {', '.join(HARDWARE_PRESETS)})")
+        base = HARDWARE_PRESETS[preset]
+    if base is None:
+        if not bandwidth_bytes_per_second or not flops:
+            raise CostModelError("hardware", "hardware: give a preset or both bandwidth_bytes_per_second and flops")
+        return HardwareSpec("custom", float(bandwidth_bytes_per_second), {"bf16": float(flops)}, None,
+                            "user-supplied bandwidth and FLOPS")
+    if bandwidth_bytes_per_second or flops:
+        # Raw numbers override the preset; a FLOPS override applies to every compute dtype's ratio.
+        bw = float(bandwidth_bytes_per_second or base.bandwidth_bytes_per_second)
+        scale = float(flops) / base.flops["bf16"] if flops else 1.0
+        return HardwareSpec(base.name + "+custom", bw, {k: v * scale for k, v in base.flops.items()},
+                            base.memory_bytes, base.source + "; overridden by user")
+    return base

@@ -1,0 +1,224 @@
+"""The step-time model of one target on one GPU set: CostModel.
+
+    T(n, S) = max(W(n) / BW_eff, 2 · P_active · n / F_eff) + KV_bytes_per_token · S / BW_eff + c0
+
+n = query tokens in the step (B for plain decode, B·(K+1) for a verify step), S = KV tokens in the
+whole batch, W(n) = weight bytes streamed (for MoE: dense part + the experts the n tokens touch),
+BW_eff = HBM bandwidth × MBU × TP, F_eff = peak FLOPS of the compute dtype × MFU × TP.
+A measured ``profile`` (profile.py) replaces the roofline for the target's step. Formulas,
+defaults and their calibration: docs/costmodel.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .draft import (
+    DRAFT_METHODS,
+    METHOD_ALIASES,
+    NGRAM_FRACTION_OF_VERIFY,
+    DraftCost,
+    draft_cost_for,
+)
+from .errors import CostModelError
+from .hardware import COMPUTE_DTYPE, HardwareSpec
+from .models import DTYPE_BYTES, ModelSpec, model_total_weight_bytes, model_weight_bytes
+from .profile import StepTimeCurve
+
+# Efficiency defaults, calibrated against the SpecDecode-Bench fitted step model for Llama-3.1-8B
+# on H100; docs/costmodel.md ("Defaults and why") shows the derivation and tests/test_costmodel.py
+# checks the calibration.
+
+#: Share of peak HBM bandwidth reached: between the 0.82 implied by the fitted weight-read
+#: intercept and the 0.96 measured for KV streaming.
+DEFAULT_MBU = 0.85
+#: Share of peak tensor FLOPS reached by the decode/verify GEMMs. 0.5 puts the effective knee at
+#: ~0.6 of the ideal F/BW knee, as reported for real systems (small-M GEMMs).
+DEFAULT_MFU = 0.5
+#: Fixed per-step overhead (launch, sampler, scheduler): the fitted model's 1.207 ms overhead
+#: plus the part of its 5.886 ms intercept that the weight read at DEFAULT_MBU does not explain.
+DEFAULT_OVERHEAD_SECONDS = 1.8e-3
+#: Extra per-layer cost of tensor parallelism (two small all-reduces per layer on NVLink).
+#: An assumption, applied only when TP > 1.
+DEFAULT_ALLREDUCE_SECONDS_PER_LAYER = 10e-6
+#: Per-request context when none is given.
+DEFAULT_CONTEXT_TOKENS = 2048
+
+#: Bound of the step-time memo: a long-lived model sees ever new batch sizes.
+_MEMO_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class CostModel:
+    hardware: HardwareSpec
+    model: ModelSpec
+    dtype: str = "bf16"
+    tensor_parallel: int = 1
+    mbu: float = DEFAULT_MBU
+    mfu: float = DEFAULT_MFU
+    overhead_seconds: float = DEFAULT_OVERHEAD_SECONDS
+    allreduce_seconds_per_layer: float = DEFAULT_ALLREDUCE_SECONDS_PER_LAYER
+    kv_dtype: str = "bf16"
+    context_tokens: float = float(DEFAULT_CONTEXT_TOKENS)  # per request
+    draft: DraftCost = field(default_factory=DraftCost)
+    #: Measured step time of the target; replaces the roofline when set (see profile.py).
+    profile: StepTimeCurve | None = None
+    # Share of request-steps that carry a draft. vLLM counts a draft only when a request proposed
+    # tokens: n-gram lookup misses leave ~28 % of steps undrafted on a real run, and those steps
+    # neither verify extra tokens nor gain any. 1.0 for model-based drafters.
+    draft_coverage: float = 1.0
+    # Step times are pure in (tokens, context): an assessment asks for the same ones hundreds of
+    # times (best K per batch band). Not compared, and replace() starts a new memo.
+    _memo: dict[object, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_BYTES:
+            raise CostModelError("model.dtype", f"dtype must be one of {', '.join(DTYPE_BYTES)}")
+        if self.tensor_parallel < 1:
+            raise CostModelError("tensor_parallel", "tensor_parallel must be >= 1")
+        for name in ("mbu", "mfu"):
+            v = getattr(self, name)
+            if not (0 < v <= 1):
+                raise CostModelError(f"hardware.{name}", f"{name} must be in (0, 1]")
+        if self.overhead_seconds < 0:
+            raise CostModelError("hardware.overhead_seconds", "overhead_seconds must be >= 0")
+        if not (0 < self.draft_coverage <= 1):
+            raise CostModelError("draft_coverage", "draft_coverage must be in (0, 1]")
+
+    # -- roofline pieces ---------------------------------------------------------------------
+    @property
+    def bandwidth_eff(self) -> float:
+        return self.hardware.bandwidth_bytes_per_second * self.mbu * self.tensor_parallel
+
+    @property
+    def flops_eff(self) -> float:
+        return self.hardware.peak_flops(COMPUTE_DTYPE[self.dtype]) * self.mfu * self.tensor_parallel
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return self.model.kv_bytes_per_token_bf16 * DTYPE_BYTES[self.kv_dtype] / 2.0
+
+    @property
+    def fixed_seconds(self) -> float:
+        tp_extra = self.allreduce_seconds_per_layer * self.model.layers if self.tensor_parallel > 1 else 0.0
+        return self.overhead_seconds + tp_extra
+
+    @property
+    def knee_tokens(self) -> float:
+        """Query tokens where a dense step turns compute-bound (the effective roofline knee)."""
+        w = model_weight_bytes(self.model, self.dtype)
+        return w * self.flops_eff / (2.0 * self.model.active_params * self.bandwidth_eff)
+
+    def _roofline(self, params_streamed_bytes: float, active_params: float, tokens: float,
+                  kv_bytes: float, fixed: float) -> float:
+        gemm = max(params_streamed_bytes / self.bandwidth_eff, 2.0 * active_params * tokens / self.flops_eff)
+        return gemm + kv_bytes / self.bandwidth_eff + fixed
+
+    # -- the target's step: the one function a measured or learned curve replaces -------------
+    def step_time(self, tokens: float, context_tokens: float) -> float:
+        """Seconds of one target forward over ``tokens`` query tokens with ``context_tokens``
+        KV tokens in the whole batch."""
+        memo = self._memo
+        key = (tokens, context_tokens)
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
+            hit = memo[key] = self._step_time(tokens, context_tokens)
+        return hit
+
+    def _step_time(self, tokens: float, context_tokens: float) -> float:
+        tokens = max(float(tokens), 1.0)
+        context_tokens = max(float(context_tokens), 0.0)
+        if self.profile is not None:
+            kv_coef = self.kv_bytes_per_token / self.bandwidth_eff
+            return self.profile.step_seconds(tokens, context_tokens, kv_coef)
+        return self._roofline(model_weight_bytes(self.model, self.dtype, tokens), self.model.active_params,
+                              tokens, self.kv_bytes_per_token * context_tokens, self.fixed_seconds)
+
+    def base_step_time(self, batch: float) -> float:
+        """Plain decode step at batch B: B query tokens over B·context KV tokens."""
+        batch = max(float(batch), 1.0)
+        return self.step_time(batch, batch * self.context_tokens)
+
+    # -- drafting -----------------------------------------------------------------------------
+    def draft_cost_per_token(self) -> float:
+        hit = self._memo.get("draft_cost_per_token")
+        if hit is None:
+            hit = self._memo["draft_cost_per_token"] = self._draft_cost_per_token()
+        return hit
+
+    def _draft_cost_per_token(self) -> float:
+        """c: seconds to draft one token as a fraction of a plain target step.
+
+        Configured, or computed once at batch 1 from the drafter's size on this hardware
+        (EAGLE/MTP/Medusa head incl. LM head and per-proposal fixed cost spread over the
+        reference K; a draft model's own roofline step). Applied at every batch as
+        T_draft(B, K) = K·c·T(B), so alpha* = c + (R − 1)/K (docs/costmodel.md, "Draft cost")."""
+        d = self.draft
+        if d.cost_per_token is not None:
+            return d.cost_per_token
+        if d.method in ("ngram", "suffix"):
+            return 0.0  # charged on verify time instead, see draft_time
+        t1 = self.base_step_time(1.0)
+        ctx = self.context_tokens
+        kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
+        if d.method == "draft_model" and d.draft_model is not None:
+            dm = d.draft_model
+            step = self._roofline(model_weight_bytes(dm, d.draft_dtype, 1.0), dm.active_params, 1.0,
+                                  dm.kv_bytes_per_token_bf16 * kv_scale * ctx, self.fixed_seconds)
+            return step / t1
+        head_step = self._roofline(d.head_params * DTYPE_BYTES["bf16"], d.head_params, 1.0,
+                                   d.head_kv_bytes_per_token * kv_scale * ctx, 0.0)  # heads ship in bf16
+        k_ref = max(d.reference_k, 1)
+        per_round = d.fixed_seconds + (k_ref if d.head_steps_per_token else 1) * head_step
+        return per_round / k_ref / t1
+
+    def draft_time(self, batch: float, k: float) -> float:
+        """Seconds to propose ``k`` draft tokens for each of ``batch`` requests."""
+        if k <= 0:
+            return 0.0
+        batch = max(float(batch), 1.0)
+        if self.draft.cost_per_token is None and self.draft.method in ("ngram", "suffix"):
+            # CPU-side matching: 0.59 % of the verify step (SpecDecode-Bench).
+            return NGRAM_FRACTION_OF_VERIFY * self.step_time(batch * (k + 1), batch * self.context_tokens)
+        return k * self.draft_cost_per_token() * self.base_step_time(batch)
+
+    def spec_step_time(self, batch: float, k: float) -> float:
+        """Verify B·(K+1) tokens plus drafting K per request (B·(1 + coverage·K) and coverage·B
+        drafting requests when only part of the request-steps carry a draft)."""
+        batch = max(float(batch), 1.0)
+        c = self.draft_coverage
+        if c >= 1.0:
+            return self.step_time(batch * (k + 1), batch * self.context_tokens) + self.draft_time(batch, k)
+        return (self.step_time(batch * (1 + c * k), batch * self.context_tokens)
+                + c * self.draft_time(batch, k))
+
+    def tokens_per_step(self, k: float, alpha: float) -> float:
+        """Tokens a request gains per step: 1 + coverage·K·alpha (vLLM V1's alpha, exact)."""
+        return 1.0 + self.draft_coverage * k * alpha
+
+    def with_coverage(self, coverage: float | None) -> CostModel:
+        """The same model with a measured draft coverage (Δdrafts / Δrequest-steps)."""
+        if coverage is None or not (coverage > 0):
+            return self
+        return replace(self, draft_coverage=min(float(coverage), 1.0))
+
+    def with_method(self, method: str | None) -> CostModel:
+        """The same model with the default draft cost of ``method`` (unless a cost was configured)."""
+        if not method or method == "auto" or self.draft.cost_per_token is not None or method == self.draft.method:
+            return self
+        method = METHOD_ALIASES.get(method, method)
+        if method not in DRAFT_METHODS or method == self.draft.method:
+            return self
+        return replace(self, draft=draft_cost_for(method, self.model))
+
+
+def max_concurrency_by_memory(cm: CostModel, gpu_memory_utilization: float = 0.9) -> int | None:
+    """Requests of ``cm.context_tokens`` whose KV fits beside the weights (None: GPU memory unknown)."""
+    mem = cm.hardware.memory_bytes
+    if mem is None:
+        return None
+    free = mem * cm.tensor_parallel * gpu_memory_utilization - model_total_weight_bytes(cm.model, cm.dtype)
+    per_request = cm.kv_bytes_per_token * max(cm.context_tokens, 1.0)
+    return max(int(free // per_request), 0)

@@ -1,0 +1,3 @@
+from specwatch.lesson import main
+
+raise SystemExit(main())

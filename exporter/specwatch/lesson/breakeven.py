@@ -1,0 +1,79 @@
+"""``specwatch breakeven``: break-even acceptance rate alpha*(B, K) and the speedup at a given alpha."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import IO
+
+from .. import costmodel as cmod
+from .options import (
+    SMALL_TARGET,
+    cost_model_from_flags,
+    describe,
+    emit_json,
+    ints,
+    rounded,
+    target_options,
+)
+
+BreakevenRow = dict[str, float | None]
+
+
+def breakeven_rows(cm: cmod.CostModel, batches: Sequence[int], ks: Sequence[int],
+                   alpha: float | None) -> list[BreakevenRow]:
+    rows: list[BreakevenRow] = []
+    for b in batches:
+        for k in ks:
+            rows.append({
+                "batch": int(b),
+                "k": int(k),
+                "breakeven_acceptance_rate": rounded(cmod.breakeven_acceptance_rate(cm, b, k)),
+                "expected_speedup": None if alpha is None else rounded(cmod.expected_speedup(cm, b, k, alpha)),
+            })
+    return rows
+
+
+def breakeven_table(cm: cmod.CostModel, rows: Sequence[BreakevenRow], alpha: float | None) -> str:
+    d = describe(cm)
+    lines = [(f"# {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
+             f"{d['context_tokens_per_request']} context tokens/request, draft {d['draft_method']} "
+             f"(c = {d['draft_cost_per_token']} of a step per drafted token)")]
+    head = f"{'batch':>6} {'K':>3} {'break-even alpha':>17}"
+    if alpha is not None:
+        head += f" {'speedup @ alpha=' + format(alpha, 'g'):>20}"
+    lines.append(head)
+    for r in rows:
+        line = f"{r['batch']:>6} {r['k']:>3} {r['breakeven_acceptance_rate']:>17.3f}"
+        if alpha is not None:
+            line += f" {r['expected_speedup']:>19.2f}x"
+        lines.append(line)
+    lines.append("break-even >= 1 means speculation cannot pay at that batch size.")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_breakeven(args: argparse.Namespace, out: IO[str] | None = None) -> int:
+    out = out or sys.stdout
+    cm = cost_model_from_flags(args, SMALL_TARGET, draft_method=args.method, draft_cost_per_token=args.draft_cost,
+                               draft_k=max(args.k))
+    rows = breakeven_rows(cm, args.batch, args.k, args.alpha)
+    if args.format == "json":
+        emit_json(rows, out)
+    else:
+        out.write(breakeven_table(cm, rows, args.alpha))
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("breakeven", help="break-even acceptance rate vs batch size",
+                              parents=[target_options(SMALL_TARGET)],
+                              description="Break-even vLLM acceptance rate alpha*(B, K) and the speedup at --alpha.")
+    p.add_argument("--method", choices=list(cmod.DRAFT_METHODS), default=None, help="drafter (auto = eagle3)")
+    p.add_argument("--draft-cost", type=float, default=None,
+                   help="draft cost per drafted token, fraction of a plain target step")
+    p.add_argument("--k", type=ints, required=True, help="draft length K (or a comma list)")
+    p.add_argument("--batch", type=ints, required=True, help="comma list of batch sizes, e.g. 1,8,64,256")
+    p.add_argument("--alpha", type=float, default=None, help="acceptance rate for the speedup column")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_breakeven)

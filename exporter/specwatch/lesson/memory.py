@@ -1,0 +1,124 @@
+"""``specwatch memory``: weights + KV of an EAGLE-3 head vs a classic draft model for one target."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import IO, Any
+
+from .. import costmodel as cmod
+from .options import (
+    DTYPE_CHOICES,
+    LESSON_TARGET,
+    cost_model_from_flags,
+    emit_json,
+    load_json,
+    rounded,
+    target_options,
+)
+
+
+def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str, draft_vocab: int,
+                  concurrency: int, context_tokens: int, gpu_memory_utilization: float) -> dict[str, Any]:
+    """Memory of each component at ``concurrency`` requests of ``context_tokens``, and the KV cache
+    capacity each drafter costs the target."""
+    target = cm.model
+    tokens = concurrency * context_tokens
+    kv_scale = 1.0  # KV cache in bf16
+    head_params = cmod.draft_head_params(target, "eagle3", draft_vocab=draft_vocab)
+    items: dict[str, dict[str, Any]] = {
+        "target": {"params": target.total_params,
+                   "weights_bytes": cmod.model_total_weight_bytes(target, cm.dtype),
+                   "kv_bytes_per_token": target.kv_bytes_per_token_bf16 * kv_scale},
+        "eagle3_head": {"params": head_params, "weights_bytes": head_params * 2.0,
+                        "kv_bytes_per_token": cmod.draft_head_kv_bytes_per_token(target) * kv_scale},
+        "draft_model": {"name": draft.name, "params": draft.total_params,
+                        "weights_bytes": cmod.model_total_weight_bytes(draft, draft_dtype),
+                        "kv_bytes_per_token": draft.kv_bytes_per_token_bf16 * kv_scale},
+    }
+    for v in items.values():
+        v["kv_bytes_at_load"] = v["kv_bytes_per_token"] * tokens
+        v["total_bytes_at_load"] = v["weights_bytes"] + v["kv_bytes_at_load"]
+    gpu = cm.hardware.memory_bytes
+    budget = None if gpu is None else gpu * cm.tensor_parallel * gpu_memory_utilization
+    capacity = {}
+    for name in ("eagle3_head", "draft_model"):
+        extra = items[name]
+        if budget is not None:
+            free_plain = budget - items["target"]["weights_bytes"]
+            free_spec = free_plain - extra["weights_bytes"]
+            plain_tokens = free_plain / items["target"]["kv_bytes_per_token"]
+            spec_tokens = free_spec / (items["target"]["kv_bytes_per_token"] + extra["kv_bytes_per_token"])
+            capacity[name] = {"kv_tokens_without": int(max(plain_tokens, 0)), "kv_tokens_with": int(max(spec_tokens, 0)),
+                              "kv_capacity_lost": rounded(1 - spec_tokens / plain_tokens) if plain_tokens > 0 else None}
+    gb = 1e9
+    components = {}
+    for key, v in items.items():
+        c = {"params_billion": rounded(v["params"] / 1e9, 3), "weights_gb": rounded(v["weights_bytes"] / gb, 3),
+             "kv_bytes_per_token": round(v["kv_bytes_per_token"]),
+             "kv_gb_at_load": rounded(v["kv_bytes_at_load"] / gb, 3),
+             "total_gb_at_load": rounded(v["total_bytes_at_load"] / gb, 3)}
+        if "name" in v:
+            c["name"] = v["name"]
+        components[key] = c
+    return {
+        "target": {"model": target.name, "dtype": cm.dtype, "tensor_parallel": cm.tensor_parallel,
+                   "hardware": cm.hardware.name, "concurrency": concurrency, "context_tokens": context_tokens},
+        "components": components,
+        "kv_capacity": capacity,
+        "eagle3_vs_draft_model_memory_ratio": rounded(items["eagle3_head"]["total_bytes_at_load"]
+                                                      / items["draft_model"]["total_bytes_at_load"]),
+    }
+
+
+def memory_text(rep: dict[str, Any]) -> str:
+    t = rep["target"]
+    lines = [(f"# memory of a drafter for {t['model']} ({t['dtype']}, TP{t['tensor_parallel']}, {t['hardware']}) "
+             f"at {t['concurrency']} requests x {t['context_tokens']} context tokens"),
+             (f"{'component':<14} {'params (B)':>10} {'weights GB':>11} {'KV B/token':>11} {'KV GB at load':>14} "
+             f"{'total GB':>9}")]
+    for name, c in rep["components"].items():
+        lines.append(f"{name:<14} {c['params_billion']:>10.3f} {c['weights_gb']:>11.2f} {c['kv_bytes_per_token']:>11} "
+                     f"{c['kv_gb_at_load']:>14.2f} {c['total_gb_at_load']:>9.2f}")
+    for name, c in rep["kv_capacity"].items():
+        if c["kv_tokens_without"] <= 0:
+            lines.append(f"{name}: the target's weights alone do not fit; raise --tp")
+            continue
+        lines.append(f"{name}: KV cache capacity {c['kv_tokens_without']} -> {c['kv_tokens_with']} tokens "
+                     f"({c['kv_capacity_lost']:.1%} lost)")
+    lines.append(f"EAGLE-3 head needs {rep['eagle3_vs_draft_model_memory_ratio']:.0%} of the draft model's memory "
+                 f"at this load.")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
+    out = out or sys.stdout
+    cm = cost_model_from_flags(args, LESSON_TARGET)
+    if args.draft_model_config:
+        draft = cmod.model_spec_from_hf_config(load_json(args.draft_model_config), name=args.draft_model_config)
+    else:
+        draft = cmod.MODEL_PRESETS[args.draft_model]
+    rep = memory_report(cm, draft, draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab,
+                        concurrency=args.concurrency, context_tokens=args.context,
+                        gpu_memory_utilization=args.gpu_memory_utilization)
+    if args.format == "json":
+        emit_json(rep, out)
+    else:
+        out.write(memory_text(rep))
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    m = subparsers.add_parser("memory", help="memory of an EAGLE-3 head vs a classic draft model",
+                              parents=[target_options(LESSON_TARGET, role="target")],
+                              description="Weights + KV of an EAGLE-3 head and of a draft model for a target.")
+    dg = m.add_mutually_exclusive_group()
+    dg.add_argument("--draft-model", choices=sorted(cmod.MODEL_PRESETS), default=cmod.DEFAULT_DRAFT_MODEL)
+    dg.add_argument("--draft-model-config", help="HF config.json of the draft model")
+    m.add_argument("--draft-dtype", choices=DTYPE_CHOICES, default="bf16")
+    m.add_argument("--draft-vocab", type=int, default=cmod.EAGLE3_DRAFT_VOCAB,
+                   help=f"EAGLE-3 draft vocabulary ({cmod.EAGLE3_DRAFT_VOCAB})")
+    m.add_argument("--concurrency", type=int, default=64)
+    m.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    m.add_argument("--format", choices=["table", "json"], default="table")
+    m.set_defaults(func=cmd_memory)

@@ -1,0 +1,156 @@
+"""Command-line options shared by the lesson commands, and the cost model they describe.
+
+Every command builds its CostModel through ``costmodel.build_cost_model``, the constructor the
+live sidecar uses, so ``specwatch breakeven`` and the sidecar agree for the same inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from typing import IO, Any
+
+from .. import costmodel as cmod
+
+DTYPE_CHOICES = ["bf16", "fp8", "int8", "int4"]
+#: name=share:alpha traffic classes (shares normalised to 1).
+Traffic = list[tuple[str, float, float]]
+
+
+def floats(text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return vals
+
+
+def ints(text: str) -> list[int]:
+    vals = floats(text)
+    if any(v != int(v) or v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return [int(v) for v in vals]
+
+
+def traffic(text: str) -> Traffic:
+    """``chat=0.7:0.7,code=0.3:0.4`` -> [(name, share, alpha)]; shares are normalised."""
+    out = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        try:
+            name, rest = part.split("=", 1)
+            share, alpha = (float(x) for x in rest.split(":", 1))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"traffic entry {part!r}: expected name=share:alpha") from None
+        if share <= 0 or not (0 <= alpha <= 1):
+            raise argparse.ArgumentTypeError(f"traffic entry {part!r}: share must be > 0, alpha in [0, 1]")
+        out.append((name.strip(), share, alpha))
+    if not out:
+        raise argparse.ArgumentTypeError("traffic: at least one name=share:alpha")
+    total = sum(s for _, s, _ in out)
+    return [(n, s / total, a) for n, s, a in out]
+
+
+DEFAULT_TRAFFIC = "chat=0.7:0.7,code=0.3:0.4"
+
+
+@dataclass(frozen=True)
+class ModelDefaults:
+    """What a command assumes when the target options are left out (also shown in --help)."""
+
+    model: str = "llama-3.1-8b"
+    dtype: str = "bf16"
+    tensor_parallel: int = 1
+    context_tokens: int = 2048
+    hardware: str = cmod.DEFAULT_HARDWARE
+
+
+#: The single-GPU 8B default of `breakeven`, and the lesson's 70B fp8 on 4 GPUs of the others.
+SMALL_TARGET = ModelDefaults()
+LESSON_TARGET = ModelDefaults(model="llama-3.3-70b", dtype="fp8", tensor_parallel=4)
+
+
+def target_options(defaults: ModelDefaults, role: str = "model") -> argparse.ArgumentParser:
+    """The parent parser of every lesson command: GPU, target model, dtype, TP and context."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group(f"hardware (default: {defaults.hardware})")
+    g.add_argument("--hardware", choices=sorted(cmod.HARDWARE_PRESETS), default=None, help="GPU preset")
+    g.add_argument("--bandwidth", type=float, default=None, help="HBM bytes/s (instead of --hardware)")
+    g.add_argument("--flops", type=float, default=None, help="peak bf16 FLOP/s (instead of --hardware)")
+    mg = p.add_mutually_exclusive_group()
+    mg.add_argument("--model-config", help="HF config.json of the target")
+    mg.add_argument("--model", choices=sorted(cmod.MODEL_PRESETS), default=None,
+                    help=f"{role} preset ({defaults.model})")
+    mg.add_argument("--params", type=float, help="target parameter count (dense)")
+    p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
+                   help=f"{'target weights' if role == 'target' else 'weight dtype'} ({defaults.dtype})")
+    p.add_argument("--tp", type=int, default=None, help=f"tensor parallel size ({defaults.tensor_parallel})")
+    p.add_argument("--context", type=int, default=defaults.context_tokens,
+                   help=f"context tokens per request ({defaults.context_tokens})")
+    return p
+
+
+def load_json(path: str, flag: str = "--model-config") -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise SystemExit(f"error: {flag} {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"error: {flag} {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"error: {flag} {path}: expected a JSON object")
+    return data
+
+
+def cost_model_from_flags(args: argparse.Namespace, defaults: ModelDefaults, *, draft_method: str | None = None,
+                          draft_cost_per_token: float | None = None, draft_k: int = cmod.DEFAULT_DRAFT_K,
+                          ) -> cmod.CostModel:
+    """The CostModel of the ``target_options`` flags; a bad value exits with one error line."""
+    hardware, bandwidth, flops = args.hardware, args.bandwidth, args.flops
+    if hardware is None and not (bandwidth or flops):
+        hardware = defaults.hardware
+    if hardware is None and not (bandwidth and flops):
+        raise SystemExit("error: give --hardware, or both --bandwidth and --flops")
+    model_config = load_json(args.model_config) if args.model_config else None
+    model = args.model
+    if model_config is None and model is None and args.params is None:
+        model = defaults.model
+    try:
+        return cmod.build_cost_model(
+            hardware=hardware, bandwidth_bytes_per_second=bandwidth, flops=flops,
+            tensor_parallel=args.tp or defaults.tensor_parallel,
+            model=model if model_config is None else None, model_config=model_config, model_params=args.params,
+            dtype=args.dtype or defaults.dtype, context_tokens=args.context,
+            draft_method=draft_method or "auto", draft_cost_per_token=draft_cost_per_token, draft_k=draft_k)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def rounded(x: float | None, nd: int = 4) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return round(float(x), nd)
+
+
+def emit_json(obj: object, out: IO[str]) -> None:
+    out.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def describe(cm: cmod.CostModel) -> dict[str, Any]:
+    """The inputs a report was computed with (printed in every report's header)."""
+    return {
+        "hardware": cm.hardware.name,
+        "model": cm.model.name,
+        "dtype": cm.dtype,
+        "tensor_parallel": cm.tensor_parallel,
+        "context_tokens_per_request": int(cm.context_tokens),
+        "draft_method": cm.draft.method,
+        "draft_cost_per_token": rounded(cm.draft_cost_per_token()),
+        "mbu": cm.mbu, "mfu": cm.mfu, "overhead_seconds": cm.overhead_seconds,
+    }
