@@ -17,7 +17,7 @@ from __future__ import annotations
 from .. import units
 from ..units import format_duration
 from .kinds import ConfigError
-from .parse import from_mapping, load
+from .parse import from_mapping, load, parse_prometheus
 from .result import (
     Config,
     DecisionConfig,
@@ -25,6 +25,7 @@ from .result import (
     HardwareConfig,
     LogConfig,
     ModelConfig,
+    PrometheusConfig,
     RouteConfig,
     TargetConfig,
 )
@@ -54,11 +55,13 @@ __all__ = [
     "HardwareConfig",
     "LogConfig",
     "ModelConfig",
+    "PrometheusConfig",
     "RouteConfig",
     "TargetConfig",
     "format_duration",
     "from_mapping",
     "load",
     "parse_duration",
+    "parse_prometheus",
     "parse_size",
 ]

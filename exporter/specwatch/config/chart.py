@@ -54,6 +54,8 @@ def _default_text(key: Key, value: Any) -> str:
         return "[" + ", ".join(format_duration(v) for v in value) + "]"
     if isinstance(key.kind, Size) and value % 2**20 == 0:
         return f"{value // 2**20}MiB"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -72,7 +74,8 @@ def node_schema(section: Section, node: Node) -> dict[str, Any]:
         if node.min_items:
             schema["minItems"] = node.min_items
         return {**schema, "description": _describe(node.doc, node.default_doc)}
-    return section_schema(node)
+    schema = section_schema(node)
+    return _nullable(schema) if node.nullable else schema
 
 
 def section_schema(section: Section, *, chart: bool = False) -> dict[str, Any]:
@@ -101,6 +104,9 @@ def _accept_empty(schema: dict[str, Any]) -> dict[str, Any]:
     for option in schema.get("anyOf", ()):
         if "enum" in option:
             option["enum"] = [*option["enum"], ""]
+    if "required" in schema:  # an optional section given as {} is left out, so it stays off
+        description = schema.pop("description")
+        return {"description": description, "anyOf": [{"type": "object", "maxProperties": 0}, schema]}
     return schema
 
 

@@ -34,7 +34,10 @@ def _scalar(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_scalar(v) for v in value) + "]"
     text = str(value)
-    return f'"{text}"' if text[:1] in ":{[*&!|>%@`\"'" or ": " in text or " #" in text else text
+    if text[:1] in ":{[*&!|>%@`\"'" or ": " in text or " #" in text or any(c in text for c in "{}[],"):
+        # Valid YAML to copy: single quotes when the text holds double quotes (a PromQL selector).
+        return "'" + text.replace("'", "''") + "'" if '"' in text or "\\" in text else f'"{text}"'
+    return text
 
 
 def _value(key: Key, value: Any) -> str:
@@ -66,6 +69,8 @@ def _comment(key: Key, default: Any, *, showing_example: bool = False) -> str:
         parts.append(rule)
     if key.default_doc:
         parts.append(f"default {key.default_doc}")
+    elif showing_example and default not in (None, {}):
+        parts.append(f"default {_value(key, default)}")
     if not showing_example and default in (None, {}) and key.example is not None:
         parts.append(f"e.g. {_value(key, key.example)}")
     return "; ".join(parts)
@@ -77,19 +82,20 @@ def _line(indent: str, text: str, comment: str) -> str:
     return f"{indent + text:<{COMMENT_COLUMN - 1}} # {comment}"
 
 
-def _key_line(section: Section, key: Key, lead: str, example: bool = False) -> str:
+def _key_line(section: Section, key: Key, lead: str, example: bool = False, showcase: bool = False) -> str:
     default = default_of(section, key)
-    if example and default in (None, {}) and key.example is not None:
+    if key.example is not None and (showcase or (example and default in (None, {}))):
         return _line(lead, f"{key.name}: {_value(key, key.example)}", _comment(key, default, showing_example=True))
     return _line(lead, f"{key.name}: {_value(key, default)}", _comment(key, default))
 
 
-def _lines(section: Section, indent: str, first: str = "", example: bool = False) -> list[str]:
+def _lines(section: Section, indent: str, first: str = "", example: bool = False, showcase: bool = False) -> list[str]:
+    """showcase: every key shows its example (an optional section, printed commented out)."""
     out: list[str] = []
     for node in section.keys:
         lead = first if (first and not out) else indent
         if isinstance(node, Key):
-            out.append(_key_line(section, node, lead, example))
+            out.append(_key_line(section, node, lead, example, showcase))
         elif isinstance(node, Items):
             # A list with a default item shows that item; an empty one an example item.
             items_default = default_of(section, node)
@@ -103,6 +109,10 @@ def _lines(section: Section, indent: str, first: str = "", example: bool = False
             value = _value(shorthand, getattr(default_of(section, node), node.shorthand))
             out.append(_line(lead, f"{node.name}: {value}", f"{_rule(shorthand)}; or a mapping:"))
             out.extend("# " + line for line in _lines(node, indent + "  "))
+        elif node.nullable:
+            # Off unless given: shown commented out, with an example value for every key.
+            out.append("# " + _line(lead, f"{node.name}:", f"{node.doc}; default null (off)"))
+            out.extend("# " + line for line in _lines(node, indent + "  ", showcase=True))
         else:
             out.append(_line(lead, f"{node.name}:", node.doc))
             out.extend(_lines(node, indent + "  "))

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -210,15 +211,24 @@ class Listen(Kind):
 
 @dataclass(frozen=True)
 class Url(Kind):
+    # A base URL that API paths are appended to: no query or fragment, a trailing / dropped.
+    base: bool = False
+
     def parse(self, value: Any, key: str, ctx: Context) -> str:
         url = str(value)
         parts = urlsplit(url)
         # Only http(s): a sidecar must never be turned into a file:// or gopher:// reader.
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(key, f"expected an http:// or https:// URL, got {url!r}")
+        if self.base:
+            if parts.query or parts.fragment or "?" in url or "#" in url:
+                raise ConfigError(key, f"expected a base URL without ?query or #fragment, got {url!r}")
+            return url.rstrip("/")
         return url
 
     def json_schema(self) -> dict[str, Any]:
+        if self.base:
+            return {"type": "string", "pattern": "^https?://[^/?#][^?#]*$"}
         return {"type": "string", "pattern": "^https?://[^/?#]"}
 
 
@@ -247,6 +257,9 @@ class StringMap(Kind):
     keys: tuple[str, ...] | None = None
     keys_hint: str = ""
     env_refs: bool = False
+    # HTTP request headers: names must be tokens, and a resolved value must be sendable (an env var
+    # read from a Secret file often ends in a newline, which every request would then refuse).
+    http_headers: bool = False
 
     def parse(self, value: Any, key: str, ctx: Context) -> dict[str, str]:
         if not isinstance(value, Mapping):
@@ -257,16 +270,39 @@ class StringMap(Kind):
             where = f"{key}.{name}"
             if self.keys is not None and name not in self.keys:
                 raise ConfigError(where, self.keys_hint or f"allowed: {', '.join(self.keys)}")
+            if self.http_headers and not (isinstance(name, str) and _HEADER_NAME.fullmatch(name)):
+                raise ConfigError(where, "not a valid HTTP header name")
             if not isinstance(item, str):
                 raise ConfigError(where, "expected a string")
-            result[str(name)] = _resolve_env_refs(item, where, environ) if self.env_refs else item
+            resolved = _resolve_env_refs(item, where, environ) if self.env_refs else item
+            if self.http_headers and not _HEADER_VALUE.fullmatch(resolved):
+                # The value may be a secret: say what is wrong, never show it.
+                raise ConfigError(
+                    where, "value has a line break or leading whitespace after ${ENV} substitution (not shown)"
+                )
+            result[str(name)] = resolved
         return result
 
     def json_schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
         if self.keys is not None:
             schema["propertyNames"] = {"enum": list(self.keys)}
+        elif self.http_headers:
+            schema["propertyNames"] = {"pattern": _HEADER_NAME.pattern}
         return schema
+
+    def from_env(self, text: str) -> Any:
+        """A JSON object ({"X-Scope-OrgID": "tenant-a"}); other text is left for parse to refuse."""
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        return value if isinstance(value, dict) else text
+
+
+# RFC 9110 token; a value as `requests` accepts it (no CR/LF/NUL, no leading whitespace).
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_HEADER_VALUE = re.compile(r"^(?:[^\s\x00\r\n][^\x00\r\n]*)?$")
 
 
 def _resolve_env_refs(value: str, key: str, environ: Mapping[str, str]) -> str:
@@ -334,6 +370,149 @@ class Text(Kind):
     def parse(self, value: Any, key: str, ctx: Context) -> str:
         if not isinstance(value, str):
             raise ConfigError(key, f"expected a string, got {value!r}")
+        return value
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string"}
+
+
+@dataclass(frozen=True)
+class ExistingFile(Kind):
+    """A path (relative to the config file) of a regular file that is read later, e.g. a token that
+    rotates; parses to the path."""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(key, f"expected a file path, got {value!r}")
+        path = os.path.join(ctx.base_dir, value)
+        if not os.path.isfile(path):
+            raise ConfigError(key, f"file not found: {path}")
+        return path
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string", "minLength": 1}
+
+
+LABEL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_LABEL_NAME = re.compile(LABEL_NAME_PATTERN)
+
+
+@dataclass(frozen=True)
+class LabelNames(Kind):
+    """A non-empty list of distinct Prometheus label names; `reserved` ones are refused with
+    `reserved_hint`. The environment gives it comma-separated."""
+
+    reserved: tuple[str, ...] = ()
+    reserved_prefixes: tuple[str, ...] = ("__",)
+    reserved_hint: str = ""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value:
+            raise ConfigError(key, "expected a non-empty list of label names such as [namespace, pod]")
+        for i, name in enumerate(value):
+            where = f"{key}[{i}]"
+            if not isinstance(name, str) or not _LABEL_NAME.fullmatch(name):
+                raise ConfigError(where, f"expected a label name ([A-Za-z_][A-Za-z0-9_]*), got {name!r}")
+            if name in self.reserved or name.startswith(self.reserved_prefixes):
+                raise ConfigError(where, f"{name} is reserved{': ' + self.reserved_hint if self.reserved_hint else ''}")
+        if len(set(value)) != len(value):
+            raise ConfigError(key, "label names must be distinct")
+        return tuple(value)
+
+    def json_schema(self) -> dict[str, Any]:
+        not_reserved: list[dict[str, Any]] = [{"enum": list(self.reserved)}] if self.reserved else []
+        not_reserved += [{"pattern": "^" + re.escape(prefix)} for prefix in self.reserved_prefixes]
+        item: dict[str, Any] = {"type": "string", "pattern": LABEL_NAME_PATTERN}
+        if not_reserved:
+            item["not"] = {"anyOf": not_reserved}
+        return {"type": "array", "items": item, "uniqueItems": True, "minItems": 1}
+
+    def from_env(self, text: str) -> Any:
+        return [item.strip() for item in text.split(",") if item.strip()]
+
+
+# One matcher: name, operator, then a PromQL string ("..." and '...' with Go escapes, `...` raw).
+_MATCHER = re.compile(
+    r"""\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>=~|!~|!=|=)\s*"""
+    r"""(?P<value>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|`[^`]*`)\s*(?P<end>,|$)"""
+)
+_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
+_NUMERIC_ESCAPE = re.compile(r"x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|[0-7]{3}")
+
+
+def _promql_string(literal: str) -> str:
+    """The value of a PromQL string literal; ValueError names a bad escape."""
+    quote, body = literal[0], literal[1:-1]
+    if quote == "`":
+        return body
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        char = body[i]
+        if char != "\\":
+            out.append(char)
+            i += 1
+            continue
+        following = body[i + 1]
+        if following in _ESCAPES or following == quote:
+            out.append(_ESCAPES.get(following, following))
+            i += 2
+            continue
+        numeric = _NUMERIC_ESCAPE.match(body, i + 1)
+        if numeric is None:
+            raise ValueError(f"unknown escape sequence \\{following}")
+        digits = numeric.group()
+        out.append(chr(int(digits, 8) if digits[0].isdigit() else int(digits[1:], 16)))
+        i = numeric.end()
+    return "".join(out)
+
+
+# Prometheus uses RE2: no lookaround, no backreferences. Python's re lacks \pL and \z, which RE2 has.
+_RE2_UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]")
+_RE2_ONLY = re.compile(r"\\[pP](?:\{[^}]*\}|[A-Za-z])|\\z|\\\\")
+
+
+def _check_regex(pattern: str) -> str | None:
+    """Why RE2 would refuse pattern, or None (checked with Python's re after RE2-only escapes)."""
+    if _RE2_UNSUPPORTED.search(_RE2_ONLY.sub("", pattern)):
+        return "lookaround and backreferences are not RE2"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # FutureWarning on RE2's [[:alpha:]] classes
+            re.compile(_RE2_ONLY.sub(lambda m: "\\\\" if m.group() == "\\\\" else ".", pattern))
+    except re.error as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class LabelMatchers(Kind):
+    """PromQL label matchers added to every series specwatch queries, with or without braces:
+    '{namespace="llm", job="vllm"}'. `__name__` is refused: specwatch names the series itself."""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected label matchers such as '{{job=\"vllm\"}}', got {value!r}")
+        text = value.strip()
+        body = text[1:-1] if text.startswith("{") and text.endswith("}") else text
+        position = 0
+        while body[position:].strip():
+            match = _MATCHER.match(body, position)
+            if match is None or match.end() == position:
+                raise ConfigError(
+                    key, f'not PromQL label matchers (name="value", separated by commas) at {body[position:]!r}'
+                )
+            name, op = match.group("name"), match.group("op")
+            if name == "__name__":
+                raise ConfigError(key, "__name__ cannot be matched: specwatch chooses the vLLM series itself")
+            try:
+                matched = _promql_string(match.group("value"))
+            except ValueError as exc:
+                raise ConfigError(key, f"{exc} in the value of {name}") from None
+            problem = _check_regex(matched) if op in ("=~", "!~") else None
+            if problem:
+                raise ConfigError(key, f"the regular expression of {name} is not valid: {problem}")
+            position = match.end()
         return value
 
     def json_schema(self) -> dict[str, Any]:

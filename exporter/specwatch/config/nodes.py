@@ -42,13 +42,16 @@ class Key:
 
 @dataclass(frozen=True)
 class Section:
-    """A mapping of keys parsed into the `result` dataclass. `shorthand`: a bare string sets that key."""
+    """A mapping of keys parsed into the `result` dataclass. `shorthand`: a bare string sets that key;
+    `nullable`: the section is optional and off unless given (prometheus: fleet mode)."""
 
     name: str
     result: type
     keys: tuple[Node, ...]
     doc: str
     shorthand: str | None = None
+    # An optional section: absent or null leaves the result field at its default (None).
+    nullable: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from ..units import format_duration
 from .env import apply_env
 from .kinds import ConfigError, Context, error_from
 from .nodes import FROM_RESULT, Items, Key, Section, result_fields
-from .result import Config, RouteConfig, TargetConfig
-from .schema import SCHEMA
+from .result import Config, PrometheusConfig, RouteConfig, TargetConfig
+from .schema import PROMETHEUS, SCHEMA
 
 
 def _where(parent: str, name: str) -> str:
@@ -37,8 +37,9 @@ def parse_section(section: Section, raw: Any, where: str, ctx: Context) -> dict[
     """Validate one mapping against its section: the parsed values by result field name.
 
     Absent keys (and null for nullable keys) are left out, so the dataclass default applies,
-    unless the key states its own default. Nested sections come back as dataclasses, lists as
-    lists of dicts (their defaults depend on other keys; _build finishes them)."""
+    unless the key states its own default. Nested sections come back as dataclasses; lists as
+    lists of dicts and optional sections as dicts (their defaults depend on other keys; _build
+    finishes them)."""
     shorthand_key = None
     if raw is None:
         raw = {}
@@ -62,7 +63,8 @@ def parse_section(section: Section, raw: Any, where: str, ctx: Context) -> dict[
             names = result_fields(node)
             values.update(zip(names, parsed) if len(names) > 1 else ((node.name, parsed),))
         elif isinstance(node, Section):
-            values[node.name] = node.result(**parse_section(node, value, key, ctx))
+            parsed_section = parse_section(node, value, key, ctx)
+            values[node.name] = parsed_section if node.nullable else node.result(**parsed_section)
         else:
             values[node.name] = _parse_items(node, value, key, ctx)
     return values
@@ -98,6 +100,57 @@ def from_mapping(
     return config
 
 
+def parse_prometheus(raw: Any, *, environ: Mapping[str, str] | None = None, base_dir: str = ".") -> PrometheusConfig:
+    """The `prometheus:` section alone (tests, tools): the rules that span keys, such as the
+    timeout's default below poll_interval, apply only through load / from_mapping."""
+    if raw is None:
+        raise ConfigError("prometheus", "expected a mapping with at least url")
+    ctx = Context(base_dir=base_dir, environ=os.environ if environ is None else environ)
+    values = parse_section(PROMETHEUS, raw, "prometheus", ctx)
+    _check_authorization(values)
+    return PrometheusConfig(**values)
+
+
+def _check_authorization(values: Mapping[str, Any]) -> None:
+    names = {name.lower() for name in values.get("headers", {})}
+    if values.get("bearer_token_file") is not None and "authorization" in names:
+        raise ConfigError("prometheus.bearer_token_file", "give it or headers.Authorization, not both")
+
+
+def _build_prometheus(values: dict[str, Any], poll_interval: float) -> PrometheusConfig:
+    """Fleet mode: nothing is polled but Prometheus, so targets and route targets do not apply."""
+    if "targets" in values:
+        raise ConfigError(
+            "targets", "not used with prometheus: (fleet mode reads every vLLM from Prometheus); remove one of them"
+        )
+    for i, route in enumerate(values.get("routes") or []):
+        if "target" in route:
+            raise ConfigError(
+                f"routes[{i}].target", "not used with prometheus: (a route applies to every replica); remove it"
+            )
+    section = values["prometheus"]
+    _check_authorization(section)
+    timeout = section.get("timeout")
+    if timeout is None:
+        # As for targets: a fifth of the interval free, so queries never overlap the next poll.
+        timeout = min(PrometheusConfig.timeout, 0.8 * poll_interval)
+    elif timeout >= poll_interval:
+        raise ConfigError(
+            "prometheus.timeout",
+            f"must be shorter than poll_interval ({format_duration(poll_interval)}) so queries never overlap",
+        )
+    scrape_interval = section.get("scrape_interval")
+    if scrape_interval is not None:
+        for i, window in enumerate(values.get("windows", Config.windows)):
+            # A window must hold two samples of each replica.
+            if window < 2 * scrape_interval:
+                raise ConfigError(
+                    f"windows[{i}]",
+                    f"must be at least 2 x prometheus.scrape_interval ({format_duration(2 * scrape_interval)})",
+                )
+    return PrometheusConfig(**{**section, "timeout": timeout})
+
+
 def _build(values: dict[str, Any]) -> Config:
     """The rules that span keys, then the dataclass."""
     poll_interval = values.get("poll_interval", Config.poll_interval)
@@ -107,7 +160,28 @@ def _build(values: dict[str, Any]) -> Config:
             raise ConfigError(
                 f"windows[{i}]", f"must be at least 2 x poll_interval ({format_duration(2 * poll_interval)})"
             )
+    prometheus = None
+    if values.get("prometheus") is not None:
+        prometheus = _build_prometheus(values, poll_interval)
+        targets: tuple[TargetConfig, ...] = ()
+        routes = [RouteConfig(**{**route, "target": ""}) for route in values.get("routes") or []]
+    else:
+        targets = _build_targets(values, poll_interval)
+        routes = _build_routes(values, [t.name for t in targets])
+    if len({r.name for r in routes}) != len(routes):
+        raise ConfigError("routes", "names must be unique")
 
+    hardware = values.get("hardware")
+    if (
+        hardware is not None
+        and hardware.preset is None
+        and (hardware.bandwidth_bytes_per_second is None or hardware.flops is None)
+    ):
+        raise ConfigError("hardware", "give a preset or both bandwidth_bytes_per_second and flops")
+    return Config(**{**values, "targets": targets, "routes": tuple(routes), "prometheus": prometheus})
+
+
+def _build_targets(values: dict[str, Any], poll_interval: float) -> tuple[TargetConfig, ...]:
     # The default deadline leaves a fifth of the interval free, so polls never overlap.
     default_timeout = min(TargetConfig.timeout, 0.8 * poll_interval)
     targets = tuple(
@@ -123,7 +197,10 @@ def _build(values: dict[str, Any]) -> Config:
                 f"targets[{i}].timeout",
                 f"must be shorter than poll_interval ({format_duration(poll_interval)}) so polls never overlap",
             )
+    return targets
 
+
+def _build_routes(values: dict[str, Any], names: list[str]) -> list[RouteConfig]:
     routes = []
     for i, route in enumerate(values.get("routes") or []):
         target = route.get("target", names[0] if len(names) == 1 else None)
@@ -132,17 +209,7 @@ def _build(values: dict[str, Any]) -> Config:
                 f"routes[{i}].target", f"{target!r} is not a configured target ({', '.join(sorted(names))})"
             )
         routes.append(RouteConfig(**{**route, "target": target}))
-    if len({r.name for r in routes}) != len(routes):
-        raise ConfigError("routes", "names must be unique")
-
-    hardware = values.get("hardware")
-    if (
-        hardware is not None
-        and hardware.preset is None
-        and (hardware.bandwidth_bytes_per_second is None or hardware.flops is None)
-    ):
-        raise ConfigError("hardware", "give a preset or both bandwidth_bytes_per_second and flops")
-    return Config(**{**values, "targets": targets, "routes": tuple(routes)})
+    return routes
 
 
 def _check_cost_model(config: Config) -> None:

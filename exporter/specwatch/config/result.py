@@ -77,6 +77,34 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class PrometheusConfig:
+    """`prometheus:` fleet mode: specwatch polls no vLLM itself and reads every replica from a
+    Prometheus-compatible query API instead."""
+
+    url: str
+    # Label matchers added to every vLLM series, without or with braces: 'namespace="llm",job="vllm"'.
+    selector: str = ""
+    # Labels that together identify one vLLM replica (one /metrics endpoint).
+    replica_labels: tuple[str, ...] = ("instance",)
+    # Values may hold ${ENV}; resolved at load time and never logged.
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # Re-read for every query (projected service-account tokens rotate); relative to the config file.
+    bearer_token_file: str | None = None
+    timeout: float = 10.0
+    max_bytes: int = 64 * 2**20
+    # Prometheus's scrape interval of the vLLM job; None infers it from each replica's samples.
+    scrape_interval: float | None = None
+
+    @property
+    def matchers(self) -> str:
+        """The selector's matchers without braces ('' when none)."""
+        text = self.selector.strip()
+        if text.startswith("{") and text.endswith("}"):
+            text = text[1:-1]
+        return text.strip().rstrip(",").rstrip()
+
+
+@dataclass(frozen=True)
 class Config:
     listen: str = ":9474"
     poll_interval: float = 5.0
@@ -94,6 +122,8 @@ class Config:
     log: LogConfig = LogConfig()
     # Routes not seen for this many polls are dropped (label churn must not grow memory).
     route_ttl_polls: int = 60
+    # Fleet mode when set (targets is then empty); None: sidecar mode, polling targets.
+    prometheus: PrometheusConfig | None = None
 
     @property
     def window_labels(self) -> tuple[str, ...]:

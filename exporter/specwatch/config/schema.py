@@ -44,8 +44,11 @@ from .kinds import (
     Choice,
     Duration,
     DurationList,
+    ExistingFile,
     Flag,
     JsonFile,
+    LabelMatchers,
+    LabelNames,
     Listen,
     Name,
     Number,
@@ -63,6 +66,7 @@ from .result import (
     HardwareConfig,
     LogConfig,
     ModelConfig,
+    PrometheusConfig,
     RouteConfig,
     TargetConfig,
 )
@@ -289,6 +293,67 @@ LOG = Section(
     ),
 )
 
+PROMETHEUS = Section(
+    "prometheus",
+    PrometheusConfig,
+    nullable=True,
+    doc="fleet mode: read every vLLM replica from Prometheus and poll nothing (targets must be absent)",
+    keys=(
+        Key(
+            "url",
+            Url(base=True),
+            "base URL of a Prometheus-compatible query API (Prometheus, Thanos, Mimir, VictoriaMetrics)",
+            example="http://prometheus:9090",
+            required=True,
+        ),
+        Key(
+            "selector",
+            LabelMatchers(),
+            "PromQL label matchers added to every vLLM series; __name__ is refused",
+            example='{namespace="llm", job="vllm"}',
+        ),
+        Key(
+            "replica_labels",
+            LabelNames(
+                reserved=("model_name", "engine", "position", "le"),
+                reserved_prefixes=("__", "specwatch_"),
+                reserved_hint="specwatch reads or adds it; name the labels of one vLLM (e.g. namespace, pod)",
+            ),
+            "labels that together identify one vLLM replica; env: comma-separated",
+            example=["namespace", "pod"],
+        ),
+        Key(
+            "headers",
+            StringMap(env_refs=True, http_headers=True),
+            'request headers (Mimir/Cortex tenant); values may be "${ENV_VAR}", never logged; env: a JSON object',
+            example={"X-Scope-OrgID": "${TENANT}"},
+            nullable=True,
+        ),
+        Key(
+            "bearer_token_file",
+            ExistingFile(),
+            "file holding a bearer token, re-read for every query (relative to this file)",
+            example="/var/run/secrets/kubernetes.io/serviceaccount/token",
+            nullable=True,
+        ),
+        Key(
+            "timeout",
+            Duration(),
+            "whole-query deadline, shorter than poll_interval (long windows: raise both)",
+            example="3s",
+            default_doc="min(10s, 0.8 x poll_interval)",
+        ),
+        Key("max_bytes", Size(), "cap on one decoded query answer", example="256MiB"),
+        Key(
+            "scrape_interval",
+            Duration(),
+            "Prometheus's scrape interval of the vLLM job; null: inferred from the samples",
+            example="30s",
+            nullable=True,
+        ),
+    ),
+)
+
 SCHEMA = Section(
     "",
     Config,
@@ -335,5 +400,6 @@ SCHEMA = Section(
             "routes unseen for this many polls are dropped",
             example=120,
         ),
+        PROMETHEUS,
     ),
 )
