@@ -18,12 +18,10 @@ import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any
-
-import yaml
 
 from . import config as config_mod
 from . import costmodel
@@ -33,10 +31,8 @@ from .pipeline import RouteEvaluation
 from .promsource import (
     MAX_POINTS_PER_SERIES,
     PromClient,
-    PrometheusSourceConfig,
     PromQueryError,
     Sample,
-    parse_prometheus_source,
 )
 
 EXIT_CONFIG = 2
@@ -52,27 +48,10 @@ def parse_time(text: str, key: str) -> float:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"{key}: expected RFC 3339 (2026-11-30T17:00:00Z) or Unix seconds, got {text!r}") from None
+        raise ConfigError(key, f"expected RFC 3339 (2026-11-30T17:00:00Z) or Unix seconds, got {text!r}") from None
     if moment.tzinfo is None:
-        raise ConfigError(f"{key}: give a time zone (Z or +00:00), got {text!r}")
+        raise ConfigError(key, f"give a time zone (Z or +00:00), got {text!r}")
     return moment.timestamp()
-
-
-def load_fleet_config(path: str, environ: Mapping[str, str] | None = None) -> tuple[Config, PrometheusSourceConfig]:
-    """Until `prometheus:` joins the one config schema: split it off and validate both parts."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config: file not found: {path}") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"config: cannot read {path}: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config: {path} must hold a mapping at the top level")
-    if "prometheus" not in raw:
-        raise ConfigError("prometheus: required for fleet mode and backtest (url, selector, replica_labels)")
-    source = parse_prometheus_source(raw.pop("prometheus"), environ)
-    return config_mod.from_mapping(raw, environ=environ), source
 
 
 @dataclass(frozen=True)
@@ -101,16 +80,15 @@ def _pivot(series: Sequence[Any], step_key: Any) -> dict[int, list[Sample]]:
 
 
 class Backtest:
-    def __init__(self, config: Config, source: PrometheusSourceConfig, client: PromClient | None = None,
-                 *, max_points: int = MAX_POINTS_PER_SERIES):
-        self.evaluator = FleetEvaluator(config, source)
-        self.client = client or PromClient(source)
+    def __init__(self, config: Config, client: PromClient | None = None, *, max_points: int = MAX_POINTS_PER_SERIES):
+        self.evaluator = FleetEvaluator(config)
+        self.client = client or PromClient(self.evaluator.source)
         self.max_points = max_points
         self.summary = Summary(self.evaluator)
 
     def run(self, start: float, end: float, step: float) -> Iterator[dict[str, Any]]:
         if end < start:
-            raise ConfigError("--end: must not be before --start")
+            raise ConfigError("--end", "must not be before --start")
         queries = self.evaluator.queries
         pending = _chunks(start, end, step, self.max_points)
         while pending:
@@ -217,10 +195,9 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def backtest_to(config: Config, source: PrometheusSourceConfig, start: float, end: float, step: float | None,
-                out: IO[str]) -> dict[str, Any]:
+def backtest_to(config: Config, start: float, end: float, step: float | None, out: IO[str]) -> dict[str, Any]:
     step = step if step is not None else min(config.windows)
-    backtest = Backtest(config, source)
+    backtest = Backtest(config)
     try:
         for record in backtest.run(start, end, step):
             out.write(json.dumps(_clean(record)) + "\n")
@@ -244,11 +221,11 @@ def add_parsers(subparsers: Any) -> None:
 
 def cmd_backtest(args: argparse.Namespace) -> int:
     try:
-        config, source = load_fleet_config(args.config)
+        config = config_mod.load(args.config)
         start = parse_time(args.start, "--start")
         end = parse_time(args.end, "--end")
         step = config_mod.parse_duration(args.step, "--step") if args.step else None
-        backtest_to(config, source, start, end, step, sys.stdout)
+        backtest_to(config, start, end, step, sys.stdout)
     except ConfigError as exc:
         print(f"specwatch: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from . import costmodel, decide, promql
-from .config import Config
+from .config import Config, ConfigError, PrometheusConfig
 from .derive import WindowStats, window_stats
 from .pipeline import (
     RouteEvaluation,
@@ -34,7 +34,6 @@ from .pipeline import (
 from .promsource import (
     QUERY_ERROR_REASONS,
     PromClient,
-    PrometheusSourceConfig,
     PromQueryError,
     Sample,
 )
@@ -53,6 +52,7 @@ from .vllm import (
     SCHEMA_V1_LEGACY_ITL,
     RouteMatcher,
     RouteSnapshot,
+    SeriesKey,
 )
 from .window import Entry, WindowView
 
@@ -73,13 +73,9 @@ def series_id(engine: str | None, model_name: str | None) -> str:
     return f"{engine}/{model_name}" if model_name else engine
 
 
-def series_key(kind: str, series: str, detail: float | None = None) -> tuple[Any, ...]:
+def series_key(kind: str, series: str, detail: float | None = None) -> SeriesKey:
     """The RouteSnapshot.counters / WindowView key of one canonical series."""
-    return (kind, series) if detail is None else (kind, series, detail)
-
-
-def key_kind(key: tuple[Any, ...]) -> str:
-    return str(key[0])
+    return SeriesKey(kind, series, detail)
 
 
 def replica_name(replica: ReplicaKey) -> str:
@@ -91,7 +87,7 @@ class _RouteData:
     """One (replica, route)'s answer for one window, in the sidecar's key layout."""
     route: str
     model_name: str
-    increases: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    increases: dict[SeriesKey, float] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
     samples: int = 0
     engines: set[str] = field(default_factory=set)
@@ -241,9 +237,12 @@ class _Record:
 class FleetEvaluator:
     """Pure evaluation state (no I/O): feed it one poll's answers at a time."""
 
-    def __init__(self, config: Config, source: PrometheusSourceConfig, cost_model: Any | None = None):
+    def __init__(self, config: Config, cost_model: costmodel.CostModel | None = None):
+        if config.prometheus is None:
+            raise ConfigError("prometheus", "required for fleet mode and backtest (url, selector, replica_labels)")
         self.config = config
-        self.source = source
+        self.source: PrometheusConfig = config.prometheus
+        source = self.source
         self.cost_model = cost_model if cost_model is not None else costmodel.cost_model_from_config(config)
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
         self.queries = promql.query_set(config.windows, config.window_labels, source.matchers,

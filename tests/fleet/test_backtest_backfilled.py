@@ -15,7 +15,6 @@ import math
 import pytest
 from specwatch import config as config_mod
 from specwatch.backtest import Backtest, backtest_to
-from specwatch.promsource import parse_prometheus_source
 from specwatch.replay import replay
 
 from .conftest import POLL
@@ -34,26 +33,27 @@ def _close(a: float | None, b: float | None) -> bool:
     return math.isclose(a, b, rel_tol=0.01, abs_tol=1e-12)
 
 
-def _config():
-    return config_mod.from_mapping({"windows": ["1m", "5m"], "poll_interval": f"{POLL:g}s"}, environ={})
+def _config(prometheus: dict[str, object] | None) -> config_mod.Config:
+    """Fleet mode with this prometheus: section; sidecar mode (polling targets) with None."""
+    return config_mod.from_mapping({"windows": ["1m", "5m"], "poll_interval": f"{POLL:g}s",
+                                    "prometheus": prometheus}, environ={})
 
 
 def test_backtest_of_a_backfilled_tsdb_equals_replay_of_the_recording(backfilled) -> None:
     prometheus, recordings = backfilled
-    config = _config()
-    source = parse_prometheus_source({"url": prometheus.url, "selector": '{job="vllm"}',
-                                      "replica_labels": ["instance"], "scrape_interval": "5s"}, environ={})
+    config = _config({"url": prometheus.url, "selector": '{job="vllm"}', "replica_labels": ["instance"],
+                      "scrape_interval": "5s"})
     first = {json.loads(line)["t"] for path in recordings.values() for line in path.read_text().splitlines()}
     start, end = min(first), max(first)
     out = io.StringIO()
-    summary = backtest_to(config, source, start, end, POLL, out)
+    summary = backtest_to(config, start, end, POLL, out)
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert lines[-1] == json.loads(json.dumps(summary)) and summary["summary"] is True
     mine = {(line["replica"]["instance"], line["route"], line["window"], round(line["t"], 3)): line
             for line in lines[:-1] if line.get("replica")}
     replayed = {}
     for instance, path in recordings.items():
-        for line in replay(config, path.read_text().splitlines()):
+        for line in replay(_config(None), path.read_text().splitlines()):
             replayed[(instance, line["route"], line["window"], round(line["t"], 3))] = line
     assert set(mine) == set(replayed), "the same replicas, routes, windows and times"
     mismatches = [(key, name, replayed[key][name], line[name]) for key, line in mine.items() for name in COMPARED
@@ -76,11 +76,10 @@ def test_backtest_of_a_backfilled_tsdb_equals_replay_of_the_recording(backfilled
 
 def test_backtest_splits_a_range_over_the_points_limit_without_changing_the_answer(backfilled) -> None:
     prometheus, recordings = backfilled
-    config = _config()
-    source = parse_prometheus_source({"url": prometheus.url, "selector": '{job="vllm"}'}, environ={})
+    config = _config({"url": prometheus.url, "selector": '{job="vllm"}'})
     start = min(json.loads(line)["t"] for line in recordings["sim-a:8000"].read_text().splitlines())
-    whole = list(Backtest(config, source).run(start, start + 200, POLL))
-    split = Backtest(config, source, max_points=7)
+    whole = list(Backtest(config).run(start, start + 200, POLL))
+    split = Backtest(config, max_points=7)
     assert list(split.run(start, start + 200, POLL)) == whole
     assert split.client.queries == 3 * math.ceil(41 / 7)
 

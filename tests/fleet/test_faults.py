@@ -12,7 +12,6 @@ import time
 import pytest
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
-from specwatch.promsource import PromClient, parse_prometheus_source
 from structlog.testing import capture_logs
 
 from .conftest import POLL
@@ -35,9 +34,11 @@ FAULTS = {  # proxy mode -> counted reason
 }
 
 
-def _config() -> config_mod.Config:
-    return config_mod.from_mapping({"windows": ["1m", "5m"], "poll_interval": f"{POLL:g}s",
-                                    "decision": {"hold": 1}}, environ={})
+def _config(url: str) -> config_mod.Config:
+    return config_mod.from_mapping({
+        "windows": ["1m", "5m"], "poll_interval": f"{POLL:g}s", "decision": {"hold": 1},
+        "prometheus": {"url": url, "selector": '{job="vllm"}', "timeout": "1s", "max_bytes": "4MiB",
+                       "scrape_interval": "5s"}}, environ={})
 
 
 def _times(recordings) -> list[float]:
@@ -52,10 +53,8 @@ def proxy(backfilled):
     proxy.stop()
 
 
-def _source(url: str, **extra: object) -> FleetSource:
-    source = parse_prometheus_source({"url": url, "selector": '{job="vllm"}', "timeout": "1s",
-                                      "max_bytes": "4MiB", "scrape_interval": "5s", **extra}, environ={})
-    return FleetSource(FleetEvaluator(_config(), source), PromClient(source))
+def _source(url: str) -> FleetSource:
+    return FleetSource(FleetEvaluator(_config(url)))
 
 
 @pytest.mark.parametrize("mode", sorted(FAULTS))

@@ -20,7 +20,6 @@ import pytest
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
 from specwatch.pipeline import Pipeline
-from specwatch.promsource import PromClient, parse_prometheus_source
 
 from .promharness import PROMETHEUS, RecordedSim, serve_recorded, start_prometheus
 
@@ -111,10 +110,11 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
     while t < end:
         times.append(t)
         t += POLL
+    fleet_config = config_mod.from_mapping({
+        "windows": WINDOWS, "poll_interval": f"{POLL:g}s",
+        "prometheus": {"url": prometheus.url, "selector": '{job="vllm"}', "replica_labels": ["instance"]}}, environ={})
+    fleet = FleetSource(FleetEvaluator(fleet_config))
     config = config_mod.from_mapping({"windows": WINDOWS, "poll_interval": f"{POLL:g}s"}, environ={})
-    source = parse_prometheus_source({"url": prometheus.url, "selector": '{job="vllm"}',
-                                      "replica_labels": ["instance"], "timeout": "10s"}, environ={})
-    fleet = FleetSource(FleetEvaluator(config, source), PromClient(source))
 
     # The sidecar path, fed each replica's scrapes at Prometheus's timestamps.
     sidecar: dict[tuple[str, str, str, float], object] = {}
