@@ -210,6 +210,7 @@ class ReplicaRouteState:
 
 @dataclass(frozen=True)
 class FleetState:
+    replica_labels: tuple[str, ...]
     t: float | None
     up: bool | None
     last_success: float | None
@@ -393,7 +394,7 @@ class FleetEvaluator:
     def state(self) -> FleetState:
         routes = tuple(ReplicaRouteState(replica, route, r.model_name, r.method, r.stale, r.evaluations)
                        for (replica, route), r in sorted(self._records.items()))
-        return FleetState(self._t, self._up, self._last_success, self._duration, self.sent_queries,
+        return FleetState(self.source.replica_labels, self._t, self._up, self._last_success, self._duration, self.sent_queries,
                           self.queries.count, dict(self._errors), sum(1 for r in routes if r.stale),
                           self._stale_evaluations, routes, self._fleet if self._up else ())
 

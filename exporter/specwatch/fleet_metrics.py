@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from . import __version__
 from .collector import CACHE_NOTE, DERIVED_GAUGES
 from .decide import VERDICTS
 from .fleet import FleetState, replica_name
@@ -28,15 +29,19 @@ FLEET_NOTE = " Computed by specwatch from Prometheus (fleet mode)."
 
 
 class FleetCollector(Collector):
-    def __init__(self, get_state: Callable[[], FleetState], replica_labels: tuple[str, ...]):
+    """Families built fresh from one immutable FleetState per collect(), as SpecwatchCollector does."""
+
+    def __init__(self, get_state: Callable[[], FleetState]):
         self._get_state = get_state
-        self._replica_labels = list(replica_labels)
 
     def describe(self) -> Iterable[Metric]:
         return []
 
     def collect(self) -> Iterable[Metric]:
         state = self._get_state()
+        build = GaugeMetricFamily("specwatch_build_info", "specwatch build information.", labels=["version"])
+        build.add_metric([__version__], 1)
+        yield build
         yield from self._health(state)
         yield from self._replicas(state)
         yield from self._fleet(state)
@@ -71,7 +76,7 @@ class FleetCollector(Collector):
         yield from (up, queries, per_poll, errors, duration, last, stale, stale_total)
 
     def _replicas(self, state: FleetState) -> Iterable[Metric]:
-        extra = self._replica_labels
+        extra = list(state.replica_labels)
         base = ["route", "target", "window", *extra]
         gauges = {name: GaugeMetricFamily(name, text + CACHE_NOTE, labels=base) for name, _, text in DERIVED_GAUGES}
         info = GaugeMetricFamily("specwatch_route_info", "Route metadata: model, speculative method, vLLM metric schema.",

@@ -117,7 +117,7 @@ def test_exported_series_carry_the_replica_labels_and_vanish_when_stale_or_faile
     times = _times(recordings)
     fleet = _source(proxy.url)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(fleet.evaluator.state, fleet.evaluator.source.replica_labels))
+    registry.register(FleetCollector(fleet.evaluator.state))
     fleet.poll(times[60])
     text = generate_latest(registry).decode()
     assert 'specwatch_acceptance_rate{instance="sim-a:8000",route="llama-70b",target="sim-a:8000",window="1m"}' in text
