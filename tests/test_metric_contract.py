@@ -37,7 +37,10 @@ DESIGN_CONTRACT = {
 # names Prometheus uses for its own reloads).
 EXTENSIONS = {"specwatch_recommended_config_info", "specwatch_route_expects_speculation",
               "specwatch_baseline_itl_p99_seconds", "specwatch_config_last_reload_successful",
-              "specwatch_config_last_reload_success_timestamp_seconds"}
+              "specwatch_config_last_reload_success_timestamp_seconds",
+              # draft.config check and before/after grading
+              "specwatch_speculative_config_mismatch", "specwatch_configured_draft_length",
+              "specwatch_advice_predicted_gain_ratio", "specwatch_advice_measured_gain_ratio"}
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +51,8 @@ def exposition() -> set[str]:
                              poll_interval=5.0, windows=("1m", "5m"))
     route = scenario.model_names[0]
     raw["routes"] = [{"name": route, "match": {"model_name": route}, "baseline_itl_p99_seconds": 0.05}]
+    # The speculative config vLLM runs with, so the config-check gauges are exported too.
+    raw["draft"]["config"] = {"method": "eagle3", "num_speculative_tokens": scenario.num_speculative_tokens}
     config = from_mapping(raw, environ={})
     # The service's registry: the collector's families plus the service's own (config reloads).
     service = Service(config)

@@ -106,6 +106,14 @@ class SpecwatchCollector(Collector):
                                     labels=["route", "target", "window", "verdict"])
         config = GaugeMetricFamily("specwatch_recommended_config_info", "The recommended --speculative-config JSON for the route (value always 1).",
                                    labels=["route", "target", "window", "config"])
+        mismatch = GaugeMetricFamily("specwatch_speculative_config_mismatch", "1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts." + CACHE_NOTE,
+                                     labels=["route", "target", "window"])
+        configured_k = GaugeMetricFamily("specwatch_configured_draft_length", "Draft length K the stated draft.config gives at the live batch size." + CACHE_NOTE,
+                                         labels=["route", "target", "window"])
+        predicted_gain = GaugeMetricFamily("specwatch_advice_predicted_gain_ratio", "After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.",
+                                           labels=["route", "target"])
+        measured_gain = GaugeMetricFamily("specwatch_advice_measured_gain_ratio", "After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).",
+                                          labels=["route", "target"])
         # While a target is down its values are not served from the last good polls: absent, never
         # stale (docs/architecture.md §4). The windows and verdicts are kept inside and
         # come back unchanged with the next good poll.
@@ -128,6 +136,11 @@ class SpecwatchCollector(Collector):
             counters[K_GEN].add_metric(labels, route.mirrored[K_GEN])
             if route.itl_buckets:
                 itl.add_metric(labels, [(_fmt_le(b), v) for b, v in route.itl_buckets], route.itl_sum)
+            grading = route.grading
+            if grading is not None and grading.predicted_gain_ratio is not None:
+                predicted_gain.add_metric(labels, grading.predicted_gain_ratio)
+            if grading is not None and grading.measured_gain_ratio is not None:
+                measured_gain.add_metric(labels, grading.measured_gain_ratio)
             for evaluation in route.evaluations:
                 wlabels = labels + [evaluation.stats.window]
                 for name, field, _ in DERIVED_GAUGES:
@@ -143,11 +156,15 @@ class SpecwatchCollector(Collector):
                 if evaluation.verdict is not None:
                     for name in VERDICTS:
                         verdict.add_metric(wlabels + [name], 1 if name == evaluation.verdict else 0)
+                if evaluation.config_check is not None:
+                    mismatch.add_metric(wlabels, 1 if evaluation.config_check.mismatch else 0)
+                    configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
                 recommended = evaluation.value("recommended_config")
                 if recommended:
                     config.add_metric(wlabels + [json.dumps(recommended, separators=(",", ":"), sort_keys=True)], 1)
         yield from (info, expects, baseline, *counters.values(), by_position, itl, *gauges.values(),
-                    position_rate, window_drafts, verdict, config)
+                    position_rate, window_drafts, verdict, config, mismatch, configured_k, predicted_gain,
+                    measured_gain)
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

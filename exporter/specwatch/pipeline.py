@@ -14,6 +14,8 @@ from . import costmodel, decide
 from .config import Config, RouteConfig
 from .derive import WindowStats, window_stats
 from .exposition import ExpositionError
+from .grading import AdviceGrader, Grading
+from .schedule_check import ConfigCheck, check_draft_length, schedule_from_config
 from .vllm import (
     K_ACCEPTED,
     K_DRAFT_TOKENS,
@@ -39,6 +41,8 @@ class RouteEvaluation:
     assessment: decide.Assessment | None
     verdict: str | None
     guard_passed: bool
+    # The observed draft length against the stated draft.config (None: no config, or no answer).
+    config_check: ConfigCheck | None = None
 
     def value(self, name: str) -> float | None:
         """A derived value as exported: target-derived ratios are absent below the sample guard."""
@@ -78,6 +82,8 @@ class RouteState:
     # False when the route was missing from its target's latest good poll (e.g. vLLM restarted
     # with another --served-model-name): its values are then not served, but kept for its return.
     current: bool = True
+    # The latest change of K or method and how the server did after it (grading.py).
+    grading: Grading | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class _RouteRecord:
     verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
     evaluations: tuple[RouteEvaluation, ...] = ()
     method: str = "auto:unknown"
+    grader: AdviceGrader = field(default_factory=AdviceGrader)
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,7 @@ class Pipeline:
         self._routes: dict[str, _RouteRecord] = {}
         self._t: float | None = None
         self._evaluated = False
+        self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
 
     def add_target(self, name: str, url: str = "") -> None:
         """A target learnt from a recording (replay without a config): routes named as live."""
@@ -251,8 +259,16 @@ class Pipeline:
                     route.verdicts[label] = state
                 else:
                     state = previous  # no new data: a failing target never moves a verdict
-                evaluations.append(RouteEvaluation(stats, assessment, state.current, guard))
+                check = None
+                if self._schedule is not None and stats.spec_present:
+                    check = check_draft_length(self._schedule, batch_size=stats.batch_size, drafts=stats.drafts,
+                                               observed_k=stats.draft_length,
+                                               min_drafts=self.config.decision.min_drafts)
+                evaluations.append(RouteEvaluation(stats, assessment, state.current, guard, check))
             route.evaluations = tuple(evaluations)
+            if route.fresh:
+                route.grader.observe(now, [w[3] for w in windows], route.method,
+                                     self.config.decision.min_drafts, self.cost_model)
             route.fresh = False
             out.extend(evaluations)
         self._t = now
@@ -302,6 +318,7 @@ class Pipeline:
                 itl_buckets=tuple(sorted(buckets.items())), itl_sum=itl_sum, itl_count=itl_count,
                 evaluations=route.evaluations,
                 current=route.last_seen_poll == self._targets[route.target].polls,
+                grading=route.grader.grading,
             ))
         unmatched = tuple((r.name, r.target, r.expect_speculation) for r in self.config.routes
                           if r.name not in self._routes)

@@ -71,6 +71,8 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
                 "candidate_verdict": getattr(evaluation.assessment, "candidate", None),
                 "samples": evaluation.stats.samples,
             })
+            if evaluation.config_check is not None:
+                record["config_check"] = evaluation.config_check.as_dict()
             if record["recommended_config"] is not None:
                 record["recommended_speculative_config_flag"] = (
                     "--speculative-config '" + json.dumps(record["recommended_config"], separators=(",", ":")) + "'")
@@ -80,6 +82,7 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
             "schema": route.schema, "method": route.method, "spec_present": route.spec_present,
             "configured_k": route.configured_k, "expects_speculation": route.expects_speculation,
             "baseline_itl_p99_seconds": route.baseline_itl_p99_seconds, "windows": windows,
+            "grading": route.grading.as_dict() if route.grading is not None else None,
         })
     targets = [{
         "name": t.name, "url": redact_url(t.url), "up": t.up, "last_success": t.last_success,

@@ -34,10 +34,11 @@ def _scalar(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_scalar(v) for v in value) + "]"
     text = str(value)
-    if text[:1] in ":{[*&!|>%@`\"'" or ": " in text or " #" in text or any(c in text for c in "{}[],"):
-        # Valid YAML to copy: single quotes when the text holds double quotes (a PromQL selector).
-        return "'" + text.replace("'", "''") + "'" if '"' in text or "\\" in text else f'"{text}"'
-    return text
+    if not (text[:1] in ":{[*&!|>%@`\"'" or ": " in text or " #" in text or any(c in text for c in "{}[],")):
+        return text
+    # Valid YAML to copy: single quotes when the text holds double quotes (a JSON example such as
+    # draft.config, a PromQL selector).
+    return "'" + text.replace("'", "''") + "'" if '"' in text or "\\" in text else f'"{text}"'
 
 
 def _value(key: Key, value: Any) -> str:

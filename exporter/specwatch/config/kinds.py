@@ -517,3 +517,29 @@ class LabelMatchers(Kind):
 
     def json_schema(self) -> dict[str, Any]:
         return {"type": "string"}
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig(Kind):
+    """vLLM's `--speculative-config`: a mapping, or the same JSON as a string; checked as vLLM
+    checks it (num_speculative_tokens, the num_speculative_tokens_per_batch_size schedule)."""
+
+    def parse(self, value: Any, key: str, ctx: Context) -> dict[str, Any]:
+        from ..schedule_check import SpeculativeConfigError, parse_speculative_config
+
+        data = value
+        if isinstance(value, str):
+            try:
+                data = json.loads(value)
+            except ValueError as exc:
+                raise ConfigError(key, f"not valid JSON: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(key, "expected a mapping or a JSON object string (the --speculative-config value)")
+        try:
+            parse_speculative_config(data)
+        except SpeculativeConfigError as exc:
+            raise ConfigError(f"{key}.{exc.field}", exc.reason) from None
+        return dict(data)
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": ["object", "string"]}

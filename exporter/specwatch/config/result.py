@@ -61,6 +61,8 @@ class DraftConfig:
     method: str = "auto"
     cost_per_token: float | None = None
     k: int | None = None
+    # The --speculative-config object vLLM runs with (checked against the observed draft length).
+    config: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

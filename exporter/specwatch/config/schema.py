@@ -53,6 +53,7 @@ from .kinds import (
     Name,
     Number,
     Size,
+    SpeculativeConfig,
     StepTimeProfile,
     StringMap,
     Text,
@@ -257,6 +258,15 @@ DRAFT = Section(
             Number(minimum=1, maximum=64, integer=True),
             "configured num_speculative_tokens; null: read from the metrics",
             example=4,
+            nullable=True,
+        ),
+        Key(
+            "config",
+            SpeculativeConfig(),
+            "the --speculative-config vLLM runs with (mapping or JSON string); the observed draft "
+            "length is checked against its K (and num_speculative_tokens_per_batch_size schedule)",
+            example='{"method":"eagle3","num_speculative_tokens":4,'
+            '"num_speculative_tokens_per_batch_size":[[1,16,4],[17,512,2]]}',
             nullable=True,
         ),
     ),

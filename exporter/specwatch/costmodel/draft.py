@@ -54,8 +54,9 @@ def draft_head_params(target: ModelSpec, method: str, k: int = 1, draft_vocab: i
 
 
 def draft_head_kv_bytes_per_token(target: ModelSpec) -> float:
-    """KV of a one-layer head: the target's per-layer KV."""
-    return target.kv_bytes_per_token_bf16 / max(target.layers, 1)
+    """KV of a one-layer head: the KV of one of the target's full-attention layers."""
+    kv_layers = target.kv_layers if target.kv_layers else target.layers
+    return target.kv_bytes_per_token_bf16 / max(kv_layers, 1)
 
 
 @dataclass(frozen=True)

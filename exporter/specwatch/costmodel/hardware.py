@@ -63,6 +63,27 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         "mi300x", 5.3 * _T, {"bf16": 1307.4 * _T, "fp8": 2614.9 * _T, "int8": 2614.9 * _T}, 192 * _GB,
         "AMD Instinct MI300X spec page (5.3 TB/s, 1307.4 bf16 / 2614.9 fp8)",
     ),
+    "b200": HardwareSpec(
+        "b200", 7.7 * _T, {"bf16": 2250 * _T, "fp8": 4500 * _T, "int8": 4500 * _T}, 180 * _GB,
+        "NVIDIA HGX B200 table https://www.nvidia.com/en-us/data-center/hgx/ (per GPU: 180 GB HBM3e, "
+        "7.7 TB/s; 4.5 PFLOPS bf16 / 9 fp8 with sparsity, so 2.25 / 4.5 dense at 1000 W); DGX B200 and "
+        "most write-ups quote 8 TB/s",
+    ),
+    "h20": HardwareSpec(
+        "h20", 4.0 * _T, {"bf16": 148 * _T, "fp8": 296 * _T, "int8": 296 * _T}, 96 * _GB,
+        "no public NVIDIA datasheet (China-market Hopper); secondary sources agree on 96 GB, 4.0 TB/s, "
+        "148 TFLOPS fp16/bf16 dense, 296 fp8/int8 dense (https://willitrunai.com/es/gpus/h20-96gb)",
+    ),
+    "mi325x": HardwareSpec(
+        "mi325x", 6.0 * _T, {"bf16": 1307.4 * _T, "fp8": 2614.9 * _T, "int8": 2614.9 * _T}, 256 * _GB,
+        "AMD Instinct MI325X https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html "
+        "(256 GB HBM3E, 6 TB/s; same compute as MI300X: 1307.4 bf16 / 2614.9 fp8 dense)",
+    ),
+    "l4": HardwareSpec(
+        "l4", 0.3 * _T, {"bf16": 121 * _T, "fp8": 242 * _T, "int8": 242 * _T}, 24 * _GB,
+        "NVIDIA L4 datasheet https://www.nvidia.com/en-us/data-center/l4/ (24 GB GDDR6, 300 GB/s; "
+        "242 bf16 / 485 fp8 with sparsity, so 121 / 242 dense)",
+    ),
 }
 
 DEFAULT_HARDWARE = "h100-sxm"

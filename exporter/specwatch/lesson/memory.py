@@ -1,4 +1,5 @@
-"""``specwatch memory``: weights + KV of an EAGLE-3 head vs a classic draft model for one target."""
+"""``specwatch memory``: weights + KV of an EAGLE-3 head vs a classic draft model for one target,
+and whether each configuration fits the GPUs (exit status 1 when one does not)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,18 @@ def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str
             capacity[name] = {"kv_tokens_without": int(max(plain_tokens, 0)), "kv_tokens_with": int(max(spec_tokens, 0)),
                               "kv_capacity_lost": rounded(1 - spec_tokens / plain_tokens) if plain_tokens > 0 else None}
     gb = 1e9
+    # Does each configuration fit? Weights + KV at this load (+ the drafter's) against what vLLM
+    # may use: GPU memory x TP x gpu_memory_utilization. Activations and CUDA graphs are left out,
+    # so "fits" is necessary, not sufficient.
+    fit: dict[str, Any] | None = None
+    if budget is not None:
+        plain = items["target"]["total_bytes_at_load"]
+        needed = {"target_alone": plain,
+                  "with_eagle3_head": plain + items["eagle3_head"]["total_bytes_at_load"],
+                  "with_draft_model": plain + items["draft_model"]["total_bytes_at_load"]}
+        fit = {"budget_gb": rounded(budget / gb, 3), "gpu_memory_utilization": gpu_memory_utilization,
+               "configurations": {name: {"needed_gb": rounded(b / gb, 3), "fits": b <= budget}
+                                  for name, b in needed.items()}}
     components = {}
     for key, v in items.items():
         c = {"params_billion": rounded(v["params"] / 1e9, 3), "weights_gb": rounded(v["weights_bytes"] / gb, 3),
@@ -66,6 +79,7 @@ def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str
                    "hardware": cm.hardware.name, "concurrency": concurrency, "context_tokens": context_tokens},
         "components": components,
         "kv_capacity": capacity,
+        "fit": fit,
         "eagle3_vs_draft_model_memory_ratio": rounded(items["eagle3_head"]["total_bytes_at_load"]
                                                       / items["draft_model"]["total_bytes_at_load"]),
     }
@@ -88,7 +102,24 @@ def memory_text(rep: dict[str, Any]) -> str:
                      f"({c['kv_capacity_lost']:.1%} lost)")
     lines.append(f"EAGLE-3 head needs {rep['eagle3_vs_draft_model_memory_ratio']:.0%} of the draft model's memory "
                  f"at this load.")
+    fit = rep.get("fit")
+    if fit is None:
+        lines.append("fit: GPU memory unknown for this hardware; not checked")
+    else:
+        for name, row in fit["configurations"].items():
+            verdict = "fits" if row["fits"] else "DOES NOT FIT"
+            lines.append(f"{name.replace('_', ' ')}: {verdict}: needs {row['needed_gb']:.2f} GB of "
+                         f"{fit['budget_gb']:.2f} GB (GPU memory x TP{t['tensor_parallel']} x "
+                         f"gpu_memory_utilization {fit['gpu_memory_utilization']})")
     return "\n".join(lines) + "\n"
+
+
+def configurations_not_fitting(rep: dict[str, Any]) -> list[str]:
+    """Names of the configurations whose weights + KV exceed the memory budget."""
+    fit = rep.get("fit")
+    if fit is None:
+        return []
+    return [name for name, row in fit["configurations"].items() if not row["fits"]]
 
 
 def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
@@ -105,7 +136,8 @@ def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         emit_json(rep, out)
     else:
         out.write(memory_text(rep))
-    return 0
+    # Exit 1 when a configuration does not fit, so a script can tell (the report says which).
+    return 1 if configurations_not_fitting(rep) else 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
