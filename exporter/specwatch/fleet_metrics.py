@@ -31,7 +31,7 @@ FLEET_NOTE = " Computed by specwatch from Prometheus (fleet mode)."
 class FleetCollector(Collector):
     """Families built fresh from one immutable FleetState per collect(), as SpecwatchCollector does."""
 
-    def __init__(self, get_state: Callable[[], FleetState]):
+    def __init__(self, get_state: Callable[[], FleetState | None]):
         self._get_state = get_state
 
     def describe(self) -> Iterable[Metric]:
@@ -39,6 +39,8 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         state = self._get_state()
+        if state is None:  # not in fleet mode
+            return
         build = GaugeMetricFamily("specwatch_build_info", "specwatch build information.", labels=["version"])
         build.add_metric([__version__], 1)
         yield build

@@ -3,7 +3,6 @@ backfilled with promtool. Debian's `prometheus`/`promtool`; tests skip when they
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -13,15 +12,10 @@ from typing import Any
 
 import requests
 import yaml
+from support.loopback import free_port
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -6,13 +6,13 @@ the faults come from a proxy in front of it that answers like a failing one."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
 from structlog.testing import capture_logs
+from support.loopback import free_port
 
 from .conftest import POLL
 from .faultproxy import FaultProxy
@@ -84,10 +84,7 @@ def test_a_failing_query_api_is_counted_by_reason_logged_once_and_moves_no_verdi
 
 
 def test_prometheus_down_is_a_connect_error() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    fleet = _source(f"http://127.0.0.1:{port}")
+    fleet = _source(f"http://127.0.0.1:{free_port()}")
     assert fleet.poll(time.time()) is None
     assert fleet.evaluator.state().errors["connect"] == 1
 
