@@ -222,6 +222,8 @@ class FleetState:
     stale_evaluations: int
     routes: tuple[ReplicaRouteState, ...]
     fleet: tuple[FleetRow, ...]
+    # Configured spec-off ITL P99 baselines by route name (exported per replica, as the sidecar does).
+    baselines: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -396,7 +398,9 @@ class FleetEvaluator:
                        for (replica, route), r in sorted(self._records.items()))
         return FleetState(self.source.replica_labels, self._t, self._up, self._last_success, self._duration, self.sent_queries,
                           self.queries.count, dict(self._errors), sum(1 for r in routes if r.stale),
-                          self._stale_evaluations, routes, self._fleet if self._up else ())
+                          self._stale_evaluations, routes, self._fleet if self._up else (),
+                          {r.name: r.baseline_itl_p99_seconds for r in self.config.routes
+                           if r.baseline_itl_p99_seconds is not None})
 
 
 class FleetSource:

@@ -3,9 +3,13 @@ fleet rows per route and the query source's health.
 
 Per (replica, route, window) the derived gauges, verdicts and recommended config carry the same
 names and labels as in sidecar mode (`route`, `target`, `window`), with `target` = the replica's
-name (its replica label values joined by "/") and the replica labels themselves added, so rules
-and dashboards that group by route/target work in both modes. The mirrored counters and the ITL
-histogram are not re-exported: Prometheus already holds vLLM's own.
+name (its replica label values joined by "/") and the replica labels themselves added, plus
+`instance` = that name when `instance` is not a replica label. Scraped with `honor_labels: true`
+(as Prometheus federation is), each replica then has its own (job, instance, route) like one
+sidecar per pod, so the rules' joins and annotation queries on that key, and the dashboard's
+namespace/pod filters, work in both modes. The mirrored counters and the ITL histogram are not
+re-exported: Prometheus already holds vLLM's own (so the recording rules built on them, and the
+alert that needs them, SpecDecodeMetricsMissing, are sidecar-mode only).
 
 Never stale: nothing from a failed poll, nothing for a stale replica (both counted instead).
 """
@@ -20,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from . import __version__
-from .collector import CACHE_NOTE, DERIVED_GAUGES
+from .collector import DERIVED_GAUGES
 from .decide import VERDICTS
 from .fleet import FleetState, replica_name
 from .promsource import QUERY_ERROR_REASONS
@@ -78,15 +82,18 @@ class FleetCollector(Collector):
         yield from (up, queries, per_poll, errors, duration, last, stale, stale_total)
 
     def _replicas(self, state: FleetState) -> Iterable[Metric]:
-        extra = list(state.replica_labels)
+        with_instance = "instance" not in state.replica_labels
+        extra = [*state.replica_labels, *(["instance"] if with_instance else [])]
         base = ["route", "target", "window", *extra]
-        gauges = {name: GaugeMetricFamily(name, text + CACHE_NOTE, labels=base) for name, _, text in DERIVED_GAUGES}
+        gauges = {name: GaugeMetricFamily(name, text + FLEET_NOTE, labels=base) for name, _, text in DERIVED_GAUGES}
         info = GaugeMetricFamily("specwatch_route_info", "Route metadata: model, speculative method, vLLM metric schema.",
                                  labels=["route", "target", "model_name", "method", "schema", *extra])
+        baseline = GaugeMetricFamily("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route.",
+                                     labels=["route", "target", *extra])
         position_rate = GaugeMetricFamily("specwatch_position_acceptance_rate",
-                                          "Share of drafts whose token at this position was accepted, over the window (p_i)." + CACHE_NOTE,
+                                          "Share of drafts whose token at this position was accepted, over the window (p_i)." + FLEET_NOTE,
                                           labels=[*base, "position"])
-        window_drafts = GaugeMetricFamily("specwatch_window_drafts", "Speculative drafts in the window." + CACHE_NOTE, labels=base)
+        window_drafts = GaugeMetricFamily("specwatch_window_drafts", "Speculative drafts in the window." + FLEET_NOTE, labels=base)
         verdict = GaugeMetricFamily("specwatch_verdict", "1 for the route's current verdict, 0 for the others.",
                                     labels=[*base, "verdict"])
         config = GaugeMetricFamily("specwatch_recommended_config_info", "The recommended --speculative-config JSON (value 1).",
@@ -95,10 +102,12 @@ class FleetCollector(Collector):
             for route in state.routes:
                 if route.stale or not route.evaluations:
                     continue
-                values = [value for _, value in route.replica]
                 target = replica_name(route.replica)
+                values = [*(value for _, value in route.replica), *([target] if with_instance else [])]
                 schema = route.evaluations[0].stats.schema
                 info.add_metric([route.route, target, route.model_name, route.method, schema, *values], 1)
+                if route.route in state.baselines:
+                    baseline.add_metric([route.route, target, *values], state.baselines[route.route])
                 for evaluation in route.evaluations:
                     labels = [route.route, target, evaluation.stats.window, *values]
                     for name, field, _ in DERIVED_GAUGES:
@@ -117,7 +126,7 @@ class FleetCollector(Collector):
                     recommended = evaluation.value("recommended_config")
                     if recommended:
                         config.add_metric([*labels, json.dumps(recommended, separators=(",", ":"), sort_keys=True)], 1)
-        yield from (info, *gauges.values(), position_rate, window_drafts, verdict, config)
+        yield from (info, baseline, *gauges.values(), position_rate, window_drafts, verdict, config)
 
     def _fleet(self, state: FleetState) -> Iterable[Metric]:
         alpha = GaugeMetricFamily("specwatch_fleet_acceptance_rate",
