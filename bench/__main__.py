@@ -5,7 +5,8 @@
     python -m bench --only parse,http
     python -m bench --markdown out.md   # the tables as markdown too (docs/benchmarks.md is built from them)
 
-Parts: parse (1), replay (2), http (3), detection (4, 5: delay, false changes, ITL accuracy), scaling (6).
+Parts: parse (1), replay (2), http (3), detection (4, 5: delay, false changes, ITL accuracy), scaling (6),
+fleet (fleet mode's CPU and queries per poll vs replicas; needs prometheus and promtool).
 Recordings and simulator payloads are cached in bench/.cache/ (gitignored); delete it to rebuild.
 """
 
@@ -21,8 +22,8 @@ from pathlib import Path
 
 from .common import REPO, machine
 
-PARTS = ("parse", "scaling", "replay", "http", "detection")
-TABLE_KEYS = ("parse_cost", "scaling", "replay", "http", "detection", "false_changes", "accuracy")
+PARTS = ("parse", "scaling", "replay", "http", "detection", "fleet")
+TABLE_KEYS = ("parse_cost", "scaling", "replay", "http", "detection", "false_changes", "accuracy", "fleet")
 
 
 def main(argv=None) -> int:
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
         results["parts"][name] = {"seconds": round(time.monotonic() - t0, 1), **data}
         return data
 
-    from . import detection, http_latency, parse_cost, replay_proc
+    from . import detection, fleet, http_latency, parse_cost, replay_proc
 
     part("parse", lambda: parse_cost.run_parse_cost(args.smoke))
     part("scaling", lambda: parse_cost.run_scaling(args.smoke))
@@ -69,6 +70,7 @@ def main(argv=None) -> int:
     part("http", lambda: http_latency.run_http(args.smoke))
     stable_output = (replay_data or {}).get("specwatch_output")
     part("detection", lambda: detection.run_detection(args.smoke, stable_output))
+    part("fleet", lambda: fleet.run_fleet(args.smoke))
 
     results["machine"]["loadavg_end"] = os.getloadavg()
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

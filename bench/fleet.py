@@ -7,7 +7,8 @@ time for one poll (HTTP, JSON decoding, grouping, derivations, cost model, verdi
 replica, route and window); Prometheus's own CPU is not counted. Goal: 1,000 replicas in under
 1 s of specwatch CPU per poll, and the same number of queries per poll at every size.
 
-    PYTHONPATH=exporter python bench/fleet.py [--replicas 10,100,1000] [--repeat 5]
+    PYTHONPATH=exporter python -m bench --only fleet            # 10, 100 and 1,000 replicas
+    PYTHONPATH=exporter python -m bench.fleet [--replicas 10,100,1000] [--repeat 5]
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ import requests
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
 from specwatch.sim.record import record
+
+from .common import Table
 
 SCRAPE = 15.0
 DURATION = 420.0
@@ -109,6 +112,27 @@ def measure(replicas: int, recording: Path, work: Path, repeat: int) -> dict[str
         shutil.rmtree(data, ignore_errors=True)
 
 
+def run_fleet(smoke: bool, replicas: tuple[int, ...] = (10, 100, 1000), repeat: int = 3) -> tuple[Table, dict]:
+    """`python -m bench` part "fleet": the table below, and its rows as data."""
+    if smoke:
+        replicas, repeat = (10,), 1
+    table = Table("fleet", "Fleet mode: specwatch CPU and queries per poll vs replicas (backfilled Prometheus, one run)",
+                  ["replicas", "evaluations / poll", "queries / poll", "specwatch CPU / poll", "wall / poll"],
+                  note="CPU: this process's CPU time for one poll (HTTP, JSON, grouping, derivations, cost model, "
+                       "verdicts); Prometheus's own CPU is not counted. Median of the polls after a warm-up.")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="specwatch-fleet-bench-") as tmp:
+        work = Path(tmp)
+        recording = work / "steady.jsonl"
+        record("steady", recording, poll_interval=SCRAPE, seed=1, duration=DURATION)
+        for n in replicas:
+            row = measure(n, recording, work, repeat)
+            rows.append(row)
+            table.add(f"{n:,}", f"{row['evaluations_per_poll']:,}", f"{row['queries_per_poll']:g}",
+                      f"{row['cpu_seconds_per_poll'] * 1000:.0f} ms", f"{row['wall_seconds_per_poll'] * 1000:.0f} ms")
+    return table, {"rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--replicas", default="10,100,1000")
@@ -117,16 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     if not shutil.which("prometheus") or not shutil.which("promtool"):
         print("fleet bench: prometheus and promtool are required", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="specwatch-fleet-bench-") as tmp:
-        work = Path(tmp)
-        recording = work / "steady.jsonl"
-        record("steady", recording, poll_interval=SCRAPE, seed=1, duration=DURATION)
-        print("| replicas | evaluations / poll | queries / poll | specwatch CPU / poll | wall / poll |")
-        print("|---:|---:|---:|---:|---:|")
-        for n in (int(x) for x in args.replicas.split(",")):
-            row = measure(n, recording, work, args.repeat)
-            print(f"| {n:,} | {row['evaluations_per_poll']:,} | {row['queries_per_poll']:g} | "
-                  f"{row['cpu_seconds_per_poll'] * 1000:.0f} ms | {row['wall_seconds_per_poll'] * 1000:.0f} ms |", flush=True)
+    table, _ = run_fleet(False, tuple(int(x) for x in args.replicas.split(",")), args.repeat)
+    print(table.markdown())
     return 0
 
 
