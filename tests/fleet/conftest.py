@@ -1,13 +1,24 @@
-"""Fixtures shared by the fleet-mode tests."""
+"""Fixtures shared by the fleet-mode tests; every test here carries the `fleet` marker
+(`-m fleet` runs them alone, `-m "not fleet"` leaves them out; CI runs them with the suite)."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from specwatch.sim.record import record
 
 from .openmetrics import recording_to_openmetrics
 from .promharness import PROMETHEUS, PROMTOOL, start_prometheus
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.fleet)
+
 
 REPLICAS = {"sim-a:8000": "alpha-drop", "sim-b:8000": "mixed-routes"}
 POLL = 5.0
