@@ -37,7 +37,7 @@ def test_defaults_match_the_design():
     assert c.listen == ":9474" and c.poll_interval == 5.0 and c.window_labels == ("1m", "5m")
     assert c.targets[0].url == "http://127.0.0.1:8000/metrics" and c.targets[0].timeout == 2.0
     assert c.targets[0].max_bytes == 16 * 2**20
-    assert (c.decision.min_drafts, c.decision.margin, c.decision.hold) == (500, 0.02, 2)
+    assert (c.decision.min_drafts, c.decision.margin, c.decision.hold) == (500, 0.02, 30.0)
 
 
 @pytest.mark.parametrize("text, seconds", [("500ms", 0.5), ("5s", 5), ("1m", 60), ("2h", 7200), (3, 3.0), ("1.5s", 1.5)])

@@ -9,13 +9,25 @@ import argparse
 import io
 import json
 import os
+import re
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from specwatch import costmodel as cmod
 from specwatch import decide, lesson
-from specwatch.config import Config, DecisionConfig, DraftConfig, ModelConfig
+from specwatch.config import (
+    Config,
+    DecisionConfig,
+    DraftConfig,
+    ModelConfig,
+    from_mapping,
+)
 from specwatch.derive import WindowStats
+from specwatch.pipeline import Pipeline
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("SPECWATCH_UPDATE_GOLDEN") == "1"
@@ -222,3 +234,94 @@ def test_every_command_accepts_a_preset_a_config_json_or_a_parameter_count_for_t
                                      for target in (["--model", "qwen2.5-7b"], ["--model-config", str(cfg)],
                                                     ["--params", "7.6e9"]))
     assert by_preset == by_file != by_params
+
+
+# ------------------------------------------------------------------------------------------
+# calculator bugs found trying them as a new user (regressions)
+# ------------------------------------------------------------------------------------------
+
+PROFILE_YAML = """\
+source: spec-off steps measured at concurrency 1, 4, 16 (first batch measured as 0.99)
+points:
+  - {tokens: 0.99, seconds: 0.004136}
+  - {tokens: 2.6251, seconds: 0.004656}
+  - {tokens: 10.8315, seconds: 0.006739}
+"""
+
+
+@pytest.mark.parametrize("method", ["eagle3", "eagle", "medusa"])
+def test_a_k_row_of_breakeven_is_the_same_whichever_other_k_values_are_asked_for(method):
+    _rc, alone = run(["breakeven", "--method", method, "--k", "3", "--batch", "1,64", "--alpha", "0.6",
+                      "--format", "json"])
+    _rc, with_five = run(["breakeven", "--method", method, "--k", "3,5", "--batch", "1,64", "--alpha", "0.6",
+                          "--format", "json"])
+    assert json.loads(alone) == [r for r in json.loads(with_five) if r["k"] == 3]
+
+
+def test_simulate_rows_for_a_k_do_not_depend_on_the_other_k_values():
+    base = ["simulate", "--method", "eagle3", "--alphas", "0.6", "--batch", "1", "--tokens", "16", "--requests", "2",
+            "--seed", "1", "--format", "json"]
+    _rc, alone = run([*base, "--k", "3"])
+    _rc, both = run([*base, "--k", "3,5"])
+    row = json.loads(alone)["grid"][0]
+    other = next(r for r in json.loads(both)["grid"] if r["k"] == 3)
+    assert row["breakeven_acceptance_rate"] == other["breakeven_acceptance_rate"]
+    assert row["expected_speedup"] == other["expected_speedup"]
+
+
+@pytest.mark.parametrize("argv", [["breakeven", "--k", "3", "--batch", "1", "--alpha", "1.5"],
+                                  ["breakeven", "--k", "3", "--batch", "1", "--alpha", "-0.1"],
+                                  ["simulate", "--alphas", "0.5,1.2"]])
+def test_an_acceptance_rate_outside_zero_to_one_is_refused_with_one_line_and_status_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        run(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "must be in [0, 1]" in err[0] and "alpha" in err[0]
+
+
+def test_simulate_text_prints_no_python_none_and_rates_with_three_decimals():
+    _rc, out = run(["simulate", "--alphas", "0.4", "--k", "5", "--batch", "1,256", "--tokens", "16", "--requests", "2"])
+    assert "None" not in out
+    assert "unreachable" in out  # 3x at batch 256 cannot be reached with alpha <= 1
+    answers = out[out.index("## alpha needed"):]
+    rates = re.findall(r"(?:alpha|break-even|at) (\d+\.\d+)", answers)
+    assert rates and all(len(r.split(".")[1]) == 3 for r in rates)
+
+
+def test_a_profile_point_measured_below_one_token_is_read_as_one_request():
+    profile = cmod.parse_profile(yaml.safe_load(PROFILE_YAML))
+    assert profile.points[0] == (1.0, 0.004136)
+    with pytest.raises(ValueError, match=r"profile.points\[0\].tokens: must be a number > 0"):
+        cmod.parse_profile({"points": [[0, 0.004], [2, 0.005]]})
+    with pytest.raises(ValueError, match="strictly increasing"):
+        cmod.parse_profile({"points": [[0.5, 0.004], [0.99, 0.004], [2, 0.005]]})
+
+
+def test_breakeven_with_the_sidecars_profile_gives_the_sidecars_numbers(tmp_path):
+    path = tmp_path / "profile.yaml"
+    path.write_text(PROFILE_YAML)
+    _rc, out = run(["breakeven", "--method", "ngram", "--k", "3", "--batch", "4", "--alpha", "0.7",
+                    "--profile", str(path), "--format", "json"])
+    row = json.loads(out)[0]
+    config = from_mapping({"profile": str(path), "draft": {"method": "ngram", "k": 3}}, environ={})
+    stats = WindowStats(route="r", window="1m", t=0.0, samples=10, span_seconds=60.0, spec_present=True,
+                        drafts=5000.0, acceptance_rate=0.7, draft_length=3.0, configured_k=3,
+                        position_rates=cmod.position_rates_from_alpha(0.7, 3), batch_size=4.0)
+    a = decide.assess(Pipeline(config).cost_model, stats, DecisionConfig(), "ngram", None)
+    assert row["breakeven_acceptance_rate"] == round(a.breakeven_acceptance_rate, 4)
+    assert row["expected_speedup"] == round(a.expected_speedup, 4)
+
+
+def test_run_on_a_busy_listen_port_exits_2_with_one_line_naming_listen():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "run", "--listen", f"127.0.0.1:{port}",
+                               "--target", "http://127.0.0.1:9/metrics"], check=False, capture_output=True,
+                              text=True,
+                              timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "listen" in lines[0] and "Traceback" not in proc.stderr

@@ -36,7 +36,8 @@ DESIGN_CONTRACT = {
 # Added beyond the original contract: the alerts' routing and annotations, and config reloads (the
 # names Prometheus uses for its own reloads).
 EXTENSIONS = {"specwatch_recommended_config_info", "specwatch_route_expects_speculation",
-              "specwatch_baseline_itl_p99_seconds", "specwatch_config_last_reload_successful",
+              "specwatch_baseline_itl_p99_seconds", "specwatch_speculation_cannot_pay",
+              "specwatch_config_last_reload_successful",
               "specwatch_config_last_reload_success_timestamp_seconds",
               # draft.config check and before/after grading
               "specwatch_speculative_config_mismatch", "specwatch_configured_draft_length",

@@ -188,7 +188,8 @@ def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys
     assert len(records) == 2 * 5  # two windows, evaluations from the second poll on
     keys = {"t", "route", "window", "acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size",
             "itl_p50_seconds", "itl_p99_seconds", "breakeven_acceptance_rate", "expected_speedup",
-            "recommended_draft_length", "verdict", "drafts"}
+            "recommended_draft_length", "verdict", "drafts", "speculation_cannot_pay", "recommended_config",
+            "merge_into_your_speculative_config", "recommended_action", "notes"}
     assert all(set(r) == keys for r in records)
     assert math.isclose(records[-1]["acceptance_rate"], 19 / 32)
 

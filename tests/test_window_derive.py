@@ -5,9 +5,14 @@ import itertools
 import math
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from specwatch.derive import histogram_quantile
+from specwatch.derive import (
+    drafts_reaching_positions,
+    histogram_quantile,
+    position_rates,
+)
 from specwatch.vllm import RouteSnapshot, SeriesKey
 from specwatch.window import RouteWindow
 
@@ -192,3 +197,63 @@ def test_a_hidden_restart_that_breaks_vllms_identities_is_still_detected_without
     # Restarted and counted past the old values: 150 drafts, 600 tokens, 500 accepted since the restart.
     assert w.ingest(mp_snap(5, 150, 600, 500))
     assert w.view(5, 600).increase(SeriesKey("accepted", "0")) == 500
+
+
+# ------------------------------------------------------------------------------------------
+# Per-position acceptance over the drafts that reached the position
+# ------------------------------------------------------------------------------------------
+
+def _schedule_window(true_rates=(0.9, 0.8, 0.7, 0.6), drafts=1000.0):
+    """Half the drafts at K=4 (batch in band [1, 4]), half at K=2 (band [5, 32]): a model-based
+    drafter under num_speculative_tokens_per_batch_size [[1, 4, 4], [5, 32, 2]]."""
+    long_, short = drafts / 2, drafts / 2
+    accepted = [true_rates[i] * (long_ + (short if i < 2 else 0.0)) for i in range(4)]
+    return accepted, drafts, long_ * 4 + short * 2
+
+
+def test_positions_a_schedule_never_proposed_are_not_counted_as_rejections():
+    accepted, drafts, draft_tokens = _schedule_window()
+    old = tuple(a / drafts for a in accepted)
+    assert old[2:] == pytest.approx((0.35, 0.3))  # the bug: half the drafts never had a position 2 or 3
+    rates = position_rates(accepted, drafts, draft_tokens, variable_length=False, schedule_ks=(4, 2))
+    assert rates == pytest.approx((0.9, 0.8, 0.7, 0.6))
+    reached = drafts_reaching_positions(drafts, draft_tokens, 4, variable_length=False, schedule_ks=(4, 2))
+    assert reached == pytest.approx((1000, 1000, 500, 500)) and sum(reached) == draft_tokens
+
+
+def test_a_lookup_drafter_without_schedule_keeps_unfilled_slots_as_misses():
+    # n-gram proposing 3.4 of 4 tokens (the real vLLM run): a shorter K would not make it propose more.
+    accepted, drafts, draft_tokens = (1076.0, 881.0, 700.0, 581.0), 1165.0, 3944.0
+    rates = position_rates(accepted, drafts, draft_tokens, variable_length=True)
+    assert rates == pytest.approx(tuple(a / drafts for a in accepted))
+
+
+def test_a_model_based_drafter_shortened_by_an_unknown_schedule_leaves_unreached_positions_unknown():
+    # Every draft 3 long with K=4: position 3 was never proposed, so its rate is unknown, not 0.
+    rates = position_rates((900.0, 800.0, 700.0, 0.0), 1000.0, 3000.0, variable_length=False)
+    assert rates == pytest.approx((0.9, 0.8, 0.7))
+
+
+def test_the_advice_no_longer_ratchets_k_down_after_its_own_schedule_was_applied():
+    """After a schedule was applied, the sidecar recommended K=2 at batch 1 where K=4 was best."""
+    from specwatch import costmodel as cmod
+    from specwatch.config import DecisionConfig
+    from specwatch.decide import assess
+    from specwatch.derive import WindowStats
+
+    model = cmod.MODEL_PRESETS["llama-3.1-8b"]
+    cm = cmod.CostModel(cmod.HARDWARE_PRESETS["h100-sxm"], model, context_tokens=1024,
+                        draft=cmod.draft_cost_for("draft_model", model))
+    accepted, drafts, draft_tokens = _schedule_window()
+
+    def verdict(rates):
+        s = WindowStats(route="r", window="5m", t=0.0, samples=30, span_seconds=300.0, spec_present=True,
+                        drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=sum(accepted),
+                        acceptance_rate=sum(accepted) / draft_tokens, draft_length=draft_tokens / drafts,
+                        configured_k=4, position_rates=rates, batch_size=1.0, accepted_by_position=tuple(accepted))
+        return assess(cm, s, DecisionConfig(min_drafts=500, margin=0.02), "draft_model", "keep")
+
+    before = verdict(tuple(a / drafts for a in accepted))
+    assert (before.candidate, before.recommended_draft_length) == ("shorten", 2)
+    after = verdict(position_rates(accepted, drafts, draft_tokens, variable_length=False, schedule_ks=(4, 2)))
+    assert (after.candidate, after.recommended_draft_length) == ("keep", 4)

@@ -68,8 +68,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(config.log.format, config.log.level)
     if error is None and (warning := alert_window_warning(config, _alert_window(args))):
         structlog.get_logger("specwatch").warning("alert_window_not_in_windows", message=warning)
-    return Service(config, source=source, config_error=error,
-                   on_log_config=lambda c: configure_logging(c.log.format, c.log.level)).run_forever()
+    try:
+        return Service(config, source=source, config_error=error,
+                       on_log_config=lambda c: configure_logging(c.log.format, c.log.level)).run_forever()
+    except OSError as exc:  # the listen address is taken or not ours to bind: one line, like a bad key
+        print(f"specwatch: config error: listen {config.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -35,10 +35,10 @@ DERIVED_GAUGES = (
     ("specwatch_itl_p50_seconds", "itl_p50_seconds", "P50 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics)."),
     ("specwatch_itl_p99_seconds", "itl_p99_seconds", "P99 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics)."),
     ("specwatch_itl_per_token_mean_seconds", "itl_per_token_mean_seconds", "Mean inter-token latency per generated token over the window (ITL sum / generation tokens)."),
-    ("specwatch_breakeven_acceptance_rate", "breakeven_acceptance_rate", "Acceptance rate at which speculation exactly pays at the live batch size and K (cost model)."),
+    ("specwatch_breakeven_acceptance_rate", "breakeven_acceptance_rate", "Acceptance rate at which speculation exactly pays at the live batch size and K (cost model), capped at 1: at 1 no acceptance rate pays (see specwatch_speculation_cannot_pay; the uncapped value is in /api/v1/status)."),
     ("specwatch_acceptance_margin", "acceptance_margin", "Acceptance rate minus the break-even acceptance rate."),
     ("specwatch_expected_speedup", "expected_speedup", "Expected decode speedup of speculation at the live batch size (cost model; 1 = break-even)."),
-    ("specwatch_recommended_draft_length", "recommended_draft_length", "Draft length that maximises expected speedup at the live batch size (0 = disable speculation)."),
+    ("specwatch_recommended_draft_length", "recommended_draft_length", "Draft length the recommendation gives at the live batch size: the current K for keep, 0 for disable."),
     ("specwatch_max_speculative_batch_size", "max_speculative_batch_size", "Largest batch size at which the current acceptance rate still pays."),
 )
 
@@ -104,8 +104,10 @@ class SpecwatchCollector(Collector):
         window_drafts = GaugeMetricFamily("specwatch_window_drafts", "Speculative drafts in the window (the sample behind the ratios)." + CACHE_NOTE, labels=["route", "target", "window"])
         verdict = GaugeMetricFamily("specwatch_verdict", "1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.",
                                     labels=["route", "target", "window", "verdict"])
-        config = GaugeMetricFamily("specwatch_recommended_config_info", "The recommended --speculative-config JSON for the route (value always 1).",
-                                   labels=["route", "target", "window", "config"])
+        config = GaugeMetricFamily("specwatch_recommended_config_info", "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.",
+                                   labels=["route", "target", "window", "config", "action"])
+        cannot_pay = GaugeMetricFamily("specwatch_speculation_cannot_pay", "1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0." + CACHE_NOTE,
+                                       labels=["route", "target", "window"])
         mismatch = GaugeMetricFamily("specwatch_speculative_config_mismatch", "1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts." + CACHE_NOTE,
                                      labels=["route", "target", "window"])
         configured_k = GaugeMetricFamily("specwatch_configured_draft_length", "Draft length K the stated draft.config gives at the live batch size." + CACHE_NOTE,
@@ -146,6 +148,10 @@ class SpecwatchCollector(Collector):
                 for name, field, _ in DERIVED_GAUGES:
                     value = evaluation.value(field)
                     if value is not None and math.isfinite(value):
+                        if field == "breakeven_acceptance_rate":
+                            # Above 1 only says "cannot pay" (60.6 was seen): its own series says so.
+                            cannot_pay.add_metric(wlabels, 1 if value >= 1.0 else 0)
+                            value = min(value, 1.0)
                         gauges[name].add_metric(wlabels, value)
                 rates = evaluation.value("position_rates")
                 if rates:
@@ -159,12 +165,14 @@ class SpecwatchCollector(Collector):
                 if evaluation.config_check is not None:
                     mismatch.add_metric(wlabels, 1 if evaluation.config_check.mismatch else 0)
                     configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
-                recommended = evaluation.value("recommended_config")
-                if recommended:
-                    config.add_metric(wlabels + [json.dumps(recommended, separators=(",", ":"), sort_keys=True)], 1)
+                advice = evaluation.advice if evaluation.guard_passed else None
+                if advice is not None and advice.action is not None:
+                    keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+                    text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
+                    config.add_metric(wlabels + [text, advice.action], 1)
         yield from (info, expects, baseline, *counters.values(), by_position, itl, *gauges.values(),
-                    position_rate, window_drafts, verdict, config, mismatch, configured_k, predicted_gain,
-                    measured_gain)
+                    cannot_pay, position_rate, window_drafts, verdict, config, mismatch, configured_k,
+                    predicted_gain, measured_gain)
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

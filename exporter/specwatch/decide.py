@@ -1,14 +1,16 @@
 """Verdicts: is speculation paying at the live batch size, and what to change.
 
 Pure: takes a CostModel, one window's WindowStats and the decision settings, returns numbers.
-The hold (a new verdict must repeat ``hold`` evaluations) lives in ``next_verdict``. The rules and
-their hysteresis are explained in docs/costmodel.md ("Verdicts").
+The hold (a new verdict must stay the candidate for ``decision.hold``, a time) lives in
+``next_verdict``. The rules and their hysteresis are explained in docs/costmodel.md ("Verdicts").
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from . import costmodel as cmod
@@ -18,6 +20,10 @@ if TYPE_CHECKING:
     from .config import DecisionConfig
 
 VERDICTS = ("spec_off", "insufficient_data", "keep", "shorten", "disable")
+#: What to do with the recommendation: nothing (keep), paste ``recommended_config`` (a complete
+#: --speculative-config), merge ``config_changes`` into yours (the drafter's model path is unknown),
+#: or remove --speculative-config (disable).
+ACTIONS = ("no_change", "apply", "merge", "remove_speculative_config")
 
 #: Largest batch the recommended V1 schedule covers when the server's max_num_seqs is unknown
 #: (the range used in vLLM's dynamic speculative decoding docs).
@@ -26,6 +32,24 @@ DEFAULT_SCHEDULE_MAX_BATCH = 512
 #: Keys to merge into ``--speculative-config``.
 SpeculativeConfig = dict[str, cmod.SpeculativeConfigValue]
 
+#: What a ``num_speculative_tokens_per_batch_size`` schedule costs in vLLM today; reported with
+#: every recommendation that contains one (status JSON ``notes``, docs/runbook.md).
+SCHEDULE_NOTES = (
+    ("num_speculative_tokens_per_batch_size makes vLLM capture piecewise instead of full CUDA graphs: "
+     "steps can be a little slower than with a fixed num_speculative_tokens at the same batch."),
+    ("vLLM ignores the schedule with data parallelism (data_parallel_size > 1): use a fixed "
+     "num_speculative_tokens there."),
+    ("A hard cut from K >= 2 to K = 0 at a batch threshold has been reported to collapse throughput: "
+     "this schedule steps K down and keeps K >= 1 wherever that loses less than a K = 0 band."),
+)
+ZERO_BAND_NOTE = (
+    "A K = 0 band is not free: its steps ran about 10 % slower than a server without speculation "
+    "(216 vs 239 tokens/s measured at concurrency 16). If the server lives in that band, remove "
+    "--speculative-config instead.")
+MERGE_NOTE = (
+    "The drafter's model path is not known to specwatch (vLLM does not export it): merge "
+    "config_changes into your --speculative-config; pasted alone vLLM refuses it.")
+
 
 @dataclass(frozen=True)
 class Assessment:
@@ -33,21 +57,57 @@ class Assessment:
     breakeven_acceptance_rate: float | None = None
     acceptance_margin: float | None = None      # alpha − break-even
     expected_speedup: float | None = None
-    recommended_draft_length: int | None = None  # 0 = disable
+    recommended_draft_length: int | None = None  # K the recommendation gives at the live batch; 0 = disable
     max_speculative_batch_size: int | None = None
-    recommended_config: SpeculativeConfig | None = None
+    recommended_config: dict[str, object] | None = None  # a complete --speculative-config (action apply)
+    config_changes: SpeculativeConfig | None = None      # the keys that change (actions apply and merge)
+    action: str | None = None                            # one of ACTIONS; None without a verdict
+    notes: tuple[str, ...] = ()
 
 
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
+def config_k_at_batch(config: Mapping[str, object], batch: float) -> int:
+    """K that vLLM drafts at ``batch`` under ``config`` (its schedule band, else num_speculative_tokens)."""
+    k = config.get("num_speculative_tokens")
+    top = int(k) if isinstance(k, int) else 0
+    schedule = config.get(cmod.SCHEDULE_KEY)
+    if isinstance(schedule, list):
+        b = max(round(batch), 1)
+        for band in schedule:
+            lo, hi, kk = (int(x) for x in band)
+            if lo <= b <= hi:
+                return min(kk, top)
+        return 0
+    return top
+
+
+def extend_position_rates(rates: Sequence[float], k: int) -> tuple[float, ...]:
+    """Per-position rates up to position ``k``: positions no draft reached in the window (a
+    schedule proposed fewer tokens) continue the last measured conditional rate p_i/p_{i-1}."""
+    p = [float(x) for x in rates[:k]]
+    if not p or len(p) >= k:
+        return tuple(p)
+    ratio = p[-1] / p[-2] if len(p) >= 2 and p[-2] > 0 else p[-1]
+    ratio = min(max(ratio, 0.0), 1.0)
+    while len(p) < k:
+        p.append(p[-1] * ratio)
+    return tuple(p)
+
+
 def assess(cm: cmod.CostModel, stats: WindowStats, decision: DecisionConfig, method: str | None,
            previous_verdict: str | None, max_batch: int = DEFAULT_SCHEDULE_MAX_BATCH,
-           config_method: str | None = "same") -> Assessment:
+           config_method: str | None = "same", base_config: Mapping[str, object] | None = None) -> Assessment:
     """Assess one route/window. ``decision`` gives min_drafts and margin. ``previous_verdict`` is
     the verdict in effect, which sets the side of the hysteresis band. ``config_method`` is the
-    method the recommended config names ("same" = ``method``, None = name none)."""
+    vLLM method the recommended config names ("same" = ``method``, None = unknown: the answer is
+    then keys to merge). ``base_config``: the --speculative-config the server runs with, if stated.
+
+    The verdict and the recommended config come from the same numbers and always agree: disable
+    recommends removing --speculative-config, keep recommends no change, shorten a config whose K
+    at the live batch is the recommended draft length (``verdict_agrees_with_config``)."""
     drafts = _finite(stats.drafts)
     alpha = _finite(stats.acceptance_rate)
     if not stats.spec_present:
@@ -75,24 +135,12 @@ def assess(cm: cmod.CostModel, stats: WindowStats, decision: DecisionConfig, met
     k_window = stats.configured_k or max(1, math.ceil(k - 1e-9))
     rates = stats.position_rates
     if rates:
-        p = tuple(float(x) for x in rates)
+        p = extend_position_rates(rates, k_window)
     else:
         # No per-position counters (V0 schema): i.i.d. rates that reproduce alpha at K.
         p = cmod.position_rates_from_alpha(alpha, k_window)
     best_k = cmod.best_draft_length(cm, b, p)
     b_max = cmod.max_speculative_batch_size(cm, k, alpha)
-    # The config names the method only when it is known (vLLM exports none; an inferred cost class
-    # must not switch the user's drafter). A batch schedule only where vLLM can apply it: V1
-    # schema (0.24+ has num_speculative_tokens_per_batch_size) and one engine (off with DP > 1).
-    named = method if config_method == "same" else config_method
-    if stats.schema == "v1" and (stats.engines or 1) <= 1:
-        schedule = cmod.recommend_schedule(cm, p, max(int(max_batch), math.ceil(b)))
-    else:
-        schedule = [[1, max(int(max_batch), math.ceil(b)), best_k]]
-    config = None
-    k_max = max(kk for _, _, kk in schedule)
-    if k_max > 0:
-        config = cmod.speculative_config(named, int(k_max), schedule)
 
     # Hysteresis: once disabled, speculation must clear the line by `margin` to come back;
     # otherwise it must fall `margin` below it to be disabled.
@@ -115,34 +163,71 @@ def assess(cm: cmod.CostModel, stats: WindowStats, decision: DecisionConfig, met
     else:
         candidate = "keep"
 
-    return Assessment(
-        breakeven_acceptance_rate=breakeven,
-        acceptance_margin=alpha - breakeven,
-        expected_speedup=speedup,
-        recommended_draft_length=best_k,
-        max_speculative_batch_size=b_max,
-        recommended_config=config,
-        candidate=candidate,
-    )
+    verdict = partial(Assessment, candidate=candidate, breakeven_acceptance_rate=breakeven,
+                      acceptance_margin=alpha - breakeven, expected_speedup=speedup, max_speculative_batch_size=b_max)
+    if candidate == "disable":
+        return verdict(recommended_draft_length=0, action="remove_speculative_config")
+    if candidate == "keep":
+        return verdict(recommended_draft_length=k_window, action="no_change")
+
+    # shorten: a batch schedule only where vLLM can apply it (V1 schema: 0.24+ has
+    # num_speculative_tokens_per_batch_size; one engine: vLLM ignores it with DP > 1).
+    cover = max(int(max_batch), math.ceil(b))
+    if stats.schema == "v1" and (stats.engines or 1) <= 1:
+        schedule = cmod.recommend_schedule(cm, p, cover, live_batch=b, zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP)
+    else:
+        schedule = [[1, cover, best_k]]
+    named = method if config_method == "same" else config_method
+    changes = cmod.speculative_config(named, max(kk for _, _, kk in schedule), schedule)
+    complete = cmod.complete_speculative_config(changes, named, base_config)
+    notes: list[str] = []
+    if cmod.SCHEDULE_KEY in changes:
+        notes.extend(SCHEDULE_NOTES)
+        if any(kk == 0 for _, _, kk in schedule):
+            notes.append(ZERO_BAND_NOTE)
+    if complete is None:
+        notes.append(MERGE_NOTE)
+    return verdict(recommended_draft_length=config_k_at_batch(changes, b), recommended_config=complete,
+                   config_changes=changes, action="apply" if complete is not None else "merge", notes=tuple(notes))
+
+
+def verdict_agrees_with_config(assessment: Assessment, batch: float, current_k: int) -> bool:
+    """The invariant ``assess`` keeps: what the verdict says is what the config does at ``batch``."""
+    a = assessment
+    if a.candidate == "disable":
+        return (a.recommended_config is None and a.config_changes is None and a.recommended_draft_length == 0
+                and a.action == "remove_speculative_config")
+    if a.candidate == "keep":
+        return (a.recommended_config is None and a.config_changes is None and a.action == "no_change"
+                and a.recommended_draft_length == current_k)
+    if a.candidate == "shorten":
+        if a.config_changes is None or a.recommended_draft_length is None:
+            return False
+        k_live = config_k_at_batch(a.config_changes, batch)
+        complete_ok = a.recommended_config is None or config_k_at_batch(a.recommended_config, batch) == k_live
+        return 1 <= k_live == a.recommended_draft_length < current_k and complete_ok
+    return a.recommended_config is None and a.config_changes is None and a.action is None
 
 
 @dataclass(frozen=True)
 class VerdictState:
     current: str
     pending: str | None = None
-    pending_count: int = 0
+    pending_since: float | None = None  # time of the first evaluation that gave ``pending``
 
 
-def next_verdict(state: VerdictState | None, candidate: str, hold: int) -> VerdictState:
-    """Apply the hold: the first evaluation takes effect at once; later a different candidate
-    must repeat ``hold`` consecutive evaluations (a different candidate restarts the count)."""
+def next_verdict(state: VerdictState | None, candidate: str, hold_seconds: float, now: float) -> VerdictState:
+    """Apply the hold, a time: the first evaluation takes effect at once; later a different
+    candidate takes effect once it has been the candidate for ``hold_seconds`` without a break
+    (a different candidate restarts the clock, the current one clears it). A time, not a count of
+    evaluations, so that a hold means the same at any poll interval."""
     if candidate not in VERDICTS:
         raise ValueError(f"unknown verdict {candidate!r}")
     if state is None:
         return VerdictState(candidate)
     if candidate == state.current:
         return VerdictState(state.current)
-    count = state.pending_count + 1 if candidate == state.pending else 1
-    if count >= max(int(hold), 1):
+    since = state.pending_since if candidate == state.pending and state.pending_since is not None else now
+    if now - since >= hold_seconds:
         return VerdictState(candidate)
-    return VerdictState(state.current, candidate, count)
+    return VerdictState(state.current, candidate, since)

@@ -4,17 +4,35 @@ Definitions over one window (the metric contract is in docs/architecture.md):
   alpha = Δaccepted / Δdraft_tokens          (vLLM's acceptance rate)
   K     = Δdraft_tokens / Δdrafts            (mean proposed draft length)
   tau   = 1 + Δaccepted / Δdrafts            (tokens emitted per spec step, bonus included)
-  p_i   = Δaccepted_per_pos[i] / Δdrafts     (unconditional, non-increasing)
+  p_i   = Δaccepted_per_pos[i] / n_i         (over the drafts n_i that reached position i)
   B     = Δitl_count / Δengine_steps per engine, mean over engines (requests decoded per step);
           else the mean of vllm:num_requests_running over the window's snapshots
   ITL P50/P99 with histogram_quantile's exact interpolation; per-token mean = Δitl_sum / Δgeneration
+
+Drafts reaching position i (n_i). vLLM counts drafts (D), draft tokens (N) and acceptances per
+position, but not how many drafts reached each position. When every draft is K long (mean length
+L = N/D = K), n_i = D. When L < K, why the drafts were short decides (``drafts_reaching_positions``):
+  * a drafter that proposes fewer tokens by itself (n-gram/suffix lookup running out of context),
+    with no batch schedule known: n_i = D. A slot it did not fill is a token it did not gain, and
+    a shorter K would not make it propose more, so the slot counts as a miss (as before).
+  * a drafter that always proposes the K it is given (EAGLE, MTP, draft model), or any drafter
+    under a known num_speculative_tokens_per_batch_size schedule: short drafts are steps whose
+    batch fell in a band with a smaller K. The drafts are taken to split between the two draft
+    lengths the schedule offers around L (adjacent integers when no schedule is known), k_lo <= L
+    <= k_hi, a share f = (L - k_lo)/(k_hi - k_lo) at k_hi: n_i = D for i < k_lo, f·D for
+    k_lo <= i < k_hi, 0 beyond (then p_i is unknown and left out; the verdict extends the last
+    measured ratio p_i/p_(i-1), decide.extend_position_rates). n_i is never below Δaccepted_i.
+    Dividing by D instead, as before, counted slots a schedule never proposed as rejections: after
+    a schedule was applied the advice ratcheted K down at batch 1 where K=4 measurably was best.
+The split is the least spread mixture that reproduces L; with two bands it is exact, with more it is
+an estimate (docs/costmodel.md, "Per-position rates").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .vllm import (
     K_ACCEPTED,
@@ -56,6 +74,7 @@ class WindowStats:
     draft_coverage: float | None = None  # Δdrafts / Δrequest-steps (ITL observations), in (0, 1]
     schema: str = "v1"
     engines: int = 1
+    accepted_by_position: tuple[float, ...] | None = None  # Δaccepted per position (V1), for p_i
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -200,7 +219,7 @@ def window_stats(view: WindowView, route: str, window: str, now: float, *, confi
         position_rates=acceptance.position_rates, batch_size=batch_size,
         itl_p50_seconds=itl_p50, itl_p99_seconds=itl_p99, itl_per_token_mean_seconds=itl_per_token,
         generation_tokens=gen, draft_coverage=draft_coverage, schema=latest.schema,
-        engines=max(len(latest.engines), 1),
+        engines=max(len(latest.engines), 1), accepted_by_position=acceptance.accepted_by_position,
     )
 
 
@@ -216,6 +235,7 @@ class _Acceptance:
     draft_length: float | None = None
     position_rates: tuple[float, ...] | None = None
     configured_k: int | None = None  # V0: the K its lifetime rate was converted at
+    accepted_by_position: tuple[float, ...] | None = None
 
 
 def _v1_acceptance(drafts: float, draft_tokens: float, accepted: float, pos: dict[int, float],
@@ -227,10 +247,13 @@ def _v1_acceptance(drafts: float, draft_tokens: float, accepted: float, pos: dic
     if not (drafts > 0 and consistent):
         return _Acceptance(drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted,
                            acceptance_rate=alpha if consistent else None)
+    accepted_by_position = tuple(pos.get(i, 0.0) for i in range(configured_k)) if configured_k else None
     return _Acceptance(
         drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted, acceptance_rate=alpha,
         mean_acceptance_length=1.0 + accepted / drafts, draft_length=draft_tokens / drafts,
-        position_rates=(tuple(pos.get(i, 0.0) / drafts for i in range(configured_k)) if configured_k else None),
+        position_rates=(position_rates(accepted_by_position, drafts, draft_tokens, variable_length=True)
+                        if accepted_by_position else None),
+        accepted_by_position=accepted_by_position,
     )
 
 
@@ -247,3 +270,49 @@ def _v0_acceptance(latest: RouteSnapshot, configured_k_hint: int | None) -> _Acc
     positions = tuple(a ** (i + 1) for i in range(k))
     return _Acceptance(configured_k=k, draft_length=float(k), position_rates=positions,
                        mean_acceptance_length=1.0 + sum(positions), acceptance_rate=sum(positions) / k)
+
+
+def drafts_reaching_positions(drafts: float, draft_tokens: float, k: int, *, variable_length: bool,
+                              schedule_ks: Sequence[int] | None = None,
+                              accepted_by_position: Sequence[float] = ()) -> tuple[float, ...]:
+    """n_0..n_(k-1): how many of the window's drafts reached each position (module docstring)."""
+    if k <= 0 or drafts <= 0:
+        return ()
+    mean_length = draft_tokens / drafts
+    if mean_length >= k - 1e-6 or (variable_length and not schedule_ks):
+        reached = [drafts] * k
+    else:
+        lengths = sorted({min(int(x), k) for x in schedule_ks or () if x > 0} | {k}) if schedule_ks \
+            else list(range(1, k + 1))
+        lo = max((v for v in lengths if v <= mean_length + 1e-9), default=0)
+        hi = min((v for v in lengths if v >= mean_length - 1e-9), default=k)
+        share = 1.0 if hi <= lo else (mean_length - lo) / (hi - lo)
+        reached = [drafts if i < lo else share * drafts if i < hi else 0.0 for i in range(k)]
+    # A position accepted this often was reached at least this often (and by no more than D).
+    return tuple(min(max(n, a), drafts) for n, a in
+                 zip(reached, [*accepted_by_position, *[0.0] * (k - len(accepted_by_position))]))
+
+
+def position_rates(accepted_by_position: Sequence[float], drafts: float, draft_tokens: float, *,
+                   variable_length: bool, schedule_ks: Sequence[int] | None = None) -> tuple[float, ...]:
+    """p_i = Δaccepted_i / n_i up to the last position some draft reached (module docstring)."""
+    k = len(accepted_by_position)
+    reached = drafts_reaching_positions(drafts, draft_tokens, k, variable_length=variable_length,
+                                        schedule_ks=schedule_ks, accepted_by_position=accepted_by_position)
+    rates: list[float] = []
+    for accepted, n in zip(accepted_by_position, reached):
+        if n <= 0:
+            break  # no draft reached it: unknown, not 0
+        rates.append(min(accepted / n, 1.0))
+    return tuple(rates)
+
+
+def with_drafter(stats: WindowStats, *, variable_length: bool,
+                 schedule_ks: Sequence[int] | None = None) -> WindowStats:
+    """The window's p_i once the drafter's kind (and the server's schedule) is known."""
+    counts = stats.accepted_by_position
+    if not counts or stats.drafts is None or stats.draft_tokens is None or stats.drafts <= 0:
+        return stats
+    rates = position_rates(counts, stats.drafts, stats.draft_tokens, variable_length=variable_length,
+                           schedule_ks=schedule_ks)
+    return stats if rates == stats.position_rates else replace(stats, position_rates=rates)

@@ -7,12 +7,12 @@ render. No I/O here: the service feeds it from HTTP polls, replay from a recordi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import costmodel, decide
 from .config import Config, RouteConfig
-from .derive import WindowStats, window_stats
+from .derive import WindowStats, window_stats, with_drafter
 from .exposition import ExpositionError
 from .grading import AdviceGrader, Grading
 from .schedule_check import ConfigCheck, check_draft_length, schedule_from_config
@@ -43,15 +43,19 @@ class RouteEvaluation:
     guard_passed: bool
     # The observed draft length against the stated draft.config (None: no config, or no answer).
     config_check: ConfigCheck | None = None
+    # The assessment behind the verdict in effect (the current one, or the one that set the verdict
+    # while a new candidate waits out the hold): the recommendation always belongs to the verdict.
+    advice: decide.Assessment | None = None
 
     def value(self, name: str) -> float | None:
         """A derived value as exported: target-derived ratios are absent below the sample guard."""
         if name in GUARDED_STATS and not self.guard_passed:
             return None
         if name in ASSESSMENT_FIELDS:
-            if not self.guard_passed or self.assessment is None:
+            source = self.advice if name in ADVICE_FIELDS else self.assessment
+            if not self.guard_passed or source is None:
                 return None
-            derived: float | None = getattr(self.assessment, name)
+            derived: float | None = getattr(source, name)
             return derived
         measured: float | None = getattr(self.stats, name)
         return measured
@@ -60,6 +64,7 @@ class RouteEvaluation:
 GUARDED_STATS = {"acceptance_rate", "mean_acceptance_length", "draft_length", "position_rates"}
 ASSESSMENT_FIELDS = {"breakeven_acceptance_rate", "acceptance_margin", "expected_speedup",
                      "recommended_draft_length", "max_speculative_batch_size", "recommended_config"}
+ADVICE_FIELDS = {"recommended_draft_length", "recommended_config"}
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,7 @@ class _RouteRecord:
     last_seen_poll: int
     fresh: bool = True  # a snapshot arrived since the last evaluation
     verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
+    advice: dict[str, decide.Assessment] = field(default_factory=dict)  # per window: behind the verdict
     evaluations: tuple[RouteEvaluation, ...] = ()
     method: str = "auto:unknown"
     grader: AdviceGrader = field(default_factory=AdviceGrader)
@@ -147,17 +153,52 @@ class IngestResult:
     routes: tuple[str, ...] = ()
 
 
-def resolve_method(configured: str, stats: WindowStats) -> str:
+#: Share of request-steps carrying a draft above which the drafter is taken to draft every step:
+#: model-based drafters propose at every decode step; n-gram lookup misses leave ~30 % of them
+#: undrafted on real traffic (0.70-0.72 on the real vLLM run).
+FULL_COVERAGE = 0.98
+#: Methods whose drafts are short by themselves (lookup runs out of context), not only by a schedule.
+VARIABLE_LENGTH_METHODS = ("ngram", "ngram_gpu", "suffix")
+
+
+def resolve_method(configured: str, stats: WindowStats, *, min_drafts: float = 0.0,
+                   schedule_ks: Sequence[int] | None = None) -> str | None:
     """vLLM exports no speculative method. With `auto`, infer the cost class from the drafts:
-    n-gram/suffix lookup often proposes fewer than K tokens (3.4 of 4 on a real run), model-based
-    drafters always propose K. The result names its origin: "auto:ngram" or "auto:eagle3"."""
+    n-gram/suffix lookup often proposes fewer than K tokens (3.4 of 4 on a real run) and leaves
+    request-steps undrafted; model-based drafters propose the K they are given at every step. The
+    result names its origin: "auto:ngram" or "auto:eagle3". None = this window is no evidence
+    (fewer than ``min_drafts`` drafts, K=1, no drafts): the caller keeps what it had (sticky).
+
+    A schedule shortens a model-based drafter's mean draft length too. With a known schedule
+    (``schedule_ks``, its K values) a mean below every K it gives is n-gram; a mean inside its range
+    is n-gram only if request-steps went undrafted. Without one, a mean below K with every
+    request-step drafted is a model-based drafter under a schedule nobody told us about."""
     if configured != "auto":
         return configured
     if stats.draft_length is None or not stats.configured_k or stats.configured_k < 2:
-        return "auto:unknown"  # with K=1 every drafter proposes exactly one token: no evidence
-    if stats.draft_length < 0.98 * stats.configured_k:
+        return None  # with K=1 every drafter proposes exactly one token: no evidence
+    if stats.drafts is not None and stats.drafts < max(min_drafts, 1.0):
+        return None  # a handful of drafts (2-4 when traffic stops) says nothing about the drafter
+    k, mean = stats.configured_k, stats.draft_length
+    fully_drafted = stats.draft_coverage is not None and stats.draft_coverage >= FULL_COVERAGE
+    if schedule_ks:
+        positive = [min(int(x), k) for x in schedule_ks if x > 0]
+        if positive and mean < 0.98 * min(positive):
+            return "auto:ngram"
+        if mean < 0.98 * k and stats.draft_coverage is not None and not fully_drafted:
+            return None  # a K=0 band or lookup misses: cannot tell, keep the last answer
+        return "auto:eagle3"
+    if mean < 0.98 * k and not fully_drafted:
         return "auto:ngram"
     return "auto:eagle3"
+
+
+def schedule_ks_of(config: Mapping[str, object] | None) -> tuple[int, ...] | None:
+    """K values of the num_speculative_tokens_per_batch_size schedule in a stated config."""
+    schedule = (config or {}).get(costmodel.SCHEDULE_KEY)
+    if not isinstance(schedule, list):
+        return None
+    return tuple(int(band[2]) for band in schedule if isinstance(band, (list, tuple)) and len(band) == 3)
 
 
 class Pipeline:
@@ -232,7 +273,13 @@ class Pipeline:
     def evaluate(self, now: float) -> list[RouteEvaluation]:
         out: list[RouteEvaluation] = []
         configured = self.config.draft.method
-        config_method = None if configured == "auto" else configured
+        # The --speculative-config the server runs with, when the user stated it (draft.config).
+        stated = getattr(self.config.draft, "config", None)
+        base_config: Mapping[str, object] | None = stated if isinstance(stated, Mapping) else None
+        schedule_ks = schedule_ks_of(base_config)
+        decision = self.config.decision
+        # Half a poll of slack: evaluations are one poll interval apart, give or take scheduling.
+        hold = max(decision.hold_seconds(self.config.poll_interval) - 0.5 * self.config.poll_interval, 0.0)
         for name, route in self._routes.items():
             evaluations: list[RouteEvaluation] = []
             windows: list[tuple[float, str, WindowView, WindowStats]] = []
@@ -241,21 +288,29 @@ class Pipeline:
                 if view is not None:
                     windows.append((width, label, view,
                                     window_stats(view, name, label, now, configured_k_hint=self.config.draft.k)))
-            # One cost class per route, from the longest window that saw drafts (stable across windows).
+            # One cost class per route, from the longest window with enough drafts (stable across
+            # windows); kept while no window is evidence (speculation idle or off).
             if configured != "auto":
                 route.method = configured
             for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
-                if stats.draft_length is not None:
-                    route.method = resolve_method(configured, stats)
+                resolved = resolve_method(configured, stats, min_drafts=decision.min_drafts, schedule_ks=schedule_ks)
+                if resolved is not None:
+                    route.method = resolved
                     break
+            cost_class = route.method.split(":")[-1]
+            # The recommended config names a method only when it is known: configured, or inferred
+            # n-gram (self-contained); an inferred model-based drafter's method and path are not.
+            config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
+            variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
             for width, label, view, stats in windows:
+                stats = with_drafter(stats, variable_length=variable_length, schedule_ks=schedule_ks)
                 guard = self._guard(stats, view.last.snapshot)
                 previous = route.verdicts.get(label)
-                assessment = decide.assess(self.cost_model, stats, self.config.decision,
-                                           route.method.split(":")[-1], previous.current if previous else None,
-                                           config_method=config_method)
+                assessment = decide.assess(self.cost_model, stats, decision, cost_class,
+                                           previous.current if previous else None,
+                                           config_method=config_method, base_config=base_config)
                 if route.fresh or previous is None:
-                    state = decide.next_verdict(previous, assessment.candidate, self.config.decision.hold)
+                    state = decide.next_verdict(previous, assessment.candidate, hold, now)
                     route.verdicts[label] = state
                 else:
                     state = previous  # no new data: a failing target never moves a verdict
@@ -264,7 +319,13 @@ class Pipeline:
                     check = check_draft_length(self._schedule, batch_size=stats.batch_size, drafts=stats.drafts,
                                                observed_k=stats.draft_length,
                                                min_drafts=self.config.decision.min_drafts)
-                evaluations.append(RouteEvaluation(stats, assessment, state.current, guard, check))
+                if assessment.candidate == state.current:
+                    route.advice[label] = assessment
+                advice = route.advice.get(label)
+                if advice is not None and advice.candidate != state.current:
+                    advice = None
+                evaluations.append(RouteEvaluation(stats, assessment, state.current, guard,
+                                                   config_check=check, advice=advice))
             route.evaluations = tuple(evaluations)
             if route.fresh:
                 route.grader.observe(now, [w[3] for w in windows], route.method,
@@ -308,6 +369,8 @@ class Pipeline:
                 elif kind == K_ITL_COUNT:
                     itl_count += value
             config = self._route_configs.get(name)
+            current = route.last_seen_poll == self._targets[route.target].polls
+            serving = current and self._targets[route.target].up is not False
             routes.append(RouteState(
                 route=name, target=route.target, model_name=latest.model_name,
                 method=route.method, schema=latest.schema, spec_present=latest.spec_present,
@@ -316,8 +379,11 @@ class Pipeline:
                 baseline_itl_p99_seconds=config.baseline_itl_p99_seconds if config else None,
                 mirrored=mirrored, positions=tuple(sorted(positions.items())),
                 itl_buckets=tuple(sorted(buckets.items())), itl_sum=itl_sum, itl_count=itl_count,
-                evaluations=route.evaluations,
-                current=route.last_seen_poll == self._targets[route.target].polls,
+                # The same freshness rule as /metrics: while the target is down (or the route was
+                # missing from its last good poll) no alpha, batch or verdict is served from old
+                # polls. They are kept here and come back unchanged with the next good poll.
+                evaluations=route.evaluations if serving else (),
+                current=current,
                 grading=route.grader.grading,
             ))
         unmatched = tuple((r.name, r.target, r.expect_speculation) for r in self.config.routes
@@ -328,6 +394,8 @@ class Pipeline:
 def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
     """One replay line / status entry (keys listed in docs/architecture.md, null where there is no value)."""
     stats = evaluation.stats
+    assessment = evaluation.advice if evaluation.guard_passed else None
+    breakeven = evaluation.value("breakeven_acceptance_rate")
     return {
         "t": stats.t,
         "route": stats.route,
@@ -338,9 +406,17 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
         "batch_size": stats.batch_size,
         "itl_p50_seconds": stats.itl_p50_seconds,
         "itl_p99_seconds": stats.itl_p99_seconds,
-        "breakeven_acceptance_rate": evaluation.value("breakeven_acceptance_rate"),
+        "breakeven_acceptance_rate": breakeven,
+        "speculation_cannot_pay": None if breakeven is None else breakeven >= 1.0,
         "expected_speedup": evaluation.value("expected_speedup"),
         "recommended_draft_length": evaluation.value("recommended_draft_length"),
         "verdict": evaluation.verdict,
         "drafts": stats.drafts,
+        # A complete --speculative-config vLLM accepts as pasted (null: nothing to apply, or the
+        # drafter's model path is unknown, then merge `merge_into_your_speculative_config`).
+        "recommended_config": None if assessment is None else assessment.recommended_config,
+        "merge_into_your_speculative_config": (
+            assessment.config_changes if assessment is not None and assessment.action == "merge" else None),
+        "recommended_action": None if assessment is None else assessment.action,
+        "notes": [] if assessment is None else list(assessment.notes),
     }

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..units import format_duration
-from .kinds import Duration, DurationList, Size
+from .kinds import Duration, DurationList, HoldTime, Size
 from .nodes import Items, Key, Node, Section, default_of
 from .schema import SCHEMA
 
@@ -48,7 +48,7 @@ def _default_text(key: Key, value: Any) -> str:
         return key.default_doc
     if value is None or value == {}:
         return ""
-    if isinstance(key.kind, Duration):
+    if isinstance(key.kind, Duration) or (isinstance(key.kind, HoldTime) and isinstance(value, float)):
         return format_duration(value)
     if isinstance(key.kind, DurationList):
         return "[" + ", ".join(format_duration(v) for v in value) + "]"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..units import format_duration
-from .kinds import Choice, Duration, DurationList, Number, Size
+from .kinds import Choice, Duration, DurationList, HoldTime, Number, Size
 from .nodes import Items, Key, Section, default_of
 from .schema import SCHEMA
 
@@ -42,7 +42,7 @@ def _scalar(value: Any) -> str:
 
 
 def _value(key: Key, value: Any) -> str:
-    if isinstance(key.kind, Duration) and isinstance(value, float):
+    if isinstance(key.kind, (Duration, HoldTime)) and isinstance(value, float):
         return format_duration(value)
     if isinstance(key.kind, DurationList) and isinstance(value, tuple):
         return "[" + ", ".join(format_duration(v) for v in value) + "]"

@@ -93,6 +93,30 @@ class Duration(Kind):
 
 
 @dataclass(frozen=True)
+class HoldTime(Kind):
+    """How long something must persist: a duration ("30s") -> float seconds; a bare integer (as
+    before durations were accepted) -> int, a count of evaluations, converted by the reader."""
+
+    max_count: int = 100
+
+    def parse(self, value: Any, key: str, ctx: Context) -> int | float:
+        text = str(value).strip()
+        if not isinstance(value, (bool, float)) and re.fullmatch(r"[+-]?\d+", text):
+            count = int(text)
+            if not 1 <= count <= self.max_count:
+                raise ConfigError(key, f"must be >= 1, got {count}" if count < 1
+                                  else f"must be <= {self.max_count}, got {count}")
+            return count
+        if isinstance(value, (bool, int, float)):
+            raise ConfigError(key, f"expected a duration like 30s (or a whole number of polls), got {value!r}")
+        return float(_unit(lambda: units.parse_duration(text, key)))
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": ["string", "integer"], "pattern": units.DURATION_PATTERN, "minimum": 1,
+                "maximum": self.max_count}
+
+
+@dataclass(frozen=True)
 class DurationList(Kind):
     """A non-empty list of distinct durations; the environment gives it comma-separated."""
 
@@ -331,6 +355,27 @@ class JsonFile(Kind):
         if not isinstance(data, dict):
             raise ConfigError(key, f"{path} is not a JSON object")
         return path, data
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string", "minLength": 1}
+
+
+@dataclass(frozen=True)
+class ModelRef(Kind):
+    """A model preset name, or the path (relative to the config file) of a Hugging Face
+    config.json; parses to (preset or path, the config object or None)."""
+
+    presets: Callable[[], Sequence[str]]
+
+    def parse(self, value: Any, key: str, ctx: Context) -> tuple[str, dict[str, Any] | None]:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(key, f"expected a model preset or a config.json path, got {value!r}")
+        if value.lower() in tuple(self.presets()):
+            return value.lower(), None
+        if not value.endswith(".json"):
+            raise ConfigError(key, f"unknown preset {value!r} (known: {', '.join(sorted(self.presets()))}; "
+                                   "or give the path of its config.json)")
+        return JsonFile().parse(value, key, ctx)
 
     def json_schema(self) -> dict[str, Any]:
         return {"type": "string", "minLength": 1}

@@ -63,13 +63,24 @@ class DraftConfig:
     k: int | None = None
     # The --speculative-config object vLLM runs with (checked against the observed draft length).
     config: Mapping[str, Any] | None = None
+    # The drafter of method draft_model: a preset name or a config.json path, and that file parsed.
+    model: str | None = None
+    model_hf_config: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class DecisionConfig:
     min_drafts: int = 500
     margin: float = 0.02
-    hold: int = 2
+    # Seconds (float, from "30s"), or an int: a count of evaluations, as before durations existed.
+    hold: float | int = 30.0
+
+    def hold_seconds(self, poll_interval: float) -> float:
+        """How long a new verdict must stay the candidate. N evaluations span N - 1 poll intervals,
+        so an integer hold behaves exactly as the former count of polls did."""
+        if isinstance(self.hold, int):
+            return max(self.hold - 1, 0) * poll_interval
+        return float(self.hold)
 
 
 @dataclass(frozen=True)

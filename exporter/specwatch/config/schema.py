@@ -46,10 +46,12 @@ from .kinds import (
     DurationList,
     ExistingFile,
     Flag,
+    HoldTime,
     JsonFile,
     LabelMatchers,
     LabelNames,
     Listen,
+    ModelRef,
     Name,
     Number,
     Size,
@@ -261,6 +263,14 @@ DRAFT = Section(
             nullable=True,
         ),
         Key(
+            "model",
+            ModelRef(model_presets),
+            "draft model of method draft_model: a model preset or its config.json path; null: llama-3.2-1b",
+            example="llama-3.2-1b",
+            nullable=True,
+            fields=("model", "model_hf_config"),
+        ),
+        Key(
             "config",
             SpeculativeConfig(),
             "the --speculative-config vLLM runs with (mapping or JSON string); the observed draft "
@@ -286,9 +296,10 @@ DECISION = Section(
         Key("margin", Number(minimum=0, maximum=0.5), "hysteresis band around the break-even", example=0.05),
         Key(
             "hold",
-            Number(minimum=1, maximum=100, integer=True),
-            "evaluations a new verdict must hold before it takes effect",
-            example=3,
+            HoldTime(),
+            "how long a new verdict must stay the candidate before it takes effect; "
+            "a bare integer counts polls (N polls = (N-1) x poll_interval)",
+            example="1m",
         ),
     ),
 )

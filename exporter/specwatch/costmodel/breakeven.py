@@ -7,7 +7,7 @@ Every function takes a CostModel and asks it only for ``base_step_time``, ``spec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .roofline import CostModel
 from .search import last_true, solve_increasing
@@ -41,19 +41,21 @@ def expected_speedup_for_positions(cm: CostModel, batch: float, position_rates: 
     return gained * cm.base_step_time(batch) / cm.spec_step_time(batch, k)
 
 
-def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[float]) -> int:
+def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[float], floor: float = 1.0) -> int:
     """Best K' in 0..len(p) (0 = disable). Truncating a chain draft keeps p_0..p_{K'-1}, so
     speedup(K') uses the first K' rates.
 
     Scan K' = 1, 2, ... and stop at the first drop (TurboSpec). The scan starts at K'=1 rather
     than comparing against K'=0 first: a fixed per-proposal draft cost can make K'=1 lose while
-    K'=2 wins, so K'=0 is chosen only if the best scanned K' does not beat 1.
+    K'=2 wins, so K'=0 is chosen only if the best scanned K' does not beat ``floor``, the speedup
+    of K'=0: 1 for a server without speculation, less for a K=0 band of a schedule (which still
+    pays for speculation being configured, see ZERO_K_BAND_SLOWDOWN).
     """
     p = list(position_rates)
     if not p:
         return 0
     base = cm.base_step_time(batch)
-    best_k, best_s = 0, 1.0
+    best_k, best_s = 0, float(floor)
     prev = None
     tau = 1.0
     for kk in range(1, len(p) + 1):
@@ -118,9 +120,26 @@ def max_speculative_batch_size(cm: CostModel, k: float | None, alpha: float | No
     return last_true(pays, lo, hi)
 
 
-def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch: int = 512) -> list[list[int]]:
+#: Steps in a K=0 band of a vLLM schedule ran about 10 % slower than a server without speculation
+#: (vLLM 0.32 on CPU, n-gram, concurrency 16: 216 vs 239 output tokens/s): the band keeps the spec
+#: decode machinery (and, on GPUs, piecewise instead of full CUDA graphs). A schedule therefore
+#: prefers K=1 to K=0 wherever K=1 loses less than this.
+ZERO_K_BAND_SLOWDOWN = 0.10
+#: Speedup of a K=0 band relative to no speculation.
+ZERO_K_BAND_SPEEDUP = 1.0 / (1.0 + ZERO_K_BAND_SLOWDOWN)
+
+
+def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch: int = 512, *,
+                       live_batch: float | None = None, zero_band_speedup: float = 1.0) -> list[list[int]]:
     """V1 ``num_speculative_tokens_per_batch_size``: ``[[lo, hi, K], ...]`` covering 1..max_batch,
-    inclusive ranges, first range starting at 1, K non-increasing in batch, K = 0 disables."""
+    inclusive ranges, first range starting at 1, K non-increasing in batch, K = 0 disables.
+
+    K is the best K' per batch (``zero_band_speedup`` is what a K=0 band is worth, see
+    ZERO_K_BAND_SPEEDUP), made non-increasing around ``live_batch``: the live batch keeps its own
+    best K' (the verdict is given there), larger batches are capped by it and smaller ones raised
+    to it. A profile whose best K' is not monotone in batch (a measured curve with a bump) thus
+    never gets K=0 at the live batch because some smaller batch had K=0. Without ``live_batch``
+    the cap runs from batch 1."""
     if max_batch < 1:
         raise ValueError("max_batch must be >= 1")
     p = tuple(position_rates)
@@ -128,12 +147,18 @@ def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch
 
     def best(b: int) -> int:
         if b not in cache:
-            cache[b] = best_draft_length(cm, b, p)
+            cache[b] = best_draft_length(cm, b, p, floor=zero_band_speedup)
         return cache[b]
+
+    top = int(max_batch)
+    anchor = min(max(round(live_batch or 1), 1), top)
+    if live_batch is not None:
+        # The live batch's band gets the best K' at the measured (fractional) batch itself.
+        cache[anchor] = best_draft_length(cm, max(float(live_batch), 1.0), p, floor=zero_band_speedup)
 
     # best K' falls with batch (verification cost rises), so evaluate the ends of a range and
     # split it only where they differ: O(bands · log max_batch) evaluations instead of max_batch.
-    ks = [0] * (int(max_batch) + 1)
+    ks = [0] * (top + 1)
 
     def fill(lo: int, hi: int) -> None:
         k_lo, k_hi = best(lo), best(hi)
@@ -145,12 +170,17 @@ def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch
         fill(lo, mid)
         fill(mid, hi)
 
-    fill(1, int(max_batch))
-    bands: list[list[int]] = []
+    if anchor > 1:
+        fill(1, anchor)
+    fill(anchor, top)
     cap = len(p)
-    for b in range(1, int(max_batch) + 1):
-        kk = min(ks[b], cap)  # the schedule must never grow K with batch
-        cap = kk
+    for b in range(anchor, top + 1):  # the schedule must never grow K with batch ...
+        ks[b] = cap = min(ks[b], cap)
+    for b in range(anchor - 1, 0, -1):  # ... so batches below the live one get at least its K
+        ks[b] = max(min(ks[b], len(p)), ks[b + 1])
+    bands: list[list[int]] = []
+    for b in range(1, top + 1):
+        kk = ks[b]
         if bands and bands[-1][2] == kk:
             bands[-1][1] = b
         else:
@@ -160,7 +190,8 @@ def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch
 
 def speculative_config(method: str | None, k: int, schedule: Sequence[Sequence[int]] | None = None,
                        ) -> dict[str, SpeculativeConfigValue]:
-    """Keys to merge into ``--speculative-config`` (keep your drafter's ``model`` path).
+    """The keys a recommendation changes in ``--speculative-config`` (merge them into yours, or
+    use ``complete_speculative_config`` for a flag vLLM accepts as pasted).
 
     Never emits ``disable_by_batch_size``: vLLM V1 ignores it (removed by PR #35060). A schedule
     that is one band with K equal to ``k`` is left out (it is the same as no schedule)."""
@@ -178,3 +209,35 @@ def speculative_config(method: str | None, k: int, schedule: Sequence[Sequence[i
             out["num_speculative_tokens_per_batch_size"] = sched
     return out
 
+
+#: vLLM methods that need no ``model`` in ``--speculative-config`` (vLLM 0.32 SpeculativeConfig:
+#: n-gram and suffix lookup propose from the context, MTP reuses the target's own weights). Every
+#: other method needs the drafter's path, which vLLM does not export: without it vLLM refuses the
+#: flag ("num_speculative_tokens was provided but without speculative model").
+SELF_CONTAINED_METHODS = ("ngram", "ngram_gpu", "suffix", "mtp")
+#: n-gram window written into a complete config when the user's own is unknown: match 2..4 tokens
+#: of context (vLLM fills in 5..5 when both are left out, which rarely matches on short prompts).
+NGRAM_PROMPT_LOOKUP_MAX = 4
+NGRAM_PROMPT_LOOKUP_MIN = 2
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+
+
+def complete_speculative_config(changes: Mapping[str, SpeculativeConfigValue], method: str | None,
+                                base: Mapping[str, object] | None = None) -> dict[str, object] | None:
+    """A whole ``--speculative-config`` that vLLM accepts as pasted, or None when it cannot be
+    written because the drafter's ``model`` path is unknown (then merge ``changes`` into yours).
+
+    ``base``: the config the server runs with, when the user stated it; its keys are kept (model
+    path, n-gram window, ...) and ``changes`` replace K and the schedule. ``method``: the vLLM
+    method, configured or inferred (n-gram); None when unknown."""
+    out: dict[str, object] = {key: value for key, value in (base or {}).items() if key != SCHEDULE_KEY}
+    name = str(out.get("method") or method or "")
+    if name and name != "auto":
+        out["method"] = name
+    out.update(changes)
+    if name in ("ngram", "ngram_gpu") and "prompt_lookup_max" not in out and "prompt_lookup_min" not in out:
+        out["prompt_lookup_max"] = NGRAM_PROMPT_LOOKUP_MAX
+        out["prompt_lookup_min"] = NGRAM_PROMPT_LOOKUP_MIN
+    if "model" in out or name in SELF_CONTAINED_METHODS:
+        return out
+    return None

@@ -51,6 +51,8 @@ def build_cost_model(
     draft_cost_per_token: float | None = None,
     draft_k: int = DEFAULT_DRAFT_K,
     profile: StepTimeCurve | None = None,
+    draft_model: str | None = None,
+    draft_model_config: Mapping[str, Any] | None = None,
 ) -> CostModel:
     """A CostModel for one target on one GPU set.
 
@@ -62,7 +64,10 @@ def build_cost_model(
     dtype: weight dtype. context_tokens: KV tokens per request.
     draft_method: vLLM method (``auto`` costs like EAGLE-3); ``draft_cost_per_token`` overrides the
       modelled cost; ``draft_k`` spreads the per-proposal fixed cost.
-    profile: a measured step-time curve replacing the roofline (profile.py).
+    profile: a measured step-time curve replacing the roofline (profile.py); the drafter is still
+      priced by the roofline, relative to the target's roofline step (docs/costmodel.md, "Draft cost").
+    draft_model / draft_model_config: the drafter of ``draft_method: draft_model`` (preset name, or a
+      Hugging Face config.json dict); neither = llama-3.2-1b.
 
     Raises CostModelError whose ``key`` is the config key at fault.
     """
@@ -76,7 +81,13 @@ def build_cost_model(
         if model_config is None:
             raise
         raise CostModelError(HF_CONFIG_KEY, str(exc)) from exc
-    draft = draft_cost_for(draft_method, spec, draft_cost_per_token, draft_k)
+    drafter = None
+    if draft_model is not None or draft_model_config is not None:
+        try:
+            drafter = model_from(None if draft_model_config is not None else draft_model, draft_model_config)
+        except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+            raise CostModelError("draft.model", str(exc)) from exc
+    draft = draft_cost_for(draft_method, spec, draft_cost_per_token, draft_k, draft_model=drafter)
     return CostModel(hardware=hw, model=spec, dtype=dtype, tensor_parallel=int(tensor_parallel),
                      mbu=DEFAULT_MBU if mbu is None else float(mbu),
                      mfu=DEFAULT_MFU if mfu is None else float(mfu),
@@ -107,4 +118,6 @@ def cost_model_from_config(cfg: Config) -> CostModel:
         draft_cost_per_token=d.cost_per_token,
         draft_k=d.k or DEFAULT_DRAFT_K,
         profile=cfg.profile,
+        draft_model=d.model if d.model_hf_config is None else None,
+        draft_model_config=d.model_hf_config,
     )

@@ -69,7 +69,7 @@ class DraftCost:
     head_kv_bytes_per_token: float = 0.0
     head_steps_per_token: bool = True    # Medusa evaluates all heads in one pass
     fixed_seconds: float = DEFAULT_DRAFT_FIXED_SECONDS
-    draft_model: ModelSpec | None = None  # draft_model: a full small model, K forwards
+    draft_model: ModelSpec | None = None  # draft_model: a full small model, K forwards (draft.model)
     draft_dtype: str = "bf16"
     reference_k: int = 3                 # K over which the per-proposal fixed cost is spread
 
@@ -91,13 +91,15 @@ def draft_cost_for(method: str, target: ModelSpec, cost_per_token: float | None 
     if cost_per_token is not None:
         if not (0 <= cost_per_token < 10):
             raise CostModelError("draft.cost_per_token", "draft.cost_per_token must be in [0, 10)")
-        return DraftCost(method=m, cost_per_token=float(cost_per_token))
+        return DraftCost(method=m, cost_per_token=float(cost_per_token), draft_model=draft_model)
     if m in ("ngram", "suffix"):
-        return DraftCost(method=m, fixed_seconds=0.0)
+        return DraftCost(method=m, fixed_seconds=0.0, draft_model=draft_model, draft_dtype=draft_dtype)
     if m == "draft_model":
         dm = draft_model or MODEL_PRESETS[DEFAULT_DRAFT_MODEL]
         return DraftCost(method=m, draft_model=dm, fixed_seconds=0.0, draft_dtype=draft_dtype)
     return DraftCost(
+        draft_model=draft_model,  # kept for a later with_method("draft_model")
+        draft_dtype=draft_dtype,
         method=m,
         reference_k=max(int(k), 1),
         head_params=draft_head_params(target, m, k),

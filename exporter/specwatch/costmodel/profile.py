@@ -32,7 +32,8 @@ class StepTimeCurve(Protocol):
 class Profile:
     """Measured step time of the target (speculation off) vs query tokens in the step.
 
-    ``points``: (tokens, seconds), tokens strictly increasing, seconds non-decreasing.
+    ``points``: (tokens, seconds), tokens strictly increasing and >= 1 (a measured value in (0, 1)
+    is read as 1), seconds non-decreasing.
     ``context_tokens``: per-request context during the measurement (enables the KV correction).
     ``kv_seconds_per_token``: extra seconds per KV token; None = take it from the roofline.
     """
@@ -104,12 +105,16 @@ def parse_profile(data: object) -> Profile:
             t, s = p
         else:
             raise _invalid(f"profile.points[{i}]: expected {{tokens, seconds}} or [tokens, seconds]")
-        if not _is_number(t) or not math.isfinite(t) or t < 1:
-            raise _invalid(f"profile.points[{i}].tokens: must be a number >= 1")
+        if not _is_number(t) or not math.isfinite(t) or t <= 0:
+            raise _invalid(f"profile.points[{i}].tokens: must be a number > 0")
+        # A measured mean batch below 1 (0.99: one request with idle gaps between steps) is a
+        # one-request step: no step carries fewer than one query token.
+        t = max(float(t), 1.0)
         if not _is_number(s) or not math.isfinite(s) or s <= 0:
             raise _invalid(f"profile.points[{i}].seconds: must be a number > 0")
         if pts and t <= pts[-1][0]:
-            raise _invalid(f"profile.points[{i}].tokens: must be strictly increasing")
+            raise _invalid(f"profile.points[{i}].tokens: must be strictly increasing "
+                           "(values below 1 count as 1)")
         if pts and s < pts[-1][1]:
             raise _invalid(
                 f"profile.points[{i}].seconds: step time decreases with more tokens "

@@ -153,15 +153,20 @@ class CostModel:
 
         Configured, or computed once at batch 1 from the drafter's size on this hardware
         (EAGLE/MTP/Medusa head incl. LM head and per-proposal fixed cost spread over the
-        reference K; a draft model's own roofline step). Applied at every batch as
+        reference K; a draft model's own roofline step), over the target's roofline step at batch 1
+        (also when a measured profile replaces the target's step). Applied at every batch as
         T_draft(B, K) = K·c·T(B), so alpha* = c + (R − 1)/K (docs/costmodel.md, "Draft cost")."""
         d = self.draft
         if d.cost_per_token is not None:
             return d.cost_per_token
         if d.method in ("ngram", "suffix"):
             return 0.0  # charged on verify time instead, see draft_time
-        t1 = self.base_step_time(1.0)
         ctx = self.context_tokens
+        # The drafter is priced by the roofline, so it is divided by the target's roofline step on
+        # the same hardware, never by a measured profile's step: a CPU profile (4 ms) against an
+        # H100 roofline draft gave a break-even of 60. The ratio c then scales the profile's step.
+        t1 = self._roofline(model_weight_bytes(self.model, self.dtype, 1.0), self.model.active_params, 1.0,
+                            self.kv_bytes_per_token * ctx, self.fixed_seconds)
         kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
         if d.method == "draft_model" and d.draft_model is not None:
             dm = d.draft_model
@@ -211,7 +216,8 @@ class CostModel:
         method = METHOD_ALIASES.get(method, method)
         if method not in DRAFT_METHODS or method == self.draft.method:
             return self
-        return replace(self, draft=draft_cost_for(method, self.model))
+        return replace(self, draft=draft_cost_for(method, self.model, draft_model=self.draft.draft_model,
+                                                  draft_dtype=self.draft.draft_dtype))
 
 
 def max_concurrency_by_memory(cm: CostModel, gpu_memory_utilization: float = 0.9) -> int | None:

@@ -10,12 +10,15 @@ from typing import IO
 from .. import costmodel as cmod
 from .options import (
     SMALL_TARGET,
+    check_fractions,
     cost_model_from_flags,
     describe,
     emit_json,
     ints,
+    load_profile,
     rounded,
     target_options,
+    with_draft_k,
 )
 
 BreakevenRow = dict[str, float | None]
@@ -23,9 +26,13 @@ BreakevenRow = dict[str, float | None]
 
 def breakeven_rows(cm: cmod.CostModel, batches: Sequence[int], ks: Sequence[int],
                    alpha: float | None) -> list[BreakevenRow]:
+    """One row per batch x K. Each K gets the model built for that K (the per-proposal draft cost is
+    spread over it), so a row is the same whichever other K values are asked for."""
     rows: list[BreakevenRow] = []
+    models = {k: with_draft_k(cm, k) for k in ks}
     for b in batches:
         for k in ks:
+            cm = models[k]
             rows.append({
                 "batch": int(b),
                 "k": int(k),
@@ -55,8 +62,9 @@ def breakeven_table(cm: cmod.CostModel, rows: Sequence[BreakevenRow], alpha: flo
 
 def cmd_breakeven(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
+    check_fractions("--alpha", args.alpha)
     cm = cost_model_from_flags(args, SMALL_TARGET, draft_method=args.method, draft_cost_per_token=args.draft_cost,
-                               draft_k=max(args.k))
+                               draft_k=args.k[0], profile=load_profile(args.profile))
     rows = breakeven_rows(cm, args.batch, args.k, args.alpha)
     if args.format == "json":
         emit_json(rows, out)
@@ -74,6 +82,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help="draft cost per drafted token, fraction of a plain target step")
     p.add_argument("--k", type=ints, required=True, help="draft length K (or a comma list)")
     p.add_argument("--batch", type=ints, required=True, help="comma list of batch sizes, e.g. 1,8,64,256")
-    p.add_argument("--alpha", type=float, default=None, help="acceptance rate for the speedup column")
+    p.add_argument("--alpha", type=float, default=None, help="acceptance rate in [0, 1] for the speedup column")
+    p.add_argument("--profile", default=None, metavar="FILE",
+                   help="measured spec-off step-time profile (YAML, the sidecar's `profile:` format)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_breakeven)

@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass
-from typing import IO, Any
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import IO, Any, NoReturn
+
+import yaml
 
 from .. import costmodel as cmod
 
@@ -34,6 +38,38 @@ def ints(text: str) -> list[int]:
     if any(v != int(v) or v < 1 for v in vals):
         raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
     return [int(v) for v in vals]
+
+
+def usage_error(message: str) -> NoReturn:
+    """A bad flag value: one line on stderr naming the flag, exit status 2 (as for a bad config)."""
+    print(f"specwatch: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_fractions(flag: str, values: float | Sequence[float] | None) -> None:
+    """Acceptance rates are fractions of drafted tokens: anything outside [0, 1] is a typo."""
+    if values is None:
+        return
+    for value in [values] if isinstance(values, (int, float)) else values:
+        if not (0.0 <= value <= 1.0):
+            usage_error(f"{flag} {value:g}: an acceptance rate must be in [0, 1]")
+
+
+def load_profile(path: str | None) -> cmod.Profile | None:
+    """``--profile FILE``: the measured step-time profile of the sidecar's ``profile:`` key."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        usage_error(f"--profile {path}: {exc.strerror or exc}")
+    except yaml.YAMLError as exc:
+        usage_error(f"--profile {path}: not YAML ({exc})")
+    try:
+        return cmod.parse_profile(data)
+    except ValueError as exc:
+        usage_error(f"--profile {path}: {exc}")
 
 
 def traffic(text: str) -> Traffic:
@@ -110,7 +146,7 @@ def load_json(path: str, flag: str = "--model-config") -> dict[str, Any]:
 
 def cost_model_from_flags(args: argparse.Namespace, defaults: ModelDefaults, *, draft_method: str | None = None,
                           draft_cost_per_token: float | None = None, draft_k: int = cmod.DEFAULT_DRAFT_K,
-                          ) -> cmod.CostModel:
+                          profile: cmod.StepTimeCurve | None = None) -> cmod.CostModel:
     """The CostModel of the ``target_options`` flags; a bad value exits with one error line."""
     hardware, bandwidth, flops = args.hardware, args.bandwidth, args.flops
     if hardware is None and not (bandwidth or flops):
@@ -127,9 +163,22 @@ def cost_model_from_flags(args: argparse.Namespace, defaults: ModelDefaults, *, 
             tensor_parallel=args.tp or defaults.tensor_parallel,
             model=model if model_config is None else None, model_config=model_config, model_params=args.params,
             dtype=args.dtype or defaults.dtype, context_tokens=args.context,
-            draft_method=draft_method or "auto", draft_cost_per_token=draft_cost_per_token, draft_k=draft_k)
+            draft_method=draft_method or "auto", draft_cost_per_token=draft_cost_per_token, draft_k=draft_k,
+            profile=profile)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
+
+
+def with_draft_k(cm: cmod.CostModel, k: int) -> cmod.CostModel:
+    """The same model with the per-proposal fixed draft cost spread over ``k`` (the row's K), so a
+    row's numbers do not depend on the other K values asked for on the same command line."""
+    k = max(int(k), 1)
+    if cm.draft.reference_k == k:
+        return cm
+    draft = replace(cm.draft, reference_k=k)
+    if draft.method == "medusa":  # one head per drafted position
+        draft = replace(draft, head_params=cmod.draft_head_params(cm.model, "medusa", k))
+    return replace(cm, draft=draft)
 
 
 def rounded(x: float | None, nd: int = 4) -> float | None:

@@ -46,9 +46,12 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
     gate = be + rollout.margin
     prefill = cm.step_time(rollout.prompt_tokens, 0.0)  # one prompt alone, no queueing
     rates = cmod.position_rates_from_alpha(blended, k)
-    sched = cmod.recommend_schedule(cm, rates, max(rollout.max_batch, b))
+    sched = cmod.recommend_schedule(cm, rates, max(rollout.max_batch, b), live_batch=b,
+                                    zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP)
     best = cmod.best_draft_length(cm, b, rates)
     config = cmod.speculative_config(rollout.method, k, sched) if any(x > 0 for *_, x in sched) else None
+    # n-gram, suffix and MTP need no drafter path: then the whole flag, as vLLM accepts it pasted.
+    complete = cmod.complete_speculative_config(config, rollout.method) if config else None
     weights = cmod.model_total_weight_bytes(cm.model, cm.dtype)
     kv_load = cm.kv_bytes_per_token * b * cm.context_tokens
     mem = cm.hardware.memory_bytes
@@ -79,10 +82,12 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
         "`routes[].baseline_itl_p99_seconds`."),
         "",
         "## Stage 2 - enable speculation",
-        "- Add to `--speculative-config` (keep your drafter's `model` path):",
+        ("- Start vLLM with this `--speculative-config`:" if complete else
+         "- Add to `--speculative-config` (keep your drafter's `model` path):"),
         "",
         "```json",
-        json.dumps(config, separators=(", ", ": ")) if config else "// the model says speculation does not pay",
+        (json.dumps(complete or config, separators=(", ", ": ")) if config
+         else "// the model says speculation does not pay"),
         "```",
         "",
         ("- The `num_speculative_tokens_per_batch_size` schedule steps K down as concurrency rises "

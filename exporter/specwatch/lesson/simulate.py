@@ -15,6 +15,7 @@ from .options import (
     DEFAULT_TRAFFIC,
     LESSON_TARGET,
     Traffic,
+    check_fractions,
     cost_model_from_flags,
     describe,
     emit_json,
@@ -23,6 +24,7 @@ from .options import (
     rounded,
     target_options,
     traffic,
+    with_draft_k,
 )
 
 #: The lesson's draft length for its exercises.
@@ -109,9 +111,11 @@ class SimulationGrid:
 def _grid_rows(cm: cmod.CostModel, grid: SimulationGrid) -> list[dict[str, Any]]:
     rng = random.Random(grid.seed)
     rows = []
+    models = {k: with_draft_k(cm, k) for k in grid.ks}  # a row does not depend on the other K values
     for b in grid.batches:
-        t_base = cm.base_step_time(b)
         for k in grid.ks:
+            cm = models[k]
+            t_base = cm.base_step_time(b)
             t_spec = cm.spec_step_time(b, k)
             be = cmod.breakeven_acceptance_rate(cm, b, k)
             for alpha in grid.alphas:
@@ -184,6 +188,11 @@ def simulate_report(cm: cmod.CostModel, grid: SimulationGrid, mix: Traffic, *, i
             "requests": grid.requests, "jitter": grid.jitter, "grid": rows, "answers": answers}
 
 
+def _alpha(value: float | None) -> str:
+    """An acceptance rate as printed: three decimals, or 'unreachable' (never Python's None)."""
+    return "unreachable" if value is None else f"{value:.3f}"
+
+
 def simulate_text(rep: dict[str, Any]) -> str:
     d = rep["model"]
     lines = [(f"# toy decode loop: {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
@@ -200,22 +209,24 @@ def simulate_text(rep: dict[str, Any]) -> str:
     a = rep["answers"]
     lines.append("\n## alpha needed at K=5 (this model)")
     for r in a["alpha_for_speedup_at_k5"]:
-        lines.append(f"  batch {r['batch']}: 2x needs alpha {r['alpha_for_2x']}, 3x needs alpha {r['alpha_for_3x']}"
-                     " (None = unreachable)")
+        lines.append(f"  batch {r['batch']}: 2x at alpha {_alpha(r['alpha_for_2x'])}, "
+                     f"3x at alpha {_alpha(r['alpha_for_3x'])}")
     lines.append("\n## sensitivity to verify overhead (lesson form, K=5)")
     for r in a["overhead_sensitivity_k5"]:
-        lines.append(f"  overhead {r['overhead']:.2f}: break-even {r['breakeven']}, 2x at {r['alpha_for_2x']}, "
-                     f"3x at {r['alpha_for_3x']}")
+        lines.append(f"  overhead {r['overhead']:.2f}: break-even {_alpha(r['breakeven'])}, "
+                     f"2x at {_alpha(r['alpha_for_2x'])}, 3x at {_alpha(r['alpha_for_3x'])}")
     bt = a["blended_traffic"]
-    mix = ", ".join("{} {:.0f}% @ {}".format(r["route"], r["share"] * 100, r["alpha"]) for r in bt["routes"])
-    lines.append(f"\n## blended traffic: alpha = {bt['blended_alpha']} ({mix}), K={bt['k']}")
+    mix = ", ".join("{} {:.0f}% @ {:.3f}".format(r["route"], r["share"] * 100, r["alpha"]) for r in bt["routes"])
+    lines.append(f"\n## blended traffic: alpha = {_alpha(bt['blended_alpha'])} ({mix}), K={bt['k']}")
     for r in bt["per_batch"]:
         below = ", ".join(r["routes_below_breakeven"]) or "none"
-        lines.append(f"  batch {r['batch']}: break-even {r['breakeven']}, blended speedup {r['blended_speedup']}x, "
+        lines.append(f"  batch {r['batch']}: break-even {_alpha(r['breakeven'])}, "
+                     f"blended speedup {r['blended_speedup']:.2f}x, "
                      f"net {'positive' if r['net_positive'] else 'NEGATIVE'}; routes below break-even: {below}")
     dg = a["itl_diagnosis"]
     lines.append(f"\n## mean ITL {dg['mean_itl_change']:+.0%} but P99 ITL {dg['p99_itl_change']:+.0%}\n"
-                 f"  implies overhead {dg['implied_overhead']}, tau {dg['implied_tau']}, alpha {dg['implied_alpha']} "
+                 f"  implies overhead {dg['implied_overhead']:.3f}, tau {dg['implied_tau']:.3f}, "
+                 f"alpha {_alpha(dg['implied_alpha'])} "
                  f"at K=5; best K at batch 1: {dg['recommended_k_at_batch_1']}\n  {dg['explanation']}\n"
                  f"  Mitigate: {dg['mitigation']}.")
     return "\n".join(lines) + "\n"
@@ -223,6 +234,7 @@ def simulate_text(rep: dict[str, Any]) -> str:
 
 def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
+    check_fractions("--alphas", args.alphas)
     draft_cost = args.draft_cost
     if draft_cost is None and args.method is None:
         # The lesson's epsilon: total draft+verify overhead at batch 1 for K=5.
