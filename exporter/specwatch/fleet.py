@@ -25,11 +25,12 @@ import structlog
 
 from . import costmodel, decide, promql
 from .config import Config, ConfigError, PrometheusConfig
-from .derive import WindowStats, window_stats
+from .derive import window_stats
 from .pipeline import (
     RouteEvaluation,
+    WindowEntry,
+    evaluate_route,
     evaluation_record,
-    resolve_method,
 )
 from .promsource import (
     QUERY_ERROR_REASONS,
@@ -37,6 +38,7 @@ from .promsource import (
     PromQueryError,
     Sample,
 )
+from .schedule_check import schedule_from_config
 from .vllm import (
     K_ACCEPTED,
     K_DRAFT_TOKENS,
@@ -47,7 +49,6 @@ from .vllm import (
     K_ITL_SUM,
     K_POS,
     K_STEPS,
-    SCHEMA_V0,
     SCHEMA_V1,
     SCHEMA_V1_LEGACY_ITL,
     RouteMatcher,
@@ -230,6 +231,7 @@ class FleetState:
 class _Record:
     method: str = "auto:unknown"
     verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
+    advice: dict[str, decide.Assessment] = field(default_factory=dict)
     last_sample: float | None = None
     model_name: str = ""
     evaluations: tuple[RouteEvaluation, ...] = ()
@@ -247,6 +249,7 @@ class FleetEvaluator:
         self.source: PrometheusConfig = config.prometheus
         source = self.source
         self.cost_model = cost_model if cost_model is not None else costmodel.cost_model_from_config(config)
+        self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
         self.queries = promql.query_set(config.windows, config.window_labels, source.matchers,
                                         source.replica_labels)
@@ -323,9 +326,7 @@ class FleetEvaluator:
     def _evaluate_route(self, record: _Record, replica: ReplicaKey, route: str,
                         by_window: Mapping[str, Mapping[tuple[ReplicaKey, str], _RouteData]], now: float,
                         interval: float, fresh: bool) -> tuple[RouteEvaluation, ...]:
-        configured = self.config.draft.method
-        config_method = None if configured == "auto" else configured
-        windows: list[tuple[float, str, WindowView, WindowStats]] = []
+        windows: list[WindowEntry] = []
         for width, label in zip(self.config.windows, self.config.window_labels):
             data = by_window[label].get((replica, route))
             if data is None:
@@ -336,32 +337,8 @@ class FleetEvaluator:
             if view is not None:
                 windows.append((width, label, view, window_stats(view, route, label, now,
                                                                  configured_k_hint=self.config.draft.k)))
-        # The same choices as the sidecar's pipeline: one cost class per route from the longest
-        # window that saw drafts, the sample guard, then assess and the hold.
-        if configured != "auto":
-            record.method = configured
-        for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
-            if stats.draft_length is not None:
-                record.method = resolve_method(configured, stats)
-                break
-        evaluations = []
-        for _, label, view, stats in windows:
-            guard = self._guard(stats, view.last.snapshot)
-            previous = record.verdicts.get(label)
-            assessment = decide.assess(self.cost_model, stats, self.config.decision, record.method.split(":")[-1],
-                                       previous.current if previous else None, config_method=config_method)
-            if fresh or previous is None:
-                state = decide.next_verdict(previous, assessment.candidate, self.config.decision.hold)
-                record.verdicts[label] = state
-            else:
-                state = previous
-            evaluations.append(RouteEvaluation(stats, assessment, state.current, guard))
-        return tuple(evaluations)
-
-    def _guard(self, stats: WindowStats, latest: RouteSnapshot) -> bool:
-        if latest.schema == SCHEMA_V0:
-            return stats.acceptance_rate is not None
-        return stats.drafts is not None and stats.drafts >= self.config.decision.min_drafts
+        # Exactly the sidecar's per-route evaluation, per replica.
+        return evaluate_route(self.config, self.cost_model, self._schedule, record, windows, now, fresh=fresh)
 
     def _expire(self) -> None:
         ttl = self.config.route_ttl_polls

@@ -16,16 +16,13 @@ Never stale: nothing from a failed poll, nothing for a stale replica (both count
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import __version__
-from .collector import DERIVED_GAUGES
-from .decide import VERDICTS
+from .collector import WindowFamilies
 from .fleet import FleetState, replica_name
 from .promsource import QUERY_ERROR_REASONS
 
@@ -84,20 +81,11 @@ class FleetCollector(Collector):
     def _replicas(self, state: FleetState) -> Iterable[Metric]:
         with_instance = "instance" not in state.replica_labels
         extra = [*state.replica_labels, *(["instance"] if with_instance else [])]
-        base = ["route", "target", "window", *extra]
-        gauges = {name: GaugeMetricFamily(name, text + FLEET_NOTE, labels=base) for name, _, text in DERIVED_GAUGES}
+        per_window = WindowFamilies(["route", "target", "window", *extra], FLEET_NOTE)
         info = GaugeMetricFamily("specwatch_route_info", "Route metadata: model, speculative method, vLLM metric schema.",
                                  labels=["route", "target", "model_name", "method", "schema", *extra])
         baseline = GaugeMetricFamily("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route.",
                                      labels=["route", "target", *extra])
-        position_rate = GaugeMetricFamily("specwatch_position_acceptance_rate",
-                                          "Share of drafts whose token at this position was accepted, over the window (p_i)." + FLEET_NOTE,
-                                          labels=[*base, "position"])
-        window_drafts = GaugeMetricFamily("specwatch_window_drafts", "Speculative drafts in the window." + FLEET_NOTE, labels=base)
-        verdict = GaugeMetricFamily("specwatch_verdict", "1 for the route's current verdict, 0 for the others.",
-                                    labels=[*base, "verdict"])
-        config = GaugeMetricFamily("specwatch_recommended_config_info", "The recommended --speculative-config JSON (value 1).",
-                                   labels=[*base, "config"])
         if state.up:
             for route in state.routes:
                 if route.stale or not route.evaluations:
@@ -109,24 +97,8 @@ class FleetCollector(Collector):
                 if route.route in state.baselines:
                     baseline.add_metric([route.route, target, *values], state.baselines[route.route])
                 for evaluation in route.evaluations:
-                    labels = [route.route, target, evaluation.stats.window, *values]
-                    for name, field, _ in DERIVED_GAUGES:
-                        value = evaluation.value(field)
-                        if value is not None and math.isfinite(value):
-                            gauges[name].add_metric(labels, value)
-                    rates = evaluation.stats.position_rates if evaluation.guard_passed else None  # a guarded stat
-                    if rates:
-                        for position, rate in enumerate(rates):
-                            position_rate.add_metric([*labels, str(position)], rate)
-                    if evaluation.stats.drafts is not None:
-                        window_drafts.add_metric(labels, evaluation.stats.drafts)
-                    if evaluation.verdict is not None:
-                        for name in VERDICTS:
-                            verdict.add_metric([*labels, name], 1 if name == evaluation.verdict else 0)
-                    recommended = evaluation.value("recommended_config")
-                    if recommended:
-                        config.add_metric([*labels, json.dumps(recommended, separators=(",", ":"), sort_keys=True)], 1)
-        yield from (info, baseline, *gauges.values(), position_rate, window_drafts, verdict, config)
+                    per_window.add([route.route, target, evaluation.stats.window, *values], evaluation)
+        yield from (info, baseline, *per_window.families())
 
     def _fleet(self, state: FleetState) -> Iterable[Metric]:
         alpha = GaugeMetricFamily("specwatch_fleet_acceptance_rate",
