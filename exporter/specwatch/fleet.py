@@ -3,9 +3,10 @@ derivations, cost model, verdicts and hysteresis as the sidecar, plus a fleet ro
 
 The maths is not re-implemented here: each replica's window is handed to derive.window_stats as a
 window.WindowView whose increases are the query's per-series increases, keyed exactly as the
-sidecar keys its counters (series_key below, the one place that knows the key layout). Then
-decide.assess and decide.next_verdict run unchanged, per replica: the break-even is nonlinear in
-the batch, so a fleet-average batch would decide wrongly.
+sidecar keys its counters (series_key below, the one place that knows the key layout). Then the
+sidecar's own per-route evaluation (pipeline.evaluate_route: cost class, guard, assessment, hold,
+draft.config check, advice) runs per replica: the break-even is nonlinear in the batch, so a
+fleet-average batch would decide wrongly.
 
 Freshness: a replica whose newest sample is older than two scrape intervals (or that Prometheus
 marked stale) is stale: its values are not served and its verdicts do not move; it is counted.
