@@ -20,6 +20,7 @@ Query conventions (the metric contract, docs/architecture.md):
 - only metrics the sidecar exports, or that `rules/*.yaml` records, are named (tests/test_dashboard.py
   proves it); the alert annotation reads Prometheus's `ALERTS` series of the alerts in `rules/`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,6 +77,7 @@ ITL_NOTE = (
 # Small builders (plain dicts that follow the Grafana 11 classic model and the foundation-SDK schemas)
 # --------------------------------------------------------------------------------------------------
 
+
 def target(ref: str, expr: str, legend: str, *, instant: bool = False) -> dict:
     t = {
         "datasource": DS,
@@ -91,8 +93,18 @@ def target(ref: str, expr: str, legend: str, *, instant: bool = False) -> dict:
 
 def link(title: str, url: str, *, tooltip: str = "") -> dict:
     """An external link (dashboard and panel links share Grafana's DashboardLink model)."""
-    return {"title": title, "type": "link", "url": url, "icon": "doc", "tooltip": tooltip or title, "tags": [],
-            "asDropdown": False, "targetBlank": True, "includeVars": False, "keepTime": False}
+    return {
+        "title": title,
+        "type": "link",
+        "url": url,
+        "icon": "doc",
+        "tooltip": tooltip or title,
+        "tags": [],
+        "asDropdown": False,
+        "targetBlank": True,
+        "includeVars": False,
+        "keepTime": False,
+    }
 
 
 def thresholds(*steps: tuple[float | None, str]) -> dict:
@@ -100,10 +112,12 @@ def thresholds(*steps: tuple[float | None, str]) -> dict:
 
 
 def value_mappings(pairs: list[tuple[str, str, str]]) -> list[dict]:
-    return [{
-        "type": "value",
-        "options": {v: {"text": text, "color": color, "index": i} for i, (v, text, color) in enumerate(pairs)},
-    }]
+    return [
+        {
+            "type": "value",
+            "options": {v: {"text": text, "color": color, "index": i} for i, (v, text, color) in enumerate(pairs)},
+        }
+    ]
 
 
 def dashed(color: str) -> list[dict]:
@@ -124,9 +138,19 @@ def by_prefix(prefix: str, props: list[dict]) -> dict:
     return {"matcher": {"id": "byRegexpOrNames", "options": {"pattern": pattern, "names": []}}, "properties": props}
 
 
-def timeseries(title: str, description: str, targets: list[dict], *, unit: str, min_: float | None = None,
-               max_: float | None = None, overrides: list[dict] | None = None, decimals: int | None = None,
-               thresh: dict | None = None, thresholds_style: str = "off") -> dict:
+def timeseries(
+    title: str,
+    description: str,
+    targets: list[dict],
+    *,
+    unit: str,
+    min_: float | None = None,
+    max_: float | None = None,
+    overrides: list[dict] | None = None,
+    decimals: int | None = None,
+    thresh: dict | None = None,
+    thresholds_style: str = "off",
+) -> dict:
     defaults: dict = {
         "custom": {
             "drawStyle": "line",
@@ -166,17 +190,32 @@ def timeseries(title: str, description: str, targets: list[dict], *, unit: str, 
         "targets": targets,
         "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
         "options": {
-            "legend": {"showLegend": True, "displayMode": "table", "placement": "bottom",
-                       "calcs": ["lastNotNull", "min", "max"]},
+            "legend": {
+                "showLegend": True,
+                "displayMode": "table",
+                "placement": "bottom",
+                "calcs": ["lastNotNull", "min", "max"],
+            },
             "tooltip": {"mode": "multi", "sort": "desc"},
         },
     }
 
 
-def stat(title: str, description: str, targets: list[dict], *, unit: str = "none", thresh: dict | None = None,
-         mappings: list[dict] | None = None, decimals: int | None = None, text_mode: str = "value_and_name",
-         color_mode: str = "value", graph_mode: str = "none", overrides: list[dict] | None = None,
-         value_size: int | None = None) -> dict:
+def stat(
+    title: str,
+    description: str,
+    targets: list[dict],
+    *,
+    unit: str = "none",
+    thresh: dict | None = None,
+    mappings: list[dict] | None = None,
+    decimals: int | None = None,
+    text_mode: str = "value_and_name",
+    color_mode: str = "value",
+    graph_mode: str = "none",
+    overrides: list[dict] | None = None,
+    value_size: int | None = None,
+) -> dict:
     defaults: dict = {
         "unit": unit,
         "color": {"mode": "thresholds"},
@@ -213,10 +252,15 @@ def stat(title: str, description: str, targets: list[dict], *, unit: str = "none
 # Rows
 # --------------------------------------------------------------------------------------------------
 
+
 def verdict_row() -> list[tuple[dict, int, int]]:
-    verdict_expr = "max by (cluster, namespace, pod, target, route) (\n" + "\n  or ".join(
-        f'(specwatch_verdict{{{WIN}, verdict="{v}"}} == 1) * {i}' for i, (v, _, _) in enumerate(VERDICTS, 1)
-    ) + "\n)"
+    verdict_expr = (
+        "max by (cluster, namespace, pod, target, route) (\n"
+        + "\n  or ".join(
+            f'(specwatch_verdict{{{WIN}, verdict="{v}"}} == 1) * {i}' for i, (v, _, _) in enumerate(VERDICTS, 1)
+        )
+        + "\n)"
+    )
     verdict = stat(
         "Verdict",
         "Current verdict per route and pod on the selected window (docs/costmodel.md): keep; shorten K (a shorter "
@@ -225,14 +269,16 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "evaluations.",
         [target("A", verdict_expr, "{{route}} · {{pod}} · {{target}}", instant=True)],
         mappings=value_mappings([(str(i), text, color) for i, (_, text, color) in enumerate(VERDICTS, 1)]),
-        color_mode="background", text_mode="value_and_name",
+        color_mode="background",
+        text_mode="value_and_name",
     )
     speedup = stat(
         "Expected speedup",
         "Modelled speedup of speculation over plain decoding at the live batch size and the measured "
         "acceptance: tau(K)·T(B)/T_spec(B, K). Below 1× speculation costs more than it saves.",
         [target("A", f"specwatch_expected_speedup{{{WIN}}}", "{{route}} · {{pod}} · {{target}}", instant=True)],
-        unit="suffix:×", decimals=2,
+        unit="suffix:×",
+        decimals=2,
         thresh=thresholds((None, "red"), (1.0, "yellow"), (1.1, "green")),
     )
     margin = stat(
@@ -241,7 +287,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "length, in percentage points. Negative: speculation is below break-even (the "
         "SpecDecodeBelowBreakeven alert). Yellow inside the default decision margin (0.02).",
         [target("A", f"specwatch_acceptance_margin{{{WIN}}}", "{{route}} · {{pod}} · {{target}}", instant=True)],
-        unit="percentunit", decimals=1,
+        unit="percentunit",
+        decimals=1,
         thresh=thresholds((None, "red"), (0.0, "yellow"), (0.02, "green")),
     )
     alpha_vs = stat(
@@ -250,9 +297,16 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "rate at which speculation is exactly break-even at the live batch (rises with batch size).",
         [
             target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}} · {{target}}", instant=True),
-            target("B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "α* {{route}} · {{pod}} · {{target}}", instant=True),
+            target(
+                "B",
+                f"specwatch_breakeven_acceptance_rate{{{WIN}}}",
+                "α* {{route}} · {{pod}} · {{target}}",
+                instant=True,
+            ),
         ],
-        unit="percentunit", decimals=1, color_mode="value",
+        unit="percentunit",
+        decimals=1,
+        color_mode="value",
         thresh=thresholds((None, "green")),
         overrides=[by_prefix("α* ", [{"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}])],
     )
@@ -261,7 +315,9 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Draft length with the best modelled speedup at the live batch (from the per-position acceptance "
         "p_i); 0 means disable speculation. The measured mean draft length K is shown for comparison.",
         [
-            target("A", f"specwatch_recommended_draft_length{{{WIN}}}", "K' {{route}} · {{pod}} · {{target}}", instant=True),
+            target(
+                "A", f"specwatch_recommended_draft_length{{{WIN}}}", "K' {{route}} · {{pod}} · {{target}}", instant=True
+            ),
             target("B", f"specwatch_draft_length{{{WIN}}}", "K now {{route}} · {{pod}} · {{target}}", instant=True),
         ],
         decimals=1,
@@ -272,9 +328,17 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Recommended --speculative-config",
         "The ready vLLM `--speculative-config` JSON that fits the verdict: fewer `num_speculative_tokens`, "
         "a V1 `num_speculative_tokens_per_batch_size` schedule, or none (remove speculative_config).",
-        [target("A", f"max by (cluster, namespace, pod, target, route, config) (specwatch_recommended_config_info{{{WIN}}})",
-                "{{route}} · {{pod}} · {{target}}: {{config}}", instant=True)],
-        text_mode="name", color_mode="none", value_size=14,
+        [
+            target(
+                "A",
+                f"max by (cluster, namespace, pod, target, route, config) (specwatch_recommended_config_info{{{WIN}}})",
+                "{{route}} · {{pod}} · {{target}}: {{config}}",
+                instant=True,
+            )
+        ],
+        text_mode="name",
+        color_mode="none",
+        value_size=14,
     )
     return [(verdict, 6, 5), (speedup, 4, 5), (margin, 4, 5), (alpha_vs, 5, 5), (rec_k, 5, 5), (config, 24, 4)]
 
@@ -288,9 +352,14 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "line, speculation slows the server down. Read it with the batch-size panel in the Load row.",
         [
             target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}} · {{target}}"),
-            target("B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "break-even α* {{route}} · {{pod}} · {{target}}"),
+            target(
+                "B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "break-even α* {{route}} · {{pod}} · {{target}}"
+            ),
         ],
-        unit="percentunit", min_=0, max_=1, overrides=[by_prefix("break-even α* ", dashed("red"))],
+        unit="percentunit",
+        min_=0,
+        max_=1,
+        overrides=[by_prefix("break-even α* ", dashed("red"))],
     )
     tau = timeseries(
         "Mean acceptance length τ and draft length K",
@@ -300,14 +369,23 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
             target("A", f"specwatch_mean_acceptance_length{{{WIN}}}", "τ {{route}} · {{pod}} · {{target}}"),
             target("B", f"specwatch_draft_length{{{WIN}}}", "K {{route}} · {{pod}} · {{target}}"),
         ],
-        unit="none", min_=0, decimals=2, overrides=[by_prefix("K ", dashed("purple"))],
+        unit="none",
+        min_=0,
+        decimals=2,
+        overrides=[by_prefix("K ", dashed("purple"))],
     )
     pos = timeseries(
         "Per-position acceptance p_i",
         "Share of drafts whose position i was accepted (non-increasing in i). Where p_i is small, drafting "
         "position i costs more than it returns: the reason behind a shorter recommended K.",
-        [target("A", f"specwatch_position_acceptance_rate{{{WIN}}}", "{{route}} · {{pod}} · {{target}} pos {{position}}")],
-        unit="percentunit", min_=0, max_=1,
+        [
+            target(
+                "A", f"specwatch_position_acceptance_rate{{{WIN}}}", "{{route}} · {{pod}} · {{target}} pos {{position}}"
+            )
+        ],
+        unit="percentunit",
+        min_=0,
+        max_=1,
     )
     drafts = timeseries(
         "Drafts in window",
@@ -315,21 +393,33 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         f"(default {DEFAULT_MIN_DRAFTS}, dashed line); below it the verdict is insufficient data and the "
         f"derived gauges are absent.",
         [target("A", f"specwatch_window_drafts{{{WIN}}}", "{{route}} · {{pod}} · {{target}}")],
-        unit="short", min_=0, decimals=0,
-        thresh=thresholds((None, "red"), (DEFAULT_MIN_DRAFTS, "green")), thresholds_style="dashed",
+        unit="short",
+        min_=0,
+        decimals=0,
+        thresh=thresholds((None, "red"), (DEFAULT_MIN_DRAFTS, "green")),
+        thresholds_style="dashed",
     )
     tokens = timeseries(
         "Draft tokens/s: accepted and rejected",
         "From the mirrored vLLM counters: draft tokens proposed per second, split into accepted and "
         "rejected (proposed − accepted). Rejected tokens are verification work that produced nothing.",
         [
-            target("A", f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
-                        f"[$__rate_interval]))", "accepted {{route}} · {{pod}} · {{target}}"),
-            target("B", f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_draft_tokens_total{{{ROUTE}}}"
-                        f"[$__rate_interval]))\n- sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_"
-                        f"total{{{ROUTE}}}[$__rate_interval]))", "rejected {{route}} · {{pod}} · {{target}}"),
+            target(
+                "A",
+                f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
+                f"[$__rate_interval]))",
+                "accepted {{route}} · {{pod}} · {{target}}",
+            ),
+            target(
+                "B",
+                f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_draft_tokens_total{{{ROUTE}}}"
+                f"[$__rate_interval]))\n- sum by (cluster, namespace, pod, target, route) "
+                f"(rate(specwatch_accepted_tokens_total{{{ROUTE}}}[$__rate_interval]))",
+                "rejected {{route}} · {{pod}} · {{target}}",
+            ),
         ],
-        unit="short", min_=0,
+        unit="short",
+        min_=0,
         overrides=[by_prefix("rejected ", [{"id": "color", "value": {"mode": "fixed", "fixedColor": "orange"}}])],
     )
     return [(alpha, 12, 9), (tau, 6, 9), (pos, 6, 9), (drafts, 12, 7), (tokens, 12, 7)]
@@ -344,16 +434,23 @@ def latency_row() -> list[tuple[dict, int, int]]:
         [
             target("A", f"specwatch_itl_p50_seconds{{{WIN}}}", "P50 {{route}} · {{pod}} · {{target}}"),
             target("B", f"specwatch_itl_p99_seconds{{{WIN}}}", "P99 {{route}} · {{pod}} · {{target}}"),
-            target("C", f"specwatch_baseline_itl_p99_seconds{{{ROUTE}}}", "spec-off P99 baseline {{route}} · {{pod}} · {{target}}"),
+            target(
+                "C",
+                f"specwatch_baseline_itl_p99_seconds{{{ROUTE}}}",
+                "spec-off P99 baseline {{route}} · {{pod}} · {{target}}",
+            ),
         ],
-        unit="s", min_=0, overrides=[by_prefix("spec-off P99 baseline ", dashed("red"))],
+        unit="s",
+        min_=0,
+        overrides=[by_prefix("spec-off P99 baseline ", dashed("red"))],
     )
     per_token = timeseries(
         "ITL per token (mean)",
         "Mean latency per generated token on the window: Δ ITL sum / Δ generation tokens. Speculation "
         "lowers it when it pays; compare with the per-step percentiles on the left.",
         [target("A", f"specwatch_itl_per_token_mean_seconds{{{WIN}}}", "{{route}} · {{pod}} · {{target}}")],
-        unit="s", min_=0,
+        unit="s",
+        min_=0,
     )
     return [(steps, 12, 8), (per_token, 12, 8)]
 
@@ -366,21 +463,37 @@ def load_row() -> list[tuple[dict, int, int]]:
         "α has fallen below the (rising) break-even — the same moment the Acceptance row shows α crossing α*.",
         [
             target("A", f"specwatch_batch_size{{{WIN}}}", "batch {{route}} · {{pod}} · {{target}}"),
-            target("B", f"specwatch_max_speculative_batch_size{{{WIN}}}", "max paying batch {{route}} · {{pod}} · {{target}}"),
+            target(
+                "B",
+                f"specwatch_max_speculative_batch_size{{{WIN}}}",
+                "max paying batch {{route}} · {{pod}} · {{target}}",
+            ),
         ],
-        unit="short", min_=0, decimals=1, overrides=[by_prefix("max paying batch ", dashed("red"))],
+        unit="short",
+        min_=0,
+        decimals=1,
+        overrides=[by_prefix("max paying batch ", dashed("red"))],
     )
     gen = timeseries(
         "Generation tokens/s",
         "Output tokens per second (vLLM counts accepted draft and bonus tokens as generated), and the part "
         "that came from accepted drafts.",
         [
-            target("A", f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_generation_tokens_total{{{ROUTE}}}"
-                        f"[$__rate_interval]))", "generated {{route}} · {{pod}} · {{target}}"),
-            target("B", f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
-                        f"[$__rate_interval]))", "from accepted drafts {{route}} · {{pod}} · {{target}}"),
+            target(
+                "A",
+                f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_generation_tokens_total{{{ROUTE}}}"
+                f"[$__rate_interval]))",
+                "generated {{route}} · {{pod}} · {{target}}",
+            ),
+            target(
+                "B",
+                f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
+                f"[$__rate_interval]))",
+                "from accepted drafts {{route}} · {{pod}} · {{target}}",
+            ),
         ],
-        unit="short", min_=0,
+        unit="short",
+        min_=0,
     )
     return [(batch, 12, 8), (gen, 12, 8)]
 
@@ -389,9 +502,11 @@ def load_row() -> list[tuple[dict, int, int]]:
 # summed over pods, rates over 5m, ratios of sums, never averages of ratios). They carry only
 # `namespace`, `route` (and `position`), so the pod and window variables do not apply.
 FLEET = 'cluster=~"$cluster", namespace=~"$namespace", route=~"$route"'
-FLEET_NOTE = ("Fleet view from specwatch's recording rules: counters rated over 5m, summed over every pod of "
-              "the route in the namespace, then divided (never an average of per-pod ratios). Independent of "
-              "the pod and window selectors.")
+FLEET_NOTE = (
+    "Fleet view from specwatch's recording rules: counters rated over 5m, summed over every pod of "
+    "the route in the namespace, then divided (never an average of per-pod ratios). Independent of "
+    "the pod and window selectors."
+)
 
 
 def fleet_row() -> list[tuple[dict, int, int]]:
@@ -399,7 +514,9 @@ def fleet_row() -> list[tuple[dict, int, int]]:
         "Fleet acceptance rate α per route (all pods, 5m)",
         FLEET_NOTE + " α = Σ rate(accepted tokens) / Σ rate(draft tokens).",
         [target("A", f"namespace_route:specwatch_acceptance_rate:ratio_rate5m{{{FLEET}}}", "α {{route}}")],
-        unit="percentunit", min_=0, max_=1,
+        unit="percentunit",
+        min_=0,
+        max_=1,
     )
     tau = timeseries(
         "Fleet τ and K per route",
@@ -408,14 +525,24 @@ def fleet_row() -> list[tuple[dict, int, int]]:
             target("A", f"namespace_route:specwatch_mean_acceptance_length:ratio_rate5m{{{FLEET}}}", "τ {{route}}"),
             target("B", f"namespace_route:specwatch_draft_length:ratio_rate5m{{{FLEET}}}", "K {{route}}"),
         ],
-        unit="none", min_=0, decimals=2, overrides=[by_prefix("K ", dashed("purple"))],
+        unit="none",
+        min_=0,
+        decimals=2,
+        overrides=[by_prefix("K ", dashed("purple"))],
     )
     pos = timeseries(
         "Fleet per-position acceptance p_i",
         FLEET_NOTE,
-        [target("A", f"namespace_route_position:specwatch_position_acceptance_rate:ratio_rate5m{{{FLEET}}}",
-                "{{route}} pos {{position}}")],
-        unit="percentunit", min_=0, max_=1,
+        [
+            target(
+                "A",
+                f"namespace_route_position:specwatch_position_acceptance_rate:ratio_rate5m{{{FLEET}}}",
+                "{{route}} pos {{position}}",
+            )
+        ],
+        unit="percentunit",
+        min_=0,
+        max_=1,
     )
     itl = timeseries(
         "Fleet ITL per step P50 / P99 and per-token mean",
@@ -424,10 +551,13 @@ def fleet_row() -> list[tuple[dict, int, int]]:
         [
             target("A", f"namespace_route:specwatch_itl_seconds:p50_rate5m{{{FLEET}}}", "P50 {{route}}"),
             target("B", f"namespace_route:specwatch_itl_seconds:p99_rate5m{{{FLEET}}}", "P99 {{route}}"),
-            target("C", f"namespace_route:specwatch_itl_per_token_seconds:ratio_rate5m{{{FLEET}}}",
-                   "per token {{route}}"),
+            target(
+                "C", f"namespace_route:specwatch_itl_per_token_seconds:ratio_rate5m{{{FLEET}}}", "per token {{route}}"
+            ),
         ],
-        unit="s", min_=0, overrides=[by_prefix("per token ", dashed("blue"))],
+        unit="s",
+        min_=0,
+        overrides=[by_prefix("per token ", dashed("blue"))],
     )
     tokens = timeseries(
         "Fleet tokens/s per route",
@@ -438,7 +568,8 @@ def fleet_row() -> list[tuple[dict, int, int]]:
             target("C", f"namespace_route:specwatch_accepted_tokens:rate5m{{{FLEET}}}", "accepted {{route}}"),
             target("D", f"namespace_route:specwatch_drafts:rate5m{{{FLEET}}}", "drafts {{route}}"),
         ],
-        unit="short", min_=0,
+        unit="short",
+        min_=0,
     )
     return [(alpha, 8, 8), (tau, 8, 8), (pos, 8, 8), (itl, 12, 8), (tokens, 12, 8)]
 
@@ -449,50 +580,83 @@ def health_row() -> list[tuple[dict, int, int]]:
         "Whether the sidecar's last poll of each vLLM /metrics target succeeded (SpecDecodeTargetDown).",
         [target("A", f"specwatch_target_up{{{TARGET}}}", "{{pod}} · {{target}}", instant=True)],
         mappings=value_mappings([("0", "down", "red"), ("1", "up", "green")]),
-        thresh=thresholds((None, "red"), (1, "green")), color_mode="background",
+        thresh=thresholds((None, "red"), (1, "green")),
+        color_mode="background",
     )
     age = stat(
         "Since last good poll",
         "Seconds since the last successful poll of each target. Above a few poll intervals the derived "
         "gauges go absent.",
-        [target("A", f"time() - specwatch_last_scrape_success_timestamp_seconds{{{TARGET}}}",
-                "{{pod}} · {{target}}", instant=True)],
-        unit="s", decimals=0, thresh=thresholds((None, "green"), (30, "yellow"), (120, "red")),
+        [
+            target(
+                "A",
+                f"time() - specwatch_last_scrape_success_timestamp_seconds{{{TARGET}}}",
+                "{{pod}} · {{target}}",
+                instant=True,
+            )
+        ],
+        unit="s",
+        decimals=0,
+        thresh=thresholds((None, "green"), (30, "yellow"), (120, "red")),
     )
     info = stat(
         "Sidecar and routes",
         "specwatch version per pod, and each route's target, vLLM model name, drafting method and metric "
         "schema (V1 / V0) as the sidecar detected them.",
         [
-            target("A", f"max by (namespace, pod, version) (specwatch_build_info{{{POD}}})",
-                   "{{pod}}: specwatch {{version}}", instant=True),
-            target("B", f"max by (namespace, pod, route, target, model_name, method, schema) "
-                        f"(specwatch_route_info{{{ROUTE}}})",
-                   "{{pod}}: {{route}} → {{target}} · {{model_name}} · {{method}} · {{schema}}", instant=True),
+            target(
+                "A",
+                f"max by (namespace, pod, version) (specwatch_build_info{{{POD}}})",
+                "{{pod}}: specwatch {{version}}",
+                instant=True,
+            ),
+            target(
+                "B",
+                f"max by (namespace, pod, route, target, model_name, method, schema) (specwatch_route_info{{{ROUTE}}})",
+                "{{pod}}: {{route}} → {{target}} · {{model_name}} · {{method}} · {{schema}}",
+                instant=True,
+            ),
         ],
-        text_mode="name", color_mode="none", value_size=12,
+        text_mode="name",
+        color_mode="none",
+        value_size=12,
     )
     errors = timeseries(
         "Poll errors by reason",
         "Failed polls of the vLLM targets per second, by reason (timeout, connection, HTTP status, parse, "
         "size). Derived gauges go absent while a target fails.",
-        [target("A", f"sum by (namespace, pod, target, reason) (rate(specwatch_scrape_errors_total{{{TARGET}}}"
-                     f"[$__rate_interval]))", "{{reason}} {{pod}} · {{target}}")],
-        unit="reqps", min_=0,
+        [
+            target(
+                "A",
+                f"sum by (namespace, pod, target, reason) (rate(specwatch_scrape_errors_total{{{TARGET}}}"
+                f"[$__rate_interval]))",
+                "{{reason}} {{pod}} · {{target}}",
+            )
+        ],
+        unit="reqps",
+        min_=0,
     )
     resets = timeseries(
         "Target restarts (vLLM counter resets)",
         "vLLM restarts seen by the sidecar: polls where the target's counters dropped or a _created timestamp "
         "changed. Windows follow Prometheus's reset rule, so a restart never changes a verdict by itself.",
-        [target("A", f"sum by (namespace, pod, target) (increase(specwatch_target_restarts_total{{{TARGET}}}"
-                     f"[$__rate_interval]))", "{{pod}} · {{target}}")],
-        unit="short", min_=0,
+        [
+            target(
+                "A",
+                f"sum by (namespace, pod, target) (increase(specwatch_target_restarts_total{{{TARGET}}}"
+                f"[$__rate_interval]))",
+                "{{pod}} · {{target}}",
+            )
+        ],
+        unit="short",
+        min_=0,
     )
     duration = timeseries(
         "Poll duration",
         "Duration of the sidecar's last poll of each target (HTTP GET and parse).",
         [target("A", f"specwatch_scrape_duration_seconds{{{TARGET}}}", "{{pod}} · {{target}}")],
-        unit="s", min_=0,
+        unit="s",
+        min_=0,
     )
     return [(up, 5, 5), (age, 5, 5), (info, 14, 5), (errors, 8, 7), (resets, 8, 7), (duration, 8, 7)]
 
@@ -512,8 +676,16 @@ def layout() -> list[dict]:
     y = 0
     pid = 1
     for title, make in ROWS:
-        panels.append({"type": "row", "title": title, "collapsed": False, "id": pid, "panels": [],
-                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}})
+        panels.append(
+            {
+                "type": "row",
+                "title": title,
+                "collapsed": False,
+                "id": pid,
+                "panels": [],
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+            }
+        )
         pid += 1
         y += 1
         x, line_h = 0, 0
@@ -522,8 +694,9 @@ def layout() -> list[dict]:
                 x, y, line_h = 0, y + line_h, 0
             panel = {"id": pid, **panel, "gridPos": {"h": h, "w": w, "x": x, "y": y}}
             if panel["title"] in PANEL_RUNBOOKS:
-                panel["links"] = [link(f"Runbook: {name}", f"{RUNBOOK}#{name.lower()}")
-                                  for name in PANEL_RUNBOOKS[panel["title"]]]
+                panel["links"] = [
+                    link(f"Runbook: {name}", f"{RUNBOOK}#{name.lower()}") for name in PANEL_RUNBOOKS[panel["title"]]
+                ]
             panels.append(panel)
             pid += 1
             x += w
@@ -533,8 +706,16 @@ def layout() -> list[dict]:
 
 
 def variables() -> list[dict]:
-    def query_var(name: str, label: str, query: str, *, multi: bool, include_all: bool, description: str,
-                  current: dict | None = None) -> dict:
+    def query_var(
+        name: str,
+        label: str,
+        query: str,
+        *,
+        multi: bool,
+        include_all: bool,
+        description: str,
+        current: dict | None = None,
+    ) -> dict:
         v = {
             "type": "query",
             "name": name,
@@ -565,27 +746,66 @@ def variables() -> list[dict]:
             "options": [],
             "refresh": 1,
         },
-        query_var("cluster", "Cluster", "label_values(specwatch_build_info, cluster)", multi=False,
-                  include_all=True, description="Cluster (the `cluster` label of a multi-cluster Prometheus, "
-                  "Thanos or Mimir). Empty with one cluster: All matches series without the label."),
-        query_var("namespace", "Namespace", 'label_values(specwatch_build_info{cluster=~"$cluster"}, namespace)',
-                  multi=False, include_all=False, description="Kubernetes namespace of the specwatch sidecars."),
-        query_var("pod", "Pod", 'label_values(specwatch_build_info{cluster=~"$cluster", namespace=~"$namespace"}, pod)',
-                  multi=True, include_all=True,
-                  description="Pods running specwatch: the vLLM pods (sidecar mode) or the exporter (standalone)."),
-        query_var("target", "Target", 'label_values(specwatch_target_up{cluster=~"$cluster", namespace=~"$namespace", '
-                  'pod=~"$pod"}, target)', multi=True, include_all=True,
-                  description="vLLM endpoint polled by specwatch (one per sidecar; many per standalone exporter)."),
-        query_var("model_name", "Model", 'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
-                  'pod=~"$pod", target=~"$target"}, model_name)', multi=True, include_all=True,
-                  description="vLLM --served-model-name; narrows the routes below."),
-        query_var("route", "Route", 'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
-                  'pod=~"$pod", target=~"$target", model_name=~"$model_name"}, route)', multi=True, include_all=True,
-                  description="Traffic class whose acceptance is judged (default: one per vLLM model name)."),
-        query_var("window", "Window", 'label_values(specwatch_verdict{cluster=~"$cluster", namespace=~"$namespace"}, window)',
-                  multi=False, include_all=False,
-                  description="Rolling window of the sidecar's derived gauges; every query pins it.",
-                  current={"text": "5m", "value": "5m"}),
+        query_var(
+            "cluster",
+            "Cluster",
+            "label_values(specwatch_build_info, cluster)",
+            multi=False,
+            include_all=True,
+            description="Cluster (the `cluster` label of a multi-cluster Prometheus, "
+            "Thanos or Mimir). Empty with one cluster: All matches series without the label.",
+        ),
+        query_var(
+            "namespace",
+            "Namespace",
+            'label_values(specwatch_build_info{cluster=~"$cluster"}, namespace)',
+            multi=False,
+            include_all=False,
+            description="Kubernetes namespace of the specwatch sidecars.",
+        ),
+        query_var(
+            "pod",
+            "Pod",
+            'label_values(specwatch_build_info{cluster=~"$cluster", namespace=~"$namespace"}, pod)',
+            multi=True,
+            include_all=True,
+            description="Pods running specwatch: the vLLM pods (sidecar mode) or the exporter (standalone).",
+        ),
+        query_var(
+            "target",
+            "Target",
+            'label_values(specwatch_target_up{cluster=~"$cluster", namespace=~"$namespace", pod=~"$pod"}, target)',
+            multi=True,
+            include_all=True,
+            description="vLLM endpoint polled by specwatch (one per sidecar; many per standalone exporter).",
+        ),
+        query_var(
+            "model_name",
+            "Model",
+            'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
+            'pod=~"$pod", target=~"$target"}, model_name)',
+            multi=True,
+            include_all=True,
+            description="vLLM --served-model-name; narrows the routes below.",
+        ),
+        query_var(
+            "route",
+            "Route",
+            'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
+            'pod=~"$pod", target=~"$target", model_name=~"$model_name"}, route)',
+            multi=True,
+            include_all=True,
+            description="Traffic class whose acceptance is judged (default: one per vLLM model name).",
+        ),
+        query_var(
+            "window",
+            "Window",
+            'label_values(specwatch_verdict{cluster=~"$cluster", namespace=~"$namespace"}, window)',
+            multi=False,
+            include_all=False,
+            description="Rolling window of the sidecar's derived gauges; every query pins it.",
+            current={"text": "5m", "value": "5m"},
+        ),
     ]
 
 
@@ -607,7 +827,7 @@ def annotations() -> list[dict]:
             "hide": False,
             "iconColor": "red",
             "expr": 'ALERTS{alertname=~"SpecDecode.*|Specwatch.*", alertstate="firing", cluster=~"$cluster", '
-                    'namespace=~"$namespace"}',
+            'namespace=~"$namespace"}',
             "step": "60s",
             "titleFormat": "{{alertname}}",
             "textFormat": "{{severity}} · {{route}} {{pod}} {{target}}",
@@ -621,7 +841,7 @@ def annotations() -> list[dict]:
             "enable": True,
             "hide": False,
             "iconColor": "orange",
-            "expr": f'(specwatch_verdict{{{WIN}}} == 1) unless (specwatch_verdict{{{WIN}}} offset 1m == 1)',
+            "expr": f"(specwatch_verdict{{{WIN}}} == 1) unless (specwatch_verdict{{{WIN}}} offset 1m == 1)",
             "step": "60s",
             "titleFormat": "verdict → {{verdict}}",
             "textFormat": "{{route}} · {{pod}} · {{target}} ({{window}} window)",
@@ -649,8 +869,8 @@ def build() -> dict:
         "uid": "specwatch",
         "title": "specwatch: speculative decoding",
         "description": "Is vLLM's speculative decoding paying for itself at the live batch size? Acceptance "
-                       "against break-even, ITL tails, batch, verdicts and the recommended config, from the "
-                       "specwatch sidecar.",
+        "against break-even, ITL tails, batch, verdicts and the recommended config, from the "
+        "specwatch sidecar.",
         "tags": ["specwatch", "vllm", "speculative-decoding"],
         # Shipped like a mixin: provisioned, UTC, not editable in the UI (edit this generator instead).
         "editable": False,

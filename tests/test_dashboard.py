@@ -11,6 +11,7 @@
 The live counterpart (every query returns data from a real Prometheus scraping a real sidecar) is
 tests/e2e/test_dashboard_live.py.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,26 +35,45 @@ SCHEMAS = ROOT / "tests" / "schemas" / "grafana"
 
 # ---- the sidecar's metric contract (tests/test_metric_contract.py) -------------------------------------
 MIRRORED = {
-    "specwatch_drafts_total", "specwatch_draft_tokens_total", "specwatch_accepted_tokens_total",
-    "specwatch_accepted_tokens_by_position_total", "specwatch_generation_tokens_total",
-    "specwatch_itl_seconds_bucket", "specwatch_itl_seconds_sum", "specwatch_itl_seconds_count",
+    "specwatch_drafts_total",
+    "specwatch_draft_tokens_total",
+    "specwatch_accepted_tokens_total",
+    "specwatch_accepted_tokens_by_position_total",
+    "specwatch_generation_tokens_total",
+    "specwatch_itl_seconds_bucket",
+    "specwatch_itl_seconds_sum",
+    "specwatch_itl_seconds_count",
 }
 # Derived gauges carry {route, window}: every selector of one must pin window="$window".
 DERIVED = {
-    "specwatch_acceptance_rate", "specwatch_mean_acceptance_length", "specwatch_draft_length",
-    "specwatch_position_acceptance_rate", "specwatch_batch_size", "specwatch_itl_p50_seconds",
-    "specwatch_itl_p99_seconds", "specwatch_itl_per_token_mean_seconds", "specwatch_breakeven_acceptance_rate",
-    "specwatch_acceptance_margin", "specwatch_expected_speedup", "specwatch_recommended_draft_length",
-    "specwatch_max_speculative_batch_size", "specwatch_window_drafts", "specwatch_verdict",
+    "specwatch_acceptance_rate",
+    "specwatch_mean_acceptance_length",
+    "specwatch_draft_length",
+    "specwatch_position_acceptance_rate",
+    "specwatch_batch_size",
+    "specwatch_itl_p50_seconds",
+    "specwatch_itl_p99_seconds",
+    "specwatch_itl_per_token_mean_seconds",
+    "specwatch_breakeven_acceptance_rate",
+    "specwatch_acceptance_margin",
+    "specwatch_expected_speedup",
+    "specwatch_recommended_draft_length",
+    "specwatch_max_speculative_batch_size",
+    "specwatch_window_drafts",
+    "specwatch_verdict",
     "specwatch_recommended_config_info",
 }
 ROUTE_GAUGES = {"specwatch_baseline_itl_p99_seconds", "specwatch_route_expects_speculation"}
 HEALTH = {
-    "specwatch_target_up", "specwatch_scrape_duration_seconds", "specwatch_scrape_errors_total",
+    "specwatch_target_up",
+    "specwatch_scrape_duration_seconds",
+    "specwatch_scrape_errors_total",
     # The original contract said specwatch_counter_resets_total; the exporter renamed it in e06f94e because
     # `promtool check metrics` rejects a metric name containing its type ("counter").
-    "specwatch_target_restarts_total", "specwatch_last_scrape_success_timestamp_seconds",
-    "specwatch_build_info", "specwatch_route_info",
+    "specwatch_target_restarts_total",
+    "specwatch_last_scrape_success_timestamp_seconds",
+    "specwatch_build_info",
+    "specwatch_route_info",
 }
 EXPORTED = MIRRORED | DERIVED | ROUTE_GAUGES | HEALTH
 
@@ -61,6 +81,7 @@ WINDOW_SENTINEL = "__window_variable__"
 
 
 # ---- helpers shared with the live test ------------------------------------------------------------
+
 
 def load_dashboard() -> dict:
     return json.loads(DASHBOARD.read_text(encoding="utf-8"))
@@ -92,8 +113,15 @@ def substitute(expr: str, values: dict[str, str], *, rate_interval: str = "1m") 
     return out
 
 
-STATIC_VALUES = {"cluster": ".*", "namespace": "llm", "pod": ".*", "target": ".*", "model_name": ".*", "route": ".*",
-                 "window": WINDOW_SENTINEL}
+STATIC_VALUES = {
+    "cluster": ".*",
+    "namespace": "llm",
+    "pod": ".*",
+    "target": ".*",
+    "model_name": ".*",
+    "route": ".*",
+    "window": WINDOW_SENTINEL,
+}
 
 
 def selectors(expr: str) -> list[promql_parser.VectorSelector]:
@@ -149,6 +177,7 @@ def _generator():
 
 
 # ---- schema ---------------------------------------------------------------------------------------
+
 
 def _schema(name: str) -> dict:
     return json.loads((SCHEMAS / f"{name}.jsonschema.json").read_text(encoding="utf-8"))
@@ -226,11 +255,17 @@ def test_panel_options_validate_against_their_plugin_schema(dash):
 
 def test_every_target_validates_against_the_prometheus_dataquery_schema(dash):
     v = jsonschema.Draft7Validator(_schema("prometheus"))
-    problems = [f"{title}/{ref}: {e}" for p in panels(dash) for t in p["targets"]
-                for title, ref in [(p["title"], t.get("refId"))] for e in _errors(v, t)]
+    problems = [
+        f"{title}/{ref}: {e}"
+        for p in panels(dash)
+        for t in p["targets"]
+        for title, ref in [(p["title"], t.get("refId"))]
+        for e in _errors(v, t)
+    ]
     assert problems == []
-    assert all(t["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
-               for p in panels(dash) for t in p["targets"])
+    assert all(
+        t["datasource"] == {"type": "prometheus", "uid": "${datasource}"} for p in panels(dash) for t in p["targets"]
+    )
 
 
 def test_panel_ids_are_unique_and_refids_unique_per_panel(dash):
@@ -266,6 +301,7 @@ def test_series_overrides_match_a_legend_of_their_panel(dash):
 
 
 # ---- content the issue asks for -----------------------------------------------------------------
+
 
 def test_rows_are_the_six_the_issue_names_in_order(dash):
     rows = [p["title"] for p in dash["panels"] if p["type"] == "row"]
@@ -402,6 +438,7 @@ def test_alert_annotation_covers_every_alert_in_rules():
 
 # ---- PromQL ---------------------------------------------------------------------------------------
 
+
 def test_every_query_parses_as_promql_after_substitution(dash):
     bad = []
     for title, ref, expr in queries(dash):
@@ -414,8 +451,9 @@ def test_every_query_parses_as_promql_after_substitution(dash):
 
 def test_parser_rejects_a_broken_query():
     with pytest.raises(ValueError):
-        promql_parser.parse(substitute('sum(rate(specwatch_drafts_total{route=~"$route"}[$__rate_interval])',
-                                       STATIC_VALUES))
+        promql_parser.parse(
+            substitute('sum(rate(specwatch_drafts_total{route=~"$route"}[$__rate_interval])', STATIC_VALUES)
+        )
 
 
 def _window_violations(expr: str) -> list[str]:
@@ -465,23 +503,33 @@ def _bare_counters(expr: str) -> list[str]:
 
 
 def test_counters_are_only_read_through_a_range_function(dash):
-    bad = [f"{title}/{ref}: {c}" for title, ref, expr in queries(dash)
-           for c in _bare_counters(substitute(expr, STATIC_VALUES))]
+    bad = [
+        f"{title}/{ref}: {c}"
+        for title, ref, expr in queries(dash)
+        for c in _bare_counters(substitute(expr, STATIC_VALUES))
+    ]
     assert bad == []
     assert _bare_counters("rate(specwatch_drafts_total[1m]) / specwatch_draft_tokens_total") == [
-        "specwatch_draft_tokens_total"]
+        "specwatch_draft_tokens_total"
+    ]
 
 
 def test_every_metric_a_query_names_is_exported_by_the_sidecar_or_recorded_by_rules(dash):
     known = EXPORTED | recorded_names()
-    unknown = sorted({f"{title}/{ref}: {s.name}" for title, ref, expr in queries(dash)
-                      for s in selectors(substitute(expr, STATIC_VALUES)) if s.name not in known})
+    unknown = sorted(
+        {
+            f"{title}/{ref}: {s.name}"
+            for title, ref, expr in queries(dash)
+            for s in selectors(substitute(expr, STATIC_VALUES))
+            if s.name not in known
+        }
+    )
     assert unknown == []
 
 
 def test_contract_check_rejects_a_metric_nobody_exports():
     known = EXPORTED | recorded_names()
-    names = {s.name for s in selectors('rate(specwatch_acceptance_total[1m]) / vllm:spec_decode_num_drafts_total')}
+    names = {s.name for s in selectors("rate(specwatch_acceptance_total[1m]) / vllm:spec_decode_num_drafts_total")}
     assert names - known == {"specwatch_acceptance_total", "vllm:spec_decode_num_drafts_total"}
 
 

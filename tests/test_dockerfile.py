@@ -1,5 +1,6 @@
 """The container image definition. No Docker engine runs here, so: hadolint, the build context as
 .dockerignore shapes it, and the entrypoint run from exactly the files the Dockerfile copies."""
+
 from __future__ import annotations
 
 import json
@@ -70,12 +71,18 @@ def hadolint_binary() -> str:
 
 
 def run_hadolint(path: Path) -> list[dict]:
-    proc = subprocess.run([hadolint_binary(), "--format", "json", "--no-color", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [hadolint_binary(), "--format", "json", "--no-color", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     return json.loads(proc.stdout or "[]")
 
 
 # ---- lint ------------------------------------------------------------------------------------------
+
 
 def test_hadolint_reports_nothing_at_any_level():
     findings = run_hadolint(DOCKERFILE)
@@ -90,6 +97,7 @@ def test_hadolint_gate_catches_an_unhardened_dockerfile(tmp_path):
 
 
 # ---- base image, user, entrypoint ------------------------------------------------------------------------
+
 
 def test_every_stage_uses_python_3_12_slim_pinned_to_a_patch_release():
     froms = [args for keyword, args in INSTRUCTIONS if keyword == "FROM"]
@@ -151,6 +159,7 @@ def test_runtime_env_suits_a_read_only_root_and_never_sets_multiprocess_mode():
 
 
 # ---- build context -----------------------------------------------------------------------------------
+
 
 def dockerignore_patterns() -> list[tuple[bool, re.Pattern]]:
     patterns = []
@@ -260,10 +269,18 @@ def test_entrypoint_runs_from_exactly_the_copied_files(tmp_path):
     env = {k: v for k, v in os.environ.items() if k.upper() != "PROMETHEUS_MULTIPROC_DIR"}
     env.update(env_of(stages()[-1]))
     env["PYTHONPATH"] = str(tmp_path / package_dir)
-    code = (f"import sys; from {module} import {func} as main; sys.argv = ['specwatch', 'run', '--help']; "
-            f"sys.exit(main())")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          cwd=str(tmp_path), env=env)
+    code = (
+        f"import sys; from {module} import {func} as main; sys.argv = ['specwatch', 'run', '--help']; sys.exit(main())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "--config" in proc.stdout, "`specwatch run` takes --config (the chart passes it)"
     assert not list(tmp_path.rglob("*.pyc")), "PYTHONDONTWRITEBYTECODE must keep the tree unwritten"

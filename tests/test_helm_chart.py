@@ -5,6 +5,7 @@ linted strictly, rendered, parsed with yaml.safe_load_all, validated with kubern
 for built-in kinds and with the prometheus-operator CRD JSON schemas (tests/schemas/) for monitors and
 rules. Then the behaviour the chart promises is asserted on the rendered objects.
 """
+
 from __future__ import annotations
 
 import copy
@@ -44,6 +45,7 @@ CRD_KINDS = {
     "PrometheusRule": "prometheusrule_v1.json",
 }
 STANDALONE = {"mode": "standalone", "config": {"targets": [{"name": "vllm-0", "url": "http://vllm-0:8000/metrics"}]}}
+PROMETHEUS = {"mode": "prometheus", "config": {"prometheus": {"url": "http://prometheus.monitoring.svc:9090"}}}
 
 
 def ci_values(name: str) -> dict:
@@ -120,7 +122,9 @@ def crd_validator(kind: str) -> jsonschema.Draft7Validator:
 
 def validation_errors(obj: dict, kube_version: str = KUBE_VERSION) -> list[str]:
     if obj["kind"] in CRD_KINDS:
-        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in crd_validator(obj["kind"]).iter_errors(obj)]
+        return [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in crd_validator(obj["kind"]).iter_errors(obj)
+        ]
     try:
         kubernetes_validate.validate(obj, kube_version, strict=True)
     except kubernetes_validate.ValidationError as exc:
@@ -130,8 +134,16 @@ def validation_errors(obj: dict, kube_version: str = KUBE_VERSION) -> list[str]:
 
 # ---- restricted Pod Security Standard (kubernetes.io pod-security-standards, Restricted) -------------
 
-ALLOWED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                        "projected", "secret"}
+ALLOWED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def restricted_violations(pod_spec: dict, only_container: str | None = None) -> list[str]:
@@ -159,7 +171,7 @@ def restricted_violations(pod_spec: dict, only_container: str | None = None) -> 
             problems.append(f"{name}: allowPrivilegeEscalation must be false")
         if sc.get("privileged"):
             problems.append(f"{name}: privileged")
-        if not (sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True):
+        if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
             problems.append(f"{name}: runAsNonRoot must be true")
         if sc.get("runAsUser", psc.get("runAsUser")) == 0:
             problems.append(f"{name}: runAsUser 0")
@@ -181,8 +193,9 @@ def test_restricted_checker_flags_each_missing_control():
     """Negative control for restricted_violations: the checker is only worth something if it can fail."""
     good = {
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": False,
-                                                         "capabilities": {"drop": ["ALL"]}}}],
+        "containers": [
+            {"name": "c", "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+        ],
         "volumes": [{"name": "t", "emptyDir": {}}],
     }
     assert restricted_violations(good) == []
@@ -201,6 +214,7 @@ def test_restricted_checker_flags_each_missing_control():
 
 
 # ---- lint, render, validate every scenario ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("values", SCENARIOS)
 def test_lint_strict_reports_no_warnings_or_errors(values):
@@ -237,6 +251,7 @@ def test_crd_validation_rejects_a_broken_servicemonitor(chart):
 
 # ---- security, probes, volumes -------------------------------------------------------------------------
 
+
 def pod_specs(objects: list[dict]) -> dict[str, dict]:
     specs = {}
     for obj in objects:
@@ -247,11 +262,16 @@ def pod_specs(objects: list[dict]) -> dict[str, dict]:
     return specs
 
 
-@pytest.mark.parametrize("values", [
-    pytest.param(STANDALONE, id="standalone-minimal"),
-    pytest.param(ci_values("standalone-values.yaml"), id="standalone-values.yaml"),
-    pytest.param(ci_values("standalone-monitoring-values.yaml"), id="standalone-monitoring-values.yaml"),
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param(STANDALONE, id="standalone-minimal"),
+        pytest.param(ci_values("standalone-values.yaml"), id="standalone-values.yaml"),
+        pytest.param(ci_values("standalone-monitoring-values.yaml"), id="standalone-monitoring-values.yaml"),
+        pytest.param(PROMETHEUS, id="prometheus-minimal"),
+        pytest.param(ci_values("prometheus-values.yaml"), id="prometheus-values.yaml"),
+    ],
+)
 def test_standalone_pods_pass_the_restricted_pod_security_standard(chart, values):
     specs = pod_specs(render(chart, values))
     assert {k.split("/")[0] for k in specs} == {"Deployment", "Pod"}, specs.keys()  # exporter + helm test pod
@@ -272,9 +292,13 @@ def test_exporter_container_is_hardened_with_only_a_tmpfs_writable(chart):
     spec = deploy["spec"]["template"]["spec"]
     container = exporter_container(spec)
     assert container["securityContext"] == {
-        "runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
-        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsNonRoot": True,
+        "runAsUser": 65534,
+        "runAsGroup": 65534,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
@@ -283,14 +307,19 @@ def test_exporter_container_is_hardened_with_only_a_tmpfs_writable(chart):
     assert mounts["/etc/specwatch"]["readOnly"] is True
     assert volumes[mounts["/etc/specwatch"]["name"]]["configMap"]["name"] == deploy["metadata"]["name"]
     resources = container["resources"]
-    assert resources["requests"] == resources["limits"] and set(resources["limits"]) == {"cpu", "memory"}, \
+    assert resources["requests"] == resources["limits"] and set(resources["limits"]) == {"cpu", "memory"}, (
         "requests == limits by default: a Guaranteed vLLM pod must stay Guaranteed"
+    )
     assert not any(e["name"].lower() == "prometheus_multiproc_dir" for e in container.get("env", []))
 
 
-@pytest.mark.parametrize("values", [pytest.param(STANDALONE, id="standalone"),
-                                    pytest.param(merged(STANDALONE, {"containerPort": 9500, "portName": "metrics"}),
-                                                 id="custom-port")])
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param(STANDALONE, id="standalone"),
+        pytest.param(merged(STANDALONE, {"containerPort": 9500, "portName": "metrics"}), id="custom-port"),
+    ],
+)
 def test_probes_hit_healthz_and_readyz_on_the_exporter_port(chart, values):
     container = exporter_container(one(render(chart, values), "Deployment")["spec"]["template"]["spec"])
     port = container["ports"][0]
@@ -302,8 +331,9 @@ def test_probes_hit_healthz_and_readyz_on_the_exporter_port(chart, values):
 
 
 def test_container_runs_the_run_subcommand_with_the_mounted_config(chart):
-    container = exporter_container(one(render(chart, merged(STANDALONE, {"extraArgs": ["--verbose"]})),
-                                       "Deployment")["spec"]["template"]["spec"])
+    container = exporter_container(
+        one(render(chart, merged(STANDALONE, {"extraArgs": ["--verbose"]})), "Deployment")["spec"]["template"]["spec"]
+    )
     assert container["args"] == ["run", "--config", "/etc/specwatch/specwatch.yaml", "--listen", ":9474", "--verbose"]
     assert "command" not in container, "the image ENTRYPOINT (specwatch) must stay in charge"
     assert container["image"] == "specwatch/specwatch:0.1.0"
@@ -311,12 +341,17 @@ def test_container_runs_the_run_subcommand_with_the_mounted_config(chart):
 
 def test_image_digest_and_registry_compose_the_reference(chart):
     digest = "sha256:" + "a" * 64
-    container = exporter_container(one(render(chart, merged(STANDALONE, {"image": {
-        "registry": "ghcr.io", "tag": "0.1.1", "digest": digest}})), "Deployment")["spec"]["template"]["spec"])
+    container = exporter_container(
+        one(
+            render(chart, merged(STANDALONE, {"image": {"registry": "ghcr.io", "tag": "0.1.1", "digest": digest}})),
+            "Deployment",
+        )["spec"]["template"]["spec"]
+    )
     assert container["image"] == f"ghcr.io/specwatch/specwatch:0.1.1@{digest}"
 
 
 # ---- config map and checksum ---------------------------------------------------------------------------
+
 
 def config_map(objects: list[dict]) -> dict:
     (found,) = [o for o in of_kind(objects, "ConfigMap") if "specwatch.yaml" in o["data"]]
@@ -332,9 +367,10 @@ def test_config_map_carries_the_values_config_with_empty_keys_left_to_exporter_d
     cfg = rendered_config(render(chart, values))
     expected = {k: v for k, v in values["config"].items()}
     expected["listen"] = ":9474"
+    expected["alerting"] = {"window": "5m"}  # from prometheusRule.alertWindow
     assert cfg == expected
     defaults = rendered_config(render(chart, {}))
-    assert set(defaults) == {"listen", "poll_interval", "windows", "targets", "tensor_parallel", "log"}
+    assert set(defaults) == {"listen", "poll_interval", "windows", "targets", "tensor_parallel", "log", "alerting"}
 
 
 def test_sidecar_mode_defaults_its_target_to_vllm_on_loopback(chart):
@@ -359,29 +395,60 @@ def test_config_checksum_annotation_is_the_sha256_of_the_config_and_rolls_pods_o
     assert same["spec"]["template"]["metadata"]["annotations"]["checksum/config"] == checksum
 
 
-def test_rendered_config_is_accepted_by_the_exporter_config_loader(chart, tmp_path):
-    """Cross-check with the exporter's own parser (specwatch.config), so chart and program agree."""
+def exporter_config():
+    """The exporter's own config parser (specwatch.config), so chart and program are checked to agree."""
     sys.path.insert(0, str(ROOT / "exporter"))
     try:
-        config = pytest.importorskip("specwatch.config", reason="exporter config module not present")
+        return pytest.importorskip("specwatch.config", reason="exporter config module not present")
     finally:
         sys.path.remove(str(ROOT / "exporter"))
+
+
+def notes_extra_containers(notes: str) -> list[dict]:
+    match = re.search(
+        r"^# --- specwatch extraContainers begin ---\n(.*?)^# --- specwatch extraContainers end ---",
+        notes,
+        re.DOTALL | re.MULTILINE,
+    )
+    assert match, notes
+    return yaml.safe_load(match.group(1))["extraContainers"]
+
+
+def test_rendered_config_is_accepted_by_the_exporter_config_loader(chart, tmp_path):
+    """Cross-check with the exporter's own parser (specwatch.config), so chart and program agree."""
+    config = exporter_config()
     model_json = tmp_path / "config.json"
-    model_json.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-                                      "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}))
+    model_json.write_text(
+        json.dumps(
+            {
+                "hidden_size": 4096,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "intermediate_size": 14336,
+                "vocab_size": 128256,
+            }
+        )
+    )
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
     for values in [{}, STANDALONE] + [ci_values(p.name) for p in CI_FILES]:
         text = config_map(render(chart, values))["data"]["specwatch.yaml"]
         raw = yaml.safe_load(text)
         if raw.get("model", {}).get("config_json"):  # the pod mounts the model volume; here a stand-in
             raw["model"]["config_json"] = str(model_json)
+        if raw.get("prometheus", {}).get("bearer_token_file"):  # the pod mounts the Secret; here a stand-in
+            raw["prometheus"]["bearer_token_file"] = str(token)
         path = tmp_path / "specwatch.yaml"
         path.write_text(yaml.safe_dump(raw))
-        parsed = config.load(str(path), environ={"VLLM_API_KEY": "secret"})
+        parsed = config.load(str(path), environ={"VLLM_API_KEY": "secret", "TENANT": "team-a"})
         assert parsed.listen_address[1] == 9474
-        assert [t.url for t in parsed.targets] == [t["url"] for t in raw["targets"]]
+        assert [t.url for t in parsed.targets] == [t["url"] for t in raw.get("targets", [])]
+        assert (parsed.prometheus is None) == ("prometheus" not in raw)
 
 
 # ---- defaults: opt-in features are off -----------------------------------------------------------------
+
 
 def test_defaults_render_only_the_config_map_in_sidecar_mode(chart):
     assert [o["kind"] for o in render(chart, {})] == ["ConfigMap"]
@@ -393,6 +460,7 @@ def test_standalone_defaults_have_no_monitors_rules_dashboards_or_network_policy
 
 
 # ---- monitors ------------------------------------------------------------------------------------------
+
 
 def test_service_monitor_selects_the_service_port_and_carries_extra_labels(chart):
     objects = render(chart, ci_values("standalone-monitoring-values.yaml"))
@@ -427,19 +495,24 @@ def test_pod_monitor_can_live_in_the_monitoring_namespace_and_watch_another(char
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["llm"]}
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"serviceMonitor": {"enabled": True}}, "serviceMonitor needs mode=standalone"),
-    ({"podMonitor": {"enabled": True}}, "podMonitor.selectorOverride is required in sidecar mode"),
-    ({"networkPolicy": {"enabled": True}}, "networkPolicy needs mode=standalone"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"serviceMonitor": {"enabled": True}}, "serviceMonitor needs mode=standalone"),
+        ({"podMonitor": {"enabled": True}}, "podMonitor.selectorOverride is required in sidecar mode"),
+        ({"networkPolicy": {"enabled": True}}, "networkPolicy needs mode=standalone"),
+    ],
+)
 def test_sidecar_mode_refuses_combinations_that_cannot_work(chart, values, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render(chart, values)
 
 
 def test_release_label_and_common_labels_reach_every_object_without_duplicate_keys(chart):
-    values = merged(ci_values("standalone-monitoring-values.yaml"),
-                    {"commonLabels": {"cost-center": "ml", "app.kubernetes.io/name": "not-a-selector"}})
+    values = merged(
+        ci_values("standalone-monitoring-values.yaml"),
+        {"commonLabels": {"cost-center": "ml", "app.kubernetes.io/name": "not-a-selector"}},
+    )
     monitoring_kinds = {"ServiceMonitor", "PrometheusRule"}
     for obj in render(chart, values):  # render() refuses duplicate keys
         labels = obj["metadata"]["labels"]
@@ -458,6 +531,7 @@ def test_strict_loader_rejects_duplicate_keys():
 
 
 # ---- PrometheusRule from rules/ ------------------------------------------------------------------------
+
 
 def source_groups() -> list[dict]:
     files = sorted(p for p in RULES_DIR.glob("*.yaml"))
@@ -511,8 +585,9 @@ def test_prometheus_rule_equals_the_rules_directory_without_overrides(chart):
     assert pr["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert pr["metadata"]["namespace"] == "monitoring"
     # Prometheus template syntax in annotations must survive Helm verbatim.
-    annotations = " ".join(a for r in rendered_alerts(pr["spec"]["groups"]).values()
-                           for a in r.get("annotations", {}).values())
+    annotations = " ".join(
+        a for r in rendered_alerts(pr["spec"]["groups"]).values() for a in r.get("annotations", {}).values()
+    )
     assert "{{ $labels.route }}" in annotations
 
 
@@ -529,28 +604,47 @@ def test_prometheus_rule_applies_for_severity_threshold_and_disable_overrides(ch
     assert "1.2 *" not in alerts["SpecDecodeITLP99Regression"]["expr"]
     assert "> 600" in alerts["SpecDecodeTargetDown"]["expr"] and alerts["SpecDecodeTargetDown"]["for"] == "10m"
     assert all(a["labels"]["team"] == "inference" for a in alerts.values())
-    untouched = set(source) - {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended",
-                               "SpecDecodeITLP99Regression", "SpecDecodeTargetDown"}
+    untouched = set(source) - {
+        "SpecDecodeBelowBreakeven",
+        "SpecDecodeShorterDraftRecommended",
+        "SpecDecodeITLP99Regression",
+        "SpecDecodeTargetDown",
+    }
     for name in untouched:
         assert alerts[name] == {**source[name], "labels": {**source[name]["labels"], "team": "inference"}}
 
 
 def test_every_alert_for_duration_is_overridable(chart):
     names = sorted(rendered_alerts(source_groups()))
-    assert {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended", "SpecDecodeITLP99Regression",
-            "SpecDecodeMetricsMissing", "SpecDecodeTargetDown", "SpecDecodeExporterDown",
-            "SpecDecodeFleetBelowBreakeven", "SpecwatchConfigReloadFailed"} <= set(names)
+    assert {
+        "SpecDecodeBelowBreakeven",
+        "SpecDecodeShorterDraftRecommended",
+        "SpecDecodeITLP99Regression",
+        "SpecDecodeMetricsMissing",
+        "SpecDecodeTargetDown",
+        "SpecDecodeExporterDown",
+        "SpecDecodeFleetBelowBreakeven",
+        "SpecwatchConfigReloadFailed",
+    } <= set(names)
     values = {"prometheusRule": {"enabled": True, "alerts": {n: {"for": "42m"} for n in names}}}
     alerts = rendered_alerts(one(render(chart, values), "PrometheusRule")["spec"]["groups"])
     assert {n: a["for"] for n, a in alerts.items()} == {n: "42m" for n in names}
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"alerts": {"SpecDecodeBelowBreakEven": {"for": "1h"}}}, 'alert "SpecDecodeBelowBreakEven", which is not in rules/'),
-    ({"disabled": {"NoSuchAlert": True}}, 'alert "NoSuchAlert", which is not in rules/'),
-    ({"alerts": {"SpecDecodeITLP99Regression": {"exprReplace": [{"old": "1.7 *", "new": "2 *"}]}}},
-     '"1.7 *" does not occur in the expression'),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            {"alerts": {"SpecDecodeBelowBreakEven": {"for": "1h"}}},
+            'alert "SpecDecodeBelowBreakEven", which is not in rules/',
+        ),
+        ({"disabled": {"NoSuchAlert": True}}, 'alert "NoSuchAlert", which is not in rules/'),
+        (
+            {"alerts": {"SpecDecodeITLP99Regression": {"exprReplace": [{"old": "1.7 *", "new": "2 *"}]}}},
+            '"1.7 *" does not occur in the expression',
+        ),
+    ],
+)
 def test_rule_overrides_that_match_nothing_fail_the_render(chart, values, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render(chart, {"prometheusRule": {"enabled": True, **values}})
@@ -573,6 +667,7 @@ def test_a_custom_alert_window_rewrites_every_rule_and_the_promtool_suite_passes
     repository's promtool cases, moved to the 15m window, pass against them, while the original 5m
     cases no longer fire (the rewrite is real)."""
     import subprocess
+
     values = {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"enabled": True, "alertWindow": "15m"}}
     groups = one(render(chart, values), "PrometheusRule")["spec"]["groups"]
     text = yaml.safe_dump(groups, width=1000)
@@ -588,8 +683,16 @@ def test_a_custom_alert_window_rewrites_every_rule_and_the_promtool_suite_passes
                 if case.name == "spec-decode.yaml":  # the chart rewrites the window's wording there only
                     body = body.replace("the last 5m", "the last 15m")
             (target / "tests" / case.name).write_text(body)
-    run = lambda d: subprocess.run(["promtool", "test", "rules", *map(str, sorted((d / "tests").glob("*.yaml")))],
-                                   capture_output=True, text=True, timeout=300, check=False)
+
+    def run(d: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["promtool", "test", "rules", *map(str, sorted((d / "tests").glob("*.yaml")))],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
     result = run(moved)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert run(original).returncode != 0, "cases on window=5m still pass: the rules were not rewritten"
@@ -600,27 +703,65 @@ def test_an_alert_window_that_is_not_a_sidecar_window_fails_the_render_naming_bo
         render(chart, {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"enabled": True}})
 
 
-def test_the_sidecar_learns_the_alert_window_so_it_can_warn_at_start(chart):
+def test_the_sidecar_learns_the_alert_window_through_its_config_so_it_can_warn(chart, tmp_path):
     values = merged(STANDALONE, {"config": {"windows": ["1m", "15m"]}, "prometheusRule": {"alertWindow": "15m"}})
-    container = exporter_container(one(render(chart, values), "Deployment")["spec"]["template"]["spec"])
-    assert {"name": "SPECWATCH_ALERT_WINDOW", "value": "15m"} in container["env"]
+    objects = render(chart, values)
+    assert rendered_config(objects)["alerting"] == {"window": "15m"}
+    container = exporter_container(one(objects, "Deployment")["spec"]["template"]["spec"])
+    assert not [e for e in container["env"] if "ALERT" in e["name"]]  # one source: the config file
+    path = tmp_path / "specwatch.yaml"
+    path.write_text(config_map(objects)["data"]["specwatch.yaml"])
+    assert exporter_config().load(str(path), environ={}).alerting.window == 900.0
+
+
+def test_the_env_only_sidecar_learns_the_alert_window_from_its_variable(chart):
+    notes = render_files(chart, {"prometheusRule": {"alertWindow": "1m"}})["specwatch/templates/NOTES.txt"]
+    (container,) = notes_extra_containers(notes)
+    assert {"name": "SPECWATCH_ALERTING__WINDOW", "value": "1m"} in container["env"]
+
+
+def test_an_alerting_window_in_the_config_values_that_disagrees_with_the_rules_fails_the_render(chart):
+    values = {"config": {"alerting": {"window": "1m"}}, "prometheusRule": {"alertWindow": "5m"}}
+    with pytest.raises(
+        helm.HelmRenderError, match=r"config\.alerting\.window=1m differs from prometheusRule\.alertWindow"
+    ):
+        render(chart, values)
+    agreeing = render(chart, {"config": {"alerting": {"window": "5m"}}})
+    assert rendered_config(agreeing)["alerting"] == {"window": "5m"}
 
 
 def test_runbook_url_base_is_one_value(chart):
     values = {"prometheusRule": {"enabled": True, "runbookUrl": "https://wiki.example.com/runbooks/specwatch#"}}
     alerts = rendered_alerts(one(render(chart, values), "PrometheusRule")["spec"]["groups"])
     assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {
-        f"https://wiki.example.com/runbooks/specwatch#{name.lower()}" for name in alerts}
+        f"https://wiki.example.com/runbooks/specwatch#{name.lower()}" for name in alerts
+    }
 
 
 def test_monitors_carry_tls_auth_and_scrape_limits_and_validate_against_the_crds(chart):
-    extra = {"scheme": "https", "tlsConfig": {"serverName": "specwatch", "ca": {"configMap": {"name": "ca", "key": "ca.crt"}}},
-             "basicAuth": {"username": {"name": "scrape", "key": "user"}, "password": {"name": "scrape", "key": "pass"}},
-             "sampleLimit": 6000, "labelLimit": 30}
+    extra = {
+        "scheme": "https",
+        "tlsConfig": {"serverName": "specwatch", "ca": {"configMap": {"name": "ca", "key": "ca.crt"}}},
+        "basicAuth": {"username": {"name": "scrape", "key": "user"}, "password": {"name": "scrape", "key": "pass"}},
+        "sampleLimit": 6000,
+        "labelLimit": 30,
+    }
     sidecar = merged(ci_values("sidecar-values.yaml"), {"podMonitor": extra})
-    standalone = merged(STANDALONE, {"serviceMonitor": {"enabled": True, **extra, "basicAuth": {},
-                                                        "authorization": {"type": "Bearer", "credentials": {"name": "t", "key": "token"}}}})
-    for values, kind, endpoints in ((sidecar, "PodMonitor", "podMetricsEndpoints"), (standalone, "ServiceMonitor", "endpoints")):
+    standalone = merged(
+        STANDALONE,
+        {
+            "serviceMonitor": {
+                "enabled": True,
+                **extra,
+                "basicAuth": {},
+                "authorization": {"type": "Bearer", "credentials": {"name": "t", "key": "token"}},
+            }
+        },
+    )
+    for values, kind, endpoints in (
+        (sidecar, "PodMonitor", "podMetricsEndpoints"),
+        (standalone, "ServiceMonitor", "endpoints"),
+    ):
         monitor = one(render(chart, values), kind)
         assert validation_errors(monitor) == []
         assert monitor["spec"]["sampleLimit"] == 6000 and monitor["spec"]["labelLimit"] == 30
@@ -633,11 +774,17 @@ def test_monitors_carry_tls_auth_and_scrape_limits_and_validate_against_the_crds
 
 
 def test_extra_objects_render_objects_and_templated_strings(chart):
-    values = {"extraObjects": [
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "{{ .Release.Name }}-scrape"},
-         "stringData": {"user": "prometheus"}},
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-extra\ndata: {a: b}\n",
-    ]}
+    values = {
+        "extraObjects": [
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "{{ .Release.Name }}-scrape"},
+                "stringData": {"user": "prometheus"},
+            },
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-extra\ndata: {a: b}\n",
+        ]
+    }
     objects = render(chart, values)
     assert one(objects, "Secret")["metadata"]["name"] == f"{RELEASE}-scrape"
     names = {o["metadata"]["name"] for o in of_kind(objects, "ConfigMap")}
@@ -651,6 +798,7 @@ def test_chart_metadata_names_home_sources_and_maintainers():
 
 # ---- dashboards from dashboards/ -----------------------------------------------------------------------
 
+
 def test_dashboard_config_maps_equal_the_dashboards_directory(chart):
     sources = sorted(DASHBOARDS_DIR.glob("*.json"))
     assert sources, "dashboards/*.json is empty"
@@ -661,7 +809,7 @@ def test_dashboard_config_maps_equal_the_dashboards_directory(chart):
     for cm in maps:
         assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert cm["metadata"]["annotations"] == {"grafana_folder": "LLM"}
-        (key, text), = cm["data"].items()
+        ((key, text),) = cm["data"].items()
         by_key[key] = text
     for src in sources:
         assert by_key[src.name] == src.read_text().rstrip("\n"), f"{src.name} differs from the packaged copy"
@@ -671,6 +819,7 @@ def test_dashboard_config_maps_equal_the_dashboards_directory(chart):
 
 # ---- NetworkPolicy ---------------------------------------------------------------------------------------
 
+
 def test_network_policy_is_ingress_only_from_prometheus_and_the_helm_test_pod(chart):
     objects = render(chart, ci_values("standalone-monitoring-values.yaml"))
     policy, deploy, test_pod = one(objects, "NetworkPolicy"), one(objects, "Deployment"), one(objects, "Pod")
@@ -678,13 +827,18 @@ def test_network_policy_is_ingress_only_from_prometheus_and_the_helm_test_pod(ch
     assert policy["spec"]["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
     port_name = exporter_container(deploy["spec"]["template"]["spec"])["ports"][0]["name"]
     prom_rule, test_rule = policy["spec"]["ingress"]
-    assert prom_rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-                                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+    assert prom_rule["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
     assert prom_rule["ports"] == [{"port": port_name, "protocol": "TCP"}]
     assert test_rule["from"][0]["podSelector"]["matchLabels"].items() <= test_pod["metadata"]["labels"].items()
 
 
 # ---- helm test hook ------------------------------------------------------------------------------------
+
 
 def test_helm_test_pod_checks_readyz_through_the_service(chart):
     objects = render(chart, STANDALONE)
@@ -719,7 +873,9 @@ def test_helm_test_script_exits_zero_only_for_a_ready_endpoint(chart, tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}/readyz"
     try:
-        ok = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=30, check=False)
+        ok = subprocess.run(
+            [sys.executable, "-c", script, url], capture_output=True, text=True, timeout=30, check=False
+        )
         assert ok.returncode == 0, ok.stdout + ok.stderr
         status["code"] = 503
         fast = script.replace("time.sleep(3)", "time.sleep(0)")
@@ -735,20 +891,181 @@ def test_sidecar_mode_has_a_helm_test_only_when_given_a_url(chart):
     assert pod["spec"]["containers"][0]["command"][-1] == "http://vllm-0.vllm:9474/readyz"
 
 
+# ---- prometheus (fleet) mode ---------------------------------------------------------------------------
+
+PROMETHEUS_MODE_KINDS = {
+    "ConfigMap",
+    "Deployment",
+    "Service",
+    "ServiceAccount",
+    "Pod",
+    "ServiceMonitor",
+    "PrometheusRule",
+    "NetworkPolicy",
+}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param(PROMETHEUS, id="minimal"),
+        pytest.param(ci_values("prometheus-values.yaml"), id="prometheus-values.yaml"),
+    ],
+)
+def test_prometheus_mode_runs_one_exporter_deployment_that_validates_and_touches_no_vllm_pod(chart, values):
+    objects = render(chart, values)
+    assert {o["kind"] for o in objects} <= PROMETHEUS_MODE_KINDS
+    problems = {f"{o['kind']}/{o['metadata']['name']}": validation_errors(o) for o in objects}
+    assert {k: v for k, v in problems.items() if v} == {}
+    deploy = one(objects, "Deployment")
+    assert deploy["spec"]["replicas"] == 1
+    spec = deploy["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["containers"]] == ["specwatch"]
+    assert exporter_container(spec)["image"].startswith("specwatch/specwatch:")
+    assert exporter_container(spec)["readinessProbe"]["httpGet"]["path"] == "/readyz"  # its own pod: gated
+    chart_pods = {"app.kubernetes.io/name": "specwatch", "app.kubernetes.io/instance": RELEASE}
+    # Everything that selects pods selects this chart's exporter, never a vLLM pod.
+    assert deploy["spec"]["selector"]["matchLabels"] == chart_pods
+    assert one(objects, "Service")["spec"]["selector"] == chart_pods
+    for monitor in of_kind(objects, "ServiceMonitor"):
+        assert monitor["spec"]["selector"]["matchLabels"] == chart_pods
+    for policy in of_kind(objects, "NetworkPolicy"):
+        assert policy["spec"]["podSelector"]["matchLabels"] == chart_pods
+    notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
+    assert "sidecar patch begin" not in notes and "extraContainers" not in notes
+
+
+def test_prometheus_mode_config_passes_the_prometheus_section_through_and_has_no_targets(chart, tmp_path):
+    values = ci_values("prometheus-values.yaml")
+    raw = rendered_config(render(chart, values))
+    assert "targets" not in raw
+    given = values["config"]["prometheus"]
+    assert raw["prometheus"] == {**given, "bearer_token_file": "/var/run/secrets/specwatch/prometheus/token"}
+    assert raw["routes"] == values["config"]["routes"]
+    minimal = rendered_config(render(chart, PROMETHEUS))
+    assert "targets" not in minimal and minimal["prometheus"] == PROMETHEUS["config"]["prometheus"]
+    path = tmp_path / "specwatch.yaml"
+    path.write_text(yaml.safe_dump(minimal))
+    parsed = exporter_config().load(str(path), environ={})
+    assert parsed.targets == () and parsed.prometheus.url == "http://prometheus.monitoring.svc:9090"
+
+
+def test_the_bearer_token_secret_is_mounted_read_only_as_the_bearer_token_file_and_can_rotate(chart):
+    objects = render(chart, merged(PROMETHEUS, {"prometheus": {"bearerTokenSecret": {"name": "reader", "key": "jwt"}}}))
+    spec = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "prometheus-token"]
+    assert volume["secret"] == {
+        "secretName": "reader",
+        "items": [{"key": "jwt", "path": "token"}],
+        "defaultMode": 0o440,
+    }
+    (mount,) = [m for m in exporter_container(spec)["volumeMounts"] if m["name"] == "prometheus-token"]
+    # A directory mount, not subPath: the kubelet swaps in a rotated Secret, and the file is re-read per query.
+    assert mount == {"name": "prometheus-token", "mountPath": "/var/run/secrets/specwatch/prometheus", "readOnly": True}
+    assert rendered_config(objects)["prometheus"]["bearer_token_file"] == mount["mountPath"] + "/token"
+    assert spec["securityContext"]["fsGroup"] == exporter_container(spec)["securityContext"]["runAsGroup"]
+    without = one(render(chart, PROMETHEUS), "Deployment")["spec"]["template"]["spec"]
+    assert "prometheus-token" not in {v["name"] for v in without["volumes"]}
+    assert "bearer_token_file" not in rendered_config(render(chart, PROMETHEUS))["prometheus"]
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            {"mode": "prometheus"},
+            r"mode=prometheus reads every vLLM replica from Prometheus: set config\.prometheus\.url",
+        ),
+        (
+            merged(PROMETHEUS, {"config": {"targets": [{"url": "http://vllm-0:8000/metrics"}]}}),
+            r"config\.targets is not used in mode=prometheus",
+        ),
+        (
+            merged(STANDALONE, {"config": {"prometheus": {"url": "http://p:9090"}}}),
+            r"config\.prometheus \(fleet mode\) needs mode=prometheus, not mode=standalone",
+        ),
+        ({"config": {"prometheus": {"url": "http://p:9090"}}}, r"needs mode=prometheus, not mode=sidecar"),
+        (
+            merged(STANDALONE, {"prometheus": {"bearerTokenSecret": {"name": "t"}}}),
+            r"prometheus\.bearerTokenSecret .* needs mode=prometheus",
+        ),
+        (
+            merged(
+                PROMETHEUS,
+                {
+                    "prometheus": {"bearerTokenSecret": {"name": "t"}},
+                    "config": {"prometheus": {"bearer_token_file": "/t"}},
+                },
+            ),
+            r"prometheus\.bearerTokenSecret or config\.prometheus\.bearer_token_file, not both",
+        ),
+        (
+            merged(
+                PROMETHEUS,
+                {
+                    "prometheus": {"bearerTokenSecret": {"name": "t"}},
+                    "config": {"prometheus": {"headers": {"authorization": "Bearer x"}}},
+                },
+            ),
+            r"config\.prometheus\.headers\.Authorization, not both",
+        ),
+    ],
+)
+def test_prometheus_mode_refuses_combinations_that_cannot_work_naming_the_keys(chart, values, message):
+    with pytest.raises(helm.HelmRenderError, match=message):
+        render(chart, values)
+
+
+@pytest.mark.parametrize(
+    "values, honored",
+    [
+        (merged(PROMETHEUS, {"serviceMonitor": {"enabled": True}}), True),
+        (merged(PROMETHEUS, {"serviceMonitor": {"enabled": True, "honorLabels": False}}), False),
+        (merged(STANDALONE, {"serviceMonitor": {"enabled": True}}), False),
+        (merged(STANDALONE, {"serviceMonitor": {"enabled": True, "honorLabels": True}}), True),
+    ],
+)
+def test_the_service_monitor_keeps_the_replica_labels_by_default_only_in_prometheus_mode(chart, values, honored):
+    monitor = one(render(chart, values), "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is honored
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+def test_prometheus_mode_notes_name_the_query_api_and_the_replica_labels(chart):
+    notes = render_files(chart, ci_values("prometheus-values.yaml"))["specwatch/templates/NOTES.txt"]
+    assert "http://prometheus-operated.monitoring.svc:9090" in notes
+    assert 'matching {namespace="llm", job="vllm"}' in notes
+    assert "one replica per distinct (namespace, pod)" in notes
+    assert "polls no vLLM" in notes and "Secret prometheus-reader-token" in notes
+    bare = render_files(chart, PROMETHEUS)["specwatch/templates/NOTES.txt"]
+    assert "(instance)" in bare and "serviceMonitor.enabled=true" in bare
+
+
 # ---- schema refusals -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("values, where, why", [
-    ({"mode": "daemonset"}, "/mode", "value must be one of 'sidecar', 'standalone'"),
-    ({"config": {"poll_interval": "5 seconds"}}, "/config/poll_interval", "does not match pattern"),
-    ({"config": {"pol_interval": "5s"}}, "/config", "'pol_interval' not allowed"),
-    ({"securityContext": {"runAsNonRoot": False}}, "/securityContext/runAsNonRoot", "value must be true"),
-    ({"extraEnv": [{"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/tmp"}]}, "/extraEnv/0/name", "multiprocess mode"),
-    ({"prometheusRule": {"alerts": {"SpecDecodeTargetDown": {"severity": "page"}}}},
-     "/prometheusRule/alerts/SpecDecodeTargetDown/severity", "critical"),
-    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy", "Always"),
-    ({"portName": "http-specwatch-metrics"}, "/portName", "does not match pattern"),
-    ({"config": {"targets": [{"name": "x", "url": "file:///etc/passwd"}]}}, "/config/targets/0/url", "pattern"),
-])
+
+@pytest.mark.parametrize(
+    "values, where, why",
+    [
+        ({"mode": "daemonset"}, "/mode", "value must be one of 'sidecar', 'standalone'"),
+        ({"config": {"poll_interval": "5 seconds"}}, "/config/poll_interval", "does not match pattern"),
+        ({"config": {"pol_interval": "5s"}}, "/config", "'pol_interval' not allowed"),
+        ({"securityContext": {"runAsNonRoot": False}}, "/securityContext/runAsNonRoot", "value must be true"),
+        (
+            {"extraEnv": [{"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/tmp"}]},
+            "/extraEnv/0/name",
+            "multiprocess mode",
+        ),
+        (
+            {"prometheusRule": {"alerts": {"SpecDecodeTargetDown": {"severity": "page"}}}},
+            "/prometheusRule/alerts/SpecDecodeTargetDown/severity",
+            "critical",
+        ),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy", "Always"),
+        ({"portName": "http-specwatch-metrics"}, "/portName", "does not match pattern"),
+        ({"config": {"targets": [{"name": "x", "url": "file:///etc/passwd"}]}}, "/config/targets/0/url", "pattern"),
+    ],
+)
 def test_schema_refuses_a_bad_value_with_a_message_naming_it(chart, values, where, why):
     with pytest.raises(helm.HelmValuesError) as err:
         render(chart, values)
@@ -795,9 +1112,16 @@ def test_host_chart_includes_the_sidecar_named_templates_from_the_dependency(tmp
     host = tmp_path / "vllm-host"
     (host / "templates").mkdir(parents=True)
     (host / "charts").mkdir()
-    (host / "Chart.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "v2", "name": "vllm-host", "version": "0.1.0",
-        "dependencies": [{"name": "specwatch", "version": "0.1.0"}]}))
+    (host / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "vllm-host",
+                "version": "0.1.0",
+                "dependencies": [{"name": "specwatch", "version": "0.1.0"}],
+            }
+        )
+    )
     (host / "values.yaml").write_text(yaml.safe_dump({"specwatch": ci_values("sidecar-values.yaml")}))
     (host / "templates" / "deployment.yaml").write_text(HOST_DEPLOYMENT)
     shutil.copytree(CHART, host / "charts" / "specwatch", symlinks=False)
@@ -816,8 +1140,10 @@ def test_host_chart_includes_the_sidecar_named_templates_from_the_dependency(tmp
     assert volumes["specwatch-config"]["configMap"]["name"] == cm["metadata"]["name"]
     assert "annotations" not in deploy["spec"]["template"]["metadata"], "a config change must not roll vLLM"
     assert_never_gates_vllm_readiness(sidecar)
-    assert one(objects, "PodMonitor")["spec"]["selector"]["matchLabels"].items() <= \
-        deploy["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        one(objects, "PodMonitor")["spec"]["selector"]["matchLabels"].items()
+        <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def strategic_merge(base: dict, patch: dict) -> dict:
@@ -848,43 +1174,80 @@ def assert_never_gates_vllm_readiness(container: dict) -> None:
 
 def sidecar_patch(chart, values: dict) -> dict:
     notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
-    match = re.search(r"^# --- specwatch sidecar patch begin ---\n(.*?)^# --- specwatch sidecar patch end ---",
-                      notes, re.DOTALL | re.MULTILINE)
+    match = re.search(
+        r"^# --- specwatch sidecar patch begin ---\n(.*?)^# --- specwatch sidecar patch end ---",
+        notes,
+        re.DOTALL | re.MULTILINE,
+    )
     assert match, notes
     return yaml.safe_load(match.group(1))
 
 
 # Minimal Deployments of the shapes specwatch meets. Only the parts a patch can collide with are kept.
 VLLM_EXAMPLE_CHART = {  # vLLM's examples/online_serving/chart-helm: one "vllm" container, a PVC at /data
-    "apiVersion": "apps/v1", "kind": "Deployment",
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
     "metadata": {"name": "demo-deployment-vllm", "namespace": NAMESPACE},
-    "spec": {"replicas": 1, "selector": {"matchLabels": {"environment": "test", "release": "test"}}, "template": {
-        "metadata": {"labels": {"environment": "test", "release": "test"}},
-        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-                                 "ports": [{"name": "container-port", "containerPort": 8000}],
-                                 "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
-                                               "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}},
-                                 "volumeMounts": [{"name": "demo-storage", "mountPath": "/data"}]}],
-                 "volumes": [{"name": "demo-storage", "persistentVolumeClaim": {"claimName": "demo-storage-claim"}}]}}},
+    "spec": {
+        "replicas": 1,
+        "selector": {"matchLabels": {"environment": "test", "release": "test"}},
+        "template": {
+            "metadata": {"labels": {"environment": "test", "release": "test"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "vllm",
+                        "image": "vllm/vllm-openai:v0.11.0",
+                        "ports": [{"name": "container-port", "containerPort": 8000}],
+                        "resources": {
+                            "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+                            "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+                        },
+                        "volumeMounts": [{"name": "demo-storage", "mountPath": "/data"}],
+                    }
+                ],
+                "volumes": [{"name": "demo-storage", "persistentVolumeClaim": {"claimName": "demo-storage-claim"}}],
+            },
+        },
+    },
 }
-PRODUCTION_STACK = {  # vllm-project/production-stack: "<release>-<model>-deployment-vllm", pull secret, no replicas under KEDA
-    "apiVersion": "apps/v1", "kind": "Deployment",
+# vllm-project/production-stack: "<release>-<model>-deployment-vllm", pull secret, no replicas under KEDA
+PRODUCTION_STACK = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
     "metadata": {"name": "vllm-llama3-deployment-vllm", "namespace": NAMESPACE},
-    "spec": {"selector": {"matchLabels": {"model": "llama3", "helm-release-name": "vllm"}}, "template": {
-        "metadata": {"labels": {"model": "llama3", "helm-release-name": "vllm"}},
-        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-                                 "ports": [{"name": "container-port", "containerPort": 8000}],
-                                 "volumeMounts": [{"name": "vllm-storage", "mountPath": "/data"}]}],
-                 "imagePullSecrets": [{"name": "vllm-registry"}],
-                 "volumes": [{"name": "vllm-storage", "persistentVolumeClaim": {"claimName": "vllm-llama3-storage-claim"}}]}}},
+    "spec": {
+        "selector": {"matchLabels": {"model": "llama3", "helm-release-name": "vllm"}},
+        "template": {
+            "metadata": {"labels": {"model": "llama3", "helm-release-name": "vllm"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "vllm",
+                        "image": "vllm/vllm-openai:v0.11.0",
+                        "ports": [{"name": "container-port", "containerPort": 8000}],
+                        "volumeMounts": [{"name": "vllm-storage", "mountPath": "/data"}],
+                    }
+                ],
+                "imagePullSecrets": [{"name": "vllm-registry"}],
+                "volumes": [
+                    {"name": "vllm-storage", "persistentVolumeClaim": {"claimName": "vllm-llama3-storage-claim"}}
+                ],
+            },
+        },
+    },
 }
 
 
-@pytest.mark.parametrize("vllm", [pytest.param(VLLM_EXAMPLE_CHART, id="vllm-example-chart"),
-                                  pytest.param(PRODUCTION_STACK, id="production-stack")])
+@pytest.mark.parametrize(
+    "vllm",
+    [pytest.param(VLLM_EXAMPLE_CHART, id="vllm-example-chart"), pytest.param(PRODUCTION_STACK, id="production-stack")],
+)
 def test_notes_print_a_patch_that_adds_a_valid_sidecar_to_an_existing_vllm_deployment(chart, vllm):
-    values = merged(ci_values("sidecar-values.yaml"), {"imagePullSecrets": [{"name": "specwatch-registry"}],
-                                                      "extraVolumeMounts": []})
+    values = merged(
+        ci_values("sidecar-values.yaml"),
+        {"imagePullSecrets": [{"name": "specwatch-registry"}], "extraVolumeMounts": []},
+    )
     patch = sidecar_patch(chart, values)
     assert "metadata" not in patch["spec"]["template"], "no pod annotation: a config change must not roll vLLM"
     patched = strategic_merge(vllm, patch)
@@ -907,11 +1270,7 @@ def test_notes_print_an_extra_containers_entry_that_fits_the_vllm_example_chart_
     """vLLM's example chart appends `extraContainers` to its pod but offers no extra volumes: the entry
     needs none, runs in sidecar mode with no config file, and targets vLLM's port on loopback."""
     values = merged(ci_values("sidecar-values.yaml"), {"extraVolumeMounts": [], "sidecar": {"vllmPort": 8080}})
-    notes = render_files(chart, values)["specwatch/templates/NOTES.txt"]
-    match = re.search(r"^# --- specwatch extraContainers begin ---\n(.*?)^# --- specwatch extraContainers end ---",
-                      notes, re.DOTALL | re.MULTILINE)
-    assert match, notes
-    extra = yaml.safe_load(match.group(1))["extraContainers"]
+    extra = notes_extra_containers(render_files(chart, values)["specwatch/templates/NOTES.txt"])
     vllm = copy.deepcopy(VLLM_EXAMPLE_CHART)
     vllm["spec"]["template"]["spec"]["containers"] += extra  # what the chart's template does with them
     assert validation_errors(vllm) == []
@@ -930,8 +1289,11 @@ def test_standalone_keeps_its_readiness_probe_and_liveness_can_be_disabled(chart
     container = exporter_container(one(render(chart, STANDALONE), "Deployment")["spec"]["template"]["spec"])
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert {"name": "SPECWATCH_MODE", "value": "standalone"} in container["env"]
-    off = exporter_container(one(render(chart, merged(STANDALONE, {"livenessProbe": {"enabled": False}})),
-                                 "Deployment")["spec"]["template"]["spec"])
+    off = exporter_container(
+        one(render(chart, merged(STANDALONE, {"livenessProbe": {"enabled": False}})), "Deployment")["spec"]["template"][
+            "spec"
+        ]
+    )
     assert "livenessProbe" not in off
 
 
@@ -941,6 +1303,7 @@ def test_no_config_checksum_reaches_a_vllm_pod_from_any_sidecar_hook(chart):
 
 
 # ---- packaging -----------------------------------------------------------------------------------------
+
 
 def test_rules_and_dashboards_are_symlinks_to_the_single_source():
     assert os.readlink(CHART / "files" / "rules") == "../../../rules"
@@ -954,8 +1317,9 @@ def test_packaged_chart_contains_rules_and_dashboards_but_not_promtool_tests(cha
         names = tar.getnames()
     packaged_rules = sorted(Path(n).name for n in names if "/files/rules/" in n)
     assert packaged_rules == sorted(p.name for p in RULES_DIR.glob("*.yaml"))
-    assert sorted(Path(n).name for n in names if "/files/dashboards/" in n and n.endswith(".json")) == \
-        sorted(p.name for p in DASHBOARDS_DIR.glob("*.json"))
+    assert sorted(Path(n).name for n in names if "/files/dashboards/" in n and n.endswith(".json")) == sorted(
+        p.name for p in DASHBOARDS_DIR.glob("*.json")
+    )
     assert not [n for n in names if "/files/rules/tests" in n]
     assert not [n for n in names if "/ci/" in n]
 
@@ -966,6 +1330,7 @@ def test_chart_kube_version_floor_is_the_one_validated():
 
 def test_chart_app_version_matches_the_python_package_version():
     import tomllib
+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     chart_meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart_meta["appVersion"] == project["version"]
@@ -973,13 +1338,18 @@ def test_chart_app_version_matches_the_python_package_version():
 
 def test_readme_parameter_table_documents_every_value():
     def leaves(node, prefix=""):
-        whole = ("podSecurityContext.", "securityContext.", "networkPolicy.prometheusPodSelector.",
-                 "networkPolicy.prometheusNamespaceSelector.")
+        whole = (
+            "podSecurityContext.",
+            "securityContext.",
+            "networkPolicy.prometheusPodSelector.",
+            "networkPolicy.prometheusNamespaceSelector.",
+        )
         if isinstance(node, dict) and node and not prefix.startswith(whole):
             for key, value in node.items():
                 yield from leaves(value, f"{prefix}{key}.")
         else:
             yield prefix.rstrip(".")
+
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     readme = (CHART / "README.md").read_text()
     table_keys = set(re.findall(r"^\| `([^`]+)` \|", readme.split("\n## Parameters\n", 1)[1], re.MULTILINE))
@@ -1024,20 +1394,34 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
     from support.loopback import free_port
 
     port, dead_port = free_port(), free_port()
-    values = merged(STANDALONE, {"containerPort": port, "config": {
-        "poll_interval": "1s", "targets": [{"name": "vllm-0", "url": f"http://127.0.0.1:{dead_port}/metrics",
-                                            "timeout": "500ms"}]}})
+    values = merged(
+        STANDALONE,
+        {
+            "containerPort": port,
+            "config": {
+                "poll_interval": "1s",
+                "targets": [{"name": "vllm-0", "url": f"http://127.0.0.1:{dead_port}/metrics", "timeout": "500ms"}],
+            },
+        },
+    )
     objects = render(chart, values)
     container = exporter_container(one(objects, "Deployment")["spec"]["template"]["spec"])
     config_file = tmp_path / "specwatch.yaml"
     config_file.write_text(config_map(objects)["data"]["specwatch.yaml"])
     args = [str(config_file) if a == "/etc/specwatch/specwatch.yaml" else a for a in container["args"]]
     env = {k: v for k, v in os.environ.items() if k.upper() != "PROMETHEUS_MULTIPROC_DIR"}
-    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": str(ROOT / "exporter"), "NO_PROXY": "*"})
+    env.update(
+        {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT / "exporter"), "NO_PROXY": "*"}
+    )
     code = "import sys; from specwatch.cli import main; sys.argv = ['specwatch'] + sys.argv[1:]; sys.exit(main())"
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=str(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=str(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
     def get(path: str) -> int:
         try:
@@ -1056,8 +1440,13 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
             time.sleep(0.2)
         assert get(container["livenessProbe"]["httpGet"]["path"]) == 200
         script = one(objects, "Pod")["spec"]["containers"][0]["command"][2]
-        test_run = subprocess.run([sys.executable, "-c", script, f"http://127.0.0.1:{port}/readyz"],
-                                  capture_output=True, text=True, timeout=30, check=False)
+        test_run = subprocess.run(
+            [sys.executable, "-c", script, f"http://127.0.0.1:{port}/readyz"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert test_run.returncode == 0, test_run.stdout + test_run.stderr
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)

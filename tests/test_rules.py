@@ -10,6 +10,7 @@
 - Mutation tests: plausible mistakes in the rules make `promtool test rules` fail, so the promtool
   cases are not vacuous.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,42 +33,69 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian p
 
 # The metric contract, exact names.
 MIRRORED = {
-    "specwatch_drafts_total", "specwatch_draft_tokens_total", "specwatch_accepted_tokens_total",
-    "specwatch_accepted_tokens_by_position_total", "specwatch_generation_tokens_total",
-    "specwatch_itl_seconds_bucket", "specwatch_itl_seconds_sum", "specwatch_itl_seconds_count",
+    "specwatch_drafts_total",
+    "specwatch_draft_tokens_total",
+    "specwatch_accepted_tokens_total",
+    "specwatch_accepted_tokens_by_position_total",
+    "specwatch_generation_tokens_total",
+    "specwatch_itl_seconds_bucket",
+    "specwatch_itl_seconds_sum",
+    "specwatch_itl_seconds_count",
 }
 DERIVED = {  # {route, window}: must always be read with window pinned
-    "specwatch_acceptance_rate", "specwatch_mean_acceptance_length", "specwatch_draft_length",
-    "specwatch_position_acceptance_rate", "specwatch_batch_size", "specwatch_itl_p50_seconds",
-    "specwatch_itl_p99_seconds", "specwatch_itl_per_token_mean_seconds",
-    "specwatch_breakeven_acceptance_rate", "specwatch_acceptance_margin", "specwatch_expected_speedup",
-    "specwatch_recommended_draft_length", "specwatch_max_speculative_batch_size",
-    "specwatch_window_drafts", "specwatch_verdict",
+    "specwatch_acceptance_rate",
+    "specwatch_mean_acceptance_length",
+    "specwatch_draft_length",
+    "specwatch_position_acceptance_rate",
+    "specwatch_batch_size",
+    "specwatch_itl_p50_seconds",
+    "specwatch_itl_p99_seconds",
+    "specwatch_itl_per_token_mean_seconds",
+    "specwatch_breakeven_acceptance_rate",
+    "specwatch_acceptance_margin",
+    "specwatch_expected_speedup",
+    "specwatch_recommended_draft_length",
+    "specwatch_max_speculative_batch_size",
+    "specwatch_window_drafts",
+    "specwatch_verdict",
     "specwatch_recommended_config_info",  # {route,window,config}: committed by the lead
     # draft.config check (rules/specwatch-config-check.yaml)
     "specwatch_speculative_config_mismatch", "specwatch_configured_draft_length",
 }
 HEALTH = {
-    "specwatch_target_up", "specwatch_scrape_duration_seconds", "specwatch_scrape_errors_total",
-    "specwatch_target_restarts_total", "specwatch_last_scrape_success_timestamp_seconds",
-    "specwatch_build_info", "specwatch_route_info",
+    "specwatch_target_up",
+    "specwatch_scrape_duration_seconds",
+    "specwatch_scrape_errors_total",
+    "specwatch_target_restarts_total",
+    "specwatch_last_scrape_success_timestamp_seconds",
+    "specwatch_build_info",
+    "specwatch_route_info",
     # in addition to the original contract
-    "specwatch_route_expects_speculation", "specwatch_baseline_itl_p99_seconds",
-    "specwatch_config_last_reload_successful", "specwatch_config_last_reload_success_timestamp_seconds",
+    "specwatch_route_expects_speculation",
+    "specwatch_baseline_itl_p99_seconds",
+    "specwatch_config_last_reload_successful",
+    "specwatch_config_last_reload_success_timestamp_seconds",
 }
 PROMETHEUS_OWN = {"up"}
 CONTRACT = MIRRORED | DERIVED | HEALTH | PROMETHEUS_OWN
 
 ALERTS = {
-    "spec-decode": {"SpecDecodeFleetBelowBreakeven", "SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended",
-                    "SpecDecodeITLP99Regression", "SpecDecodeMetricsMissing"},
+    "spec-decode": {
+        "SpecDecodeFleetBelowBreakeven",
+        "SpecDecodeBelowBreakeven",
+        "SpecDecodeShorterDraftRecommended",
+        "SpecDecodeITLP99Regression",
+        "SpecDecodeMetricsMissing",
+    },
     "specwatch-health": {"SpecDecodeTargetDown", "SpecDecodeExporterDown", "SpecwatchConfigReloadFailed"},
     "specwatch-config-check": {"SpecDecodeConfigMismatch"},
 }
 # Recording rules in the alerts file: replica counts per route for the fleet alert. They count the
 # per-replica margin gauge (window pinned), which is the only place a verdict per replica exists.
-REPLICA_COUNTS = {"namespace_route:specwatch_replicas_below_breakeven:count",
-                  "namespace_route:specwatch_replicas_assessed:count"}
+REPLICA_COUNTS = {
+    "namespace_route:specwatch_replicas_below_breakeven:count",
+    "namespace_route:specwatch_replicas_assessed:count",
+}
 # alerts about spec-decode performance: their description carries the live numbers + recommendation
 PERFORMANCE_ALERTS = {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended", "SpecDecodeITLP99Regression"}
 
@@ -103,6 +131,7 @@ def selectors(expr: str) -> list:
     def visit(node):
         if type(node).__name__ == "VectorSelector":
             found.append(node)
+
     promql_parser.walk(promql_parser.parse(expr), visit)
     return found
 
@@ -123,6 +152,7 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 
 
 # ---- promtool -------------------------------------------------------------------------------------
+
 
 @needs_promtool
 def test_promtool_check_rules_accepts_every_rule_file_with_all_lints_fatal():
@@ -163,11 +193,14 @@ def test_every_alert_has_a_firing_case_with_annotations_asserted_in_full_and_a_s
         firing = [a for c in cases.get(name, []) for a in c.get("exp_alerts") or []]
         assert firing, f"{name}: no case where it fires"
         for alert in firing:
-            assert set(alert["exp_annotations"]) == set(rule["annotations"]), f"{name}: annotations not asserted in full"
+            assert set(alert["exp_annotations"]) == set(rule["annotations"]), (
+                f"{name}: annotations not asserted in full"
+            )
         assert any(not c.get("exp_alerts") for c in cases[name]), f"{name}: no case where it stays silent"
 
 
 # ---- contract -------------------------------------------------------------------------------------
+
 
 def test_every_metric_read_by_rules_and_annotations_is_exported_or_recorded():
     allowed = CONTRACT | recorded_names()
@@ -236,8 +269,15 @@ def test_every_alert_has_one_plain_for_severity_summary_description_and_runbook_
         assert ann["runbook_url"] == RUNBOOK_URL + name.lower()
         assert ann["description"].strip()
         if name in PERFORMANCE_ALERTS:
-            for needle in ("alpha=", "break-even", "B=", "K=", "speedup", "--speculative-config",
-                           "specwatch_recommended_config_info"):
+            for needle in (
+                "alpha=",
+                "break-even",
+                "B=",
+                "K=",
+                "speedup",
+                "--speculative-config",
+                "specwatch_recommended_config_info",
+            ):
                 assert needle in ann["description"], (name, needle)
     # exactly one `for:` line per alert, so a chart can rewrite it by alert name
     assert len(re.findall(r"^\s+for:\s", text, flags=re.MULTILINE)) == len(alerts())
@@ -255,37 +295,99 @@ def test_runbook_has_a_section_for_every_alert_at_its_runbook_url_anchor():
 
 MUTATIONS = [
     # (rule file, original text, mutated text, why a correct suite must fail)
-    ("specwatch-alerts.yaml", "specwatch_acceptance_margin{window=\"5m\"} < 0\n        for: 15m",
-     "specwatch_acceptance_margin{window=\"5m\"} < 0\n        for: 5m", "fires before for: 15m"),
-    ("specwatch-alerts.yaml", "          specwatch_acceptance_margin{window=\"5m\"} < 0\n",
-     "          specwatch_acceptance_margin < 0\n", "window not pinned: the 1m window of another route fires"),
-    ("specwatch-alerts.yaml", "1.2 * specwatch_baseline_itl_p99_seconds",
-     "1.0 * specwatch_baseline_itl_p99_seconds", "ITL factor lost"),
-    ("specwatch-alerts.yaml", "< on (job, instance, route) group_left ()",
-     "< on (job, instance, route)", "one-to-one join drops the alert's namespace/pod/target/window"),
+    (
+        "specwatch-alerts.yaml",
+        'specwatch_acceptance_margin{window="5m"} < 0\n        for: 15m',
+        'specwatch_acceptance_margin{window="5m"} < 0\n        for: 5m',
+        "fires before for: 15m",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        '          specwatch_acceptance_margin{window="5m"} < 0\n',
+        "          specwatch_acceptance_margin < 0\n",
+        "window not pinned: the 1m window of another route fires",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "1.2 * specwatch_baseline_itl_p99_seconds",
+        "1.0 * specwatch_baseline_itl_p99_seconds",
+        "ITL factor lost",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "< on (job, instance, target, route) group_left ()",
+        "< on (job, instance, target, route)",
+        "one-to-one join drops the alert's namespace/pod/target/window",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "< on (job, instance, target, route) group_left ()",
+        "< on (job, instance, route) group_left ()",
+        "fleet mode: the replicas one specwatch exports share job/instance, only target tells them apart",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "unless on (job, instance, target, route)",
+        "unless on (job, instance, route)",
+        "fleet mode: one replica's drafts hide another replica's missing metrics",
+    ),
     ("specwatch-alerts.yaml", ") >= 1\n", ") >= 0\n", "K'=0 reported as a shorter draft"),
-    ("specwatch-alerts.yaml", "(specwatch_target_up == 1)",
-     "(specwatch_target_up >= 0)", "missing-metrics fires on a down target"),
-    ("specwatch-alerts.yaml", "and on (job, instance, target)\n          (specwatch_target_up == 1)",
-     "and on (job, instance)\n          (max by (job, instance) (specwatch_target_up) == 1)",
-     "missing-metrics fires for a down target of a sidecar whose other target is up"),
-    ("specwatch-alerts.yaml", "(time() - specwatch_last_scrape_success_timestamp_seconds) > 300",
-     "(time() - specwatch_last_scrape_success_timestamp_seconds) > 3000", "wedged poller missed"),
-    ("specwatch-alerts.yaml", "up{job=~\".*specwatch.*\"} == 0\n",
-     "up{job=~\".*specwatch.*\"} == 0 or on () absent(up{job=~\".*specwatch.*\"})\n",
-     "fires when vLLM scales to zero"),
-    ("specwatch-alerts.yaml", "severity: warning\n        annotations:\n          summary: specwatch cannot read",
-     "severity: critical\n        annotations:\n          summary: specwatch cannot read", "target down pages"),
+    (
+        "specwatch-alerts.yaml",
+        "(specwatch_target_up == 1)",
+        "(specwatch_target_up >= 0)",
+        "missing-metrics fires on a down target",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "and on (job, instance, target)\n          (specwatch_target_up == 1)",
+        "and on (job, instance)\n          (max by (job, instance) (specwatch_target_up) == 1)",
+        "missing-metrics fires for a down target of a sidecar whose other target is up",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "(time() - specwatch_last_scrape_success_timestamp_seconds) > 300",
+        "(time() - specwatch_last_scrape_success_timestamp_seconds) > 3000",
+        "wedged poller missed",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'up{job=~".*specwatch.*"} == 0\n',
+        'up{job=~".*specwatch.*"} == 0 or on () absent(up{job=~".*specwatch.*"})\n',
+        "fires when vLLM scales to zero",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "severity: warning\n        annotations:\n          summary: specwatch cannot read",
+        "severity: critical\n        annotations:\n          summary: specwatch cannot read",
+        "target down pages",
+    ),
     ("specwatch-alerts.yaml", "> 300\n        for: 20m", "> 300\n        for: 10m", "a cold start fires target down"),
     ("specwatch-alerts.yaml", ") >= 0.25", ") >= 0", "fleet alert fires for a route with no replica below"),
-    ("specwatch-alerts.yaml", "count by (namespace, route) (specwatch_acceptance_margin{window=\"5m\"} < 0)",
-     "count by (namespace, route) (specwatch_acceptance_margin < 0)", "fleet count reads every window"),
-    ("specwatch-recording.yaml", "sum by (namespace, route) (rate(specwatch_accepted_tokens_total[5m]))",
-     "avg by (namespace, route) (rate(specwatch_accepted_tokens_total[5m]))", "averaging across pods"),
-    ("specwatch-recording.yaml", "(namespace_route:specwatch_draft_tokens:rate5m > 0)",
-     "(namespace_route:specwatch_draft_tokens:rate5m >= 0)", "idle route yields NaN instead of absent"),
-    ("specwatch-recording.yaml", "histogram_quantile(0.99, namespace_route_le",
-     "histogram_quantile(0.9, namespace_route_le", "wrong quantile"),
+    (
+        "specwatch-alerts.yaml",
+        'count by (namespace, route) (specwatch_acceptance_margin{window="5m"} < 0)',
+        "count by (namespace, route) (specwatch_acceptance_margin < 0)",
+        "fleet count reads every window",
+    ),
+    (
+        "specwatch-recording.yaml",
+        "sum by (namespace, route) (rate(specwatch_accepted_tokens_total[5m]))",
+        "avg by (namespace, route) (rate(specwatch_accepted_tokens_total[5m]))",
+        "averaging across pods",
+    ),
+    (
+        "specwatch-recording.yaml",
+        "(namespace_route:specwatch_draft_tokens:rate5m > 0)",
+        "(namespace_route:specwatch_draft_tokens:rate5m >= 0)",
+        "idle route yields NaN instead of absent",
+    ),
+    (
+        "specwatch-recording.yaml",
+        "histogram_quantile(0.99, namespace_route_le",
+        "histogram_quantile(0.9, namespace_route_le",
+        "wrong quantile",
+    ),
 ]
 
 

@@ -56,7 +56,7 @@ def test_five_item_entries_give_the_k_range_over_context_buckets():
 def test_a_config_vllm_would_refuse_names_its_field(config, field):
     with pytest.raises(SpeculativeConfigError) as info:
         parse_speculative_config(config)
-    assert info.value.field == field
+    assert info.value.key == field
 
 
 def test_draft_config_is_a_mapping_or_the_same_json_string_and_a_bad_one_names_the_key():

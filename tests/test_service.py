@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from support.loopback import free_port, wait_http
 from support.paths import fixture_path
 
@@ -55,14 +54,24 @@ def sidecar(tmp_path):
     server = PayloadServer(p.read_text() for p in files)
     port = free_port()
     config = tmp_path / "specwatch.yaml"
-    config.write_text(json.dumps({
-        "listen": f"127.0.0.1:{port}", "poll_interval": "500ms", "windows": ["2s", "5s"],
-        "targets": [{"name": "vllm", "url": server.url}],
-        "routes": [{"name": "chat", "match": {"model_name": "tiny-llama"}, "baseline_itl_p99_seconds": 0.03}],
-        "decision": {"min_drafts": 50},
-    }))
-    proc = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    config.write_text(
+        json.dumps(
+            {
+                "listen": f"127.0.0.1:{port}",
+                "poll_interval": "500ms",
+                "windows": ["2s", "5s"],
+                "targets": [{"name": "vllm", "url": server.url}],
+                "routes": [{"name": "chat", "match": {"model_name": "tiny-llama"}, "baseline_itl_p99_seconds": 0.03}],
+                "decision": {"min_drafts": 50},
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/readyz", 20, proc)
     yield base, proc, server
@@ -97,9 +106,16 @@ def test_run_serves_metrics_and_status_over_http_from_real_payloads(sidecar):
     assert 0.5 < window["acceptance_rate"] < 1.0
     assert window["verdict"] in ("keep", "shorten", "disable", "insufficient_data")
     metrics = requests.get(base + "/metrics", timeout=2).text
-    for name in ("specwatch_acceptance_rate{", "specwatch_drafts_total{", "specwatch_itl_seconds_bucket{",
-                 "specwatch_target_up{", "specwatch_route_info{", "specwatch_build_info{",
-                 "specwatch_baseline_itl_p99_seconds{", 'specwatch_verdict{'):
+    for name in (
+        "specwatch_acceptance_rate{",
+        "specwatch_drafts_total{",
+        "specwatch_itl_seconds_bucket{",
+        "specwatch_target_up{",
+        "specwatch_route_info{",
+        "specwatch_build_info{",
+        "specwatch_baseline_itl_p99_seconds{",
+        "specwatch_verdict{",
+    ):
         assert name in metrics, name
     assert requests.get(base + "/healthz", timeout=2).status_code == 200
     assert "/metrics" in requests.get(base + "/", timeout=2).text
@@ -112,7 +128,9 @@ def test_exported_metrics_pass_promtool_check_metrics(sidecar):
     base, _, _ = sidecar
     wait_for(lambda: "specwatch_acceptance_rate{" in requests.get(base + "/metrics", timeout=2).text)
     body = requests.get(base + "/metrics", timeout=2).text
-    proc = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True, timeout=30, check=False)
+    proc = subprocess.run(
+        ["promtool", "check", "metrics"], input=body, capture_output=True, text=True, timeout=30, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -120,8 +138,13 @@ def test_target_failure_keeps_serving_and_counts_the_error_by_reason(sidecar):
     base, _, server = sidecar
     wait_for(lambda: 'specwatch_target_up{target="vllm"} 1.0' in requests.get(base + "/metrics", timeout=2).text)
     server.status = 500
-    text = wait_for(lambda: (t := requests.get(base + "/metrics", timeout=2).text)
-                    and 'specwatch_target_up{target="vllm"} 0.0' in t and t)
+    text = wait_for(
+        lambda: (
+            (t := requests.get(base + "/metrics", timeout=2).text)
+            and 'specwatch_target_up{target="vllm"} 0.0' in t
+            and t
+        )
+    )
     assert 'specwatch_scrape_errors_total{reason="http_status",target="vllm"}' in text
     assert requests.get(base + "/readyz", timeout=2).status_code == 200  # readiness never depends on vLLM
     server.status = 200
@@ -141,22 +164,35 @@ def test_sigterm_exits_within_two_seconds_with_a_final_log_line(sidecar):
 
 def test_a_hung_target_does_not_slow_the_polls_of_the_others(tmp_path):
     import socket
+
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(16)  # the kernel accepts connections; nobody ever answers
     good = PayloadServer([fixture_path("vllm-cpu-real", "030.prom").read_text()])
     port = free_port()
     config = tmp_path / "two.yaml"
-    config.write_text(json.dumps({
-        "listen": f"127.0.0.1:{port}", "poll_interval": "500ms", "windows": ["2s"],
-        "targets": [{"name": "hung", "url": f"http://127.0.0.1:{hung.getsockname()[1]}/metrics", "timeout": "450ms"},
+    config.write_text(
+        json.dumps(
+            {
+                "listen": f"127.0.0.1:{port}",
+                "poll_interval": "500ms",
+                "windows": ["2s"],
+                "targets": [
+                    {"name": "hung", "url": f"http://127.0.0.1:{hung.getsockname()[1]}/metrics", "timeout": "450ms"},
                     {"name": "hung-too", "url": f"http://127.0.0.1:{hung.getsockname()[1]}/x", "timeout": "450ms"},
-                    {"name": "good", "url": good.url, "timeout": "450ms"}],
-    }))
-    proc = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    {"name": "good", "url": good.url, "timeout": "450ms"},
+                ],
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
+
         def ready():
             try:
                 return requests.get(base + "/readyz", timeout=1).status_code == 200
@@ -180,6 +216,7 @@ def test_a_hung_target_does_not_slow_the_polls_of_the_others(tmp_path):
 
 
 # -- config reload in place (SIGHUP and file change) and sidecar mode ----------------------------
+
 
 class ConfigMapDir:
     """A directory laid out like a mounted ConfigMap: specwatch.yaml -> ..data/specwatch.yaml, and an
@@ -221,9 +258,13 @@ def answers(url: str) -> bool:
 
 
 def start_run(config_path: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config_path), *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "specwatch.cli", "run", "--config", str(config_path), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def stderr_lines_after_stop(proc: subprocess.Popen) -> list[dict]:
@@ -237,10 +278,14 @@ def reloadable(tmp_path):
     files = sorted(fixture_path("vllm-cpu-real").glob("0[2-3]*.prom"))
     server = PayloadServer(p.read_text() for p in files)
     port = free_port()
-    good = {"listen": f"127.0.0.1:{port}", "poll_interval": "300ms", "windows": ["2s", "5s"],
-            "targets": [{"name": "vllm", "url": server.url}],
-            "routes": [{"name": "chat", "match": {"model_name": "tiny-llama"}}],
-            "decision": {"min_drafts": 50, "hold": 3}}
+    good = {
+        "listen": f"127.0.0.1:{port}",
+        "poll_interval": "300ms",
+        "windows": ["2s", "5s"],
+        "targets": [{"name": "vllm", "url": server.url}],
+        "routes": [{"name": "chat", "match": {"model_name": "tiny-llama"}}],
+        "decision": {"min_drafts": 50, "hold": 3},
+    }
     configmap = ConfigMapDir(tmp_path / "config")
     configmap.publish(good)
     proc = start_run(configmap.path)
@@ -272,16 +317,24 @@ def test_a_changed_configmap_is_applied_in_place_and_a_bad_one_refused_keeping_t
     assert first_success is not None
 
     configmap.publish({**good, "decision": {"min_drafts": 50, "hold": "banana"}})
-    wait_for(lambda: metric_value(requests.get(base + "/metrics", timeout=2).text,
-                                  "specwatch_config_last_reload_successful") == 0.0)
+    wait_for(
+        lambda: (
+            metric_value(requests.get(base + "/metrics", timeout=2).text, "specwatch_config_last_reload_successful")
+            == 0.0
+        )
+    )
     samples_before, polls_before = route_samples(base), target_polls(base)
     wait_for(lambda: target_polls(base) > polls_before + 2)  # the old config keeps polling
     metrics = requests.get(base + "/metrics", timeout=2).text
     assert metric_value(metrics, "specwatch_config_last_reload_success_timestamp_seconds") == first_success
 
     configmap.publish({**good, "decision": {"min_drafts": 50, "hold": 5}})
-    wait_for(lambda: metric_value(requests.get(base + "/metrics", timeout=2).text,
-                                  "specwatch_config_last_reload_successful") == 1.0)
+    wait_for(
+        lambda: (
+            metric_value(requests.get(base + "/metrics", timeout=2).text, "specwatch_config_last_reload_successful")
+            == 1.0
+        )
+    )
     # Targets and windows did not change: the windows' history survived the reload.
     assert route_samples(base) >= samples_before
     metrics = requests.get(base + "/metrics", timeout=2).text
@@ -332,11 +385,14 @@ def test_sidecar_mode_stays_up_on_a_bad_config_and_recovers_when_it_is_fixed(tmp
         assert metric_value(metrics, "specwatch_config_last_reload_successful") == 0.0
         assert "specwatch_target_up{" not in metrics  # nothing is polled without a config
 
-        configmap.publish({"listen": f"127.0.0.1:{port}", "poll_interval": "300ms",
-                           "targets": [{"name": "vllm", "url": server.url}]})
+        configmap.publish(
+            {"listen": f"127.0.0.1:{port}", "poll_interval": "300ms", "targets": [{"name": "vllm", "url": server.url}]}
+        )
         wait_for(lambda: 'specwatch_target_up{target="vllm"} 1.0' in requests.get(base + "/metrics", timeout=2).text)
-        assert metric_value(requests.get(base + "/metrics", timeout=2).text,
-                            "specwatch_config_last_reload_successful") == 1.0
+        assert (
+            metric_value(requests.get(base + "/metrics", timeout=2).text, "specwatch_config_last_reload_successful")
+            == 1.0
+        )
         logs = stderr_lines_after_stop(proc)
         assert proc.returncode == 0
         errors = [line for line in logs if line["event"] == "config_error"]
@@ -351,9 +407,14 @@ def test_sidecar_mode_stays_up_on_a_bad_config_and_recovers_when_it_is_fixed(tmp
 def test_without_sidecar_mode_a_bad_config_still_exits_2_naming_the_key(tmp_path):
     config = tmp_path / "specwatch.yaml"
     config.write_text("windows: [nope]\n")
-    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
-                          capture_output=True, text=True, timeout=30, check=False,
-                          env={**os.environ, "SPECWATCH_MODE": ""})
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, "SPECWATCH_MODE": ""},
+    )
     assert proc.returncode == 2 and "windows[0]" in proc.stderr
 
 
@@ -361,18 +422,104 @@ def test_without_sidecar_mode_a_bad_config_still_exits_2_naming_the_key(tmp_path
 def test_check_config_warns_when_the_alert_window_is_not_a_configured_window(tmp_path, window, warned):
     config = tmp_path / "specwatch.yaml"
     config.write_text("windows: [1m, 15m]\n")
-    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "check-config", str(config)],
-                          capture_output=True, text=True, timeout=30, check=False,
-                          env={**os.environ, "SPECWATCH_ALERT_WINDOW": window})
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "check-config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, "SPECWATCH_ALERT_WINDOW": window},
+    )
     assert proc.returncode == 0, proc.stderr
     assert ('window="5m"' in proc.stderr and "can never fire" in proc.stderr) == warned, proc.stderr
+
+
+def test_check_config_reads_the_alert_window_from_the_config_file(tmp_path):
+    config = tmp_path / "specwatch.yaml"
+    config.write_text("windows: [1m, 15m]\nalerting: {window: 15m}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECWATCH_ALERT_WINDOW", "SPECWATCH_ALERTING__WINDOW")}
+    quiet = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "check-config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=env,
+    )
+    assert quiet.returncode == 0 and "can never fire" not in quiet.stderr, quiet.stderr
+    flagged = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "check-config", str(config), "--alert-window", "5m"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=env,
+    )
+    assert flagged.returncode == 0 and 'window="5m"' in flagged.stderr, flagged.stderr
+
+
+def test_a_bad_alert_window_flag_exits_2_naming_the_flag(tmp_path):
+    config = tmp_path / "specwatch.yaml"
+    config.write_text("windows: [1m, 5m]\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "check-config", str(config), "--alert-window", "soon"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2 and "--alert-window" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "environ, flag, expected",
+    [
+        ({}, None, 900.0),  # the file
+        ({"SPECWATCH_ALERT_WINDOW": "1m"}, None, 60.0),  # the older variable beats the file
+        ({"SPECWATCH_ALERTING__WINDOW": "1m"}, None, 60.0),  # so does the derived one
+        ({"SPECWATCH_ALERTING__WINDOW": "1m", "SPECWATCH_ALERT_WINDOW": "15m"}, None, 60.0),  # the derived name wins
+        ({"SPECWATCH_ALERTING__WINDOW": "1m"}, 300.0, 300.0),  # the flag beats both
+    ],
+)
+def test_the_alert_window_comes_from_the_flag_then_the_environment_then_the_file(tmp_path, environ, flag, expected):
+    from specwatch.config import load
+
+    config = tmp_path / "specwatch.yaml"
+    config.write_text("windows: [1m, 5m, 15m]\nalerting: {window: 15m}\n")
+    overrides = {"alerting": {"window": flag}} if flag else None
+    assert load(str(config), environ=environ, overrides=overrides).alerting.window == expected
+
+
+def test_a_reload_that_drops_the_alert_window_warns_once_and_one_that_keeps_it_stays_quiet():
+    from dataclasses import replace
+
+    from specwatch.config import from_mapping
+    from specwatch.service import Service
+    from structlog.testing import capture_logs
+
+    good = from_mapping({"windows": ["1m", "5m"]}, environ={})
+    with capture_logs() as logs:
+        service = Service(good)
+        service.apply(replace(good, decision=replace(good.decision, hold=5)))  # windows untouched
+        service.apply(from_mapping({"windows": ["1m", "15m"]}, environ={}))  # 5m gone
+        service.apply(from_mapping({"windows": ["1m", "15m"], "decision": {"hold": 4}}, environ={}))
+        service.apply(from_mapping({"windows": ["1m", "15m"], "alerting": {"window": "15m"}}, environ={}))
+    warnings = [line for line in logs if line["event"] == "alert_window_not_in_windows"]
+    assert len(warnings) == 1 and 'window="5m"' in warnings[0]["message"]
 
 
 def test_run_warns_once_at_start_when_the_alert_window_is_not_a_configured_window(tmp_path):
     port = free_port()
     config = tmp_path / "specwatch.yaml"
-    config.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "windows": ["1m", "15m"],
-                                  "targets": [{"url": f"http://127.0.0.1:{free_port()}/metrics"}]}))
+    config.write_text(
+        json.dumps(
+            {
+                "listen": f"127.0.0.1:{port}",
+                "windows": ["1m", "15m"],
+                "targets": [{"url": f"http://127.0.0.1:{free_port()}/metrics"}],
+            }
+        )
+    )
     proc = start_run(config, "--alert-window", "5m")
     try:
         wait_for(lambda: answers(f"http://127.0.0.1:{port}/healthz"))

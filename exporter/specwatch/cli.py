@@ -7,10 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-import structlog
-
 from . import __version__, backtest, demo, lesson, sim
-from .config import Config, ConfigError, load
+from .config import ConfigError, load
 from .logsetup import configure_logging
 
 EXIT_CONFIG = 2
@@ -29,23 +27,13 @@ def _sidecar_mode(args: argparse.Namespace) -> bool:
     return bool(args.sidecar) or os.environ.get("SPECWATCH_MODE", "").strip().lower() == "sidecar"
 
 
-DEFAULT_ALERT_WINDOW = "5m"  # the window rules/ read (window="5m"); the chart's prometheusRule.alertWindow
+def _alert_window_override(args: argparse.Namespace) -> dict[str, object] | None:
+    """--alert-window sets alerting.window (flags beat SPECWATCH_ALERTING__WINDOW, which beats the file)."""
+    from .config import parse_duration
 
-
-def alert_window_warning(config: Config, alert_window: str) -> str | None:
-    """The alert rules read one window; if the sidecar does not export it, they can never fire."""
-    from .config import format_duration, parse_duration
-
-    seconds = parse_duration(alert_window, "--alert-window")
-    if seconds in config.windows:
+    if not args.alert_window:
         return None
-    return (f"alert window {format_duration(seconds)} is not among windows [{', '.join(config.window_labels)}]: "
-            f'the alert rules read window="{format_duration(seconds)}" and can never fire; add it to windows '
-            "or set the chart's prometheusRule.alertWindow (and --alert-window / SPECWATCH_ALERT_WINDOW) to one of them")
-
-
-def _alert_window(args: argparse.Namespace) -> str:
-    return args.alert_window or os.environ.get("SPECWATCH_ALERT_WINDOW") or DEFAULT_ALERT_WINDOW
+    return {"window": parse_duration(args.alert_window, "--alert-window")}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -54,7 +42,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # vLLM's multiprocess mode variable must never reach this process's prometheus_client.
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    overrides = {"listen": args.listen, "targets": [{"url": args.target}] if args.target else None}
+    overrides = {"listen": args.listen, "targets": [{"url": args.target}] if args.target else None,
+                 "alerting": _alert_window_override(args)}
     source = ConfigSource(args.config, lambda path: load(path, overrides=overrides))
     try:
         config, error = source.load(), None
@@ -66,8 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = from_mapping({}, environ={}, overrides={"listen": args.listen} if args.listen else None)
         error = str(exc)
     configure_logging(config.log.format, config.log.level)
-    if error is None and (warning := alert_window_warning(config, _alert_window(args))):
-        structlog.get_logger("specwatch").warning("alert_window_not_in_windows", message=warning)
+    # Service warns (at start and on reload) when alerting.window is not among the windows.
     try:
         return Service(config, source=source, config_error=error,
                        on_log_config=lambda c: configure_logging(c.log.format, c.log.level)).run_forever()
@@ -77,8 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    config = load(args.file)
-    if warning := alert_window_warning(config, _alert_window(args)):
+    from .service import alert_window_warning
+
+    config = load(args.file, overrides={"alerting": _alert_window_override(args)})
+    if warning := alert_window_warning(config):
         print(f"specwatch: warning: {args.file}: {warning}", file=sys.stderr)
     if config.prometheus is not None:
         from .scrape import redact_url
@@ -135,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "Reloaded on SIGHUP and when the file changes")
     run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")
     run.add_argument("--target", help="override the first target's URL, e.g. http://127.0.0.1:8000/metrics")
-    run.add_argument("--alert-window", help="the window the alert rules read (default SPECWATCH_ALERT_WINDOW or 5m); "
+    run.add_argument("--alert-window", help="override alerting.window, the window the alert rules read (default 5m); "
                      "a warning is logged at start when it is not among the config's windows")
     run.add_argument("--sidecar", action="store_true",
                      help="sidecar mode (also SPECWATCH_MODE=sidecar): never exit on a bad or missing config; "
@@ -144,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="validate a config file and exit (status 2 when invalid)")
     check.add_argument("file")
-    check.add_argument("--alert-window", help="the window the alert rules read (default SPECWATCH_ALERT_WINDOW or 5m): "
-                       "warn when it is not among the config's windows")
+    check.add_argument("--alert-window", help="override alerting.window, the window the alert rules read "
+                       "(default 5m): warn when it is not among the config's windows")
     check.set_defaults(func=cmd_check_config)
 
     rec = sub.add_parser("record", help="record polls of the configured targets as JSON lines")

@@ -28,7 +28,6 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from . import costmodel
 from .derive import WindowStats
@@ -65,7 +64,7 @@ class WindowSummary:
     def tokens_per_second_per_request(self) -> float:
         return 1.0 / self.itl_per_token_seconds
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "t": self.t, "window": self.window, "span_seconds": self.span_seconds, "method": self.method,
             "draft_length": self.draft_length, "acceptance_rate": self.acceptance_rate,
@@ -153,7 +152,7 @@ class Grading:
             return None
         return self.after.tokens_per_second_per_request / self.before.tokens_per_second_per_request
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         before, after = self.before, self.after
         measured: dict[str, float | None] | None = None
         notes: list[str] = []

@@ -24,7 +24,8 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from .config.kinds import ConfigError
 
 #: Methods that may propose fewer than K tokens (lookup finds no match): one-sided check.
 SHORT_PROPOSING_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
@@ -34,13 +35,9 @@ BATCH_SPREAD = 0.25
 K_TOLERANCE = 0.15
 
 
-class SpeculativeConfigError(ValueError):
-    """The stated speculative config is not one vLLM accepts; `field` names the JSON key."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
+class SpeculativeConfigError(ConfigError):
+    """The stated speculative config is not one vLLM accepts; `key` names the JSON key inside it
+    (the config loader reports it under `draft.config.<key>`)."""
 
 
 @dataclass(frozen=True)
@@ -102,13 +99,13 @@ class SpeculativeSchedule:
         return min(r[0] for r in ranges), max(r[1] for r in ranges)
 
 
-def _positive_int(value: Any, field: str, minimum: int) -> int:
+def _positive_int(value: object, field: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise SpeculativeConfigError(field, f"expected an integer >= {minimum}, got {value!r}")
     return value
 
 
-def parse_speculative_config(config: Mapping[str, Any]) -> SpeculativeSchedule:
+def parse_speculative_config(config: Mapping[str, object]) -> SpeculativeSchedule:
     """The schedule of a `--speculative-config` object, validated as vLLM validates it."""
     if not isinstance(config, Mapping):
         raise SpeculativeConfigError("draft.config", "expected a JSON object")
@@ -169,7 +166,7 @@ class ConfigCheck:
     mismatch: bool
     reason: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"configured_draft_length": self.configured_k, "expected_range": [self.expected_low, self.expected_high],
                 "observed_draft_length": self.observed_k, "batch_size": self.batch_size,
                 "one_sided": self.one_sided, "mismatch": self.mismatch, "reason": self.reason}
@@ -202,6 +199,6 @@ def check_draft_length(schedule: SpeculativeSchedule, *, batch_size: float | Non
     return ConfigCheck(at, low, high, observed_k, batch_size, one_sided, False, "as configured")
 
 
-def schedule_from_config(config: Mapping[str, Any] | None) -> SpeculativeSchedule | None:
+def schedule_from_config(config: Mapping[str, object] | None) -> SpeculativeSchedule | None:
     return None if config is None else parse_speculative_config(config)
 

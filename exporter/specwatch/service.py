@@ -40,7 +40,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__, costmodel
 from .collector import SpecwatchCollector
-from .config import Config, ConfigError
+from .config import Config, ConfigError, format_duration
 from .fleet import FleetEvaluator, FleetSource, FleetState, replica_name
 from .fleet_metrics import FleetCollector
 from .pipeline import Pipeline, RouteEvaluation, State, evaluation_record
@@ -48,7 +48,7 @@ from .scrape import ScrapeError, Scraper, redact_url, steady_clock
 
 log = structlog.get_logger("specwatch")
 
-MAX_CONNECTIONS = 64          # concurrent HTTP connections; more are refused, never queued behind slow ones
+MAX_CONNECTIONS = 64  # concurrent HTTP connections; more are refused, never queued behind slow ones
 CLIENT_SOCKET_TIMEOUT = 5.0  # an idle client is dropped after this (connections are capped)
 
 
@@ -133,6 +133,24 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def alert_window_warning(config: Config) -> str | None:
+    """The alert rules read one window (alerting.window); if it is not exported they never fire."""
+    window = config.alerting.window
+    if window in config.windows:
+        return None
+    label = format_duration(window)
+    return (
+        f"alerting.window {label} is not among windows [{', '.join(config.window_labels)}]: "
+        f'the alert rules read window="{label}" and can never fire; add it to windows or set '
+        "alerting.window (the chart's prometheusRule.alertWindow) to one of them"
+    )
+
+
+def _warn_about_alert_window(config: Config) -> None:
+    if warning := alert_window_warning(config):
+        log.warning("alert_window_not_in_windows", message=warning)
+
+
 FileIdentity = tuple[int, int, int, int]  # (device, inode, mtime ns, size) of the resolved file
 
 
@@ -205,12 +223,15 @@ class _ReloadCollector(Collector):
         ok = GaugeMetricFamily(
             "specwatch_config_last_reload_successful",
             "1 if the last config load (start, SIGHUP or file change) succeeded, 0 if it was refused "
-            "(the previous config, or none in sidecar mode, keeps running).")
+            "(the previous config, or none in sidecar mode, keeps running).",
+        )
         ok.add_metric([], 1.0 if status.successful else 0.0)
         yield ok
         if status.success_timestamp is not None:
-            when = GaugeMetricFamily("specwatch_config_last_reload_success_timestamp_seconds",
-                                     "Unix time of the last successful config load.")
+            when = GaugeMetricFamily(
+                "specwatch_config_last_reload_success_timestamp_seconds",
+                "Unix time of the last successful config load.",
+            )
             when.add_metric([], status.success_timestamp)
             yield when
 
@@ -243,9 +264,15 @@ class _ModeCollector(Collector):
 
 
 class Service:
-    def __init__(self, config: Config, *, clock: Callable[[], float] | None = None, source: ConfigSource | None = None,
-                 config_error: str | None = None,
-                 on_log_config: Callable[[Config], None] | None = None):
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Callable[[], float] | None = None,
+        source: ConfigSource | None = None,
+        config_error: str | None = None,
+        on_log_config: Callable[[Config], None] | None = None,
+    ):
         """config_error: the config could not be loaded (sidecar mode). `config` is then only a
         fallback that gives the listen address; nothing is polled until a good config arrives."""
         self.config = config
@@ -273,14 +300,21 @@ class Service:
         self.httpd: ThreadingHTTPServer | None = None
         self._pool = ThreadPoolExecutor(max_workers=max(len(config.targets), 1), thread_name_prefix="specwatch-fetch")
         self._poll_thread: threading.Thread | None = None
-        if config_error is not None:
-            log.error("config_error", error=config_error, action="serving /healthz and /metrics; nothing is "
-                      "polled until the config file is fixed (reloaded on change or SIGHUP)")
+        if config_error is None:
+            _warn_about_alert_window(config)
+        else:
+            log.error(
+                "config_error",
+                error=config_error,
+                action="serving /healthz and /metrics; nothing is "
+                "polled until the config file is fixed (reloaded on change or SIGHUP)",
+            )
 
     @staticmethod
     def _scrapers_for(config: Config) -> dict[str, Scraper]:
-        return {t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers)
-                for t in config.targets}
+        return {
+            t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers) for t in config.targets
+        }
 
     # -- reload ----------------------------------------------------------------------------------
     def request_reload(self) -> None:
@@ -298,8 +332,12 @@ class Service:
         except ConfigError as exc:
             self.reload_status = ReloadStatus(str(exc), time.time(), self.reload_status.success_timestamp)
             # One line per refused change; the config that runs is not touched.
-            log.error("config_reload_failed", error=str(exc), trigger="signal" if forced else "file",
-                      kept="previous config" if self.active else "no config (nothing polled)")
+            log.error(
+                "config_reload_failed",
+                error=str(exc),
+                trigger="signal" if forced else "file",
+                kept="previous config" if self.active else "no config (nothing polled)",
+            )
             return
         self.apply(new, trigger="signal" if forced else "file")
 
@@ -330,11 +368,19 @@ class Service:
         rebuilt += self._apply_fleet(new, old)
         if new.log != old.log and self._on_log_config is not None:
             self._on_log_config(new)
+        if not self.active or (new.windows, new.alerting) != (old.windows, old.alerting):
+            _warn_about_alert_window(new)
         self.config = new
         self.active = True
         self.reload_status = ReloadStatus(None, time.time())
-        log.info("config_reloaded", trigger=trigger, rebuilt=rebuilt, windows=list(new.window_labels),
-                 targets=[t.name for t in new.targets], mode="fleet" if new.prometheus else "sidecar")
+        log.info(
+            "config_reloaded",
+            trigger=trigger,
+            rebuilt=rebuilt,
+            windows=list(new.window_labels),
+            targets=[t.name for t in new.targets],
+            mode="fleet" if new.prometheus else "sidecar",
+        )
         self.published = self._publish(ready=self.published.ready and "pipeline" not in rebuilt)
 
     def _apply_fleet(self, new: Config, old: Config) -> list[str]:
@@ -381,28 +427,57 @@ class Service:
             if isinstance(result, ScrapeError):
                 exc = result
                 self.pipeline.ingest_error(target.name, now, exc.reason)
-                self._log_change(("target", target.name), ("down", exc.reason), "target_down",
-                                 target=target.name, reason=exc.reason, error=str(exc)[:200])
+                self._log_change(
+                    ("target", target.name),
+                    ("down", exc.reason),
+                    "target_down",
+                    target=target.name,
+                    reason=exc.reason,
+                    error=str(exc)[:200],
+                )
                 continue
             outcome = self.pipeline.ingest(target.name, now, result.text, result.duration)
             if not outcome.ok:
-                self._log_change(("target", target.name), ("down", outcome.reason), "target_rejected",
-                                 target=target.name, reason=outcome.reason, error=(outcome.message or "")[:200])
+                self._log_change(
+                    ("target", target.name),
+                    ("down", outcome.reason),
+                    "target_rejected",
+                    target=target.name,
+                    reason=outcome.reason,
+                    error=(outcome.message or "")[:200],
+                )
                 continue
-            self._log_change(("target", target.name), ("up",), "target_up", target=target.name,
-                             duration_seconds=round(result.duration, 4))
-            self._log_change(("schema", target.name), outcome.schema, "schema_detected", target=target.name,
-                             schema=outcome.schema, routes=list(outcome.routes))
+            self._log_change(
+                ("target", target.name),
+                ("up",),
+                "target_up",
+                target=target.name,
+                duration_seconds=round(result.duration, 4),
+            )
+            self._log_change(
+                ("schema", target.name),
+                outcome.schema,
+                "schema_detected",
+                target=target.name,
+                schema=outcome.schema,
+                routes=list(outcome.routes),
+            )
             if outcome.resets:
                 log.info("counter_reset", target=target.name, routes=outcome.resets)
         for evaluation in self.pipeline.evaluate(self.clock()):
             stats = evaluation.stats
-            self._log_change(("verdict", stats.route, stats.window), evaluation.verdict, "verdict_changed",
-                             route=stats.route, window=stats.window, verdict=evaluation.verdict,
-                             acceptance_rate=evaluation.value("acceptance_rate"),
-                             breakeven_acceptance_rate=evaluation.value("breakeven_acceptance_rate"),
-                             batch_size=stats.batch_size,
-                             recommended_config=evaluation.value("recommended_config"))
+            self._log_change(
+                ("verdict", stats.route, stats.window),
+                evaluation.verdict,
+                "verdict_changed",
+                route=stats.route,
+                window=stats.window,
+                verdict=evaluation.verdict,
+                acceptance_rate=evaluation.value("acceptance_rate"),
+                breakeven_acceptance_rate=evaluation.value("breakeven_acceptance_rate"),
+                batch_size=stats.batch_size,
+                recommended_config=evaluation.value("recommended_config"),
+            )
         self.published = self._publish(ready=True)
 
     def _poll_fleet(self, fleet: FleetSource) -> None:
@@ -464,16 +539,24 @@ class Service:
     def start(self) -> None:
         host, port = self.config.listen_address
         self.httpd = _Server((host, port), _handler_for(self))
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                         name="specwatch-http", daemon=True).start()
+        threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="specwatch-http", daemon=True
+        ).start()
         self._poll_thread = threading.Thread(target=self._poll_loop, name="specwatch-poll", daemon=True)
         self._poll_thread.start()
         prometheus = self.config.prometheus
-        log.info("started", version=__version__, listen=f"{host}:{self.port}",
-                 mode="fleet" if prometheus else "sidecar", prometheus=redact_url(prometheus.url) if prometheus else None,
-                 targets=[t.name for t in self.config.targets], poll_interval=self.config.poll_interval,
-                 windows=list(self.config.window_labels), config=self.source.path if self.source else None,
-                 config_ok=self.active)
+        log.info(
+            "started",
+            version=__version__,
+            listen=f"{host}:{self.port}",
+            mode="fleet" if prometheus else "sidecar",
+            prometheus=redact_url(prometheus.url) if prometheus else None,
+            targets=[t.name for t in self.config.targets],
+            poll_interval=self.config.poll_interval,
+            windows=list(self.config.window_labels),
+            config=self.source.path if self.source else None,
+            config_ok=self.active,
+        )
 
     @property
     def port(self) -> int:
@@ -571,7 +654,9 @@ def _handler_for(service: Service) -> type[BaseHTTPRequestHandler]:
         def _unread_body(self) -> None:
             # Request bodies are never read. One left on a keep-alive connection would be parsed as
             # the next request line (request desync), so a request carrying one closes the connection.
-            if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get("Transfer-Encoding"):
+            if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get(
+                "Transfer-Encoding"
+            ):
                 self.close_connection = True
 
         def do_HEAD(self) -> None:
@@ -589,7 +674,9 @@ def _handler_for(service: Service) -> type[BaseHTTPRequestHandler]:
                 stale = time.monotonic() - published.last_tick > 3 * service.config.poll_interval + 5
                 self._send(503 if stale else 200, b"stalled\n" if stale else b"ok\n", "text/plain")
             elif path == "/readyz":
-                self._send(200 if published.ready else 503, b"ready\n" if published.ready else b"starting\n", "text/plain")
+                self._send(
+                    200 if published.ready else 503, b"ready\n" if published.ready else b"starting\n", "text/plain"
+                )
             elif path == "/":
                 self._send(200, LANDING, "text/html; charset=utf-8")
             else:

@@ -19,6 +19,7 @@ What it proves:
 - the route-level SpecDecodeFleetBelowBreakeven reaches the receiver too, once for the route;
 - the delay from the drop to the notification, printed with its stages (run with -s to see it).
 """
+
 from __future__ import annotations
 
 import http.server
@@ -44,12 +45,12 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules"
 SCENARIO = "alpha-drop"
-SPEED = 20.0                 # simulated seconds per wall second
+SPEED = 20.0  # simulated seconds per wall second
 SEED = 7
-POLL_S = 0.5                 # sidecar poll interval
-WINDOW = "3s"                # sidecar window (60 simulated seconds at SPEED)
-FOR_S = 2                    # every `for:` in the test copy of the rules
-ROUTE = "chat"               # route name given in the sidecar config (not derived from the model)
+POLL_S = 0.5  # sidecar poll interval
+WINDOW = "3s"  # sidecar window (60 simulated seconds at SPEED)
+FOR_S = 2  # every `for:` in the test copy of the rules
+ROUTE = "chat"  # route name given in the sidecar config (not derived from the model)
 ALERT = "SpecDecodeBelowBreakeven"
 
 PROMETHEUS = shutil.which("prometheus")
@@ -73,6 +74,7 @@ def _specwatch_cli() -> list[str] | None:
 
 
 # ---- helpers -------------------------------------------------------------------------------------
+
 
 def accelerated_rules_copy(dest: Path) -> list[Path]:
     """Copy rules/*.yaml with every `for:` shortened to FOR_S and window="5m" re-pinned to WINDOW."""
@@ -129,8 +131,12 @@ class Receiver:
 
     def firing(self, alertname: str) -> list[tuple[float, dict]]:
         with self.lock:
-            return [(t, a) for t, p in self.posts for a in p.get("alerts", [])
-                    if a.get("status") == "firing" and a["labels"].get("alertname") == alertname]
+            return [
+                (t, a)
+                for t, p in self.posts
+                for a in p.get("alerts", [])
+                if a.get("status") == "firing" and a["labels"].get("alertname") == alertname
+            ]
 
     def close(self):
         self.server.shutdown()
@@ -142,7 +148,7 @@ def sidecar_samples(text: str, name: str) -> list[tuple[dict, float]]:
     for line in text.splitlines():
         if not line.startswith(name + "{"):
             continue
-        labels_part, _, value = line[len(name):].rpartition("} ")
+        labels_part, _, value = line[len(name) :].rpartition("} ")
         labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels_part))
         labels = {k: v.encode().decode("unicode_escape") for k, v in labels.items()}
         out.append((labels, float(value)))
@@ -151,8 +157,10 @@ def sidecar_samples(text: str, name: str) -> list[tuple[dict, float]]:
 
 # ---- the test ------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
-                    reason="needs Debian packages prometheus and prometheus-alertmanager")
+
+@pytest.mark.skipif(
+    PROMETHEUS is None or ALERTMANAGER is None, reason="needs Debian packages prometheus and prometheus-alertmanager"
+)
 @pytest.mark.skipif(_sim() is None, reason="specwatch.sim.serve is not available")
 @pytest.mark.skipif(_specwatch_cli() is None, reason="the specwatch console script is not installed")
 def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(tmp_path: Path):
@@ -173,35 +181,69 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         receiver = Receiver(lambda: clock["fn"]())
         am_port = free_port()
         am_cfg = tmp_path / "alertmanager.yml"
-        am_cfg.write_text(yaml.safe_dump({
-            "route": {"receiver": "hook", "group_by": ["alertname", "route"],
-                      "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h"},
-            "receivers": [{"name": "hook", "webhook_configs": [{"url": receiver.url, "send_resolved": False}]}],
-        }))
+        am_cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "route": {
+                        "receiver": "hook",
+                        "group_by": ["alertname", "route"],
+                        "group_wait": "1s",
+                        "group_interval": "1s",
+                        "repeat_interval": "1h",
+                    },
+                    "receivers": [{"name": "hook", "webhook_configs": [{"url": receiver.url, "send_resolved": False}]}],
+                }
+            )
+        )
         am_log = tmp_path / "alertmanager.log"
-        am = subprocess.Popen([ALERTMANAGER, f"--config.file={am_cfg}", f"--web.listen-address=127.0.0.1:{am_port}",
-                               "--cluster.listen-address=", f"--storage.path={tmp_path / 'am-data'}"],
-                              stdout=am_log.open("w"), stderr=subprocess.STDOUT)
+        am = subprocess.Popen(
+            [
+                ALERTMANAGER,
+                f"--config.file={am_cfg}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                "--cluster.listen-address=",
+                f"--storage.path={tmp_path / 'am-data'}",
+            ],
+            stdout=am_log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
         procs.append((am, am_log))
 
         # the sidecar's port is chosen now so Prometheus can be configured before anything runs
         sidecar_port = free_port()
         prom_port = free_port()
         prom_cfg = tmp_path / "prometheus.yml"
-        prom_cfg.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
-            "rule_files": [str(p) for p in rules],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-            "scrape_configs": [{
-                "job_name": "specwatch",
-                "static_configs": [{"targets": [f"127.0.0.1:{sidecar_port}"],
-                                    "labels": {"namespace": "llm", "pod": "vllm-0"}}],
-            }],
-        }))
+        prom_cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
+                    "rule_files": [str(p) for p in rules],
+                    "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+                    "scrape_configs": [
+                        {
+                            "job_name": "specwatch",
+                            "static_configs": [
+                                {
+                                    "targets": [f"127.0.0.1:{sidecar_port}"],
+                                    "labels": {"namespace": "llm", "pod": "vllm-0"},
+                                }
+                            ],
+                        }
+                    ],
+                }
+            )
+        )
         prom_log = tmp_path / "prometheus.log"
-        prom = subprocess.Popen([PROMETHEUS, f"--config.file={prom_cfg}", f"--web.listen-address=127.0.0.1:{prom_port}",
-                                 f"--storage.tsdb.path={tmp_path / 'prom-data'}"],
-                                stdout=prom_log.open("w"), stderr=subprocess.STDOUT)
+        prom = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={prom_cfg}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+            ],
+            stdout=prom_log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
         procs.append((prom, prom_log))
         wait_http(f"http://127.0.0.1:{am_port}/-/ready", 30, am, am_log)
         wait_http(f"http://127.0.0.1:{prom_port}/-/ready", 30, prom, prom_log)
@@ -212,20 +254,25 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         # the simulated vLLM and the sidecar, configured as a user would for this deployment
         handle = sim.serve(SCENARIO, host="127.0.0.1", port=0, speed=SPEED, seed=SEED)
         clock["fn"] = handle.sim_time
-        cfg = sidecar_config_for(scenario, target_url=handle.url, listen=f"127.0.0.1:{sidecar_port}",
-                                 poll_interval=POLL_S, windows=(WINDOW,))
-        cfg["routes"] = [{"name": ROUTE, "target": "vllm", "match": {"model_name": model_name},
-                          "baseline_itl_p99_seconds": 0.05}]
+        cfg = sidecar_config_for(
+            scenario, target_url=handle.url, listen=f"127.0.0.1:{sidecar_port}", poll_interval=POLL_S, windows=(WINDOW,)
+        )
+        cfg["routes"] = [
+            {"name": ROUTE, "target": "vllm", "match": {"model_name": model_name}, "baseline_itl_p99_seconds": 0.05}
+        ]
         sidecar_cfg = tmp_path / "specwatch.yaml"
         sidecar_cfg.write_text(yaml.safe_dump(cfg))
         sidecar_log = tmp_path / "specwatch.log"
-        sidecar = subprocess.Popen([*_specwatch_cli(), "run", "--config", str(sidecar_cfg)],
-                                   stdout=sidecar_log.open("w"), stderr=subprocess.STDOUT)
+        sidecar = subprocess.Popen(
+            [*_specwatch_cli(), "run", "--config", str(sidecar_cfg)],
+            stdout=sidecar_log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
         procs.append((sidecar, sidecar_log))
         wait_http(f"http://127.0.0.1:{sidecar_port}/healthz", 30, sidecar, sidecar_log)
 
         # watch the three stages until the notification arrives or the scenario is over
-        margins: list[tuple[float, float]] = []         # (sim time, sidecar margin)
+        margins: list[tuple[float, float]] = []  # (sim time, sidecar margin)
         configs_seen: set[str] = set()
         t_prom_firing = None
         deadline_sim = scenario.duration + 5 * SPEED
@@ -255,7 +302,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
 
         # silent before the drop, and the chat phase really was above break-even
         before = [m for t, m in margins if t < t_drop]
-        assert before and all(m > 0 for m in before[len(before) // 2:]), f"chat-phase margins: {before}"
+        assert before and all(m > 0 for m in before[len(before) // 2 :]), f"chat-phase margins: {before}"
         t_notified, alert = notified[0]
         assert t_notified > t_drop, f"{ALERT} notified at sim t={t_notified:.1f}s, before the drop at {t_drop:.0f}s"
 
@@ -289,8 +336,12 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
 
         # every specwatch metric the rules and their template queries read is in the real sidecar's output
         text = requests.get(f"http://127.0.0.1:{sidecar_port}/metrics", timeout=5).text
-        exported = set(re.findall(r"^# TYPE (\S+)", text, flags=re.MULTILINE)) | set(re.findall(r"^(\w+)[{ ]", text, flags=re.MULTILINE))
-        read = {sel.name for _, expr in every_expression() for sel in selectors(expr) if sel.name.startswith("specwatch_")}
+        exported = set(re.findall(r"^# TYPE (\S+)", text, flags=re.MULTILINE)) | set(
+            re.findall(r"^(\w+)[{ ]", text, flags=re.MULTILINE)
+        )
+        read = {
+            sel.name for _, expr in every_expression() for sel in selectors(expr) if sel.name.startswith("specwatch_")
+        }
         assert read - exported == set(), f"rules read metrics the sidecar does not export: {sorted(read - exported)}"
 
         # the delay from the drop to the notification, and its stages, in wall-clock seconds
@@ -298,11 +349,14 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
 
         def wall(t):
             return "n/a" if t is None else f"{(t - t_drop) / SPEED:.2f}s"
+
         delay = (t_notified - t_drop) / SPEED
-        print(f"\n[alert delay] scenario {SCENARIO} at {SPEED:g}x, sidecar poll {POLL_S}s window {WINDOW}, "
-              f"scrape/eval 1s, for {FOR_S}s, group_wait 1s: drop -> sidecar margin < 0 {wall(t_negative)}, "
-              f"-> Prometheus firing {wall(t_prom_firing)}, -> webhook {delay:.2f}s wall "
-              f"({t_notified - t_drop:.0f}s simulated)")
+        print(
+            f"\n[alert delay] scenario {SCENARIO} at {SPEED:g}x, sidecar poll {POLL_S}s window {WINDOW}, "
+            f"scrape/eval 1s, for {FOR_S}s, group_wait 1s: drop -> sidecar margin < 0 {wall(t_negative)}, "
+            f"-> Prometheus firing {wall(t_prom_firing)}, -> webhook {delay:.2f}s wall "
+            f"({t_notified - t_drop:.0f}s simulated)"
+        )
         print(f"[alert delay] description: {description}")
         # generous bound for a shared 2-core machine: window + scrape + eval + for + group_wait is ~8 s
         assert delay < 20, f"notification took {delay:.1f}s after the drop"

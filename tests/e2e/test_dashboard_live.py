@@ -12,6 +12,7 @@ What it proves:
 The sidecar polls two targets: the simulator, and a closed loopback port (so the Health row's
 target-down and poll-error panels have something to show, as they would in an incident).
 """
+
 from __future__ import annotations
 
 import colorsys
@@ -36,7 +37,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.loopback import free_port, stop_process, wait_http
 from test_dashboard import (  # noqa: E402  (shared helpers of the static dashboard tests)
-    EXPORTED, ROOT, load_dashboard, panels, rule_files, selectors, substitute,
+    EXPORTED,
+    ROOT,
+    load_dashboard,
+    panels,
+    rule_files,
+    selectors,
+    substitute,
 )
 
 pytestmark = pytest.mark.e2e
@@ -45,21 +52,28 @@ pytestmark = pytest.mark.e2e
 # the story the Acceptance and Load rows must tell.
 SCENARIO = os.environ.get("SPECWATCH_E2E_SCENARIO", "batch-surge")
 SPEED = 20
-STORY_WINDOW = "15s"           # a window short against the accelerated scenario (15s wall = 300s simulated)
+STORY_WINDOW = "15s"  # a window short against the accelerated scenario (15s wall = 300s simulated)
 NAMESPACE, POD = "llm", "vllm-0"
-RATE_INTERVAL = "30s"          # what Grafana's $__rate_interval gives for a 1s scrape at this zoom
+RATE_INTERVAL = "30s"  # what Grafana's $__rate_interval gives for a 1s scrape at this zoom
 DATA_DEADLINE_S = 150
-SCREENSHOT_HISTORY_S = 60      # seconds of scraped history before the screenshots (graph range 1m)
+SCREENSHOT_HISTORY_S = 60  # seconds of scraped history before the screenshots (graph range 1m)
 
 
 # ---- process helpers ----------------------------------------------------------------------------
+
 
 def sidecar_command(config: Path) -> list[str]:
     exe = shutil.which("specwatch", path=str(Path(sys.executable).parent)) or shutil.which("specwatch")
     if exe:
         return [exe, "run", "--config", str(config)]
-    return [sys.executable, "-c", "import sys; from specwatch.cli import main; sys.exit(main())",
-            "run", "--config", str(config)]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from specwatch.cli import main; sys.exit(main())",
+        "run",
+        "--config",
+        str(config),
+    ]
 
 
 def model_names(metrics_url: str) -> list[str]:
@@ -89,8 +103,8 @@ class Stack:
     sidecar: str
     routes: list[str]
     tmp: Path
-    started: float             # time.monotonic() when Prometheus became ready
-    started_wall: float        # the same moment, unix time
+    started: float  # time.monotonic() when Prometheus became ready
+    started_wall: float  # the same moment, unix time
 
 
 @pytest.fixture(scope="module")
@@ -109,25 +123,35 @@ def stack(tmp_path_factory):
         models = model_names(metrics_url)
         assert models, f"simulator at {metrics_url} exports no vllm model_name"
 
-        sidecar_port, dead_port = free_port(), free_port()   # nothing listens on dead_port
+        sidecar_port, dead_port = free_port(), free_port()  # nothing listens on dead_port
         # The config a user would write for the scenario's deployment (hardware, model, TP, method),
         # so the break-even comes from the same cost model as the simulator's step times.
-        cfg = sidecar_config_for(load_scenario(SCENARIO), target_url=metrics_url,
-                                 listen=f"127.0.0.1:{sidecar_port}", poll_interval=1.0,
-                                 windows=(STORY_WINDOW, "1m", "5m"), min_drafts=50, hold=1)
+        cfg = sidecar_config_for(
+            load_scenario(SCENARIO),
+            target_url=metrics_url,
+            listen=f"127.0.0.1:{sidecar_port}",
+            poll_interval=1.0,
+            windows=(STORY_WINDOW, "1m", "5m"),
+            min_drafts=50,
+            hold=1,
+        )
         cfg["targets"][0]["timeout"] = "900ms"
-        cfg["targets"].append({"name": "vllm-gone", "url": f"http://127.0.0.1:{dead_port}/metrics",
-                               "timeout": "500ms"})
+        cfg["targets"].append({"name": "vllm-gone", "url": f"http://127.0.0.1:{dead_port}/metrics", "timeout": "500ms"})
         # baseline_itl_p99_seconds makes the Latency row's spec-off baseline line appear
-        cfg["routes"] = [{"name": m, "target": "vllm", "match": {"model_name": m}, "baseline_itl_p99_seconds": 0.05}
-                         for m in models]
+        cfg["routes"] = [
+            {"name": m, "target": "vllm", "match": {"model_name": m}, "baseline_itl_p99_seconds": 0.05} for m in models
+        ]
         config = tmp / "specwatch.yaml"
         config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "exporter"),
-                                                                         os.environ.get("PYTHONPATH")])))
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "exporter"), os.environ.get("PYTHONPATH")]))
+        )
         side_log = tmp / "sidecar.log"
-        procs.append(subprocess.Popen(sidecar_command(config), stdout=side_log.open("w"), stderr=subprocess.STDOUT,
-                                      env=env, cwd=tmp))
+        procs.append(
+            subprocess.Popen(
+                sidecar_command(config), stdout=side_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
+            )
+        )
         sidecar = f"http://127.0.0.1:{sidecar_port}"
         wait_http(sidecar + "/metrics", 30, procs[-1], side_log)
 
@@ -135,24 +159,46 @@ def stack(tmp_path_factory):
         rules_dir = tmp / "rules"
         rules_dir.mkdir()
         prom_cfg = tmp / "prometheus.yml"
-        prom_cfg.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in shortened_rules(rules_dir)],
-            "scrape_configs": [{
-                "job_name": "specwatch",
-                "static_configs": [{"targets": [f"127.0.0.1:{sidecar_port}"],
-                                    "labels": {"namespace": NAMESPACE, "pod": POD}}],
-            }],
-        }), encoding="utf-8")
+        prom_cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(p) for p in shortened_rules(rules_dir)],
+                    "scrape_configs": [
+                        {
+                            "job_name": "specwatch",
+                            "static_configs": [
+                                {
+                                    "targets": [f"127.0.0.1:{sidecar_port}"],
+                                    "labels": {"namespace": NAMESPACE, "pod": POD},
+                                }
+                            ],
+                        }
+                    ],
+                }
+            ),
+            encoding="utf-8",
+        )
         prom_log = tmp / "prometheus.log"
-        procs.append(subprocess.Popen(
-            ["prometheus", f"--config.file={prom_cfg}", f"--web.listen-address=127.0.0.1:{prom_port}",
-             f"--storage.tsdb.path={tmp / 'tsdb'}", "--web.enable-lifecycle"],
-            stdout=prom_log.open("w"), stderr=subprocess.STDOUT, cwd=tmp))
+        procs.append(
+            subprocess.Popen(
+                [
+                    "prometheus",
+                    f"--config.file={prom_cfg}",
+                    f"--web.listen-address=127.0.0.1:{prom_port}",
+                    f"--storage.tsdb.path={tmp / 'tsdb'}",
+                    "--web.enable-lifecycle",
+                ],
+                stdout=prom_log.open("w"),
+                stderr=subprocess.STDOUT,
+                cwd=tmp,
+            )
+        )
         prom = f"http://127.0.0.1:{prom_port}"
         wait_http(prom + "/-/ready", 30, procs[-1], prom_log)
-        yield Stack(prom=prom, sidecar=sidecar, routes=models, tmp=tmp, started=time.monotonic(),
-                    started_wall=time.time())
+        yield Stack(
+            prom=prom, sidecar=sidecar, routes=models, tmp=tmp, started=time.monotonic(), started_wall=time.time()
+        )
     finally:
         for p in reversed(procs):
             stop_process(p)
@@ -160,6 +206,7 @@ def stack(tmp_path_factory):
 
 
 # ---- Prometheus queries ---------------------------------------------------------------------------
+
 
 def prom_get(stack: Stack, path: str, **params) -> dict:
     return requests.get(stack.prom + path, params=params, timeout=10).json()
@@ -186,14 +233,17 @@ def resolve_variables(stack: Stack) -> tuple[dict[str, str], dict[str, list[str]
         if var["type"] != "query":
             continue
         selector, label = re.fullmatch(r"label_values\((.*), (\w+)\)", var["query"]).groups()
-        body = prom_get(stack, "/api/v1/series", **{"match[]": substitute(selector, values),
-                                                     "start": time.time() - 300, "end": time.time()})
+        body = prom_get(
+            stack,
+            "/api/v1/series",
+            **{"match[]": substitute(selector, values), "start": time.time() - 300, "end": time.time()},
+        )
         assert body["status"] == "success", body
         found[var["name"]] = sorted({s[label] for s in body["data"] if label in s})
         if var["name"] == "window":
-            values["window"] = var["current"]["value"]          # the dashboard's default, 5m
+            values["window"] = var["current"]["value"]  # the dashboard's default, 5m
         elif var.get("includeAll") and var["name"] in ("pod", "cluster"):
-            values[var["name"]] = var["allValue"]               # "All" (no cluster label here: one cluster)
+            values[var["name"]] = var["allValue"]  # "All" (no cluster label here: one cluster)
         elif var.get("multi"):
             values[var["name"]] = "(" + "|".join(grafana_regex_escape(v) for v in found[var["name"]]) + ")"
         else:
@@ -241,6 +291,7 @@ def live(stack):
 
 
 # ---- tests ----------------------------------------------------------------------------------------
+
 
 def test_every_variable_query_resolves_to_values(stack, live):
     _, found = resolve_variables(stack)
@@ -312,7 +363,8 @@ def test_acceptance_and_load_rows_show_alpha_falling_below_the_rising_breakeven_
             break
         assert time.monotonic() < deadline, (
             f"no crossing yet: last α={alpha.get(ts[-1]) if ts else None} α*={breakeven.get(ts[-1]) if ts else None} "
-            f"B={batch.get(ts[-1]) if ts else None} max B={max_batch.get(ts[-1]) if ts else None}")
+            f"B={batch.get(ts[-1]) if ts else None} max B={max_batch.get(ts[-1]) if ts else None}"
+        )
         time.sleep(3)
     first, last = ts[0], ts[-1]
     # at first speculation pays: α above α*, the batch below the largest paying batch
@@ -325,9 +377,11 @@ def test_acceptance_and_load_rows_show_alpha_falling_below_the_rising_breakeven_
     t_acc = first_time([(t, alpha[t] < breakeven[t]) for t in ts])
     t_load = first_time([(t, batch[t] > max_batch[t]) for t in ts])
     assert t_acc is not None and t_load is not None and abs(t_acc - t_load) <= 5, (t_acc, t_load)
-    print(f"\nα {alpha[first]:.3f} -> {alpha[last]:.3f}; α* {breakeven[first]:.3f} -> {breakeven[last]:.3f}; "
-          f"B {batch[first]:.0f} -> {batch[last]:.0f}; max paying B {max_batch[first]:.0f} -> {max_batch[last]:.0f}; "
-          f"crossing {t_acc - first:.0f}s (acceptance) / {t_load - first:.0f}s (load) after the first point")
+    print(
+        f"\nα {alpha[first]:.3f} -> {alpha[last]:.3f}; α* {breakeven[first]:.3f} -> {breakeven[last]:.3f}; "
+        f"B {batch[first]:.0f} -> {batch[last]:.0f}; max paying B {max_batch[first]:.0f} -> {max_batch[last]:.0f}; "
+        f"crossing {t_acc - first:.0f}s (acceptance) / {t_load - first:.0f}s (load) after the first point"
+    )
 
 
 def test_every_sidecar_metric_the_dashboard_names_is_in_the_real_exposition(stack, live):
@@ -342,8 +396,11 @@ def test_every_sidecar_metric_the_dashboard_names_is_in_the_real_exposition(stac
             break
         time.sleep(0.5)
     exposed = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
-    used = {s.name for _, t in panel_targets() for s in selectors(substitute(t["expr"], live[0],
-                                                                             rate_interval=RATE_INTERVAL))}
+    used = {
+        s.name
+        for _, t in panel_targets()
+        for s in selectors(substitute(t["expr"], live[0], rate_interval=RATE_INTERVAL))
+    }
     used_exported = used & EXPORTED
     assert used_exported, "the dashboard names no sidecar metric?"
     assert used_exported - exposed == set()
@@ -351,13 +408,14 @@ def test_every_sidecar_metric_the_dashboard_names_is_in_the_real_exposition(stac
 
 # ---- screenshots of key queries in Prometheus's /graph page ------------------------------------------
 
+
 def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     """Decode an 8-bit RGB/RGBA, non-interlaced PNG (what Chromium writes) into rows of RGB(A) bytes."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, header = 8, b"", None
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", chunk)
         elif kind == b"IDAT":
@@ -371,7 +429,7 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     rows, prev = [], bytearray(stride)
     for y in range(height):
         f = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b = prev[i]
@@ -400,11 +458,11 @@ UI_BLUE_HUE = (208.0, 215.0)
 def plotted_pixels(path: Path) -> int:
     width, height, rows = png_pixels(path.read_bytes())
     count = 0
-    for y in range(60, height):                      # below the dark title bar
+    for y in range(60, height):  # below the dark title bar
         row = rows[y]
         for x in range(width):
-            r, g, b = row[3 * x:3 * x + 3]
-            if max(r, g, b) - min(r, g, b) < 40:     # grey, black, white: text, grid, axes
+            r, g, b = row[3 * x : 3 * x + 3]
+            if max(r, g, b) - min(r, g, b) < 40:  # grey, black, white: text, grid, axes
                 continue
             hue, sat, val = colorsys.rgb_to_hsv(r / 255, g / 255, b / 255)
             # vivid and bright (not the dark red text of "No datapoints found."), and not UI blue
@@ -414,15 +472,30 @@ def plotted_pixels(path: Path) -> int:
 
 
 def screenshot(stack: Stack, expr: str, out: Path) -> Path:
-    url = stack.prom + "/graph?" + urllib.parse.urlencode(
-        {"g0.expr": expr, "g0.tab": "0", "g0.range_input": "1m"})
+    url = stack.prom + "/graph?" + urllib.parse.urlencode({"g0.expr": expr, "g0.tab": "0", "g0.range_input": "1m"})
     with tempfile.TemporaryDirectory() as profile:
         proc = subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--window-size=1280,800", "--virtual-time-budget=8000",
-             f"--screenshot={out}", url],
-            capture_output=True, text=True, timeout=120, check=False)
+            [
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--window-size=1280,800",
+                "--virtual-time-budget=8000",
+                f"--screenshot={out}",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
     return out
 
@@ -465,8 +538,10 @@ def test_key_queries_render_as_nontrivial_graphs_in_prometheus(stack, live, tmp_
         expr = " or ".join(
             'label_replace({}, "series", "{}", "", "")'.format(
                 substitute(targets[r]["expr"], values, rate_interval=RATE_INTERVAL),
-                targets[r]["legendFormat"].split("{{")[0].strip() or r)
-            for r in refs)
+                targets[r]["legendFormat"].split("{{")[0].strip() or r,
+            )
+            for r in refs
+        )
         shot = screenshot(stack, expr, out_dir / f"{name}.png")
         data = shot.read_bytes()
         assert png_pixels(data)[:2] == (1280, 800)

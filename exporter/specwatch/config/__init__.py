@@ -7,6 +7,8 @@
 - env.py     the SPECWATCH_* overrides, derived from the schema
 - parse.py   load / from_mapping: the schema walk plus the rules that span keys
 - chart.py   writes the Helm chart's `config` JSON schema from the schema (`--check` for CI)
+- docs.py    writes the README's annotated example config from the schema (`--check` for CI)
+- generated.py  the rewrite / `--check` command line those two share
 
 Every error is a ConfigError whose message starts with the dotted key at fault
 (`targets[0].timeout: ...`), so the CLI can print one line and exit 2.
@@ -19,6 +21,7 @@ from ..units import format_duration
 from .kinds import ConfigError
 from .parse import from_mapping, load, parse_prometheus
 from .result import (
+    AlertingConfig,
     Config,
     DecisionConfig,
     DraftConfig,
@@ -48,6 +51,7 @@ def parse_size(value: object, key: str) -> int:
 
 
 __all__ = [
+    "AlertingConfig",
     "Config",
     "ConfigError",
     "DecisionConfig",

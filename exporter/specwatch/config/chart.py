@@ -13,16 +13,14 @@ defaults apply.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from ..units import format_duration
-from .kinds import Duration, DurationList, HoldTime, Size
+from .generated import regenerate
+from .kinds import Duration, DurationList, HoldTime, JsonSchema, Size
 from .nodes import Items, Key, Node, Section, default_of
 from .schema import SCHEMA
 
@@ -32,27 +30,30 @@ DESCRIPTION = (
 )
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+def _nullable(schema: JsonSchema) -> JsonSchema:
     kind = schema.get("type")
     if isinstance(kind, list):
         schema["type"] = [*kind, "null"]
     elif kind is not None:
         schema["type"] = [kind, "null"]
-    if "enum" in schema:
-        schema["enum"] = [*schema["enum"], None]
+    enum = schema.get("enum")
+    if isinstance(enum, list):
+        schema["enum"] = [*enum, None]
     return schema
 
 
-def _default_text(key: Key, value: Any) -> str:
+def _default_text(key: Key, value: object) -> str:
     if key.default_doc:
         return key.default_doc
     if value is None or value == {}:
         return ""
-    if isinstance(key.kind, Duration) or (isinstance(key.kind, HoldTime) and isinstance(value, float)):
+    if (isinstance(key.kind, Duration) and isinstance(value, (int, float))) or (
+        isinstance(key.kind, HoldTime) and isinstance(value, float)
+    ):
         return format_duration(value)
-    if isinstance(key.kind, DurationList):
+    if isinstance(key.kind, DurationList) and isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_duration(v) for v in value) + "]"
-    if isinstance(key.kind, Size) and value % 2**20 == 0:
+    if isinstance(key.kind, Size) and isinstance(value, int) and value % 2**20 == 0:
         return f"{value // 2**20}MiB"
     if isinstance(value, tuple):
         return "[" + ", ".join(map(str, value)) + "]"
@@ -63,7 +64,7 @@ def _describe(doc: str, default: str) -> str:
     return f"{doc} (default: {default})" if default else doc
 
 
-def node_schema(section: Section, node: Node) -> dict[str, Any]:
+def node_schema(section: Section, node: Node) -> JsonSchema:
     if isinstance(node, Key):
         schema = node.kind.json_schema()
         if node.nullable:
@@ -78,9 +79,9 @@ def node_schema(section: Section, node: Node) -> dict[str, Any]:
     return _nullable(schema) if node.nullable else schema
 
 
-def section_schema(section: Section, *, chart: bool = False) -> dict[str, Any]:
+def section_schema(section: Section, *, chart: bool = False) -> JsonSchema:
     members = [node for node in section.keys if not (isinstance(node, Key) and chart and not node.chart)]
-    schema: dict[str, Any] = {
+    schema: JsonSchema = {
         "description": section.doc,
         "type": "object",
         "additionalProperties": False,
@@ -98,22 +99,26 @@ def section_schema(section: Section, *, chart: bool = False) -> dict[str, Any]:
     return schema
 
 
-def _accept_empty(schema: dict[str, Any]) -> dict[str, Any]:
+def _accept_empty(schema: JsonSchema) -> JsonSchema:
     """The chart template drops empty top-level values: let the schema accept them too."""
     schema.pop("minItems", None)
-    for option in schema.get("anyOf", ()):
-        if "enum" in option:
-            option["enum"] = [*option["enum"], ""]
+    options = schema.get("anyOf")
+    for option in options if isinstance(options, list) else ():
+        enum = option.get("enum") if isinstance(option, dict) else None
+        if isinstance(enum, list):
+            option["enum"] = [*enum, ""]
     if "required" in schema:  # an optional section given as {} is left out, so it stays off
         description = schema.pop("description")
         return {"description": description, "anyOf": [{"type": "object", "maxProperties": 0}, schema]}
     return schema
 
 
-def chart_config_schema() -> dict[str, Any]:
+def chart_config_schema() -> JsonSchema:
     schema = section_schema(SCHEMA, chart=True)
     schema["description"] = DESCRIPTION
-    schema["properties"] = {name: _accept_empty(value) for name, value in schema["properties"].items()}
+    properties = schema["properties"]
+    assert isinstance(properties, dict)  # section_schema always writes it
+    schema["properties"] = {name: _accept_empty(value) for name, value in properties.items()}
     return schema
 
 
@@ -135,24 +140,8 @@ def render(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specwatch.config.chart", description=__doc__.splitlines()[0])
-    parser.add_argument("schema", type=Path, help="the chart's values.schema.json")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the generated schema")
-    args = parser.parse_args(argv)
-    current = args.schema.read_text(encoding="utf-8")
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            print(
-                f"{args.schema}: the config schema is out of date; run python -m specwatch.config.chart {args.schema}",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if wanted != current:
-        args.schema.write_text(wanted, encoding="utf-8")
-        print(f"wrote {args.schema}", file=sys.stderr)
-    return 0
+    return regenerate(argv, module="specwatch.config.chart", description=__doc__.splitlines()[0], file_arg="schema",
+                      file_help="the chart's values.schema.json", what="config schema", render=render)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,11 @@ Only the lines between `<!-- config:begin -->` and `<!-- config:end -->` are rep
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from ..units import format_duration
+from .generated import regenerate
 from .kinds import Choice, Duration, DurationList, HoldTime, Number, Size
 from .nodes import Items, Key, Section, default_of
 from .schema import SCHEMA
@@ -24,7 +22,7 @@ END = "<!-- config:end -->"
 COMMENT_COLUMN = 32
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -34,14 +32,13 @@ def _scalar(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_scalar(v) for v in value) + "]"
     text = str(value)
-    if not (text[:1] in ":{[*&!|>%@`\"'" or ": " in text or " #" in text or any(c in text for c in "{}[],")):
-        return text
-    # Valid YAML to copy: single quotes when the text holds double quotes (a JSON example such as
-    # draft.config, a PromQL selector).
-    return "'" + text.replace("'", "''") + "'" if '"' in text or "\\" in text else f'"{text}"'
+    if text[:1] in ":{[*&!|>%@`\"'" or ": " in text or " #" in text or any(c in text for c in "{}[],"):
+        # Valid YAML to copy: single quotes when the text holds double quotes (a PromQL selector).
+        return "'" + text.replace("'", "''") + "'" if '"' in text or "\\" in text else f'"{text}"'
+    return text
 
 
-def _value(key: Key, value: Any) -> str:
+def _value(key: Key, value: object) -> str:
     if isinstance(key.kind, (Duration, HoldTime)) and isinstance(value, float):
         return format_duration(value)
     if isinstance(key.kind, DurationList) and isinstance(value, tuple):
@@ -63,7 +60,7 @@ def _rule(key: Key) -> str:
     return ""
 
 
-def _comment(key: Key, default: Any, *, showing_example: bool = False) -> str:
+def _comment(key: Key, default: object, *, showing_example: bool = False) -> str:
     parts = [key.doc]
     rule = _rule(key)
     if rule and len(rule) < 140:
@@ -132,23 +129,8 @@ def render(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specwatch.config.docs", description="README example config")
-    parser.add_argument("readme", type=Path)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README differs from the generated block")
-    args = parser.parse_args(argv)
-    current = args.readme.read_text(encoding="utf-8")
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            print(
-                f"{args.readme}: the example config is out of date; run python -m specwatch.config.docs {args.readme}",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if wanted != current:
-        args.readme.write_text(wanted, encoding="utf-8")
-    return 0
+    return regenerate(argv, module="specwatch.config.docs", description="README example config", file_arg="readme",
+                      file_help="the README holding the config markers", what="example config", render=render)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Environment overrides, derived from the schema: SPECWATCH_<KEY>, nested keys joined by a
 double underscore (SPECWATCH_POLL_INTERVAL=2s, SPECWATCH_DECISION__MIN_DRAFTS=1000,
 SPECWATCH_HARDWARE=h200, SPECWATCH_WINDOWS=1m,5m), plus keys of the first list item that name
-their own variable (SPECWATCH_TARGET_URL).
+their own variable (SPECWATCH_TARGET_URL), and aliases kept from earlier releases
+(SPECWATCH_ALERT_WINDOW for SPECWATCH_ALERTING__WINDOW).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def _bindings(section: Section, path: tuple[str | int, ...]) -> Iterator[EnvBind
         here = (*path, node.name)
         if isinstance(node, Key):
             if node.env is not None:
+                # Aliases first: apply_env writes in order, so the main name wins when both are set.
+                for alias in node.env_aliases:
+                    yield EnvBinding(alias, here, node.kind)
                 yield EnvBinding(node.env or derived_name(here), here, node.kind)
         elif isinstance(node, Section):
             if node.shorthand:

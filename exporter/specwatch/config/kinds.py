@@ -14,12 +14,19 @@ import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
 
 from .. import units
+
+if TYPE_CHECKING:
+    from ..costmodel import Profile
+
+#: A JSON schema as json_schema() builds it (written out with json.dumps).
+JsonSchema = dict[str, object]
+_N = TypeVar("_N", int, float)
 
 
 class ConfigError(ValueError):
@@ -42,13 +49,16 @@ class Context:
 class Kind:
     """Base of all kinds. `parse` validates and converts; `json_schema` describes the same rule."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> Any:
+    # Each kind returns its own type (see the overrides); the base says Any only because the schema
+    # walk in parse.py unpacks the tuples of two-field kinds (JsonFile, StepTimeProfile) without a check.
+    def parse(self, value: object, key: str, ctx: Context) -> Any:
+        """`value` as YAML or the environment gave it -> the typed value the Config holds."""
         raise NotImplementedError
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         raise NotImplementedError
 
-    def from_env(self, text: str) -> Any:
+    def from_env(self, text: str) -> object:
         """An environment variable's text as the value the file would hold."""
         return text
 
@@ -75,7 +85,7 @@ def error_from(exc: Exception, fallback_key: str) -> ConfigError:
     return ConfigError(fallback_key, text)
 
 
-def _unit(parse: Callable[[], Any]) -> Any:
+def _unit(parse: Callable[[], _N]) -> _N:
     try:
         return parse()
     except units.UnitError as exc:
@@ -84,10 +94,10 @@ def _unit(parse: Callable[[], Any]) -> Any:
 
 @dataclass(frozen=True)
 class Duration(Kind):
-    def parse(self, value: Any, key: str, ctx: Context) -> float:
+    def parse(self, value: object, key: str, ctx: Context) -> float:
         return float(_unit(lambda: units.parse_duration(value, key)))
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         # pattern applies to strings only, exclusiveMinimum to numbers only (bare seconds).
         return {"type": ["string", "number"], "pattern": units.DURATION_PATTERN, "exclusiveMinimum": 0}
 
@@ -99,7 +109,7 @@ class HoldTime(Kind):
 
     max_count: int = 100
 
-    def parse(self, value: Any, key: str, ctx: Context) -> int | float:
+    def parse(self, value: object, key: str, ctx: Context) -> int | float:
         text = str(value).strip()
         if not isinstance(value, (bool, float)) and re.fullmatch(r"[+-]?\d+", text):
             count = int(text)
@@ -111,7 +121,7 @@ class HoldTime(Kind):
             raise ConfigError(key, f"expected a duration like 30s (or a whole number of polls), got {value!r}")
         return float(_unit(lambda: units.parse_duration(text, key)))
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": ["string", "integer"], "pattern": units.DURATION_PATTERN, "minimum": 1,
                 "maximum": self.max_count}
 
@@ -120,7 +130,7 @@ class HoldTime(Kind):
 class DurationList(Kind):
     """A non-empty list of distinct durations; the environment gives it comma-separated."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> tuple[float, ...]:
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[float, ...]:
         if not isinstance(value, list) or not value:
             raise ConfigError(key, "expected a non-empty list of durations such as [1m, 5m]")
         durations = tuple(Duration().parse(item, f"{key}[{i}]", ctx) for i, item in enumerate(value))
@@ -128,19 +138,19 @@ class DurationList(Kind):
             raise ConfigError(key, "durations must be distinct")
         return durations
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "array", "items": Duration().json_schema(), "uniqueItems": True, "minItems": 1}
 
-    def from_env(self, text: str) -> Any:
+    def from_env(self, text: str) -> object:
         return [item.strip() for item in text.split(",") if item.strip()]
 
 
 @dataclass(frozen=True)
 class Size(Kind):
-    def parse(self, value: Any, key: str, ctx: Context) -> int:
+    def parse(self, value: object, key: str, ctx: Context) -> int:
         return int(_unit(lambda: units.parse_size(value, key)))
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": ["string", "integer"], "pattern": units.SIZE_PATTERN, "minimum": 1}
 
 
@@ -154,11 +164,11 @@ class Number(Kind):
     # YAML 1.1 reads 8e9 as a string: let the chart accept numeric strings where that is natural.
     numeric_strings: bool = False
 
-    def parse(self, value: Any, key: str, ctx: Context) -> int | float:
+    def parse(self, value: object, key: str, ctx: Context) -> int | float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             # Environment overrides arrive as strings: accept numeric strings.
             try:
-                value = int(str(value)) if self.integer else float(value)
+                value = int(str(value)) if self.integer else _float(value)
             except (TypeError, ValueError, OverflowError):
                 raise ConfigError(
                     key, f"expected {'an integer' if self.integer else 'a number'}, got {value!r}"
@@ -173,14 +183,21 @@ class Number(Kind):
             raise ConfigError(key, f"must be {'<' if self.exclusive_maximum else '<='} {self.maximum}, got {value!r}")
         return int(value) if self.integer else float(value)
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         kind = "integer" if self.integer else "number"
-        schema: dict[str, Any] = {"type": [kind, "string"] if self.numeric_strings else kind}
+        schema: JsonSchema = {"type": [kind, "string"] if self.numeric_strings else kind}
         if self.minimum is not None:
             schema["exclusiveMinimum" if self.exclusive_minimum else "minimum"] = self.minimum
         if self.maximum is not None:
             schema["exclusiveMaximum" if self.exclusive_maximum else "maximum"] = self.maximum
         return schema
+
+
+def _float(value: object) -> float:
+    """float() of a YAML value; TypeError for a value that is neither a number nor a string."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"not a number: {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -190,7 +207,7 @@ class Choice(Kind):
     values: Callable[[], Sequence[str]]
     noun: str | None = None  # "preset": unknown preset 'x' (known: ...)
 
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         choices = tuple(self.values())
         text = str(value).lower()
         if isinstance(value, (bool, int, float)) or text not in choices:
@@ -199,7 +216,7 @@ class Choice(Kind):
             raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}")
         return text
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "enum": list(self.values())}
 
 
@@ -211,25 +228,25 @@ _NAME_RE = re.compile(NAME_PATTERN)
 class Name(Kind):
     """A target or route name: it becomes a Prometheus label value."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         if not isinstance(value, str) or not _NAME_RE.match(value):
             raise ConfigError(key, f"expected a name of letters, digits and _.:/- (1-128 chars), got {value!r}")
         return value
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "pattern": NAME_PATTERN}
 
 
 @dataclass(frozen=True)
 class Listen(Kind):
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         text = str(value)
         _host, sep, port = text.rpartition(":")
         if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(key, f"expected [host]:port such as :9474 or 127.0.0.1:9474, got {value!r}")
         return text
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "pattern": r"^[^\s]*:[0-9]{1,5}$"}
 
 
@@ -238,7 +255,7 @@ class Url(Kind):
     # A base URL that API paths are appended to: no query or fragment, a trailing / dropped.
     base: bool = False
 
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         url = str(value)
         parts = urlsplit(url)
         # Only http(s): a sidecar must never be turned into a file:// or gopher:// reader.
@@ -250,7 +267,7 @@ class Url(Kind):
             return url.rstrip("/")
         return url
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         if self.base:
             return {"type": "string", "pattern": "^https?://[^/?#][^?#]*$"}
         return {"type": "string", "pattern": "^https?://[^/?#]"}
@@ -258,15 +275,15 @@ class Url(Kind):
 
 @dataclass(frozen=True)
 class Flag(Kind):
-    def parse(self, value: Any, key: str, ctx: Context) -> bool:
+    def parse(self, value: object, key: str, ctx: Context) -> bool:
         if not isinstance(value, bool):
             raise ConfigError(key, "expected true or false")
         return value
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "boolean"}
 
-    def from_env(self, text: str) -> Any:
+    def from_env(self, text: str) -> object:
         lowered = text.strip().lower()
         return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(lowered, text)
 
@@ -285,7 +302,7 @@ class StringMap(Kind):
     # read from a Secret file often ends in a newline, which every request would then refuse).
     http_headers: bool = False
 
-    def parse(self, value: Any, key: str, ctx: Context) -> dict[str, str]:
+    def parse(self, value: object, key: str, ctx: Context) -> dict[str, str]:
         if not isinstance(value, Mapping):
             raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
         environ = os.environ if ctx.environ is None else ctx.environ
@@ -307,8 +324,8 @@ class StringMap(Kind):
             result[str(name)] = resolved
         return result
 
-    def json_schema(self) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+    def json_schema(self) -> JsonSchema:
+        schema: JsonSchema = {"type": "object", "additionalProperties": {"type": "string"}}
         if self.keys is not None:
             schema["propertyNames"] = {"enum": list(self.keys)}
         elif self.http_headers:
@@ -343,7 +360,7 @@ def _resolve_env_refs(value: str, key: str, environ: Mapping[str, str]) -> str:
 class JsonFile(Kind):
     """A path (relative to the config file) of a JSON object; parses to (path, object)."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> tuple[str, dict[str, Any]]:
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[str, dict[str, object]]:
         path = os.path.join(ctx.base_dir, str(value))
         try:
             with open(path, encoding="utf-8") as handle:
@@ -356,7 +373,7 @@ class JsonFile(Kind):
             raise ConfigError(key, f"{path} is not a JSON object")
         return path, data
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "minLength": 1}
 
 
@@ -367,7 +384,7 @@ class ModelRef(Kind):
 
     presets: Callable[[], Sequence[str]]
 
-    def parse(self, value: Any, key: str, ctx: Context) -> tuple[str, dict[str, Any] | None]:
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[str, dict[str, object] | None]:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(key, f"expected a model preset or a config.json path, got {value!r}")
         if value.lower() in tuple(self.presets()):
@@ -377,7 +394,7 @@ class ModelRef(Kind):
                                    "or give the path of its config.json)")
         return JsonFile().parse(value, key, ctx)
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string", "minLength": 1}
 
 
@@ -385,7 +402,7 @@ class ModelRef(Kind):
 class StepTimeProfile(Kind):
     """A measured step-time profile, inline or as a YAML path; parses to (Profile, path or None)."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> tuple[Any, str | None]:
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[Profile, str | None]:
         from .. import costmodel
 
         path = None
@@ -404,7 +421,7 @@ class StepTimeProfile(Kind):
         except ValueError as exc:
             raise error_from(exc, key) from None
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": ["string", "object", "array"]}
 
 
@@ -412,16 +429,41 @@ class StepTimeProfile(Kind):
 class Text(Kind):
     """A plain string (a reference checked by a rule that spans keys, e.g. a route's target)."""
 
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
+    def parse(self, value: object, key: str, ctx: Context) -> str:
         if not isinstance(value, str):
             raise ConfigError(key, f"expected a string, got {value!r}")
         return value
 
-    def json_schema(self) -> dict[str, Any]:
+    def json_schema(self) -> JsonSchema:
         return {"type": "string"}
 
 
 @dataclass(frozen=True)
+class SpeculativeConfig(Kind):
+    """vLLM's `--speculative-config`: a mapping, or the same JSON as a string; checked as vLLM
+    checks it (num_speculative_tokens, the num_speculative_tokens_per_batch_size schedule)."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> JsonSchema:
+        from ..schedule_check import SpeculativeConfigError, parse_speculative_config
+
+        data = value
+        if isinstance(value, str):
+            try:
+                data = json.loads(value)
+            except ValueError as exc:
+                raise ConfigError(key, f"not valid JSON: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(key, "expected a mapping or a JSON object string (the --speculative-config value)")
+        try:
+            parse_speculative_config(data)
+        except SpeculativeConfigError as exc:
+            raise ConfigError(f"{key}.{exc.key}", exc.reason) from None
+        return dict(data)
+
+    def json_schema(self) -> JsonSchema:
+        return {"type": ["object", "string"]}
+
+
 class ExistingFile(Kind):
     """A path (relative to the config file) of a regular file that is read later, e.g. a token that
     rotates; parses to the path."""
@@ -562,29 +604,3 @@ class LabelMatchers(Kind):
 
     def json_schema(self) -> dict[str, Any]:
         return {"type": "string"}
-
-
-@dataclass(frozen=True)
-class SpeculativeConfig(Kind):
-    """vLLM's `--speculative-config`: a mapping, or the same JSON as a string; checked as vLLM
-    checks it (num_speculative_tokens, the num_speculative_tokens_per_batch_size schedule)."""
-
-    def parse(self, value: Any, key: str, ctx: Context) -> dict[str, Any]:
-        from ..schedule_check import SpeculativeConfigError, parse_speculative_config
-
-        data = value
-        if isinstance(value, str):
-            try:
-                data = json.loads(value)
-            except ValueError as exc:
-                raise ConfigError(key, f"not valid JSON: {exc}") from None
-        if not isinstance(data, Mapping):
-            raise ConfigError(key, "expected a mapping or a JSON object string (the --speculative-config value)")
-        try:
-            parse_speculative_config(data)
-        except SpeculativeConfigError as exc:
-            raise ConfigError(f"{key}.{exc.field}", exc.reason) from None
-        return dict(data)
-
-    def json_schema(self) -> dict[str, Any]:
-        return {"type": ["object", "string"]}

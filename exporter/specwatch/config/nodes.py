@@ -22,7 +22,8 @@ FROM_RESULT: Any = _FromResult()
 
 @dataclass(frozen=True)
 class Key:
-    """One value. `env`: "" derives SPECWATCH_<PATH>, None means no variable, else the name."""
+    """One value. `env`: "" derives SPECWATCH_<PATH>, None means no variable, else the name.
+    `env_aliases`: older names that set it too (the main name wins when both are set)."""
 
     name: str
     kind: Kind
@@ -31,6 +32,7 @@ class Key:
     nullable: bool = False
     required: bool = False
     env: str | None = ""
+    env_aliases: tuple[str, ...] = ()
     # Result fields the parsed value fills, for kinds that parse to a tuple (path, content).
     fields: tuple[str, ...] = ()
     # A default different from the dataclass's (hardware given as a mapping has no preset).

@@ -90,6 +90,12 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class AlertingConfig:
+    # The window the alert rules read (window="5m" in rules/); one of `windows`, or they never fire.
+    window: float = 300.0
+
+
+@dataclass(frozen=True)
 class PrometheusConfig:
     """`prometheus:` fleet mode: specwatch polls no vLLM itself and reads every replica from a
     Prometheus-compatible query API instead."""
@@ -133,6 +139,7 @@ class Config:
     profile_path: str | None = None
     decision: DecisionConfig = DecisionConfig()
     log: LogConfig = LogConfig()
+    alerting: AlertingConfig = AlertingConfig()
     # Routes not seen for this many polls are dropped (label churn must not grow memory).
     route_ttl_polls: int = 60
     # Fleet mode when set (targets is then empty); None: sidecar mode, polling targets.

@@ -63,6 +63,7 @@ from .kinds import (
 )
 from .nodes import Items, Key, Section
 from .result import (
+    AlertingConfig,
     Config,
     DecisionConfig,
     DraftConfig,
@@ -314,6 +315,22 @@ LOG = Section(
     ),
 )
 
+ALERTING = Section(
+    "alerting",
+    AlertingConfig,
+    doc="what the alert rules (rules/, the chart's PrometheusRule) expect of the sidecar",
+    keys=(
+        Key(
+            "window",
+            Duration(),
+            'the window the alert rules read (window="5m"); warned at start when not among windows; '
+            "env also SPECWATCH_ALERT_WINDOW",
+            example="15m",
+            env_aliases=("SPECWATCH_ALERT_WINDOW",),
+        ),
+    ),
+)
+
 PROMETHEUS = Section(
     "prometheus",
     PrometheusConfig,
@@ -415,6 +432,7 @@ SCHEMA = Section(
         ),
         DECISION,
         LOG,
+        ALERTING,
         Key(
             "route_ttl_polls",
             Number(minimum=1, integer=True),

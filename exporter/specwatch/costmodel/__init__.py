@@ -5,7 +5,8 @@ validates names against the presets defined here). Modules, in the order they bu
 
 - ``errors``     CostModelError (carries the config key at fault)
 - ``hardware``   HardwareSpec, HARDWARE_PRESETS, hardware_from
-- ``models``     ModelSpec, MODEL_PRESETS, Hugging Face config.json parsing, weight bytes
+- ``models``     ModelSpec, Hugging Face config.json parsing, weight bytes
+- ``model_presets``  MODEL_HF_CONFIGS, MODEL_SOURCES, MODEL_PRESETS, model_from
 - ``draft``      draft methods, head sizes, DraftCost, draft_cost_for
 - ``profile``    measured step-time curves (Profile, parse_profile, the StepTimeCurve seam)
 - ``roofline``   CostModel: step time of the target, draft time, spec step time
@@ -60,14 +61,16 @@ from .hardware import (
     HardwareSpec,
     hardware_from,
 )
-from .models import (
+from .model_presets import (
     DEFAULT_MODEL,
-    DTYPE_BYTES,
     MODEL_HF_CONFIGS,
     MODEL_PRESETS,
     MODEL_SOURCES,
-    ModelSpec,
     model_from,
+)
+from .models import (
+    DTYPE_BYTES,
+    ModelSpec,
     model_spec_from_hf_config,
     model_spec_from_params,
     model_total_weight_bytes,

@@ -8,12 +8,13 @@ them get the same numbers for the same inputs. Bad inputs raise CostModelError n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .draft import draft_cost_for
 from .errors import CostModelError
 from .hardware import DEFAULT_HARDWARE, hardware_from
-from .models import HF_CONFIG_KEY, model_from
+from .model_presets import model_from
+from .models import HF_CONFIG_KEY
 from .profile import StepTimeCurve
 from .roofline import (
     DEFAULT_CONTEXT_TOKENS,
@@ -40,7 +41,7 @@ def build_cost_model(
     overhead_seconds: float | None = None,
     tensor_parallel: int = 1,
     model: str | None = None,
-    model_config: Mapping[str, Any] | None = None,
+    model_config: Mapping[str, object] | None = None,
     model_params: float | None = None,
     model_layers: int | None = None,
     model_kv_heads: int | None = None,
@@ -52,7 +53,7 @@ def build_cost_model(
     draft_k: int = DEFAULT_DRAFT_K,
     profile: StepTimeCurve | None = None,
     draft_model: str | None = None,
-    draft_model_config: Mapping[str, Any] | None = None,
+    draft_model_config: Mapping[str, object] | None = None,
 ) -> CostModel:
     """A CostModel for one target on one GPU set.
 

@@ -33,58 +33,44 @@ COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "int8", "
 _T = 1e12
 _GB = 1e9
 
-HARDWARE_PRESETS: dict[str, HardwareSpec] = {
-    "h100-sxm": HardwareSpec(
-        "h100-sxm", 3.35 * _T, {"bf16": 989.4 * _T, "fp8": 1979 * _T, "int8": 1979 * _T}, 80 * _GB,
-        "NVIDIA H100 product page, SXM column (989.4 TFLOPS bf16 / 1979 fp8 dense, 3.35 TB/s); "
-        "transcribed twice",
-    ),
-    "h100-pcie": HardwareSpec(
-        "h100-pcie", 2.0 * _T, {"bf16": 756 * _T, "fp8": 1513 * _T, "int8": 1513 * _T}, 80 * _GB,
-        "NVIDIA H100 datasheet, PCIe column (2.0 TB/s, ~756 bf16 / ~1513 fp8); not re-verified",
-    ),
-    "h200": HardwareSpec(
-        "h200", 4.8 * _T, {"bf16": 989.4 * _T, "fp8": 1979 * _T, "int8": 1979 * _T}, 141 * _GB,
-        "NVIDIA H200 page: 4.8 TB/s, same GH100 compute as H100 SXM",
-    ),
-    "a100-80gb": HardwareSpec(
-        "a100-80gb", 2.039 * _T, {"bf16": 312 * _T, "int8": 624 * _T}, 80 * _GB,
-        "NVIDIA A100 datasheet (2.039 TB/s, 312 TFLOPS bf16, 624 TOPS int8, no FP8)",
-    ),
-    "a100-40gb": HardwareSpec(
-        "a100-40gb", 1.555 * _T, {"bf16": 312 * _T, "int8": 624 * _T}, 40 * _GB,
-        "NVIDIA A100 datasheet, 40GB column (1.555 TB/s)",
-    ),
-    "l40s": HardwareSpec(
-        "l40s", 0.864 * _T, {"bf16": 362.05 * _T, "fp8": 733 * _T, "int8": 733 * _T}, 48 * _GB,
-        "NVIDIA L40S datasheet (864 GB/s GDDR6, 362 bf16 / 733 fp8)",
-    ),
-    "mi300x": HardwareSpec(
-        "mi300x", 5.3 * _T, {"bf16": 1307.4 * _T, "fp8": 2614.9 * _T, "int8": 2614.9 * _T}, 192 * _GB,
-        "AMD Instinct MI300X spec page (5.3 TB/s, 1307.4 bf16 / 2614.9 fp8)",
-    ),
-    "b200": HardwareSpec(
-        "b200", 7.7 * _T, {"bf16": 2250 * _T, "fp8": 4500 * _T, "int8": 4500 * _T}, 180 * _GB,
-        "NVIDIA HGX B200 table https://www.nvidia.com/en-us/data-center/hgx/ (per GPU: 180 GB HBM3e, "
-        "7.7 TB/s; 4.5 PFLOPS bf16 / 9 fp8 with sparsity, so 2.25 / 4.5 dense at 1000 W); DGX B200 and "
-        "most write-ups quote 8 TB/s",
-    ),
-    "h20": HardwareSpec(
-        "h20", 4.0 * _T, {"bf16": 148 * _T, "fp8": 296 * _T, "int8": 296 * _T}, 96 * _GB,
-        "no public NVIDIA datasheet (China-market Hopper); secondary sources agree on 96 GB, 4.0 TB/s, "
-        "148 TFLOPS fp16/bf16 dense, 296 fp8/int8 dense (https://willitrunai.com/es/gpus/h20-96gb)",
-    ),
-    "mi325x": HardwareSpec(
-        "mi325x", 6.0 * _T, {"bf16": 1307.4 * _T, "fp8": 2614.9 * _T, "int8": 2614.9 * _T}, 256 * _GB,
-        "AMD Instinct MI325X https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html "
-        "(256 GB HBM3E, 6 TB/s; same compute as MI300X: 1307.4 bf16 / 2614.9 fp8 dense)",
-    ),
-    "l4": HardwareSpec(
-        "l4", 0.3 * _T, {"bf16": 121 * _T, "fp8": 242 * _T, "int8": 242 * _T}, 24 * _GB,
-        "NVIDIA L4 datasheet https://www.nvidia.com/en-us/data-center/l4/ (24 GB GDDR6, 300 GB/s; "
-        "242 bf16 / 485 fp8 with sparsity, so 121 / 242 dense)",
-    ),
-}
+
+def _gpu(name: str, tb_per_second: float, gb: float, *, bf16: float, fp8: float | None = None, int8: float,
+         source: str) -> HardwareSpec:
+    """A preset in datasheet units: TB/s, GB and dense TFLOPS (no fp8: no FP8 tensor cores)."""
+    flops = {"bf16": bf16 * _T} | ({"fp8": fp8 * _T} if fp8 is not None else {}) | {"int8": int8 * _T}
+    return HardwareSpec(name, tb_per_second * _T, flops, gb * _GB, source)
+
+
+HARDWARE_PRESETS: dict[str, HardwareSpec] = {spec.name: spec for spec in (
+    _gpu("h100-sxm", 3.35, 80, bf16=989.4, fp8=1979, int8=1979,
+         source="NVIDIA H100 product page, SXM column (989.4 TFLOPS bf16 / 1979 fp8 dense, 3.35 TB/s); "
+         "transcribed twice"),
+    _gpu("h100-pcie", 2.0, 80, bf16=756, fp8=1513, int8=1513,
+         source="NVIDIA H100 datasheet, PCIe column (2.0 TB/s, ~756 bf16 / ~1513 fp8); not re-verified"),
+    _gpu("h200", 4.8, 141, bf16=989.4, fp8=1979, int8=1979,
+         source="NVIDIA H200 page: 4.8 TB/s, same GH100 compute as H100 SXM"),
+    _gpu("a100-80gb", 2.039, 80, bf16=312, int8=624,
+         source="NVIDIA A100 datasheet (2.039 TB/s, 312 TFLOPS bf16, 624 TOPS int8, no FP8)"),
+    _gpu("a100-40gb", 1.555, 40, bf16=312, int8=624,
+         source="NVIDIA A100 datasheet, 40GB column (1.555 TB/s)"),
+    _gpu("l40s", 0.864, 48, bf16=362.05, fp8=733, int8=733,
+         source="NVIDIA L40S datasheet (864 GB/s GDDR6, 362 bf16 / 733 fp8)"),
+    _gpu("mi300x", 5.3, 192, bf16=1307.4, fp8=2614.9, int8=2614.9,
+         source="AMD Instinct MI300X spec page (5.3 TB/s, 1307.4 bf16 / 2614.9 fp8)"),
+    _gpu("b200", 7.7, 180, bf16=2250, fp8=4500, int8=4500,
+         source="NVIDIA HGX B200 table https://www.nvidia.com/en-us/data-center/hgx/ (per GPU: 180 GB HBM3e, "
+         "7.7 TB/s; 4.5 PFLOPS bf16 / 9 fp8 with sparsity, so 2.25 / 4.5 dense at 1000 W); DGX B200 and "
+         "most write-ups quote 8 TB/s"),
+    _gpu("h20", 4.0, 96, bf16=148, fp8=296, int8=296,
+         source="no public NVIDIA datasheet (China-market Hopper); secondary sources agree on 96 GB, 4.0 TB/s, "
+         "148 TFLOPS fp16/bf16 dense, 296 fp8/int8 dense (https://willitrunai.com/es/gpus/h20-96gb)"),
+    _gpu("mi325x", 6.0, 256, bf16=1307.4, fp8=2614.9, int8=2614.9,
+         source="AMD Instinct MI325X https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html "
+         "(256 GB HBM3E, 6 TB/s; same compute as MI300X: 1307.4 bf16 / 2614.9 fp8 dense)"),
+    _gpu("l4", 0.3, 24, bf16=121, fp8=242, int8=242,
+         source="NVIDIA L4 datasheet https://www.nvidia.com/en-us/data-center/l4/ (24 GB GDDR6, 300 GB/s; "
+         "242 bf16 / 485 fp8 with sparsity, so 121 / 242 dense)"),
+)}
 
 DEFAULT_HARDWARE = "h100-sxm"
 

@@ -83,13 +83,43 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* standalone and prometheus modes run this chart's own Deployment + Service; sidecar mode does not. */}}
+{{- define "specwatch.ownDeployment" -}}
+{{- if has .Values.mode (list "standalone" "prometheus") }}true{{ end }}
+{{- end }}
+
+{{/*
+honorLabels of the monitors: null means true in prometheus mode, where specwatch exports each vLLM
+replica's own labels (config.prometheus.replica_labels, e.g. namespace and pod) that must keep their
+names instead of becoming exported_namespace / exported_pod; false otherwise.
+  include "specwatch.honorLabels" (list . .Values.serviceMonitor.honorLabels)
+*/}}
+{{- define "specwatch.honorLabels" -}}
+{{- $value := index . 1 }}
+{{- if kindIs "invalid" $value }}
+{{- eq (index . 0).Values.mode "prometheus" }}
+{{- else }}
+{{- $value }}
+{{- end }}
+{{- end }}
+
+{{/* Where prometheus.bearerTokenSecret is mounted (a directory: the kubelet updates it when the Secret rotates). */}}
+{{- define "specwatch.prometheusTokenDir" -}}
+/var/run/secrets/specwatch/prometheus
+{{- end }}
+
+{{- define "specwatch.prometheusTokenPath" -}}
+{{- printf "%s/token" (include "specwatch.prometheusTokenDir" .) }}
+{{- end }}
+
 {{- define "specwatch.configMapName" -}}
 {{- include "specwatch.fullname" . }}
 {{- end }}
 
 {{/*
-The specwatch config file (DESIGN.md §9). Empty values are omitted so the exporter's defaults apply;
-`listen` follows containerPort; sidecar mode defaults the target to vLLM on loopback.
+The specwatch config file (keys: the chart README and the repo README, "Configuration"). Empty values
+are omitted so the exporter's defaults apply; `listen` follows containerPort; sidecar mode defaults the
+target to vLLM on loopback; prometheus mode polls no vLLM, so it gets no target at all.
 */}}
 {{- define "specwatch.configYaml" -}}
 {{- $cfg := dict "listen" (printf ":%d" (int .Values.containerPort)) }}
@@ -98,18 +128,60 @@ The specwatch config file (DESIGN.md §9). Empty values are omitted so the expor
 {{- $_ := set $cfg $key $value }}
 {{- end }}
 {{- end }}
-{{- if empty .Values.config.targets }}
+{{- $fleet := not (empty .Values.config.prometheus) }}
+{{- if eq .Values.mode "prometheus" }}
+{{- if not (.Values.config.prometheus | default dict).url }}
+{{- fail "mode=prometheus reads every vLLM replica from Prometheus: set config.prometheus.url (e.g. http://prometheus-operated.monitoring.svc:9090), and config.prometheus.selector / replica_labels for the vLLM scrape job" }}
+{{- end }}
+{{- if not (empty .Values.config.targets) }}
+{{- fail "config.targets is not used in mode=prometheus (it polls no vLLM, it reads them from config.prometheus.url): remove it" }}
+{{- end }}
+{{- else if $fleet }}
+{{- fail (printf "config.prometheus (fleet mode) needs mode=prometheus, not mode=%s: the exporter then polls no vLLM, and the chart runs it as its own Deployment" .Values.mode) }}
+{{- end }}
+{{- if and (empty .Values.config.targets) (not $fleet) }}
 {{- if eq .Values.mode "standalone" }}
-{{- fail "mode=standalone polls the vLLM URLs in config.targets: set at least one, e.g. config.targets[0]={name: vllm-0, url: http://vllm-0.vllm.llm.svc:8000/metrics} (one URL per vLLM replica)" }}
+{{- fail "mode=standalone polls the vLLM URLs in config.targets: set at least one, e.g. config.targets[0]={name: vllm-0, url: http://vllm-0.vllm.llm.svc:8000/metrics} (one URL per vLLM replica), or use mode=prometheus with config.prometheus to read them from Prometheus" }}
 {{- end }}
 {{- $_ := set $cfg "targets" (list (dict "name" "vllm" "url" (printf "http://127.0.0.1:%d/metrics" (int .Values.sidecar.vllmPort)))) }}
 {{- end }}
+{{- if .Values.prometheus.bearerTokenSecret.name }}
+{{- if ne .Values.mode "prometheus" }}
+{{- fail "prometheus.bearerTokenSecret is the token for config.prometheus.url: it needs mode=prometheus" }}
+{{- end }}
+{{- /* A copy: .Values must stay as given (this template renders more than once). */}}
+{{- $query := deepCopy .Values.config.prometheus }}
+{{- if $query.bearer_token_file }}
+{{- fail "set prometheus.bearerTokenSecret or config.prometheus.bearer_token_file, not both" }}
+{{- end }}
+{{- range $name, $_ := $query.headers | default dict }}
+{{- if eq (lower $name) "authorization" }}
+{{- fail "set prometheus.bearerTokenSecret or config.prometheus.headers.Authorization, not both" }}
+{{- end }}
+{{- end }}
+{{- $_ := set $query "bearer_token_file" (include "specwatch.prometheusTokenPath" .) }}
+{{- $_ := set $cfg "prometheus" $query }}
+{{- end }}
+{{- /* The alert rules' window goes to the sidecar through its config (alerting.window), so it warns
+when the window is not exported; prometheusRule.alertWindow is the one chart value for it. */}}
+{{- $alertWindow := include "specwatch.alertWindow" . }}
+{{- $alerting := deepCopy (.Values.config.alerting | default dict) }}
+{{- if and (hasKey $alerting "window") (ne (toString $alerting.window) $alertWindow) }}
+{{- fail (printf "config.alerting.window=%v differs from prometheusRule.alertWindow=%s: set only prometheusRule.alertWindow (the chart writes it into config.alerting.window)" $alerting.window $alertWindow) }}
+{{- end }}
+{{- $_ := set $alerting "window" $alertWindow }}
+{{- $_ := set $cfg "alerting" $alerting }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* The window every alert reads (rules/ read window="5m"). */}}
+{{- define "specwatch.alertWindow" -}}
+{{- .Values.prometheusRule.alertWindow | default "5m" | toString }}
 {{- end }}
 
 {{/*
 Annotation value that changes whenever the config changes. Only this chart's own Deployment
-(standalone mode) carries it: a vLLM pod never does, since rolling it would reload model weights on
+(standalone and prometheus modes) carries it: a vLLM pod never does, since rolling it would reload model weights on
 every replica for a config change that `specwatch run` applies in place (file change or SIGHUP).
 */}}
 {{- define "specwatch.configChecksum" -}}
@@ -117,7 +189,7 @@ every replica for a config change that `specwatch run` applies in place (file ch
 {{- end }}
 
 {{/*
-The specwatch container as a single mapping. Used by this chart's Deployment (standalone mode) and,
+The specwatch container as a single mapping. Used by this chart's Deployment (standalone and prometheus modes) and,
 in sidecar mode, by a host chart:
     containers:
       - {{ include "specwatch.sidecarContainer" .Subcharts.specwatch | indent 8 | trim }}
@@ -143,8 +215,6 @@ args:
 env:
   - name: SPECWATCH_MODE
     value: {{ .Values.mode | quote }}
-  - name: SPECWATCH_ALERT_WINDOW
-    value: {{ .Values.prometheusRule.alertWindow | default "5m" | quote }}
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -180,6 +250,11 @@ volumeMounts:
     readOnly: true
   - name: specwatch-tmp
     mountPath: /tmp
+  {{- if and (eq .Values.mode "prometheus") .Values.prometheus.bearerTokenSecret.name }}
+  - name: prometheus-token
+    mountPath: {{ include "specwatch.prometheusTokenDir" . }}
+    readOnly: true
+  {{- end }}
   {{- with .Values.extraVolumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -207,6 +282,8 @@ of those variables changes the pod template, so prefer the ConfigMap (patch) whe
 {{- end }}
 {{- $_ := set $c "args" $args }}
 {{- $env := list (dict "name" "SPECWATCH_TARGET_URL" "value" (printf "http://127.0.0.1:%d/metrics" (int .Values.sidecar.vllmPort))) }}
+{{- /* No config file here: the alert window comes through its variable. */}}
+{{- $env = append $env (dict "name" "SPECWATCH_ALERTING__WINDOW" "value" (include "specwatch.alertWindow" .)) }}
 {{- $_ := set $c "env" (concat $env $c.env) }}
 {{- toYaml $c }}
 {{- end }}
@@ -220,21 +297,34 @@ of those variables changes the pod template, so prefer the ConfigMap (patch) whe
   emptyDir:
     medium: Memory
     sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- with .Values.prometheus.bearerTokenSecret }}
+{{- if and (eq $.Values.mode "prometheus") .name }}
+- name: prometheus-token
+  secret:
+    secretName: {{ .name }}
+    items:
+      - key: {{ .key | default "token" }}
+        path: token
+    # Readable by the pod's fsGroup (the exporter's group), by no one else.
+    defaultMode: 0440
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Checks that depend on more than one value (the schema checks single values). */}}
 {{- define "specwatch.validate" -}}
 {{- $windows := .Values.config.windows | default (list "1m" "5m") }}
-{{- if and .Values.prometheusRule.enabled (not (has (.Values.prometheusRule.alertWindow | default "5m") $windows)) }}
-{{- fail (printf "prometheusRule.alertWindow=%s is not one of config.windows %v: the alerts read window=%q, which the sidecar would never export, so they could never fire" (.Values.prometheusRule.alertWindow | default "5m") $windows (.Values.prometheusRule.alertWindow | default "5m")) }}
+{{- $alertWindow := include "specwatch.alertWindow" . }}
+{{- if and .Values.prometheusRule.enabled (not (has $alertWindow $windows)) }}
+{{- fail (printf "prometheusRule.alertWindow=%s is not one of config.windows %v: the alerts read window=%q, which the sidecar would never export, so they could never fire" $alertWindow $windows $alertWindow) }}
 {{- end }}
 {{- if and (eq .Values.mode "sidecar") .Values.serviceMonitor.enabled }}
-{{- fail "serviceMonitor needs mode=standalone (sidecar mode has no Service): use podMonitor.enabled=true with podMonitor.selectorOverride set to the vLLM pods' labels" }}
+{{- fail "serviceMonitor needs mode=standalone or mode=prometheus (sidecar mode has no Service): use podMonitor.enabled=true with podMonitor.selectorOverride set to the vLLM pods' labels" }}
 {{- end }}
 {{- if and (eq .Values.mode "sidecar") .Values.podMonitor.enabled (empty .Values.podMonitor.selectorOverride) }}
 {{- fail "podMonitor.selectorOverride is required in sidecar mode: the labels of the vLLM pods that carry the specwatch container (an empty selector would scrape every pod)" }}
 {{- end }}
 {{- if and (eq .Values.mode "sidecar") .Values.networkPolicy.enabled }}
-{{- fail "networkPolicy needs mode=standalone: in sidecar mode a NetworkPolicy selects the whole vLLM pod and would cut its serving traffic; allow the specwatch port in the vLLM chart's own policy instead" }}
+{{- fail "networkPolicy needs mode=standalone or mode=prometheus: in sidecar mode a NetworkPolicy selects the whole vLLM pod and would cut its serving traffic; allow the specwatch port in the vLLM chart's own policy instead" }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,122 @@
+"""The fast path for a poll whose lines are the last good poll's lines with new values: only the
+values are converted and checked; any difference or doubt sends the poll to the full read."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from operator import itemgetter
+from typing import TypeVar
+
+from .samples import SKIP, Family, Labels, Sample, Series
+from .syntax import TYPE_PREFIX, Line
+
+_T = TypeVar("_T")
+
+_head, _value_text, _whole_line = itemgetter(0), itemgetter(1), itemgetter(2)
+_make_sample = partial(tuple.__new__, Sample)  # Sample from a (name, labels, value) tuple, all in C
+
+
+def _pick(items: Sequence[_T], positions: tuple[int, ...]) -> tuple[_T, ...]:
+    return tuple([items[i] for i in positions])
+
+
+@dataclass(frozen=True)
+class _HistogramPlan:
+    buckets: tuple[int, ...]  # positions of the buckets, by increasing le
+    count: int
+    sum: int
+
+
+@dataclass(frozen=True)
+class LastPoll:
+    """The shape of the last good poll: which lines, which series, where each sample goes, which
+    value checks apply. A poll with exactly the same lines apart from the values (same series
+    texts, same TYPE lines, same order) only needs its values converted and checked; anything
+    else, or any doubt about a value, goes through `Selector._read`."""
+
+    heads: list[str]
+    lines: list[str]
+    plain: tuple[int, ...]          # positions in the found lines of the samples, in order
+    names: tuple[str, ...]
+    labels: tuple[Labels, ...]
+    families: tuple[tuple[str, str, tuple[int, ...], tuple[int, ...]], ...]  # name, kind, values, created
+    not_negative: tuple[int, ...]   # counters and gauges: finite and >= 0
+    timestamps: tuple[int, ...]     # _created: finite
+    histograms: tuple[_HistogramPlan, ...]
+
+    @staticmethod
+    def remember(found: list[Line], result: Mapping[str, Family], cache: Mapping[str, Series],
+                 kinds: Mapping[str, str]) -> LastPoll | None:
+        plain: list[int] = []
+        series: list[Series] = []
+        for i, (head, value, line) in enumerate(found):
+            if not value:
+                if not line.startswith(TYPE_PREFIX):
+                    return None  # a sample line the pattern did not cut: keep to the general path
+                continue
+            known = cache.get(head)
+            if known is None:
+                return None  # the cache was cleared during the poll
+            if known is not SKIP:
+                plain.append(i)
+                series.append(known)
+        if not series:
+            return None  # with no sample, whether the text is an exposition at all depends on more
+        slots: dict[tuple[str, bool], list[int]] = {}
+        for position, s in enumerate(series):
+            slots.setdefault((s.family, s.suffix == "_created"), []).append(position)
+        families = []
+        not_negative: list[int] = []
+        timestamps: list[int] = []
+        histograms: list[_HistogramPlan] = []
+        for name, family in result.items():
+            values = tuple(slots.get((name, False), ()))
+            created = tuple(slots.get((name, True), ()))
+            if len(values) != len(family.samples) or len(created) != len(family.created):
+                return None
+            families.append((name, kinds[name], values, created))
+            timestamps += created
+            if kinds[name] != "histogram":
+                not_negative += values
+                continue
+            groups: dict[Labels, dict[str, list[tuple[float, int]]]] = {}
+            for position in values:
+                s = series[position]
+                groups.setdefault(s.group, {}).setdefault(s.suffix, []).append((s.bound, position))
+            for parts in groups.values():
+                if len(parts.get("_count", ())) != 1 or len(parts.get("_sum", ())) != 1 or not parts.get("_bucket"):
+                    return None
+                histograms.append(_HistogramPlan(tuple(p for _, p in sorted(parts["_bucket"])),
+                                                 parts["_count"][0][1], parts["_sum"][0][1]))
+        return LastPoll(list(map(_head, found)), list(map(_whole_line, found)), tuple(plain),
+                         tuple(s.name for s in series), tuple(s.labels for s in series), tuple(families),
+                         tuple(not_negative), tuple(timestamps), tuple(histograms))
+
+    def reread(self, found: list[Line]) -> dict[str, Family] | None:
+        """The families of `found` if it has this poll's lines with valid values, else None."""
+        if list(map(_head, found)) != self.heads or list(map(_whole_line, found)) != self.lines:
+            return None
+        texts = list(map(_value_text, found))
+        try:
+            values = list(map(float, _pick(texts, self.plain)))
+        except ValueError:
+            return None
+        if self.not_negative:
+            checked = _pick(values, self.not_negative)
+            if not (math.isfinite(sum(checked)) and min(checked) >= 0):
+                return None  # a NaN, an infinity or a negative value (or a sum overflow): look closer
+        if self.timestamps and not math.isfinite(sum(_pick(values, self.timestamps))):
+            return None
+        for plan in self.histograms:
+            buckets = _pick(values, plan.buckets)
+            if not (buckets[0] >= 0 and all(map(operator.ge, buckets[1:], buckets[:-1]))
+                    and not math.isinf(buckets[-1]) and values[plan.count] == buckets[-1]
+                    and math.isfinite(values[plan.sum])):
+                return None
+        samples = list(map(_make_sample, zip(self.names, self.labels, values)))
+        return {name: Family(name, kind, _pick(samples, value_at), _pick(samples, created_at))
+                for name, kind, value_at, created_at in self.families}

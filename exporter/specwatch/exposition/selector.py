@@ -1,0 +1,210 @@
+"""Selector: parse one payload into the selected families, all or nothing (see the package docstring)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from .checks import bucket_bound, validate_histogram, validate_values
+from .lastpoll import LastPoll
+from .samples import (
+    MAX_SELECTED_SERIES,
+    SERIES_CACHE_SIZE,
+    SKIP,
+    ExpositionError,
+    Family,
+    Labels,
+    Sample,
+    Series,
+)
+from .syntax import (
+    TYPE_PREFIX,
+    Line,
+    every_line,
+    line_finder,
+    parse_labels,
+    parse_value,
+    suffixes,
+)
+
+
+class Selector:
+    """Which families to keep, built once and reused for every poll (the hot path)."""
+
+    def __init__(self, families: Mapping[str, str]):
+        self.families = dict(families)
+        # sample name -> (family, suffix)
+        self._by_sample: dict[str, tuple[str, str]] = {}
+        for family, kind in self.families.items():
+            for suffix in suffixes(kind):
+                self._by_sample[family + suffix] = (family, suffix)
+        # TYPE lines name the family with _total for counters in prometheus_client output,
+        # and without it in some older or other clients: accept both.
+        self._type_names: dict[str, str] = {}
+        for family, kind in self.families.items():
+            self._type_names[family] = family
+            if kind == "counter":
+                self._type_names[family + "_total"] = family
+        self._prefixes = tuple(sorted(self.families))
+        self._first_line_starts = (*self._prefixes, TYPE_PREFIX)
+        self._series: dict[str, Series] = {}
+        self._keys: dict[tuple[str, Labels], int] = {}
+        self._last: LastPoll | None = None
+        self._lines = line_finder(self._prefixes, tuple(self._type_names))
+
+    def parse(self, text: str) -> dict[str, Family]:
+        """Parse and validate the selected families of `text`. Raises ExpositionError, nothing else."""
+        try:
+            if "\x00" in text:
+                raise ExpositionError("parse", "NUL byte: not the Prometheus text format")
+            try:
+                return self._read_found(self._selected_lines(text), text)
+            except ExpositionError:
+                pass  # rejected: the line scan says why, with the line number
+            return self._read(every_line(text), text)
+        except ExpositionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the contract is one error type for any bad input
+            raise ExpositionError("parse", f"{type(exc).__name__}: {exc}") from None
+
+    def parse_by_lines(self, text: str) -> dict[str, Family]:
+        """The reference: the same parse, looking at every line in Python (tests compare the two)."""
+        try:
+            if "\x00" in text:
+                raise ExpositionError("parse", "NUL byte: not the Prometheus text format")
+            return self._read(every_line(text), text)
+        except ExpositionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as parse()
+            raise ExpositionError("parse", f"{type(exc).__name__}: {exc}") from None
+
+    def _selected_lines(self, text: str) -> list[Line]:
+        """The lines `_read` acts on, in order, except well-formed TYPE lines of other families."""
+        lines: list[Line] = self._lines.findall(text)
+        if text.startswith(self._first_line_starts):
+            lines.insert(0, ("", "", text.split("\n", 1)[0]))  # the pattern anchors on the newline before a line
+        return lines
+
+    def _read_found(self, found: list[Line], text: str) -> dict[str, Family]:
+        """Read the lines the pattern found; when they are the last good poll's lines with new
+        values (the usual case: vLLM prints the same series in the same order every time), only
+        the values are converted and checked."""
+        if self._last is not None:
+            result = self._last.reread(found)
+            if result is not None:
+                return result
+        result = self._read(found, text)
+        self._last = LastPoll.remember(found, result, self._series, self.families)
+        return result
+
+    def _read(self, lines: list[Line], text: str) -> dict[str, Family]:
+        """Apply every line: a plain sample comes as (series, value, ""), any other as ("", "", line).
+        Line numbers are right only when `lines` holds every line (the line scan)."""
+        declared: dict[str, str] = {}
+        values: dict[str, list[Sample]] = {f: [] for f in self.families}
+        created: dict[str, list[Sample]] = {f: [] for f in self.families}
+        parts: dict[str, list[tuple[Series, float]]] = {f: [] for f, k in self.families.items() if k == "histogram"}
+        seen: set[int] = set()
+        prefixes = self._prefixes
+        type_names = self._type_names
+        cache = self._series
+        if len(self._keys) > SERIES_CACHE_SIZE:
+            cache.clear()  # bounded, whatever targets send; only here, so keys stay unique within a parse
+            self._keys.clear()
+        count = 0
+        new_sample = tuple.__new__  # Sample(...) without the Python-level __new__ of a NamedTuple
+        for lineno, (head, rest, line) in enumerate(lines, 1):
+            if rest:
+                pass  # `name{labels} value`, already cut by the pattern
+            elif not line.startswith(prefixes):
+                if line.startswith(TYPE_PREFIX):
+                    fields = line.split()
+                    if len(fields) != 4:
+                        raise ExpositionError("parse", "malformed TYPE line", lineno)
+                    family = type_names.get(fields[2])
+                    if family is not None:
+                        if family in declared and declared[family] != fields[3]:
+                            raise ExpositionError("invalid", f"{family} declared twice with different types", lineno)
+                        declared[family] = fields[3]
+                continue
+            else:
+                brace = line.find("{")
+                space = line.find(" ")
+                if brace >= 0 and (space < 0 or brace < space):
+                    close = line.rfind("}")
+                    if close < brace:
+                        if line[:brace] in self._by_sample:
+                            raise ExpositionError("parse", "unterminated labels", lineno)
+                        continue  # a longer name that merely shares a prefix
+                    head, rest = line[:close + 1], line[close + 1:]
+                elif space < 0:
+                    raise ExpositionError("parse", "sample without a value", lineno)
+                else:
+                    head, rest = line[:space], line[space:]
+            series = cache.get(head)
+            if series is None:
+                series = self._new_series(head, lineno)
+            if series is SKIP:
+                continue  # a longer name that merely shares a prefix (e.g. ..._per_pos_total)
+            try:
+                value = float(rest)  # the common case, " 123.0": float() strips what split() would
+            except ValueError:
+                value = parse_value(rest, lineno)
+            key = series.key
+            if key in seen:
+                raise ExpositionError("invalid", f"duplicate series {series.name}{dict(series.labels)}", lineno)
+            seen.add(key)
+            count += 1
+            if count > MAX_SELECTED_SERIES:
+                raise ExpositionError("invalid", f"more than {MAX_SELECTED_SERIES} selected series")
+            sample = new_sample(Sample, (series.name, series.labels, value))
+            if series.suffix == "_created":
+                if not math.isfinite(value):
+                    raise ExpositionError("invalid", f"{series.name} is not a finite timestamp", lineno)
+                created[series.family].append(sample)
+            else:
+                values[series.family].append(sample)
+                if series.family in parts:
+                    parts[series.family].append((series, value))
+        if count == 0 and text.strip() and not (text.startswith(TYPE_PREFIX) or "\n" + TYPE_PREFIX in text):
+            # Every real exporter declares its families; text with neither is not an exposition.
+            raise ExpositionError("parse", "no TYPE line and no known series: not a Prometheus exposition")
+        result: dict[str, Family] = {}
+        for family, kind in self.families.items():
+            if family in declared and declared[family] not in (kind, "untyped", "unknown"):
+                raise ExpositionError("invalid", f"{family} has type {declared[family]}, expected {kind}")
+            if not values[family]:
+                continue
+            samples = tuple(values[family])
+            if kind == "histogram":
+                validate_histogram(family, parts[family])
+            else:
+                validate_values(kind, samples)
+            result[family] = Family(family, kind, samples, tuple(created[family]))
+        return result
+
+    def _new_series(self, head: str, lineno: int) -> Series:
+        """Work out what `name{labels}` (or a bare `name`) means and remember it."""
+        brace = head.find("{")  # a bare name holds no brace: it ends before the first space and any brace
+        name = head[:brace] if brace >= 0 else head
+        hit = self._by_sample.get(name)
+        if hit is None:
+            series = SKIP
+        else:
+            family, suffix = hit
+            labels: Labels = ()
+            if brace >= 0:
+                parsed, end = parse_labels(head, brace, lineno)
+                if end != len(head):
+                    raise ExpositionError("parse", "unexpected text after the labels", lineno)
+                labels = tuple(sorted(parsed))  # label order is not significant in the format
+            key = self._keys.setdefault((name, labels), len(self._keys))
+            group, bound, le_error = labels, math.nan, ""
+            if suffix == "_bucket":
+                group = tuple(kv for kv in labels if kv[0] != "le")
+                bound, le_error = bucket_bound(name, labels)
+            series = Series(name, family, suffix, labels, key, group, bound, le_error)
+        if len(self._series) >= SERIES_CACHE_SIZE:
+            self._series.clear()  # bounded, whatever a target sends
+        self._series[head] = series
+        return series
