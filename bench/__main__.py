@@ -7,6 +7,7 @@
 
 Parts: parse (1), replay (2), http (3), detection (4, 5: delay, false changes, ITL accuracy), scaling (6),
 evaluate (7: one route-window through derive, cost model and verdict).
+fleet (fleet mode's CPU and queries per poll vs replicas; needs prometheus and promtool).
 Recordings and simulator payloads are cached in bench/.cache/ (gitignored); delete it to rebuild.
 """
 
@@ -22,8 +23,8 @@ from pathlib import Path
 
 from .common import REPO, machine
 
-PARTS = ("parse", "evaluate", "scaling", "replay", "http", "detection")
-TABLE_KEYS = ("parse_cost", "evaluate", "scaling", "replay", "http", "detection", "false_changes", "accuracy")
+PARTS = ("parse", "evaluate", "scaling", "replay", "http", "detection", "fleet")
+TABLE_KEYS = ("parse_cost", "evaluate", "scaling", "replay", "http", "detection", "false_changes", "accuracy", "fleet")
 
 
 def main(argv=None) -> int:
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
         results["parts"][name] = {"seconds": round(time.monotonic() - t0, 1), **data}
         return data
 
-    from . import detection, evaluate, http_latency, parse_cost, replay_proc
+    from . import detection, evaluate, fleet, http_latency, parse_cost, replay_proc
 
     part("parse", lambda: parse_cost.run_parse_cost(args.smoke))
     part("evaluate", lambda: evaluate.run_evaluate(args.smoke))
@@ -71,6 +72,7 @@ def main(argv=None) -> int:
     part("http", lambda: http_latency.run_http(args.smoke))
     stable_output = (replay_data or {}).get("specwatch_output")
     part("detection", lambda: detection.run_detection(args.smoke, stable_output))
+    part("fleet", lambda: fleet.run_fleet(args.smoke))
 
     results["machine"]["loadavg_end"] = os.getloadavg()
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

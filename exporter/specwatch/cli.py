@@ -1,4 +1,4 @@
-"""Command line: run, demo, record, replay, check-config, and the lesson's calculators."""
+"""Command line: run, demo, record, replay, backtest, check-config, and the lesson's calculators."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ EXIT_CONFIG = 2
 # Modules that contribute subcommands through add_parsers(subparsers). Imported only when the
 # command is not one of this module's own, so `specwatch replay` does not load the simulator,
 # the lesson tools or the HTTP server (start-up is part of every replay's cost).
-SUBCOMMAND_MODULES = ("specwatch.lesson", "specwatch.sim", "specwatch.demo")
+SUBCOMMAND_MODULES = ("specwatch.lesson", "specwatch.sim", "specwatch.demo", "specwatch.backtest")
 CORE_COMMANDS = ("run", "check-config", "record", "replay")
 
 
@@ -74,7 +74,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     config = load(args.file, overrides={"alerting": _alert_window_override(args)})
     if warning := alert_window_warning(config):
         print(f"specwatch: warning: {args.file}: {warning}", file=sys.stderr)
-    print(f"{args.file}: OK ({len(config.targets)} target(s), {len(config.routes)} route(s), "
+    if config.prometheus is not None:
+        from .scrape import redact_url
+
+        source = f"fleet mode: every replica from {redact_url(config.prometheus.url)}"
+    else:
+        source = f"{len(config.targets)} target(s)"
+    print(f"{args.file}: OK ({source}, {len(config.routes)} route(s), "
           f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s)")
     return 0
 
@@ -119,7 +125,8 @@ def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argp
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    run = sub.add_parser("run", help="run the sidecar: poll vLLM /metrics and serve specwatch metrics")
+    run = sub.add_parser("run", help="run the sidecar: poll vLLM /metrics (or, with prometheus: set, read every "
+                         "replica from Prometheus: fleet mode) and serve specwatch metrics")
     run.add_argument("--config", help="YAML config (README: Configuration); every key optional. "
                      "Reloaded on SIGHUP and when the file changes")
     run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")

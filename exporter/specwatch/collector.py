@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__
 from .decide import VERDICTS
-from .pipeline import State
+from .pipeline import RouteEvaluation, State
 from .vllm import K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN
 
 CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between polls)."
@@ -45,6 +45,59 @@ DERIVED_GAUGES = (
 
 def _fmt_le(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+class WindowFamilies:
+    """The per-window families of the contract, and how one evaluation fills them. Shared by the
+    sidecar's collector and fleet mode's (whose labels add the replica's), so both export the same
+    names, labels and rules (absent below the guard, break-even capped, the advice's action)."""
+
+    def __init__(self, labels: list[str], note: str):
+        self.gauges = {name: GaugeMetricFamily(name, text + note, labels=labels) for name, _, text in DERIVED_GAUGES}
+        self.cannot_pay = GaugeMetricFamily("specwatch_speculation_cannot_pay", "1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0." + note,
+                                            labels=labels)
+        self.position_rate = GaugeMetricFamily("specwatch_position_acceptance_rate", "Share of drafts whose token at this position was accepted, over the window (p_i)." + note,
+                                               labels=[*labels, "position"])
+        self.window_drafts = GaugeMetricFamily("specwatch_window_drafts", "Speculative drafts in the window (the sample behind the ratios)." + note, labels=labels)
+        self.verdict = GaugeMetricFamily("specwatch_verdict", "1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.",
+                                         labels=[*labels, "verdict"])
+        self.config = GaugeMetricFamily("specwatch_recommended_config_info", "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.",
+                                        labels=[*labels, "config", "action"])
+        self.mismatch = GaugeMetricFamily("specwatch_speculative_config_mismatch", "1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts." + note,
+                                          labels=labels)
+        self.configured_k = GaugeMetricFamily("specwatch_configured_draft_length", "Draft length K the stated draft.config gives at the live batch size." + note,
+                                              labels=labels)
+
+    def add(self, wlabels: list[str], evaluation: RouteEvaluation) -> None:
+        for name, field, _ in DERIVED_GAUGES:
+            value = evaluation.value(field)
+            if value is not None and math.isfinite(value):
+                if field == "breakeven_acceptance_rate":
+                    # Above 1 only says "cannot pay" (60.6 was seen): its own series says so.
+                    self.cannot_pay.add_metric(wlabels, 1 if value >= 1.0 else 0)
+                    value = min(value, 1.0)
+                self.gauges[name].add_metric(wlabels, value)
+        rates = evaluation.stats.position_rates if evaluation.guard_passed else None  # a guarded stat
+        if rates:
+            for position, value in enumerate(rates):
+                self.position_rate.add_metric(wlabels + [str(position)], value)
+        if evaluation.stats.drafts is not None:
+            self.window_drafts.add_metric(wlabels, evaluation.stats.drafts)
+        if evaluation.verdict is not None:
+            for name in VERDICTS:
+                self.verdict.add_metric(wlabels + [name], 1 if name == evaluation.verdict else 0)
+        if evaluation.config_check is not None:
+            self.mismatch.add_metric(wlabels, 1 if evaluation.config_check.mismatch else 0)
+            self.configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
+        advice = evaluation.advice if evaluation.guard_passed else None
+        if advice is not None and advice.action is not None:
+            keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+            text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
+            self.config.add_metric(wlabels + [text, advice.action], 1)
+
+    def families(self) -> tuple[Metric, ...]:
+        return (*self.gauges.values(), self.cannot_pay, self.position_rate, self.window_drafts, self.verdict,
+                self.config, self.mismatch, self.configured_k)
 
 
 class SpecwatchCollector(Collector):
@@ -98,20 +151,7 @@ class SpecwatchCollector(Collector):
                                           labels=["route", "target", "position"])
         itl = HistogramMetricFamily("specwatch_itl_seconds", "vLLM's per-step inter-token latency histogram (its buckets), mirrored monotonic across vLLM restarts." + CACHE_NOTE,
                                     labels=["route", "target"])
-        gauges = {name: GaugeMetricFamily(name, text + CACHE_NOTE, labels=["route", "target", "window"]) for name, _, text in DERIVED_GAUGES}
-        position_rate = GaugeMetricFamily("specwatch_position_acceptance_rate", "Share of drafts whose token at this position was accepted, over the window (p_i)." + CACHE_NOTE,
-                                          labels=["route", "target", "window", "position"])
-        window_drafts = GaugeMetricFamily("specwatch_window_drafts", "Speculative drafts in the window (the sample behind the ratios)." + CACHE_NOTE, labels=["route", "target", "window"])
-        verdict = GaugeMetricFamily("specwatch_verdict", "1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.",
-                                    labels=["route", "target", "window", "verdict"])
-        config = GaugeMetricFamily("specwatch_recommended_config_info", "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.",
-                                   labels=["route", "target", "window", "config", "action"])
-        cannot_pay = GaugeMetricFamily("specwatch_speculation_cannot_pay", "1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0." + CACHE_NOTE,
-                                       labels=["route", "target", "window"])
-        mismatch = GaugeMetricFamily("specwatch_speculative_config_mismatch", "1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts." + CACHE_NOTE,
-                                     labels=["route", "target", "window"])
-        configured_k = GaugeMetricFamily("specwatch_configured_draft_length", "Draft length K the stated draft.config gives at the live batch size." + CACHE_NOTE,
-                                         labels=["route", "target", "window"])
+        per_window = WindowFamilies(["route", "target", "window"], CACHE_NOTE)
         predicted_gain = GaugeMetricFamily("specwatch_advice_predicted_gain_ratio", "After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.",
                                            labels=["route", "target"])
         measured_gain = GaugeMetricFamily("specwatch_advice_measured_gain_ratio", "After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).",
@@ -144,34 +184,8 @@ class SpecwatchCollector(Collector):
             if grading is not None and grading.measured_gain_ratio is not None:
                 measured_gain.add_metric(labels, grading.measured_gain_ratio)
             for evaluation in route.evaluations:
-                wlabels = labels + [evaluation.stats.window]
-                for name, field, _ in DERIVED_GAUGES:
-                    value = evaluation.value(field)
-                    if value is not None and math.isfinite(value):
-                        if field == "breakeven_acceptance_rate":
-                            # Above 1 only says "cannot pay" (60.6 was seen): its own series says so.
-                            cannot_pay.add_metric(wlabels, 1 if value >= 1.0 else 0)
-                            value = min(value, 1.0)
-                        gauges[name].add_metric(wlabels, value)
-                rates = evaluation.value("position_rates")
-                if rates:
-                    for position, value in enumerate(rates):
-                        position_rate.add_metric(wlabels + [str(position)], value)
-                if evaluation.stats.drafts is not None:
-                    window_drafts.add_metric(wlabels, evaluation.stats.drafts)
-                if evaluation.verdict is not None:
-                    for name in VERDICTS:
-                        verdict.add_metric(wlabels + [name], 1 if name == evaluation.verdict else 0)
-                if evaluation.config_check is not None:
-                    mismatch.add_metric(wlabels, 1 if evaluation.config_check.mismatch else 0)
-                    configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
-                advice = evaluation.advice if evaluation.guard_passed else None
-                if advice is not None and advice.action is not None:
-                    keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
-                    text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
-                    config.add_metric(wlabels + [text, advice.action], 1)
-        yield from (info, expects, baseline, *counters.values(), by_position, itl, *gauges.values(),
-                    cannot_pay, position_rate, window_drafts, verdict, config, mismatch, configured_k,
+                per_window.add(labels + [evaluation.stats.window], evaluation)
+        yield from (info, expects, baseline, *counters.values(), by_position, itl, *per_window.families(),
                     predicted_gain, measured_gain)
 
 

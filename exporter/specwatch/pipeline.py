@@ -9,14 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from . import costmodel, decide
-from .config import Config, RouteConfig
+from .config import Config, DecisionConfig, RouteConfig
 from .decide_cache import AssessmentCache
 from .derive import WindowStats, window_stats, with_drafter
 from .exposition import ExpositionError
 from .grading import AdviceGrader, Grading
-from .schedule_check import ConfigCheck, check_draft_length, schedule_from_config
+from .schedule_check import (
+    ConfigCheck,
+    SpeculativeSchedule,
+    check_draft_length,
+    schedule_from_config,
+)
 from .vllm import (
     K_ACCEPTED,
     K_DRAFT_TOKENS,
@@ -202,6 +208,89 @@ def schedule_ks_of(config: Mapping[str, object] | None) -> tuple[int, ...] | Non
     return tuple(int(band[2]) for band in schedule if isinstance(band, (list, tuple)) and len(band) == 3)
 
 
+WindowEntry = tuple[float, str, WindowView, WindowStats]  # (width s, label, view, its stats)
+
+
+class AssessFunction(Protocol):
+    """decide.assess, or a memo of it with the same answers (decide_cache.AssessmentCache.assess)."""
+
+    def __call__(self, cm: costmodel.CostModel, stats: WindowStats, decision: DecisionConfig, method: str | None,
+                 previous_verdict: str | None, *, config_method: str | None = ...,
+                 base_config: Mapping[str, object] | None = ...) -> decide.Assessment: ...
+
+
+class RouteMemory(Protocol):
+    """What one route keeps between evaluations: the sidecar's per-route record, or fleet mode's
+    per replica and route."""
+
+    method: str
+    verdicts: dict[str, decide.VerdictState]
+    advice: dict[str, decide.Assessment]
+
+
+def passes_guard(stats: WindowStats, latest: RouteSnapshot, min_drafts: float) -> bool:
+    """The sample guard behind every target-derived ratio and assessment."""
+    if latest.schema == SCHEMA_V0:
+        return stats.acceptance_rate is not None  # V0 values are lifetime, over every draft so far
+    return stats.drafts is not None and stats.drafts >= min_drafts
+
+
+def evaluate_route(config: Config, cost_model: costmodel.CostModel, schedule: SpeculativeSchedule | None,
+                   memory: RouteMemory, windows: Sequence[WindowEntry], now: float,
+                   *, fresh: bool, assess: AssessFunction = decide.assess) -> tuple[RouteEvaluation, ...]:
+    """One route's windows -> its evaluations, the same in sidecar and fleet mode: one cost class
+    from the longest window with enough drafts, the sample guard, the assessment, the hold, the
+    stated config's check and the advice behind the verdict in effect. Verdicts move only when
+    ``fresh`` (a new snapshot arrived): a failing target never moves one. ``assess`` may be a memo
+    of decide.assess (decide_cache.AssessmentCache.assess): the same answer for the same inputs."""
+    configured = config.draft.method
+    # The --speculative-config the server runs with, when the user stated it (draft.config).
+    stated = getattr(config.draft, "config", None)
+    base_config: Mapping[str, object] | None = stated if isinstance(stated, Mapping) else None
+    schedule_ks = schedule_ks_of(base_config)
+    decision = config.decision
+    # Half a poll of slack: evaluations are one poll interval apart, give or take scheduling.
+    hold = max(decision.hold_seconds(config.poll_interval) - 0.5 * config.poll_interval, 0.0)
+    # One cost class per route, from the longest window with enough drafts (stable across
+    # windows); kept while no window is evidence (speculation idle or off).
+    if configured != "auto":
+        memory.method = configured
+    for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
+        resolved = resolve_method(configured, stats, min_drafts=decision.min_drafts, schedule_ks=schedule_ks)
+        if resolved is not None:
+            memory.method = resolved
+            break
+    cost_class = memory.method.split(":")[-1]
+    # The recommended config names a method only when it is known: configured, or inferred
+    # n-gram (self-contained); an inferred model-based drafter's method and path are not.
+    config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
+    variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
+    evaluations: list[RouteEvaluation] = []
+    for _, label, view, stats in windows:
+        stats = with_drafter(stats, variable_length=variable_length, schedule_ks=schedule_ks)
+        guard = passes_guard(stats, view.last.snapshot, decision.min_drafts)
+        previous = memory.verdicts.get(label)
+        assessment = assess(cost_model, stats, decision, cost_class, previous.current if previous else None,
+                            config_method=config_method, base_config=base_config)
+        if fresh or previous is None:
+            state = decide.next_verdict(previous, assessment.candidate, hold, now)
+            memory.verdicts[label] = state
+        else:
+            state = previous  # no new data: a failing target never moves a verdict
+        check = None
+        if schedule is not None and stats.spec_present:
+            check = check_draft_length(schedule, batch_size=stats.batch_size, drafts=stats.drafts,
+                                       observed_k=stats.draft_length, min_drafts=decision.min_drafts)
+        if assessment.candidate == state.current:
+            memory.advice[label] = assessment
+        advice = memory.advice.get(label)
+        if advice is not None and advice.candidate != state.current:
+            advice = None
+        evaluations.append(RouteEvaluation(stats, assessment, state.current, guard,
+                                           config_check=check, advice=advice))
+    return tuple(evaluations)
+
+
 class Pipeline:
     def __init__(self, config: Config, cost_model: costmodel.CostModel | None = None) -> None:
         self.config = config
@@ -274,61 +363,16 @@ class Pipeline:
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self, now: float) -> list[RouteEvaluation]:
         out: list[RouteEvaluation] = []
-        configured = self.config.draft.method
-        # The --speculative-config the server runs with, when the user stated it (draft.config).
-        stated = getattr(self.config.draft, "config", None)
-        base_config: Mapping[str, object] | None = stated if isinstance(stated, Mapping) else None
-        schedule_ks = schedule_ks_of(base_config)
-        decision = self.config.decision
-        # Half a poll of slack: evaluations are one poll interval apart, give or take scheduling.
-        hold = max(decision.hold_seconds(self.config.poll_interval) - 0.5 * self.config.poll_interval, 0.0)
         for name, route in self._routes.items():
-            evaluations: list[RouteEvaluation] = []
-            windows: list[tuple[float, str, WindowView, WindowStats]] = []
+            windows: list[WindowEntry] = []
             for width, label in zip(self.config.windows, self.config.window_labels):
                 view = route.window.view(now, width)
                 if view is not None:
                     windows.append((width, label, view,
                                     window_stats(view, name, label, now, configured_k_hint=self.config.draft.k)))
-            # One cost class per route, from the longest window with enough drafts (stable across
-            # windows); kept while no window is evidence (speculation idle or off).
-            if configured != "auto":
-                route.method = configured
-            for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
-                resolved = resolve_method(configured, stats, min_drafts=decision.min_drafts, schedule_ks=schedule_ks)
-                if resolved is not None:
-                    route.method = resolved
-                    break
-            cost_class = route.method.split(":")[-1]
-            # The recommended config names a method only when it is known: configured, or inferred
-            # n-gram (self-contained); an inferred model-based drafter's method and path are not.
-            config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
-            variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
-            for width, label, view, stats in windows:
-                stats = with_drafter(stats, variable_length=variable_length, schedule_ks=schedule_ks)
-                guard = self._guard(stats, view.last.snapshot)
-                previous = route.verdicts.get(label)
-                assessment = self._assessments.assess(self.cost_model, stats, decision, cost_class,
-                                                      previous.current if previous else None,
-                                                      config_method=config_method, base_config=base_config)
-                if route.fresh or previous is None:
-                    state = decide.next_verdict(previous, assessment.candidate, hold, now)
-                    route.verdicts[label] = state
-                else:
-                    state = previous  # no new data: a failing target never moves a verdict
-                check = None
-                if self._schedule is not None and stats.spec_present:
-                    check = check_draft_length(self._schedule, batch_size=stats.batch_size, drafts=stats.drafts,
-                                               observed_k=stats.draft_length,
-                                               min_drafts=self.config.decision.min_drafts)
-                if assessment.candidate == state.current:
-                    route.advice[label] = assessment
-                advice = route.advice.get(label)
-                if advice is not None and advice.candidate != state.current:
-                    advice = None
-                evaluations.append(RouteEvaluation(stats, assessment, state.current, guard,
-                                                   config_check=check, advice=advice))
-            route.evaluations = tuple(evaluations)
+            evaluations = evaluate_route(self.config, self.cost_model, self._schedule, route, windows, now,
+                                         fresh=route.fresh, assess=self._assessments.assess)
+            route.evaluations = evaluations
             if route.fresh:
                 route.grader.observe(now, [w[3] for w in windows], route.method,
                                      self.config.decision.min_drafts, self.cost_model)
@@ -337,11 +381,6 @@ class Pipeline:
         self._t = now
         self._evaluated = True
         return out
-
-    def _guard(self, stats: WindowStats, latest: RouteSnapshot) -> bool:
-        if latest.schema == SCHEMA_V0:
-            return stats.acceptance_rate is not None  # V0 values are lifetime, over every draft so far
-        return stats.drafts is not None and stats.drafts >= self.config.decision.min_drafts
 
     # -- output ---------------------------------------------------------------------------------
     def state(self) -> State:

@@ -11,6 +11,10 @@ identity and content are polled; no inotify). A bad new config is refused with o
 the running one is kept. Only what changed is rebuilt: windows and verdicts survive a reload that
 leaves targets and windows alone. In sidecar mode the process never exits on a config problem:
 it serves /healthz and /metrics and reports the error until a good config arrives.
+
+Fleet mode (`prometheus:` set): each tick is one FleetSource.poll instead of the target polls, and
+/metrics and /api/v1/status serve the fleet state; everything else (server, reload, health) is the
+same. A reload may switch modes: the registry serves whichever mode the running config is in.
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ from typing import Any
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__, costmodel
-from .collector import registry_for
+from .collector import SpecwatchCollector
 from .config import Config, ConfigError, format_duration
-from .pipeline import Pipeline, State, evaluation_record
+from .fleet import FleetEvaluator, FleetSource, FleetState, replica_name
+from .fleet_metrics import FleetCollector
+from .pipeline import Pipeline, RouteEvaluation, State, evaluation_record
 from .scrape import ScrapeError, Scraper, redact_url, steady_clock
 
 log = structlog.get_logger("specwatch")
@@ -55,67 +61,65 @@ class Published:
     last_tick: float  # monotonic time of the last loop tick (liveness)
 
 
+def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
+    """One window of one route on /api/v1/status (either mode)."""
+    record = evaluation_record(evaluation)
+    record.pop("route"), record.pop("window")
+    record.update({
+        "acceptance_margin": evaluation.value("acceptance_margin"),
+        "max_speculative_batch_size": evaluation.value("max_speculative_batch_size"),
+        "position_acceptance_rates": evaluation.value("position_rates"),
+        "itl_per_token_mean_seconds": evaluation.stats.itl_per_token_mean_seconds,
+        "recommended_config": evaluation.value("recommended_config"),
+        "candidate_verdict": getattr(evaluation.assessment, "candidate", None),
+        "samples": evaluation.stats.samples,
+    })
+    if evaluation.config_check is not None:
+        record["config_check"] = evaluation.config_check.as_dict()
+    if record["recommended_config"] is not None:
+        record["recommended_speculative_config_flag"] = (
+            "--speculative-config '" + json.dumps(record["recommended_config"], separators=(",", ":")) + "'")
+    return record
+
+
 def status_document(state: State, config: Config) -> dict[str, Any]:
     routes = []
     for route in state.routes:
-        windows = {}
-        for evaluation in route.evaluations:
-            record = evaluation_record(evaluation)
-            record.pop("route"), record.pop("window")
-            record.update(
-                {
-                    "acceptance_margin": evaluation.value("acceptance_margin"),
-                    "max_speculative_batch_size": evaluation.value("max_speculative_batch_size"),
-                    "position_acceptance_rates": evaluation.value("position_rates"),
-                    "itl_per_token_mean_seconds": evaluation.stats.itl_per_token_mean_seconds,
-                    "recommended_config": evaluation.value("recommended_config"),
-                    "candidate_verdict": getattr(evaluation.assessment, "candidate", None),
-                    "samples": evaluation.stats.samples,
-                }
-            )
-            if evaluation.config_check is not None:
-                record["config_check"] = evaluation.config_check.as_dict()
-            if record["recommended_config"] is not None:
-                record["recommended_speculative_config_flag"] = (
-                    "--speculative-config '" + json.dumps(record["recommended_config"], separators=(",", ":")) + "'"
-                )
-            windows[evaluation.stats.window] = record
-        routes.append(
-            {
-                "route": route.route,
-                "target": route.target,
-                "model_name": route.model_name,
-                "schema": route.schema,
-                "method": route.method,
-                "spec_present": route.spec_present,
-                "configured_k": route.configured_k,
-                "expects_speculation": route.expects_speculation,
-                "baseline_itl_p99_seconds": route.baseline_itl_p99_seconds,
-                "windows": windows,
-                "grading": route.grading.as_dict() if route.grading is not None else None,
-            }
-        )
-    targets = [
-        {
-            "name": t.name,
-            "url": redact_url(t.url),
-            "up": t.up,
-            "last_success": t.last_success,
-            "scrape_duration_seconds": t.scrape_duration,
-            "errors": dict(t.errors),
-            "counter_resets": t.resets,
-            "schema": t.schema,
-            "polls": t.polls,
-        }
-        for t in state.targets
-    ]
-    return {
-        "version": __version__,
-        "t": state.t,
-        "targets": targets,
-        "routes": routes,
-        "windows": list(config.window_labels),
+        windows = {e.stats.window: window_status(e) for e in route.evaluations}
+        routes.append({
+            "route": route.route, "target": route.target, "model_name": route.model_name,
+            "schema": route.schema, "method": route.method, "spec_present": route.spec_present,
+            "configured_k": route.configured_k, "expects_speculation": route.expects_speculation,
+            "baseline_itl_p99_seconds": route.baseline_itl_p99_seconds, "windows": windows,
+            "grading": route.grading.as_dict() if route.grading is not None else None,
+        })
+    targets = [{
+        "name": t.name, "url": redact_url(t.url), "up": t.up, "last_success": t.last_success,
+        "scrape_duration_seconds": t.scrape_duration, "errors": dict(t.errors), "counter_resets": t.resets,
+        "schema": t.schema, "polls": t.polls,
+    } for t in state.targets]
+    return {"version": __version__, "t": state.t, "targets": targets, "routes": routes,
+            "windows": list(config.window_labels)}
+
+
+def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
+    """Fleet mode: the query source's health, one entry per replica and route (nothing from a failed
+    poll or for a stale replica, as on /metrics), and the fleet rows."""
+    prometheus = {
+        "url": redact_url(config.prometheus.url) if config.prometheus else None, "up": state.up,
+        "last_success": state.last_success, "query_duration_seconds": state.query_duration,
+        "queries": state.queries, "queries_per_poll": state.queries_per_poll, "errors": dict(state.errors),
+        "stale_replicas": state.stale_replicas,
     }
+    routes = [{
+        "route": r.route, "target": replica_name(r.replica), "replica": dict(r.replica), "model_name": r.model_name,
+        "method": r.method, "windows": {e.stats.window: window_status(e) for e in r.evaluations},
+    } for r in state.routes if state.up and not r.stale and r.evaluations]
+    fleet = [{"route": row.route, "window": row.window, "replicas": row.replicas, "verdicts": dict(row.verdicts),
+              "acceptance_rate": row.acceptance_rate, "losing_token_share": row.losing_token_share,
+              "generation_tokens": row.generation_tokens} for row in state.fleet]
+    return {"version": __version__, "mode": "fleet", "t": state.t, "prometheus": prometheus, "routes": routes,
+            "fleet": fleet, "windows": list(config.window_labels)}
 
 
 def _json_safe(value: Any) -> Any:
@@ -241,6 +245,24 @@ def _cost_inputs(config: Config) -> tuple[Any, ...]:
     return (config.hardware, config.model, config.draft, config.profile, config.profile_path, config.tensor_parallel)
 
 
+def _fleet_shape(config: Config) -> tuple[Any, ...]:
+    """What fleet mode's queries and verdicts are keyed on: a change here starts them afresh."""
+    return (config.prometheus, config.routes, config.windows, config.route_ttl_polls)
+
+
+class _ModeCollector(Collector):
+    """The sidecar's families or fleet mode's (the same names): one registry serves either mode."""
+
+    def __init__(self, sidecar: Collector, fleet: Collector, fleet_mode: Callable[[], bool]):
+        self._sidecar, self._fleet, self._fleet_mode = sidecar, fleet, fleet_mode
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        return (self._fleet if self._fleet_mode() else self._sidecar).collect()
+
+
 class Service:
     def __init__(
         self,
@@ -261,16 +283,22 @@ class Service:
         self.reload_status = ReloadStatus(config_error, time.time())
         self.pipeline = Pipeline(config)
         self.scrapers = self._scrapers_for(config)
+        # Fleet mode: one FleetSource instead of the scrapers (which are then none).
+        self.fleet = FleetSource(FleetEvaluator(config)) if self.active and config.prometheus else None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reload_requested = False
-        self.registry = registry_for(lambda: self._rendering_state)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_ModeCollector(SpecwatchCollector(lambda: self._rendering_state),
+                                              FleetCollector(lambda: self._rendering_fleet),
+                                              lambda: self._rendering_fleet is not None))
         self.registry.register(_ReloadCollector(lambda: self.reload_status))
         self._rendering_state: State = self.pipeline.state()
+        self._rendering_fleet: FleetState | None = None
         self._last_logged: dict[tuple[Any, ...], Any] = {}
         self.published = self._publish(ready=False)
         self.httpd: ThreadingHTTPServer | None = None
-        self._pool = ThreadPoolExecutor(max_workers=len(config.targets), thread_name_prefix="specwatch-fetch")
+        self._pool = ThreadPoolExecutor(max_workers=max(len(config.targets), 1), thread_name_prefix="specwatch-fetch")
         self._poll_thread: threading.Thread | None = None
         if config_error is None:
             _warn_about_alert_window(config)
@@ -335,8 +363,9 @@ class Service:
             self.scrapers = self._scrapers_for(new)
             if len(new.targets) != len(old.targets):
                 self._pool.shutdown(wait=False)
-                self._pool = ThreadPoolExecutor(max_workers=len(new.targets), thread_name_prefix="specwatch-fetch")
+                self._pool = ThreadPoolExecutor(max_workers=max(len(new.targets), 1), thread_name_prefix="specwatch-fetch")
             rebuilt.append("scrapers")
+        rebuilt += self._apply_fleet(new, old)
         if new.log != old.log and self._on_log_config is not None:
             self._on_log_config(new)
         if not self.active or (new.windows, new.alerting) != (old.windows, old.alerting):
@@ -350,8 +379,28 @@ class Service:
             rebuilt=rebuilt,
             windows=list(new.window_labels),
             targets=[t.name for t in new.targets],
+            mode="fleet" if new.prometheus else "sidecar",
         )
         self.published = self._publish(ready=self.published.ready and "pipeline" not in rebuilt)
+
+    def _apply_fleet(self, new: Config, old: Config) -> list[str]:
+        """Fleet mode's part of a reload (entering or leaving it included); what was rebuilt."""
+        if self.fleet is not None and new.prometheus is not None and _fleet_shape(new) == _fleet_shape(old):
+            evaluator = self.fleet.evaluator
+            evaluator.config = new  # decision thresholds etc.; verdicts are kept
+            if _cost_inputs(new) != _cost_inputs(old):
+                evaluator.cost_model = costmodel.cost_model_from_config(new)
+                return ["cost_model"]
+            return []
+        if self.fleet is None and new.prometheus is None:
+            return []
+        if self.fleet is not None:
+            self.fleet.client.close()
+        self.fleet = FleetSource(FleetEvaluator(new)) if new.prometheus is not None else None
+        if (old.prometheus is None) != (new.prometheus is None) and self.active:
+            log.warning("config_mode_switched", mode="fleet" if new.prometheus else "sidecar",
+                        note="windows and verdicts start afresh")
+        return ["fleet"]
 
     # -- polling ---------------------------------------------------------------------------------
     def _fetch(self, name: str) -> tuple[float, Any]:
@@ -365,6 +414,9 @@ class Service:
             return started, exc.with_traceback(None)
 
     def poll_once(self) -> None:
+        if self.fleet is not None:
+            self._poll_fleet(self.fleet)
+            return
         # Targets are fetched in parallel (a hung one must not delay the others past the interval),
         # then ingested in config order by this one thread, the only writer of the pipeline.
         if len(self.config.targets) > 1:
@@ -428,6 +480,18 @@ class Service:
             )
         self.published = self._publish(ready=True)
 
+    def _poll_fleet(self, fleet: FleetSource) -> None:
+        """Fleet mode's tick: the constant query set, then every replica's evaluation. A failed query
+        is counted and logged once by the evaluator; nothing is served from it."""
+        for replica, evaluation in fleet.poll(self.clock()) or ():
+            stats = evaluation.stats
+            self._log_change(("verdict", replica, stats.route, stats.window), evaluation.verdict, "verdict_changed",
+                             replica=replica_name(replica), route=stats.route, window=stats.window,
+                             verdict=evaluation.verdict, acceptance_rate=evaluation.value("acceptance_rate"),
+                             breakeven_acceptance_rate=evaluation.value("breakeven_acceptance_rate"),
+                             batch_size=stats.batch_size, recommended_config=evaluation.value("recommended_config"))
+        self.published = self._publish(ready=True)
+
     def _log_change(self, key: tuple[Any, ...], value: Any, event: str, **fields: Any) -> None:
         """One log line per state change, not one per poll."""
         if len(self._last_logged) > 10_000:
@@ -439,8 +503,10 @@ class Service:
     def _publish(self, *, ready: bool) -> Published:
         state = self.pipeline.state()
         self._rendering_state = state
+        fleet = self._rendering_fleet = self.fleet.evaluator.state() if self.fleet is not None else None
         metrics = generate_latest(self.registry)
-        status = json.dumps(_json_safe(status_document(state, self.config)), allow_nan=False, default=str).encode()
+        document = status_document(state, self.config) if fleet is None else fleet_status_document(fleet, self.config)
+        status = json.dumps(_json_safe(document), allow_nan=False, default=str).encode()
         return Published(state, metrics, status, ready, time.monotonic())
 
     def _poll_loop(self) -> None:
@@ -478,10 +544,13 @@ class Service:
         ).start()
         self._poll_thread = threading.Thread(target=self._poll_loop, name="specwatch-poll", daemon=True)
         self._poll_thread.start()
+        prometheus = self.config.prometheus
         log.info(
             "started",
             version=__version__,
             listen=f"{host}:{self.port}",
+            mode="fleet" if prometheus else "sidecar",
+            prometheus=redact_url(prometheus.url) if prometheus else None,
             targets=[t.name for t in self.config.targets],
             poll_interval=self.config.poll_interval,
             windows=list(self.config.window_labels),
@@ -504,6 +573,8 @@ class Service:
         self._pool.shutdown(wait=False, cancel_futures=True)
         for scraper in self.scrapers.values():
             scraper.close()
+        if self.fleet is not None:
+            self.fleet.client.close()
 
     def run_forever(self) -> int:
         stop_signal = threading.Event()

@@ -1,0 +1,150 @@
+"""Fleet mode: specwatch CPU and queries per evaluation for 10, 100 and 1,000 replicas.
+
+A simulated vLLM (scenario steady) is recorded every SCRAPE seconds; the recording is written as
+OpenMetrics once per replica (instance label r0000..), backfilled into a TSDB with promtool, and
+served by a real Prometheus on loopback. One FleetSource then polls it: CPU is this process's CPU
+time for one poll (HTTP, JSON decoding, grouping, derivations, cost model, verdicts for every
+replica, route and window); Prometheus's own CPU is not counted. Goal: 1,000 replicas in under
+1 s of specwatch CPU per poll, and the same number of queries per poll at every size.
+
+    PYTHONPATH=exporter python -m bench --only fleet            # 10, 100 and 1,000 replicas
+    PYTHONPATH=exporter python -m bench.fleet [--replicas 10,100,1000] [--repeat 5]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+from specwatch import config as config_mod
+from specwatch.fleet import FleetEvaluator, FleetSource
+from specwatch.sim.record import record
+
+from .common import Table
+
+SCRAPE = 15.0
+DURATION = 420.0
+FAMILIES = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+            "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+            "vllm:generation_tokens_total", "vllm:inter_token_latency_seconds_", "vllm:iteration_tokens_total_count",
+            "vllm:num_requests_running")
+
+
+def write_openmetrics(recording: Path, replicas: int, out: Path) -> tuple[float, float]:
+    polls = [json.loads(line) for line in recording.read_text().splitlines()]
+    series: dict[str, list[tuple[str, str, float]]] = {}
+    for poll in polls:
+        for line in poll["text"].splitlines():
+            if line.startswith(FAMILIES) and "_created" not in line:
+                head, value = line.rsplit(" ", 1)
+                name, _, labels = head.partition("{")
+                series.setdefault(name, []).append((labels.rstrip("}"), value, float(poll["t"])))
+    with out.open("w") as handle:
+        for name, samples in sorted(series.items()):
+            handle.write(f"# TYPE {name} unknown\n")
+            for r in range(replicas):
+                extra = f'instance="r{r:04d}",job="vllm"'
+                for labels, value, t in sorted(samples, key=lambda s: (s[0], s[2])):
+                    handle.write(f"{name}{{{extra}{',' + labels if labels else ''}}} {value} {t:.3f}\n")
+        handle.write("# EOF\n")
+    return float(polls[0]["t"]), float(polls[-1]["t"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def measure(replicas: int, recording: Path, work: Path, repeat: int) -> dict[str, float]:
+    data = work / f"tsdb-{replicas}"
+    om = work / f"history-{replicas}.om"
+    _, last = write_openmetrics(recording, replicas, om)
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+                   check=True, capture_output=True)
+    om.unlink()
+    (work / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
+    port = free_port()
+    process = subprocess.Popen(["prometheus", f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
+                                f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=20y",
+                                "--log.level=error"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if requests.get(url + "/-/ready", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.2)
+        config = config_mod.from_mapping({
+            "windows": ["1m", "5m"], "poll_interval": "15s",
+            "prometheus": {"url": url, "selector": '{job="vllm"}', "max_bytes": "512MiB",
+                           "scrape_interval": f"{SCRAPE:g}s"}}, environ={})
+        # A generous deadline: the benchmark measures the cost of a poll, it does not enforce one.
+        config = dataclasses.replace(config, prometheus=dataclasses.replace(config.prometheus, timeout=60.0))
+        fleet = FleetSource(FleetEvaluator(config))
+        cpu, wall, evaluations = [], [], 0
+        now = last - 0.5 * SCRAPE * repeat
+        for i in range(repeat + 1):
+            t_cpu, t_wall = time.process_time(), time.perf_counter()
+            results = fleet.poll(now + i * SCRAPE * 0.5)
+            if results is None:
+                raise RuntimeError(f"poll failed: {fleet.evaluator.state().errors}")
+            if i:  # the first poll warms the connection and Prometheus's caches
+                cpu.append(time.process_time() - t_cpu)
+                wall.append(time.perf_counter() - t_wall)
+                evaluations = len(results)
+        state = fleet.evaluator.state()
+        return {"replicas": replicas, "evaluations_per_poll": evaluations,
+                "queries_per_poll": fleet.client.queries / (repeat + 1), "query_set_size": state.queries_per_poll,
+                "cpu_seconds_per_poll": sorted(cpu)[len(cpu) // 2], "wall_seconds_per_poll": sorted(wall)[len(wall) // 2]}
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def run_fleet(smoke: bool, replicas: tuple[int, ...] = (10, 100, 1000), repeat: int = 3) -> tuple[Table, dict]:
+    """`python -m bench` part "fleet": the table below, and its rows as data."""
+    if smoke:
+        replicas, repeat = (10,), 1
+    table = Table("fleet", "Fleet mode: specwatch CPU and queries per poll vs replicas (backfilled Prometheus, one run)",
+                  ["replicas", "evaluations / poll", "queries / poll", "specwatch CPU / poll", "wall / poll"],
+                  note="CPU: this process's CPU time for one poll (HTTP, JSON, grouping, derivations, cost model, "
+                       "verdicts); Prometheus's own CPU is not counted. Median of the polls after a warm-up.")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="specwatch-fleet-bench-") as tmp:
+        work = Path(tmp)
+        recording = work / "steady.jsonl"
+        record("steady", recording, poll_interval=SCRAPE, seed=1, duration=DURATION)
+        for n in replicas:
+            row = measure(n, recording, work, repeat)
+            rows.append(row)
+            table.add(f"{n:,}", f"{row['evaluations_per_poll']:,}", f"{row['queries_per_poll']:g}",
+                      f"{row['cpu_seconds_per_poll'] * 1000:.0f} ms", f"{row['wall_seconds_per_poll'] * 1000:.0f} ms")
+    return table, {"rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--replicas", default="10,100,1000")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    if not shutil.which("prometheus") or not shutil.which("promtool"):
+        print("fleet bench: prometheus and promtool are required", file=sys.stderr)
+        return 2
+    table, _ = run_fleet(False, tuple(int(x) for x in args.replicas.split(",")), args.repeat)
+    print(table.markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Fixtures shared by the fleet-mode tests; every test here carries the `fleet` marker
+(`-m fleet` runs them alone, `-m "not fleet"` leaves them out; CI runs them with the suite)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from specwatch.sim.record import record
+
+from .openmetrics import recording_to_openmetrics
+from .promharness import PROMETHEUS, PROMTOOL, start_prometheus
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.fleet)
+
+
+REPLICAS = {"sim-a:8000": "alpha-drop", "sim-b:8000": "mixed-routes"}
+POLL = 5.0
+DURATION = 420.0
+
+
+@pytest.fixture(scope="session")
+def backfilled(tmp_path_factory: pytest.TempPathFactory):
+    """A Prometheus serving a TSDB backfilled by promtool from simulated recordings (5 s polls)."""
+    if PROMETHEUS is None or PROMTOOL is None:
+        pytest.skip("prometheus/promtool not installed")
+    work = tmp_path_factory.mktemp("backfill")
+    recordings = {}
+    for instance, scenario in REPLICAS.items():
+        path = work / f"{scenario}.jsonl"
+        record(scenario, path, poll_interval=POLL, seed=3, duration=DURATION)
+        recordings[instance] = path
+    openmetrics = work / "history.om.txt"
+    assert recording_to_openmetrics([(p, {"instance": i, "job": "vllm"}) for i, p in recordings.items()], openmetrics)
+    data = work / "data"
+    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
+                   check=True, capture_output=True, timeout=300)
+    prometheus = start_prometheus(work / "prom", storage=data)
+    try:
+        yield prometheus, recordings
+    finally:
+        prometheus.stop()

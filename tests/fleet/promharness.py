@@ -1,0 +1,117 @@
+"""A real Prometheus on loopback for fleet-mode tests: scraping simulated vLLMs, or serving a TSDB
+backfilled with promtool. Debian's `prometheus`/`promtool`; tests skip when they are missing."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+from support.loopback import free_port
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+
+
+@dataclass
+class PrometheusProcess:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+    def raw_samples(self, selector: str, at: float, seconds: int) -> dict[str, list[tuple[float, float]]]:
+        """Every stored sample of `selector` in (at - seconds, at], by instance."""
+        answer = requests.get(f"{self.url}/api/v1/query",
+                              params={"query": f"{selector}[{seconds}s]", "time": f"{at:.3f}"}, timeout=10).json()
+        out: dict[str, list[tuple[float, float]]] = {}
+        for item in answer["data"]["result"]:
+            out.setdefault(item["metric"].get("instance", ""), []).extend(
+                (float(t), float(v)) for t, v in item["values"])
+        return out
+
+
+def start_prometheus(workdir: Path, *, scrape_targets: list[str] | None = None, scrape_interval: str = "1s",
+                     storage: Path | None = None, extra_args: tuple[str, ...] = ()) -> PrometheusProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    config: dict[str, Any] = {"global": {"scrape_interval": scrape_interval, "evaluation_interval": "10s"}}
+    if scrape_targets:
+        config["scrape_configs"] = [{"job_name": "vllm", "scrape_interval": scrape_interval,
+                                     "scrape_timeout": scrape_interval, "static_configs": [{"targets": scrape_targets}]}]
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = workdir / "prometheus.log"
+    assert PROMETHEUS is not None
+    process = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={workdir / 'prometheus.yml'}",
+         f"--storage.tsdb.path={storage or workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+         "--storage.tsdb.retention.time=20y", "--log.level=warn", *extra_args],
+        stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"prometheus exited: {log.read_text()[-2000:]}")
+        try:
+            if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                return PrometheusProcess(url, process, log)
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("prometheus did not become ready")
+
+
+@dataclass
+class RecordedSim:
+    """A simulated vLLM whose every served /metrics payload is kept with its wall time: what
+    Prometheus scraped is exactly what the sidecar path will replay."""
+    name: str
+    scenario: str
+    handle: Any
+    payloads: list[tuple[float, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    gone: bool = False
+
+    def go_away(self) -> None:
+        """Stop answering, like a replica whose process ended: stopping the server alone would
+        leave Prometheus's keep-alive connection served by its handler thread."""
+        self.gone = True
+        self.handle.stop()
+
+    @property
+    def instance(self) -> str:
+        return f"{self.handle.host}:{self.handle.port}"
+
+
+def serve_recorded(scenario: str, seed: int, speed: float, name: str) -> RecordedSim:
+    from specwatch.sim.server import serve
+
+    handle = serve(scenario, seed=seed, speed=speed)
+    recorded = RecordedSim(name, scenario, handle)
+    original = handle.snapshot
+
+    def snapshot_and_keep() -> tuple[str, dict[str, Any], list[Any]]:
+        if recorded.gone:
+            raise ConnectionResetError("replica gone")  # the handler drops the connection quietly
+        served_at = time.time()
+        text, truth, faults = original()
+        with recorded.lock:
+            recorded.payloads.append((served_at, text))
+        return text, truth, faults
+
+    handle.snapshot = snapshot_and_keep
+    return recorded
