@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from . import costmodel, decide
 from .config import Config, RouteConfig
+from .costmodel import learned
 from .derive import WindowStats, window_stats
 from .exposition import ExpositionError
 from .vllm import (
@@ -23,6 +24,7 @@ from .vllm import (
     K_ITL_COUNT,
     K_ITL_SUM,
     K_POS,
+    K_STEPS,
     SCHEMA_V0,
     RouteMatcher,
     RouteSnapshot,
@@ -128,6 +130,10 @@ class _RouteRecord:
     verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
     evaluations: tuple[RouteEvaluation, ...] = ()
     method: str = "auto:unknown"
+    # The step-time curve learned from this route's windows (None: learning off or a profile set).
+    learner: learned.StepTimeLearner | None = None
+    learner_method: str = ""
+    learned_until: float | None = None  # end of the last window given to the learner
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,19 @@ class IngestResult:
     resets: int = 0
     schema: str | None = None
     routes: tuple[str, ...] = ()
+
+
+_LEARN_KINDS = {K_ITL_SUM: "itl_sum", K_ITL_COUNT: "itl_count", K_STEPS: "steps",
+                K_DRAFT_TOKENS: "draft_tokens", K_DRAFTS: "drafts"}
+
+
+def config_is_default(config: Config) -> bool:
+    """True when neither hardware nor model was configured: the verdict rests on assumed defaults."""
+    hw, m = config.hardware, config.model
+    hardware_default = (hw.preset == type(hw)().preset and hw.bandwidth_bytes_per_second is None
+                        and hw.flops is None)
+    model_default = m.preset is None and m.hf_config is None and m.params is None
+    return hardware_default and model_default
 
 
 def resolve_method(configured: str, stats: WindowStats) -> str:
@@ -240,10 +259,11 @@ class Pipeline:
                 if stats.draft_length is not None:
                     route.method = resolve_method(configured, stats)
                     break
+            cost_model = self._learn(route, now)
             for width, label, view, stats in windows:
                 guard = self._guard(stats, view.last.snapshot)
                 previous = route.verdicts.get(label)
-                assessment = decide.assess(self.cost_model, stats, self.config.decision,
+                assessment = decide.assess(cost_model, stats, self.config.decision,
                                            route.method.split(":")[-1], previous.current if previous else None,
                                            config_method=config_method)
                 if route.fresh or previous is None:
@@ -258,6 +278,57 @@ class Pipeline:
         self._t = now
         self._evaluated = True
         return out
+
+    def _learn(self, route: _RouteRecord, now: float) -> costmodel.CostModel:
+        """Give the learner the window since its last point and return the route's cost model:
+        the learned curve once it has enough points, else the configured (prior) model."""
+        settings = self.config.learning
+        if not settings.enabled or self.config.profile is not None:
+            return self.cost_model
+        method = route.method.split(":")[-1]
+        if route.learner is None or (method != route.learner_method and method != "unknown"):
+            # The method class sets the prior's drafting share: a new class starts a new fit.
+            prior = self.cost_model.with_method(method if method != "unknown" else None)
+            route.learner = learned.StepTimeLearner(prior, min_points=settings.min_points,
+                                                    half_life_seconds=settings.half_life)
+            route.learner_method, route.learned_until = method, None
+        since = route.learned_until
+        width = now - since if since is not None else min(self.config.windows)
+        if width >= settings.point_seconds:
+            view = route.window.view(now, width + 1e-6)
+            if view is not None and since is not None and view.first.t > since + 1e-6:
+                view = None
+                route.learned_until = None  # the point lost its start (gap, restart): begin anew
+            if view is not None:
+                d = learned.deltas_by_kind(view.increases(), _LEARN_KINDS)
+                obs = learned.observation_from_deltas(view.last.t, d["itl_sum"], d["itl_count"], d["steps"],
+                                                      d["draft_tokens"], d["drafts"])
+                if obs is not None:
+                    route.learner.add(obs)
+                route.learned_until = view.last.t
+        curve = route.learner.curve()
+        if curve is None:
+            return self.cost_model
+        return learned.learned_cost_model(self.cost_model, curve)
+
+    def learners(self) -> dict[str, tuple[learned.StepTimeLearner, costmodel.CostModel]]:
+        """Each route's learner and the cost model its verdicts use now (for the exports)."""
+        out = {}
+        for name, route in self._routes.items():
+            if route.learner is not None:
+                curve = route.learner.curve()
+                model = (learned.learned_cost_model(self.cost_model, curve) if curve is not None
+                         else route.learner.prior)
+                out[name] = (route.learner, model)
+        return out
+
+    def cost_model_source(self) -> str:
+        """default | preset | profile | learned: what the verdicts rest on now."""
+        if self.config.profile is not None:
+            return "profile"
+        if any(r.learner is not None and r.learner.curve() is not None for r in self._routes.values()):
+            return "learned"
+        return "default" if config_is_default(self.config) else "preset"
 
     def _guard(self, stats: WindowStats, latest: RouteSnapshot) -> bool:
         if latest.schema == SCHEMA_V0:

@@ -23,7 +23,7 @@ from .draft import (
 from .errors import CostModelError
 from .hardware import COMPUTE_DTYPE, HardwareSpec
 from .models import DTYPE_BYTES, ModelSpec, model_total_weight_bytes, model_weight_bytes
-from .profile import StepTimeCurve
+from .profile import RelativeStepTimeCurve, StepTimeCurve
 
 # Efficiency defaults, calibrated against the SpecDecode-Bench fitted step model for Llama-3.1-8B
 # on H100; docs/costmodel.md ("Defaults and why") shows the derivation and tests/test_costmodel.py
@@ -184,9 +184,9 @@ class CostModel:
         dm = d.draft_model
         assert dm is not None
         kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
-        return self._roofline(model_weight_bytes(dm, d.draft_dtype, batch), dm.active_params, batch,
-                              dm.kv_bytes_per_token_bf16 * kv_scale * self.context_tokens * batch,
-                              self.fixed_seconds)
+        return self.cost_scale(batch) * self._roofline(
+            model_weight_bytes(dm, d.draft_dtype, batch), dm.active_params, batch,
+            dm.kv_bytes_per_token_bf16 * kv_scale * self.context_tokens * batch, self.fixed_seconds)
 
     def _head_draft_time(self, batch: float, k: float) -> float:
         """EAGLE/MTP/Medusa: ``passes`` sequential head forwards over ``batch`` rows, each paying
@@ -197,7 +197,7 @@ class CostModel:
         head_step = self._roofline(d.head_params * DTYPE_BYTES["bf16"], d.head_params, batch,
                                    d.head_kv_bytes_per_token * kv_scale * self.context_tokens * batch, 0.0)
         passes = k if d.head_steps_per_token else 1.0
-        return passes * (d.fixed_seconds + head_step)
+        return self.cost_scale(batch * (k + 1)) * passes * (d.fixed_seconds + head_step)
 
     def draft_time(self, batch: float, k: float) -> float:
         """Seconds to propose ``k`` draft tokens for each of ``batch`` requests."""
@@ -212,19 +212,30 @@ class CostModel:
             return self._head_draft_time(batch, k)
         return k * self.draft_cost_per_token() * self.base_step_time(batch)
 
-    def spec_overhead_time(self, batch: float) -> float:
-        """Fixed cost of one speculative step over ``batch`` requests, beyond verify and drafting.
-        A configured ``draft.cost_per_token`` is a measured total and already includes it."""
+    def cost_scale(self, tokens: float) -> float:
+        """How much slower than this roofline the server runs at ``tokens`` query tokens: the
+        learned curve's ratio (costmodel/learned.py), else 1. Scales the absolute costs that do
+        not go through ``step_time`` (fixed costs of speculation, the drafter's own roofline)."""
+        curve = self.profile
+        if isinstance(curve, RelativeStepTimeCurve):
+            return curve.ratio(tokens)
+        return 1.0
+
+    def spec_overhead_time(self, batch: float, tokens: float | None = None) -> float:
+        """Fixed cost of one speculative step over ``batch`` requests (``tokens`` verified),
+        beyond verify and drafting. A configured ``draft.cost_per_token`` is a measured total and
+        already includes it."""
         if self.draft.cost_per_token is not None:
             return 0.0
-        return self.verify_overhead_seconds + self.verify_seconds_per_request * max(float(batch), 1.0)
+        return self.cost_scale(tokens if tokens is not None else batch) * (self.verify_overhead_seconds
+                                       + self.verify_seconds_per_request * max(float(batch), 1.0))
 
     def spec_step_time(self, batch: float, k: float) -> float:
         """Verify B·(K+1) tokens plus drafting K per request (B·(1 + coverage·K) and coverage·B
         drafting requests when only part of the request-steps carry a draft)."""
         batch = max(float(batch), 1.0)
         c = self.draft_coverage
-        fixed = self.spec_overhead_time(batch) if k > 0 else 0.0
+        fixed = self.spec_overhead_time(batch, batch * (1 + c * k)) if k > 0 else 0.0
         if c >= 1.0:
             return (self.step_time(batch * (k + 1), batch * self.context_tokens) + self.draft_time(batch, k)
                     + fixed)
