@@ -185,3 +185,61 @@ def test_learned_model_keeps_the_prior_when_it_is_right():
     curve = learner.curve()
     assert all(math.isclose(curve.ratio(n), 1.0, rel_tol=1e-6) for n, _ in curve.knots)
     assert replace(PRIOR, profile=curve).base_step_time(8) == pytest.approx(PRIOR.base_step_time(8))
+
+
+# ------------------------------------------------------------------------------------------
+# What the sidecar says it assumed
+# ------------------------------------------------------------------------------------------
+
+def exported(pipeline: Pipeline) -> dict[str, list[tuple[dict[str, str], float]]]:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specwatch.collector import registry_for
+
+    text = generate_latest(registry_for(pipeline.state)).decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def test_info_metric_says_default_before_learning_and_learned_after_with_the_fit_exported():
+    empty = Pipeline(from_mapping({}))
+    (labels, value), = exported(empty)["specwatch_cost_model_info"]
+    assert value == 1 and labels == {"source": "default", "hardware": "h100-sxm", "model": "llama-3.1-8b",
+                                     "dtype": "bf16", "tp": "1", "method": "auto"}
+    metrics = exported(spec_on_pipeline())
+    (labels, _), = metrics["specwatch_cost_model_info"]
+    assert labels["source"] == "learned"
+    (_, points), = metrics["specwatch_step_time_fit_points"]
+    assert points >= 5
+    (_, residual), = metrics["specwatch_step_time_fit_residual_ratio"]
+    assert 0 <= residual < 1
+    (_, predicted), = metrics["specwatch_step_time_predicted_seconds"]
+    (_, observed), = metrics["specwatch_step_time_observed_seconds"]
+    assert predicted == pytest.approx(observed, rel=0.3)
+
+
+def test_a_configured_preset_is_source_preset_and_no_start_up_warning_is_due():
+    configured = Pipeline(from_mapping({"hardware": {"preset": "a100-80gb"}, "model": {"preset": "llama-3.1-8b"},
+                                        "learning": {"enabled": False}}))
+    (labels, _), = exported(configured)["specwatch_cost_model_info"]
+    assert labels["source"] == "preset" and labels["hardware"] == "a100-80gb"
+    assert not configured.rests_on_defaults()
+    assert Pipeline(from_mapping({})).rests_on_defaults()
+
+
+def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults():
+    import structlog
+
+    from specwatch.service import Service
+
+    for raw, warned in (({}, 1), ({"model": {"preset": "llama-3.1-70b"}}, 0)):
+        service = Service(from_mapping({**raw, "listen": "127.0.0.1:0",
+                                        "targets": [{"name": "vllm", "url": "http://127.0.0.1:9/metrics"}]}))
+        with structlog.testing.capture_logs() as logs:
+            service.start()
+            service.stop()
+        assert sum(1 for e in logs if e["event"] == "cost_model_defaults") == warned

@@ -38,7 +38,11 @@ DESIGN_CONTRACT = {
 }
 # Added beyond DESIGN §6 for the alerts' routing and annotations.
 EXTENSIONS = {"specwatch_recommended_config_info", "specwatch_route_expects_speculation",
-              "specwatch_baseline_itl_p99_seconds"}
+              "specwatch_baseline_itl_p99_seconds",
+              # What the verdict rests on and how well the learned step-time curve fits (docs/costmodel.md).
+              "specwatch_cost_model_info", "specwatch_step_time_fit_points",
+              "specwatch_step_time_fit_residual_ratio", "specwatch_step_time_predicted_seconds",
+              "specwatch_step_time_observed_seconds"}
 
 
 @pytest.fixture(scope="module")

@@ -80,6 +80,8 @@ class RouteState:
     # False when the route was missing from its target's latest good poll (e.g. vLLM restarted
     # with another --served-model-name): its values are then not served, but kept for its return.
     current: bool = True
+    # The learned step-time fit of the route (None: learning off, a profile set, or no window yet).
+    fit: learned.FitSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,18 @@ class State:
     # Configured routes that matched nothing yet: (route, target, expects_speculation). A route
     # whose match is wrong must still be visible, or SpecDecodeMetricsMissing could never fire.
     unmatched_routes: tuple[tuple[str, str, bool], ...] = ()
+    # What the verdicts rest on (specwatch_cost_model_info).
+    cost_model: CostModelInfo | None = None
+
+
+@dataclass(frozen=True)
+class CostModelInfo:
+    source: str       # default | preset | profile | learned
+    hardware: str
+    model: str
+    dtype: str
+    tensor_parallel: int
+    method: str
 
 
 @dataclass
@@ -312,13 +326,13 @@ class Pipeline:
         return learned.learned_cost_model(self.cost_model, curve)
 
     def learners(self) -> dict[str, tuple[learned.StepTimeLearner, costmodel.CostModel]]:
-        """Each route's learner and the cost model its verdicts use now (for the exports)."""
+        """Each route's learner and the cost model its verdicts use now."""
         out = {}
         for name, route in self._routes.items():
             if route.learner is not None:
                 curve = route.learner.curve()
                 model = (learned.learned_cost_model(self.cost_model, curve) if curve is not None
-                         else route.learner.prior)
+                         else self.cost_model)
                 out[name] = (route.learner, model)
         return out
 
@@ -373,10 +387,28 @@ class Pipeline:
                 itl_buckets=tuple(sorted(buckets.items())), itl_sum=itl_sum, itl_count=itl_count,
                 evaluations=route.evaluations,
                 current=route.last_seen_poll == self._targets[route.target].polls,
+                fit=self._fit_summary(route),
             ))
         unmatched = tuple((r.name, r.target, r.expect_speculation) for r in self.config.routes
                           if r.name not in self._routes)
-        return State(self._t, targets, tuple(routes), self._evaluated, unmatched)
+        return State(self._t, targets, tuple(routes), self._evaluated, unmatched, self.cost_model_info())
+
+    def _fit_summary(self, route: _RouteRecord) -> learned.FitSummary | None:
+        learner = route.learner
+        if learner is None:
+            return None
+        curve = learner.curve()
+        model = learned.learned_cost_model(self.cost_model, curve) if curve is not None else self.cost_model
+        return learned.fit_summary(learner, model.with_method(route.learner_method))
+
+    def cost_model_info(self) -> CostModelInfo:
+        cm = self.cost_model
+        return CostModelInfo(source=self.cost_model_source(), hardware=cm.hardware.name, model=cm.model.name,
+                             dtype=cm.dtype, tensor_parallel=cm.tensor_parallel, method=self.config.draft.method)
+
+    def rests_on_defaults(self) -> bool:
+        """Neither hardware nor model configured and no profile: warn once at start-up."""
+        return self.config.profile is None and config_is_default(self.config)
 
 
 def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:

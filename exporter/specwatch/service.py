@@ -195,6 +195,11 @@ class Service:
         log.info("started", version=__version__, listen=f"{host}:{self.port}",
                  targets=[t.name for t in self.config.targets], poll_interval=self.config.poll_interval,
                  windows=list(self.config.window_labels))
+        if self.pipeline.rests_on_defaults():
+            info = self.pipeline.cost_model_info()
+            log.warning("cost_model_defaults", hardware=info.hardware, model=info.model,
+                        message="no hardware or model configured: verdicts rest on assumed defaults until the "
+                                "step-time curve is learned (set hardware/model, or a profile)")
 
     @property
     def port(self) -> int:
