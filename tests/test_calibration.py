@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from specwatch import costmodel
 
 ROWS = json.loads((Path(__file__).parent / "fixtures/calibration/published.json").read_text())["rows"]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from specwatch import costmodel
 from specwatch.config import from_mapping
 from specwatch.costmodel import learned
@@ -97,7 +97,7 @@ def test_the_learned_step_time_never_decreases_with_tokens():
         learner.add(obs(10.0 * i, b, f * slow_server(b)))
     model = learned.learned_cost_model(PRIOR, learner.curve())
     times = [model.base_step_time(b) for b in range(1, 64)]
-    assert all(b >= a - 1e-12 for a, b in zip(times, times[1:], strict=False))
+    assert all(b >= a - 1e-12 for a, b in itertools.pairwise(times))
 
 
 def test_a_window_with_too_few_steps_or_no_observations_is_not_a_point():
@@ -194,7 +194,6 @@ def test_learned_model_keeps_the_prior_when_it_is_right():
 def exported(pipeline: Pipeline) -> dict[str, list[tuple[dict[str, str], float]]]:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
-
     from specwatch.collector import registry_for
 
     text = generate_latest(registry_for(pipeline.state)).decode()
@@ -233,7 +232,6 @@ def test_a_configured_preset_is_source_preset_and_no_start_up_warning_is_due():
 
 def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults():
     import structlog
-
     from specwatch.service import Service
 
     for raw, warned in (({}, 1), ({"model": {"preset": "llama-3.1-70b"}}, 0)):

@@ -69,7 +69,7 @@ class SpecwatchCollector(Collector):
         if cm is not None:
             info.add_metric([cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method], 1)
         points = GaugeMetricFamily("specwatch_step_time_fit_points", "Windows behind the route's learned step-time curve (exponentially forgotten).", labels=["route", "target"])
-        residual = GaugeMetricFamily("specwatch_step_time_fit_residual_ratio", "RMS of measured/predicted step time - 1 of the route's learned curve, each window predicted before it was learned.", labels=["route", "target"])
+        residual = GaugeMetricFamily("specwatch_step_time_fit_residual_ratio", "Spread of the measured step times around the route's learned curve: exp(weighted RMS of log(measured/fitted)) - 1, over the forgotten points.", labels=["route", "target"])
         predicted = GaugeMetricFamily("specwatch_step_time_predicted_seconds", "Engine step time the cost model in use predicts at the route's last measured load.", labels=["route", "target"])
         observed = GaugeMetricFamily("specwatch_step_time_observed_seconds", "Mean engine step time measured at that load (ITL sum / ITL count).", labels=["route", "target"])
         down = {t.name for t in state.targets if t.up is False}

@@ -27,6 +27,7 @@ docs/costmodel.md, "Learned step-time curve", documents the method and its limit
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -96,6 +97,7 @@ def _bin_of(tokens: float) -> int:
 class _Bin:
     weight: float = 0.0
     log_ratio: float = 0.0
+    log_ratio_sq: float = 0.0   # for the in-sample residual
     log_tokens: float = 0.0
 
 
@@ -113,6 +115,7 @@ class _Side:
         b = self.bins.setdefault(index, _Bin())
         total = b.weight + weight
         b.log_ratio += (log_ratio - b.log_ratio) * weight / total
+        b.log_ratio_sq += (log_ratio * log_ratio - b.log_ratio_sq) * weight / total
         b.log_tokens += (log_tokens - b.log_tokens) * weight / total
         b.weight = total
 
@@ -129,7 +132,7 @@ class LearnedStepCurve:
     prior: CostModel
     knots: tuple[tuple[float, float], ...]
     points: float                      # effective (forgotten) number of windows behind it
-    residual_ratio: float              # RMS of measured/predicted − 1 over recent windows
+    residual_ratio: float              # in-sample RMS spread of measured/fitted (exp(rms log) − 1)
     source: str = "learned"
 
     def _reference(self, tokens: float) -> float:
@@ -141,7 +144,7 @@ class LearnedStepCurve:
         knots = self.knots
         if tokens <= knots[0][0]:
             return knots[0][1] / self._reference(knots[0][0])
-        for (x0, y0), (x1, y1) in zip(knots, knots[1:], strict=False):
+        for (x0, y0), (x1, y1) in itertools.pairwise(knots):
             if tokens <= x1:
                 return (y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)) / self._reference(tokens)
         return knots[-1][1] / self._reference(knots[-1][0])
@@ -164,8 +167,6 @@ class StepTimeLearner:
         self._t: float | None = None
         self._points = 0.0            # forgotten weight of the windows behind the curve
         self._added = 0               # windows added (the min_points gate)
-        self._square_error = 0.0      # forgotten mean of (measured/predicted − 1)^2, prequential
-        self._error_weight = 0.0
         self._scale = 0.15            # running residual scale (log units) for the Huber weight
         self._curve: LearnedStepCurve | None = None
         self.last: StepObservation | None = None
@@ -182,20 +183,13 @@ class StepTimeLearner:
             self._spec.decay(factor)
             self._plain.decay(factor)
             self._points *= factor
-            self._square_error *= factor
-            self._error_weight *= factor
         self._t = obs.t
         self.last = obs
         prior = prior_step_seconds(self.prior, obs)
         if not (prior > 0):
             return
         log_ratio = math.log(obs.step_seconds / prior)
-        # Prequential error: the curve as it was before this window, at this window's step.
-        current = self.predict(obs)
-        if current is not None:
-            rel = obs.step_seconds / current - 1.0
-            self._square_error += rel * rel
-            self._error_weight += 1.0
+        current = self.predict(obs)  # the curve before this window, for the Huber weight
         expected = math.log(current / prior) if current is not None else log_ratio
         residual = abs(log_ratio - expected)
         weight = 1.0 if residual <= HUBER_K * self._scale else HUBER_K * self._scale / residual
@@ -255,7 +249,15 @@ class StepTimeLearner:
             if knots and n <= knots[-1][0] * (1 + 1e-9):
                 continue
             knots.append((n, tv))
-        residual = math.sqrt(self._square_error / self._error_weight) if self._error_weight > 0 else math.nan
+        # In-sample residual: each bin's spread around its mean plus its mean's distance from the
+        # fitted (monotone) curve, weighted; reported as a ratio (exp(rms of log) − 1).
+        square = 0.0
+        for i, x, tv, w in zip(order, xs, fitted, ws, strict=True):
+            b = merged[i]
+            spread = max(b.log_ratio_sq - b.log_ratio * b.log_ratio, 0.0)
+            offset = b.log_ratio - math.log(tv / self.prior.base_step_time(2.0 ** x))
+            square += w * (spread + offset * offset)
+        residual = math.exp(math.sqrt(square / sum(ws))) - 1.0
         self._curve = LearnedStepCurve(prior=self.prior, knots=tuple(knots), points=self._points,
                                        residual_ratio=residual)
         return self._curve
