@@ -24,6 +24,7 @@ from .vllm import (
     K_ITL_COUNT,
     K_ITL_SUM,
     K_POS,
+    K_PROMPT,
     K_STEPS,
     SCHEMA_V0,
     RouteMatcher,
@@ -161,7 +162,7 @@ class IngestResult:
 
 
 _LEARN_KINDS = {K_ITL_SUM: "itl_sum", K_ITL_COUNT: "itl_count", K_STEPS: "steps",
-                K_DRAFT_TOKENS: "draft_tokens", K_DRAFTS: "drafts"}
+                K_DRAFT_TOKENS: "draft_tokens", K_DRAFTS: "drafts", K_PROMPT: "prompt"}
 
 
 def config_is_default(config: Config) -> bool:
@@ -316,7 +317,7 @@ class Pipeline:
             if view is not None:
                 d = learned.deltas_by_kind(view.increases(), _LEARN_KINDS)
                 obs = learned.observation_from_deltas(view.last.t, d["itl_sum"], d["itl_count"], d["steps"],
-                                                      d["draft_tokens"], d["drafts"])
+                                                      d["draft_tokens"], d["drafts"], d["prompt"])
                 if obs is not None:
                     route.learner.add(obs)
                 route.learned_until = view.last.t

@@ -20,6 +20,7 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 RUNNING = "vllm:num_requests_running"
 GENERATION = "vllm:generation_tokens"
+PROMPT = "vllm:prompt_tokens"   # prefill tokens: the learned step-time curve counts them per step
 ITL = "vllm:inter_token_latency_seconds"
 ITL_LEGACY = "vllm:time_per_output_token_seconds"   # same observations; removed in 0.15
 ITERATION_TOKENS = "vllm:iteration_tokens_total"    # a histogram despite the name: one obs per engine step
@@ -33,6 +34,7 @@ FAMILIES: dict[str, str] = {
     ACCEPTED_PER_POS: "counter",
     RUNNING: "gauge",
     GENERATION: "counter",
+    PROMPT: "counter",
     ITL: "histogram",
     ITL_LEGACY: "histogram",
     ITERATION_TOKENS: "histogram",
@@ -47,8 +49,10 @@ SCHEMA_V0 = "v0"
 # Series keys of RouteSnapshot.counters (the first element names the canonical counter).
 K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_POS, K_GEN = "drafts", "draft_tokens", "accepted", "pos", "gen"
 K_ITL_BUCKET, K_ITL_SUM, K_ITL_COUNT, K_STEPS = "itl_bucket", "itl_sum", "itl_count", "steps"
+K_PROMPT = "prompt"
 
-_SIMPLE_COUNTERS = {DRAFTS: K_DRAFTS, DRAFT_TOKENS: K_DRAFT_TOKENS, ACCEPTED: K_ACCEPTED, GENERATION: K_GEN}
+_SIMPLE_COUNTERS = {DRAFTS: K_DRAFTS, DRAFT_TOKENS: K_DRAFT_TOKENS, ACCEPTED: K_ACCEPTED, GENERATION: K_GEN,
+                    PROMPT: K_PROMPT}
 
 
 def reset_group(key: tuple) -> tuple:
@@ -157,7 +161,7 @@ def snapshots(families: Mapping[str, Family], *, t: float, target: str,
     itl_family = families.get(ITL) or families.get(ITL_LEGACY)
     for family_name, key in _SIMPLE_COUNTERS.items():
         fam = families.get(family_name)
-        if fam is None or (schema == SCHEMA_V0 and key != K_GEN):
+        if fam is None or (schema == SCHEMA_V0 and key not in (K_GEN, K_PROMPT)):
             continue  # V0's spec counters are sums of running totals (vLLM PR #15415): unusable
         for s in fam.samples:
             labels = _labels(s)
@@ -165,7 +169,7 @@ def snapshots(families: Mapping[str, Family], *, t: float, target: str,
             for b in routes_for(labels):
                 b.counters[(key, engine)] = b.counters.get((key, engine), 0.0) + s.value
                 b.engines.add(engine)
-                if key != K_GEN:
+                if key not in (K_GEN, K_PROMPT):
                     b.spec = True
         for s in fam.created:
             labels = _labels(s)

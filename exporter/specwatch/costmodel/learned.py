@@ -56,18 +56,20 @@ class StepObservation:
 
     t: float
     batch: float              # requests decoded per engine step
-    query_tokens: float       # tokens the target processes per step (B + draft tokens)
+    query_tokens: float       # decode tokens the target verifies per step (B + draft tokens)
     step_seconds: float       # mean engine step time
     draft_length: float       # mean K of the drafts in the window (0: no speculation)
     draft_coverage: float     # share of request-steps that carried a draft, (0, 1]
     steps: float              # engine steps in the window
+    prefill_tokens: float = 0.0  # prompt tokens per step (chunked prefill riding along)
 
 
 def observation_from_deltas(t: float, itl_sum: float, itl_count: float, steps: float,
-                            draft_tokens: float, drafts: float) -> StepObservation | None:
+                            draft_tokens: float, drafts: float, prompt_tokens: float = 0.0) -> StepObservation | None:
     """A point from one window's counter increases (ITL histogram sum/count, engine steps from
-    vllm:iteration_tokens_total's count, draft tokens and drafts). None when the window says
-    nothing reliable: too few steps, or values no engine produces."""
+    vllm:iteration_tokens_total's count, draft tokens and drafts, prefill tokens from
+    vllm:prompt_tokens). None when the window says nothing reliable: too few steps, or values no
+    engine produces."""
     if not (steps >= MIN_STEPS_PER_POINT and itl_count > 0 and itl_sum > 0):
         return None
     batch = itl_count / steps
@@ -78,15 +80,32 @@ def observation_from_deltas(t: float, itl_sum: float, itl_count: float, steps: f
     coverage = min(drafts / itl_count, 1.0) if drafts > 0 else 0.0
     tokens = max(batch, 1.0) + max(draft_tokens, 0.0) / steps
     return StepObservation(t=t, batch=batch, query_tokens=tokens, step_seconds=step_seconds,
-                           draft_length=k if coverage > 0 else 0.0, draft_coverage=coverage, steps=steps)
+                           draft_length=k if coverage > 0 else 0.0, draft_coverage=coverage, steps=steps,
+                           prefill_tokens=max(prompt_tokens, 0.0) / steps)
+
+
+def model_step_seconds(model: CostModel, obs: StepObservation, prior: CostModel | None = None) -> float:
+    """What ``model`` predicts for the mean step the observation measured: the target's forward
+    over its decode tokens (B plus drafts), made longer by the prefill riding along by the factor
+    the prior gives it (``prior``: default ``model``; on the roofline prefill is nearly free below
+    the knee), plus, with speculation, drafting and the fixed costs of a speculative step."""
+    b = max(obs.batch, 1.0)
+    context = b * model.context_tokens
+    target = model.step_time(obs.query_tokens, context)
+    if obs.prefill_tokens > 0:
+        shape = prior or model
+        target *= (shape.step_time(obs.query_tokens + obs.prefill_tokens, context)
+                   / shape.step_time(obs.query_tokens, context))
+    if obs.draft_length > 0 and obs.draft_coverage > 0:
+        m = model.with_coverage(obs.draft_coverage)
+        verify = b * (1 + m.draft_coverage * obs.draft_length)
+        return target + m.spec_step_time(b, obs.draft_length) - m.step_time(verify, context)
+    return target
 
 
 def prior_step_seconds(prior: CostModel, obs: StepObservation) -> float:
     """What the prior predicts for the step the observation measured."""
-    b = max(obs.batch, 1.0)
-    if obs.draft_length > 0 and obs.draft_coverage > 0:
-        return prior.with_coverage(obs.draft_coverage).spec_step_time(b, obs.draft_length)
-    return prior.base_step_time(b)
+    return model_step_seconds(prior, obs)
 
 
 def _bin_of(tokens: float) -> int:
@@ -205,11 +224,7 @@ class StepTimeLearner:
         curve = self._fit()
         if curve is None:
             return None
-        cm = learned_cost_model(self.prior, curve)
-        b = max(obs.batch, 1.0)
-        if obs.draft_length > 0 and obs.draft_coverage > 0:
-            return cm.with_coverage(obs.draft_coverage).spec_step_time(b, obs.draft_length)
-        return cm.base_step_time(b)
+        return model_step_seconds(learned_cost_model(self.prior, curve), obs, self.prior)
 
     def curve(self) -> LearnedStepCurve | None:
         """The fitted curve, or None while fewer than ``min_points`` windows back it."""
@@ -284,12 +299,7 @@ def fit_summary(learner: StepTimeLearner, model: CostModel) -> FitSummary:
     residual = curve.residual_ratio if curve is not None and math.isfinite(curve.residual_ratio) else None
     if obs is None:
         return FitSummary(learner.points, residual, None, None)
-    b = max(obs.batch, 1.0)
-    if obs.draft_length > 0 and obs.draft_coverage > 0:
-        predicted = model.with_coverage(obs.draft_coverage).spec_step_time(b, obs.draft_length)
-    else:
-        predicted = model.base_step_time(b)
-    return FitSummary(learner.points, residual, predicted, obs.step_seconds)
+    return FitSummary(learner.points, residual, model_step_seconds(model, obs, learner.prior), obs.step_seconds)
 
 
 def deltas_by_kind(increases: Mapping[tuple[object, ...], float], kinds: Mapping[str, str]) -> dict[str, float]:
