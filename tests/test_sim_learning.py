@@ -3,7 +3,9 @@
 The simulated vLLM runs its own step-time curve (sim/steptime.py, scenario `step_time:`): slower
 than any preset's memory, a fixed 6 ms per step, a compute knee at 48 tokens, 0.8 ms fixed cost per
 speculative step. The sidecar is configured with a wrong preset (the default H100 / Llama-3.1-8B)
-and watches 36 simulated minutes of load that changes every 3 minutes. With learning on, after 30
+and watches 39 simulated minutes of load that changes every 3 minutes; the server ran its first 6
+minutes without speculation (as a deployment does before speculation is switched on), which lets
+the fit measure the fixed cost of a speculative step instead of taking the prior's share. With learning on, after 30
 minutes its break-even acceptance rate is within ±0.03 of the simulator's true one and its verdicts
 agree with the truth; with learning off the error stays, and is printed beside it
 (docs/costmodel.md, "Learned step-time curve").
@@ -19,8 +21,10 @@ from specwatch.sim.scenario import parse_scenario
 
 POLL = 5.0
 PHASE = 180.0
-LOADS = (2, 8, 16, 4, 24, 12, 2, 16, 8, 4, 24, 12)  # 12 phases of 3 minutes: 36 minutes
-LEARNED_AFTER = 30 * 60.0
+# 13 phases of 3 minutes (39 minutes); the first two ran before speculation was switched on.
+LOADS = (2, 32, 8, 16, 4, 24, 12, 2, 16, 8, 4, 24, 12)
+SPEC_ON_AT = 2 * PHASE
+LEARNED_AFTER = 30 * 60.0  # sim time
 TOLERANCE = 0.03
 
 UNKNOWN_SERVER = {
@@ -42,6 +46,7 @@ UNKNOWN_SERVER = {
     },
     "phases": [{"name": f"c{c}-{i}", "duration": f"{PHASE:.0f}s", "concurrency": c, "acceptance_rate": 0.35}
                for i, c in enumerate(LOADS)],
+    "events": [{"at": 0, "type": "spec_off"}, {"at": SPEC_ON_AT, "type": "spec_on"}],
 }
 
 

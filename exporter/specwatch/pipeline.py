@@ -298,7 +298,7 @@ class Pipeline:
         """Give the learner the window since its last point and return the route's cost model:
         the learned curve once it has enough points, else the configured (prior) model."""
         settings = self.config.learning
-        if not settings.enabled or self.config.profile is not None:
+        if not self.learning_enabled():
             return self.cost_model
         method = route.method.split(":")[-1]
         if route.learner is None or (method != route.learner_method and method != "unknown"):
@@ -325,6 +325,14 @@ class Pipeline:
         if curve is None:
             return self.cost_model
         return learned.learned_cost_model(self.cost_model, curve)
+
+    def learning_enabled(self) -> bool:
+        """learning.enabled, auto (None) meaning: when the verdict would rest on defaults. A
+        measured profile always wins."""
+        if self.config.profile is not None:
+            return False
+        enabled = self.config.learning.enabled
+        return config_is_default(self.config) if enabled is None else enabled
 
     def learners(self) -> dict[str, tuple[learned.StepTimeLearner, costmodel.CostModel]]:
         """Each route's learner and the cost model its verdicts use now."""

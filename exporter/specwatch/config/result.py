@@ -73,8 +73,9 @@ class DecisionConfig:
 @dataclass(frozen=True)
 class LearningConfig:
     # Learn the step-time curve from the server's own metrics (costmodel/learned.py); a
-    # configured profile overrides it.
-    enabled: bool = True
+    # configured profile overrides it. None (auto): learn when neither hardware nor model is
+    # configured, i.e. when the verdict would otherwise rest on assumed defaults.
+    enabled: bool | None = None
     min_points: int = 6
     half_life: float = 6 * 3600.0
     point_seconds: float = 10.0

@@ -285,7 +285,13 @@ LEARNING = Section(
     LearningConfig,
     doc="the step-time curve learned from the server's own metrics (docs/costmodel.md); a profile overrides it",
     keys=(
-        Key("enabled", Flag(), "learn the step-time curve online", example=False),
+        Key(
+            "enabled",
+            Flag(),
+            "learn the step-time curve online; null (auto): only when hardware and model are not configured",
+            example=True,
+            nullable=True,
+        ),
         Key(
             "min_points",
             Number(minimum=1, maximum=10000, integer=True),

@@ -96,11 +96,18 @@ def model_step_seconds(model: CostModel, obs: StepObservation, prior: CostModel 
         shape = prior or model
         target *= (shape.step_time(obs.query_tokens + obs.prefill_tokens, context)
                    / shape.step_time(obs.query_tokens, context))
-    if obs.draft_length > 0 and obs.draft_coverage > 0:
-        m = model.with_coverage(obs.draft_coverage)
-        verify = b * (1 + m.draft_coverage * obs.draft_length)
-        return target + m.spec_step_time(b, obs.draft_length) - m.step_time(verify, context)
-    return target
+    return target + spec_extra_seconds(model, obs)
+
+
+def spec_extra_seconds(model: CostModel, obs: StepObservation) -> float:
+    """Drafting plus the fixed costs of a speculative step, as ``model`` prices them (0 spec off)."""
+    if not (obs.draft_length > 0 and obs.draft_coverage > 0):
+        return 0.0
+    b = max(obs.batch, 1.0)
+    m = model.with_coverage(obs.draft_coverage)
+    verify = b * (1 + m.draft_coverage * obs.draft_length)
+    context = b * model.context_tokens
+    return m.spec_step_time(b, obs.draft_length) - m.step_time(verify, context)
 
 
 def prior_step_seconds(prior: CostModel, obs: StepObservation) -> float:
@@ -118,6 +125,7 @@ class _Bin:
     log_ratio: float = 0.0
     log_ratio_sq: float = 0.0   # for the in-sample residual
     log_tokens: float = 0.0
+    share: float = 0.0          # the prior's drafting + fixed-cost share of the step (spec on)
 
 
 @dataclass
@@ -130,9 +138,10 @@ class _Side:
         for b in self.bins.values():
             b.weight *= factor
 
-    def add(self, index: int, log_tokens: float, log_ratio: float, weight: float) -> None:
+    def add(self, index: int, log_tokens: float, log_ratio: float, weight: float, share: float = 0.0) -> None:
         b = self.bins.setdefault(index, _Bin())
         total = b.weight + weight
+        b.share += (share - b.share) * weight / total
         b.log_ratio += (log_ratio - b.log_ratio) * weight / total
         b.log_ratio_sq += (log_ratio * log_ratio - b.log_ratio_sq) * weight / total
         b.log_tokens += (log_tokens - b.log_tokens) * weight / total
@@ -152,6 +161,9 @@ class LearnedStepCurve:
     knots: tuple[tuple[float, float], ...]
     points: float                      # effective (forgotten) number of windows behind it
     residual_ratio: float              # in-sample RMS spread of measured/fitted (exp(rms log) − 1)
+    #: Measured scale of the prior's drafting + fixed costs (spec-on vs spec-off spans at the same
+    #: tokens); None: they scale like the target (``ratio``).
+    spec_scale: float | None = None
     source: str = "learned"
 
     def _reference(self, tokens: float) -> float:
@@ -167,6 +179,10 @@ class LearnedStepCurve:
             if tokens <= x1:
                 return (y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)) / self._reference(tokens)
         return knots[-1][1] / self._reference(knots[-1][0])
+
+    def spec_cost_ratio(self, tokens: float) -> float:
+        """Scale of the prior's absolute spec costs (drafting, fixed costs) at ``tokens``."""
+        return self.spec_scale if self.spec_scale is not None else self.ratio(tokens)
 
     def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:
         return self.ratio(tokens) * self.prior.step_time(tokens, context_tokens)
@@ -214,7 +230,8 @@ class StepTimeLearner:
         weight = 1.0 if residual <= HUBER_K * self._scale else HUBER_K * self._scale / residual
         self._scale = max(MIN_RESIDUAL_SCALE, 0.9 * self._scale + 0.1 * min(residual, 4 * self._scale))
         side = self._spec if obs.draft_length > 0 else self._plain
-        side.add(_bin_of(obs.query_tokens), math.log2(max(obs.query_tokens, 1.0)), log_ratio, weight)
+        share = spec_extra_seconds(self.prior, obs) / prior
+        side.add(_bin_of(obs.query_tokens), math.log2(max(obs.query_tokens, 1.0)), log_ratio, weight, share)
         self._points += 1.0
         self._added += 1
         self._curve = None
@@ -235,10 +252,20 @@ class StepTimeLearner:
     def _fit(self) -> LearnedStepCurve | None:
         if self._curve is not None:
             return self._curve
-        merged: dict[int, _Bin] = {i: b for i, b in self._spec.bins.items() if b.weight > 1e-9}
-        for i, b in self._plain.bins.items():
-            if b.weight > 1e-9:
-                merged[i] = b  # the target alone: no drafting share to separate
+        plain = {i: b for i, b in self._plain.bins.items() if b.weight > 1e-9}
+        spec = {i: b for i, b in self._spec.bins.items() if b.weight > 1e-9}
+        spec_scale = _spec_cost_scale(plain, spec)
+        merged: dict[int, _Bin] = {}
+        for i, b in spec.items():
+            if spec_scale is None:
+                merged[i] = b  # drafting and fixed costs scale like the target (the prior's split)
+            else:
+                # The target's share of a spec step: measured spec ratio minus the measured scale
+                # of the prior's drafting + fixed-cost share.
+                target = max((math.exp(b.log_ratio) - spec_scale * b.share) / max(1.0 - b.share, 1e-6), 1e-3)
+                merged[i] = _Bin(b.weight, math.log(target), b.log_ratio_sq - b.log_ratio ** 2 + math.log(target) ** 2,
+                                 b.log_tokens, 0.0)
+        merged.update(plain)  # the target alone: no drafting share to separate
         if not merged:
             return None
         order = sorted(merged)
@@ -274,8 +301,37 @@ class StepTimeLearner:
             square += w * (spread + offset * offset)
         residual = math.exp(math.sqrt(square / sum(ws))) - 1.0
         self._curve = LearnedStepCurve(prior=self.prior, knots=tuple(knots), points=self._points,
-                                       residual_ratio=residual)
+                                       residual_ratio=residual, spec_scale=spec_scale)
         return self._curve
+
+
+def _interpolated_log_ratio(bins: dict[int, _Bin], log_tokens: float) -> float | None:
+    """The bins' log-ratio at ``log_tokens`` by linear interpolation; None outside their range."""
+    pts = sorted((b.log_tokens, b.log_ratio) for b in bins.values())
+    if not pts or log_tokens < pts[0][0] - 0.25 or log_tokens > pts[-1][0] + 0.25:
+        return None
+    if log_tokens <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
+        if log_tokens <= x1:
+            return y0 + (y1 - y0) * (log_tokens - x0) / (x1 - x0) if x1 > x0 else y1
+    return pts[-1][1]
+
+
+def _spec_cost_scale(plain: dict[int, _Bin], spec: dict[int, _Bin]) -> float | None:
+    """Where spec-off and spec-on spans cover the same tokens, the spec-on excess over the target
+    measures the drafting + fixed costs directly: their scale relative to the prior's. None when
+    the data does not allow it (then they scale like the target)."""
+    num = den = 0.0
+    for b in spec.values():
+        plain_log_ratio = _interpolated_log_ratio(plain, b.log_tokens)
+        if plain_log_ratio is None or b.share <= 0.02:
+            continue
+        num += b.weight * (math.exp(b.log_ratio) - math.exp(plain_log_ratio) * (1.0 - b.share))
+        den += b.weight * b.share
+    if den <= 0:
+        return None
+    return max(num / den, 0.0)
 
 
 def learned_cost_model(prior: CostModel, curve: LearnedStepCurve) -> CostModel:

@@ -30,10 +30,10 @@ class StepTimeCurve(Protocol):
 
 @runtime_checkable
 class RelativeStepTimeCurve(Protocol):
-    """A curve expressed as a ratio to the roofline (the learned curve): the cost model scales its
-    absolute spec costs (fixed costs, the drafter's roofline) by the same ratio."""
+    """A curve learned relative to the roofline (costmodel/learned.py): the cost model scales its
+    absolute spec costs (fixed costs, the drafter's roofline) by ``spec_cost_ratio``."""
 
-    def ratio(self, tokens: float) -> float:
+    def spec_cost_ratio(self, tokens: float) -> float:
         ...
 
     def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:

@@ -218,7 +218,7 @@ class CostModel:
         not go through ``step_time`` (fixed costs of speculation, the drafter's own roofline)."""
         curve = self.profile
         if isinstance(curve, RelativeStepTimeCurve):
-            return curve.ratio(tokens)
+            return curve.spec_cost_ratio(tokens)
         return 1.0
 
     def spec_overhead_time(self, batch: float, tokens: float | None = None) -> float:
