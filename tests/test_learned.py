@@ -18,10 +18,19 @@ FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu"
 PRIOR = costmodel.build_cost_model(draft_method="ngram", context_tokens=512)
 
 
-def obs(t: float, batch: float, seconds: float, k: float = 0.0, coverage: float = 0.0) -> learned.StepObservation:
+def obs(
+    t: float, batch: float, seconds: float, k: float = 0.0, coverage: float = 0.0
+) -> learned.StepObservation:
     tokens = batch * (1 + coverage * k)
-    return learned.StepObservation(t=t, batch=batch, query_tokens=tokens, step_seconds=seconds,
-                                   draft_length=k, draft_coverage=coverage, steps=1000.0)
+    return learned.StepObservation(
+        t=t,
+        batch=batch,
+        query_tokens=tokens,
+        step_seconds=seconds,
+        draft_length=k,
+        draft_coverage=coverage,
+        steps=1000.0,
+    )
 
 
 def slow_server(tokens: float) -> float:
@@ -47,24 +56,33 @@ def test_the_curve_reproduces_plain_steps_it_learned_from_and_keeps_the_prior_sh
         assert model.base_step_time(b) == pytest.approx(slow_server(b), rel=0.05)
     # Outside the data the ratio to the prior is held: the prior's shape, the data's level.
     assert model.base_step_time(1024) / PRIOR.base_step_time(1024) == pytest.approx(
-        model.base_step_time(128) / PRIOR.base_step_time(128), rel=0.02)
+        model.base_step_time(128) / PRIOR.base_step_time(128), rel=0.02
+    )
 
 
 def test_spec_on_steps_alone_give_the_counterfactual_plain_step_by_the_method_class():
     # n-gram: the prior charges only the fixed costs of a spec step; the rest is the target.
     learner = learned.StepTimeLearner(PRIOR, min_points=3)
     for i, b in enumerate((1, 4, 16, 1, 4, 16)):
-        prior_share = PRIOR.with_coverage(0.8).spec_step_time(b, 3) / PRIOR.step_time(b * 3.4, b * 512)
-        learner.add(obs(10.0 * i, b, slow_server(b * 3.4) * prior_share, k=3, coverage=0.8))
+        prior_share = PRIOR.with_coverage(0.8).spec_step_time(b, 3) / PRIOR.step_time(
+            b * 3.4, b * 512
+        )
+        learner.add(
+            obs(10.0 * i, b, slow_server(b * 3.4) * prior_share, k=3, coverage=0.8)
+        )
     model = learned.learned_cost_model(PRIOR, learner.curve())
-    assert model.step_time(4 * 3.4, 4 * 512) == pytest.approx(slow_server(4 * 3.4), rel=0.05)
+    assert model.step_time(4 * 3.4, 4 * 512) == pytest.approx(
+        slow_server(4 * 3.4), rel=0.05
+    )
 
 
 def test_one_stalled_window_moves_the_curve_little():
     learner = learned.StepTimeLearner(PRIOR, min_points=3)
     for i in range(20):
         learner.add(obs(10.0 * i, 8, slow_server(8)))
-    learner.add(obs(300.0, 8, 10 * slow_server(8)))  # a 10x outlier (a stall, a prefill burst)
+    learner.add(
+        obs(300.0, 8, 10 * slow_server(8))
+    )  # a 10x outlier (a stall, a prefill burst)
     model = learned.learned_cost_model(PRIOR, learner.curve())
     assert model.base_step_time(8) == pytest.approx(slow_server(8), rel=0.15)
 
@@ -107,19 +125,30 @@ def test_a_window_with_too_few_steps_or_no_observations_is_not_a_point():
     assert point is not None
     assert point.batch == 4.0 and point.step_seconds == 0.005
     assert point.query_tokens == pytest.approx(4.0 + 2400 / 250)
-    assert point.draft_length == pytest.approx(2400 / 700) and point.draft_coverage == 0.7
+    assert (
+        point.draft_length == pytest.approx(2400 / 700) and point.draft_coverage == 0.7
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # Real vLLM (tests/fixtures/vllm-0.32-cpu): spec-on recordings alone predict the spec-off server
 # ------------------------------------------------------------------------------------------
 
+
 def spec_on_pipeline(config: dict[str, object] | None = None) -> Pipeline:
     pipeline = Pipeline(from_mapping(config or {}))
-    index = [json.loads(line) for line in (FIXTURES / "ngram-index.jsonl").read_text().splitlines()]
-    recording = [json.loads(line) for line in (FIXTURES / "ngram-recording.jsonl").read_text().splitlines()]
-    polls = sorted([(r["t"], r["text"]) for r in recording]
-                   + [(i["t"], (FIXTURES / i["file"]).read_text()) for i in index])
+    index = [
+        json.loads(line)
+        for line in (FIXTURES / "ngram-index.jsonl").read_text().splitlines()
+    ]
+    recording = [
+        json.loads(line)
+        for line in (FIXTURES / "ngram-recording.jsonl").read_text().splitlines()
+    ]
+    polls = sorted(
+        [(r["t"], r["text"]) for r in recording]
+        + [(i["t"], (FIXTURES / i["file"]).read_text()) for i in index]
+    )
     for t, text in polls:
         pipeline.ingest("vllm", t, text)
         pipeline.evaluate(t)
@@ -133,35 +162,55 @@ REAL_VLLM_TOLERANCE = 0.15
 def real_vllm_predictions() -> dict[int, tuple[float, float, float]]:
     """Concurrency -> (measured, predicted at that concurrency, predicted at the same batch)."""
     results = json.loads((FIXTURES / "speedup-results.json").read_text())
-    (learner, model), = spec_on_pipeline().learners().values()
+    ((learner, model),) = spec_on_pipeline().learners().values()
     assert learner.curve() is not None
     out = {}
     for conc in (1, 4, 16):
-        server = results["spec"]["phases"][str(conc)]["server"]  # from the spec-on payloads
-        coverage = results["prediction"][str(conc)]["draft_coverage"]  # Δdrafts/ΔITL count, spec on
-        measured = (results["spec"]["phases"][str(conc)]["client"]["tokens_per_second"]
-                    / results["nospec"]["phases"][str(conc)]["client"]["tokens_per_second"])
+        server = results["spec"]["phases"][str(conc)][
+            "server"
+        ]  # from the spec-on payloads
+        coverage = results["prediction"][str(conc)][
+            "draft_coverage"
+        ]  # Δdrafts/ΔITL count, spec on
+        measured = (
+            results["spec"]["phases"][str(conc)]["client"]["tokens_per_second"]
+            / results["nospec"]["phases"][str(conc)]["client"]["tokens_per_second"]
+        )
         m = model.with_method("ngram").with_coverage(coverage)
-        out[conc] = (measured,
-                     learned.closed_loop_speedup(m, conc, server["batch"], server["k_mean"], server["alpha"]),
-                     costmodel.expected_speedup(m, server["batch"], server["k_mean"], server["alpha"]))
+        out[conc] = (
+            measured,
+            learned.closed_loop_speedup(
+                m, conc, server["batch"], server["k_mean"], server["alpha"]
+            ),
+            costmodel.expected_speedup(
+                m, server["batch"], server["k_mean"], server["alpha"]
+            ),
+        )
     return out
 
 
 def test_real_vllm_speedups_at_concurrency_1_4_16_are_predicted_within_15_percent_from_spec_on_data_alone():
     predictions = real_vllm_predictions()
     for conc, (measured, predicted, same_batch) in predictions.items():
-        print(f"c={conc}: measured {measured:.2f}x, predicted {predicted:.2f}x at concurrency "
-              f"({predicted / measured - 1:+.0%}), {same_batch:.2f}x at the same batch")
-        assert abs(predicted / measured - 1) <= REAL_VLLM_TOLERANCE, (conc, measured, predicted)
+        print(
+            f"c={conc}: measured {measured:.2f}x, predicted {predicted:.2f}x at concurrency "
+            f"({predicted / measured - 1:+.0%}), {same_batch:.2f}x at the same batch"
+        )
+        assert abs(predicted / measured - 1) <= REAL_VLLM_TOLERANCE, (
+            conc,
+            measured,
+            predicted,
+        )
 
 
 def test_real_vllm_learned_plain_step_matches_the_spec_off_server_never_shown_to_it():
     results = json.loads((FIXTURES / "speedup-results.json").read_text())
-    (_, model), = spec_on_pipeline().learners().values()
+    ((_, model),) = spec_on_pipeline().learners().values()
     for conc in ("1", "4", "16"):
         off = results["nospec"]["phases"][conc]["server"]
-        assert model.base_step_time(off["batch"]) == pytest.approx(off["step_seconds"], rel=0.15)
+        assert model.base_step_time(off["batch"]) == pytest.approx(
+            off["step_seconds"], rel=0.15
+        )
 
 
 def test_with_learning_off_the_default_roofline_is_what_the_sidecar_uses():
@@ -184,12 +233,15 @@ def test_learned_model_keeps_the_prior_when_it_is_right():
         learner.add(obs(10.0 * i, b, PRIOR.base_step_time(b)))
     curve = learner.curve()
     assert all(math.isclose(curve.ratio(n), 1.0, rel_tol=1e-6) for n, _ in curve.knots)
-    assert replace(PRIOR, profile=curve).base_step_time(8) == pytest.approx(PRIOR.base_step_time(8))
+    assert replace(PRIOR, profile=curve).base_step_time(8) == pytest.approx(
+        PRIOR.base_step_time(8)
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # What the sidecar says it assumed
 # ------------------------------------------------------------------------------------------
+
 
 def exported(pipeline: Pipeline) -> dict[str, list[tuple[dict[str, str], float]]]:
     from prometheus_client import generate_latest
@@ -206,25 +258,38 @@ def exported(pipeline: Pipeline) -> dict[str, list[tuple[dict[str, str], float]]
 
 def test_info_metric_says_default_before_learning_and_learned_after_with_the_fit_exported():
     empty = Pipeline(from_mapping({}))
-    (labels, value), = exported(empty)["specwatch_cost_model_info"]
-    assert value == 1 and labels == {"source": "default", "hardware": "h100-sxm", "model": "llama-3.1-8b",
-                                     "dtype": "bf16", "tp": "1", "method": "auto"}
+    ((labels, value),) = exported(empty)["specwatch_cost_model_info"]
+    assert value == 1 and labels == {
+        "source": "default",
+        "hardware": "h100-sxm",
+        "model": "llama-3.1-8b",
+        "dtype": "bf16",
+        "tp": "1",
+        "method": "auto",
+    }
     metrics = exported(spec_on_pipeline())
-    (labels, _), = metrics["specwatch_cost_model_info"]
+    ((labels, _),) = metrics["specwatch_cost_model_info"]
     assert labels["source"] == "learned"
-    (_, points), = metrics["specwatch_step_time_fit_points"]
+    ((_, points),) = metrics["specwatch_step_time_fit_points"]
     assert points >= 5
-    (_, residual), = metrics["specwatch_step_time_fit_residual_ratio"]
+    ((_, residual),) = metrics["specwatch_step_time_fit_residual_ratio"]
     assert 0 <= residual < 1
-    (_, predicted), = metrics["specwatch_step_time_predicted_seconds"]
-    (_, observed), = metrics["specwatch_step_time_observed_seconds"]
+    ((_, predicted),) = metrics["specwatch_step_time_predicted_seconds"]
+    ((_, observed),) = metrics["specwatch_step_time_observed_seconds"]
     assert predicted == pytest.approx(observed, rel=0.3)
 
 
 def test_a_configured_preset_is_source_preset_and_no_start_up_warning_is_due():
-    configured = Pipeline(from_mapping({"hardware": {"preset": "a100-80gb"}, "model": {"preset": "llama-3.1-8b"},
-                                        "learning": {"enabled": False}}))
-    (labels, _), = exported(configured)["specwatch_cost_model_info"]
+    configured = Pipeline(
+        from_mapping(
+            {
+                "hardware": {"preset": "a100-80gb"},
+                "model": {"preset": "llama-3.1-8b"},
+                "learning": {"enabled": False},
+            }
+        )
+    )
+    ((labels, _),) = exported(configured)["specwatch_cost_model_info"]
     assert labels["source"] == "preset" and labels["hardware"] == "a100-80gb"
     assert not configured.rests_on_defaults()
     assert Pipeline(from_mapping({})).rests_on_defaults()
@@ -235,8 +300,15 @@ def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults()
     from specwatch.service import Service
 
     for raw, warned in (({}, 1), ({"model": {"preset": "llama-3.1-70b"}}, 0)):
-        service = Service(from_mapping({**raw, "listen": "127.0.0.1:0",
-                                        "targets": [{"name": "vllm", "url": "http://127.0.0.1:9/metrics"}]}))
+        service = Service(
+            from_mapping(
+                {
+                    **raw,
+                    "listen": "127.0.0.1:0",
+                    "targets": [{"name": "vllm", "url": "http://127.0.0.1:9/metrics"}],
+                }
+            )
+        )
         with structlog.testing.capture_logs() as logs:
             service.start()
             service.stop()

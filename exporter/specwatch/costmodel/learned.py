@@ -55,17 +55,24 @@ class StepObservation:
     """One window of one route: the measured mean step at a load."""
 
     t: float
-    batch: float              # requests decoded per engine step
-    query_tokens: float       # decode tokens the target verifies per step (B + draft tokens)
-    step_seconds: float       # mean engine step time
-    draft_length: float       # mean K of the drafts in the window (0: no speculation)
-    draft_coverage: float     # share of request-steps that carried a draft, (0, 1]
-    steps: float              # engine steps in the window
+    batch: float  # requests decoded per engine step
+    query_tokens: float  # decode tokens the target verifies per step (B + draft tokens)
+    step_seconds: float  # mean engine step time
+    draft_length: float  # mean K of the drafts in the window (0: no speculation)
+    draft_coverage: float  # share of request-steps that carried a draft, (0, 1]
+    steps: float  # engine steps in the window
     prefill_tokens: float = 0.0  # prompt tokens per step (chunked prefill riding along)
 
 
-def observation_from_deltas(t: float, itl_sum: float, itl_count: float, steps: float,
-                            draft_tokens: float, drafts: float, prompt_tokens: float = 0.0) -> StepObservation | None:
+def observation_from_deltas(
+    t: float,
+    itl_sum: float,
+    itl_count: float,
+    steps: float,
+    draft_tokens: float,
+    drafts: float,
+    prompt_tokens: float = 0.0,
+) -> StepObservation | None:
     """A point from one window's counter increases (ITL histogram sum/count, engine steps from
     vllm:iteration_tokens_total's count, draft tokens and drafts, prefill tokens from
     vllm:prompt_tokens). None when the window says nothing reliable: too few steps, or values no
@@ -74,17 +81,30 @@ def observation_from_deltas(t: float, itl_sum: float, itl_count: float, steps: f
         return None
     batch = itl_count / steps
     step_seconds = itl_sum / itl_count
-    if not (math.isfinite(batch) and math.isfinite(step_seconds)) or batch < 0.5 or step_seconds <= 0:
+    if (
+        not (math.isfinite(batch) and math.isfinite(step_seconds))
+        or batch < 0.5
+        or step_seconds <= 0
+    ):
         return None
     k = draft_tokens / drafts if drafts > 0 else 0.0
     coverage = min(drafts / itl_count, 1.0) if drafts > 0 else 0.0
     tokens = max(batch, 1.0) + max(draft_tokens, 0.0) / steps
-    return StepObservation(t=t, batch=batch, query_tokens=tokens, step_seconds=step_seconds,
-                           draft_length=k if coverage > 0 else 0.0, draft_coverage=coverage, steps=steps,
-                           prefill_tokens=max(prompt_tokens, 0.0) / steps)
+    return StepObservation(
+        t=t,
+        batch=batch,
+        query_tokens=tokens,
+        step_seconds=step_seconds,
+        draft_length=k if coverage > 0 else 0.0,
+        draft_coverage=coverage,
+        steps=steps,
+        prefill_tokens=max(prompt_tokens, 0.0) / steps,
+    )
 
 
-def model_step_seconds(model: CostModel, obs: StepObservation, prior: CostModel | None = None) -> float:
+def model_step_seconds(
+    model: CostModel, obs: StepObservation, prior: CostModel | None = None
+) -> float:
     """What ``model`` predicts for the mean step the observation measured: the target's forward
     over its decode tokens (B plus drafts), made longer by the prefill riding along by the factor
     the prior gives it (``prior``: default ``model``; on the roofline prefill is nearly free below
@@ -94,8 +114,9 @@ def model_step_seconds(model: CostModel, obs: StepObservation, prior: CostModel 
     target = model.step_time(obs.query_tokens, context)
     if obs.prefill_tokens > 0:
         shape = prior or model
-        target *= (shape.step_time(obs.query_tokens + obs.prefill_tokens, context)
-                   / shape.step_time(obs.query_tokens, context))
+        target *= shape.step_time(
+            obs.query_tokens + obs.prefill_tokens, context
+        ) / shape.step_time(obs.query_tokens, context)
     return target + spec_extra_seconds(model, obs)
 
 
@@ -116,16 +137,18 @@ def prior_step_seconds(prior: CostModel, obs: StepObservation) -> float:
 
 
 def _bin_of(tokens: float) -> int:
-    return max(0, min(_N_BINS - 1, int(math.log2(max(tokens, 1.0)) * BINS_PER_DOUBLING)))
+    return max(
+        0, min(_N_BINS - 1, int(math.log2(max(tokens, 1.0)) * BINS_PER_DOUBLING))
+    )
 
 
 @dataclass
 class _Bin:
     weight: float = 0.0
     log_ratio: float = 0.0
-    log_ratio_sq: float = 0.0   # for the in-sample residual
+    log_ratio_sq: float = 0.0  # for the in-sample residual
     log_tokens: float = 0.0
-    share: float = 0.0          # the prior's drafting + fixed-cost share of the step (spec on)
+    share: float = 0.0  # the prior's drafting + fixed-cost share of the step (spec on)
 
 
 @dataclass
@@ -138,7 +161,14 @@ class _Side:
         for b in self.bins.values():
             b.weight *= factor
 
-    def add(self, index: int, log_tokens: float, log_ratio: float, weight: float, share: float = 0.0) -> None:
+    def add(
+        self,
+        index: int,
+        log_tokens: float,
+        log_ratio: float,
+        weight: float,
+        share: float = 0.0,
+    ) -> None:
         b = self.bins.setdefault(index, _Bin())
         total = b.weight + weight
         b.share += (share - b.share) * weight / total
@@ -159,8 +189,8 @@ class LearnedStepCurve:
 
     prior: CostModel
     knots: tuple[tuple[float, float], ...]
-    points: float                      # effective (forgotten) number of windows behind it
-    residual_ratio: float              # in-sample RMS spread of measured/fitted (exp(rms log) − 1)
+    points: float  # effective (forgotten) number of windows behind it
+    residual_ratio: float  # in-sample RMS spread of measured/fitted (exp(rms log) − 1)
     #: Measured scale of the prior's drafting + fixed costs (spec-on vs spec-off spans at the same
     #: tokens); None: they scale like the target (``ratio``).
     spec_scale: float | None = None
@@ -177,14 +207,18 @@ class LearnedStepCurve:
             return knots[0][1] / self._reference(knots[0][0])
         for (x0, y0), (x1, y1) in itertools.pairwise(knots):
             if tokens <= x1:
-                return (y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)) / self._reference(tokens)
+                return (y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)) / self._reference(
+                    tokens
+                )
         return knots[-1][1] / self._reference(knots[-1][0])
 
     def spec_cost_ratio(self, tokens: float) -> float:
         """Scale of the prior's absolute spec costs (drafting, fixed costs) at ``tokens``."""
         return self.spec_scale if self.spec_scale is not None else self.ratio(tokens)
 
-    def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:
+    def step_seconds(
+        self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float
+    ) -> float:
         return self.ratio(tokens) * self.prior.step_time(tokens, context_tokens)
 
 
@@ -192,17 +226,22 @@ class StepTimeLearner:
     """Accumulates windows of one route into a LearnedStepCurve. Bounded memory: two fixed bin
     sets and a few running sums, whatever the number of windows."""
 
-    def __init__(self, prior: CostModel, *, min_points: int = DEFAULT_MIN_POINTS,
-                 half_life_seconds: float = DEFAULT_HALF_LIFE_SECONDS) -> None:
+    def __init__(
+        self,
+        prior: CostModel,
+        *,
+        min_points: int = DEFAULT_MIN_POINTS,
+        half_life_seconds: float = DEFAULT_HALF_LIFE_SECONDS,
+    ) -> None:
         self.prior = replace(prior, profile=None)
         self.min_points = min_points
         self.half_life_seconds = half_life_seconds
         self._spec = _Side()
         self._plain = _Side()
         self._t: float | None = None
-        self._points = 0.0            # forgotten weight of the windows behind the curve
-        self._added = 0               # windows added (the min_points gate)
-        self._scale = 0.15            # running residual scale (log units) for the Huber weight
+        self._points = 0.0  # forgotten weight of the windows behind the curve
+        self._added = 0  # windows added (the min_points gate)
+        self._scale = 0.15  # running residual scale (log units) for the Huber weight
         self._curve: LearnedStepCurve | None = None
         self.last: StepObservation | None = None
 
@@ -224,14 +263,28 @@ class StepTimeLearner:
         if not (prior > 0):
             return
         log_ratio = math.log(obs.step_seconds / prior)
-        current = self.predict(obs)  # the curve before this window, for the Huber weight
+        current = self.predict(
+            obs
+        )  # the curve before this window, for the Huber weight
         expected = math.log(current / prior) if current is not None else log_ratio
         residual = abs(log_ratio - expected)
-        weight = 1.0 if residual <= HUBER_K * self._scale else HUBER_K * self._scale / residual
-        self._scale = max(MIN_RESIDUAL_SCALE, 0.9 * self._scale + 0.1 * min(residual, 4 * self._scale))
+        weight = (
+            1.0
+            if residual <= HUBER_K * self._scale
+            else HUBER_K * self._scale / residual
+        )
+        self._scale = max(
+            MIN_RESIDUAL_SCALE, 0.9 * self._scale + 0.1 * min(residual, 4 * self._scale)
+        )
         side = self._spec if obs.draft_length > 0 else self._plain
         share = spec_extra_seconds(self.prior, obs) / prior
-        side.add(_bin_of(obs.query_tokens), math.log2(max(obs.query_tokens, 1.0)), log_ratio, weight, share)
+        side.add(
+            _bin_of(obs.query_tokens),
+            math.log2(max(obs.query_tokens, 1.0)),
+            log_ratio,
+            weight,
+            share,
+        )
         self._points += 1.0
         self._added += 1
         self._curve = None
@@ -241,7 +294,9 @@ class StepTimeLearner:
         curve = self._fit()
         if curve is None:
             return None
-        return model_step_seconds(learned_cost_model(self.prior, curve), obs, self.prior)
+        return model_step_seconds(
+            learned_cost_model(self.prior, curve), obs, self.prior
+        )
 
     def curve(self) -> LearnedStepCurve | None:
         """The fitted curve, or None while fewer than ``min_points`` windows back it."""
@@ -258,13 +313,24 @@ class StepTimeLearner:
         merged: dict[int, _Bin] = {}
         for i, b in spec.items():
             if spec_scale is None:
-                merged[i] = b  # drafting and fixed costs scale like the target (the prior's split)
+                merged[i] = (
+                    b  # drafting and fixed costs scale like the target (the prior's split)
+                )
             else:
                 # The target's share of a spec step: measured spec ratio minus the measured scale
                 # of the prior's drafting + fixed-cost share.
-                target = max((math.exp(b.log_ratio) - spec_scale * b.share) / max(1.0 - b.share, 1e-6), 1e-3)
-                merged[i] = _Bin(b.weight, math.log(target), b.log_ratio_sq - b.log_ratio ** 2 + math.log(target) ** 2,
-                                 b.log_tokens, 0.0)
+                target = max(
+                    (math.exp(b.log_ratio) - spec_scale * b.share)
+                    / max(1.0 - b.share, 1e-6),
+                    1e-3,
+                )
+                merged[i] = _Bin(
+                    b.weight,
+                    math.log(target),
+                    b.log_ratio_sq - b.log_ratio**2 + math.log(target) ** 2,
+                    b.log_tokens,
+                    0.0,
+                )
         merged.update(plain)  # the target alone: no drafting share to separate
         if not merged:
             return None
@@ -272,11 +338,19 @@ class StepTimeLearner:
         xs = [merged[i].log_tokens for i in order]
         ws = [merged[i].weight for i in order]
         # Non-decreasing step time in tokens: pool adjacent violators on T = ratio × prior.
-        ts = [math.exp(merged[i].log_ratio) * self.prior.base_step_time(2.0 ** x) for i, x in zip(order, xs, strict=True)]
-        blocks: list[list[float]] = []  # [weighted T sum, weight, first index, last index]
+        ts = [
+            math.exp(merged[i].log_ratio) * self.prior.base_step_time(2.0**x)
+            for i, x in zip(order, xs, strict=True)
+        ]
+        blocks: list[
+            list[float]
+        ] = []  # [weighted T sum, weight, first index, last index]
         for j, (tv, w) in enumerate(zip(ts, ws, strict=True)):
             blocks.append([tv * w, w, j, j])
-            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            while (
+                len(blocks) > 1
+                and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]
+            ):
                 last = blocks.pop()
                 blocks[-1][0] += last[0]
                 blocks[-1][1] += last[1]
@@ -287,7 +361,7 @@ class StepTimeLearner:
                 fitted[j] = total / w
         knots: list[tuple[float, float]] = []
         for x, tv in zip(xs, fitted, strict=True):
-            n = 2.0 ** x
+            n = 2.0**x
             if knots and n <= knots[-1][0] * (1 + 1e-9):
                 continue
             knots.append((n, tv))
@@ -297,11 +371,16 @@ class StepTimeLearner:
         for i, x, tv, w in zip(order, xs, fitted, ws, strict=True):
             b = merged[i]
             spread = max(b.log_ratio_sq - b.log_ratio * b.log_ratio, 0.0)
-            offset = b.log_ratio - math.log(tv / self.prior.base_step_time(2.0 ** x))
+            offset = b.log_ratio - math.log(tv / self.prior.base_step_time(2.0**x))
             square += w * (spread + offset * offset)
         residual = math.exp(math.sqrt(square / sum(ws))) - 1.0
-        self._curve = LearnedStepCurve(prior=self.prior, knots=tuple(knots), points=self._points,
-                                       residual_ratio=residual, spec_scale=spec_scale)
+        self._curve = LearnedStepCurve(
+            prior=self.prior,
+            knots=tuple(knots),
+            points=self._points,
+            residual_ratio=residual,
+            spec_scale=spec_scale,
+        )
         return self._curve
 
 
@@ -327,7 +406,9 @@ def _spec_cost_scale(plain: dict[int, _Bin], spec: dict[int, _Bin]) -> float | N
         plain_log_ratio = _interpolated_log_ratio(plain, b.log_tokens)
         if plain_log_ratio is None or b.share <= 0.02:
             continue
-        num += b.weight * (math.exp(b.log_ratio) - math.exp(plain_log_ratio) * (1.0 - b.share))
+        num += b.weight * (
+            math.exp(b.log_ratio) - math.exp(plain_log_ratio) * (1.0 - b.share)
+        )
         den += b.weight * b.share
     if den <= 0:
         return None
@@ -345,20 +426,33 @@ class FitSummary:
 
     points: float
     residual_ratio: float | None
-    predicted_seconds: float | None   # the current model's step at the last window's load
+    predicted_seconds: (
+        float | None
+    )  # the current model's step at the last window's load
     observed_seconds: float | None
 
 
 def fit_summary(learner: StepTimeLearner, model: CostModel) -> FitSummary:
     obs = learner.last
     curve = learner.curve()
-    residual = curve.residual_ratio if curve is not None and math.isfinite(curve.residual_ratio) else None
+    residual = (
+        curve.residual_ratio
+        if curve is not None and math.isfinite(curve.residual_ratio)
+        else None
+    )
     if obs is None:
         return FitSummary(learner.points, residual, None, None)
-    return FitSummary(learner.points, residual, model_step_seconds(model, obs, learner.prior), obs.step_seconds)
+    return FitSummary(
+        learner.points,
+        residual,
+        model_step_seconds(model, obs, learner.prior),
+        obs.step_seconds,
+    )
 
 
-def deltas_by_kind(increases: Mapping[tuple[object, ...], float], kinds: Mapping[str, str]) -> dict[str, float]:
+def deltas_by_kind(
+    increases: Mapping[tuple[object, ...], float], kinds: Mapping[str, str]
+) -> dict[str, float]:
     """Sum a window's counter increases by series kind (``kinds`` maps a key's first element to a name)."""
     out = {name: 0.0 for name in kinds.values()}
     for key, delta in increases.items():
@@ -368,7 +462,9 @@ def deltas_by_kind(increases: Mapping[tuple[object, ...], float], kinds: Mapping
     return out
 
 
-def closed_loop_speedup(model: CostModel, concurrency: float, batch: float, k: float, alpha: float) -> float:
+def closed_loop_speedup(
+    model: CostModel, concurrency: float, batch: float, k: float, alpha: float
+) -> float:
     """Throughput with speculation over without at a fixed number of concurrent requests (what a
     benchmark at concurrency C measures), from a spec-on window alone.
 

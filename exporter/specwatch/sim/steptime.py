@@ -11,6 +11,7 @@ A scenario's `step_time:` section (scenario.StepCurve) replaces that with a curv
 every preset; the sidecar must then learn it (costmodel/learned.py). The truth (break-even,
 speedup, best K) always comes from the step times the engine really uses.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -54,9 +55,12 @@ class StepTimer:
         if c is None:
             return self.cost_model.step_time(tokens, context_tokens)
         n = max(float(tokens), 1.0)
-        return (c.fixed_seconds + c.seconds_per_token * min(n, c.knee_tokens)
-                + c.seconds_per_token_after_knee * max(n - c.knee_tokens, 0.0)
-                + c.seconds_per_kv_token * max(float(context_tokens), 0.0))
+        return (
+            c.fixed_seconds
+            + c.seconds_per_token * min(n, c.knee_tokens)
+            + c.seconds_per_token_after_knee * max(n - c.knee_tokens, 0.0)
+            + c.seconds_per_kv_token * max(float(context_tokens), 0.0)
+        )
 
     def draft_time(self, batch: float, k: int) -> float:
         if k <= 0 or batch <= 0:
@@ -67,7 +71,9 @@ class StepTimer:
         if c is None:
             return cm.draft_time(b, k) + cm.spec_overhead_time(b, b * (k + 1))
         if self.ngram:
-            drafting = costmodel.NGRAM_FRACTION_OF_VERIFY * self.step_time(b * (k + 1), b * self.context_per_request)
+            drafting = costmodel.NGRAM_FRACTION_OF_VERIFY * self.step_time(
+                b * (k + 1), b * self.context_per_request
+            )
         else:
             drafting = k * c.draft_seconds
         return c.spec_overhead_seconds + drafting
@@ -79,7 +85,9 @@ class StepTimer:
 
     def _spec(self, batch: float, k: int) -> float:
         b = max(batch, 1.0)
-        return self.step_time(b * (k + 1), b * self.context_per_request) + self.draft_time(b, k)
+        return self.step_time(
+            b * (k + 1), b * self.context_per_request
+        ) + self.draft_time(b, k)
 
     def plain_step(self, batch: float) -> float:
         return self._base(batch)
@@ -97,7 +105,11 @@ class StepTimer:
         """(1 + sum p_i) · T_base / T_spec with K = len(per_pos)."""
         if not per_pos:
             return 1.0
-        return (1.0 + float(sum(per_pos))) * self._base(batch) / self._spec(batch, len(per_pos))
+        return (
+            (1.0 + float(sum(per_pos)))
+            * self._base(batch)
+            / self._spec(batch, len(per_pos))
+        )
 
     def best_k(self, batch: float, per_pos: Sequence[float]) -> int:
         """Best K' in 0..len(p), scanning up and stopping at the first drop (as the sidecar does)."""
