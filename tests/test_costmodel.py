@@ -328,12 +328,13 @@ cm_params = st.fixed_dictionaries({
 def test_breakeven_is_non_decreasing_in_batch_at_fixed_k_and_context_for_dense_models(p, k, b1, b2):
     # The roofline's property. A fixed per-step cost weighs less on a longer step, so with it
     # alpha* may dip where the KV read grows faster than the fixed cost (32k context, K=1).
-    # The head is costed as its own roofline step at the batch: its weight read is paid once per
-    # pass while the target's KV read grows with B, so at long context the head/target ratio dips
-    # a little between small batches (a few %, K=1): 5 % relative slack.
-    cm = plain(model(**p))
+    # The verify ratio R(B) never falls with B, so with drafting charged as a fraction of the step
+    # (a configured draft cost) alpha* = c + (R − 1)/K does not either. A head costed as its own
+    # roofline step pays its weight read once per pass while the target's KV read grows with B,
+    # so at 32k context its alpha* may dip by ~10 % between batch 1 and 2: physical, not tested here.
+    cm = plain(model(**p, cost_per_token=0.05))
     lo, hi = sorted((b1, b2))
-    assert breakeven_acceptance_rate(cm, lo, k) <= breakeven_acceptance_rate(cm, hi, k) * 1.05 + 1e-12
+    assert breakeven_acceptance_rate(cm, lo, k) <= breakeven_acceptance_rate(cm, hi, k) + 1e-12
 
 
 @settings(max_examples=60, deadline=None)
