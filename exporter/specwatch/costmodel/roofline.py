@@ -203,6 +203,16 @@ class CostModel:
         """Seconds to propose ``k`` draft tokens for each of ``batch`` requests."""
         if k <= 0:
             return 0.0
+        memo = self._memo
+        key = ("draft", batch, k)
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
+            hit = memo[key] = self._draft_time(batch, k)
+        return hit
+
+    def _draft_time(self, batch: float, k: float) -> float:
         batch = max(float(batch), 1.0)
         d = self.draft
         if d.cost_per_token is None and d.method in ("ngram", "suffix"):
@@ -227,8 +237,16 @@ class CostModel:
         already includes it."""
         if self.draft.cost_per_token is not None:
             return 0.0
-        return self.cost_scale(tokens if tokens is not None else batch) * (self.verify_overhead_seconds
+        memo = self._memo
+        key = ("overhead", batch, tokens)
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
+            scale = self.cost_scale(tokens if tokens is not None else batch)
+            hit = memo[key] = scale * (self.verify_overhead_seconds
                                        + self.verify_seconds_per_request * max(float(batch), 1.0))
+        return hit
 
     def spec_step_time(self, batch: float, k: float) -> float:
         """Verify B·(K+1) tokens plus drafting K per request (B·(1 + coverage·K) and coverage·B
