@@ -43,6 +43,13 @@ def model(hw="h100-sxm", name="llama-3.1-8b", method="eagle3", **kw) -> CostMode
     return CostModel(HARDWARE_PRESETS[hw], spec, draft=draft_cost_for(method, spec, cost), **kw)
 
 
+def plain(cm: CostModel) -> CostModel:
+    """The roofline without the fitted fixed costs of speculation (tests/test_calibration.py
+    checks those on published speedups; the tests here check the roofline underneath)."""
+    return replace(cm, verify_overhead_seconds=0.0, verify_seconds_per_request=0.0,
+                   draft=replace(cm.draft, fixed_seconds=0.0))
+
+
 # --- SpecDecode-Bench fitted step model (docs/costmodel.md, "Defaults and why"), Llama-3.1-8B on H100 -------------
 def sdb_target(n_tok: float, n_kv: float) -> float:
     return 3.926e-8 * n_kv + 2.101e-5 * n_tok + 5.886e-3 + 1.207e-3  # incl. per-step overhead
@@ -223,13 +230,17 @@ def test_default_draft_model_costs_37_percent_of_an_8b_step_as_specdecode_bench_
     assert cm.draft_cost_per_token() == pytest.approx(0.375, abs=0.04)
 
 
-def test_default_eagle_draft_cost_matches_specdecode_bench_eagle_fit_at_k3():
+def test_default_eagle_draft_cost_lies_between_specdecode_bench_fit_and_vllm_issue_20780_slope_at_k3():
+    # The per-pass fixed cost was fitted on published batch sweeps (tests/test_calibration.py):
+    # one EAGLE pass now costs ~0.95 ms at batch 1, between SpecDecode-Bench's 2.1 ms per round of
+    # 3 and the 0.74-1.02 ms per pass that vLLM issue #20780's TPOT x AL slopes give.
     cm = model(method="eagle")
-    assert cm.draft_time(1, 3) == pytest.approx(sdb_eagle_draft(3, 2048), rel=0.15)
+    assert sdb_eagle_draft(3, 2048) < cm.draft_time(1, 3) < 3 * 1.02e-3
 
 
 def test_speedup_sign_agrees_with_specdecode_bench_fit_on_llama_8b_h100_eagle():
-    cm = model(method="eagle")
+    # The fit models steps, not the fixed costs of speculation: compare the roofline underneath.
+    cm = plain(model(method="eagle"))
     agree = total = 0
     low_batch_disagreements = []
     for ctx in (512, 2048):
@@ -252,11 +263,17 @@ def test_speedup_sign_agrees_with_specdecode_bench_fit_on_llama_8b_h100_eagle():
 
 def test_breakeven_rises_with_batch_in_both_our_model_and_the_specdecode_bench_table():
     # SpecDecode-Bench measured break-even, K=3, 512 context (docs/costmodel.md): 0.10 / 0.14 / 0.21 / 0.28 / 0.35 for B=1..256.
+    # With the fixed costs fitted on published speedups (tests/test_calibration.py) batch 1 sits
+    # at 0.21, inside the 0.13-0.20+ that vLLM issue #20780's bs1 sweep implies and above
+    # SpecDecode-Bench's 0.10; at large batch the model is more pessimistic than that table
+    # (docs/costmodel.md, "Fixed costs of speculation": known miss). The roofline alone matches it.
     cm = model(method="eagle", context_tokens=512)
     ours = [breakeven_acceptance_rate(cm, b, 3) for b in (1, 16, 64, 128, 256)]
     assert ours == sorted(ours)
-    assert ours[0] == pytest.approx(0.10, abs=0.03)
+    assert 0.10 <= ours[0] <= 0.25
     assert ours[-1] > 2 * ours[0]
+    roofline = [breakeven_acceptance_rate(plain(cm), b, 3) for b in (1, 16, 64, 128, 256)]
+    assert roofline[0] == pytest.approx(0.10, abs=0.03)
 
 
 # ------------------------------------------------------------------------------------------
@@ -271,7 +288,7 @@ def test_breakeven_is_0_03_at_batch_1_with_total_overhead_0_15_and_k5_llama8b_h1
 
 
 def test_breakeven_rises_into_045_055_band_for_llama33_70b_fp8_tp4_h100_eagle3_k5_1k_context_at_256_concurrent():
-    cm = model(name="llama-3.3-70b", dtype="fp8", tensor_parallel=4, context_tokens=1024)
+    cm = plain(model(name="llama-3.3-70b", dtype="fp8", tensor_parallel=4, context_tokens=1024))
     low = breakeven_acceptance_rate(cm, 1, 5)
     high = breakeven_acceptance_rate(cm, 256, 5)
     assert low < 0.08
@@ -309,7 +326,13 @@ cm_params = st.fixed_dictionaries({
 @settings(max_examples=60, deadline=None)
 @given(p=cm_params, k=st.integers(1, 8), b1=st.integers(1, 1024), b2=st.integers(1, 1024))
 def test_breakeven_is_non_decreasing_in_batch_at_fixed_k_and_context_for_dense_models(p, k, b1, b2):
-    cm = model(**p)
+    # The roofline's property. A fixed per-step cost weighs less on a longer step, so with it
+    # alpha* may dip where the KV read grows faster than the fixed cost (32k context, K=1).
+    # The verify ratio R(B) never falls with B, so with drafting charged as a fraction of the step
+    # (a configured draft cost) alpha* = c + (R − 1)/K does not either. A head costed as its own
+    # roofline step pays its weight read once per pass while the target's KV read grows with B,
+    # so at 32k context its alpha* may dip by ~10 % between batch 1 and 2: physical, not tested here.
+    cm = plain(model(**p, cost_per_token=0.05))
     lo, hi = sorted((b1, b2))
     assert breakeven_acceptance_rate(cm, lo, k) <= breakeven_acceptance_rate(cm, hi, k) + 1e-12
 
@@ -416,7 +439,10 @@ def test_max_speculative_batch_is_zero_when_alpha_never_pays_and_none_without_k(
 def test_ngram_drafting_costs_under_one_percent_of_verify():
     cm = model(method="ngram")
     assert cm.draft_time(8, 4) == pytest.approx(0.0059 * cm.step_time(40, 8 * cm.context_tokens))
-    assert breakeven_acceptance_rate(cm, 1, 4) < 0.01
+    assert breakeven_acceptance_rate(plain(cm), 1, 4) < 0.01
+    # What n-gram pays is the fixed cost of a speculative step (rejection sampling, bookkeeping).
+    assert breakeven_acceptance_rate(cm, 1, 4) == pytest.approx(
+        cm.spec_overhead_time(1) / cm.base_step_time(1) / 4, rel=0.1)
 
 
 # ------------------------------------------------------------------------------------------

@@ -21,8 +21,11 @@ from specwatch.pipeline import Pipeline, evaluation_record, resolve_method
 from specwatch.service import status_document
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
+# Decision logic on the plain roofline (no fitted fixed costs of speculation): the scenarios below
+# were laid out on it, and the calibration has its own tests (tests/test_calibration.py).
 CM = cmod.CostModel(cmod.HARDWARE_PRESETS["h100-sxm"], cmod.MODEL_PRESETS["llama-3.1-8b"], context_tokens=1024,
-                    draft=cmod.draft_cost_for("eagle3", cmod.MODEL_PRESETS["llama-3.1-8b"]))
+                    draft=replace(cmod.draft_cost_for("eagle3", cmod.MODEL_PRESETS["llama-3.1-8b"]), fixed_seconds=0.0),
+                    verify_overhead_seconds=0.0, verify_seconds_per_request=0.0)
 
 
 def stats(alpha=0.6, k=3, batch=8.0, drafts=2000.0, rates=None, configured_k=None, spec_present=True):

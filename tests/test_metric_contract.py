@@ -70,6 +70,14 @@ GRADING = {"specwatch_advice_predicted_gain_ratio", "specwatch_advice_measured_g
 # Config reloads, under the names Prometheus uses for its own (documented in docs/kubernetes.md and the
 # SpecwatchConfigReloadFailed entry of docs/runbook.md).
 RELOAD = {"specwatch_config_last_reload_successful", "specwatch_config_last_reload_success_timestamp_seconds"}
+# What the verdict rests on and how well the learned step-time curve fits (docs/costmodel.md).
+LEARNING = {
+    "specwatch_cost_model_info",
+    "specwatch_step_time_fit_points",
+    "specwatch_step_time_fit_residual_ratio",
+    "specwatch_step_time_predicted_seconds",
+    "specwatch_step_time_observed_seconds",
+}
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +107,11 @@ def exposition() -> set[str]:
 
 
 def test_the_sidecar_exports_every_name_of_the_contract(exposition):
-    assert (CONTRACT | ALERT_METADATA | ADVICE | RELOAD) - exposition == set()
+    assert (CONTRACT | ALERT_METADATA | ADVICE | RELOAD | {"specwatch_cost_model_info"}) - exposition == set()
 
 
 def test_the_sidecar_exports_nothing_outside_the_contract(exposition):
-    assert exposition - CONTRACT - ALERT_METADATA - ADVICE - GRADING - RELOAD == set()
+    assert exposition - CONTRACT - ALERT_METADATA - ADVICE - GRADING - LEARNING - RELOAD == set()
 
 
 def _family(name: str) -> str:
@@ -113,7 +121,7 @@ def _family(name: str) -> str:
 def test_every_exported_name_is_documented_in_the_repo(exposition):
     architecture = (REPO / "docs" / "architecture.md").read_text()
     contract = architecture[architecture.index("## 4. Metric contract") : architecture.index("## 5.")]
-    undocumented = {n for n in CONTRACT | ALERT_METADATA | ADVICE | GRADING if f"`{_family(n)}" not in contract}
+    undocumented = {n for n in CONTRACT | ALERT_METADATA | ADVICE | GRADING | LEARNING if f"`{_family(n)}" not in contract}
     assert undocumented == set(), "missing from docs/architecture.md, Metric contract"
     operations = (REPO / "docs" / "kubernetes.md").read_text() + (REPO / "docs" / "runbook.md").read_text()
     assert {n for n in RELOAD if f"`{n}" not in operations} == set()

@@ -110,6 +110,7 @@ class SpecwatchCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         state = self._get_state()
         yield from self._info()
+        yield from self._cost_model(state)
         yield from self._health(state)
         yield from self._routes(state)
 
@@ -117,6 +118,30 @@ class SpecwatchCollector(Collector):
         build = GaugeMetricFamily("specwatch_build_info", "specwatch build information.", labels=["version"])
         build.add_metric([__version__], 1)
         yield build
+
+    def _cost_model(self, state: State) -> Iterable[Metric]:
+        """What the verdicts rest on, and how well the learned step-time curve fits (docs/costmodel.md)."""
+        info = GaugeMetricFamily("specwatch_cost_model_info", "What the verdicts rest on: source default (nothing configured), preset, profile or learned (the step-time curve fitted from vLLM's own metrics), with the hardware, model, dtype, tensor parallel size and draft method assumed.",
+                                 labels=["source", "hardware", "model", "dtype", "tp", "method"])
+        cm = state.cost_model
+        if cm is not None:
+            info.add_metric([cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method], 1)
+        points = GaugeMetricFamily("specwatch_step_time_fit_points", "Windows behind the route's learned step-time curve (exponentially forgotten).", labels=["route", "target"])
+        residual = GaugeMetricFamily("specwatch_step_time_fit_residual_ratio", "Spread of the measured step times around the route's learned curve: exp(weighted RMS of log(measured/fitted)) - 1, over the forgotten points.", labels=["route", "target"])
+        predicted = GaugeMetricFamily("specwatch_step_time_predicted_seconds", "Engine step time the cost model in use predicts at the route's last measured load.", labels=["route", "target"])
+        observed = GaugeMetricFamily("specwatch_step_time_observed_seconds", "Mean engine step time measured at that load (ITL sum / ITL count).", labels=["route", "target"])
+        down = {t.name for t in state.targets if t.up is False}
+        for route in state.routes:
+            fit = route.fit
+            if fit is None or route.target in down or not route.current:
+                continue
+            labels = [route.route, route.target]
+            points.add_metric(labels, fit.points)
+            for family, value in ((residual, fit.residual_ratio), (predicted, fit.predicted_seconds),
+                                  (observed, fit.observed_seconds)):
+                if value is not None and math.isfinite(value):
+                    family.add_metric(labels, value)
+        yield from (info, points, residual, predicted, observed)
 
     def _health(self, state: State) -> Iterable[Metric]:
         up = GaugeMetricFamily("specwatch_target_up", "1 if the last poll of the vLLM target succeeded and parsed, else 0.", labels=["target"])

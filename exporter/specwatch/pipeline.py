@@ -13,6 +13,7 @@ from typing import Protocol
 
 from . import costmodel, decide
 from .config import Config, DecisionConfig, RouteConfig
+from .costmodel import learned
 from .decide_cache import AssessmentCache
 from .derive import WindowStats, window_stats, with_drafter
 from .exposition import ExpositionError
@@ -32,6 +33,8 @@ from .vllm import (
     K_ITL_COUNT,
     K_ITL_SUM,
     K_POS,
+    K_PROMPT,
+    K_STEPS,
     SCHEMA_V0,
     RouteMatcher,
     RouteSnapshot,
@@ -96,6 +99,8 @@ class RouteState:
     current: bool = True
     # The latest change of K or method and how the server did after it (grading.py).
     grading: Grading | None = None
+    # The learned step-time fit of the route (None: learning off, a profile set, or no window yet).
+    fit: learned.FitSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,18 @@ class State:
     # Configured routes that matched nothing yet: (route, target, expects_speculation). A route
     # whose match is wrong must still be visible, or SpecDecodeMetricsMissing could never fire.
     unmatched_routes: tuple[tuple[str, str, bool], ...] = ()
+    # What the verdicts rest on (specwatch_cost_model_info).
+    cost_model: CostModelInfo | None = None
+
+
+@dataclass(frozen=True)
+class CostModelInfo:
+    source: str       # default | preset | profile | learned
+    hardware: str
+    model: str
+    dtype: str
+    tensor_parallel: int
+    method: str
 
 
 @dataclass
@@ -148,6 +165,10 @@ class _RouteRecord:
     evaluations: tuple[RouteEvaluation, ...] = ()
     method: str = "auto:unknown"
     grader: AdviceGrader = field(default_factory=AdviceGrader)
+    # The step-time curve learned from this route's windows (None: learning off or a profile set).
+    learner: learned.StepTimeLearner | None = None
+    learner_method: str = ""
+    learned_until: float | None = None  # end of the last window given to the learner
 
 
 @dataclass(frozen=True)
@@ -166,6 +187,19 @@ class IngestResult:
 FULL_COVERAGE = 0.98
 #: Methods whose drafts are short by themselves (lookup runs out of context), not only by a schedule.
 VARIABLE_LENGTH_METHODS = ("ngram", "ngram_gpu", "suffix")
+
+
+_LEARN_KINDS = {K_ITL_SUM: "itl_sum", K_ITL_COUNT: "itl_count", K_STEPS: "steps",
+                K_DRAFT_TOKENS: "draft_tokens", K_DRAFTS: "drafts", K_PROMPT: "prompt"}
+
+
+def config_is_default(config: Config) -> bool:
+    """True when neither hardware nor model was configured: the verdict rests on assumed defaults."""
+    hw, m = config.hardware, config.model
+    hardware_default = (hw.preset == type(hw)().preset and hw.bandwidth_bytes_per_second is None
+                        and hw.flops is None)
+    model_default = m.preset is None and m.hf_config is None and m.params is None
+    return hardware_default and model_default
 
 
 def resolve_method(configured: str, stats: WindowStats, *, min_drafts: float = 0.0,
@@ -370,17 +404,77 @@ class Pipeline:
                 if view is not None:
                     windows.append((width, label, view,
                                     window_stats(view, name, label, now, configured_k_hint=self.config.draft.k)))
-            evaluations = evaluate_route(self.config, self.cost_model, self._schedule, route, windows, now,
+            cost_model = self._learn(route, now)
+            evaluations = evaluate_route(self.config, cost_model, self._schedule, route, windows, now,
                                          fresh=route.fresh, assess=self._assessments.assess)
             route.evaluations = evaluations
             if route.fresh:
                 route.grader.observe(now, [w[3] for w in windows], route.method,
-                                     self.config.decision.min_drafts, self.cost_model)
+                                     self.config.decision.min_drafts, cost_model)
             route.fresh = False
             out.extend(evaluations)
         self._t = now
         self._evaluated = True
         return out
+
+    def _learn(self, route: _RouteRecord, now: float) -> costmodel.CostModel:
+        """Give the learner the window since its last point and return the route's cost model:
+        the learned curve once it has enough points, else the configured (prior) model."""
+        settings = self.config.learning
+        if not self.learning_enabled():
+            return self.cost_model
+        method = route.method.split(":")[-1]
+        if route.learner is None or (method != route.learner_method and method != "unknown"):
+            # The method class sets the prior's drafting share: a new class starts a new fit.
+            prior = self.cost_model.with_method(method if method != "unknown" else None)
+            route.learner = learned.StepTimeLearner(prior, min_points=settings.min_points,
+                                                    half_life_seconds=settings.half_life)
+            route.learner_method, route.learned_until = method, None
+        since = route.learned_until
+        width = now - since if since is not None else min(self.config.windows)
+        if width >= settings.point_seconds:
+            view = route.window.view(now, width + 1e-6)
+            if view is not None and since is not None and view.first.t > since + 1e-6:
+                view = None
+                route.learned_until = None  # the point lost its start (gap, restart): begin anew
+            if view is not None:
+                d = learned.deltas_by_kind(view.increases(), _LEARN_KINDS)
+                obs = learned.observation_from_deltas(view.last.t, d["itl_sum"], d["itl_count"], d["steps"],
+                                                      d["draft_tokens"], d["drafts"], d["prompt"])
+                if obs is not None:
+                    route.learner.add(obs)
+                route.learned_until = view.last.t
+        curve = route.learner.curve()
+        if curve is None:
+            return self.cost_model
+        return learned.learned_cost_model(self.cost_model, curve)
+
+    def learning_enabled(self) -> bool:
+        """learning.enabled, auto (None) meaning: when the verdict would rest on defaults. A
+        measured profile always wins."""
+        if self.config.profile is not None:
+            return False
+        enabled = self.config.learning.enabled
+        return config_is_default(self.config) if enabled is None else enabled
+
+    def learners(self) -> dict[str, tuple[learned.StepTimeLearner, costmodel.CostModel]]:
+        """Each route's learner and the cost model its verdicts use now."""
+        out = {}
+        for name, route in self._routes.items():
+            if route.learner is not None:
+                curve = route.learner.curve()
+                model = (learned.learned_cost_model(self.cost_model, curve) if curve is not None
+                         else self.cost_model)
+                out[name] = (route.learner, model)
+        return out
+
+    def cost_model_source(self) -> str:
+        """default | preset | profile | learned: what the verdicts rest on now."""
+        if self.config.profile is not None:
+            return "profile"
+        if any(r.learner is not None and r.learner.curve() is not None for r in self._routes.values()):
+            return "learned"
+        return "default" if config_is_default(self.config) else "preset"
 
     # -- output ---------------------------------------------------------------------------------
     def state(self) -> State:
@@ -426,10 +520,28 @@ class Pipeline:
                 evaluations=route.evaluations if serving else (),
                 current=current,
                 grading=route.grader.grading,
+                fit=self._fit_summary(route),
             ))
         unmatched = tuple((r.name, r.target, r.expect_speculation) for r in self.config.routes
                           if r.name not in self._routes)
-        return State(self._t, targets, tuple(routes), self._evaluated, unmatched)
+        return State(self._t, targets, tuple(routes), self._evaluated, unmatched, self.cost_model_info())
+
+    def _fit_summary(self, route: _RouteRecord) -> learned.FitSummary | None:
+        learner = route.learner
+        if learner is None:
+            return None
+        curve = learner.curve()
+        model = learned.learned_cost_model(self.cost_model, curve) if curve is not None else self.cost_model
+        return learned.fit_summary(learner, model.with_method(route.learner_method))
+
+    def cost_model_info(self) -> CostModelInfo:
+        cm = self.cost_model
+        return CostModelInfo(source=self.cost_model_source(), hardware=cm.hardware.name, model=cm.model.name,
+                             dtype=cm.dtype, tensor_parallel=cm.tensor_parallel, method=self.config.draft.method)
+
+    def rests_on_defaults(self) -> bool:
+        """Neither hardware nor model configured and no profile: warn once at start-up."""
+        return self.config.profile is None and config_is_default(self.config)
 
 
 def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:

@@ -557,6 +557,11 @@ class Service:
             config=self.source.path if self.source else None,
             config_ok=self.active,
         )
+        if self.pipeline.rests_on_defaults():
+            info = self.pipeline.cost_model_info()
+            log.warning("cost_model_defaults", hardware=info.hardware, model=info.model,
+                        message="no hardware or model configured: verdicts rest on assumed defaults until the "
+                                "step-time curve is learned (set hardware/model, or a profile)")
 
     @property
     def port(self) -> int:

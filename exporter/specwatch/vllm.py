@@ -21,6 +21,7 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 RUNNING = "vllm:num_requests_running"
 GENERATION = "vllm:generation_tokens"
+PROMPT = "vllm:prompt_tokens"   # prefill tokens: the learned step-time curve counts them per step
 ITL = "vllm:inter_token_latency_seconds"
 ITL_LEGACY = "vllm:time_per_output_token_seconds"   # same observations; removed in 0.15
 ITERATION_TOKENS = "vllm:iteration_tokens_total"    # a histogram despite the name: one obs per engine step
@@ -34,6 +35,7 @@ FAMILIES: dict[str, str] = {
     ACCEPTED_PER_POS: "counter",
     RUNNING: "gauge",
     GENERATION: "counter",
+    PROMPT: "counter",
     ITL: "histogram",
     ITL_LEGACY: "histogram",
     ITERATION_TOKENS: "histogram",
@@ -50,6 +52,7 @@ K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_POS, K_GEN = "drafts", "draft_tokens", "
 K_ITL_BUCKET, K_ITL_SUM, K_ITL_COUNT, K_STEPS = "itl_bucket", "itl_sum", "itl_count", "steps"
 K_ITL = "itl"  # the reset group (and `_created`) of one engine's whole ITL histogram
 _ITL_PARTS = (K_ITL_BUCKET, K_ITL_SUM, K_ITL_COUNT)
+K_PROMPT = "prompt"  # prefill tokens: the learned step-time curve counts them per step
 
 
 class SeriesKey(NamedTuple):
@@ -170,6 +173,7 @@ COUNTER_SOURCES = (
     CounterSource((DRAFT_TOKENS,), _plain(K_DRAFT_TOKENS), shows_speculation=True, names_engines=True, in_v0=False),
     CounterSource((ACCEPTED,), _plain(K_ACCEPTED), shows_speculation=True, names_engines=True, in_v0=False),
     CounterSource((GENERATION,), _plain(K_GEN), shows_speculation=False, names_engines=True, in_v0=True),
+    CounterSource((PROMPT,), _plain(K_PROMPT), shows_speculation=False, names_engines=True, in_v0=True),
     CounterSource((ACCEPTED_PER_POS,), _per_position, shows_speculation=True, names_engines=False, in_v0=False),
     CounterSource((ITL, ITL_LEGACY), _itl_part, shows_speculation=False, names_engines=True, in_v0=True,
                   unmatched_labels=("le",)),

@@ -84,6 +84,17 @@ class DecisionConfig:
 
 
 @dataclass(frozen=True)
+class LearningConfig:
+    # Learn the step-time curve from the server's own metrics (costmodel/learned.py); a
+    # configured profile overrides it. None (auto): learn when neither hardware nor model is
+    # configured, i.e. when the verdict would otherwise rest on assumed defaults.
+    enabled: bool | None = None
+    min_points: int = 6
+    half_life: float = 6 * 3600.0
+    point_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: str = "json"
     level: str = "info"
@@ -138,6 +149,7 @@ class Config:
     profile: Any = None
     profile_path: str | None = None
     decision: DecisionConfig = DecisionConfig()
+    learning: LearningConfig = LearningConfig()
     log: LogConfig = LogConfig()
     alerting: AlertingConfig = AlertingConfig()
     # Routes not seen for this many polls are dropped (label churn must not grow memory).

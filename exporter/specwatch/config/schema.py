@@ -68,6 +68,7 @@ from .result import (
     DecisionConfig,
     DraftConfig,
     HardwareConfig,
+    LearningConfig,
     LogConfig,
     ModelConfig,
     PrometheusConfig,
@@ -305,6 +306,29 @@ DECISION = Section(
     ),
 )
 
+LEARNING = Section(
+    "learning",
+    LearningConfig,
+    doc="the step-time curve learned from the server's own metrics (docs/costmodel.md); a profile overrides it",
+    keys=(
+        Key(
+            "enabled",
+            Flag(),
+            "learn the step-time curve online; null (auto): only when hardware and model are not configured",
+            example=True,
+            nullable=True,
+        ),
+        Key(
+            "min_points",
+            Number(minimum=1, maximum=10000, integer=True),
+            "points (windows) before the learned curve replaces the prior",
+            example=12,
+        ),
+        Key("half_life", Duration(), "age at which a point weighs half", example="24h"),
+        Key("point_seconds", Duration(), "shortest span of one point", example="30s"),
+    ),
+)
+
 LOG = Section(
     "log",
     LogConfig,
@@ -431,6 +455,7 @@ SCHEMA = Section(
             fields=("profile", "profile_path"),
         ),
         DECISION,
+        LEARNING,
         LOG,
         ALERTING,
         Key(

@@ -19,7 +19,7 @@ METHOD_ALIASES = {"ngram_gpu": "ngram"}
 #: Fixed cost of one EAGLE/MTP/Medusa proposal round beyond its head's weight reads:
 #: SpecDecode-Bench's EAGLE draft fit is 2.135 ms + tiny per-token terms on H100 for K≈3;
 #: three reads of an 8B EAGLE head (~1.55 GB) explain ~1.6 ms of it.
-DEFAULT_DRAFT_FIXED_SECONDS = 0.5e-3
+DEFAULT_DRAFT_FIXED_SECONDS = 0.4e-3
 #: n-gram / suffix drafting runs on the CPU: 0.59 % of verify time (SpecDecode-Bench).
 NGRAM_FRACTION_OF_VERIFY = 0.0059
 #: EAGLE-3 heads predict over a reduced draft vocabulary (32k for the Llama-3 heads).

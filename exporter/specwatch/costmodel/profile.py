@@ -11,7 +11,7 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeGuard
+from typing import Protocol, TypeGuard, runtime_checkable
 
 from .errors import CostModelError
 
@@ -25,6 +25,18 @@ class StepTimeCurve(Protocol):
         """``tokens`` query tokens (>= 1) over ``context_tokens`` KV tokens in the whole batch.
         ``roofline_kv_seconds_per_token`` is the roofline's KV streaming cost, for curves that
         need a context correction but measured none."""
+        ...
+
+
+@runtime_checkable
+class RelativeStepTimeCurve(Protocol):
+    """A curve learned relative to the roofline (costmodel/learned.py): the cost model scales its
+    absolute spec costs (fixed costs, the drafter's roofline) by ``spec_cost_ratio``."""
+
+    def spec_cost_ratio(self, tokens: float) -> float:
+        ...
+
+    def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:
         ...
 
 

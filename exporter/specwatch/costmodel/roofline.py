@@ -25,7 +25,7 @@ from .draft import (
 from .errors import CostModelError
 from .hardware import COMPUTE_DTYPE, HardwareSpec
 from .models import DTYPE_BYTES, ModelSpec, model_total_weight_bytes, model_weight_bytes
-from .profile import StepTimeCurve
+from .profile import RelativeStepTimeCurve, StepTimeCurve
 
 # Efficiency defaults, calibrated against the SpecDecode-Bench fitted step model for Llama-3.1-8B
 # on H100; docs/costmodel.md ("Defaults and why") shows the derivation and tests/test_costmodel.py
@@ -40,6 +40,14 @@ DEFAULT_MFU = 0.5
 #: Fixed per-step overhead (launch, sampler, scheduler): the fitted model's 1.207 ms overhead
 #: plus the part of its 5.886 ms intercept that the weight read at DEFAULT_MBU does not explain.
 DEFAULT_OVERHEAD_SECONDS = 1.8e-3
+#: Fixed cost of one speculative step beyond the verify forward (rejection sampling, draft
+#: bookkeeping, the extra scheduler work): fitted on published batch sweeps, see docs/costmodel.md
+#: ("Fixed costs of speculation").
+DEFAULT_VERIFY_OVERHEAD_SECONDS = 1.6e-3
+#: Per-request part of that overhead (per-request draft/verify bookkeeping grows with the batch):
+#: the reason published EAGLE speedups fall below 1 at batch 24-48 while the roofline still
+#: counts verification as free (docs/costmodel.md, "Fixed costs of speculation").
+DEFAULT_VERIFY_SECONDS_PER_REQUEST = 0.11e-3
 #: Extra per-layer cost of tensor parallelism (two small all-reduces per layer on NVLink).
 #: An assumption, applied only when TP > 1.
 DEFAULT_ALLREDUCE_SECONDS_PER_LAYER = 10e-6
@@ -67,6 +75,9 @@ class CostModel:
     allreduce_seconds_per_layer: float = DEFAULT_ALLREDUCE_SECONDS_PER_LAYER
     kv_dtype: str = "bf16"
     context_tokens: float = float(DEFAULT_CONTEXT_TOKENS)  # per request
+    #: Paid once per speculative step (K > 0) on top of verify and drafting.
+    verify_overhead_seconds: float = DEFAULT_VERIFY_OVERHEAD_SECONDS
+    verify_seconds_per_request: float = DEFAULT_VERIFY_SECONDS_PER_REQUEST
     draft: DraftCost = field(default_factory=DraftCost)
     #: Measured step time of the target; replaces the roofline when set (see profile.py).
     profile: StepTimeCurve | None = None
@@ -94,6 +105,8 @@ class CostModel:
                 raise CostModelError(f"hardware.{name}", f"{name} must be in (0, 1]")
         if self.overhead_seconds < 0:
             raise CostModelError("hardware.overhead_seconds", "overhead_seconds must be >= 0")
+        if self.verify_overhead_seconds < 0 or self.verify_seconds_per_request < 0:
+            raise CostModelError("hardware.verify_overhead_seconds", "verify_overhead_seconds must be >= 0")
         if not (0 < self.draft_coverage <= 1):
             raise CostModelError("draft_coverage", "draft_coverage must be in (0, 1]")
 
@@ -198,45 +211,93 @@ class CostModel:
         return hit
 
     def _draft_cost_per_token(self) -> float:
-        """c: seconds to draft one token as a fraction of a plain target step.
+        """c: seconds to draft one token as a fraction of a plain target step at batch 1.
 
-        Configured, or computed once at batch 1 from the drafter's size on this hardware
-        (EAGLE/MTP/Medusa head incl. LM head and per-proposal fixed cost spread over the
-        reference K; a draft model's own roofline step), over the target's roofline step at batch 1
-        (also when a measured profile replaces the target's step). Applied at every batch as
-        T_draft(B, K) = K·c·T(B), so alpha* = c + (R − 1)/K (docs/costmodel.md, "Draft cost")."""
+        Configured, or computed from the drafter's size on this hardware: EAGLE/MTP/Medusa one
+        head forward (incl. LM head) plus the fixed cost of a drafting pass, per token at the
+        reference K; a draft model's own roofline step. With a measured profile or a learned curve
+        the roofline draft is scaled by the same slow-down as the target (cost_scale), so a CPU
+        profile is never divided into an H100 roofline draft. alpha* = c + (R − 1)/K at batch 1
+        (docs/costmodel.md, "Draft cost")."""
         d = self.draft
         if d.cost_per_token is not None:
             return d.cost_per_token
         if d.method in ("ngram", "suffix"):
             return 0.0  # charged on verify time instead, see draft_time
-        ctx = self.context_tokens
-        # The drafter is priced by the roofline, so it is divided by the target's roofline step on
-        # the same hardware, never by a measured profile's step: a CPU profile (4 ms) against an
-        # H100 roofline draft gave a break-even of 60. The ratio c then scales the profile's step.
-        t1 = self._roofline(model_weight_bytes(self.model, self.dtype, 1.0), self.model.active_params, 1.0,
-                            self.kv_bytes_per_token * ctx, self.fixed_seconds)
-        kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
+        t1 = self.base_step_time(1.0)
         if d.method == "draft_model" and d.draft_model is not None:
-            dm = d.draft_model
-            step = self._roofline(model_weight_bytes(dm, d.draft_dtype, 1.0), dm.active_params, 1.0,
-                                  dm.kv_bytes_per_token_bf16 * kv_scale * ctx, self.fixed_seconds)
-            return step / t1
-        head_step = self._roofline(d.head_params * DTYPE_BYTES["bf16"], d.head_params, 1.0,
-                                   d.head_kv_bytes_per_token * kv_scale * ctx, 0.0)  # heads ship in bf16
+            return self._draft_model_step(1.0) / t1
         k_ref = max(d.reference_k, 1)
-        per_round = d.fixed_seconds + (k_ref if d.head_steps_per_token else 1) * head_step
-        return per_round / k_ref / t1
+        return self._head_draft_time(1.0, k_ref) / k_ref / t1
+
+    def _draft_model_step(self, batch: float) -> float:
+        d = self.draft
+        dm = d.draft_model
+        assert dm is not None
+        kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
+        return self.cost_scale(batch) * self._roofline(
+            model_weight_bytes(dm, d.draft_dtype, batch), dm.active_params, batch,
+            dm.kv_bytes_per_token_bf16 * kv_scale * self.context_tokens * batch, self.fixed_seconds)
+
+    def _head_draft_time(self, batch: float, k: float) -> float:
+        """EAGLE/MTP/Medusa: ``passes`` sequential head forwards over ``batch`` rows, each paying
+        the head's weight read (bf16), its one-layer KV and a fixed per-pass cost (launches,
+        sampling, the LM head's top-k: absolute seconds, they do not shrink with TP)."""
+        d = self.draft
+        kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
+        head_step = self._roofline(d.head_params * DTYPE_BYTES["bf16"], d.head_params, batch,
+                                   d.head_kv_bytes_per_token * kv_scale * self.context_tokens * batch, 0.0)
+        passes = k if d.head_steps_per_token else 1.0
+        return self.cost_scale(batch * (k + 1)) * passes * (d.fixed_seconds + head_step)
 
     def draft_time(self, batch: float, k: float) -> float:
         """Seconds to propose ``k`` draft tokens for each of ``batch`` requests."""
         if k <= 0:
             return 0.0
+        memo = self._memo
+        key = ("draft", batch, k)
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
+            hit = memo[key] = self._draft_time(batch, k)
+        return hit
+
+    def _draft_time(self, batch: float, k: float) -> float:
         batch = max(float(batch), 1.0)
-        if self.draft.cost_per_token is None and self.draft.method in ("ngram", "suffix"):
+        d = self.draft
+        if d.cost_per_token is None and d.method in ("ngram", "suffix"):
             # CPU-side matching: 0.59 % of the verify step (SpecDecode-Bench).
             return NGRAM_FRACTION_OF_VERIFY * self.step_time(batch * (k + 1), batch * self.context_tokens)
+        if d.cost_per_token is None and d.method != "draft_model" and d.head_params > 0:
+            return self._head_draft_time(batch, k)
         return k * self.draft_cost_per_token() * self.base_step_time(batch)
+
+    def cost_scale(self, tokens: float) -> float:
+        """How much slower than this roofline the server runs at ``tokens`` query tokens: the
+        learned curve's ratio (costmodel/learned.py), else 1. Scales the absolute costs that do
+        not go through ``step_time`` (fixed costs of speculation, the drafter's own roofline)."""
+        curve = self.profile
+        if isinstance(curve, RelativeStepTimeCurve):
+            return curve.spec_cost_ratio(tokens)
+        return 1.0
+
+    def spec_overhead_time(self, batch: float, tokens: float | None = None) -> float:
+        """Fixed cost of one speculative step over ``batch`` requests (``tokens`` verified),
+        beyond verify and drafting. A configured ``draft.cost_per_token`` is a measured total and
+        already includes it."""
+        if self.draft.cost_per_token is not None:
+            return 0.0
+        memo = self._memo
+        key = ("overhead", batch, tokens)
+        hit = memo.get(key)
+        if hit is None:
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
+            scale = self.cost_scale(tokens if tokens is not None else batch)
+            hit = memo[key] = scale * (self.verify_overhead_seconds
+                                       + self.verify_seconds_per_request * max(float(batch), 1.0))
+        return hit
 
     def spec_step_time(self, batch: float, k: float) -> float:
         """Verify B·(K+1) tokens plus drafting K per request (B·(1 + coverage·K) and coverage·B
@@ -254,10 +315,12 @@ class CostModel:
     def _spec_step_time(self, batch: float, k: float) -> float:
         batch = max(float(batch), 1.0)
         c = self.draft_coverage
+        fixed = self.spec_overhead_time(batch, batch * (1 + c * k)) if k > 0 else 0.0
         if c >= 1.0:
-            return self.step_time(batch * (k + 1), batch * self.context_tokens) + self.draft_time(batch, k)
+            return (self.step_time(batch * (k + 1), batch * self.context_tokens) + self.draft_time(batch, k)
+                    + fixed)
         return (self.step_time(batch * (1 + c * k), batch * self.context_tokens)
-                + c * self.draft_time(batch, k))
+                + c * self.draft_time(batch, k) + fixed)
 
     def tokens_per_step(self, k: float, alpha: float) -> float:
         """Tokens a request gains per step: 1 + coverage·K·alpha (vLLM V1's alpha, exact)."""

@@ -150,6 +150,44 @@ class Fault:
 
 
 @dataclasses.dataclass(frozen=True)
+class StepCurve:
+    """The simulated target's own step time, replacing the cost model (`step_time:` in a scenario):
+
+        T(n, S) = fixed_seconds + seconds_per_token · min(n, knee_tokens)
+                  + seconds_per_token_after_knee · max(n − knee_tokens, 0) + seconds_per_kv_token · S
+
+    n query tokens, S KV tokens in the batch; a speculative step adds `spec_overhead_seconds` and
+    the drafter's cost (n-gram: 0.59 % of the verify step; others: `draft_seconds` per drafted
+    position, whatever the batch). A server no preset describes: the learning tests run on it."""
+
+    fixed_seconds: float
+    seconds_per_token: float
+    knee_tokens: float
+    seconds_per_token_after_knee: float
+    seconds_per_kv_token: float = 0.0
+    spec_overhead_seconds: float = 0.0
+    draft_seconds: float = 0.0
+
+
+_STEP_CURVE_KEYS = {f.name for f in dataclasses.fields(StepCurve)}
+
+
+def _step_curve(raw: Any) -> "StepCurve | None":
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ScenarioError("step_time: expected a mapping")
+    unknown = set(raw) - _STEP_CURVE_KEYS
+    if unknown:
+        raise ScenarioError(f"step_time.{sorted(unknown)[0]}: unknown key")
+    required = ("fixed_seconds", "seconds_per_token", "knee_tokens", "seconds_per_token_after_knee")
+    for key in required:
+        if key not in raw:
+            raise ScenarioError(f"step_time.{key}: required")
+    return StepCurve(**{k: _num(v, f"step_time.{k}", lo=0) for k, v in raw.items()})
+
+
+@dataclasses.dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -175,6 +213,7 @@ class Scenario:
     faults: tuple[Fault, ...]
     expected: dict
     source: str = ""
+    step_time: StepCurve | None = None
 
     @property
     def duration(self) -> float:
@@ -231,14 +270,14 @@ _TOP_KEYS = {
     "name", "description", "hardware", "model", "tensor_parallel", "dtype", "method",
     "draft_cost_per_token", "num_speculative_tokens", "schema", "multiprocess", "engines",
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "prompt_tokens",
-    "output_tokens", "noise", "routes", "phases", "events", "faults", "expected",
+    "output_tokens", "noise", "routes", "phases", "events", "faults", "expected", "step_time",
 }
 _PHASE_KEYS = {"name", "duration", "ramp", "routes"} | {
     "concurrency", "rate", "k", "alpha", "acceptance_rate", "acceptance"}
 _ROUTE_PARAM_KEYS = {"concurrency", "rate", "k", "alpha", "acceptance_rate", "acceptance"}
 
 
-def _num(v, key, lo=None, hi=None, integer=False):
+def _num(v: Any, key: str, lo: float | None = None, hi: float | None = None, integer: bool = False) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
         raise ScenarioError(f"{key}: expected a number, got {v!r}")
     if integer and int(v) != v:
@@ -410,6 +449,7 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
         faults=tuple(faults),
         expected=expected,
         source=source,
+        step_time=_step_curve(data.get("step_time")),
     )
 
 

@@ -1,11 +1,17 @@
 """Step time of the simulated engine: the ONE place the simulator asks "how long does a step take".
 
-It uses the project's cost model, built with ``costmodel.build_cost_model`` from the scenario's
-`hardware`, `model`, `dtype`, `tensor_parallel` and `method`, exactly as the sidecar builds it from
-its config, with the per-request context set to the scenario's mean context. So the simulated ITL
-and the sidecar's break-even come from the same maths, and the scenario's documented verdict
-crossings are what a correct sidecar must find. The model is described in docs/costmodel.md.
+By default it uses the project's cost model, built with ``costmodel.build_cost_model`` from the
+scenario's `hardware`, `model`, `dtype`, `tensor_parallel` and `method`, exactly as the sidecar builds
+it from its config, with the per-request context set to the scenario's mean context. So the
+simulated ITL and the sidecar's break-even come from the same maths, and the scenario's documented
+verdict crossings are what a correct sidecar must find. A speculative step pays the model's
+drafting and its fixed costs of speculation (docs/costmodel.md).
+
+A scenario's `step_time:` section (scenario.StepCurve) replaces that with a curve of its own, unlike
+every preset; the sidecar must then learn it (costmodel/learned.py). The truth (break-even,
+speedup, best K) always comes from the step times the engine really uses.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -14,21 +20,22 @@ from typing import TYPE_CHECKING
 from .. import costmodel
 
 if TYPE_CHECKING:
-    from .scenario import Scenario
+    from .scenario import Scenario, StepCurve
 
 
 class StepTimer:
     """Step and draft time of the simulated target, and the break-even maths at nominal parameters.
 
     step_time(tokens, context_tokens): one target forward over `tokens` query tokens with
-    `context_tokens` KV tokens in the whole batch. draft_time(batch, k): proposing k tokens for each
-    of `batch` requests. breakeven/speedup/best_k use `context_per_request` per request."""
-
-    #: Reported as the simulator's `step_time_model` in its truth.
-    which = "costmodel"
+    `context_tokens` KV tokens in the whole batch. draft_time(batch, k): what a speculative step pays
+    beyond that forward (drafting `k` tokens for each of `batch` requests and the fixed costs).
+    breakeven/speedup/best_k use `context_per_request` per request."""
 
     def __init__(self, scenario: Scenario, context_per_request: float):
         self.context_per_request = float(context_per_request)
+        self.curve: StepCurve | None = scenario.step_time
+        #: Reported as the simulator's `step_time_model` in its truth.
+        self.which = "costmodel" if self.curve is None else "scenario"
         # Errors (a bad preset) propagate: the scenario is wrong.
         self.cost_model = costmodel.build_cost_model(
             hardware=scenario.hardware,
@@ -40,15 +47,36 @@ class StepTimer:
             draft_cost_per_token=scenario.draft_cost_per_token,
             draft_k=scenario.num_speculative_tokens or costmodel.DEFAULT_DRAFT_K,
         )
+        self.ngram = self.cost_model.draft.method in ("ngram", "suffix")
 
     # -- timing used by the engine step -------------------------------------------------------
     def step_time(self, tokens: float, context_tokens: float) -> float:
-        return self.cost_model.step_time(tokens, context_tokens)
+        c = self.curve
+        if c is None:
+            return self.cost_model.step_time(tokens, context_tokens)
+        n = max(float(tokens), 1.0)
+        return (
+            c.fixed_seconds
+            + c.seconds_per_token * min(n, c.knee_tokens)
+            + c.seconds_per_token_after_knee * max(n - c.knee_tokens, 0.0)
+            + c.seconds_per_kv_token * max(float(context_tokens), 0.0)
+        )
 
     def draft_time(self, batch: float, k: int) -> float:
         if k <= 0 or batch <= 0:
             return 0.0
-        return self.cost_model.draft_time(batch, k)
+        c = self.curve
+        cm = self.cost_model
+        b = max(float(batch), 1.0)
+        if c is None:
+            return cm.draft_time(b, k) + cm.spec_overhead_time(b, b * (k + 1))
+        if self.ngram:
+            drafting = costmodel.NGRAM_FRACTION_OF_VERIFY * self.step_time(
+                b * (k + 1), b * self.context_per_request
+            )
+        else:
+            drafting = k * c.draft_seconds
+        return c.spec_overhead_seconds + drafting
 
     # -- nominal maths (truth) -----------------------------------------------------------------
     def _base(self, batch: float) -> float:
@@ -57,7 +85,9 @@ class StepTimer:
 
     def _spec(self, batch: float, k: int) -> float:
         b = max(batch, 1.0)
-        return self.step_time(b * (k + 1), b * self.context_per_request) + self.draft_time(b, k)
+        return self.step_time(
+            b * (k + 1), b * self.context_per_request
+        ) + self.draft_time(b, k)
 
     def plain_step(self, batch: float) -> float:
         return self._base(batch)
@@ -69,13 +99,26 @@ class StepTimer:
         """alpha*(B, K) = (T_spec / T_base - 1) / K."""
         if k <= 0:
             return float("nan")
-        return costmodel.breakeven_acceptance_rate(self.cost_model, max(batch, 1.0), k)
+        return (self._spec(batch, k) / self._base(batch) - 1.0) / k
 
     def speedup(self, batch: float, per_pos: Sequence[float]) -> float:
         """(1 + sum p_i) · T_base / T_spec with K = len(per_pos)."""
         if not per_pos:
             return 1.0
-        return costmodel.expected_speedup_for_positions(self.cost_model, max(batch, 1.0), per_pos)
+        return (
+            (1.0 + float(sum(per_pos)))
+            * self._base(batch)
+            / self._spec(batch, len(per_pos))
+        )
 
     def best_k(self, batch: float, per_pos: Sequence[float]) -> int:
-        return costmodel.best_draft_length(self.cost_model, max(batch, 1.0), per_pos)
+        """Best K' in 0..len(p), scanning up and stopping at the first drop (as the sidecar does)."""
+        best_k, best_s, prev = 0, 1.0, None
+        for kk in range(1, len(per_pos) + 1):
+            s = self.speedup(batch, per_pos[:kk])
+            if prev is not None and s < prev:
+                break
+            if s > best_s:
+                best_k, best_s = kk, s
+            prev = s
+        return best_k

@@ -1,0 +1,489 @@
+"""The step-time curve of the watched server, learned online from its own metrics.
+
+Each evaluation window gives one point: ``B`` requests decoded per engine step (ΔITL count /
+Δsteps), ``n`` query tokens per step (B plus the draft tokens of the step: Δdraft_tokens / Δsteps)
+and the mean step time (ΔITL sum / ΔITL count: vLLM observes one inter-token latency per request
+per engine step, so with speculation one observation spans one verify step over B·(1 + coverage·K)
+query tokens). The point is stored as the ratio of the measured time to what the prior (the
+roofline CostModel) predicts for that very step: verify + drafting (by method class: n-gram about
+free, EAGLE/MTP/draft model the prior's share) + the fixed costs of speculation for spec-on
+windows, the plain step for spec-off windows.
+
+Memory is bounded: ratios live in a fixed set of bins over log2(n) (``BINS_PER_DOUBLING`` per
+doubling up to ``MAX_TOKENS``), each an exponentially forgotten mean of log-ratios (half-life
+``half_life_seconds``), updated with a Huber weight so a window spoiled by a prefill burst or a
+stall moves it little. Spec-off windows, when there are any, take precedence in their bins: they
+measure the target alone, with no drafting share to separate.
+
+The curve (``LearnedStepCurve``, a ``StepTimeCurve``) is ratio(n) × prior step time, with ratio
+interpolated over log n between bins with data, held at the nearest bin outside them (the prior's
+shape), and made non-decreasing in n (pool-adjacent-violators). The prior's absolute spec costs are
+scaled by the same ratio at the step's tokens (``CostModel.cost_scale``), so drafting and the fixed
+costs stay in proportion on a server slower or faster than the roofline, and the model reproduces
+the spec-on steps it learned from. Below ``min_points`` the prior is used
+unchanged. A measured ``profile`` overrides learning altogether (build.py). Pure: no I/O, no clock.
+docs/costmodel.md, "Learned step-time curve", documents the method and its limits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from .roofline import CostModel
+
+#: Bins per doubling of query tokens; with MAX_TOKENS = 2^16 that is at most 64 bins.
+BINS_PER_DOUBLING = 4
+MAX_TOKENS = 65536.0
+#: Huber threshold on a log-ratio residual, in units of the running residual scale.
+HUBER_K = 2.0
+#: Floor of that scale (log units): a clean simulator must not make every small noise an outlier.
+MIN_RESIDUAL_SCALE = 0.05
+#: Default learning settings (config ``learning:``; docs/costmodel.md).
+DEFAULT_MIN_POINTS = 6
+DEFAULT_HALF_LIFE_SECONDS = 6 * 3600.0
+#: A window must cover at least this many engine steps to be a point.
+MIN_STEPS_PER_POINT = 20.0
+
+_N_BINS = int(math.log2(MAX_TOKENS) * BINS_PER_DOUBLING) + 1
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    """One window of one route: the measured mean step at a load."""
+
+    t: float
+    batch: float  # requests decoded per engine step
+    query_tokens: float  # decode tokens the target verifies per step (B + draft tokens)
+    step_seconds: float  # mean engine step time
+    draft_length: float  # mean K of the drafts in the window (0: no speculation)
+    draft_coverage: float  # share of request-steps that carried a draft, (0, 1]
+    steps: float  # engine steps in the window
+    prefill_tokens: float = 0.0  # prompt tokens per step (chunked prefill riding along)
+
+
+def observation_from_deltas(
+    t: float,
+    itl_sum: float,
+    itl_count: float,
+    steps: float,
+    draft_tokens: float,
+    drafts: float,
+    prompt_tokens: float = 0.0,
+) -> StepObservation | None:
+    """A point from one window's counter increases (ITL histogram sum/count, engine steps from
+    vllm:iteration_tokens_total's count, draft tokens and drafts, prefill tokens from
+    vllm:prompt_tokens). None when the window says nothing reliable: too few steps, or values no
+    engine produces."""
+    if not (steps >= MIN_STEPS_PER_POINT and itl_count > 0 and itl_sum > 0):
+        return None
+    batch = itl_count / steps
+    step_seconds = itl_sum / itl_count
+    if (
+        not (math.isfinite(batch) and math.isfinite(step_seconds))
+        or batch < 0.5
+        or step_seconds <= 0
+    ):
+        return None
+    k = draft_tokens / drafts if drafts > 0 else 0.0
+    coverage = min(drafts / itl_count, 1.0) if drafts > 0 else 0.0
+    tokens = max(batch, 1.0) + max(draft_tokens, 0.0) / steps
+    return StepObservation(
+        t=t,
+        batch=batch,
+        query_tokens=tokens,
+        step_seconds=step_seconds,
+        draft_length=k if coverage > 0 else 0.0,
+        draft_coverage=coverage,
+        steps=steps,
+        prefill_tokens=max(prompt_tokens, 0.0) / steps,
+    )
+
+
+def model_step_seconds(
+    model: CostModel, obs: StepObservation, prior: CostModel | None = None
+) -> float:
+    """What ``model`` predicts for the mean step the observation measured: the target's forward
+    over its decode tokens (B plus drafts), made longer by the prefill riding along by the factor
+    the prior gives it (``prior``: default ``model``; on the roofline prefill is nearly free below
+    the knee), plus, with speculation, drafting and the fixed costs of a speculative step."""
+    b = max(obs.batch, 1.0)
+    context = b * model.context_tokens
+    target = model.step_time(obs.query_tokens, context)
+    if obs.prefill_tokens > 0:
+        shape = prior or model
+        target *= shape.step_time(
+            obs.query_tokens + obs.prefill_tokens, context
+        ) / shape.step_time(obs.query_tokens, context)
+    return target + spec_extra_seconds(model, obs)
+
+
+def spec_extra_seconds(model: CostModel, obs: StepObservation) -> float:
+    """Drafting plus the fixed costs of a speculative step, as ``model`` prices them (0 spec off)."""
+    if not (obs.draft_length > 0 and obs.draft_coverage > 0):
+        return 0.0
+    b = max(obs.batch, 1.0)
+    m = model.with_coverage(obs.draft_coverage)
+    verify = b * (1 + m.draft_coverage * obs.draft_length)
+    context = b * model.context_tokens
+    return m.spec_step_time(b, obs.draft_length) - m.step_time(verify, context)
+
+
+def prior_step_seconds(prior: CostModel, obs: StepObservation) -> float:
+    """What the prior predicts for the step the observation measured."""
+    return model_step_seconds(prior, obs)
+
+
+def _bin_of(tokens: float) -> int:
+    return max(
+        0, min(_N_BINS - 1, int(math.log2(max(tokens, 1.0)) * BINS_PER_DOUBLING))
+    )
+
+
+@dataclass
+class _Bin:
+    weight: float = 0.0
+    log_ratio: float = 0.0
+    log_ratio_sq: float = 0.0  # for the in-sample residual
+    log_tokens: float = 0.0
+    share: float = 0.0  # the prior's drafting + fixed-cost share of the step (spec on)
+
+
+@dataclass
+class _Side:
+    """Bins of one kind of window (spec on or off)."""
+
+    bins: dict[int, _Bin] = field(default_factory=dict)
+
+    def decay(self, factor: float) -> None:
+        for b in self.bins.values():
+            b.weight *= factor
+
+    def add(
+        self,
+        index: int,
+        log_tokens: float,
+        log_ratio: float,
+        weight: float,
+        share: float = 0.0,
+    ) -> None:
+        b = self.bins.setdefault(index, _Bin())
+        total = b.weight + weight
+        b.share += (share - b.share) * weight / total
+        b.log_ratio += (log_ratio - b.log_ratio) * weight / total
+        b.log_ratio_sq += (log_ratio * log_ratio - b.log_ratio_sq) * weight / total
+        b.log_tokens += (log_tokens - b.log_tokens) * weight / total
+        b.weight = total
+
+
+@dataclass(frozen=True)
+class LearnedStepCurve:
+    """The learned step time of the target: a StepTimeCurve for CostModel.profile.
+
+    ``knots``: (tokens, seconds) of a plain step over ``tokens`` requests at the prior's context,
+    tokens increasing, seconds non-decreasing. Between knots the time is linear in tokens; outside
+    them the ratio to the prior is held (the prior's shape at the data's level). Another context
+    scales by the prior's own context dependence."""
+
+    prior: CostModel
+    knots: tuple[tuple[float, float], ...]
+    points: float  # effective (forgotten) number of windows behind it
+    residual_ratio: float  # in-sample RMS spread of measured/fitted (exp(rms log) − 1)
+    #: Measured scale of the prior's drafting + fixed costs (spec-on vs spec-off spans at the same
+    #: tokens); None: they scale like the target (``ratio``).
+    spec_scale: float | None = None
+    source: str = "learned"
+
+    def _reference(self, tokens: float) -> float:
+        return self.prior.step_time(tokens, tokens * self.prior.context_tokens)
+
+    def ratio(self, tokens: float) -> float:
+        """Learned over prior step time at ``tokens`` (at the prior's context)."""
+        tokens = max(tokens, 1.0)
+        knots = self.knots
+        if tokens <= knots[0][0]:
+            return knots[0][1] / self._reference(knots[0][0])
+        for (x0, y0), (x1, y1) in itertools.pairwise(knots):
+            if tokens <= x1:
+                return (y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)) / self._reference(
+                    tokens
+                )
+        return knots[-1][1] / self._reference(knots[-1][0])
+
+    def spec_cost_ratio(self, tokens: float) -> float:
+        """Scale of the prior's absolute spec costs (drafting, fixed costs) at ``tokens``."""
+        return self.spec_scale if self.spec_scale is not None else self.ratio(tokens)
+
+    def step_seconds(
+        self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float
+    ) -> float:
+        return self.ratio(tokens) * self.prior.step_time(tokens, context_tokens)
+
+
+class StepTimeLearner:
+    """Accumulates windows of one route into a LearnedStepCurve. Bounded memory: two fixed bin
+    sets and a few running sums, whatever the number of windows."""
+
+    def __init__(
+        self,
+        prior: CostModel,
+        *,
+        min_points: int = DEFAULT_MIN_POINTS,
+        half_life_seconds: float = DEFAULT_HALF_LIFE_SECONDS,
+    ) -> None:
+        self.prior = replace(prior, profile=None)
+        self.min_points = min_points
+        self.half_life_seconds = half_life_seconds
+        self._spec = _Side()
+        self._plain = _Side()
+        self._t: float | None = None
+        self._points = 0.0  # forgotten weight of the windows behind the curve
+        self._added = 0  # windows added (the min_points gate)
+        self._scale = 0.15  # running residual scale (log units) for the Huber weight
+        self._curve: LearnedStepCurve | None = None
+        self.last: StepObservation | None = None
+
+    @property
+    def points(self) -> float:
+        return self._points
+
+    def add(self, obs: StepObservation) -> None:
+        if self._t is not None and obs.t <= self._t:
+            return  # one point per window end: a repeated or older time adds nothing new
+        if self._t is not None and self.half_life_seconds > 0:
+            factor = 0.5 ** ((obs.t - self._t) / self.half_life_seconds)
+            self._spec.decay(factor)
+            self._plain.decay(factor)
+            self._points *= factor
+        self._t = obs.t
+        self.last = obs
+        prior = prior_step_seconds(self.prior, obs)
+        if not (prior > 0):
+            return
+        log_ratio = math.log(obs.step_seconds / prior)
+        current = self.predict(
+            obs
+        )  # the curve before this window, for the Huber weight
+        expected = math.log(current / prior) if current is not None else log_ratio
+        residual = abs(log_ratio - expected)
+        weight = (
+            1.0
+            if residual <= HUBER_K * self._scale
+            else HUBER_K * self._scale / residual
+        )
+        self._scale = max(
+            MIN_RESIDUAL_SCALE, 0.9 * self._scale + 0.1 * min(residual, 4 * self._scale)
+        )
+        side = self._spec if obs.draft_length > 0 else self._plain
+        share = spec_extra_seconds(self.prior, obs) / prior
+        side.add(
+            _bin_of(obs.query_tokens),
+            math.log2(max(obs.query_tokens, 1.0)),
+            log_ratio,
+            weight,
+            share,
+        )
+        self._points += 1.0
+        self._added += 1
+        self._curve = None
+
+    def predict(self, obs: StepObservation) -> float | None:
+        """The current curve's step time for the step ``obs`` measured (None before any data)."""
+        curve = self._fit()
+        if curve is None:
+            return None
+        return model_step_seconds(
+            learned_cost_model(self.prior, curve), obs, self.prior
+        )
+
+    def curve(self) -> LearnedStepCurve | None:
+        """The fitted curve, or None while fewer than ``min_points`` windows back it."""
+        if self._added < self.min_points:
+            return None
+        return self._fit()
+
+    def _fit(self) -> LearnedStepCurve | None:
+        if self._curve is not None:
+            return self._curve
+        plain = {i: b for i, b in self._plain.bins.items() if b.weight > 1e-9}
+        spec = {i: b for i, b in self._spec.bins.items() if b.weight > 1e-9}
+        spec_scale = _spec_cost_scale(plain, spec)
+        merged: dict[int, _Bin] = {}
+        for i, b in spec.items():
+            if spec_scale is None:
+                merged[i] = (
+                    b  # drafting and fixed costs scale like the target (the prior's split)
+                )
+            else:
+                # The target's share of a spec step: measured spec ratio minus the measured scale
+                # of the prior's drafting + fixed-cost share.
+                target = max(
+                    (math.exp(b.log_ratio) - spec_scale * b.share)
+                    / max(1.0 - b.share, 1e-6),
+                    1e-3,
+                )
+                merged[i] = _Bin(
+                    b.weight,
+                    math.log(target),
+                    b.log_ratio_sq - b.log_ratio**2 + math.log(target) ** 2,
+                    b.log_tokens,
+                    0.0,
+                )
+        merged.update(plain)  # the target alone: no drafting share to separate
+        if not merged:
+            return None
+        order = sorted(merged)
+        xs = [merged[i].log_tokens for i in order]
+        ws = [merged[i].weight for i in order]
+        # Non-decreasing step time in tokens: pool adjacent violators on T = ratio × prior.
+        ts = [
+            math.exp(merged[i].log_ratio) * self.prior.base_step_time(2.0**x)
+            for i, x in zip(order, xs, strict=True)
+        ]
+        blocks: list[
+            list[float]
+        ] = []  # [weighted T sum, weight, first index, last index]
+        for j, (tv, w) in enumerate(zip(ts, ws, strict=True)):
+            blocks.append([tv * w, w, j, j])
+            while (
+                len(blocks) > 1
+                and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]
+            ):
+                last = blocks.pop()
+                blocks[-1][0] += last[0]
+                blocks[-1][1] += last[1]
+                blocks[-1][3] = last[3]
+        fitted = [0.0] * len(ts)
+        for total, w, first, last_j in blocks:
+            for j in range(int(first), int(last_j) + 1):
+                fitted[j] = total / w
+        knots: list[tuple[float, float]] = []
+        for x, tv in zip(xs, fitted, strict=True):
+            n = 2.0**x
+            if knots and n <= knots[-1][0] * (1 + 1e-9):
+                continue
+            knots.append((n, tv))
+        # In-sample residual: each bin's spread around its mean plus its mean's distance from the
+        # fitted (monotone) curve, weighted; reported as a ratio (exp(rms of log) − 1).
+        square = 0.0
+        for i, x, tv, w in zip(order, xs, fitted, ws, strict=True):
+            b = merged[i]
+            spread = max(b.log_ratio_sq - b.log_ratio * b.log_ratio, 0.0)
+            offset = b.log_ratio - math.log(tv / self.prior.base_step_time(2.0**x))
+            square += w * (spread + offset * offset)
+        residual = math.exp(math.sqrt(square / sum(ws))) - 1.0
+        self._curve = LearnedStepCurve(
+            prior=self.prior,
+            knots=tuple(knots),
+            points=self._points,
+            residual_ratio=residual,
+            spec_scale=spec_scale,
+        )
+        return self._curve
+
+
+def _interpolated_log_ratio(bins: dict[int, _Bin], log_tokens: float) -> float | None:
+    """The bins' log-ratio at ``log_tokens`` by linear interpolation; None outside their range."""
+    pts = sorted((b.log_tokens, b.log_ratio) for b in bins.values())
+    if not pts or log_tokens < pts[0][0] - 0.25 or log_tokens > pts[-1][0] + 0.25:
+        return None
+    if log_tokens <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
+        if log_tokens <= x1:
+            return y0 + (y1 - y0) * (log_tokens - x0) / (x1 - x0) if x1 > x0 else y1
+    return pts[-1][1]
+
+
+def _spec_cost_scale(plain: dict[int, _Bin], spec: dict[int, _Bin]) -> float | None:
+    """Where spec-off and spec-on spans cover the same tokens, the spec-on excess over the target
+    measures the drafting + fixed costs directly: their scale relative to the prior's. None when
+    the data does not allow it (then they scale like the target)."""
+    num = den = 0.0
+    for b in spec.values():
+        plain_log_ratio = _interpolated_log_ratio(plain, b.log_tokens)
+        if plain_log_ratio is None or b.share <= 0.02:
+            continue
+        num += b.weight * (
+            math.exp(b.log_ratio) - math.exp(plain_log_ratio) * (1.0 - b.share)
+        )
+        den += b.weight * b.share
+    if den <= 0:
+        return None
+    return max(num / den, 0.0)
+
+
+def learned_cost_model(prior: CostModel, curve: LearnedStepCurve) -> CostModel:
+    """The prior with the learned curve as its target step and its absolute spec costs scaled."""
+    return replace(prior, profile=curve)
+
+
+@dataclass(frozen=True)
+class FitSummary:
+    """What the sidecar exports about one route's fit."""
+
+    points: float
+    residual_ratio: float | None
+    predicted_seconds: (
+        float | None
+    )  # the current model's step at the last window's load
+    observed_seconds: float | None
+
+
+def fit_summary(learner: StepTimeLearner, model: CostModel) -> FitSummary:
+    obs = learner.last
+    curve = learner.curve()
+    residual = (
+        curve.residual_ratio
+        if curve is not None and math.isfinite(curve.residual_ratio)
+        else None
+    )
+    if obs is None:
+        return FitSummary(learner.points, residual, None, None)
+    return FitSummary(
+        learner.points,
+        residual,
+        model_step_seconds(model, obs, learner.prior),
+        obs.step_seconds,
+    )
+
+
+def deltas_by_kind(
+    increases: Mapping[tuple[object, ...], float], kinds: Mapping[str, str]
+) -> dict[str, float]:
+    """Sum a window's counter increases by series kind (``kinds`` maps a key's first element to a name)."""
+    out = {name: 0.0 for name in kinds.values()}
+    for key, delta in increases.items():
+        name = kinds.get(str(key[0]))
+        if name is not None:
+            out[name] += delta
+    return out
+
+
+def closed_loop_speedup(
+    model: CostModel, concurrency: float, batch: float, k: float, alpha: float
+) -> float:
+    """Throughput with speculation over without at a fixed number of concurrent requests (what a
+    benchmark at concurrency C measures), from a spec-on window alone.
+
+    At concurrency C only ``batch`` requests decode in a step; the other C − B wait outside decode
+    (prefill, queue, client) for o seconds per output token, which the window gives:
+    (C − B)/B = o / d_spec with d_spec = T_spec(B)/(1 + coverage·K·alpha). Without speculation a
+    request decodes a token per plain step, so more of them decode at once: B' solves
+    B' = C·T_base(B')/(T_base(B') + o). Speedup = (B·tokens per step/T_spec(B)) / (B'/T_base(B')).
+    With C = B (nobody waits outside decode) it is the same-batch speedup."""
+    b = max(float(batch), 1e-9)
+    c = max(float(concurrency), b)
+    per_step = model.tokens_per_step(k, alpha)
+    t_spec = model.spec_step_time(max(b, 1.0), k)
+    outside = (c - b) / b * t_spec / per_step
+    b_plain = b
+    for _ in range(50):  # a contraction: T_base grows slower than linearly in B here
+        t = model.base_step_time(max(b_plain, 1.0))
+        nxt = c * t / (t + outside)
+        if abs(nxt - b_plain) < 1e-9:
+            break
+        b_plain = nxt
+    return (b * per_step / t_spec) / (b_plain / model.base_step_time(max(b_plain, 1.0)))
