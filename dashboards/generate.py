@@ -296,8 +296,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "α vs break-even α*",
         "The two numbers behind the margin: α = Δaccepted / Δdraft tokens on the window, α* = the acceptance "
         "rate at which speculation is exactly break-even at the live batch (rises with batch size). α* is "
-        "capped at 100 %: when no acceptance rate pays at the live batch and K, a \"no α pays\" value "
-        "appears (specwatch_speculation_cannot_pay).",
+        "capped at 100 %: \"no α pays?\" says whether any acceptance rate pays at the live batch and K "
+        "(specwatch_speculation_cannot_pay).",
         [
             target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}} · {{target}}", instant=True),
             target(
@@ -306,19 +306,20 @@ def verdict_row() -> list[tuple[dict, int, int]]:
                 "α* {{route}} · {{pod}} · {{target}}",
                 instant=True,
             ),
-            # 2, outside α's and α*'s [0, 1], so the panel-wide mapping below can only match this flag
-            # (the strict dashboard schema takes no per-field unit or mappings override)
+            # shifted to 2 (pays) / 3 (cannot pay), outside α's and α*'s [0, 1], so the panel-wide
+            # mapping below only ever matches this flag (the strict dashboard schema takes no
+            # per-field mappings override)
             target(
                 "C",
-                f"(specwatch_speculation_cannot_pay{{{WIN}}} == 1) * 2",
-                "no α pays {{route}} · {{pod}} · {{target}}",
+                f"specwatch_speculation_cannot_pay{{{WIN}}} + 2",
+                "no α pays? {{route}} · {{pod}} · {{target}}",
                 instant=True,
             ),
         ],
         unit="percentunit",
         decimals=1,
         color_mode="value",
-        mappings=value_mappings([("2", "at this B and K", "red")]),
+        mappings=value_mappings([("2", "no", "green"), ("3", "yes: at this B and K", "red")]),
         thresh=thresholds((None, "green")),
         overrides=[by_prefix("α* ", [{"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}])],
     )

@@ -393,10 +393,11 @@ def test_breakeven_stat_says_when_no_acceptance_rate_pays(dash):
     p = next(p for p in panels(dash) if p["title"] == "α vs break-even α*")
     exprs = [t["expr"] for t in p["targets"]]
     flag = next(t for t in p["targets"] if "specwatch_speculation_cannot_pay" in t["expr"])
-    assert flag["expr"].endswith("== 1) * 2") and len(exprs) == 3
-    assert flag["legendFormat"].startswith("no α pays ")
+    assert flag["expr"].endswith(" + 2") and len(exprs) == 3
+    assert flag["legendFormat"].startswith("no α pays? ")
     (mapping,) = p["fieldConfig"]["defaults"]["mappings"]
-    assert set(mapping["options"]) == {"2"}  # outside [0, 1]: never hides an α or α* value
+    assert set(mapping["options"]) == {"2", "3"}  # outside [0, 1]: never hides an α or α* value
+    assert mapping["options"]["3"]["color"] == "red"
 
 
 def test_recommendation_stat_shows_the_action_beside_the_config(dash):
