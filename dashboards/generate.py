@@ -37,6 +37,7 @@ PANEL_RUNBOOKS = {
     "Acceptance rate α vs break-even α* ($window window)": ("SpecDecodeBelowBreakeven",),
     "Fleet acceptance rate α per route (all pods, 5m)": ("SpecDecodeFleetBelowBreakeven",),
     "Recommended K": ("SpecDecodeShorterDraftRecommended",),
+    "Mean acceptance length τ and draft length K": ("SpecDecodeConfigMismatch",),
     "ITL per step: P50 and P99 vs spec-off baseline": ("SpecDecodeITLP99Regression",),
     "Target up": ("SpecDecodeTargetDown",),
     "Since last good poll": ("SpecDecodeTargetDown",),
@@ -294,7 +295,9 @@ def verdict_row() -> list[tuple[dict, int, int]]:
     alpha_vs = stat(
         "α vs break-even α*",
         "The two numbers behind the margin: α = Δaccepted / Δdraft tokens on the window, α* = the acceptance "
-        "rate at which speculation is exactly break-even at the live batch (rises with batch size).",
+        "rate at which speculation is exactly break-even at the live batch (rises with batch size). α* is "
+        "capped at 100 %: \"no α pays?\" says whether any acceptance rate pays at the live batch and K "
+        "(specwatch_speculation_cannot_pay).",
         [
             target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}} · {{target}}", instant=True),
             target(
@@ -303,10 +306,20 @@ def verdict_row() -> list[tuple[dict, int, int]]:
                 "α* {{route}} · {{pod}} · {{target}}",
                 instant=True,
             ),
+            # shifted to 2 (pays) / 3 (cannot pay), outside α's and α*'s [0, 1], so the panel-wide
+            # mapping below only ever matches this flag (the strict dashboard schema takes no
+            # per-field mappings override)
+            target(
+                "C",
+                f"specwatch_speculation_cannot_pay{{{WIN}}} + 2",
+                "no α pays? {{route}} · {{pod}} · {{target}}",
+                instant=True,
+            ),
         ],
         unit="percentunit",
         decimals=1,
         color_mode="value",
+        mappings=value_mappings([("2", "no", "green"), ("3", "yes: at this B and K", "red")]),
         thresh=thresholds((None, "green")),
         overrides=[by_prefix("α* ", [{"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}])],
     )
@@ -326,13 +339,16 @@ def verdict_row() -> list[tuple[dict, int, int]]:
     )
     config = stat(
         "Recommended --speculative-config",
-        "The ready vLLM `--speculative-config` JSON that fits the verdict: fewer `num_speculative_tokens`, "
-        "a V1 `num_speculative_tokens_per_batch_size` schedule, or none (remove speculative_config).",
+        "What to do with vLLM's `--speculative-config` for the verdict, by action: apply = the JSON is a "
+        "complete flag to paste; merge = merge these keys (fewer `num_speculative_tokens`, a V1 "
+        "`num_speculative_tokens_per_batch_size` schedule) into your own flag, whose drafter model path "
+        "specwatch does not know; remove_speculative_config = restart vLLM without the flag; no_change.",
         [
             target(
                 "A",
-                f"max by (cluster, namespace, pod, target, route, config) (specwatch_recommended_config_info{{{WIN}}})",
-                "{{route}} · {{pod}} · {{target}}: {{config}}",
+                "max by (cluster, namespace, pod, target, route, action, config) "
+                f"(specwatch_recommended_config_info{{{WIN}}})",
+                "{{route}} · {{pod}} · {{target}}: {{action}} {{config}}",
                 instant=True,
             )
         ],
@@ -364,15 +380,20 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
     tau = timeseries(
         "Mean acceptance length τ and draft length K",
         "τ = 1 + Δaccepted / Δdrafts: tokens emitted per speculative step. K = Δdraft tokens / Δdrafts: the "
-        "mean draft length actually proposed (n-gram often drafts fewer than configured).",
+        "mean draft length actually proposed (n-gram often drafts fewer than configured). Configured K: "
+        "what the stated draft.config gives at the live batch (only when draft.config is set); K away "
+        "from it is SpecDecodeConfigMismatch (a batch-size schedule ignored or dropped).",
         [
             target("A", f"specwatch_mean_acceptance_length{{{WIN}}}", "τ {{route}} · {{pod}} · {{target}}"),
             target("B", f"specwatch_draft_length{{{WIN}}}", "K {{route}} · {{pod}} · {{target}}"),
+            target(
+                "C", f"specwatch_configured_draft_length{{{WIN}}}", "configured K {{route}} · {{pod}} · {{target}}"
+            ),
         ],
         unit="none",
         min_=0,
         decimals=2,
-        overrides=[by_prefix("K ", dashed("purple"))],
+        overrides=[by_prefix("K ", dashed("purple")), by_prefix("configured K ", dashed("orange"))],
     )
     pos = timeseries(
         "Per-position acceptance p_i",

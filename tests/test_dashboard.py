@@ -62,6 +62,8 @@ DERIVED = {
     "specwatch_window_drafts",
     "specwatch_verdict",
     "specwatch_recommended_config_info",
+    "specwatch_speculation_cannot_pay",
+    "specwatch_configured_draft_length",
 }
 ROUTE_GAUGES = {"specwatch_baseline_itl_p99_seconds", "specwatch_route_expects_speculation"}
 HEALTH = {
@@ -384,6 +386,24 @@ def test_acceptance_panel_draws_alpha_and_breakeven_on_one_axis(dash):
     assert names == {"specwatch_acceptance_rate", "specwatch_breakeven_acceptance_rate"}
     assert p["fieldConfig"]["defaults"]["unit"] == "percentunit"
     assert _row_of(dash)[p["title"]] == "Acceptance"
+
+
+def test_breakeven_stat_says_when_no_acceptance_rate_pays(dash):
+    # the break-even gauge is capped at 1: only the cannot_pay flag tells "no alpha pays" from alpha* = 100 %
+    p = next(p for p in panels(dash) if p["title"] == "α vs break-even α*")
+    exprs = [t["expr"] for t in p["targets"]]
+    flag = next(t for t in p["targets"] if "specwatch_speculation_cannot_pay" in t["expr"])
+    assert flag["expr"].endswith(" + 2") and len(exprs) == 3
+    assert flag["legendFormat"].startswith("no α pays? ")
+    (mapping,) = p["fieldConfig"]["defaults"]["mappings"]
+    assert set(mapping["options"]) == {"2", "3"}  # outside [0, 1]: never hides an α or α* value
+    assert mapping["options"]["3"]["color"] == "red"
+
+
+def test_recommendation_stat_shows_the_action_beside_the_config(dash):
+    p = next(p for p in panels(dash) if p["title"] == "Recommended --speculative-config")
+    (target,) = p["targets"]
+    assert "action, config)" in target["expr"] and "{{action}} {{config}}" in target["legendFormat"]
 
 
 def test_load_row_puts_batch_against_the_largest_paying_batch(dash):

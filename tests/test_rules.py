@@ -58,7 +58,8 @@ DERIVED = {  # {route, window}: must always be read with window pinned
     "specwatch_max_speculative_batch_size",
     "specwatch_window_drafts",
     "specwatch_verdict",
-    "specwatch_recommended_config_info",  # {route,window,config}: committed by the lead
+    "specwatch_recommended_config_info",  # {route,window,config,action}
+    "specwatch_speculation_cannot_pay",  # 0/1 beside the break-even, which is capped at 1
     # draft.config check (rules/specwatch-config-check.yaml)
     "specwatch_speculative_config_mismatch", "specwatch_configured_draft_length",
 }
@@ -281,6 +282,29 @@ def test_every_alert_has_one_plain_for_severity_summary_description_and_runbook_
                 assert needle in ann["description"], (name, needle)
     # exactly one `for:` line per alert, so a chart can rewrite it by alert name
     assert len(re.findall(r"^\s+for:\s", text, flags=re.MULTILINE)) == len(alerts())
+
+
+def test_template_queries_of_route_series_key_on_job_instance_target_and_route():
+    # one specwatch in prometheus/fleet mode exports every replica: without target, `first` picks any
+    for name, rule in alerts().items():
+        for query in template_queries(rule["annotations"]["description"]):
+            if 'route="' in query and not query.startswith("namespace_route:"):
+                assert 'target="' in query, (name, query)
+
+
+def test_every_alert_quoting_the_recommendation_renders_it_by_action_with_one_template():
+    pattern = r"Recommended: \{\{ with printf `specwatch_recommended_config_info.*?no recommendation exported\{\{ end \}\}"
+    snippets = {
+        name: re.findall(pattern, rule["annotations"]["description"])
+        for name, rule in alerts().items()
+        if "specwatch_recommended_config_info" in rule["annotations"]["description"]
+    }
+    assert set(snippets) == PERFORMANCE_ALERTS
+    rendered = {s for found in snippets.values() for s in found}
+    assert len(rendered) == 1 and all(len(found) == 1 for found in snippets.values()), snippets
+    (template,) = rendered
+    for branch in ('eq $action "apply"', 'eq $action "remove_speculative_config"', "merge {{ $config }}", "no change"):
+        assert branch in template, branch
 
 
 def test_runbook_has_a_section_for_every_alert_at_its_runbook_url_anchor():

@@ -12,10 +12,13 @@ import json
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .config import from_mapping, parse_duration
 from .logsetup import configure_logging
+
+if TYPE_CHECKING:
+    from .pipeline import RouteEvaluation
 
 
 def sidecar_config_for(scenario, *, target_url: str, listen: str, poll_interval: float,
@@ -45,20 +48,38 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
     return str(value)
 
 
+def _fmt_breakeven(value: float | None) -> str:
+    # Above 1 only says that no acceptance rate pays (values like 60.6 occur): say that instead.
+    return "cannot pay" if value is not None and value >= 1.0 else _fmt(value)
+
+
+def _recommendation(evaluation: RouteEvaluation) -> str:
+    """What to do with --speculative-config, by action, as the alert descriptions render it."""
+    advice = evaluation.advice if evaluation.guard_passed else None
+    if advice is None or advice.action is None:
+        return "-"
+    if advice.action == "remove_speculative_config":
+        return "remove"
+    keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+    if not keys:
+        return "no change"
+    text = json.dumps(keys, separators=(",", ":"), sort_keys=True)
+    return text if advice.action == "apply" else f"merge {text}"
+
+
 def render_table(state, sim_truth: dict | None = None, sim_time: float | None = None) -> str:
-    header = ("route", "window", "alpha", "break-even", "batch", "ITL p50 ms", "ITL p99 ms", "speedup", "verdict", "recommended --speculative-config")
+    header = ("route", "window", "alpha", "break-even", "batch", "ITL p50 ms", "ITL p99 ms", "speedup", "verdict", "--speculative-config")
     rows = []
     for route in state.routes:
         for evaluation in route.evaluations:
             stats = evaluation.stats
-            config = evaluation.value("recommended_config")
             rows.append((
                 route.route, stats.window, _fmt(evaluation.value("acceptance_rate")),
-                _fmt(evaluation.value("breakeven_acceptance_rate")), _fmt(stats.batch_size, ".1f"),
+                _fmt_breakeven(evaluation.value("breakeven_acceptance_rate")), _fmt(stats.batch_size, ".1f"),
                 _fmt(stats.itl_p50_seconds and stats.itl_p50_seconds * 1000, ".1f"),
                 _fmt(stats.itl_p99_seconds and stats.itl_p99_seconds * 1000, ".1f"),
                 _fmt(evaluation.value("expected_speedup"), ".2f"), evaluation.verdict or "-",
-                json.dumps(config, separators=(",", ":")) if config else "-",
+                _recommendation(evaluation),
             ))
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = []

@@ -13,8 +13,8 @@ What it proves:
 - SpecDecodeBelowBreakeven is not notified while the scenario is in its chat phase (alpha above
   break-even, which the sidecar's margin gauge shows as positive);
 - after the drop it reaches the receiver with the route label from the sidecar config, its severity,
-  and a description with live numbers (no "n/a") and a recommended --speculative-config that the
-  sidecar really exported;
+  and a description with live numbers (no "n/a") and the recommendation the sidecar really exported,
+  rendered by its action (a --speculative-config to paste, keys to merge, or removing the flag);
 - every specwatch metric the rules read is in the real sidecar's /metrics (the contract, live);
 - the route-level SpecDecodeFleetBelowBreakeven reaches the receiver too, once for the route;
 - the delay from the drop to the notification, printed with its stages (run with -s to see it).
@@ -38,7 +38,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.loopback import free_port, stop_process, wait_http
-from test_rules import every_expression, selectors  # noqa: E402  (the rules' metric names, parsed)
+from test_rules import every_expression, selectors  # the rules' metric names, parsed
 
 pytestmark = pytest.mark.e2e
 
@@ -55,6 +55,17 @@ ALERT = "SpecDecodeBelowBreakeven"
 
 PROMETHEUS = shutil.which("prometheus")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+def render_recommendation(action: str, config: str) -> str:
+    """What the rules' "Recommended:" template makes of one specwatch_recommended_config_info series."""
+    if action == "apply":
+        return f"--speculative-config '{config}'"
+    if action == "remove_speculative_config":
+        return "remove --speculative-config and restart vLLM"
+    if config:
+        return f"merge {config} into your --speculative-config"
+    return "no change"
 
 
 def _sim():
@@ -83,8 +94,9 @@ def accelerated_rules_copy(dest: Path) -> list[Path]:
         text = src.read_text()
         text, n_for = re.subn(r"^(\s+for:\s*)\S+\s*$", rf"\g<1>{FOR_S}s", text, flags=re.MULTILINE)
         text = text.replace('window="5m"', f'window="{WINDOW}"')
-        if "alert:" in text:
-            assert n_for >= 6, f"{src.name}: expected a `for:` per alert, rewrote {n_for}"
+        n_alerts = len(re.findall(r"^\s+- alert:", text, flags=re.MULTILINE))
+        if n_alerts:
+            assert n_for == n_alerts, f"{src.name}: expected a `for:` per alert ({n_alerts}), rewrote {n_for}"
             assert f'window="{WINDOW}"' in text, f"{src.name}: no window pin rewritten"
         path = dest / src.name
         path.write_text(text)
@@ -273,7 +285,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
 
         # watch the three stages until the notification arrives or the scenario is over
         margins: list[tuple[float, float]] = []  # (sim time, sidecar margin)
-        configs_seen: set[str] = set()
+        advice_seen: set[tuple[str, str]] = set()  # (action, config) exported for the route
         t_prom_firing = None
         deadline_sim = scenario.duration + 5 * SPEED
         while handle.sim_time() < deadline_sim and not receiver.firing(ALERT):
@@ -287,7 +299,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
                     margins.append((now, value))
             for labels, _ in sidecar_samples(text, "specwatch_recommended_config_info"):
                 if labels.get("route") == ROUTE and labels.get("window") == WINDOW:
-                    configs_seen.add(labels["config"])
+                    advice_seen.add((labels.get("action", ""), labels.get("config", "")))
             if t_prom_firing is None:
                 alerts = requests.get(f"{prom_api}/alerts", timeout=5).json()["data"]["alerts"]
                 if any(a["labels"]["alertname"] == ALERT and a["state"] == "firing" for a in alerts):
@@ -315,11 +327,11 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         description = annotations["description"]
         assert "n/a" not in description, description
         assert re.search(r"alpha=0\.\d{3} is below the break-even 0\.\d{3}", description), description
-        match = re.search(r"--speculative-config '(\{.*\})'", description)
+        match = re.search(r"Recommended: (.*)$", description)
         assert match, description
-        recommended = json.loads(match.group(1))
-        assert isinstance(recommended, dict) and recommended
-        assert match.group(1) in configs_seen, (match.group(1), configs_seen)
+        assert match.group(1) in {render_recommendation(a, c) for a, c in advice_seen}, (match.group(1), advice_seen)
+        for keys in re.findall(r"(\{.*\})", match.group(1)):
+            assert isinstance(json.loads(keys), dict) and json.loads(keys)
         assert annotations["runbook_url"].endswith("docs/runbook.md#specdecodebelowbreakeven")
         assert annotations["summary"]
 

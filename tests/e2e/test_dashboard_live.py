@@ -36,7 +36,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.loopback import free_port, stop_process, wait_http
-from test_dashboard import (  # noqa: E402  (shared helpers of the static dashboard tests)
+from test_dashboard import (  # shared helpers of the static dashboard tests
     EXPORTED,
     ROOT,
     load_dashboard,
@@ -135,6 +135,12 @@ def stack(tmp_path_factory):
             min_drafts=50,
             hold=1,
         )
+        # the --speculative-config vLLM runs with: the configured-K line and a complete recommendation
+        cfg["draft"]["config"] = {
+            "method": cfg["draft"]["method"],
+            "model": "drafter",
+            "num_speculative_tokens": cfg["draft"]["k"],
+        }
         cfg["targets"][0]["timeout"] = "900ms"
         cfg["targets"].append({"name": "vllm-gone", "url": f"http://127.0.0.1:{dead_port}/metrics", "timeout": "500ms"})
         # baseline_itl_p99_seconds makes the Latency row's spec-off baseline line appear

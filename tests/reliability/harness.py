@@ -32,6 +32,8 @@ TARGET_DERIVED = (
     "specwatch_acceptance_margin", "specwatch_expected_speedup", "specwatch_recommended_draft_length",
     "specwatch_max_speculative_batch_size", "specwatch_position_acceptance_rate",
     "specwatch_window_drafts", "specwatch_verdict", "specwatch_recommended_config_info",
+    "specwatch_speculation_cannot_pay", "specwatch_speculative_config_mismatch",
+    "specwatch_configured_draft_length",
     "specwatch_drafts_total", "specwatch_draft_tokens_total", "specwatch_accepted_tokens_total",
     "specwatch_accepted_tokens_by_position_total", "specwatch_generation_tokens_total",
     "specwatch_itl_seconds_bucket", "specwatch_itl_seconds_sum", "specwatch_itl_seconds_count",
