@@ -13,6 +13,7 @@ import pytest
 from specwatch import costmodel as cmod
 from specwatch import decide, sim
 from specwatch.config import DecisionConfig, from_mapping
+from specwatch.costmodel import learned
 from specwatch.decide_cache import ASSESS_INPUTS, AssessmentCache
 from specwatch.demo import sidecar_config_for
 from specwatch.derive import WindowStats
@@ -65,7 +66,12 @@ class CheckedCache(AssessmentCache):
     def assess(self, cm, stats, decision, method, previous_verdict, *, config_method="same", base_config=None):
         got = super().assess(cm, stats, decision, method, previous_verdict, config_method=config_method,
                              base_config=base_config)
-        assert got == decide.assess(self.fresh_model(), stats, decision, method, previous_verdict,
+        fresh = self.fresh_model()
+        if cm.profile is not None and fresh.profile is None:
+            # Learning is on (hardware and model not configured): the route's model is the
+            # configured one over the curve learned so far; build that afresh too.
+            fresh = learned.learned_cost_model(fresh, cm.profile)
+        assert got == decide.assess(fresh, stats, decision, method, previous_verdict,
                                     config_method=config_method, base_config=base_config)
         self.compared += 1
         return got

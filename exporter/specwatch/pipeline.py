@@ -169,6 +169,9 @@ class _RouteRecord:
     learner: learned.StepTimeLearner | None = None
     learner_method: str = ""
     learned_until: float | None = None  # end of the last window given to the learner
+    # The cost model over the learner's current curve: one object while the curve is unchanged, so
+    # the assessment memo (keyed on the model) and the model's own memos serve every poll.
+    learned_model: costmodel.CostModel | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,24 @@ def passes_guard(stats: WindowStats, latest: RouteSnapshot, min_drafts: float) -
     return stats.drafts is not None and stats.drafts >= min_drafts
 
 
+def update_route_method(config: Config, memory: RouteMemory, windows: Sequence[WindowEntry]) -> str:
+    """One cost class per route, from the longest window with enough drafts (stable across
+    windows); kept while no window is evidence (speculation idle or off). Idempotent for the same
+    windows: the sidecar resolves it before learning, evaluate_route again for fleet mode."""
+    configured = config.draft.method
+    if configured != "auto":
+        memory.method = configured
+    stated = getattr(config.draft, "config", None)
+    schedule_ks = schedule_ks_of(stated if isinstance(stated, Mapping) else None)
+    for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
+        resolved = resolve_method(configured, stats, min_drafts=config.decision.min_drafts,
+                                  schedule_ks=schedule_ks)
+        if resolved is not None:
+            memory.method = resolved
+            break
+    return memory.method
+
+
 def evaluate_route(config: Config, cost_model: costmodel.CostModel, schedule: SpeculativeSchedule | None,
                    memory: RouteMemory, windows: Sequence[WindowEntry], now: float,
                    *, fresh: bool, assess: AssessFunction = decide.assess) -> tuple[RouteEvaluation, ...]:
@@ -285,16 +306,7 @@ def evaluate_route(config: Config, cost_model: costmodel.CostModel, schedule: Sp
     decision = config.decision
     # Half a poll of slack: evaluations are one poll interval apart, give or take scheduling.
     hold = max(decision.hold_seconds(config.poll_interval) - 0.5 * config.poll_interval, 0.0)
-    # One cost class per route, from the longest window with enough drafts (stable across
-    # windows); kept while no window is evidence (speculation idle or off).
-    if configured != "auto":
-        memory.method = configured
-    for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
-        resolved = resolve_method(configured, stats, min_drafts=decision.min_drafts, schedule_ks=schedule_ks)
-        if resolved is not None:
-            memory.method = resolved
-            break
-    cost_class = memory.method.split(":")[-1]
+    cost_class = update_route_method(config, memory, windows).split(":")[-1]
     # The recommended config names a method only when it is known: configured, or inferred
     # n-gram (self-contained); an inferred model-based drafter's method and path are not.
     config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
@@ -404,6 +416,7 @@ class Pipeline:
                 if view is not None:
                     windows.append((width, label, view,
                                     window_stats(view, name, label, now, configured_k_hint=self.config.draft.k)))
+            update_route_method(self.config, route, windows)  # this poll's class, before learning
             cost_model = self._learn(route, now)
             evaluations = evaluate_route(self.config, cost_model, self._schedule, route, windows, now,
                                          fresh=route.fresh, assess=self._assessments.assess)
@@ -425,11 +438,17 @@ class Pipeline:
             return self.cost_model
         method = route.method.split(":")[-1]
         if route.learner is None or (method != route.learner_method and method != "unknown"):
-            # The method class sets the prior's drafting share: a new class starts a new fit.
+            # The method class sets the prior's drafting share. Once inferred, the points taken
+            # before (the same drafter, class not yet known) are refitted under its prior; a
+            # change of class (another drafter) starts a new fit.
             prior = self.cost_model.with_method(method if method != "unknown" else None)
-            route.learner = learned.StepTimeLearner(prior, min_points=settings.min_points,
-                                                    half_life_seconds=settings.half_life)
-            route.learner_method, route.learned_until = method, None
+            if route.learner is not None and route.learner_method == "unknown":
+                route.learner = route.learner.with_prior(prior)
+            else:
+                route.learner = learned.StepTimeLearner(prior, min_points=settings.min_points,
+                                                        half_life_seconds=settings.half_life)
+                route.learned_until = None
+            route.learner_method = method
         since = route.learned_until
         width = now - since if since is not None else min(self.config.windows)
         if width >= settings.point_seconds:
@@ -444,10 +463,16 @@ class Pipeline:
                 if obs is not None:
                     route.learner.add(obs)
                 route.learned_until = view.last.t
-        curve = route.learner.curve()
+        return self._learned_model(route)
+
+    def _learned_model(self, route: _RouteRecord) -> costmodel.CostModel:
+        """The route's cost model now: over its learned curve, else the configured one."""
+        curve = route.learner.curve() if route.learner is not None else None
         if curve is None:
             return self.cost_model
-        return learned.learned_cost_model(self.cost_model, curve)
+        if route.learned_model is None or route.learned_model.profile is not curve:
+            route.learned_model = learned.learned_cost_model(self.cost_model, curve)
+        return route.learned_model
 
     def learning_enabled(self) -> bool:
         """learning.enabled, auto (None) meaning: when the verdict would rest on defaults. A
@@ -462,10 +487,7 @@ class Pipeline:
         out = {}
         for name, route in self._routes.items():
             if route.learner is not None:
-                curve = route.learner.curve()
-                model = (learned.learned_cost_model(self.cost_model, curve) if curve is not None
-                         else self.cost_model)
-                out[name] = (route.learner, model)
+                out[name] = (route.learner, self._learned_model(route))
         return out
 
     def cost_model_source(self) -> str:
@@ -530,9 +552,7 @@ class Pipeline:
         learner = route.learner
         if learner is None:
             return None
-        curve = learner.curve()
-        model = learned.learned_cost_model(self.cost_model, curve) if curve is not None else self.cost_model
-        return learned.fit_summary(learner, model.with_method(route.learner_method))
+        return learned.fit_summary(learner, self._learned_model(route).with_method(route.learner_method))
 
     def cost_model_info(self) -> CostModelInfo:
         cm = self.cost_model

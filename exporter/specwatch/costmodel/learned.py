@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -46,6 +47,8 @@ DEFAULT_MIN_POINTS = 6
 DEFAULT_HALF_LIFE_SECONDS = 6 * 3600.0
 #: A window must cover at least this many engine steps to be a point.
 MIN_STEPS_PER_POINT = 20.0
+#: Latest points kept as they came, to refit them under another prior (``with_prior``).
+RETAINED_POINTS = 32
 
 _N_BINS = int(math.log2(MAX_TOKENS) * BINS_PER_DOUBLING) + 1
 
@@ -244,6 +247,16 @@ class StepTimeLearner:
         self._scale = 0.15  # running residual scale (log units) for the Huber weight
         self._curve: LearnedStepCurve | None = None
         self.last: StepObservation | None = None
+        self._recent: deque[StepObservation] = deque(maxlen=RETAINED_POINTS)
+
+    def with_prior(self, prior: CostModel) -> StepTimeLearner:
+        """A learner over another prior fed the latest ``RETAINED_POINTS`` points again: the
+        method class became known after the first windows (their points are the same drafter's,
+        only the prior's drafting share was not known yet)."""
+        learner = StepTimeLearner(prior, min_points=self.min_points, half_life_seconds=self.half_life_seconds)
+        for obs in self._recent:
+            learner.add(obs)
+        return learner
 
     @property
     def points(self) -> float:
@@ -259,6 +272,7 @@ class StepTimeLearner:
             self._points *= factor
         self._t = obs.t
         self.last = obs
+        self._recent.append(obs)
         prior = prior_step_seconds(self.prior, obs)
         if not (prior > 0):
             return

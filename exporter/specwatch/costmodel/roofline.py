@@ -224,6 +224,13 @@ class CostModel:
             return d.cost_per_token
         if d.method in ("ngram", "suffix"):
             return 0.0  # charged on verify time instead, see draft_time
+        if self.profile is not None and not isinstance(self.profile, RelativeStepTimeCurve):
+            # A static measured profile says nothing about the drafter (cost_scale is 1): price the
+            # draft as its roofline ratio to the target's roofline step on the same hardware, never
+            # over the profile's step (a CPU profile against an H100 roofline draft gave a
+            # break-even of 60). The ratio then scales the profile's own step (draft_time).
+            return replace(self, profile=None).draft_cost_per_token()
+        # Roofline, or a learned curve: the drafter is scaled by cost_scale, the step by the curve.
         t1 = self.base_step_time(1.0)
         if d.method == "draft_model" and d.draft_model is not None:
             return self._draft_model_step(1.0) / t1
