@@ -32,6 +32,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from .roofline import CostModel
 
@@ -464,8 +465,11 @@ def fit_summary(learner: StepTimeLearner, model: CostModel) -> FitSummary:
     )
 
 
+_Key = TypeVar("_Key", bound=tuple[object, ...])
+
+
 def deltas_by_kind(
-    increases: Mapping[tuple[object, ...], float], kinds: Mapping[str, str]
+    increases: Mapping[_Key, float], kinds: Mapping[str, str]
 ) -> dict[str, float]:
     """Sum a window's counter increases by series kind (``kinds`` maps a key's first element to a name)."""
     out = {name: 0.0 for name in kinds.values()}
