@@ -6,9 +6,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__, demo, lesson, sim
-from .config import ConfigError, load
+from .config import Config, ConfigError, load
 from .logsetup import configure_logging
 
 EXIT_CONFIG = 2
@@ -17,7 +18,7 @@ EXIT_CONFIG = 2
 SUBCOMMAND_MODULES = (lesson, sim, demo)
 
 
-def _load_config(args: argparse.Namespace, **overrides):
+def _load_config(args: argparse.Namespace, **overrides: Any) -> Config:
     return load(getattr(args, "config", None), overrides=overrides)
 
 

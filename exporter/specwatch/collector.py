@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -131,10 +132,11 @@ class SpecwatchCollector(Collector):
             for evaluation in route.evaluations:
                 wlabels = labels + [evaluation.stats.window]
                 for name, field, _ in DERIVED_GAUGES:
-                    value = evaluation.value(field)
-                    if value is not None and math.isfinite(value):
-                        gauges[name].add_metric(wlabels, value)
-                rates = evaluation.value("position_rates")
+                    derived = evaluation.value(field)
+                    if derived is not None and math.isfinite(derived):
+                        gauges[name].add_metric(wlabels, derived)
+                # value() is annotated float | None but returns the stats' tuple for this field
+                rates = cast("tuple[float, ...] | None", evaluation.value("position_rates"))
                 if rates:
                     for position, value in enumerate(rates):
                         position_rate.add_metric(wlabels + [str(position)], value)

