@@ -169,6 +169,7 @@ class Run:
     quiet: dict = field(default_factory=dict)  # label -> quiet Snap after that phase
     live_reads: dict = field(default_factory=dict)  # label -> (t_from, t_to) of the exact-check reads
     events: dict = field(default_factory=dict)
+    recorder: harness.Recorder | None = None
 
     def need_sidecar(self) -> harness.Sidecar:
         if self.sidecar is None:
@@ -203,7 +204,7 @@ def spec_run(vllm_env, artifacts):
     rec_path = artifacts / "recording-ngram.jsonl"
     rec_path.unlink(missing_ok=True)
     run = Run(server=server, recording=rec_path, config=sidecar_config(server.metrics_url, model))
-    recorder = harness.Recorder(server.metrics_url, "vllm", rec_path, POLL).start()
+    recorder = run.recorder = harness.Recorder(server.metrics_url, "vllm", rec_path, POLL).start()
     try:
         try:
             run.sidecar = harness.start_sidecar(run.config, artifacts, "ngram")
@@ -573,3 +574,127 @@ def test_cost_model_fed_a_step_profile_measured_spec_off_predicts_a_gain_where_o
     measured = spec_run.phases[1]["tokens_per_second"] / nospec_run.phases[1]["tokens_per_second"]
     print(f"concurrency 1: measured {measured:.2f}x (not asserted), predicted {predicted:.2f}x")
     assert predicted > 1, f"predicted {predicted:.2f}x at batch 1 with alpha ~0.8"
+
+
+# ------------------------------------------------------------------ applying specwatch's own advice
+#
+# Issue #14: the operator takes the `--speculative-config` the sidecar recommends, restarts vLLM with
+# exactly that JSON, and the same sidecar keeps watching.  vLLM must accept it, and the draft length
+# vLLM then uses must follow it.  Throughput is not asserted (machine-dependent): the before/after
+# figures are measured by bench_speedup.py and reported in docs/real-vllm.md.
+
+ADVICE_PHASES = (1, 4)
+
+
+def k_bound(config: dict, max_batch: int) -> int:
+    """Largest K vLLM 0.32 may draft at batch sizes 1..max_batch under `config`: the bands of
+    num_speculative_tokens_per_batch_size sorted by start, gaps and the tail carrying the previous
+    band's K, every K capped at num_speculative_tokens (vllm/v1/spec_decode/dynamic/utils.py)."""
+    k = int(config["num_speculative_tokens"])
+    bands = sorted(config.get("num_speculative_tokens_per_batch_size") or [])
+    if not bands:
+        return k
+    per_batch = []
+    for b in range(1, max_batch + 1):
+        started = [kk for lo, _hi, kk in bands if lo <= b]
+        per_batch.append(min(k, started[-1]) if started else 0)
+    return max(per_batch)
+
+
+@dataclass
+class Advised:
+    advice: dict  # recommended_config of the 5m window, as /api/v1/status served it
+    flag: str | None  # recommended_speculative_config_flag, the same as a command-line flag
+    advice_window: dict  # the whole 5m window record the advice came from
+    server: harness.VllmServer
+    quiet: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)
+    status_after: dict = field(default_factory=dict)
+    metrics_after: str = ""
+    resets_before: int = 0
+
+
+@pytest.fixture(scope="module")
+def advised_run(spec_run, vllm_env, artifacts):
+    """After the n-gram scenario: read the advice, restart vLLM (same port) with exactly that
+    --speculative-config, drive c=1 and c=4 while the same sidecar polls, read it once more."""
+    sidecar = spec_run.need_sidecar()
+    status = sidecar.status()
+    window = window_of(status, W_LONG)
+    advice = window.get("recommended_config")
+    assert advice, f"the 5m window recommends no config (verdict {window.get('verdict')!r}): {window}"
+    # the scenario's own recording ends here: the advised server is measured separately
+    if spec_run.recorder is not None:
+        spec_run.recorder.stop()
+    spec_run.server.stop()
+    py, model = vllm_env
+    server = harness.VllmServer(py, model, "advised", advice, artifacts, port=spec_run.server.port)
+    harness.STARTED.append(server)
+    run = Advised(
+        advice=advice,
+        flag=window.get("recommended_speculative_config_flag"),
+        advice_window=window,
+        server=server,
+        resets_before=status["targets"][0]["counter_resets"],
+    )
+    harness.log(f"[advised] restarting vLLM with the recommended --speculative-config {json.dumps(advice)}")
+    try:
+        server.start()
+        server.wait_ready()  # a config vLLM refuses ends here, with vLLM's own error in the log tail
+        time.sleep(2)
+        run.quiet["idle"] = quiet_fetch(server.metrics_url)
+        for k, c in enumerate(ADVICE_PHASES):
+            run.phases[c] = run_phase(server.base, c, PHASE_SECONDS, 70 + k, artifacts / f"load-advised-c{c}.json")
+            time.sleep(SETTLE)
+            run.quiet[c] = quiet_fetch(server.metrics_url)
+        time.sleep(max(0.0, run.phases[ADVICE_PHASES[-1]]["t_end"] + READ_AFTER - time.time()))
+        run.status_after, run.metrics_after = sidecar.status(), sidecar.metrics()
+        yield run
+    finally:
+        server.stop()
+
+
+def test_vllm_starts_with_the_recommended_speculative_config_verbatim(advised_run):
+    assert advised_run.server.alive(), "vLLM did not keep running with the recommended config"
+    assert advised_run.flag == "--speculative-config '" + json.dumps(advised_run.advice, separators=(",", ":")) + "'"
+    # vLLM took the keys it was given: the number of position children is num_speculative_tokens
+    snap = advised_run.quiet["idle"]
+    assert sorted(snap.per_pos) == list(range(int(advised_run.advice["num_speculative_tokens"])))
+
+
+@pytest.mark.parametrize("phase,previous", [(1, "idle"), (4, 1)])
+def test_vllm_draft_length_follows_the_recommended_config(advised_run, phase, previous):
+    """Mean draft length vLLM reports (Δdraft_tokens/Δdrafts) is at most the K the recommended
+    config allows at the batch sizes of the phase, and vLLM still drafts where that K is > 0."""
+    a, b = advised_run.quiet[previous], advised_run.quiet[phase]
+    drafts = b.counters[pc.DRAFTS] - a.counters[pc.DRAFTS]
+    bound = k_bound(advised_run.advice, phase)
+    ref = pc.reference([a, b])
+    print(
+        f"advised c={phase}: drafts {drafts:.0f}, K mean {ref['draft_length']}, alpha {ref['acceptance_rate']}, "
+        f"bound {bound}, tokens/s {advised_run.phases[phase]['tokens_per_second']:.0f}"
+    )
+    if bound == 0:
+        assert drafts == 0, f"the recommended config disables drafting at batch <= {phase}, vLLM drafted {drafts}"
+        return
+    assert drafts > 0, f"vLLM proposed no draft at c={phase} although the recommended K there is {bound}"
+    assert 1.0 <= ref["draft_length"] <= bound + TOL, f"K mean {ref['draft_length']} outside [1, {bound}]"
+    assert sum(b.per_pos.values()) == b.counters[pc.ACCEPTED]
+
+
+def test_sidecar_follows_vllm_onto_the_recommended_config(advised_run):
+    """The same sidecar sees the restart, reads K from the new position labels and measures the
+    draft length inside what the recommended config allows."""
+    r = route_of(advised_run.status_after)
+    assert r["spec_present"] is True
+    assert r["configured_k"] == int(advised_run.advice["num_speculative_tokens"])
+    assert advised_run.status_after["targets"][0]["counter_resets"] > advised_run.resets_before
+    w = window_of(advised_run.status_after, W_MID)
+    assert w["draft_length"] is not None, f"no draft length in the 30s window after c=4: {w}"
+    assert 1.0 <= w["draft_length"] <= k_bound(advised_run.advice, max(ADVICE_PHASES)) + TOL
+    positions = {
+        lb["position"]
+        for n, lb, _ in samples(advised_run.metrics_after)
+        if n == "specwatch_position_acceptance_rate" and lb.get("window") == W_MID
+    }
+    assert positions == {str(i) for i in range(int(advised_run.advice["num_speculative_tokens"]))}
