@@ -10,8 +10,15 @@
 3. Prediction: specwatch.costmodel.expected_speedup with that profile, the measured alpha and
    K and the measured batch, against the measured tokens/s ratio.
 
-usage: python tests/integration/bench_speedup.py --out DIR [--seconds 20]
-Writes DIR/speedup-results.json and DIR/stepprofile-nospec.yaml; prints a markdown table.
+4. Applying specwatch's advice (issue #14): the n-gram run is recorded (the `specwatch record`
+   format) and fed through specwatch's own Pipeline (the code `specwatch run` and `replay` use)
+   with the integration test's sidecar config; its recommended `--speculative-config` at the end
+   (5m window) is applied verbatim.  Runs alternate original (A) and recommended (B) config,
+   A, B, A, B (the first A is the run of step 1), each driving the same seeded load at c = 1, 4,
+   16; per concurrency: tokens/s, vLLM's ITL P99, and specwatch's prediction of the change.
+
+usage: python tests/integration/bench_speedup.py --out DIR [--seconds 20] [--no-ab]
+Writes DIR/speedup-results.json and DIR/stepprofile-nospec.yaml; prints markdown tables.
 """
 
 from __future__ import annotations
@@ -63,12 +70,18 @@ def phase_stats(a: pc.Snap, b: pc.Snap) -> dict:
     }
 
 
-def run_server(py, model, tag, spec, concurrencies, seconds, logdir: Path) -> dict:
+def run_server(py, model, tag, spec, concurrencies, seconds, logdir: Path, record: Path | None = None) -> dict:
+    """Start a server with `spec`, drive each concurrency, stop it.  With `record`, /metrics is
+    also recorded every second into that file (the `specwatch record` format)."""
     srv = harness.VllmServer(py, model, tag, spec, logdir)
     srv.start()
-    out = {"ready_seconds": None, "phases": {}}
+    out = {"spec": spec, "ready_seconds": None, "phases": {}}
+    recorder = None
     try:
         out["ready_seconds"] = srv.wait_ready()
+        if record is not None:
+            record.unlink(missing_ok=True)
+            recorder = harness.Recorder(srv.metrics_url, "vllm", record, 1.0).start()
         # one warm-up request (first-request TTFT is 0.5-1.5 s and not part of the steady state)
         subprocess.run(
             [
@@ -119,6 +132,8 @@ def run_server(py, model, tag, spec, concurrencies, seconds, logdir: Path) -> di
         print(srv.log_tail(), file=sys.stderr)
         raise
     finally:
+        if recorder is not None:
+            recorder.stop()
         srv.stop()
     return out
 
@@ -204,15 +219,140 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
+# ------------------------------------------------------------------ applying specwatch's advice
+
+AB_CONCURRENCIES = (1, 4, 16)
+
+
+def sidecar_config(model_dir: Path) -> dict:
+    """The integration test's sidecar config (tests/integration/test_real_vllm.py)."""
+    return {
+        "poll_interval": "1s",
+        "windows": ["10s", "30s", "5m"],
+        "targets": [{"name": "vllm", "url": "http://127.0.0.1:9/metrics", "timeout": "900ms"}],
+        "model": {"config_json": str(model_dir / "config.json"), "dtype": "bf16"},
+        "draft": {"method": "ngram"},
+        "decision": {"min_drafts": 200, "hold": 2},
+    }
+
+
+def k_at_batch(config: dict, batch: int) -> int:
+    """The K vLLM 0.32 uses at `batch` under a --speculative-config (bands sorted by start; a gap or
+    the tail carries the previous band's K; capped at num_speculative_tokens)."""
+    k = int(config["num_speculative_tokens"])
+    bands = sorted(config.get("num_speculative_tokens_per_batch_size") or [])
+    if not bands:
+        return k
+    started = [kk for lo, _hi, kk in bands if lo <= max(1, batch)]
+    return min(k, started[-1]) if started else 0
+
+
+def specwatch_view(recording: Path, model_dir: Path, phases: dict) -> dict:
+    """What specwatch says over a recording of the original config: per concurrency, the 10s-window
+    evaluation at the phase's end (verdict, expected speedup vs no speculation, batch, alpha,
+    coverage) and the cost model's predicted change from applying the advice at that batch; and the
+    advice itself (the 5m window's recommended config at the end of the recording)."""
+    from specwatch import costmodel as cmod
+    from specwatch.config import from_mapping
+    from specwatch.pipeline import Pipeline
+    from specwatch.replay import read_recording
+
+    config = from_mapping(sidecar_config(model_dir))
+    pipe = Pipeline(config)
+    ends = {c: ph["client"]["t_end"] for c, ph in phases.items()}
+    at_end: dict = {}
+    last: dict = {}
+    for entry in read_recording(recording.read_text().splitlines()):
+        t = float(entry["t"])
+        if "text" in entry:
+            pipe.ingest(entry["target"], t, entry["text"])
+        else:
+            pipe.ingest_error(entry["target"], t, str(entry["error"]))
+        evaluations = {e.stats.window: e for e in pipe.evaluate(t)}
+        last = evaluations
+        for c, t_end in ends.items():
+            if t <= t_end and "10s" in evaluations:
+                at_end[c] = evaluations["10s"]
+    final = last["5m"]
+    advice = final.value("recommended_config")
+    out = {
+        "advice": advice,
+        "advice_verdict": final.verdict,
+        "advice_expected_speedup": final.value("expected_speedup"),
+        "phases": {},
+    }
+    for c, e in at_end.items():
+        st = e.stats
+        rates = tuple(st.position_rates or ())
+        k_now = st.configured_k or len(rates)
+        row = {
+            "verdict": e.verdict,
+            "expected_speedup": e.value("expected_speedup"),
+            "batch": st.batch_size,
+            "alpha": st.acceptance_rate,
+            "k_mean": st.draft_length,
+            "draft_coverage": st.draft_coverage,
+            "recommended_k": None,
+            "predicted_change": None,
+        }
+        if advice and rates and st.batch_size:
+            b = max(st.batch_size, 1.0)
+            cm = pipe.cost_model.with_method("ngram").with_coverage(st.draft_coverage)
+            k_new = k_at_batch(advice, round(b))
+            s_now = cmod.expected_speedup_for_positions(cm, b, rates[:k_now])
+            s_new = cmod.expected_speedup_for_positions(cm, b, rates[:k_new]) if k_new > 0 else 1.0
+            row.update(recommended_k=k_new, predicted_change=s_new / s_now)
+        out["phases"][c] = row
+    return out
+
+
+def ab_table(results: dict) -> str:
+    ab = results["ab"]
+    view = ab["specwatch"]
+    ms = lambda x: "n/a" if x is None else f"{1e3 * x:.1f}"
+    f2 = lambda x: "n/a" if x is None else f"{x:.2f}"
+    rows = [
+        "| concurrency | A tok/s (run 1, run 2) | B tok/s (run 1, run 2) | **measured B/A** | **specwatch predicted B/A** "
+        "| specwatch expected speedup of A vs no spec | vLLM ITL P99 A (ms) | vLLM ITL P99 B (ms) "
+        "| client per-token P99 A / B (ms) | alpha A / B | K mean A / B | draft coverage A / B |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in AB_CONCURRENCIES:
+        key = str(c) if str(c) in ab["runs"][0]["phases"] else c
+        a = [r["phases"][key] for r in ab["runs"] if r["arm"] == "A"]
+        b = [r["phases"][key] for r in ab["runs"] if r["arm"] == "B"]
+        tps = lambda runs: [r["client"]["tokens_per_second"] for r in runs]
+        mean = lambda xs: sum(xs) / len(xs)
+        cov = lambda s: (s["tokens_per_step_per_request"] - 1) / (s["tau"] - 1) if s["tau"] and s["tau"] > 1 else None
+        v = view["phases"].get(key) or view["phases"].get(c) or {}
+        rows.append(
+            f"| {c} | {' , '.join(f'{x:.0f}' for x in tps(a))} | {' , '.join(f'{x:.0f}' for x in tps(b))} "
+            f"| **{mean(tps(b)) / mean(tps(a)):.2f}x** | **{f2(v.get('predicted_change'))}x** "
+            f"| {f2(v.get('expected_speedup'))}x "
+            f"| {' , '.join(ms(r['server']['itl_p99_s']) for r in a)} "
+            f"| {' , '.join(ms(r['server']['itl_p99_s']) for r in b)} "
+            f"| {ms(mean([r['client']['request_tpot_p99_s'] for r in a]))} / "
+            f"{ms(mean([r['client']['request_tpot_p99_s'] for r in b]))} "
+            f"| {f2(mean([r['server']['alpha'] for r in a]))} / {f2(mean([r['server']['alpha'] for r in b]))} "
+            f"| {f2(mean([r['server']['k_mean'] for r in a]))} / {f2(mean([r['server']['k_mean'] for r in b]))} "
+            f"| {f2(mean([cov(r['server']) for r in a]))} / {f2(mean([cov(r['server']) for r in b]))} |"
+        )
+    return "\n".join(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--table-only", action="store_true", help="print the table of OUT/speedup-results.json")
     ap.add_argument("--repredict", action="store_true", help="recompute the cost-model prediction of a saved run")
+    ap.add_argument("--no-ab", action="store_true", help="skip the before/after runs with specwatch's advice")
     a = ap.parse_args()
     if a.table_only:
-        print(table(json.loads((Path(a.out) / "speedup-results.json").read_text())))
+        saved = json.loads((Path(a.out) / "speedup-results.json").read_text())
+        print(table(saved))
+        if "ab" in saved:
+            print("\n" + ab_table(saved))
         return 0
     if a.repredict:
         # Re-run only the cost model over a saved measurement (after a cost-model change).
@@ -230,7 +370,9 @@ def main() -> int:
     py = harness.ensure_vllm_venv()
     model = harness.ensure_tiny_model(py)
     t0 = time.time()
-    spec = run_server(py, model, "bench-ngram", harness.NGRAM_SPEC, (1, 4, 16), a.seconds, logdir)
+    rec = out / "recording-bench-ngram.jsonl"
+    spec = run_server(py, model, "bench-ngram", harness.NGRAM_SPEC, (1, 4, 16), a.seconds, logdir, record=rec)
+    view = specwatch_view(rec, model, spec["phases"]) if not a.no_ab else None
     nospec = run_server(py, model, "bench-nospec", None, (1, 4, 16, 32), a.seconds, logdir)
     profile = build_profile(nospec)
     (out / "stepprofile-nospec.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
@@ -246,6 +388,20 @@ def main() -> int:
     }
     (out / "speedup-results.json").write_text(json.dumps(results, indent=1, default=str))
     print(table(results))
+    if view is not None:
+        advice = view["advice"]
+        print(f"specwatch's advice: {json.dumps(advice)} (verdict {view['advice_verdict']})", file=sys.stderr)
+        runs = [dict(spec, arm="A")]
+        if advice:
+            # B, A, B after the first A (step 1's run): alternating, so drift on a shared machine hits both
+            for i, (arm, cfg) in enumerate((("B", advice), ("A", harness.NGRAM_SPEC), ("B", advice))):
+                r = run_server(py, model, f"bench-ab{i + 2}-{arm}", cfg, AB_CONCURRENCIES, a.seconds, logdir)
+                runs.append(dict(r, arm=arm))
+        results["ab"] = {"original": harness.NGRAM_SPEC, "recommended": advice, "specwatch": view, "runs": runs}
+        results["wall_seconds"] = round(time.time() - t0, 1)
+        (out / "speedup-results.json").write_text(json.dumps(results, indent=1, default=str))
+        if advice:
+            print("\n" + ab_table(results))
     return 0
 
 

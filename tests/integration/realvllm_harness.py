@@ -174,7 +174,7 @@ def ensure_vllm_venv() -> Path:
         r = _run_logged([base, "-m", "venv", str(vdir)], logfile, 300)
         if r.returncode != 0:
             raise EnvironmentUnavailable(f"cannot create a venv with {base}: {_tail(logfile, 20)}")
-        r = _run_logged([str(py), "-m", "pip", "install", "--progress-bar", "off", VLLM_PIN], logfile, 1500)
+        r = _run_logged([str(py), "-m", "pip", "install", "--progress-bar", "off", VLLM_PIN], logfile, 3600)
         if r.returncode != 0:
             tail = _tail(logfile, 40)
             if any(m in tail for m in _ENV_MARKERS):
