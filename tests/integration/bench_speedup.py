@@ -347,10 +347,14 @@ def main() -> int:
     ap.add_argument("--table-only", action="store_true", help="print the table of OUT/speedup-results.json")
     ap.add_argument("--repredict", action="store_true", help="recompute the cost-model prediction of a saved run")
     ap.add_argument("--no-ab", action="store_true", help="skip the before/after runs with specwatch's advice")
+    ap.add_argument(
+        "--ab-only", action="store_true", help="only the before/after runs (no spec-off server, no step profile)"
+    )
     a = ap.parse_args()
     if a.table_only:
         saved = json.loads((Path(a.out) / "speedup-results.json").read_text())
-        print(table(saved))
+        if saved.get("prediction"):
+            print(table(saved))
         if "ab" in saved:
             print("\n" + ab_table(saved))
         return 0
@@ -373,10 +377,13 @@ def main() -> int:
     rec = out / "recording-bench-ngram.jsonl"
     spec = run_server(py, model, "bench-ngram", harness.NGRAM_SPEC, (1, 4, 16), a.seconds, logdir, record=rec)
     view = specwatch_view(rec, model, spec["phases"]) if not a.no_ab else None
-    nospec = run_server(py, model, "bench-nospec", None, (1, 4, 16, 32), a.seconds, logdir)
-    profile = build_profile(nospec)
-    (out / "stepprofile-nospec.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
-    pred = predict(profile, model, spec)
+    if a.ab_only:
+        nospec, profile, pred = None, None, None
+    else:
+        nospec = run_server(py, model, "bench-nospec", None, (1, 4, 16, 32), a.seconds, logdir)
+        profile = build_profile(nospec)
+        (out / "stepprofile-nospec.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+        pred = predict(profile, model, spec)
     results = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds_per_phase": a.seconds,
@@ -387,7 +394,8 @@ def main() -> int:
         "prediction": pred,
     }
     (out / "speedup-results.json").write_text(json.dumps(results, indent=1, default=str))
-    print(table(results))
+    if pred is not None:
+        print(table(results))
     if view is not None:
         advice = view["advice"]
         print(f"specwatch's advice: {json.dumps(advice)} (verdict {view['advice_verdict']})", file=sys.stderr)
