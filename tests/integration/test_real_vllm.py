@@ -15,6 +15,7 @@ has a delta equal to the difference of two independent fetches, to 1e-6.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -170,6 +171,7 @@ class Run:
     live_reads: dict = field(default_factory=dict)  # label -> (t_from, t_to) of the exact-check reads
     events: dict = field(default_factory=dict)
     recorder: harness.Recorder | None = None
+    advice_status: dict = field(default_factory=dict)  # the sidecar's /api/v1/status when the scenario ended
 
     def need_sidecar(self) -> harness.Sidecar:
         if self.sidecar is None:
@@ -225,6 +227,9 @@ def spec_run(vllm_env, artifacts):
         time.sleep(max(0.0, t_end + READ_AFTER + 3 - time.time()))
         run.live_reads["after_restart"] = (t_end + READ_AFTER, t_end + READ_AFTER + 3)
         run.events["end"] = time.time()
+        recorder.stop()  # the recording is the scenario, not the idle minutes while other fixtures run
+        if run.sidecar is not None:
+            run.advice_status = run.sidecar.status()
         yield run
     finally:
         recorder.stop()
@@ -253,6 +258,7 @@ def nospec_run(vllm_env, artifacts):
             run.sidecar_error = repr(e)
         drive_phases(run, artifacts, "nospec", 6.0)
         run.events["end"] = time.time()
+        recorder.stop()
         yield run
     finally:
         recorder.stop()
@@ -390,7 +396,7 @@ def test_replay_verdict_is_not_changed_by_the_restart(spec_run, artifacts):
         if ln["route"] == ROUTE and ln["window"] == W_LONG
     ]
     before = [ln["verdict"] for ln in lines if ln["t"] < spec_run.events["restart_begin"]]
-    after = [ln["verdict"] for ln in lines if ln["t"] > spec_run.events["restart_begin"]]
+    after = [ln["verdict"] for ln in lines if spec_run.events["restart_begin"] < ln["t"] <= spec_run.events["end"]]
     assert before and after
     settled = before[-1]
     assert settled not in (None, "spec_off", "insufficient_data"), f"no settled verdict before restart: {before[-5:]}"
@@ -412,6 +418,10 @@ def _check_live_window(status: dict, metrics: str, window: str, a: pc.Snap, b: p
     ref = pc.reference([a, b])
     w = window_of(status, window)
     assert close(w["drafts"], ref["drafts"]), f"{window}: window drafts {w['drafts']} != {ref['drafts']}"
+    if ref["drafts"] is not None and ref["drafts"] < MIN_DRAFTS:
+        # below the sample guard alpha/tau/K/p_i are absent by design (docs/architecture.md §4); a slow
+        # machine can draft fewer than MIN_DRAFTS in a 12 s phase at concurrency 1
+        ref = {**ref, **dict.fromkeys(GUARDED_KEYS), "position_acceptance_rate": dict.fromkeys(range(4))}
     for key in (
         "acceptance_rate",
         "mean_acceptance_length",
@@ -422,7 +432,7 @@ def _check_live_window(status: dict, metrics: str, window: str, a: pc.Snap, b: p
         "itl_per_token_mean_seconds",
     ):
         assert close(w[key], ref[key]), f"{window} {key}: specwatch {w[key]} vs vLLM {ref[key]}"
-    rates = w["position_acceptance_rates"]
+    rates = w["position_acceptance_rates"] or [None] * 4
     assert len(rates) == 4
     for i, p in enumerate(rates):
         assert close(p, ref["position_acceptance_rate"][i]), (
@@ -474,14 +484,34 @@ def test_live_alpha_tau_k_positions_itl_and_batch_equal_vllm_counters_between_qu
         _check_live_window(status, metrics, W_MID, spec_run.quiet[previous], spec_run.quiet[phase])
 
 
+def _quiet_intervals(run: Run) -> list[tuple[float, float, pc.Snap]]:
+    """(from, to, counters) of the periods before the restart in which vLLM's counters stood still."""
+    ph, ev = run.phases, run.events
+    edges = [(ev["start"], ph[1]["t_start"], "idle")]
+    edges += [(ph[a]["t_end"] + SETTLE, ph[b]["t_start"], a) for a, b in itertools.pairwise(CONCURRENCIES)]
+    edges.append((ph[16]["t_end"] + SETTLE, ev["restart_begin"], 16))
+    return [(t0 + 2, t1 - 2, run.quiet[label]) for t0, t1, label in edges if t1 - t0 > 4]
+
+
 def test_live_long_window_spans_the_restart_with_prometheus_reset_rule(spec_run):
-    """5m window after the restart: increase = (before restart - 0) + (after restart - 0)."""
+    """5m window across the restart: increase = (before restart - window start) + (after restart - 0).
+    Exact where the window starts in a quiet period: the sidecar is read every second after the
+    scenario, so some reads start in one (on a quiet machine, the idle start)."""
     before, after = spec_run.quiet[16], spec_run.quiet["after_restart"]
-    zero = spec_run.quiet["idle"]
     assert after.counters[pc.DRAFTS] < before.counters[pc.DRAFTS], "the restart did not reset vLLM's counters"
-    for _, status, metrics in _live_rows(spec_run, "after_restart"):
+    quiet_from = spec_run.phases["after_restart"]["t_end"] + SETTLE + 2
+    until = spec_run.events.get("advice_restart", time.time())
+    width = WINDOW_SECONDS[W_LONG]
+    rows = []
+    for read_at, status, metrics in spec_run.need_sidecar() and spec_run.sampler.between(quiet_from, until):
+        t = status.get("t") or read_at  # the sidecar's evaluation time
+        start = [snap for t0, t1, snap in _quiet_intervals(spec_run) if t0 <= t - width <= t1]
+        if start and t - width < spec_run.events["restart_begin"]:
+            rows.append((start[0], status, metrics))
+    assert rows, "no 5m-window read across the restart started in a quiet period"
+    for zero, status, metrics in rows:
         w = window_of(status, W_LONG)
-        d = lambda n: before.counters[n] - zero.counters[n] + after.counters[n]
+        d = lambda n, zero=zero: before.counters[n] - zero.counters[n] + after.counters[n]
         assert close(w["drafts"], d(pc.DRAFTS))
         assert close(w["acceptance_rate"], d(pc.ACCEPTED) / d(pc.DRAFT_TOKENS))
         assert close(w["draft_length"], d(pc.DRAFT_TOKENS) / d(pc.DRAFTS))
@@ -619,13 +649,12 @@ def advised_run(spec_run, vllm_env, artifacts):
     """After the n-gram scenario: read the advice, restart vLLM (same port) with exactly that
     --speculative-config, drive c=1 and c=4 while the same sidecar polls, read it once more."""
     sidecar = spec_run.need_sidecar()
-    status = sidecar.status()
+    status = spec_run.advice_status  # read when the scenario ended: later the 5m window holds only idle time
+    assert status, "no sidecar status was read at the end of the n-gram scenario"
     window = window_of(status, W_LONG)
     advice = window.get("recommended_config")
     assert advice, f"the 5m window recommends no config (verdict {window.get('verdict')!r}): {window}"
-    # the scenario's own recording ends here: the advised server is measured separately
-    if spec_run.recorder is not None:
-        spec_run.recorder.stop()
+    spec_run.events["advice_restart"] = time.time()
     spec_run.server.stop()
     py, model = vllm_env
     server = harness.VllmServer(py, model, "advised", advice, artifacts, port=spec_run.server.port)
@@ -635,7 +664,7 @@ def advised_run(spec_run, vllm_env, artifacts):
         flag=window.get("recommended_speculative_config_flag"),
         advice_window=window,
         server=server,
-        resets_before=status["targets"][0]["counter_resets"],
+        resets_before=sidecar.status()["targets"][0]["counter_resets"],
     )
     harness.log(f"[advised] restarting vLLM with the recommended --speculative-config {json.dumps(advice)}")
     try:
