@@ -311,6 +311,7 @@ def ab_table(results: dict) -> str:
     view = ab["specwatch"]
     ms = lambda x: "n/a" if x is None else f"{1e3 * x:.1f}"
     f2 = lambda x: "n/a" if x is None else f"{x:.2f}"
+    fx = lambda x: "n/a" if x is None else f"{x:.2f}x"
     rows = [
         "| concurrency | A tok/s (run 1, run 2) | B tok/s (run 1, run 2) | **measured B/A** | **specwatch predicted B/A** "
         "| specwatch expected speedup of A vs no spec | vLLM ITL P99 A (ms) | vLLM ITL P99 B (ms) "
@@ -327,8 +328,8 @@ def ab_table(results: dict) -> str:
         v = view["phases"].get(key) or view["phases"].get(c) or {}
         rows.append(
             f"| {c} | {' , '.join(f'{x:.0f}' for x in tps(a))} | {' , '.join(f'{x:.0f}' for x in tps(b))} "
-            f"| **{mean(tps(b)) / mean(tps(a)):.2f}x** | **{f2(v.get('predicted_change'))}x** "
-            f"| {f2(v.get('expected_speedup'))}x "
+            f"| **{mean(tps(b)) / mean(tps(a)):.2f}x** | **{fx(v.get('predicted_change'))}** "
+            f"| {fx(v.get('expected_speedup'))} "
             f"| {' , '.join(ms(r['server']['itl_p99_s']) for r in a)} "
             f"| {' , '.join(ms(r['server']['itl_p99_s']) for r in b)} "
             f"| {ms(mean([r['client']['request_tpot_p99_s'] for r in a]))} / "
