@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from prometheus_client.core import (
     CounterMetricFamily,

@@ -14,6 +14,7 @@ from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import service as service_mod
 from specwatch.config import from_mapping
 from specwatch.demo import sidecar_config_for
@@ -63,11 +64,26 @@ def names(metrics: dict) -> set[str]:
 
 
 class Sidecar:
-    def __init__(self, url: str, *, scenario: str = "steady", timeout: str = "1s", max_bytes: str = "4MiB",
-                 seed: int = 0, min_drafts: int = 500, **overrides: Any):
+    def __init__(
+        self,
+        url: str,
+        *,
+        scenario: str = "steady",
+        timeout: str = "1s",
+        max_bytes: str = "4MiB",
+        seed: int = 0,
+        min_drafts: int = 500,
+        **overrides: Any,
+    ):
         self.scenario = load_scenario(scenario)
-        raw = sidecar_config_for(self.scenario, target_url=url, listen="127.0.0.1:0", poll_interval=POLL,
-                                 windows=("1m", "5m"), min_drafts=min_drafts)
+        raw = sidecar_config_for(
+            self.scenario,
+            target_url=url,
+            listen="127.0.0.1:0",
+            poll_interval=POLL,
+            windows=("1m", "5m"),
+            min_drafts=min_drafts,
+        )
         raw["targets"][0].update(timeout=timeout, max_bytes=max_bytes)
         raw.update(overrides)
         self.config = from_mapping(raw, environ={})
@@ -111,23 +127,34 @@ class Sidecar:
 
     def errors(self) -> dict[str, float]:
         m = self.scrape()
-        return {dict(lab)["reason"]: v for (n, lab), v in m.items()
-                if n == "specwatch_scrape_errors_total" and dict(lab)["target"] == TARGET}
+        return {
+            dict(lab)["reason"]: v
+            for (n, lab), v in m.items()
+            if n == "specwatch_scrape_errors_total" and dict(lab)["target"] == TARGET
+        }
 
     def up(self) -> float | None:
         return value(self.scrape(), "specwatch_target_up", target=TARGET)
 
     def verdicts(self) -> dict[tuple[str, str], str | None]:
-        return {(name, label): vs.current for name, route in self.service.pipeline._routes.items()
-                for label, vs in route.verdicts.items()}
+        return {
+            (name, label): vs.current
+            for name, route in self.service.pipeline._routes.items()
+            for label, vs in route.verdicts.items()
+        }
 
     def window_state(self):
         """Everything the windows hold, to compare byte for byte across a failed poll."""
         out = {}
         for name, route in sorted(self.service.pipeline._routes.items()):
             w = route.window
-            out[name] = (len(w.entries), w.entries[-1].t if w.entries else None, tuple(sorted(w.totals.items())),
-                         tuple(sorted(w._raw.items())), w.resets)
+            out[name] = (
+                len(w.entries),
+                w.entries[-1].t if w.entries else None,
+                tuple(sorted(w.totals.items())),
+                tuple(sorted(w._raw.items())),
+                w.resets,
+            )
         return out
 
     def close(self) -> None:
