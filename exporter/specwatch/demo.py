@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from .sim.scenario import Scenario
 
 
-
 def sidecar_config_for(
     scenario: Scenario,
     *,
@@ -84,19 +83,36 @@ def _recommendation(evaluation: RouteEvaluation) -> str:
 
 
 def render_table(state: State, sim_truth: dict[str, Any] | None = None, sim_time: float | None = None) -> str:
-    header = ("route", "window", "alpha", "break-even", "batch", "ITL p50 ms", "ITL p99 ms", "speedup", "verdict", "--speculative-config")
+    header = (
+        "route",
+        "window",
+        "alpha",
+        "break-even",
+        "batch",
+        "ITL p50 ms",
+        "ITL p99 ms",
+        "speedup",
+        "verdict",
+        "--speculative-config",
+    )
     rows = []
     for route in state.routes:
         for evaluation in route.evaluations:
             stats = evaluation.stats
-            rows.append((
-                route.route, stats.window, _fmt(evaluation.value("acceptance_rate")),
-                _fmt_breakeven(evaluation.value("breakeven_acceptance_rate")), _fmt(stats.batch_size, ".1f"),
-                _fmt(stats.itl_p50_seconds and stats.itl_p50_seconds * 1000, ".1f"),
-                _fmt(stats.itl_p99_seconds and stats.itl_p99_seconds * 1000, ".1f"),
-                _fmt(evaluation.value("expected_speedup"), ".2f"), evaluation.verdict or "-",
-                _recommendation(evaluation),
-            ))
+            rows.append(
+                (
+                    route.route,
+                    stats.window,
+                    _fmt(evaluation.value("acceptance_rate")),
+                    _fmt_breakeven(evaluation.value("breakeven_acceptance_rate")),
+                    _fmt(stats.batch_size, ".1f"),
+                    _fmt(stats.itl_p50_seconds and stats.itl_p50_seconds * 1000, ".1f"),
+                    _fmt(stats.itl_p99_seconds and stats.itl_p99_seconds * 1000, ".1f"),
+                    _fmt(evaluation.value("expected_speedup"), ".2f"),
+                    evaluation.verdict or "-",
+                    _recommendation(evaluation),
+                )
+            )
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = []
     if sim_time is not None:
