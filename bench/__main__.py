@@ -40,8 +40,14 @@ def main(argv=None) -> int:
         ap.error(f"unknown part(s): {', '.join(sorted(unknown))}")
 
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    results: dict = {"mode": "smoke" if args.smoke else "full", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     "machine": machine(), "parts": {}, "tables": {}, "errors": {}}
+    results: dict = {
+        "mode": "smoke" if args.smoke else "full",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine(),
+        "parts": {},
+        "tables": {},
+        "errors": {},
+    }
     tables = []
 
     def part(name, fn):
@@ -79,10 +85,12 @@ def main(argv=None) -> int:
     Path(args.out).write_text(json.dumps(results, indent=1, default=str))
     if args.markdown:
         m = results["machine"]
-        head = (f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory']} RAM, Linux {m['kernel']}, Python {m['python']}, "
-                f"prometheus_client {m['prometheus_client']}, {m['prometheus']}; load average "
-                f"{m['loadavg_start'][0]:.1f} at start, {m['loadavg_end'][0]:.1f} at the end "
-                f"({results['mode']} run, {results['started']}).")
+        head = (
+            f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory']} RAM, Linux {m['kernel']}, Python {m['python']}, "
+            f"prometheus_client {m['prometheus_client']}, {m['prometheus']}; load average "
+            f"{m['loadavg_start'][0]:.1f} at start, {m['loadavg_end'][0]:.1f} at the end "
+            f"({results['mode']} run, {results['started']})."
+        )
         Path(args.markdown).write_text(head + "\n\n" + "\n\n".join(t.markdown() for t in tables) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
     if results["errors"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -12,8 +13,8 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"  # real vLLM payloads, kept in the repository
@@ -35,7 +36,7 @@ def percentile(xs: Sequence[float], q: float) -> float:
     if not xs:
         return math.nan
     s = sorted(xs)
-    k = max(0, min(len(s) - 1, int(math.ceil(q / 100.0 * len(s))) - 1))
+    k = max(0, min(len(s) - 1, math.ceil(q / 100.0 * len(s)) - 1))
     return s[k]
 
 
@@ -47,8 +48,9 @@ def time_calls(fn: Callable[[], object], number: int) -> float:
     return (time.perf_counter() - t0) / number
 
 
-def interleaved(candidates: dict[str, Callable[[], object]], rounds: int, number: dict[str, int] | int = 1
-                ) -> dict[str, float]:
+def interleaved(
+    candidates: dict[str, Callable[[], object]], rounds: int, number: dict[str, int] | int = 1
+) -> dict[str, float]:
     """Median seconds per call of each candidate, measured in alternation round after round so a
     noisy neighbour hits every candidate alike (the machine is shared)."""
     samples: dict[str, list[float]] = {k: [] for k in candidates}
@@ -117,29 +119,34 @@ def machine() -> dict:
     except OSError:
         pass
     mem = ""
-    try:
+    with contextlib.suppress(OSError, IndexError):
         mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
-    except (OSError, IndexError):
-        pass
     import prometheus_client
+
     prom = shutil.which("prometheus")
     prom_version = ""
     if prom:
-        try:
-            prom_version = subprocess.run([prom, "--version"], capture_output=True, text=True, timeout=10
-                                          ).stdout.splitlines()[0]
-        except (OSError, subprocess.SubprocessError, IndexError):
-            pass
+        with contextlib.suppress(OSError, subprocess.SubprocessError, IndexError):
+            prom_version = subprocess.run(
+                [prom, "--version"], check=False, capture_output=True, text=True, timeout=10
+            ).stdout.splitlines()[0]
     return {
-        "cpu": cpu, "cpus": os.cpu_count(), "memory": mem, "kernel": platform.release(),
-        "python": platform.python_version(), "prometheus_client": prometheus_client.__version__ if hasattr(
-            prometheus_client, "__version__") else _dist_version("prometheus-client"),
-        "prometheus": prom_version, "loadavg_start": os.getloadavg(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "prometheus_client": prometheus_client.__version__
+        if hasattr(prometheus_client, "__version__")
+        else _dist_version("prometheus-client"),
+        "prometheus": prom_version,
+        "loadavg_start": os.getloadavg(),
     }
 
 
 def _dist_version(name: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version(name)
     except PackageNotFoundError:
@@ -154,6 +161,7 @@ def free_port() -> int:
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
     import requests
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -193,20 +201,33 @@ class BackfilledPrometheus:
         src = self.dir / "input.om"
         src.write_text(openmetrics_text if openmetrics_text.endswith("# EOF\n") else openmetrics_text + "# EOF\n")
         data = self.dir / "data"
-        subprocess.run([self.promtool, "tsdb", "create-blocks-from", "openmetrics", str(src), str(data)],
-                       check=True, capture_output=True, text=True, timeout=600)
+        subprocess.run(
+            [self.promtool, "tsdb", "create-blocks-from", "openmetrics", str(src), str(data)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         src.unlink()
         (self.dir / "prometheus.yml").write_text("global: {scrape_interval: 1h}\nscrape_configs: []\n")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(self.dir / "prometheus.log", "w")
+        self.log = open(self.dir / "prometheus.log", "w")  # noqa: SIM115 - Prometheus's stdout for its whole life; closed in stop()
         self.proc = subprocess.Popen(
-            [self.prometheus, f"--config.file={self.dir / 'prometheus.yml'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", f"--storage.tsdb.path={data}",
-             "--storage.tsdb.retention.time=100y", "--query.max-samples=200000000"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                self.prometheus,
+                f"--config.file={self.dir / 'prometheus.yml'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--storage.tsdb.path={data}",
+                "--storage.tsdb.retention.time=100y",
+                "--query.max-samples=200000000",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         wait_http(self.url + "/-/ready", 60, self.proc)
         import requests
+
         self.session = requests.Session()
 
     def query(self, expr: str, t: float) -> list[dict]:
@@ -221,9 +242,11 @@ class BackfilledPrometheus:
         s = start
         while s <= end:
             e = min(end, s + chunk - step)
-            r = self.session.get(self.url + "/api/v1/query_range",
-                                 params={"query": expr, "start": repr(s), "end": repr(e), "step": repr(step)},
-                                 timeout=120)
+            r = self.session.get(
+                self.url + "/api/v1/query_range",
+                params={"query": expr, "start": repr(s), "end": repr(e), "step": repr(step)},
+                timeout=120,
+            )
             r.raise_for_status()
             for series in r.json()["data"]["result"]:
                 key = json.dumps(series["metric"], sort_keys=True)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,27 +36,39 @@ from specwatch.demo import sidecar_config_for
 from specwatch.pipeline import Pipeline
 
 from . import payloads
-from .common import BackfilledPrometheus, Table, median, verdict_mark
+from .common import BackfilledPrometheus, Table, verdict_mark
 from .parse_cost import default_config
 
 SCENARIOS = ("alpha-drop", "slow-drift", "batch-surge", "mixed-routes", "restart")
 SMOKE_SCENARIOS = ("alpha-drop",)
-ALERT_FOR = 15 * 60     # SpecDecodeBelowBreakeven `for:` in rules/specwatch-alerts.yaml
+ALERT_FOR = 15 * 60  # SpecDecodeBelowBreakeven `for:` in rules/specwatch-alerts.yaml
 WINDOW_5M, HOLD_POLLS = 300.0, 2
-GRACE = WINDOW_5M + HOLD_POLLS * payloads.POLL   # the goal: delay <= window + hold
+GRACE = WINDOW_5M + HOLD_POLLS * payloads.POLL  # the goal: delay <= window + hold
 THRESHOLD = 0.55
 
-PEER_STATIC = ('sum by (scenario, model_name) (vllm:spec_decode_num_accepted_tokens_total) / '
-               'sum by (scenario, model_name) (vllm:spec_decode_num_draft_tokens_total) < 0.55')
-PEER_RATE = ('sum by (scenario, model_name) (rate(vllm:spec_decode_num_accepted_tokens_total[5m])) / '
-             'sum by (scenario, model_name) (rate(vllm:spec_decode_num_draft_tokens_total[5m])) < 0.55')
+PEER_STATIC = (
+    "sum by (scenario, model_name) (vllm:spec_decode_num_accepted_tokens_total) / "
+    "sum by (scenario, model_name) (vllm:spec_decode_num_draft_tokens_total) < 0.55"
+)
+PEER_RATE = (
+    "sum by (scenario, model_name) (rate(vllm:spec_decode_num_accepted_tokens_total[5m])) / "
+    "sum by (scenario, model_name) (rate(vllm:spec_decode_num_draft_tokens_total[5m])) < 0.55"
+)
 SW_ALERT = 'specwatch_acceptance_margin{window="5m"} < 0'
 
-_KEEP_SW = ("specwatch_itl_seconds_bucket{", "specwatch_itl_seconds_sum{", "specwatch_itl_seconds_count{",
-            "specwatch_acceptance_margin{")
+_KEEP_SW = (
+    "specwatch_itl_seconds_bucket{",
+    "specwatch_itl_seconds_sum{",
+    "specwatch_itl_seconds_count{",
+    "specwatch_acceptance_margin{",
+)
 _KEEP_VLLM = ("vllm:spec_decode_num_accepted_tokens_total{", "vllm:spec_decode_num_draft_tokens_total{")
-_FAMILY_TYPES = {"specwatch_itl_seconds": "histogram", "specwatch_acceptance_margin": "gauge",
-                 "vllm:spec_decode_num_accepted_tokens": "counter", "vllm:spec_decode_num_draft_tokens": "counter"}
+_FAMILY_TYPES = {
+    "specwatch_itl_seconds": "histogram",
+    "specwatch_acceptance_margin": "gauge",
+    "vllm:spec_decode_num_accepted_tokens": "counter",
+    "vllm:spec_decode_num_draft_tokens": "counter",
+}
 
 
 def _family_of(line: str) -> str:
@@ -76,7 +87,7 @@ class Backfill:
 
     def add(self, line: str, scenario: str, t: float) -> None:
         brace = line.index("{")
-        self.families[_family_of(line)].append(f'{line[:brace + 1]}scenario="{scenario}",{line[brace + 1:]} {t:.3f}')
+        self.families[_family_of(line)].append(f'{line[: brace + 1]}scenario="{scenario}",{line[brace + 1 :]} {t:.3f}')
 
     def text(self) -> str:
         out = []
@@ -98,9 +109,17 @@ def replay_with_exposition(name: str, lines, config, backfill: Backfill, *, vllm
         t, text = float(entry["t"]), entry["text"]
         pipeline.ingest("vllm", t, text)
         for ev in pipeline.evaluate(t):
-            evals.append({"t": t, "route": ev.stats.route, "window": ev.stats.window, "verdict": ev.verdict,
-                          "margin": ev.value("acceptance_margin"), "p50": ev.stats.itl_p50_seconds,
-                          "p99": ev.stats.itl_p99_seconds})
+            evals.append(
+                {
+                    "t": t,
+                    "route": ev.stats.route,
+                    "window": ev.stats.window,
+                    "verdict": ev.verdict,
+                    "margin": ev.value("acceptance_margin"),
+                    "p50": ev.stats.itl_p50_seconds,
+                    "p99": ev.stats.itl_p99_seconds,
+                }
+            )
         state = pipeline.state()
         for line in generate_latest(registry).decode().split("\n"):
             if line.startswith(_KEEP_SW):
@@ -195,17 +214,34 @@ def run_detection(smoke: bool, stable_output: str | None = None) -> tuple[list[T
     for name in names:
         rec = payloads.scenario_recording(name)
         sc = sim.load_scenario(name)
-        config = from_mapping(sidecar_config_for(sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0",
-                                                 poll_interval=payloads.POLL, windows=("1m", "5m")))
+        config = from_mapping(
+            sidecar_config_for(
+                sc,
+                target_url="http://127.0.0.1:1/metrics",
+                listen="127.0.0.1:0",
+                poll_interval=payloads.POLL,
+                windows=("1m", "5m"),
+            )
+        )
         with open(rec, encoding="utf-8") as fh:
             evals = replay_with_exposition(name, fh, config, backfill)
         initial, crossings = truth_timeline(name)
-        data[name] = {"evals": evals, "initial": initial, "crossings": crossings, "epoch": sim.EPOCH_BASE,
-                      "routes": list(sc.model_names)}
+        data[name] = {
+            "evals": evals,
+            "initial": initial,
+            "crossings": crossings,
+            "epoch": sim.EPOCH_BASE,
+            "routes": list(sc.model_names),
+        }
     # The real vLLM fixture sequence, for accuracy only (irregular scrape times, a restart inside).
     real = payloads.real_payloads()
-    real_evals = replay_with_exposition("real-vllm-cpu", ({"t": t, "text": x} for _, t, x in real), default_config(),
-                                        backfill, vllm_lines=False) if real else []
+    real_evals = (
+        replay_with_exposition(
+            "real-vllm-cpu", ({"t": t, "text": x} for _, t, x in real), default_config(), backfill, vllm_lines=False
+        )
+        if real
+        else []
+    )
     # 24 h of stable noisy traffic: specwatch's verdicts from the whole-process replay output, the peers
     # from vLLM's counters in the same recording.
     stable_polls = 720 if smoke else 17_280
@@ -222,34 +258,60 @@ def run_detection(smoke: bool, stable_output: str | None = None) -> tuple[list[T
         q_static = prom.query_range(PEER_STATIC, epoch, end, payloads.POLL)
         q_rate = prom.query_range(PEER_RATE, epoch, end, payloads.POLL)
         q_alert = prom.query_range(SW_ALERT, epoch, end, payloads.POLL)
-        delays = Table("detection", "Detection delay from the true break-even crossing (replayed scenario recordings, "
-                                    "5 s polls, one run)",
-                       ["scenario", "route", "true crossing", "specwatch verdict 1m", "specwatch verdict 5m",
-                        "specwatch alert condition (margin 5m < 0)", "specwatch alert (+ for: 15m)",
-                        "peer: static alpha < 0.55", "peer: rate(5m) ratio < 0.55", "goal (5m ≤ window + hold)", "met"],
-                       note="Delays in seconds after the true crossing of `sim.crossings` (scenario "
-                            "`expected.crossings`). 'already since' = the detector was in that state before the "
-                            "crossing (a false alarm, not a detection); 'missed' = never. Peer rules only say "
-                            "disable-or-not, so only crossings into or out of `disable` apply to them. The alert "
-                            "column is derived: condition start + `for: 15m`. Goal: specwatch's 5m verdict within "
-                            f"window + hold = {GRACE:.0f} s.")
-        falses = Table("false_changes", "False verdict changes and time in the wrong state (one run)",
-                       ["scenario", "route", "specwatch 1m", "specwatch 5m", "specwatch alert condition",
-                        "peer: static < 0.55", "peer: rate(5m) < 0.55", "goal (specwatch 0 false changes)", "met"],
-                       note="Cell = false changes (changes within 10 min after a true crossing) / share of time the "
-                            "detector disagrees with the truth on 'should speculation be off?'. The first 5 min (warm-up: "
-                            "windows filling, the simulated batch ramping up from 0) are not scored, nor window + hold "
-                            "after each true crossing for the share. A change is false when no true crossing "
-                            "happened in the 10 min before it; changes after a crossing include the intermediate "
-                            "verdict a window passes through while it fills with the new traffic (e.g. keep → shorten → "
-                            "disable after a step drop). steady-24h: the 10-minute simulated steady run tiled to 24 h "
-                            "(17,280 polls), the same recording as the replay benchmark.")
+        delays = Table(
+            "detection",
+            "Detection delay from the true break-even crossing (replayed scenario recordings, 5 s polls, one run)",
+            [
+                "scenario",
+                "route",
+                "true crossing",
+                "specwatch verdict 1m",
+                "specwatch verdict 5m",
+                "specwatch alert condition (margin 5m < 0)",
+                "specwatch alert (+ for: 15m)",
+                "peer: static alpha < 0.55",
+                "peer: rate(5m) ratio < 0.55",
+                "goal (5m ≤ window + hold)",
+                "met",
+            ],
+            note="Delays in seconds after the true crossing of `sim.crossings` (scenario "
+            "`expected.crossings`). 'already since' = the detector was in that state before the "
+            "crossing (a false alarm, not a detection); 'missed' = never. Peer rules only say "
+            "disable-or-not, so only crossings into or out of `disable` apply to them. The alert "
+            "column is derived: condition start + `for: 15m`. Goal: specwatch's 5m verdict within "
+            f"window + hold = {GRACE:.0f} s.",
+        )
+        falses = Table(
+            "false_changes",
+            "False verdict changes and time in the wrong state (one run)",
+            [
+                "scenario",
+                "route",
+                "specwatch 1m",
+                "specwatch 5m",
+                "specwatch alert condition",
+                "peer: static < 0.55",
+                "peer: rate(5m) < 0.55",
+                "goal (specwatch 0 false changes)",
+                "met",
+            ],
+            note="Cell = false changes (changes within 10 min after a true crossing) / share of time the "
+            "detector disagrees with the truth on 'should speculation be off?'. The first 5 min (warm-up: "
+            "windows filling, the simulated batch ramping up from 0) are not scored, nor window + hold "
+            "after each true crossing for the share. A change is false when no true crossing "
+            "happened in the 10 min before it; changes after a crossing include the intermediate "
+            "verdict a window passes through while it fills with the new traffic (e.g. keep → shorten → "
+            "disable after a step drop). steady-24h: the 10-minute simulated steady run tiled to 24 h "
+            "(17,280 polls), the same recording as the replay benchmark.",
+        )
         for name, d in data.items():
             times = sorted({e["t"] for e in d["evals"]})
             res_s = {}
             for route in d["routes"]:
-                sw = {w: [(e["t"], e["verdict"]) for e in d["evals"] if e["route"] == route and e["window"] == w]
-                      for w in ("1m", "5m")}
+                sw = {
+                    w: [(e["t"], e["verdict"]) for e in d["evals"] if e["route"] == route and e["window"] == w]
+                    for w in ("1m", "5m")
+                }
                 alert = _bool_series(q_alert, {"scenario": name, "route": route}, times)
                 static = _bool_series(q_static, {"scenario": name, "model_name": route}, times)
                 rate = _bool_series(q_rate, {"scenario": name, "model_name": route}, times)
@@ -262,26 +324,66 @@ def run_detection(smoke: bool, stable_output: str | None = None) -> tuple[list[T
                     if c["to"] == "disable" or c["from"] == "disable":
                         want = c["to"] == "disable"
                         cell_alert, da = _delay_cell(tc, alert, lambda v, w=want: v == w)
-                        cell_fire = f"{da + ALERT_FOR:.0f} s" if (da is not None and want) else ("—" if da is None else "resolves")
+                        cell_fire = (
+                            f"{da + ALERT_FOR:.0f} s"
+                            if (da is not None and want)
+                            else ("—" if da is None else "resolves")
+                        )
                         cell_static, _ = _delay_cell(tc, static, lambda v, w=want: v == w)
                         cell_rate, _ = _delay_cell(tc, rate, lambda v, w=want: v == w)
                     else:
                         cell_alert = cell_fire = cell_static = cell_rate = "n/a (not a disable crossing)"
                     met = d5 is not None and d5 <= GRACE
-                    delays.add(name, route, f"t={c['at']:.0f}s {c['from']}→{c['to']}", cell_1m, cell_5m, cell_alert,
-                               cell_fire, cell_static, cell_rate, f"≤ {GRACE:.0f} s", verdict_mark(met))
-                    rows.append({"crossing": c, "specwatch_1m": cell_1m, "specwatch_5m": cell_5m, "delay_5m": d5,
-                                 "alert_condition": cell_alert, "alert": cell_fire, "peer_static": cell_static,
-                                 "peer_rate": cell_rate, "met": met})
+                    delays.add(
+                        name,
+                        route,
+                        f"t={c['at']:.0f}s {c['from']}→{c['to']}",
+                        cell_1m,
+                        cell_5m,
+                        cell_alert,
+                        cell_fire,
+                        cell_static,
+                        cell_rate,
+                        f"≤ {GRACE:.0f} s",
+                        verdict_mark(met),
+                    )
+                    rows.append(
+                        {
+                            "crossing": c,
+                            "specwatch_1m": cell_1m,
+                            "specwatch_5m": cell_5m,
+                            "delay_5m": d5,
+                            "alert_condition": cell_alert,
+                            "alert": cell_fire,
+                            "peer_static": cell_static,
+                            "peer_rate": cell_rate,
+                            "met": met,
+                        }
+                    )
                 if not crossings:
-                    delays.add(name, route, f"none (true verdict {d['initial'][route]} throughout)", "—", "—", "—", "—",
-                               "—", "—", "—", "—")
+                    delays.add(
+                        name,
+                        route,
+                        f"none (true verdict {d['initial'][route]} throughout)",
+                        "—",
+                        "—",
+                        "—",
+                        "—",
+                        "—",
+                        "—",
+                        "—",
+                        "—",
+                    )
                 # false changes + wrong time
                 truth = [(t, _true_verdict(d["initial"][route], d["crossings"], route, t - epoch)) for t in times]
                 cells, stats = [], {}
-                for label, series, kind in (("specwatch_1m", sw["1m"], "verdict"), ("specwatch_5m", sw["5m"], "verdict"),
-                                            ("alert_condition", alert, "bool"), ("peer_static", static, "bool"),
-                                            ("peer_rate", rate, "bool")):
+                for label, series, kind in (
+                    ("specwatch_1m", sw["1m"], "verdict"),
+                    ("specwatch_5m", sw["5m"], "verdict"),
+                    ("alert_condition", alert, "bool"),
+                    ("peer_static", static, "bool"),
+                    ("peer_rate", rate, "bool"),
+                ):
                     n_false, n_trans, wrong = _score(series, kind, truth, crossings, epoch)
                     stats[label] = {"false_changes": n_false, "changes_after_crossings": n_trans, "wrong_share": wrong}
                     cells.append(f"{n_false} ({n_trans}) / {wrong * 100:.0f} %")
@@ -299,52 +401,70 @@ def run_detection(smoke: bool, stable_output: str | None = None) -> tuple[list[T
         truth24 = [(t, "keep") for t in s_times]
         stable = {}
         cells = []
-        for label, series, kind in (("specwatch_1m", [(e["t"], e["verdict"]) for e in stable_evals if e["window"] == "1m"], "verdict"),
-                                    ("specwatch_5m", [(e["t"], e["verdict"]) for e in stable_evals if e["window"] == "5m"], "verdict"),
-                                    ("alert_condition", [(e["t"], e["margin"] is not None and e["margin"] < 0)
-                                                         for e in stable_evals if e["window"] == "5m"], "bool"),
-                                    ("peer_static", st, "bool"), ("peer_rate", rt, "bool")):
+        for label, series, kind in (
+            ("specwatch_1m", [(e["t"], e["verdict"]) for e in stable_evals if e["window"] == "1m"], "verdict"),
+            ("specwatch_5m", [(e["t"], e["verdict"]) for e in stable_evals if e["window"] == "5m"], "verdict"),
+            (
+                "alert_condition",
+                [(e["t"], e["margin"] is not None and e["margin"] < 0) for e in stable_evals if e["window"] == "5m"],
+                "bool",
+            ),
+            ("peer_static", st, "bool"),
+            ("peer_rate", rt, "bool"),
+        ):
             n_false, n_trans, wrong = _score(series, kind, truth24, [], s_first)
             stable[label] = {"false_changes": n_false, "wrong_share": wrong}
             cells.append(f"{n_false} ({n_trans}) / {wrong * 100:.0f} %")
         sw_false = stable["specwatch_1m"]["false_changes"] + stable["specwatch_5m"]["false_changes"]
-        falses.add(f"steady-{stable_polls * payloads.POLL / 3600:g}h", route24, *cells, "0", verdict_mark(sw_false == 0))
+        falses.add(
+            f"steady-{stable_polls * payloads.POLL / 3600:g}h", route24, *cells, "0", verdict_mark(sw_false == 0)
+        )
         out["stable"] = {"polls": stable_polls, **stable}
         tables += [delays, falses]
 
         # --- accuracy ------------------------------------------------------------------------------------
-        acc = Table("accuracy", "ITL P50/P99: specwatch vs a real Prometheus's histogram_quantile over the same "
-                                "window on the same scrape data (one run)",
-                    ["data", "window", "instants compared", "max |Δ| P50", "max |Δ| P99", "presence mismatches",
-                     "goal", "met"],
-                    note="Prometheus evaluates `histogram_quantile(q, sum by (le) (rate(specwatch_itl_seconds_bucket[w])))` "
-                         "on the sidecar's mirrored histogram as exported at each poll (backfilled with the poll "
-                         "timestamps), at the poll instants; specwatch's values are its `specwatch_itl_p50/p99_seconds` "
-                         "at the same instants. Presence mismatch = one side has a value and the other not. Where a "
-                         "window starts exactly on a poll (the simulator's regular 5 s polls) Prometheus's rate() does "
-                         "not extrapolate and the two agree to float rounding. The real fixtures were scraped about "
-                         "every 2 s at irregular times: there rate() extrapolates to the window edges, by a different "
-                         "factor for buckets whose counter is 0 at the window start (its zero clamp), which moves "
-                         "Prometheus's quantile; specwatch uses the exact deltas between the first and last poll in "
-                         "the window (DESIGN.md §2), so a difference in that row is Prometheus's extrapolation.")
+        acc = Table(
+            "accuracy",
+            "ITL P50/P99: specwatch vs a real Prometheus's histogram_quantile over the same "
+            "window on the same scrape data (one run)",
+            ["data", "window", "instants compared", "max |Δ| P50", "max |Δ| P99", "presence mismatches", "goal", "met"],
+            note="Prometheus evaluates `histogram_quantile(q, sum by (le) (rate(specwatch_itl_seconds_bucket[w])))` "
+            "on the sidecar's mirrored histogram as exported at each poll (backfilled with the poll "
+            "timestamps), at the poll instants; specwatch's values are its `specwatch_itl_p50/p99_seconds` "
+            "at the same instants. Presence mismatch = one side has a value and the other not. Where a "
+            "window starts exactly on a poll (the simulator's regular 5 s polls) Prometheus's rate() does "
+            "not extrapolate and the two agree to float rounding. The real fixtures were scraped about "
+            "every 2 s at irregular times: there rate() extrapolates to the window edges, by a different "
+            "factor for buckets whose counter is 0 at the window start (its zero clamp), which moves "
+            "Prometheus's quantile; specwatch uses the exact deltas between the first and last poll in "
+            "the window (DESIGN.md §2), so a difference in that row is Prometheus's extrapolation.",
+        )
         for w in ("1m", "5m"):
-            for label, scen_names, evs in ([("simulator scenarios", list(data), None)] +
-                                           ([("real vLLM 0.32 CPU fixtures", ["real-vllm-cpu"], real_evals)] if real_evals else [])):
+            for label, scen_names, evs in [("simulator scenarios", list(data), None)] + (
+                [("real vLLM 0.32 CPU fixtures", ["real-vllm-cpu"], real_evals)] if real_evals else []
+            ):
                 diffs = {"p50": [], "p99": []}
                 mismatches = compared = 0
                 for q, key in ((0.5, "p50"), (0.99, "p99")):
-                    expr = (f'histogram_quantile({q}, sum by (scenario, route, le) '
-                            f'(rate(specwatch_itl_seconds_bucket[{w}])))')
+                    expr = (
+                        f"histogram_quantile({q}, sum by (scenario, route, le) "
+                        f"(rate(specwatch_itl_seconds_bucket[{w}])))"
+                    )
                     if evs is None:
                         result = prom.query_range(expr, epoch, end, payloads.POLL)
-                        values = {(s["metric"]["scenario"], s["metric"]["route"], round(float(t), 3)): float(v)
-                                  for s in result for t, v in s["values"]}
+                        values = {
+                            (s["metric"]["scenario"], s["metric"]["route"], round(float(t), 3)): float(v)
+                            for s in result
+                            for t, v in s["values"]
+                        }
                         pairs = [(n, e) for n in scen_names for e in data[n]["evals"] if e["window"] == w]
                     else:
                         values = {}
                         for t in sorted({e["t"] for e in evs}):
                             for s in prom.query(expr, t):
-                                values[(s["metric"]["scenario"], s["metric"]["route"], round(t, 3))] = float(s["value"][1])
+                                values[(s["metric"]["scenario"], s["metric"]["route"], round(t, 3))] = float(
+                                    s["value"][1]
+                                )
                         pairs = [("real-vllm-cpu", e) for e in evs if e["window"] == w]
                     for n, e in pairs:
                         mine = e[key]
@@ -361,14 +481,20 @@ def run_detection(smoke: bool, stable_output: str | None = None) -> tuple[list[T
                 m99 = max(diffs["p99"], default=math.nan)
                 ok = compared > 0 and m50 <= 1e-9 and m99 <= 1e-9 and mismatches == 0
                 acc.add(label, w, compared, f"{m50:.1e}", f"{m99:.1e}", mismatches, "≤ 1e-9", verdict_mark(ok))
-                out["accuracy"][f"{label} {w}"] = {"compared": compared, "max_abs_p50": m50, "max_abs_p99": m99,
-                                                   "presence_mismatches": mismatches, "met": ok}
+                out["accuracy"][f"{label} {w}"] = {
+                    "compared": compared,
+                    "max_abs_p50": m50,
+                    "max_abs_p99": m99,
+                    "presence_mismatches": mismatches,
+                    "met": ok,
+                }
         tables.append(acc)
     return tables, out
 
 
-def _score(series, kind: str, truth: list[tuple[float, str]], crossings: list[dict], epoch: float
-           ) -> tuple[int, int, float]:
+def _score(
+    series, kind: str, truth: list[tuple[float, str]], crossings: list[dict], epoch: float
+) -> tuple[int, int, float]:
     """(false changes, changes within 10 min after a true crossing, share of scored time in the wrong
     disable-or-not state)."""
     targets = []
@@ -399,6 +525,7 @@ def _score(series, kind: str, truth: list[tuple[float, str]], crossings: list[di
 def _stable_specwatch(rec: Path, output: str | None) -> list[dict]:
     """specwatch's verdicts over the stable recording: the replay benchmark's output when present."""
     from .common import cache_dir
+
     polls = sum(1 for _ in open(rec, "rb"))
     cached = cache_dir() / f"replay-out-specwatch-{polls}.jsonl"
     if not output and cached.exists() and cached.stat().st_mtime > rec.stat().st_mtime:
@@ -408,15 +535,33 @@ def _stable_specwatch(rec: Path, output: str | None) -> list[dict]:
         with open(output, encoding="utf-8") as fh:
             for line in fh:
                 r = json.loads(line)
-                evals.append({"t": r["t"], "route": r["route"], "window": r["window"], "verdict": r["verdict"],
-                              "margin": None if r["acceptance_rate"] is None or r["breakeven_acceptance_rate"] is None
-                              else r["acceptance_rate"] - r["breakeven_acceptance_rate"]})
+                evals.append(
+                    {
+                        "t": r["t"],
+                        "route": r["route"],
+                        "window": r["window"],
+                        "verdict": r["verdict"],
+                        "margin": None
+                        if r["acceptance_rate"] is None or r["breakeven_acceptance_rate"] is None
+                        else r["acceptance_rate"] - r["breakeven_acceptance_rate"],
+                    }
+                )
         return evals
-    from .replay_proc import replay_config
     from specwatch.config import load
     from specwatch.replay import replay
+
+    from .replay_proc import replay_config
+
     with open(rec, encoding="utf-8") as fh:
-        return [{"t": r["t"], "route": r["route"], "window": r["window"], "verdict": r["verdict"],
-                 "margin": None if r["acceptance_rate"] is None or r["breakeven_acceptance_rate"] is None
-                 else r["acceptance_rate"] - r["breakeven_acceptance_rate"]}
-                for r in replay(load(str(replay_config())), fh)]
+        return [
+            {
+                "t": r["t"],
+                "route": r["route"],
+                "window": r["window"],
+                "verdict": r["verdict"],
+                "margin": None
+                if r["acceptance_rate"] is None or r["breakeven_acceptance_rate"] is None
+                else r["acceptance_rate"] - r["breakeven_acceptance_rate"],
+            }
+            for r in replay(load(str(replay_config())), fh)
+        ]

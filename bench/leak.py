@@ -33,8 +33,14 @@ def _growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, polls: in
         if stat.size_diff <= 0:
             continue
         frames = [f"{f.filename.split('/specwatch/')[-1]}:{f.lineno}" for f in stat.traceback[-6:]]
-        out.append({"bytes_per_poll": round(stat.size_diff / polls, 1), "blocks": stat.count_diff,
-                    "size_kib": round(stat.size / 1024, 1), "where": frames})
+        out.append(
+            {
+                "bytes_per_poll": round(stat.size_diff / polls, 1),
+                "blocks": stat.count_diff,
+                "size_kib": round(stat.size / 1024, 1),
+                "where": frames,
+            }
+        )
     return out
 
 
@@ -44,8 +50,11 @@ def run(polls: int, warmup: int, top: int) -> dict:
 
     configure_logging("json", "warning")  # one line per state change would be noise here
     port = free_port()
-    simulator = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "sim", "--scenario", "steady",
-                                  "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    simulator = subprocess.Popen(
+        [sys.executable, "-m", "specwatch.cli", "sim", "--scenario", "steady", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     wait_http(url, 60, simulator)
     _, config = _config(url, "127.0.0.1:0", 1.0, ("5s", "20s"), min_drafts=200, scenario="steady")
@@ -79,7 +88,10 @@ def run(polls: int, warmup: int, top: int) -> dict:
         service.stop()
         stop_process(simulator)
     return {
-        "polls": polls, "warmup_polls": warmup, "seconds": round(seconds, 1), "verdicts": verdicts,
+        "polls": polls,
+        "warmup_polls": warmup,
+        "seconds": round(seconds, 1),
+        "verdicts": verdicts,
         "traced_bytes_per_poll_first_half": round((traced_middle - traced_first) / half, 1),
         "traced_bytes_per_poll_second_half": round((traced_last - traced_middle) / (polls - half), 1),
         "rss_kib": [rss0, rss1, rss2],

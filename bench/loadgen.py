@@ -74,5 +74,14 @@ def main(url: str, concurrency: int, seconds: float, max_requests: int, interval
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]),
-                          float(sys.argv[5]) if len(sys.argv) > 5 else 0.0)))
+    print(
+        json.dumps(
+            main(
+                sys.argv[1],
+                int(sys.argv[2]),
+                float(sys.argv[3]),
+                int(sys.argv[4]),
+                float(sys.argv[5]) if len(sys.argv) > 5 else 0.0,
+            )
+        )
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import sim, vllm
 from specwatch.config import from_mapping
 from specwatch.demo import sidecar_config_for
@@ -35,16 +36,24 @@ def pc_parse(text: str) -> int:
 
 def config_for_scenario(path_or_name) -> object:
     sc = sim.load_scenario(str(path_or_name))
-    return from_mapping(sidecar_config_for(sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0",
-                                           poll_interval=payloads.POLL, windows=WINDOWS))
+    return from_mapping(
+        sidecar_config_for(
+            sc,
+            target_url="http://127.0.0.1:1/metrics",
+            listen="127.0.0.1:0",
+            poll_interval=payloads.POLL,
+            windows=WINDOWS,
+        )
+    )
 
 
 def default_config() -> object:
     return from_mapping({"poll_interval": "5s", "windows": list(WINDOWS), "log": {"level": "warning"}})
 
 
-def measure_sequence(seq: list[tuple[float, str]], config, *, rounds: int, skip: int = 2, pc_stride: int = 1,
-                     sw_parse: bool = True) -> dict[str, float]:
+def measure_sequence(
+    seq: list[tuple[float, str]], config, *, rounds: int, skip: int = 2, pc_stride: int = 1, sw_parse: bool = True
+) -> dict[str, float]:
     """Median seconds per payload: pc parse, specwatch parse, parse + group by route, and poll
     (parse + group + ingest + evaluate).
 
@@ -74,23 +83,39 @@ def measure_sequence(seq: list[tuple[float, str]], config, *, rounds: int, skip:
                 raise RuntimeError(f"payload {i} rejected: {result.message}")
             if i >= skip:
                 poll.append(b - a)
-    return {"pc": median(pc), "parse": median(parse) if parse else float("nan"),
-            "parse_grouped": median(grouped) if grouped else float("nan"), "poll": median(poll),
-            "polls_timed": len(poll)}
+    return {
+        "pc": median(pc),
+        "parse": median(parse) if parse else float("nan"),
+        "parse_grouped": median(grouped) if grouped else float("nan"),
+        "poll": median(poll),
+        "polls_timed": len(poll),
+    }
 
 
 def run_parse_cost(smoke: bool) -> tuple[Table, dict]:
     rounds = 1 if smoke else 5
     polls = 14 if smoke else 72  # 72 polls = 6 min: the 5m window is full for the last 12
-    table = Table("parse_cost", "Parse + derive cost per poll (specwatch vs prometheus_client, same text, one run)",
-                  ["payload", "bytes / lines", "prometheus_client parse", "specwatch parse", "ratio (parse)",
-                   "specwatch parse + group by route", "ratio (pc parse / parse + group)",
-                   "specwatch full poll (parse+group+ingest+evaluate)", "ratio (pc parse / full poll)",
-                   "goal", "met"],
-                  note="Medians over every payload of the sequence and every round. specwatch parse = "
-                       "`vllm.SELECTOR.parse` (text -> validated families of samples, what the peer returns); "
-                       "+ group by route = `vllm.parse_payload`. Goals: parse ≥ 30× faster than "
-                       "prometheus_client for one payload; one full poll for 8 engines < 5 ms.")
+    table = Table(
+        "parse_cost",
+        "Parse + derive cost per poll (specwatch vs prometheus_client, same text, one run)",
+        [
+            "payload",
+            "bytes / lines",
+            "prometheus_client parse",
+            "specwatch parse",
+            "ratio (parse)",
+            "specwatch parse + group by route",
+            "ratio (pc parse / parse + group)",
+            "specwatch full poll (parse+group+ingest+evaluate)",
+            "ratio (pc parse / full poll)",
+            "goal",
+            "met",
+        ],
+        note="Medians over every payload of the sequence and every round. specwatch parse = "
+        "`vllm.SELECTOR.parse` (text -> validated families of samples, what the peer returns); "
+        "+ group by route = `vllm.parse_payload`. Goals: parse ≥ 30× faster than "
+        "prometheus_client for one payload; one full poll for 8 engines < 5 ms.",
+    )
     results = {}
     sources = []
     real = payloads.real_payloads()
@@ -99,8 +124,12 @@ def run_parse_cost(smoke: bool) -> tuple[Table, dict]:
         sources.append(("real vLLM 0.32 CPU, 1 engine (fixtures)", seq, default_config(), 1))
     for engines in (1, 2, 8):
         seq = payloads.sim_sequence(engines, polls)
-        scen = payloads._scenario_file(f"bench-dp{engines}", payloads.dp_scenario_yaml(engines, duration=payloads.POLL * (polls + 1)))
-        sources.append((f"simulator, {engines} DP engine{'s' if engines > 1 else ''}", seq, config_for_scenario(scen), engines))
+        scen = payloads._scenario_file(
+            f"bench-dp{engines}", payloads.dp_scenario_yaml(engines, duration=payloads.POLL * (polls + 1))
+        )
+        sources.append(
+            (f"simulator, {engines} DP engine{'s' if engines > 1 else ''}", seq, config_for_scenario(scen), engines)
+        )
     for label, seq, config, engines in sources:
         m = measure_sequence(seq, config, rounds=rounds)
         size = median(len(t) for _, t in seq)
@@ -114,12 +143,30 @@ def run_parse_cost(smoke: bool) -> tuple[Table, dict]:
             goal, met = "parse ≥ 30×", ratio_parse >= 30
         else:
             goal, met = "—", None
-        table.add(label, f"{size / 1024:.0f} KiB / {lines:.0f}", fmt_us(m["pc"]), fmt_us(m["parse"]),
-                  f"{ratio_parse:.1f}×", fmt_us(m["parse_grouped"]), f"{ratio_grouped:.1f}×", fmt_us(m["poll"]),
-                  f"{ratio_poll:.1f}×", goal, verdict_mark(met))
-        results[label] = {**m, "bytes": size, "lines": lines, "ratio_parse": ratio_parse,
-                          "ratio_parse_grouped": ratio_grouped, "ratio_poll": ratio_poll,
-                          "engines": engines, "goal": goal, "met": met}
+        table.add(
+            label,
+            f"{size / 1024:.0f} KiB / {lines:.0f}",
+            fmt_us(m["pc"]),
+            fmt_us(m["parse"]),
+            f"{ratio_parse:.1f}×",
+            fmt_us(m["parse_grouped"]),
+            f"{ratio_grouped:.1f}×",
+            fmt_us(m["poll"]),
+            f"{ratio_poll:.1f}×",
+            goal,
+            verdict_mark(met),
+        )
+        results[label] = {
+            **m,
+            "bytes": size,
+            "lines": lines,
+            "ratio_parse": ratio_parse,
+            "ratio_parse_grouped": ratio_grouped,
+            "ratio_poll": ratio_poll,
+            "engines": engines,
+            "goal": goal,
+            "met": met,
+        }
     return table, results
 
 
@@ -129,19 +176,31 @@ def run_scaling(smoke: bool) -> tuple[Table, dict]:
     base = payloads.sim_sequence(1, max(n, 14))[:n]
     scen = payloads._scenario_file("bench-dp1", payloads.dp_scenario_yaml(1, duration=payloads.POLL * (max(n, 14) + 1)))
     config = config_for_scenario(scen)
-    table = Table("scaling", "Scaling: cost per poll vs routes, engines and payload size (one run)",
-                  ["dimension", "value", "bytes", "selected series", "prometheus_client parse", "specwatch parse",
-                   "specwatch full poll", "marginal cost per extra unit", "ratio (pc / full poll)"],
-                  note="Routes and engines: the simulator's vLLM series copied per model_name / engine label. "
-                       "Size: unrelated series appended (other exporters in the same process). Marginal cost = (full poll − "
-                       "full poll of the first row) / (units − first row's units), per route, engine or MiB: a flat "
-                       "column means linear growth.")
+    table = Table(
+        "scaling",
+        "Scaling: cost per poll vs routes, engines and payload size (one run)",
+        [
+            "dimension",
+            "value",
+            "bytes",
+            "selected series",
+            "prometheus_client parse",
+            "specwatch parse",
+            "specwatch full poll",
+            "marginal cost per extra unit",
+            "ratio (pc / full poll)",
+        ],
+        note="Routes and engines: the simulator's vLLM series copied per model_name / engine label. "
+        "Size: unrelated series appended (other exporters in the same process). Marginal cost = (full poll − "
+        "full poll of the first row) / (units − first row's units), per route, engine or MiB: a flat "
+        "column means linear growth.",
+    )
     variants = []
     for r in (1, 2, 4, 8):
         variants.append(("routes", r, [(t, payloads.replicate(x, r, 1)) for t, x in base], r))
-    for e in ((1, 2, 4, 8) if smoke else (1, 2, 4, 8, 16)):
+    for e in (1, 2, 4, 8) if smoke else (1, 2, 4, 8, 16):
         variants.append(("engines", e, [(t, payloads.replicate(x, 1, e)) for t, x in base], e))
-    for size in ((256 << 10, 1 << 20) if smoke else (64 << 10, 256 << 10, 1 << 20, 4 << 20)):
+    for size in (256 << 10, 1 << 20) if smoke else (64 << 10, 256 << 10, 1 << 20, 4 << 20):
         seq = [(t, payloads.pad(x, size)) for t, x in base]
         variants.append(("payload size", f"{size >> 10} KiB", seq, size / (1 << 20)))
     results = []
@@ -158,9 +217,25 @@ def run_scaling(smoke: bool) -> tuple[Table, dict]:
         else:
             per_unit = (m["poll"] - first[dim][1]) / (unit - first[dim][0])
             shown = fmt_us(per_unit) + (" /MiB" if dim == "payload size" else "")
-        table.add(dim, str(value), f"{nbytes / 1024:.0f} KiB", selected, fmt_us(m["pc"]), fmt_us(m["parse"]),
-                  fmt_us(m["poll"]), shown,
-                  f"{m['pc'] / m['poll']:.1f}×")
-        results.append({"dimension": dim, "value": value, "bytes": nbytes, "selected_series": selected, **m,
-                        "marginal_poll_per_unit": per_unit})
+        table.add(
+            dim,
+            str(value),
+            f"{nbytes / 1024:.0f} KiB",
+            selected,
+            fmt_us(m["pc"]),
+            fmt_us(m["parse"]),
+            fmt_us(m["poll"]),
+            shown,
+            f"{m['pc'] / m['poll']:.1f}×",
+        )
+        results.append(
+            {
+                "dimension": dim,
+                "value": value,
+                "bytes": nbytes,
+                "selected_series": selected,
+                **m,
+                "marginal_poll_per_unit": per_unit,
+            }
+        )
     return table, {"variants": results}

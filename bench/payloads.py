@@ -53,8 +53,9 @@ def real_payloads() -> list[tuple[str, float, str]]:
     return out
 
 
-def dp_scenario_yaml(engines: int, concurrency_per_engine: int = 16, duration: float = 600.0,
-                     acceptance_rate: float = 0.6) -> str:
+def dp_scenario_yaml(
+    engines: int, concurrency_per_engine: int = 16, duration: float = 600.0, acceptance_rate: float = 0.6
+) -> str:
     return f"""name: bench-dp{engines}
 description: benchmark payloads, Llama-3.1-8B EAGLE-3 K=4 on {engines} data-parallel engine(s)
 hardware: h100-sxm
@@ -126,8 +127,9 @@ def _cumulative_families(text: str) -> set[str]:
     return names
 
 
-def tiled_recording(polls: int, *, scenario: str = "steady", tile_seconds: float = 600.0, seed: int = 0,
-                    target: str = "vllm") -> Path:
+def tiled_recording(
+    polls: int, *, scenario: str = "steady", tile_seconds: float = 600.0, seed: int = 0, target: str = "vllm"
+) -> Path:
     """A recording of `polls` polls (5 s apart) built from one simulated tile of `tile_seconds`."""
     tag = f"{scenario}-tile{tile_seconds:g}-n{polls}-s{seed}-{_sim_fingerprint()}"
     path = cache_dir() / f"rec24-{tag}.jsonl"
@@ -175,6 +177,7 @@ def tiled_recording(polls: int, *, scenario: str = "steady", tile_seconds: float
 
 # ---- scaling payloads ----------------------------------------------------------------------------
 
+
 def replicate(text: str, routes: int, engines: int) -> str:
     """Copy every vllm: sample line per route (model_name suffixed -r) and engine (engine="e")."""
     model = re.search(r'model_name="([^"]*)"', text).group(1)
@@ -194,12 +197,16 @@ def pad(text: str, target_bytes: int) -> str:
     """Append unrelated series (as other exporters in the same process would) up to size."""
     if len(text) >= target_bytes:
         return text
-    extra = ["# HELP bench_padding_requests Unrelated series of the same process.",
-             "# TYPE bench_padding_requests gauge"]
+    extra = [
+        "# HELP bench_padding_requests Unrelated series of the same process.",
+        "# TYPE bench_padding_requests gauge",
+    ]
     size = len(text) + sum(len(x) + 1 for x in extra)
     i = 0
     while size < target_bytes:
-        line = f'bench_padding_requests{{handler="/v1/endpoint/{i // 20}",method="POST",code="{200 + i % 20}"}} {i * 3}.0'
+        line = (
+            f'bench_padding_requests{{handler="/v1/endpoint/{i // 20}",method="POST",code="{200 + i % 20}"}} {i * 3}.0'
+        )
         extra.append(line)
         size += len(line) + 1
         i += 1

@@ -33,8 +33,9 @@ def parse(text: str, families=vllm.FAMILIES) -> dict[str, exposition.Family]:
             else:
                 kinds[name] = kind
                 values.setdefault(name, []).append(sample)
-    return {name: exposition.Family(name, kinds[name], tuple(v), tuple(created.get(name, ())))
-            for name, v in values.items()}
+    return {
+        name: exposition.Family(name, kinds[name], tuple(v), tuple(created.get(name, ()))) for name, v in values.items()
+    }
 
 
 def install() -> None:
@@ -45,4 +46,5 @@ def install() -> None:
 if __name__ == "__main__":
     install()
     from specwatch.cli import main
+
     sys.exit(main(sys.argv[1:]))

@@ -15,20 +15,26 @@ import time
 from pathlib import Path
 
 import yaml
+
 from specwatch import sim
 from specwatch.demo import sidecar_config_for
 
 from . import payloads
 from .common import REPO, Table, cache_dir, median, verdict_mark
 
-FULL_POLLS = 17_280   # 24 h at 5 s
-SMOKE_POLLS = 720     # 1 h
+FULL_POLLS = 17_280  # 24 h at 5 s
+SMOKE_POLLS = 720  # 1 h
 
 
 def replay_config(scenario: str = "steady") -> Path:
     sc = sim.load_scenario(scenario)
-    cfg = sidecar_config_for(sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0",
-                             poll_interval=payloads.POLL, windows=("1m", "5m"))
+    cfg = sidecar_config_for(
+        sc,
+        target_url="http://127.0.0.1:1/metrics",
+        listen="127.0.0.1:0",
+        poll_interval=payloads.POLL,
+        windows=("1m", "5m"),
+    )
     path = cache_dir() / f"replay-{scenario}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -36,8 +42,11 @@ def replay_config(scenario: str = "steady") -> Path:
 
 def _specwatch_cmd() -> list[str]:
     script = Path(sys.executable).with_name("specwatch")
-    return [str(script)] if script.exists() else [sys.executable, "-c",
-                                                  "import sys; from specwatch.cli import main; sys.exit(main())"]
+    return (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "import sys; from specwatch.cli import main; sys.exit(main())"]
+    )
 
 
 def run_measured(cmd: list[str], out_path: Path) -> dict:
@@ -96,21 +105,45 @@ def run_replay(smoke: bool) -> tuple[Table, dict]:
     sw = {k: agg(runs["sw"], k) for k in ("wall_s", "cpu_s", "peak_rss_mb")}
     pc = {k: agg(runs["pc"], k) for k in ("wall_s", "cpu_s", "peak_rss_mb")}
     hours = polls * payloads.POLL / 3600
-    table = Table("replay", f"Whole process: `specwatch replay` over {hours:g} h ({polls:,} polls, "
-                            f"{rec_bytes / 2**20:.0f} MiB recording), one run, alternating",
-                  ["measure", "specwatch", "same with prometheus_client parser", "ratio", "goal", "met"],
-                  note=f"Medians of {len(runs['sw'])} specwatch and {len(runs['pc'])} peer runs. Outputs "
-                       f"({lines:,} evaluation lines) byte-identical: {'yes' if identical else 'NO'}. "
-                       f"Python + specwatch imports alone: {floor['peak_rss_mb']:.1f} MB peak RSS. "
-                       "CPU per poll includes reading the JSON line, parse, windows, cost model, verdict and "
-                       "writing the output lines.")
-    table.add("wall time", f"{sw['wall_s']:.1f} s", f"{pc['wall_s']:.1f} s", f"{pc['wall_s'] / sw['wall_s']:.1f}×",
-              "—", "—")
+    table = Table(
+        "replay",
+        f"Whole process: `specwatch replay` over {hours:g} h ({polls:,} polls, "
+        f"{rec_bytes / 2**20:.0f} MiB recording), one run, alternating",
+        ["measure", "specwatch", "same with prometheus_client parser", "ratio", "goal", "met"],
+        note=f"Medians of {len(runs['sw'])} specwatch and {len(runs['pc'])} peer runs. Outputs "
+        f"({lines:,} evaluation lines) byte-identical: {'yes' if identical else 'NO'}. "
+        f"Python + specwatch imports alone: {floor['peak_rss_mb']:.1f} MB peak RSS. "
+        "CPU per poll includes reading the JSON line, parse, windows, cost model, verdict and "
+        "writing the output lines.",
+    )
+    table.add(
+        "wall time", f"{sw['wall_s']:.1f} s", f"{pc['wall_s']:.1f} s", f"{pc['wall_s'] / sw['wall_s']:.1f}×", "—", "—"
+    )
     table.add("CPU time", f"{sw['cpu_s']:.1f} s", f"{pc['cpu_s']:.1f} s", f"{pc['cpu_s'] / sw['cpu_s']:.1f}×", "—", "—")
-    table.add("CPU per poll", f"{sw['cpu_s'] / polls * 1e3:.2f} ms", f"{pc['cpu_s'] / polls * 1e3:.2f} ms",
-              f"{pc['cpu_s'] / sw['cpu_s']:.1f}×", "—", "—")
-    table.add("peak RSS", f"{sw['peak_rss_mb']:.1f} MB", f"{pc['peak_rss_mb']:.1f} MB",
-              f"{pc['peak_rss_mb'] / sw['peak_rss_mb']:.2f}×", "< 60 MB", verdict_mark(sw["peak_rss_mb"] < 60))
-    return table, {"polls": polls, "recording_bytes": rec_bytes, "specwatch": sw, "prometheus_client": pc,
-                   "runs": runs, "identical_output": identical, "evaluation_lines": lines,
-                   "import_floor_rss_mb": floor["peak_rss_mb"], "specwatch_output": str(sw_out)}
+    table.add(
+        "CPU per poll",
+        f"{sw['cpu_s'] / polls * 1e3:.2f} ms",
+        f"{pc['cpu_s'] / polls * 1e3:.2f} ms",
+        f"{pc['cpu_s'] / sw['cpu_s']:.1f}×",
+        "—",
+        "—",
+    )
+    table.add(
+        "peak RSS",
+        f"{sw['peak_rss_mb']:.1f} MB",
+        f"{pc['peak_rss_mb']:.1f} MB",
+        f"{pc['peak_rss_mb'] / sw['peak_rss_mb']:.2f}×",
+        "< 60 MB",
+        verdict_mark(sw["peak_rss_mb"] < 60),
+    )
+    return table, {
+        "polls": polls,
+        "recording_bytes": rec_bytes,
+        "specwatch": sw,
+        "prometheus_client": pc,
+        "runs": runs,
+        "identical_output": identical,
+        "evaluation_lines": lines,
+        "import_floor_rss_mb": floor["peak_rss_mb"],
+        "specwatch_output": str(sw_out),
+    }

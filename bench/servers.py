@@ -33,7 +33,7 @@ def serve_payloads(rec: str, port: int) -> None:
         def log_message(self, *args):
             return
 
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             body = next_text()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -39,14 +38,26 @@ def rss_kib(pid: int | str = "self") -> int:
     return 0
 
 
-def _config(url: str, listen: str, poll_interval: float, windows: tuple[str, ...], min_drafts: int = 500,
-            scenario: str = str(SCENARIO)):
+def _config(
+    url: str,
+    listen: str,
+    poll_interval: float,
+    windows: tuple[str, ...],
+    min_drafts: int = 500,
+    scenario: str = str(SCENARIO),
+):
     from specwatch.config import from_mapping
     from specwatch.demo import sidecar_config_for
     from specwatch.sim import load_scenario
 
-    raw = sidecar_config_for(load_scenario(scenario), target_url=url, listen=listen,
-                             poll_interval=poll_interval, windows=windows, min_drafts=min_drafts)
+    raw = sidecar_config_for(
+        load_scenario(scenario),
+        target_url=url,
+        listen=listen,
+        poll_interval=poll_interval,
+        windows=windows,
+        min_drafts=min_drafts,
+    )
     return raw, from_mapping(raw, environ={})
 
 
@@ -93,15 +104,30 @@ def soak_replay(hours: float, seed: int) -> dict:
             last[key] = verdict
         if record["window"] == config.window_labels[-1]:
             polls += 1
-            if polls >= warmup and (polls - warmup) % every == 0 or polls == total:
+            if (polls >= warmup and (polls - warmup) % every == 0) or polls == total:
                 gc.collect()
                 rss.append(rss_kib())
-                series.append(sum(1 for line in generate_latest(registry).decode().split("\n")
-                                  if line and not line.startswith("#")))
-    return {"mode": "replay", "scenario": SCENARIO.name, "hours": hours, "polls": total, "evaluated_polls": polls,
-            "seconds": round(time.monotonic() - start, 1), "final_verdicts": {f"{r}/{w}": v for (r, w), v in last.items()},
-            "verdict_changes": changes, "rss_kib": rss, "rss_drift": round(_drift(rss), 4),
-            "series": series, "scrape_errors": 0}
+                series.append(
+                    sum(
+                        1
+                        for line in generate_latest(registry).decode().split("\n")
+                        if line and not line.startswith("#")
+                    )
+                )
+    return {
+        "mode": "replay",
+        "scenario": SCENARIO.name,
+        "hours": hours,
+        "polls": total,
+        "evaluated_polls": polls,
+        "seconds": round(time.monotonic() - start, 1),
+        "final_verdicts": {f"{r}/{w}": v for (r, w), v in last.items()},
+        "verdict_changes": changes,
+        "rss_kib": rss,
+        "rss_drift": round(_drift(rss), 4),
+        "series": series,
+        "scrape_errors": 0,
+    }
 
 
 def _free_port() -> int:
@@ -128,8 +154,11 @@ def soak_live(minutes: float, poll_interval: float, speed: float, scenario: str 
     http.trust_env = False
     base = f"http://127.0.0.1:{port}"
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(workdir / "specwatch.yaml")],
-                                stdout=log_file, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specwatch.cli", "run", "--config", str(workdir / "specwatch.yaml")],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
     rss, series, errors, by_reason = [], [], 0.0, {}
     launched = time.monotonic()
     warmup_seconds = None
@@ -144,9 +173,15 @@ def soak_live(minutes: float, poll_interval: float, speed: float, scenario: str 
             time.sleep(0.2)
         # Warm-up: the first verdict on every window (the windows are full), then the timed run.
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and sum(
-                1 for line in http.get(base + "/metrics", timeout=5).text.split("\n")
-                if line.startswith("specwatch_verdict{") and 'verdict="keep"' in line and line.endswith(" 1.0")) < 2:
+        while (
+            time.monotonic() < deadline
+            and sum(
+                1
+                for line in http.get(base + "/metrics", timeout=5).text.split("\n")
+                if line.startswith("specwatch_verdict{") and 'verdict="keep"' in line and line.endswith(" 1.0")
+            )
+            < 2
+        ):
             time.sleep(0.25)
         start = time.monotonic()
         warmup_seconds = start - launched
@@ -163,8 +198,11 @@ def soak_live(minutes: float, poll_interval: float, speed: float, scenario: str 
                 samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
                 series.append(len(samples))
                 errors = sum(s.value for s in samples if s.name == "specwatch_scrape_errors_total")
-                by_reason = {s.labels["reason"]: s.value for s in samples
-                             if s.name == "specwatch_scrape_errors_total" and s.value}
+                by_reason = {
+                    s.labels["reason"]: s.value
+                    for s in samples
+                    if s.name == "specwatch_scrape_errors_total" and s.value
+                }
                 rss.append(rss_kib(proc.pid))
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
@@ -187,13 +225,26 @@ def soak_live(minutes: float, poll_interval: float, speed: float, scenario: str 
         if verdict in (None, "insufficient_data"):
             continue
         if key in last and last[key] != verdict:
-            changes.append({"t": event.get("timestamp"), "route": key[0], "window": key[1], "from": last[key], "to": verdict})
+            changes.append(
+                {"t": event.get("timestamp"), "route": key[0], "window": key[1], "from": last[key], "to": verdict}
+            )
         last[key] = verdict
-    return {"mode": "live", "scenario": scenario, "minutes": minutes, "poll_interval": poll_interval,
-            "speed": speed, "final_verdicts": {f"{r}/{w}": v for (r, w), v in last.items()},
-            "verdict_changes": changes, "rss_kib": rss, "rss_drift": round(_drift(rss), 4), "series": series,
-            "scrape_errors": errors, "scrape_errors_by_reason": by_reason, "exit_code": proc.returncode,
-            "warmup_seconds": round(warmup_seconds, 1) if warmup_seconds is not None else None}
+    return {
+        "mode": "live",
+        "scenario": scenario,
+        "minutes": minutes,
+        "poll_interval": poll_interval,
+        "speed": speed,
+        "final_verdicts": {f"{r}/{w}": v for (r, w), v in last.items()},
+        "verdict_changes": changes,
+        "rss_kib": rss,
+        "rss_drift": round(_drift(rss), 4),
+        "series": series,
+        "scrape_errors": errors,
+        "scrape_errors_by_reason": by_reason,
+        "exit_code": proc.returncode,
+        "warmup_seconds": round(warmup_seconds, 1) if warmup_seconds is not None else None,
+    }
 
 
 def verdict_ok(result: dict) -> list[str]:

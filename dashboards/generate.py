@@ -296,7 +296,7 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "α vs break-even α*",
         "The two numbers behind the margin: α = Δaccepted / Δdraft tokens on the window, α* = the acceptance "
         "rate at which speculation is exactly break-even at the live batch (rises with batch size). α* is "
-        "capped at 100 %: \"no α pays?\" says whether any acceptance rate pays at the live batch and K "
+        'capped at 100 %: "no α pays?" says whether any acceptance rate pays at the live batch and K '
         "(specwatch_speculation_cannot_pay).",
         [
             target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}} · {{target}}", instant=True),
@@ -386,9 +386,7 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         [
             target("A", f"specwatch_mean_acceptance_length{{{WIN}}}", "τ {{route}} · {{pod}} · {{target}}"),
             target("B", f"specwatch_draft_length{{{WIN}}}", "K {{route}} · {{pod}} · {{target}}"),
-            target(
-                "C", f"specwatch_configured_draft_length{{{WIN}}}", "configured K {{route}} · {{pod}} · {{target}}"
-            ),
+            target("C", f"specwatch_configured_draft_length{{{WIN}}}", "configured K {{route}} · {{pod}} · {{target}}"),
         ],
         unit="none",
         min_=0,

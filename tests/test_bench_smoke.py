@@ -11,15 +11,22 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TABLES = ("parse_cost", "evaluate", "scaling", "replay", "http", "detection", "false_changes", "accuracy")
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
-                                reason="needs Debian package prometheus (backfilled Prometheus for detection/accuracy)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("prometheus") is None or shutil.which("promtool") is None,
+    reason="needs Debian package prometheus (backfilled Prometheus for detection/accuracy)",
+)
 
 
 def test_smoke_mode_produces_every_table(tmp_path):
     out = tmp_path / "results.json"
     md = tmp_path / "tables.md"
-    proc = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--markdown", str(md)],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--markdown", str(md)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads(out.read_text())
     assert results["mode"] == "smoke"

@@ -16,11 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from specwatch import costmodel
 
-ROWS = json.loads(
-    (Path(__file__).parent / "fixtures/calibration/published.json").read_text()
-)["rows"]
+ROWS = json.loads((Path(__file__).parent / "fixtures/calibration/published.json").read_text())["rows"]
 HELD_OUT = [r for r in ROWS if r["role"] == "holdout" and r["check"]]
 FIT = [r for r in ROWS if r["role"] == "fit"]
 
@@ -71,9 +70,7 @@ def test_held_out_rms_error_is_lower_than_the_plain_roofline_and_within_the_boun
 
 def test_published_slowdown_of_eagle_at_batch_48_is_predicted_where_the_plain_roofline_says_it_pays():
     row = next(r for r in ROWS if r["id"] == "eagle3-t5-vllm-EAGLE-bs48")
-    cm = costmodel.build_cost_model(
-        hardware="a100-80gb", context_tokens=512, draft_method="eagle", draft_k=2
-    )
+    cm = costmodel.build_cost_model(hardware="a100-80gb", context_tokens=512, draft_method="eagle", draft_k=2)
     plain = replace(
         cm,
         verify_overhead_seconds=0.0,
@@ -82,11 +79,7 @@ def test_published_slowdown_of_eagle_at_batch_48_is_predicted_where_the_plain_ro
     )
     alpha = (float(row["tau"]) - 1.0) / 2
     assert float(row["speedup"]) < 1.0
-    assert (
-        costmodel.expected_speedup(cm, 48, 2, alpha)
-        < 1.0
-        < costmodel.expected_speedup(plain, 48, 2, alpha)
-    )
+    assert costmodel.expected_speedup(cm, 48, 2, alpha) < 1.0 < costmodel.expected_speedup(plain, 48, 2, alpha)
 
 
 def test_breakeven_command_prints_the_calibrated_speedup_of_a_held_out_row():
@@ -121,7 +114,4 @@ def test_breakeven_command_prints_the_calibrated_speedup_of_a_held_out_row():
     )
     (line,) = json.loads(out.stdout)
     assert line["expected_speedup"] == pytest.approx(predicted_speedup(row), abs=1e-3)
-    assert (
-        abs(line["expected_speedup"] / float(row["speedup"]) - 1.0)
-        <= MAX_HELD_OUT_ERROR
-    )
+    assert abs(line["expected_speedup"] / float(row["speedup"]) - 1.0) <= MAX_HELD_OUT_ERROR

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from specwatch import costmodel as cm_mod
 from specwatch.config import Config, DraftConfig, HardwareConfig, ModelConfig
 from specwatch.costmodel import (
@@ -46,8 +47,9 @@ def model(hw="h100-sxm", name="llama-3.1-8b", method="eagle3", **kw) -> CostMode
 def plain(cm: CostModel) -> CostModel:
     """The roofline without the fitted fixed costs of speculation (tests/test_calibration.py
     checks those on published speedups; the tests here check the roofline underneath)."""
-    return replace(cm, verify_overhead_seconds=0.0, verify_seconds_per_request=0.0,
-                   draft=replace(cm.draft, fixed_seconds=0.0))
+    return replace(
+        cm, verify_overhead_seconds=0.0, verify_seconds_per_request=0.0, draft=replace(cm.draft, fixed_seconds=0.0)
+    )
 
 
 # --- SpecDecode-Bench fitted step model (docs/costmodel.md, "Defaults and why"), Llama-3.1-8B on H100 -------------
@@ -62,6 +64,7 @@ def sdb_eagle_draft(k: int, n_kv: float) -> float:
 # ------------------------------------------------------------------------------------------
 # Presets and model specs
 # ------------------------------------------------------------------------------------------
+
 
 def test_every_required_hardware_preset_exists_with_a_source():
     for name in ("h100-sxm", "h100-pcie", "h200", "a100-80gb", "a100-40gb", "l40s", "mi300x"):
@@ -109,11 +112,23 @@ def test_moe_weight_bytes_grow_with_the_union_of_experts_touched_by_more_tokens(
 
 
 def test_mla_config_uses_the_compressed_kv_cache():
-    hf = {"hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 129280, "num_attention_heads": 128,
-          "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
-          "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 3,
-          "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-          "v_head_dim": 128}
+    hf = {
+        "hidden_size": 7168,
+        "num_hidden_layers": 61,
+        "vocab_size": 129280,
+        "num_attention_heads": 128,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "n_routed_experts": 256,
+        "num_experts_per_tok": 8,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 3,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+    }
     spec = model_spec_from_hf_config(hf, "deepseek-v3-like")
     assert spec.kv_bytes_per_token_bf16 == 61 * (512 + 64) * 2
     assert spec.total_params == pytest.approx(671e9, rel=0.03)  # DeepSeek-V3: 671B total
@@ -157,8 +172,12 @@ def test_cost_model_from_config_uses_hf_config_tp_dtype_draft_cost_and_hardware_
     cfg = Config(
         hardware=HardwareConfig(preset="h200", mbu=0.7, overhead_seconds=0.002),
         tensor_parallel=2,
-        model=ModelConfig(config_json="/x/config.json", hf_config=cm_mod.MODEL_HF_CONFIGS["qwen2.5-7b"],
-                          dtype="fp8", context_tokens=4096),
+        model=ModelConfig(
+            config_json="/x/config.json",
+            hf_config=cm_mod.MODEL_HF_CONFIGS["qwen2.5-7b"],
+            dtype="fp8",
+            context_tokens=4096,
+        ),
         draft=DraftConfig(method="ngram", cost_per_token=0.05, k=4),
     )
     cm = cost_model_from_config(cfg)
@@ -173,21 +192,33 @@ def test_raw_bandwidth_and_flops_without_a_preset_build_a_custom_gpu():
     assert cm.hardware.bandwidth_bytes_per_second == 1e12 and cm.hardware.peak_flops("fp8") == 1e14
 
 
-@pytest.mark.parametrize("kwargs, key", [
-    ({"hardware": "tpu-v9"}, "hardware"),
-    ({"hardware": None, "bandwidth_bytes_per_second": 1e12}, "hardware"),
-    ({"model": "gpt-9"}, "model.preset"),
-    ({"model_config": {"hidden_size": 4096}}, "model.config_json"),
-    ({"model_config": {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10,
-                       "num_attention_heads": "many"}}, "model.config_json"),
-    ({"model_params": -1.0}, "model.params"),
-    ({"dtype": "fp4"}, "model.dtype"),
-    ({"tensor_parallel": 0}, "tensor_parallel"),
-    ({"mbu": 1.5}, "hardware.mbu"),
-    ({"overhead_seconds": -1.0}, "hardware.overhead_seconds"),
-    ({"draft_method": "magic"}, "draft.method"),
-    ({"draft_cost_per_token": 10.0}, "draft.cost_per_token"),
-])
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"hardware": "tpu-v9"}, "hardware"),
+        ({"hardware": None, "bandwidth_bytes_per_second": 1e12}, "hardware"),
+        ({"model": "gpt-9"}, "model.preset"),
+        ({"model_config": {"hidden_size": 4096}}, "model.config_json"),
+        (
+            {
+                "model_config": {
+                    "hidden_size": 64,
+                    "num_hidden_layers": 2,
+                    "vocab_size": 10,
+                    "num_attention_heads": "many",
+                }
+            },
+            "model.config_json",
+        ),
+        ({"model_params": -1.0}, "model.params"),
+        ({"dtype": "fp4"}, "model.dtype"),
+        ({"tensor_parallel": 0}, "tensor_parallel"),
+        ({"mbu": 1.5}, "hardware.mbu"),
+        ({"overhead_seconds": -1.0}, "hardware.overhead_seconds"),
+        ({"draft_method": "magic"}, "draft.method"),
+        ({"draft_cost_per_token": 10.0}, "draft.cost_per_token"),
+    ],
+)
 def test_a_bad_input_raises_a_cost_model_error_carrying_the_config_key(kwargs, key):
     with pytest.raises(CostModelError) as info:
         build_cost_model(**kwargs)
@@ -209,6 +240,7 @@ def test_params_only_model_guesses_kv_size_from_the_llama_power_law():
 # ------------------------------------------------------------------------------------------
 # Calibration against the SpecDecode-Bench fitted step model (docs/costmodel.md, "Defaults and why")
 # ------------------------------------------------------------------------------------------
+
 
 def test_default_step_time_tracks_specdecode_bench_fit_for_llama_8b_h100_within_45_percent():
     cm = model(method="eagle")
@@ -250,7 +282,8 @@ def test_speedup_sign_agrees_with_specdecode_bench_fit_on_llama_8b_h100_eagle():
                 for a in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
                     ours = expected_speedup(c, b, k, a) > 1
                     ref = (1 + k * a) * sdb_target(b, b * ctx) / (
-                        sdb_target(b * (k + 1), b * ctx) + sdb_eagle_draft(k, b * ctx)) > 1
+                        sdb_target(b * (k + 1), b * ctx) + sdb_eagle_draft(k, b * ctx)
+                    ) > 1
                     total += 1
                     agree += ours == ref
                     # At K=1 the fit charges its whole 2.1 ms proposal round to one token
@@ -279,6 +312,7 @@ def test_breakeven_rises_with_batch_in_both_our_model_and_the_specdecode_bench_t
 # ------------------------------------------------------------------------------------------
 # The lesson's rule of thumb: alpha* = c + (R - 1)/K (docs/costmodel.md, "Draft cost")
 # ------------------------------------------------------------------------------------------
+
 
 def test_breakeven_is_0_03_at_batch_1_with_total_overhead_0_15_and_k5_llama8b_h100_2k_context():
     # Overhead 0.15 for K=5 = draft cost 0.03 of a step per drafted token; verifying 6 tokens at
@@ -313,14 +347,16 @@ def test_longer_context_dilutes_verify_cost_and_lowers_breakeven():
 # Properties
 # ------------------------------------------------------------------------------------------
 
-cm_params = st.fixed_dictionaries({
-    "hw": st.sampled_from(sorted(HARDWARE_PRESETS)),
-    "name": st.sampled_from(DENSE),
-    "dtype": st.sampled_from(["bf16", "fp8", "int8", "int4"]),
-    "tensor_parallel": st.sampled_from([1, 2, 4, 8]),
-    "method": st.sampled_from(["eagle", "eagle3", "mtp", "ngram", "draft_model", "medusa"]),
-    "context_tokens": st.sampled_from([128, 1024, 4096, 32768]),
-})
+cm_params = st.fixed_dictionaries(
+    {
+        "hw": st.sampled_from(sorted(HARDWARE_PRESETS)),
+        "name": st.sampled_from(DENSE),
+        "dtype": st.sampled_from(["bf16", "fp8", "int8", "int4"]),
+        "tensor_parallel": st.sampled_from([1, 2, 4, 8]),
+        "method": st.sampled_from(["eagle", "eagle3", "mtp", "ngram", "draft_model", "medusa"]),
+        "context_tokens": st.sampled_from([128, 1024, 4096, 32768]),
+    }
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -338,8 +374,7 @@ def test_breakeven_is_non_decreasing_in_batch_at_fixed_k_and_context_for_dense_m
 
 
 @settings(max_examples=60, deadline=None)
-@given(p=cm_params, k=st.integers(1, 8), b=st.integers(1, 1024),
-       a1=st.floats(0, 1), a2=st.floats(0, 1))
+@given(p=cm_params, k=st.integers(1, 8), b=st.integers(1, 1024), a1=st.floats(0, 1), a2=st.floats(0, 1))
 def test_expected_speedup_increases_with_alpha(p, k, b, a1, a2):
     cm = model(**p)
     lo, hi = sorted((a1, a2))
@@ -391,8 +426,7 @@ def test_dspark_example_per_position_rates_give_tau_2_436_at_k3():
 
 
 @settings(max_examples=25, deadline=None)
-@given(p=cm_params, rates=st.lists(st.floats(0, 1), min_size=1, max_size=7),
-       max_batch=st.integers(1, 600))
+@given(p=cm_params, rates=st.lists(st.floats(0, 1), min_size=1, max_size=7), max_batch=st.integers(1, 600))
 def test_schedule_starts_at_1_is_contiguous_and_k_never_grows_with_batch(p, rates, max_batch):
     cm = model(**p)
     rates = sorted(rates, reverse=True)
@@ -442,16 +476,17 @@ def test_ngram_drafting_costs_under_one_percent_of_verify():
     assert breakeven_acceptance_rate(plain(cm), 1, 4) < 0.01
     # What n-gram pays is the fixed cost of a speculative step (rejection sampling, bookkeeping).
     assert breakeven_acceptance_rate(cm, 1, 4) == pytest.approx(
-        cm.spec_overhead_time(1) / cm.base_step_time(1) / 4, rel=0.1)
+        cm.spec_overhead_time(1) / cm.base_step_time(1) / 4, rel=0.1
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # Measured profiles
 # ------------------------------------------------------------------------------------------
 
+
 def test_profile_replaces_the_roofline_with_piecewise_linear_interpolation():
-    prof = parse_profile({"points": [{"tokens": 1, "seconds": 0.010}, {"tokens": 101, "seconds": 0.020},
-                                     [201, 0.040]]})
+    prof = parse_profile({"points": [{"tokens": 1, "seconds": 0.010}, {"tokens": 101, "seconds": 0.020}, [201, 0.040]]})
     cm = replace(model(cost_per_token=0.0), profile=prof)
     assert cm.step_time(51, 0) == pytest.approx(0.015)
     assert cm.step_time(151, 0) == pytest.approx(0.030)
@@ -461,8 +496,7 @@ def test_profile_replaces_the_roofline_with_piecewise_linear_interpolation():
 
 
 def test_profile_kv_correction_charges_only_the_real_context():
-    prof = parse_profile({"context_tokens": 1000, "kv_seconds_per_token": 1e-8,
-                          "points": [[1, 0.01], [100, 0.02]]})
+    prof = parse_profile({"context_tokens": 1000, "kv_seconds_per_token": 1e-8, "points": [[1, 0.01], [100, 0.02]]})
     cm = replace(model(cost_per_token=0.0), profile=prof)
     # measured at 100 requests × 1000 ctx; a verify of 100 tokens over 25 000 KV tokens is cheaper.
     assert cm.step_time(100, 25_000) == pytest.approx(0.02 + 1e-8 * (25_000 - 100_000))
@@ -490,16 +524,19 @@ def test_any_step_time_curve_replaces_the_roofline_for_every_break_even_function
     assert expected_speedup(cm, 8, 3, 1.0) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ({"points": [[1, 0.01]]}, "at least 2"),
-    ({"points": [[1, 0.01], [1, 0.02]]}, "strictly increasing"),
-    ({"points": [[1, 0.02], [2, 0.01]]}, "decreases"),
-    ({"points": [[0, 0.01], [2, 0.02]]}, "tokens"),
-    ({"points": [[1, -1], [2, 0.02]]}, "seconds"),
-    ({"points": [[1, 0.01], [2, 0.02]], "bogus": 1}, "unknown"),
-    ({"points": [{"tokens": 1, "ms": 3}, [2, 0.02]]}, "unknown"),
-    ("nope", "mapping"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ({"points": [[1, 0.01]]}, "at least 2"),
+        ({"points": [[1, 0.01], [1, 0.02]]}, "strictly increasing"),
+        ({"points": [[1, 0.02], [2, 0.01]]}, "decreases"),
+        ({"points": [[0, 0.01], [2, 0.02]]}, "tokens"),
+        ({"points": [[1, -1], [2, 0.02]]}, "seconds"),
+        ({"points": [[1, 0.01], [2, 0.02]], "bogus": 1}, "unknown"),
+        ({"points": [{"tokens": 1, "ms": 3}, [2, 0.02]]}, "unknown"),
+        ("nope", "mapping"),
+    ],
+)
 def test_bad_profiles_are_rejected_with_a_message_naming_the_problem(bad, msg):
     with pytest.raises(ValueError, match=msg):
         parse_profile(bad)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import costmodel as cmod
 from specwatch import decide
 from specwatch.collector import registry_for
@@ -23,21 +24,37 @@ from specwatch.service import status_document
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
 # Decision logic on the plain roofline (no fitted fixed costs of speculation): the scenarios below
 # were laid out on it, and the calibration has its own tests (tests/test_calibration.py).
-CM = cmod.CostModel(cmod.HARDWARE_PRESETS["h100-sxm"], cmod.MODEL_PRESETS["llama-3.1-8b"], context_tokens=1024,
-                    draft=replace(cmod.draft_cost_for("eagle3", cmod.MODEL_PRESETS["llama-3.1-8b"]), fixed_seconds=0.0),
-                    verify_overhead_seconds=0.0, verify_seconds_per_request=0.0)
+CM = cmod.CostModel(
+    cmod.HARDWARE_PRESETS["h100-sxm"],
+    cmod.MODEL_PRESETS["llama-3.1-8b"],
+    context_tokens=1024,
+    draft=replace(cmod.draft_cost_for("eagle3", cmod.MODEL_PRESETS["llama-3.1-8b"]), fixed_seconds=0.0),
+    verify_overhead_seconds=0.0,
+    verify_seconds_per_request=0.0,
+)
 
 
 def stats(alpha=0.6, k=3, batch=8.0, drafts=2000.0, rates=None, configured_k=None, spec_present=True):
     """A window whose counters are consistent: Σp_i = K·alpha, tau = 1 + K·alpha."""
     if rates is None and alpha is not None:
         rates = cmod.position_rates_from_alpha(alpha, k)
-    return WindowStats(route="chat", window="1m", t=100.0, samples=13, span_seconds=60.0, spec_present=spec_present,
-                       drafts=drafts, draft_tokens=None if drafts is None else drafts * k,
-                       accepted_tokens=None if drafts is None or alpha is None else drafts * k * alpha,
-                       acceptance_rate=alpha, mean_acceptance_length=None if alpha is None else 1 + k * alpha,
-                       draft_length=float(k), configured_k=configured_k or k,
-                       position_rates=None if rates is None else tuple(rates), batch_size=batch)
+    return WindowStats(
+        route="chat",
+        window="1m",
+        t=100.0,
+        samples=13,
+        span_seconds=60.0,
+        spec_present=spec_present,
+        drafts=drafts,
+        draft_tokens=None if drafts is None else drafts * k,
+        accepted_tokens=None if drafts is None or alpha is None else drafts * k * alpha,
+        acceptance_rate=alpha,
+        mean_acceptance_length=None if alpha is None else 1 + k * alpha,
+        draft_length=float(k),
+        configured_k=configured_k or k,
+        position_rates=None if rates is None else tuple(rates),
+        batch_size=batch,
+    )
 
 
 def test_verdict_names_are_the_design_contract():
@@ -103,8 +120,12 @@ def test_below_breakeven_at_k_while_a_shorter_draft_pays_is_shorten_not_disable(
     assert a.acceptance_margin == pytest.approx(-0.1) and a.expected_speedup < 1
     assert a.recommended_draft_length >= 1
     assert a.candidate == "shorten"
-    assert cmod.expected_speedup_for_positions(
-        CM, 256, cmod.position_rates_from_alpha(be - 0.1, 3)[:a.recommended_draft_length]) > 1
+    assert (
+        cmod.expected_speedup_for_positions(
+            CM, 256, cmod.position_rates_from_alpha(be - 0.1, 3)[: a.recommended_draft_length]
+        )
+        > 1
+    )
 
 
 def test_margin_keeps_a_verdict_from_flapping_around_the_line():
@@ -245,6 +266,7 @@ def test_unknown_verdict_is_rejected():
 # Advice found wrong on a real vLLM (regressions)
 # ------------------------------------------------------------------------------------------
 
+
 def vllm_accepts(config: dict) -> str | None:
     """vLLM 0.32's SpeculativeConfig checks a pasted --speculative-config makes (vllm/config/speculative.py,
     __post_init__ and _verify_args): None if accepted, else vLLM's error."""
@@ -281,7 +303,9 @@ def test_the_flag_for_an_inferred_ngram_drafter_is_complete_and_accepted_by_vllm
     assert a.recommended_config["method"] == "ngram"
     assert {"prompt_lookup_max", "prompt_lookup_min"} <= set(a.recommended_config)
     # The bug: the same keys without method, as printed before, are refused.
-    partial = {k: v for k, v in a.recommended_config.items() if k not in ("method", "prompt_lookup_max", "prompt_lookup_min")}
+    partial = {
+        k: v for k, v in a.recommended_config.items() if k not in ("method", "prompt_lookup_max", "prompt_lookup_min")
+    }
     assert vllm_accepts(partial) == "num_speculative_tokens was provided but without speculative model."
 
 
@@ -293,8 +317,12 @@ def test_an_unknown_model_based_drafter_gets_keys_to_merge_not_a_partial_flag():
 
 
 def test_the_users_stated_config_is_completed_keeping_its_model_path_and_ngram_window():
-    eagle = {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 4,
-             "num_speculative_tokens_per_batch_size": [[1, 512, 4]]}
+    eagle = {
+        "method": "eagle3",
+        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 4,
+        "num_speculative_tokens_per_batch_size": [[1, 512, 4]],
+    }
     a = assess(CM, weak_tail_stats(), DECISION, "eagle3", "keep", config_method="eagle3", base_config=eagle)
     assert a.action == "apply" and vllm_accepts(a.recommended_config) is None
     assert a.recommended_config["model"] == eagle["model"]
@@ -338,8 +366,9 @@ BUMPY = cmod.Profile(points=((1, 0.004), (5, 0.004), (6, 0.008), (12, 0.0082), (
 
 def bumpy_model():
     m = cmod.MODEL_PRESETS["llama-3.1-8b"]
-    return cmod.CostModel(cmod.HARDWARE_PRESETS["h100-sxm"], m, context_tokens=0.0, profile=BUMPY,
-                          draft=cmod.draft_cost_for("ngram", m))
+    return cmod.CostModel(
+        cmod.HARDWARE_PRESETS["h100-sxm"], m, context_tokens=0.0, profile=BUMPY, draft=cmod.draft_cost_for("ngram", m)
+    )
 
 
 def test_shorten_and_the_schedule_agree_at_the_live_batch_on_a_non_monotone_profile():
@@ -347,8 +376,9 @@ def test_shorten_and_the_schedule_agree_at_the_live_batch_on_a_non_monotone_prof
     K=0 from batch 5 on while the verdict said shorten to K=1 at batch 8."""
     cm, rates = bumpy_model(), (0.5, 0.2, 0.05, 0.01)
     assert cmod.best_draft_length(cm, 5, rates) == 0 and cmod.best_draft_length(cm, 8, rates) >= 1
-    a = assess(cm, stats(alpha=sum(rates) / 4, k=4, batch=8, rates=rates), DECISION, "ngram", "keep",
-               config_method="ngram")
+    a = assess(
+        cm, stats(alpha=sum(rates) / 4, k=4, batch=8, rates=rates), DECISION, "ngram", "keep", config_method="ngram"
+    )
     assert a.candidate == "shorten"
     assert decide.config_k_at_batch(a.recommended_config, 8) == a.recommended_draft_length >= 1
     assert decide.verdict_agrees_with_config(a, 8, 4)
@@ -366,8 +396,14 @@ def test_verdict_and_recommended_config_agree_over_a_grid(cm):
                 a_win = sum(r) / 4 if rates is not None else alpha
                 for previous in (None, "keep", "shorten", "disable"):
                     for config_method in ("same", None):
-                        a = assess(cm, stats(alpha=a_win, k=4, batch=batch, rates=r), DECISION, method, previous,
-                                   config_method=config_method)
+                        a = assess(
+                            cm,
+                            stats(alpha=a_win, k=4, batch=batch, rates=r),
+                            DECISION,
+                            method,
+                            previous,
+                            config_method=config_method,
+                        )
                         assert decide.verdict_agrees_with_config(a, batch, 4), (alpha, batch, rates, previous, a)
                         if a.recommended_config is not None:
                             assert vllm_accepts(a.recommended_config) is None
@@ -386,8 +422,11 @@ AFTER_C1 = (FIXTURES / "ngram-01-c1-quiet.prom").read_text()
 
 def bumped(text: str, drafts: float, per_draft: int) -> str:
     """The payload with ``drafts`` more drafts of ``per_draft`` tokens, every token accepted."""
+
     def add(name: str, extra: float, body: str, labels: str = "") -> str:
-        pattern = re.compile(rf'^({re.escape(name)}{{engine="0",model_name="tiny-llama"{labels}}}) (\S+)$', re.MULTILINE)
+        pattern = re.compile(
+            rf'^({re.escape(name)}{{engine="0",model_name="tiny-llama"{labels}}}) (\S+)$', re.MULTILINE
+        )
         return pattern.sub(lambda m: f"{m.group(1)} {float(m.group(2)) + extra}", body)
 
     text = add("vllm:spec_decode_num_drafts_total", drafts, text)
@@ -425,11 +464,14 @@ def test_method_inference_needs_enough_drafts_and_tells_a_schedule_from_ngram_mi
     assert resolve_method("auto", replace(short, draft_coverage=1.0), min_drafts=500) == "auto:eagle3"
     assert resolve_method("auto", replace(short, draft_coverage=0.71), min_drafts=500) == "auto:ngram"
     # With the schedule known ([[1, 4, 4], [5, 32, 2]]) a mean inside its K range is no n-gram sign ...
-    assert resolve_method("auto", replace(short, draft_coverage=1.0), min_drafts=500,
-                          schedule_ks=(4, 2)) == "auto:eagle3"
+    assert (
+        resolve_method("auto", replace(short, draft_coverage=1.0), min_drafts=500, schedule_ks=(4, 2)) == "auto:eagle3"
+    )
     # ... but a mean below every K it gives is.
-    assert resolve_method("auto", replace(short, draft_length=1.6, draft_coverage=0.7), min_drafts=500,
-                          schedule_ks=(4, 2)) == "auto:ngram"
+    assert (
+        resolve_method("auto", replace(short, draft_length=1.6, draft_coverage=0.7), min_drafts=500, schedule_ks=(4, 2))
+        == "auto:ngram"
+    )
     assert resolve_method("eagle3", s, min_drafts=500) == "eagle3"
 
 
@@ -459,8 +501,9 @@ def test_a_breakeven_above_one_is_exported_capped_with_a_cannot_pay_series_and_k
     raw = evaluation_record(evaluation)
     assert raw["breakeven_acceptance_rate"] > 1 and raw["speculation_cannot_pay"] is True
     text = generate_latest(registry_for(p.state)).decode()
-    samples = {(s.name, s.labels.get("window")): s.value
-               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    samples = {
+        (s.name, s.labels.get("window")): s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+    }
     assert samples[("specwatch_breakeven_acceptance_rate", "2m")] == 1.0
     assert samples[("specwatch_speculation_cannot_pay", "2m")] == 1.0
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from specwatch import costmodel as cmod
 from specwatch import decide, sim
 from specwatch.config import DecisionConfig, from_mapping
@@ -32,27 +33,40 @@ MODELS = [  # dense and MoE targets, one and four GPUs, every draft cost class, 
 ]
 
 
-def cost_model_questions(cm: cmod.CostModel, batch: float, k: float, alpha: float, rates: tuple[float, ...]
-                         ) -> tuple[object, ...]:
-    return (cm.base_step_time(batch), cm.spec_step_time(batch, k),
-            cmod.breakeven_acceptance_rate(cm, batch, k), cmod.expected_speedup(cm, batch, k, alpha),
-            cmod.best_draft_length(cm, batch, rates), cmod.max_speculative_batch_size(cm, k, alpha),
-            cmod.recommend_schedule(cm, rates, 512))
+def cost_model_questions(
+    cm: cmod.CostModel, batch: float, k: float, alpha: float, rates: tuple[float, ...]
+) -> tuple[object, ...]:
+    return (
+        cm.base_step_time(batch),
+        cm.spec_step_time(batch, k),
+        cmod.breakeven_acceptance_rate(cm, batch, k),
+        cmod.expected_speedup(cm, batch, k, alpha),
+        cmod.best_draft_length(cm, batch, rates),
+        cmod.max_speculative_batch_size(cm, k, alpha),
+        cmod.recommend_schedule(cm, rates, 512),
+    )
 
 
-@pytest.mark.parametrize("settings", MODELS, ids=lambda s: "-".join(str(v) for v in s.values() if v is not PROFILE)
-                         + ("-profile" if "profile" in s else ""))
+@pytest.mark.parametrize(
+    "settings",
+    MODELS,
+    ids=lambda s: "-".join(str(v) for v in s.values() if v is not PROFILE) + ("-profile" if "profile" in s else ""),
+)
 def test_a_long_lived_cost_model_answers_like_a_fresh_one_on_a_grid(settings):
     long_lived = cmod.build_cost_model(**settings)
-    grid = list(itertools.product((None, 0.71, 1.0), ("eagle3", "ngram"), (1, 2.5, 16, 63.7, 300),
-                                  (1, 3, 3.38), (0.2, 0.6, 0.9)))
+    grid = list(
+        itertools.product(
+            (None, 0.71, 1.0), ("eagle3", "ngram"), (1, 2.5, 16, 63.7, 300), (1, 3, 3.38), (0.2, 0.6, 0.9)
+        )
+    )
     random.Random(7).shuffle(grid)  # memo hits in every order, and twice
     for coverage, method, batch, k, alpha in grid + grid:
         rates = cmod.position_rates_from_alpha(alpha, 4)
         fresh = cmod.build_cost_model(**settings).with_method(method).with_coverage(coverage)
         cached = long_lived.with_method(method).with_coverage(coverage)
         assert cost_model_questions(cached, batch, k, alpha, rates) == cost_model_questions(
-            fresh, batch, k, alpha, rates), (coverage, method, batch, k, alpha)
+            fresh, batch, k, alpha, rates
+        ), (coverage, method, batch, k, alpha)
 
 
 class CheckedCache(AssessmentCache):
@@ -64,15 +78,17 @@ class CheckedCache(AssessmentCache):
         self.compared = 0
 
     def assess(self, cm, stats, decision, method, previous_verdict, *, config_method="same", base_config=None):
-        got = super().assess(cm, stats, decision, method, previous_verdict, config_method=config_method,
-                             base_config=base_config)
+        got = super().assess(
+            cm, stats, decision, method, previous_verdict, config_method=config_method, base_config=base_config
+        )
         fresh = self.fresh_model()
         if cm.profile is not None and fresh.profile is None:
             # Learning is on (hardware and model not configured): the route's model is the
             # configured one over the curve learned so far; build that afresh too.
             fresh = learned.learned_cost_model(fresh, cm.profile)
-        assert got == decide.assess(fresh, stats, decision, method, previous_verdict,
-                                    config_method=config_method, base_config=base_config)
+        assert got == decide.assess(
+            fresh, stats, decision, method, previous_verdict, config_method=config_method, base_config=base_config
+        )
         self.compared += 1
         return got
 
@@ -100,8 +116,13 @@ def test_replaying_the_real_vllm_recording_gives_the_same_verdicts_and_numbers_w
 def test_replaying_simulated_verdict_changes_gives_the_same_records_with_and_without_the_memo(scenario, tmp_path):
     path = tmp_path / "rec.jsonl"
     sim.record(scenario, path, poll_interval=10.0)
-    raw = sidecar_config_for(sim.load_scenario(scenario), target_url="http://127.0.0.1:1/metrics",
-                             listen="127.0.0.1:0", poll_interval=10.0, windows=("1m", "5m"))
+    raw = sidecar_config_for(
+        sim.load_scenario(scenario),
+        target_url="http://127.0.0.1:1/metrics",
+        listen="127.0.0.1:0",
+        poll_interval=10.0,
+        windows=("1m", "5m"),
+    )
     config = from_mapping(raw)
     cached, uncached, cache = replay_both_ways(config, path.read_text().splitlines())
     assert cached == uncached
@@ -112,11 +133,30 @@ def test_replaying_simulated_verdict_changes_gives_the_same_records_with_and_wit
 
 def window(**changes) -> WindowStats:
     rates = cmod.position_rates_from_alpha(0.6, 3)
-    base = WindowStats(route="chat", window="1m", t=100.0, samples=13, span_seconds=60.0, spec_present=True,
-                       drafts=2000.0, draft_tokens=6000.0, accepted_tokens=3600.0, acceptance_rate=0.6,
-                       mean_acceptance_length=2.8, draft_length=3.0, configured_k=3, position_rates=rates,
-                       batch_size=48.0, itl_p50_seconds=0.01, itl_p99_seconds=0.03, itl_per_token_mean_seconds=0.012,
-                       generation_tokens=9000.0, draft_coverage=0.9, schema="v1", engines=1)
+    base = WindowStats(
+        route="chat",
+        window="1m",
+        t=100.0,
+        samples=13,
+        span_seconds=60.0,
+        spec_present=True,
+        drafts=2000.0,
+        draft_tokens=6000.0,
+        accepted_tokens=3600.0,
+        acceptance_rate=0.6,
+        mean_acceptance_length=2.8,
+        draft_length=3.0,
+        configured_k=3,
+        position_rates=rates,
+        batch_size=48.0,
+        itl_p50_seconds=0.01,
+        itl_p99_seconds=0.03,
+        itl_per_token_mean_seconds=0.012,
+        generation_tokens=9000.0,
+        draft_coverage=0.9,
+        schema="v1",
+        engines=1,
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -207,8 +247,9 @@ def test_a_new_curve_version_empties_every_cache_derived_from_step_times():
     assert cm.draft_cost_per_token() == fresh.draft_cost_per_token()
 
 
-def schedule_with_per_batch_loops(cm: cmod.CostModel, rates: tuple[float, ...], max_batch: int,
-                                  live_batch: float | None, zero_band_speedup: float) -> list[list[int]]:
+def schedule_with_per_batch_loops(
+    cm: cmod.CostModel, rates: tuple[float, ...], max_batch: int, live_batch: float | None, zero_band_speedup: float
+) -> list[list[int]]:
     """The previous construction: the same bisection filling a K per batch, then loops over every batch."""
     cache: dict[int, int] = {}
 
@@ -252,10 +293,12 @@ def schedule_with_per_batch_loops(cm: cmod.CostModel, rates: tuple[float, ...], 
 def test_schedule_bands_built_from_settled_ranges_equal_the_per_batch_construction(settings):
     cm = cmod.build_cost_model(**settings)
     for rates in ((0.9, 0.7, 0.5, 0.3), (0.6, 0.35, 0.2), (0.45, 0.2), (0.99, 0.97, 0.95, 0.9, 0.8)):
-        for max_batch, live_batch, zero in itertools.product((1, 7, 512), (None, 1.0, 5.5, 300.0, 900.0),
-                                                             (1.0, cmod.ZERO_K_BAND_SPEEDUP)):
-            assert cmod.recommend_schedule(cm, rates, max_batch, live_batch=live_batch, zero_band_speedup=zero) \
-                == schedule_with_per_batch_loops(cm, rates, max_batch, live_batch, zero)
+        for max_batch, live_batch, zero in itertools.product(
+            (1, 7, 512), (None, 1.0, 5.5, 300.0, 900.0), (1.0, cmod.ZERO_K_BAND_SPEEDUP)
+        ):
+            assert cmod.recommend_schedule(
+                cm, rates, max_batch, live_batch=live_batch, zero_band_speedup=zero
+            ) == schedule_with_per_batch_loops(cm, rates, max_batch, live_batch, zero)
 
 
 def test_the_stated_speculative_config_is_part_of_the_memo_key():
@@ -264,8 +307,10 @@ def test_the_stated_speculative_config_is_part_of_the_memo_key():
     stats = window(batch_size=300.0, acceptance_rate=0.3, position_rates=(0.5, 0.25, 0.15))
     for stated in ({"method": "eagle3", "model": "a/b"}, {"method": "eagle3", "model": "c/d"}, None):
         assert cache.assess(cm, stats, DECISION, "eagle3", "keep", base_config=stated) == decide.assess(
-            cm, stats, DECISION, "eagle3", "keep", base_config=stated)
+            cm, stats, DECISION, "eagle3", "keep", base_config=stated
+        )
     assert cache.misses == 3
-    assert cache.assess(cm, stats, DECISION, "eagle3", "keep", base_config={"model": "c/d", "method": "eagle3"}) \
-        == decide.assess(cm, stats, DECISION, "eagle3", "keep", base_config={"method": "eagle3", "model": "c/d"})
+    assert cache.assess(
+        cm, stats, DECISION, "eagle3", "keep", base_config={"model": "c/d", "method": "eagle3"}
+    ) == decide.assess(cm, stats, DECISION, "eagle3", "keep", base_config={"method": "eagle3", "model": "c/d"})
     assert cache.hits == 1

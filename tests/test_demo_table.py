@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from specwatch.decide import Assessment
 from specwatch.demo import _fmt_breakeven, _recommendation
 from specwatch.derive import WindowStats
@@ -20,8 +21,12 @@ def evaluation(advice: Assessment | None, *, guard_passed: bool = True) -> Route
     ("advice", "shown"),
     [
         (
-            Assessment("shorten", recommended_config={"method": "eagle3", "model": "m", "num_speculative_tokens": 2},
-                       config_changes={"num_speculative_tokens": 2}, action="apply"),
+            Assessment(
+                "shorten",
+                recommended_config={"method": "eagle3", "model": "m", "num_speculative_tokens": 2},
+                config_changes={"num_speculative_tokens": 2},
+                action="apply",
+            ),
             '{"method":"eagle3","model":"m","num_speculative_tokens":2}',
         ),
         (

@@ -21,7 +21,8 @@ def test_undrafted_steps_gain_nothing_and_cost_nothing():
         assert partial.spec_step_time(batch, 4) <= full.spec_step_time(batch, 4)
         # At speedup 1 the per-draft economics are the same, so the break-even barely moves.
         assert costmodel.breakeven_acceptance_rate(partial, batch, 4) == pytest.approx(
-            costmodel.breakeven_acceptance_rate(full, batch, 4), abs=0.05)
+            costmodel.breakeven_acceptance_rate(full, batch, 4), abs=0.05
+        )
         s = costmodel.expected_speedup(partial, batch, 4, costmodel.breakeven_acceptance_rate(partial, batch, 4))
         assert s == pytest.approx(1.0, abs=1e-9)
 
@@ -46,6 +47,8 @@ def test_coverage_on_the_real_ngram_server_is_drafts_over_request_steps():
         return float(line.rsplit(" ", 1)[1])
 
     drafts = value(last, "vllm:spec_decode_num_drafts_total") - value(first, "vllm:spec_decode_num_drafts_total")
-    steps = value(last, "vllm:inter_token_latency_seconds_count") - value(first, "vllm:inter_token_latency_seconds_count")
+    steps = value(last, "vllm:inter_token_latency_seconds_count") - value(
+        first, "vllm:inter_token_latency_seconds_count"
+    )
     assert stats.draft_coverage == pytest.approx(drafts / steps, rel=1e-12)
     assert 0.5 < stats.draft_coverage < 0.95  # n-gram lookup misses on a share of the steps

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from reliability.fuzzcheck import CORPUS, text_from_bytes
 from reliability.mutate import MUTATIONS, apply_mutations
+
 from specwatch.exposition import ExpositionError, Selector
 from specwatch.vllm import FAMILIES, SELECTOR
 from support.paths import fixture_path
@@ -25,7 +26,9 @@ def _oracle(text: str) -> dict[tuple, float]:
     """Every sample of the selected families, by (sample name, sorted labels), via prometheus_client."""
     wanted = set()
     for family, kind in FAMILIES.items():
-        suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created")}.get(kind, ("",))
+        suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created")}.get(
+            kind, ("",)
+        )
         wanted.update(family + s for s in suffixes)
     out = {}
     for fam in text_string_to_metric_families(text):
@@ -52,8 +55,7 @@ def test_every_real_fixture_parses_to_the_same_values_as_prometheus_client():
         if path.name.endswith("-excerpt.prom"):
             # Public excerpts keep a few verbatim lines, not whole histograms: compare the rest.
             selector = Selector({f: k for f, k in FAMILIES.items() if k != "histogram"})
-        oracle = {key: v for key, v in _oracle(text).items()
-                  if any(key[0].startswith(f) for f in selector.families)}
+        oracle = {key: v for key, v in _oracle(text).items() if any(key[0].startswith(f) for f in selector.families)}
         ours = _ours(text, selector)
         assert ours.keys() == oracle.keys(), path.name
         for key, value in oracle.items():
@@ -95,23 +97,51 @@ def test_the_minimal_good_payload_is_accepted():
     assert set(SELECTOR.parse(GOOD)) == {"vllm:spec_decode_num_drafts", "vllm:inter_token_latency_seconds"}
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (GOOD.replace("} 10.0", "} -1.0", 1), "invalid"),                                  # negative counter (V1)
-    (GOOD.replace("} 10.0", "} NaN", 1), "invalid"),                                   # NaN counter
-    (GOOD.replace('le="0.01",model_name="m"} 1.0', 'le="0.01",model_name="m"} 5.0'), "invalid"),  # buckets go down (V1)
-    (GOOD.replace('le="+Inf"', 'le="100"'), "invalid"),                                # missing +Inf (V1)
-    (GOOD.replace('le="0.01"', 'le="abc"'), "invalid"),                                # non-numeric le (V1)
-    (GOOD + 'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 11.0\n', "invalid"),  # duplicate series (V1)
-    (GOOD.replace("} 10.0", "} 1 2 3", 1), "parse"),                                   # 'x 1 2 3' (V1)
-    (GOOD.replace("} 10.0", "} ten", 1), "parse"),
-    (GOOD.replace('model_name="m"} 10.0', 'model_name="m} 10.0'), "parse"),           # unterminated label value
-    (GOOD.replace("# TYPE vllm:spec_decode_num_drafts_total counter", "# TYPE vllm:spec_decode_num_drafts_total gauge"), "invalid"),  # type changed
-    (GOOD.replace("vllm:inter_token_latency_seconds_count{engine=\"0\",model_name=\"m\"} 3.0", "vllm:inter_token_latency_seconds_count{engine=\"0\",model_name=\"m\"} 4.0"), "invalid"),
-    (GOOD.replace('{engine="0",model_name="m"} 10.0', "{" + ",".join(f'l{i}="v"' for i in range(32000)) + "} 10.0"), "invalid"),  # 32k labels (V4)
-    (GOOD.replace('{engine="0",model_name="m"} 10.0', '{="foo"} 10.0'), "parse"),     # empty label name (Go parser crash #3793)
-    (GOOD + 'vllm:num_requests_running{engine="0",model_name="m"} +Inf\n', "invalid"),  # a batch of infinity
-    (GOOD + 'vllm:num_requests_running{engine="0",model_name="m"} -3\n', "invalid"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (GOOD.replace("} 10.0", "} -1.0", 1), "invalid"),  # negative counter (V1)
+        (GOOD.replace("} 10.0", "} NaN", 1), "invalid"),  # NaN counter
+        (
+            GOOD.replace('le="0.01",model_name="m"} 1.0', 'le="0.01",model_name="m"} 5.0'),
+            "invalid",
+        ),  # buckets go down (V1)
+        (GOOD.replace('le="+Inf"', 'le="100"'), "invalid"),  # missing +Inf (V1)
+        (GOOD.replace('le="0.01"', 'le="abc"'), "invalid"),  # non-numeric le (V1)
+        (
+            GOOD + 'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 11.0\n',
+            "invalid",
+        ),  # duplicate series (V1)
+        (GOOD.replace("} 10.0", "} 1 2 3", 1), "parse"),  # 'x 1 2 3' (V1)
+        (GOOD.replace("} 10.0", "} ten", 1), "parse"),
+        (GOOD.replace('model_name="m"} 10.0', 'model_name="m} 10.0'), "parse"),  # unterminated label value
+        (
+            GOOD.replace(
+                "# TYPE vllm:spec_decode_num_drafts_total counter", "# TYPE vllm:spec_decode_num_drafts_total gauge"
+            ),
+            "invalid",
+        ),  # type changed
+        (
+            GOOD.replace(
+                'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 3.0',
+                'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 4.0',
+            ),
+            "invalid",
+        ),
+        (
+            GOOD.replace(
+                '{engine="0",model_name="m"} 10.0', "{" + ",".join(f'l{i}="v"' for i in range(32000)) + "} 10.0"
+            ),
+            "invalid",
+        ),  # 32k labels (V4)
+        (
+            GOOD.replace('{engine="0",model_name="m"} 10.0', '{="foo"} 10.0'),
+            "parse",
+        ),  # empty label name (Go parser crash #3793)
+        (GOOD + 'vllm:num_requests_running{engine="0",model_name="m"} +Inf\n', "invalid"),  # a batch of infinity
+        (GOOD + 'vllm:num_requests_running{engine="0",model_name="m"} -3\n', "invalid"),
+    ],
+)
 def test_malformed_or_invalid_payloads_are_rejected_as_a_whole(bad, reason):
     with pytest.raises(ExpositionError) as info:
         SELECTOR.parse(bad)
@@ -133,7 +163,7 @@ def test_unselected_families_cost_nothing_even_when_hostile():
 
 def test_binary_garbage_raises_only_the_parsers_own_error():
     selector = Selector({"a": "counter"})
-    for blob in (b"\x00\xff\xfe a_total{ 1", b"a_total{x=\"\\", b"a_total 1e999999", b"a_total{x=\"1\"}"):
+    for blob in (b"\x00\xff\xfe a_total{ 1", b'a_total{x="\\', b"a_total 1e999999", b'a_total{x="1"}'):
         with pytest.raises(ExpositionError):
             selector.parse(blob.decode("latin-1"))
 
@@ -199,8 +229,10 @@ def test_a_selected_sample_after_another_familys_header_is_still_read():
 
 
 def test_comments_and_blank_lines_inside_a_block_are_skipped():
-    text = _real().replace('vllm:inter_token_latency_seconds_bucket{engine="0",le="0.1"',
-                           '# a comment\n\n#\n   \nvllm:inter_token_latency_seconds_bucket{engine="0",le="0.1"')
+    text = _real().replace(
+        'vllm:inter_token_latency_seconds_bucket{engine="0",le="0.1"',
+        '# a comment\n\n#\n   \nvllm:inter_token_latency_seconds_bucket{engine="0",le="0.1"',
+    )
     assert text != _real()
     _assert_same_as_line_scan_and_oracle(text)
 
@@ -208,20 +240,26 @@ def test_comments_and_blank_lines_inside_a_block_are_skipped():
 def test_the_first_line_is_read_even_without_a_newline_before_it():
     text = 'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n' + GOOD
     assert SELECTOR.parse(text)["vllm:num_requests_running"].samples[0].value == 3.0
-    assert _outcome(SELECTOR.parse, "# TYPE x") == _outcome(SELECTOR.parse_by_lines, "# TYPE x") == \
-        ("parse", "line 1: malformed TYPE line")
+    assert (
+        _outcome(SELECTOR.parse, "# TYPE x")
+        == _outcome(SELECTOR.parse_by_lines, "# TYPE x")
+        == ("parse", "line 1: malformed TYPE line")
+    )
 
 
-@pytest.mark.parametrize("type_line, reason", [
-    ("# TYPE other_family", "parse"),                      # too few fields: the line scan rejects it
-    ("# TYPE other_family gauge extra", "parse"),          # too many
-    ("# TYPE other_family\u2028gauge", None),              # split() cuts at any whitespace: four fields
-    ("# TYPE other_family\u2028", "parse"),                # three
-    ("# TYPE\tother_family", None),                       # not a TYPE line to the scan: a comment
-    ("# TYPE   vllm:spec_decode_num_drafts_total   gauge  ", "invalid"),  # odd spacing still names the family
-    ("# TYPE vllm:spec_decode_num_drafts_total\tcounter", None),
-    ("# TYPE vllm:spec_decode_num_drafts_totalx gauge", None),  # another family
-])
+@pytest.mark.parametrize(
+    "type_line, reason",
+    [
+        ("# TYPE other_family", "parse"),  # too few fields: the line scan rejects it
+        ("# TYPE other_family gauge extra", "parse"),  # too many
+        ("# TYPE other_family\u2028gauge", None),  # split() cuts at any whitespace: four fields
+        ("# TYPE other_family\u2028", "parse"),  # three
+        ("# TYPE\tother_family", None),  # not a TYPE line to the scan: a comment
+        ("# TYPE   vllm:spec_decode_num_drafts_total   gauge  ", "invalid"),  # odd spacing still names the family
+        ("# TYPE vllm:spec_decode_num_drafts_total\tcounter", None),
+        ("# TYPE vllm:spec_decode_num_drafts_totalx gauge", None),  # another family
+    ],
+)
 def test_type_lines_of_any_family_are_checked_as_the_line_scan_checks_them(type_line, reason):
     text = GOOD + type_line + "\n"
     outcome = _outcome(SELECTOR.parse, text)
@@ -270,8 +308,13 @@ SEEDS = _seeds()
 @st.composite
 def _mutated(draw):
     text = draw(st.sampled_from(SEEDS))
-    ops = draw(st.lists(st.tuples(st.sampled_from(sorted(MUTATIONS)), st.integers(0, 2**31 - 1),
-                                  st.integers(0, 2**31 - 1)), min_size=1, max_size=6))
+    ops = draw(
+        st.lists(
+            st.tuples(st.sampled_from(sorted(MUTATIONS)), st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1)),
+            min_size=1,
+            max_size=6,
+        )
+    )
     return apply_mutations(text, ops)
 
 
@@ -289,27 +332,30 @@ def test_any_line_order_with_or_without_headers_reads_as_the_line_scan_and_prome
     _assert_same_as_line_scan_and_oracle("\n".join(lines) + "\n")
 
 
-@pytest.mark.parametrize("line", [
-    'vllm:num_requests_running{engine="0",model_name="m"} 3.0',
-    'vllm:num_requests_running{engine="0",model_name="a}b"} 3.0',          # a brace inside a label value
-    'vllm:num_requests_running{engine="0",model_name="a b"} 3.0',          # a space inside a label value
-    'vllm:num_requests_running{engine="0",model_name="m"} 3.0 1700000000000',  # a timestamp
-    'vllm:num_requests_running{engine="0",model_name="m"} 3.0}',
-    'vllm:num_requests_running{engine="0",model_name="m"} {3.0',
-    'vllm:num_requests_running{engine="0",model_name="m"}\t3.0',
-    'vllm:num_requests_running{engine="0",model_name="m"} 3.0\r',
-    'vllm:num_requests_running{engine="0",model_name="m"}  3.0',
-    'vllm:num_requests_running{engine="0",model_name="m"}3.0',
-    'vllm:num_requests_running{} 3.0',
-    'vllm:num_requests_running 3.0',
-    'vllm:num_requests_running} 3.0',
-    'vllm:num_requests_running 3.0 {',
-    'vllm:num_requests_running_extra{engine="0"} 3.0',                       # shares the prefix only
-    'vllm:num_requests_running{engine="0",engine="1"} 3.0',
-    'vllm:num_requests_running{engine="0" ,model_name="m" } 3.0',
-    'vllm:num_requests_running{engine="0",model_name="m\\"} 3.0',
-    'vllm:num_requests_running{engine="0",model_name="m"} 1_0',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0',
+        'vllm:num_requests_running{engine="0",model_name="a}b"} 3.0',  # a brace inside a label value
+        'vllm:num_requests_running{engine="0",model_name="a b"} 3.0',  # a space inside a label value
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0 1700000000000',  # a timestamp
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0}',
+        'vllm:num_requests_running{engine="0",model_name="m"} {3.0',
+        'vllm:num_requests_running{engine="0",model_name="m"}\t3.0',
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\r',
+        'vllm:num_requests_running{engine="0",model_name="m"}  3.0',
+        'vllm:num_requests_running{engine="0",model_name="m"}3.0',
+        "vllm:num_requests_running{} 3.0",
+        "vllm:num_requests_running 3.0",
+        "vllm:num_requests_running} 3.0",
+        "vllm:num_requests_running 3.0 {",
+        'vllm:num_requests_running_extra{engine="0"} 3.0',  # shares the prefix only
+        'vllm:num_requests_running{engine="0",engine="1"} 3.0',
+        'vllm:num_requests_running{engine="0" ,model_name="m" } 3.0',
+        'vllm:num_requests_running{engine="0",model_name="m\\"} 3.0',
+        'vllm:num_requests_running{engine="0",model_name="m"} 1_0',
+    ],
+)
 def test_plain_and_unusual_sample_lines_read_as_the_line_scan_reads_them(line):
     for text in (GOOD + line + "\n", GOOD + line, line + "\n" + GOOD):
         assert _outcome(Selector(FAMILIES).parse, text) == _outcome(Selector(FAMILIES).parse_by_lines, text)
@@ -327,8 +373,26 @@ def test_a_sequence_of_real_polls_reads_as_the_line_scan_while_reusing_the_last_
     assert reused >= 20  # vLLM prints the same series in the same order every poll
 
 
-VALUES = ("NaN", "-1", "+Inf", "-Inf", "1e309", "0", "-0", "3.5", "1_000", "0x10", "1e-400", "1e308", "-1e-300",
-          "nan", "inf", "1.7e308", "7", "1e9")
+VALUES = (
+    "NaN",
+    "-1",
+    "+Inf",
+    "-Inf",
+    "1e309",
+    "0",
+    "-0",
+    "3.5",
+    "1_000",
+    "0x10",
+    "1e-400",
+    "1e308",
+    "-1e-300",
+    "nan",
+    "inf",
+    "1.7e308",
+    "7",
+    "1e9",
+)
 
 
 @st.composite
@@ -342,8 +406,13 @@ def _same_lines_new_values(draw):
         i = draw(st.sampled_from(selected))
         head, _, _ = lines[i].rpartition(" ")
         value = float(text.split("\n")[i].rpartition(" ")[2])  # the real value, as vLLM printed it
-        choice = draw(st.one_of(st.sampled_from(VALUES), st.sampled_from([repr(value * 2), repr(value / 2)]),
-                                st.floats(allow_nan=True, allow_infinity=True).map(repr)))
+        choice = draw(
+            st.one_of(
+                st.sampled_from(VALUES),
+                st.sampled_from([repr(value * 2), repr(value / 2)]),
+                st.floats(allow_nan=True, allow_infinity=True).map(repr),
+            )
+        )
         lines[i] = f"{head} {choice}"
     return text, "\n".join(lines)
 
@@ -362,17 +431,29 @@ def test_new_values_on_the_last_polls_lines_are_checked_as_the_line_scan_checks_
 PAYLOADS_PRESENT = SEEDS != [GOOD]
 
 
-@pytest.mark.parametrize("change", [
-    ('vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 1.0',
-     'vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 4.0'),   # buckets go down
-    ('vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 3.0',
-     'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 2.0'),               # _count != +Inf bucket
-    ('vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 0.5',
-     'vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} NaN'),
-    ('model_name="m"} 10.0', 'model_name="m"} -0.5'),
-    ('model_name="m"} 10.0', 'model_name="m"} +Inf'),
-    ('model_name="m"} 10.0', 'model_name="m"} 1e308\nvllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 1e308'),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        (
+            'vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 1.0',
+            'vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 4.0',
+        ),  # buckets go down
+        (
+            'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 3.0',
+            'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 2.0',
+        ),  # _count != +Inf bucket
+        (
+            'vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 0.5',
+            'vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} NaN',
+        ),
+        ('model_name="m"} 10.0', 'model_name="m"} -0.5'),
+        ('model_name="m"} 10.0', 'model_name="m"} +Inf'),
+        (
+            'model_name="m"} 10.0',
+            'model_name="m"} 1e308\nvllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 1e308',
+        ),
+    ],
+)
 def test_an_invalid_value_on_the_last_polls_lines_is_still_rejected(change):
     selector = Selector(FAMILIES)
     selector.parse(GOOD)

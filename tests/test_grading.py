@@ -9,6 +9,7 @@ import json
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import sim
 from specwatch.collector import registry_for
 from specwatch.config import from_mapping
@@ -23,24 +24,53 @@ POLL = 5.0
 BEFORE, AFTER = 300.0, 360.0  # seconds of each phase
 
 
+# Per-position conditional acceptance of an EAGLE-3 head that is sure of its first two tokens and
+# weak after them; truncating the chain draft keeps the first rates.
+ACCEPTANCE = [0.9, 0.7, 0.25, 0.15]
+CONCURRENCY = 64
+
+
 def scenario(k_after: int | None):
-    """Llama-3.1-8B on one H100, EAGLE-3 K=4 at 64 concurrent requests, i.i.d. per-position acceptance 0.75 (truncating
-    the draft keeps it); optionally a
-    second phase that runs the draft length the sidecar recommended."""
-    phases = [{"name": "before", "duration": f"{BEFORE:.0f}s", "concurrency": 64, "k": 4, "alpha": 0.75}]
+    """Llama-3.1-8B on one H100, EAGLE-3 K=4 at 64 concurrent requests, acceptance falling with the
+    position (ACCEPTANCE); optionally a second phase that runs the draft length the sidecar
+    recommended."""
+    phases = [
+        {"name": "before", "duration": f"{BEFORE:.0f}s", "concurrency": CONCURRENCY, "k": 4, "acceptance": ACCEPTANCE}
+    ]
     if k_after is not None:
-        phases.append({"name": "after", "duration": f"{AFTER:.0f}s", "concurrency": 64, "k": k_after,
-                       "alpha": 0.75})
-    return parse_scenario({"name": "apply-recommendation", "hardware": "h100-sxm", "model": "llama-3.1-8b",
-                           "method": "eagle3", "num_speculative_tokens": 4, "prompt_tokens": 512,
-                           "output_tokens": 256, "routes": [{"model_name": "chat"}], "phases": phases})
+        phases.append(
+            {
+                "name": "after",
+                "duration": f"{AFTER:.0f}s",
+                "concurrency": CONCURRENCY,
+                "k": k_after,
+                "acceptance": ACCEPTANCE,
+            }
+        )
+    return parse_scenario(
+        {
+            "name": "apply-recommendation",
+            "hardware": "h100-sxm",
+            "model": "llama-3.1-8b",
+            "method": "eagle3",
+            "num_speculative_tokens": 4,
+            "prompt_tokens": 512,
+            "output_tokens": 256,
+            "routes": [{"model_name": "chat"}],
+            "phases": phases,
+        }
+    )
 
 
 def drive(sc, until: float, marks: tuple[float, ...] = ()):
     """Sidecar + simulator in virtual time; returns the pipeline, the config and the simulator's
     generated-token totals at `marks` (its true tokens/s)."""
-    config = from_mapping(sidecar_config_for(sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0",
-                                             poll_interval=POLL, windows=("1m", "4m")), environ={})
+    config = from_mapping(
+        sidecar_config_for(
+            sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m", "4m")
+        ),
+        environ={},
+    )
     pipeline = Pipeline(config)
     simulator = sim.Simulator(sc, seed=1)
     generated = {}
@@ -68,6 +98,8 @@ def applied():
     # The simulator's true tokens/s in the steady part of each phase (closed loop, same load).
     true_before = (generated[BEFORE] - generated[60.0]) / (BEFORE - 60.0)
     true_after = (generated[BEFORE + AFTER] - generated[BEFORE + 60.0]) / (AFTER - 60.0)
+    # The change is larger than the tolerance: a grading that measured no change would fail the bound.
+    assert true_after / true_before > 1 / 0.9
     return pipeline, config, recommended, true_after / true_before
 
 
@@ -89,8 +121,13 @@ def test_the_prediction_made_from_the_before_window_is_reported_beside_the_measu
     grading = route["grading"]
     assert grading["status"] == "graded"
     assert grading["predicted_gain_ratio"] > 0 and grading["measured"]["gain_ratio"] > 0
-    for key in ("tokens_per_step_ratio", "step_time_ratio", "itl_p99_ratio", "tokens_per_engine_step_ratio",
-                "prediction_error"):
+    for key in (
+        "tokens_per_step_ratio",
+        "step_time_ratio",
+        "itl_p99_ratio",
+        "tokens_per_engine_step_ratio",
+        "prediction_error",
+    ):
         assert grading["measured"][key] is not None, key
     for key in ("tokens_per_step", "step_time_seconds", "itl_p99_seconds", "tokens_per_engine_step"):
         assert grading["before"][key] > 0 and grading["after"][key] > 0, key
@@ -112,11 +149,20 @@ def test_the_gauges_export_the_predicted_and_measured_gain(applied):
 def test_turning_speculation_off_is_graded_against_the_simulators_truth():
     """At 128 requests with a weak drafter (per-position acceptance 0.3) vLLM is restarted without
     speculation at 300 s: the measured gain matches the simulator's tokens/s."""
-    sc = parse_scenario({
-        "name": "apply-disable", "hardware": "h100-sxm", "model": "llama-3.1-8b", "method": "eagle3",
-        "num_speculative_tokens": 4, "prompt_tokens": 512, "output_tokens": 256, "routes": [{"model_name": "chat"}],
-        "phases": [{"name": "weak", "duration": "660s", "concurrency": 128, "k": 4, "alpha": 0.3}],
-        "events": [{"at": "300s", "type": "spec_off"}]})
+    sc = parse_scenario(
+        {
+            "name": "apply-disable",
+            "hardware": "h100-sxm",
+            "model": "llama-3.1-8b",
+            "method": "eagle3",
+            "num_speculative_tokens": 4,
+            "prompt_tokens": 512,
+            "output_tokens": 256,
+            "routes": [{"model_name": "chat"}],
+            "phases": [{"name": "weak", "duration": "660s", "concurrency": 128, "k": 4, "alpha": 0.3}],
+            "events": [{"at": "300s", "type": "spec_off"}],
+        }
+    )
     # The restart at 300 s zeroes the simulator's counters: measure each phase on its own side of it.
     pipeline, _, generated = drive(sc, 660.0, (60.0, 300.0, 360.0, 660.0))
     true_gain = ((generated[660.0] - generated[360.0]) / 300.0) / ((generated[300.0] - generated[60.0]) / 240.0)
@@ -128,12 +174,26 @@ def test_turning_speculation_off_is_graded_against_the_simulators_truth():
 
 
 def _stats(t: float, span: float, k: float | None, drafts: float, window: str = "1m") -> WindowStats:
-    return WindowStats(route="r", window=window, t=t, samples=10, span_seconds=span, spec_present=True,
-                       drafts=drafts, draft_tokens=(k or 0) * drafts, accepted_tokens=None, acceptance_rate=0.6,
-                       mean_acceptance_length=2.5 if k else None, draft_length=k if drafts else None,
-                       position_rates=(0.8, 0.6, 0.4, 0.2)[: int(k or 0)] or None, batch_size=8.0,
-                       itl_per_token_mean_seconds=0.01, itl_p99_seconds=0.03, generation_tokens=5000.0,
-                       draft_coverage=1.0)
+    return WindowStats(
+        route="r",
+        window=window,
+        t=t,
+        samples=10,
+        span_seconds=span,
+        spec_present=True,
+        drafts=drafts,
+        draft_tokens=(k or 0) * drafts,
+        accepted_tokens=None,
+        acceptance_rate=0.6,
+        mean_acceptance_length=2.5 if k else None,
+        draft_length=k if drafts else None,
+        position_rates=(0.8, 0.6, 0.4, 0.2)[: int(k or 0)] or None,
+        batch_size=8.0,
+        itl_per_token_mean_seconds=0.01,
+        itl_p99_seconds=0.03,
+        generation_tokens=5000.0,
+        draft_coverage=1.0,
+    )
 
 
 def test_a_steady_route_is_never_graded_and_a_thin_window_moves_nothing():
@@ -145,8 +205,10 @@ def test_a_steady_route_is_never_graded_and_a_thin_window_moves_nothing():
         t = 5.0 * i
         # Fewer drafts than the guard (a K=1 mix would look like a change): not evidence.
         thin = i % 7 == 0
-        windows = [_stats(t, min(t, 60.0), 1.0 if thin else 4.0, 50 if thin else 2000),
-                   _stats(t, min(t, 240.0), 4.0, 8000, "4m")]
+        windows = [
+            _stats(t, min(t, 60.0), 1.0 if thin else 4.0, 50 if thin else 2000),
+            _stats(t, min(t, 240.0), 4.0, 8000, "4m"),
+        ]
         assert grader.observe(t, windows, "eagle3", 500, cm) is None
 
 

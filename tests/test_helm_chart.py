@@ -628,7 +628,7 @@ def test_every_alert_for_duration_is_overridable(chart):
     } <= set(names)
     values = {"prometheusRule": {"enabled": True, "alerts": {n: {"for": "42m"} for n in names}}}
     alerts = rendered_alerts(one(render(chart, values), "PrometheusRule")["spec"]["groups"])
-    assert {n: a["for"] for n, a in alerts.items()} == {n: "42m" for n in names}
+    assert {n: a["for"] for n, a in alerts.items()} == dict.fromkeys(names, "42m")
 
 
 @pytest.mark.parametrize(

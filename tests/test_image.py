@@ -21,6 +21,7 @@ The debootstrap root file system (about 95 s to make) is cached as a tarball und
 $SPECWATCH_IMAGE_CACHE (default ~/.cache/specwatch-image), so reruns take about the build time.
 Needs root and the Debian packages buildah and debootstrap; skipped otherwise.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,10 @@ BASE_PACKAGES = ("python3", "python3-pip", "python-is-python3", "ca-certificates
 IMAGE = "localhost/specwatch:image-test"
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("buildah") is None or shutil.which("debootstrap") is None,
-                       reason="needs the Debian packages buildah and debootstrap"),
+    pytest.mark.skipif(
+        shutil.which("buildah") is None or shutil.which("debootstrap") is None,
+        reason="needs the Debian packages buildah and debootstrap",
+    ),
     pytest.mark.skipif(os.geteuid() != 0, reason="buildah (chroot isolation, vfs) and debootstrap need root here"),
 ]
 
@@ -57,7 +60,9 @@ def from_image() -> str:
 
 def run(*args: str, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
-    assert proc.returncode == 0, f"{shlex.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"{shlex.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return proc
 
 
@@ -81,8 +86,15 @@ def base_rootfs_tarball() -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     rootfs = CACHE / "rootfs.partial"
     shutil.rmtree(rootfs, ignore_errors=True)
-    run("debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", "bookworm", str(rootfs), MIRROR,
-        timeout=1800)
+    run(
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(BASE_PACKAGES)}",
+        "bookworm",
+        str(rootfs),
+        MIRROR,
+        timeout=1800,
+    )
     for marker in rootfs.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
         marker.unlink()
     shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
@@ -106,13 +118,32 @@ def built_image(tmp_path_factory):
     host_ca = Path("/etc/ssl/certs/ca-certificates.crt")
     if host_ca.exists():
         buildah("copy", container, str(host_ca), str(host_ca))
-    buildah("config", "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "--env", "LANG=C.UTF-8", "--cmd", "python3", container)
+    buildah(
+        "config",
+        "--env",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--env",
+        "LANG=C.UTF-8",
+        "--cmd",
+        "python3",
+        container,
+    )
     # The exact name of the Dockerfile's FROM, fully qualified as buildah resolves the short name.
     buildah("commit", "--quiet", container, f"docker.io/library/{base}")
     buildah("rm", container)
-    buildah("bud", "--isolation", "chroot", "--pull=never", "--layers=false", "-t", IMAGE,
-            "-f", str(DOCKERFILE), str(ROOT), timeout=1200)
+    buildah(
+        "bud",
+        "--isolation",
+        "chroot",
+        "--pull=never",
+        "--layers=false",
+        "-t",
+        IMAGE,
+        "-f",
+        str(DOCKERFILE),
+        str(ROOT),
+        timeout=1200,
+    )
     config = json.loads(buildah("inspect", "--type", "image", IMAGE))["OCIv1"]["config"]
     container = buildah("from", "--pull-never", IMAGE)
     mountpoint = buildah("mount", container)
@@ -130,17 +161,24 @@ def run_in_image(image: tuple, *args: str, timeout: float = 120) -> subprocess.C
     workdir = config.get("WorkingDir") or "/"
     inner = f"cd {shlex.quote(workdir)} && exec " + shlex.join(command)
     env_args = shlex.join(["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), "/bin/sh", "-c", inner])
-    script = " && ".join([
-        'new=$(mktemp -d)',
-        f'mount --bind {shlex.quote(str(rootfs))} "$new"',
-        'mount -o remount,bind,ro "$new"',
-        'mount -t tmpfs -o size=16m,mode=1777 tmpfs "$new/tmp"',
-        'mount -t proc proc "$new/proc"',
-        'mount --rbind /dev "$new/dev"',
-        f'exec chroot --userspec=65534:65534 "$new" {env_args}',
-    ])
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    script = " && ".join(
+        [
+            "new=$(mktemp -d)",
+            f'mount --bind {shlex.quote(str(rootfs))} "$new"',
+            'mount -o remount,bind,ro "$new"',
+            'mount -t tmpfs -o size=16m,mode=1777 tmpfs "$new/tmp"',
+            'mount -t proc proc "$new/proc"',
+            'mount --rbind /dev "$new/dev"',
+            f'exec chroot --userspec=65534:65534 "$new" {env_args}',
+        ]
+    )
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_built_image_runs_as_65534_with_the_dockerfile_user_entrypoint_and_env(built_image):
@@ -164,9 +202,11 @@ def test_image_runs_the_demo_as_65534_on_a_read_only_root(built_image):
 def test_the_read_only_root_really_is_read_only_for_the_image_user(built_image):
     """The harness itself: a write outside /tmp fails, a write to /tmp works, and the user is 65534."""
     _, rootfs, config = built_image
-    probe = ("import os, pathlib; print(os.getuid(), os.getgid());"
-             "pathlib.Path('/tmp/ok').write_text('x');"
-             "\ntry:\n  pathlib.Path('/usr/local/x').write_text('x')\nexcept OSError as e:\n  print('denied', e.errno)")
+    probe = (
+        "import os, pathlib; print(os.getuid(), os.getgid());"
+        "pathlib.Path('/tmp/ok').write_text('x');"
+        "\ntry:\n  pathlib.Path('/usr/local/x').write_text('x')\nexcept OSError as e:\n  print('denied', e.errno)"
+    )
     image = (built_image[0], rootfs, {**config, "Entrypoint": ["python", "-c", probe]})
     proc = run_in_image(image)
     assert proc.returncode == 0, proc.stderr

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from specwatch import costmodel
 from specwatch.config import from_mapping
 from specwatch.costmodel import learned
@@ -18,9 +19,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu"
 PRIOR = costmodel.build_cost_model(draft_method="ngram", context_tokens=512)
 
 
-def obs(
-    t: float, batch: float, seconds: float, k: float = 0.0, coverage: float = 0.0
-) -> learned.StepObservation:
+def obs(t: float, batch: float, seconds: float, k: float = 0.0, coverage: float = 0.0) -> learned.StepObservation:
     tokens = batch * (1 + coverage * k)
     return learned.StepObservation(
         t=t,
@@ -64,25 +63,17 @@ def test_spec_on_steps_alone_give_the_counterfactual_plain_step_by_the_method_cl
     # n-gram: the prior charges only the fixed costs of a spec step; the rest is the target.
     learner = learned.StepTimeLearner(PRIOR, min_points=3)
     for i, b in enumerate((1, 4, 16, 1, 4, 16)):
-        prior_share = PRIOR.with_coverage(0.8).spec_step_time(b, 3) / PRIOR.step_time(
-            b * 3.4, b * 512
-        )
-        learner.add(
-            obs(10.0 * i, b, slow_server(b * 3.4) * prior_share, k=3, coverage=0.8)
-        )
+        prior_share = PRIOR.with_coverage(0.8).spec_step_time(b, 3) / PRIOR.step_time(b * 3.4, b * 512)
+        learner.add(obs(10.0 * i, b, slow_server(b * 3.4) * prior_share, k=3, coverage=0.8))
     model = learned.learned_cost_model(PRIOR, learner.curve())
-    assert model.step_time(4 * 3.4, 4 * 512) == pytest.approx(
-        slow_server(4 * 3.4), rel=0.05
-    )
+    assert model.step_time(4 * 3.4, 4 * 512) == pytest.approx(slow_server(4 * 3.4), rel=0.05)
 
 
 def test_one_stalled_window_moves_the_curve_little():
     learner = learned.StepTimeLearner(PRIOR, min_points=3)
     for i in range(20):
         learner.add(obs(10.0 * i, 8, slow_server(8)))
-    learner.add(
-        obs(300.0, 8, 10 * slow_server(8))
-    )  # a 10x outlier (a stall, a prefill burst)
+    learner.add(obs(300.0, 8, 10 * slow_server(8)))  # a 10x outlier (a stall, a prefill burst)
     model = learned.learned_cost_model(PRIOR, learner.curve())
     assert model.base_step_time(8) == pytest.approx(slow_server(8), rel=0.15)
 
@@ -125,9 +116,7 @@ def test_a_window_with_too_few_steps_or_no_observations_is_not_a_point():
     assert point is not None
     assert point.batch == 4.0 and point.step_seconds == 0.005
     assert point.query_tokens == pytest.approx(4.0 + 2400 / 250)
-    assert (
-        point.draft_length == pytest.approx(2400 / 700) and point.draft_coverage == 0.7
-    )
+    assert point.draft_length == pytest.approx(2400 / 700) and point.draft_coverage == 0.7
 
 
 # ------------------------------------------------------------------------------------------
@@ -137,17 +126,10 @@ def test_a_window_with_too_few_steps_or_no_observations_is_not_a_point():
 
 def spec_on_pipeline(config: dict[str, object] | None = None) -> Pipeline:
     pipeline = Pipeline(from_mapping(config or {}))
-    index = [
-        json.loads(line)
-        for line in (FIXTURES / "ngram-index.jsonl").read_text().splitlines()
-    ]
-    recording = [
-        json.loads(line)
-        for line in (FIXTURES / "ngram-recording.jsonl").read_text().splitlines()
-    ]
+    index = [json.loads(line) for line in (FIXTURES / "ngram-index.jsonl").read_text().splitlines()]
+    recording = [json.loads(line) for line in (FIXTURES / "ngram-recording.jsonl").read_text().splitlines()]
     polls = sorted(
-        [(r["t"], r["text"]) for r in recording]
-        + [(i["t"], (FIXTURES / i["file"]).read_text()) for i in index]
+        [(r["t"], r["text"]) for r in recording] + [(i["t"], (FIXTURES / i["file"]).read_text()) for i in index]
     )
     for t, text in polls:
         pipeline.ingest("vllm", t, text)
@@ -166,12 +148,8 @@ def real_vllm_predictions() -> dict[int, tuple[float, float, float]]:
     assert learner.curve() is not None
     out = {}
     for conc in (1, 4, 16):
-        server = results["spec"]["phases"][str(conc)][
-            "server"
-        ]  # from the spec-on payloads
-        coverage = results["prediction"][str(conc)][
-            "draft_coverage"
-        ]  # Δdrafts/ΔITL count, spec on
+        server = results["spec"]["phases"][str(conc)]["server"]  # from the spec-on payloads
+        coverage = results["prediction"][str(conc)]["draft_coverage"]  # Δdrafts/ΔITL count, spec on
         measured = (
             results["spec"]["phases"][str(conc)]["client"]["tokens_per_second"]
             / results["nospec"]["phases"][str(conc)]["client"]["tokens_per_second"]
@@ -179,12 +157,8 @@ def real_vllm_predictions() -> dict[int, tuple[float, float, float]]:
         m = model.with_method("ngram").with_coverage(coverage)
         out[conc] = (
             measured,
-            learned.closed_loop_speedup(
-                m, conc, server["batch"], server["k_mean"], server["alpha"]
-            ),
-            costmodel.expected_speedup(
-                m, server["batch"], server["k_mean"], server["alpha"]
-            ),
+            learned.closed_loop_speedup(m, conc, server["batch"], server["k_mean"], server["alpha"]),
+            costmodel.expected_speedup(m, server["batch"], server["k_mean"], server["alpha"]),
         )
     return out
 
@@ -208,9 +182,7 @@ def test_real_vllm_learned_plain_step_matches_the_spec_off_server_never_shown_to
     ((_, model),) = spec_on_pipeline().learners().values()
     for conc in ("1", "4", "16"):
         off = results["nospec"]["phases"][conc]["server"]
-        assert model.base_step_time(off["batch"]) == pytest.approx(
-            off["step_seconds"], rel=0.15
-        )
+        assert model.base_step_time(off["batch"]) == pytest.approx(off["step_seconds"], rel=0.15)
 
 
 def test_with_learning_off_the_default_roofline_is_what_the_sidecar_uses():
@@ -233,9 +205,7 @@ def test_learned_model_keeps_the_prior_when_it_is_right():
         learner.add(obs(10.0 * i, b, PRIOR.base_step_time(b)))
     curve = learner.curve()
     assert all(math.isclose(curve.ratio(n), 1.0, rel_tol=1e-6) for n, _ in curve.knots)
-    assert replace(PRIOR, profile=curve).base_step_time(8) == pytest.approx(
-        PRIOR.base_step_time(8)
-    )
+    assert replace(PRIOR, profile=curve).base_step_time(8) == pytest.approx(PRIOR.base_step_time(8))
 
 
 # ------------------------------------------------------------------------------------------
@@ -246,6 +216,7 @@ def test_learned_model_keeps_the_prior_when_it_is_right():
 def exported(pipeline: Pipeline) -> dict[str, list[tuple[dict[str, str], float]]]:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
+
     from specwatch.collector import registry_for
 
     text = generate_latest(registry_for(pipeline.state)).decode()
@@ -297,6 +268,7 @@ def test_a_configured_preset_is_source_preset_and_no_start_up_warning_is_due():
 
 def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults():
     import structlog
+
     from specwatch.service import Service
 
     for raw, warned in (({}, 1), ({"model": {"preset": "llama-3.1-70b"}}, 0)):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.demo import sidecar_config_for
@@ -121,7 +122,9 @@ def _family(name: str) -> str:
 def test_every_exported_name_is_documented_in_the_repo(exposition):
     architecture = (REPO / "docs" / "architecture.md").read_text()
     contract = architecture[architecture.index("## 4. Metric contract") : architecture.index("## 5.")]
-    undocumented = {n for n in CONTRACT | ALERT_METADATA | ADVICE | GRADING | LEARNING if f"`{_family(n)}" not in contract}
+    undocumented = {
+        n for n in CONTRACT | ALERT_METADATA | ADVICE | GRADING | LEARNING if f"`{_family(n)}" not in contract
+    }
     assert undocumented == set(), "missing from docs/architecture.md, Metric contract"
     operations = (REPO / "docs" / "kubernetes.md").read_text() + (REPO / "docs" / "runbook.md").read_text()
     assert {n for n in RELOAD if f"`{n}" not in operations} == set()
@@ -168,7 +171,7 @@ def test_every_metric_the_dashboard_reads_is_exported_or_recorded(exposition):
         text = path.read_text()
         for expr in re.findall(r'"(?:expr|query)":\s*"((?:[^"\\]|\\.)*)"', text):
             expr = json.loads(f'"{expr}"')
-            if not expr or expr.startswith("label_values") or "(" not in expr and "{" not in expr and "_" not in expr:
+            if not expr or expr.startswith("label_values") or ("(" not in expr and "{" not in expr and "_" not in expr):
                 continue
             expr = re.sub(r"\$\{?__\w+\}?", "5m", expr)
             expr = re.sub(r"\$\{?(\w+)(:\w+)?\}?", "x", expr)

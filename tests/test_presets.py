@@ -13,6 +13,7 @@ import io
 import json
 
 import pytest
+
 from specwatch import costmodel as cmod
 from specwatch import lesson
 from specwatch.costmodel import (
@@ -24,10 +25,10 @@ from specwatch.costmodel import (
 
 # name: (published total, published active, active counts the embedding, relative tolerance)
 PUBLISHED = {
-    "deepseek-v3": (671e9, 37e9, False, 0.02),           # 671B total (MTP's 14B apart), 37B activated
+    "deepseek-v3": (671e9, 37e9, False, 0.02),  # 671B total (MTP's 14B apart), 37B activated
     "deepseek-r1": (671e9, 37e9, False, 0.02),
-    "gpt-oss-120b": (116.8e9, 5.1e9, False, 0.02),       # OpenAI model card: 116.8B total, 5.1B active
-    "gpt-oss-20b": (20.9e9, 3.6e9, False, 0.02),         # 20.9B total, 3.6B active
+    "gpt-oss-120b": (116.8e9, 5.1e9, False, 0.02),  # OpenAI model card: 116.8B total, 5.1B active
+    "gpt-oss-20b": (20.9e9, 3.6e9, False, 0.02),  # 20.9B total, 3.6B active
     "qwen3-235b-a22b": (235e9, 22e9, True, 0.02),
     "qwen3-30b-a3b": (30.5e9, 3.3e9, True, 0.03),
     # Qwen3-Next: the safetensors total is 79,674,391,296; active 3,874,929,408 (embedding included)
@@ -36,7 +37,7 @@ PUBLISHED = {
     "llama-4-maverick-17b-128e": (400e9, 17e9, True, 0.02),
     # GLM-4.5: "355B total, 32B active"; the rounded 32B sits 2.7 % under the exact sum of the shapes
     "glm-4.5": (355e9, 32e9, False, 0.03),
-    "glm-4.5-air": (106e9, None, False, 0.02),           # the card's 12B active is a rounded 12.8B
+    "glm-4.5-air": (106e9, None, False, 0.02),  # the card's 12B active is a rounded 12.8B
     "qwen3-8b": (8.19e9, None, False, 0.01),
     "qwen3-32b": (32.8e9, None, False, 0.01),
 }
@@ -54,8 +55,9 @@ def test_preset_total_and_active_params_match_the_published_counts(name):
 
 def test_every_model_and_hardware_preset_names_its_source():
     assert set(MODEL_SOURCES) == set(MODEL_PRESETS) == set(MODEL_HF_CONFIGS)
-    assert all(url.startswith("https://huggingface.co/") and url.endswith("config.json")
-               for url in MODEL_SOURCES.values())
+    assert all(
+        url.startswith("https://huggingface.co/") and url.endswith("config.json") for url in MODEL_SOURCES.values()
+    )
     for name in ("b200", "h20", "mi325x", "l4"):
         hw = HARDWARE_PRESETS[name]
         assert hw.source and hw.memory_bytes and hw.flops["bf16"] < hw.flops["fp8"]
@@ -63,8 +65,10 @@ def test_every_model_and_hardware_preset_names_its_source():
 
 def test_new_hardware_presets_have_the_published_bandwidth_memory_and_dense_flops():
     expected = {  # name: (B/s, bf16 dense FLOP/s, bytes)
-        "b200": (7.7e12, 2.25e15, 180e9), "h20": (4.0e12, 1.48e14, 96e9),
-        "mi325x": (6.0e12, 1.3074e15, 256e9), "l4": (3.0e11, 1.21e14, 24e9),
+        "b200": (7.7e12, 2.25e15, 180e9),
+        "h20": (4.0e12, 1.48e14, 96e9),
+        "mi325x": (6.0e12, 1.3074e15, 256e9),
+        "l4": (3.0e11, 1.21e14, 24e9),
     }
     for name, (bw, flops, memory) in expected.items():
         hw = HARDWARE_PRESETS[name]
@@ -116,6 +120,7 @@ def test_an_explicit_moe_layers_list_wins_over_the_interleave_step():
 
 # ---- memory: does the configuration fit? -----------------------------------------------------------
 
+
 def run_memory(argv: list[str]) -> tuple[int, str]:
     parser = argparse.ArgumentParser(prog="specwatch")
     lesson.add_parsers(parser.add_subparsers(dest="command", required=True))
@@ -131,8 +136,9 @@ def test_memory_says_deepseek_v3_fp8_does_not_fit_eight_h100s_and_exits_1():
 
 
 def test_memory_says_deepseek_v3_fp8_fits_eight_h200s_and_exits_0():
-    rc, out = run_memory(["--model", "deepseek-v3", "--dtype", "fp8", "--tp", "8", "--hardware", "h200",
-                          "--format", "json"])
+    rc, out = run_memory(
+        ["--model", "deepseek-v3", "--dtype", "fp8", "--tp", "8", "--hardware", "h200", "--format", "json"]
+    )
     rep = json.loads(out)
     assert rc == 0
     assert all(row["fits"] for row in rep["fit"]["configurations"].values())
@@ -141,8 +147,24 @@ def test_memory_says_deepseek_v3_fp8_fits_eight_h200s_and_exits_0():
 
 def test_memory_flags_only_the_draft_model_when_the_head_fits_and_the_draft_model_does_not():
     # Llama-3.1-8B bf16 on one L4 (24 GB x 0.9 = 21.6 GB): 16.06 GB weights + 4 x 2048 x 128 KiB KV.
-    rc, out = run_memory(["--model", "llama-3.1-8b", "--dtype", "bf16", "--tp", "1", "--hardware", "l4",
-                          "--concurrency", "4", "--draft-model", "llama-3.2-3b", "--format", "json"])
+    rc, out = run_memory(
+        [
+            "--model",
+            "llama-3.1-8b",
+            "--dtype",
+            "bf16",
+            "--tp",
+            "1",
+            "--hardware",
+            "l4",
+            "--concurrency",
+            "4",
+            "--draft-model",
+            "llama-3.2-3b",
+            "--format",
+            "json",
+        ]
+    )
     rows = json.loads(out)["fit"]["configurations"]
     assert rc == 1
     assert rows["target_alone"]["fits"] and rows["with_eagle3_head"]["fits"]

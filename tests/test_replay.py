@@ -48,8 +48,18 @@ def evaluations(lines, config=CONFIG):
     return list(replay(from_mapping(config), lines))
 
 
-def assert_close(record, expected, keys=("acceptance_rate", "mean_acceptance_length", "draft_length",
-                                         "batch_size", "itl_p50_seconds", "itl_p99_seconds")):
+def assert_close(
+    record,
+    expected,
+    keys=(
+        "acceptance_rate",
+        "mean_acceptance_length",
+        "draft_length",
+        "batch_size",
+        "itl_p50_seconds",
+        "itl_p99_seconds",
+    ),
+):
     for key in keys:
         assert record[key] == pytest.approx(expected[key], abs=1e-9), key
 
@@ -74,7 +84,9 @@ def test_position_rates_and_per_token_itl_through_the_pipeline():
     evaluation = next(e for e in pipeline.evaluate(40.0) if e.stats.window == "30s")
     expected = expected_for(PATTERN, 8)
     assert list(evaluation.value("position_rates")) == pytest.approx(expected["position_rates"], abs=1e-12)
-    assert evaluation.stats.itl_per_token_mean_seconds == pytest.approx(expected["itl_per_token_mean_seconds"], rel=1e-12)
+    assert evaluation.stats.itl_per_token_mean_seconds == pytest.approx(
+        expected["itl_per_token_mean_seconds"], rel=1e-12
+    )
     assert sum(evaluation.value("position_rates")) == pytest.approx(evaluation.value("mean_acceptance_length") - 1)
 
 
@@ -103,13 +115,13 @@ def test_two_dp_engines_with_different_alpha_are_summed_and_batch_is_per_engine(
     t = 0.0
     for _ in range(10):
         for _ in range(10):
-            fake.step(0, batch=4, accepted_per_request=[4], itl_seconds=0.02)   # alpha 1.0
+            fake.step(0, batch=4, accepted_per_request=[4], itl_seconds=0.02)  # alpha 1.0
             fake.step(1, batch=12, accepted_per_request=[0], itl_seconds=0.02)  # alpha 0.0
         t += POLL
         lines.append(json.dumps({"t": t, "target": "vllm", "text": fake.text()}))
     last = [r for r in evaluations(lines) if r["t"] == t and r["window"] == "30s"][0]
-    assert last["acceptance_rate"] == pytest.approx(16 / 64)   # tokens, not the mean of two ratios
-    assert last["batch_size"] == pytest.approx(8.0)            # each engine runs its own batch
+    assert last["acceptance_rate"] == pytest.approx(16 / 64)  # tokens, not the mean of two ratios
+    assert last["batch_size"] == pytest.approx(8.0)  # each engine runs its own batch
     assert last["mean_acceptance_length"] == pytest.approx(1 + 16 / 16)
 
 
@@ -161,13 +173,15 @@ vllm:time_per_output_token_seconds_sum{{model_name="m"}} {itl_count * 0.02}
 def test_v0_schema_uses_the_lifetime_gauges_converted_to_v1_semantics_not_the_buggy_counters():
     a, k = 0.8, 4
     efficiency = (1 - a ** (k + 1)) / (1 - a) / (k + 1)
-    lines = [json.dumps({"t": 5.0 * i, "target": "vllm", "text": v0_payload(a, efficiency, 100.0 * i, 50.0 * i)})
-             for i in range(1, 9)]
+    lines = [
+        json.dumps({"t": 5.0 * i, "target": "vllm", "text": v0_payload(a, efficiency, 100.0 * i, 50.0 * i)})
+        for i in range(1, 9)
+    ]
     pipeline = Pipeline(from_mapping(CONFIG))
     out = list(replay(from_mapping(CONFIG), lines, pipeline))
     last = [r for r in out if r["window"] == "30s"][-1]
     # V1 alpha = emitted prefix / draft tokens = a(1 - a^K) / (K (1 - a)) under V0's per-position rate a.
-    assert last["acceptance_rate"] == pytest.approx(a * (1 - a ** k) / (k * (1 - a)))
+    assert last["acceptance_rate"] == pytest.approx(a * (1 - a**k) / (k * (1 - a)))
     assert last["draft_length"] == k
     assert last["batch_size"] == pytest.approx(6.0)
     assert last["itl_p50_seconds"] == pytest.approx(0.0175)
@@ -181,21 +195,43 @@ def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys
     recording.write_text("\n".join(lines) + "\n")
     config = tmp_path / "c.yaml"
     config.write_text(json.dumps(CONFIG))
-    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(records) == 2 * 5  # two windows, evaluations from the second poll on
-    keys = {"t", "route", "window", "acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size",
-            "itl_p50_seconds", "itl_p99_seconds", "breakeven_acceptance_rate", "expected_speedup",
-            "recommended_draft_length", "verdict", "drafts", "speculation_cannot_pay", "recommended_config",
-            "merge_into_your_speculative_config", "recommended_action", "notes"}
+    keys = {
+        "t",
+        "route",
+        "window",
+        "acceptance_rate",
+        "mean_acceptance_length",
+        "draft_length",
+        "batch_size",
+        "itl_p50_seconds",
+        "itl_p99_seconds",
+        "breakeven_acceptance_rate",
+        "expected_speedup",
+        "recommended_draft_length",
+        "verdict",
+        "drafts",
+        "speculation_cannot_pay",
+        "recommended_config",
+        "merge_into_your_speculative_config",
+        "recommended_action",
+        "notes",
+    }
     assert all(set(r) == keys for r in records)
     assert math.isclose(records[-1]["acceptance_rate"], 19 / 32)
 
 
 def test_auto_method_is_inferred_as_ngram_when_drafts_are_shorter_than_k_as_on_the_real_ngram_server():
     from support.paths import fixture_path
+
     files = sorted(fixture_path("vllm-cpu-real").glob("0[23]*.prom"))
     lines = [json.dumps({"t": 2.0 * i, "target": "vllm", "text": p.read_text()}) for i, p in enumerate(files)]
     config = {"poll_interval": "1s", "windows": ["10s"], "decision": {"min_drafts": 50}}
@@ -216,20 +252,26 @@ def test_replay_without_a_config_learns_the_target_names_from_the_recording(tmp_
     run_phase(FakeVllm(), 6, 0.0, lines)
     recording = tmp_path / "rec.jsonl"
     recording.write_text("\n".join(line.replace('"target": "vllm"', '"target": "pod-a"') for line in lines) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "replay", str(recording)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "replay", str(recording)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert records and {r["route"] for r in records} == {"m"}
     config = tmp_path / "c.yaml"
     config.write_text(json.dumps(CONFIG))
-    strict = subprocess.run([sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
-                            capture_output=True, text=True, timeout=60)
+    strict = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert strict.returncode == 2 and "pod-a" in strict.stderr
 
 
 def test_a_route_that_vanishes_while_its_target_stays_up_stops_being_served():
     from prometheus_client import generate_latest
+
     from specwatch.collector import registry_for
 
     a, b = FakeVllm(model_name="a"), FakeVllm(model_name="b")
@@ -242,7 +284,9 @@ def test_a_route_that_vanishes_while_its_target_stays_up_stops_being_served():
         pipeline.ingest("vllm", 5.0 * i, text)
         pipeline.evaluate(5.0 * i)
         exposition = generate_latest(registry_for(pipeline.state)).decode()
-        assert ('specwatch_acceptance_rate{route="b"' in exposition) == (3 <= i < 6), i  # from the first window over the guard
+        assert ('specwatch_acceptance_rate{route="b"' in exposition) == (3 <= i < 6), (
+            i
+        )  # from the first window over the guard
         assert 'specwatch_acceptance_rate{route="a"' in exposition or i < 3
 
 

@@ -61,7 +61,8 @@ DERIVED = {  # {route, window}: must always be read with window pinned
     "specwatch_recommended_config_info",  # {route,window,config,action}
     "specwatch_speculation_cannot_pay",  # 0/1 beside the break-even, which is capped at 1
     # draft.config check (rules/specwatch-config-check.yaml)
-    "specwatch_speculative_config_mismatch", "specwatch_configured_draft_length",
+    "specwatch_speculative_config_mismatch",
+    "specwatch_configured_draft_length",
 }
 HEALTH = {
     "specwatch_target_up",
@@ -248,6 +249,7 @@ def test_recording_rule_names_follow_level_metric_operations_with_level_matching
 
 # ---- conventions ----------------------------------------------------------------------------------
 
+
 def test_every_alert_lives_in_its_group_once():
     seen: dict[str, set[str]] = {}
     names = []
@@ -293,7 +295,9 @@ def test_template_queries_of_route_series_key_on_job_instance_target_and_route()
 
 
 def test_every_alert_quoting_the_recommendation_renders_it_by_action_with_one_template():
-    pattern = r"Recommended: \{\{ with printf `specwatch_recommended_config_info.*?no recommendation exported\{\{ end \}\}"
+    pattern = (
+        r"Recommended: \{\{ with printf `specwatch_recommended_config_info.*?no recommendation exported\{\{ end \}\}"
+    )
     snippets = {
         name: re.findall(pattern, rule["annotations"]["description"])
         for name, rule in alerts().items()

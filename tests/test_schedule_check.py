@@ -10,6 +10,7 @@ import json
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import sim
 from specwatch.collector import registry_for
 from specwatch.config import ConfigError, from_mapping
@@ -23,36 +24,61 @@ from specwatch.schedule_check import (
 from specwatch.service import status_document
 from specwatch.sim.scenario import parse_scenario
 
-SCHEDULE = {"method": "eagle3", "num_speculative_tokens": 4,
-            "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 48, 2], [49, 512, 1]]}
+SCHEDULE = {
+    "method": "eagle3",
+    "num_speculative_tokens": 4,
+    "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 48, 2], [49, 512, 1]],
+}
 
 
 # ---- the schedule, read as vLLM reads it -----------------------------------------------------------
 
+
 def test_schedule_gives_each_batch_the_k_of_its_range_capped_at_num_speculative_tokens():
-    s = parse_speculative_config({"num_speculative_tokens": 3,
-                                  "num_speculative_tokens_per_batch_size": [[1, 4, 5], [8, 16, 2], [20, 30, 0]]})
+    s = parse_speculative_config(
+        {"num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 4, 5], [8, 16, 2], [20, 30, 0]]}
+    )
     assert [s.k_range_at(b)[1] for b in (1, 4, 5, 7, 8, 16, 17, 25, 31, 900)] == [3, 3, 3, 3, 2, 2, 2, 0, 0, 0]
 
 
 def test_five_item_entries_give_the_k_range_over_context_buckets():
-    s = parse_speculative_config({"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [
-        [1, 8, 1, 4096, 4], [1, 8, 4097, 8192, 2], [9, 64, 1, 4096, 2], [9, 64, 4097, 8192, 1]]})
+    s = parse_speculative_config(
+        {
+            "num_speculative_tokens": 4,
+            "num_speculative_tokens_per_batch_size": [
+                [1, 8, 1, 4096, 4],
+                [1, 8, 4097, 8192, 2],
+                [9, 64, 1, 4096, 2],
+                [9, 64, 4097, 8192, 1],
+            ],
+        }
+    )
     assert s.k_range_at(4) == (2, 4) and s.k_range_at(100) == (1, 2)
 
 
-@pytest.mark.parametrize("config, field", [
-    ({}, "num_speculative_tokens"),
-    ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
-    ({"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[2, 8, 4]]},
-     "num_speculative_tokens_per_batch_size"),
-    ({"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 16, 2]]},
-     "num_speculative_tokens_per_batch_size"),
-    ({"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 8]]},
-     "num_speculative_tokens_per_batch_size[0]"),
-    ({"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 8, -1]]},
-     "num_speculative_tokens_per_batch_size[0]"),
-])
+@pytest.mark.parametrize(
+    "config, field",
+    [
+        ({}, "num_speculative_tokens"),
+        ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+        (
+            {"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[2, 8, 4]]},
+            "num_speculative_tokens_per_batch_size",
+        ),
+        (
+            {"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 16, 2]]},
+            "num_speculative_tokens_per_batch_size",
+        ),
+        (
+            {"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 8]]},
+            "num_speculative_tokens_per_batch_size[0]",
+        ),
+        (
+            {"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 8, -1]]},
+            "num_speculative_tokens_per_batch_size[0]",
+        ),
+    ],
+)
 def test_a_config_vllm_would_refuse_names_its_field(config, field):
     with pytest.raises(SpeculativeConfigError) as info:
         parse_speculative_config(config)
@@ -69,11 +95,14 @@ def test_draft_config_is_a_mapping_or_the_same_json_string_and_a_bad_one_names_t
     with pytest.raises(ConfigError, match=r"^draft\.config: not valid JSON"):
         from_mapping({"draft": {"config": "{method: eagle3"}}, environ={})
     with pytest.raises(ConfigError, match=r"^draft\.config\.num_speculative_tokens_per_batch_size: the first"):
-        from_mapping({"draft": {"config": {"num_speculative_tokens": 2,
-                                           "num_speculative_tokens_per_batch_size": [[3, 9, 1]]}}}, environ={})
+        from_mapping(
+            {"draft": {"config": {"num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[3, 9, 1]]}}},
+            environ={},
+        )
 
 
 # ---- the check -----------------------------------------------------------------------------------
+
 
 def test_a_dropped_schedule_is_a_mismatch_for_model_based_and_for_ngram_drafters():
     for method in ("eagle3", "ngram"):
@@ -98,8 +127,9 @@ def test_a_batch_straddling_a_schedule_boundary_accepts_any_k_between_the_two_ba
 
 
 def test_a_k0_band_without_drafts_is_as_configured_and_thin_windows_give_no_answer():
-    s = parse_speculative_config({"num_speculative_tokens": 3,
-                                  "num_speculative_tokens_per_batch_size": [[1, 8, 3], [9, 512, 0]]})
+    s = parse_speculative_config(
+        {"num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 8, 3], [9, 512, 0]]}
+    )
     assert check_draft_length(s, batch_size=100.0, drafts=0, observed_k=None, min_drafts=500).mismatch is False
     assert check_draft_length(s, batch_size=100.0, drafts=10, observed_k=3.0, min_drafts=500) is None
     assert check_draft_length(s, batch_size=100.0, drafts=900, observed_k=3.0, min_drafts=500).mismatch
@@ -108,16 +138,29 @@ def test_a_k0_band_without_drafts_is_as_configured_and_thin_windows_give_no_answ
 
 # ---- end to end on the simulator ------------------------------------------------------------------
 
+
 def test_the_sidecar_exports_a_mismatch_while_the_simulated_server_ignores_its_schedule():
     """At 32 concurrent requests the stated schedule gives K=2. The simulated vLLM first follows it,
     then (as after a restart that dropped the schedule) drafts K=4 again."""
-    sc = parse_scenario({
-        "name": "schedule-dropped", "hardware": "h100-sxm", "model": "llama-3.1-8b", "method": "eagle3",
-        "num_speculative_tokens": 4, "prompt_tokens": 512, "output_tokens": 256, "routes": [{"model_name": "chat"}],
-        "phases": [{"name": "follows", "duration": "3m", "concurrency": 32, "k": 2, "alpha": 0.75},
-                   {"name": "dropped", "duration": "3m", "concurrency": 32, "k": 4, "alpha": 0.75}]})
-    raw = sidecar_config_for(sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=5.0,
-                             windows=("1m", "2m"))
+    sc = parse_scenario(
+        {
+            "name": "schedule-dropped",
+            "hardware": "h100-sxm",
+            "model": "llama-3.1-8b",
+            "method": "eagle3",
+            "num_speculative_tokens": 4,
+            "prompt_tokens": 512,
+            "output_tokens": 256,
+            "routes": [{"model_name": "chat"}],
+            "phases": [
+                {"name": "follows", "duration": "3m", "concurrency": 32, "k": 2, "alpha": 0.75},
+                {"name": "dropped", "duration": "3m", "concurrency": 32, "k": 4, "alpha": 0.75},
+            ],
+        }
+    )
+    raw = sidecar_config_for(
+        sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=5.0, windows=("1m", "2m")
+    )
     raw["draft"]["config"] = SCHEDULE
     config = from_mapping(raw, environ={})
     pipeline, simulator = Pipeline(config), sim.Simulator(sc, seed=2)

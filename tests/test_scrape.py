@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from specwatch.scrape import Scraper, ScrapeError
+from specwatch.scrape import ScrapeError, Scraper
 
 
 @pytest.fixture
@@ -62,12 +62,14 @@ def test_a_server_dripping_its_headers_is_cut_off_at_the_whole_request_deadline(
 
 def test_urls_are_served_and_logged_without_credentials_or_query():
     from specwatch.scrape import redact_url
+
     assert redact_url("http://user:s3cret@10.0.0.1:8000/metrics?token=abc") == "http://10.0.0.1:8000/metrics"
     assert redact_url("https://[::1]:9/m") == "https://[::1]:9/m"
 
 
 def test_reordered_labels_are_the_same_series():
     from specwatch.exposition import ExpositionError, Selector
+
     selector = Selector({"a": "counter"})
     with pytest.raises(ExpositionError):  # the same series twice, labels in another order
         selector.parse('# TYPE a_total counter\na_total{x="1",y="2"} 1\na_total{y="2",x="1"} 2\n')

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+
 from support.loopback import free_port, wait_http
 from support.paths import fixture_path
 
@@ -493,9 +494,10 @@ def test_the_alert_window_comes_from_the_flag_then_the_environment_then_the_file
 def test_a_reload_that_drops_the_alert_window_warns_once_and_one_that_keeps_it_stays_quiet():
     from dataclasses import replace
 
+    from structlog.testing import capture_logs
+
     from specwatch.config import from_mapping
     from specwatch.service import Service
-    from structlog.testing import capture_logs
 
     good = from_mapping({"windows": ["1m", "5m"]}, environ={})
     with capture_logs() as logs:

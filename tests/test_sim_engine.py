@@ -1,4 +1,5 @@
 """The decode simulation moves counters by vLLM's rules and recovers its configured truth."""
+
 import json
 
 import pytest
@@ -9,10 +10,15 @@ from specwatch.sim.scenario import parse_scenario
 
 
 def small(**over):
-    base = {"name": "t", "model": "llama-3.1-8b", "num_speculative_tokens": 4, "prompt_tokens": 256,
-            "output_tokens": 128, "routes": [{"model_name": "m"}],
-            "phases": [{"name": "p", "duration": "120s", "concurrency": 16,
-                        "acceptance": [0.9, 0.7, 0.5, 0.3]}]}
+    base = {
+        "name": "t",
+        "model": "llama-3.1-8b",
+        "num_speculative_tokens": 4,
+        "prompt_tokens": 256,
+        "output_tokens": 128,
+        "routes": [{"model_name": "m"}],
+        "phases": [{"name": "p", "duration": "120s", "concurrency": 16, "acceptance": [0.9, 0.7, 0.5, 0.3]}],
+    }
     base.update(over)
     return parse_scenario(base)
 
@@ -43,7 +49,7 @@ def check_identities(d, k):
 
 
 def test_every_payload_of_a_recording_satisfies_vllms_counter_identities(tmp_path):
-    sc = load_scenario("restart")        # 2 DP engines, K=4, two restarts
+    sc = load_scenario("restart")  # 2 DP engines, K=4, two restarts
     out = tmp_path / "rec.jsonl"
     record(sc, out, poll_interval=15.0, duration=360.0)
     lines = [json.loads(x) for x in out.read_text().splitlines()]
@@ -58,14 +64,18 @@ def test_every_payload_of_a_recording_satisfies_vllms_counter_identities(tmp_pat
                 p = prev[eng]
                 restarted = d["created"] != p["created"]
                 resets += restarted
-                for name in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total",
-                             "vllm:generation_tokens_total", "vllm:inter_token_latency_seconds_count"):
+                for name in (
+                    "vllm:spec_decode_num_drafts_total",
+                    "vllm:spec_decode_num_accepted_tokens_total",
+                    "vllm:generation_tokens_total",
+                    "vllm:inter_token_latency_seconds_count",
+                ):
                     if restarted:
-                        assert d[name] < p[name]     # counters start again from 0
+                        assert d[name] < p[name]  # counters start again from 0
                     else:
                         assert d[name] >= p[name], name
             prev[eng] = d
-    assert resets == 4    # 2 restarts x 2 engines, seen through _created
+    assert resets == 4  # 2 restarts x 2 engines, seen through _created
 
 
 def test_measured_acceptance_recovers_the_configured_conditional_rates():
@@ -82,8 +92,7 @@ def test_measured_acceptance_recovers_the_configured_conditional_rates():
 
 
 def test_acceptance_rate_key_sets_vllms_alpha_not_the_per_position_probability():
-    sim = Simulator(small(phases=[{"name": "p", "duration": "60s", "concurrency": 16,
-                                   "acceptance_rate": 0.55}]))
+    sim = Simulator(small(phases=[{"name": "p", "duration": "60s", "concurrency": 16, "acceptance_rate": 0.55}]))
     sim.advance_to(60.0)
     e = sim.routes["m"].engines[0]
     assert abs(e.c["accepted"] / e.c["draft_tokens"] - 0.55) < 0.015
@@ -96,7 +105,7 @@ def test_itl_is_observed_once_per_running_request_per_step_and_iteration_tokens_
     # With spec on, every decode step of a request is one draft and one ITL observation.
     assert e.h["itl"].count == e.c["drafts"]
     assert e.h["iter"].count == e.steps
-    assert e.c["generation_tokens"] > e.c["accepted"] + e.c["drafts"] * 0.9   # accepted + bonus (+ prefill)
+    assert e.c["generation_tokens"] > e.c["accepted"] + e.c["drafts"] * 0.9  # accepted + bonus (+ prefill)
 
 
 def test_num_requests_running_is_the_live_batch_at_the_configured_concurrency():
@@ -119,18 +128,18 @@ def test_poisson_arrivals_follow_littles_law_roughly():
     sim.advance_to(200.0)
     e = sim.routes["m"].engines[0]
     done = sum(e.success.values())
-    assert 650 < done < 950          # ~4 req/s over ~195 s of completions
+    assert 650 < done < 950  # ~4 req/s over ~195 s of completions
     nominal = sim.truth()["routes"]["m"]["nominal_batch"]
     assert 0.5 * nominal < e.num_running + 1 < 2.0 * nominal + 2
 
 
 def test_bigger_batches_make_longer_steps_through_the_cost_model():
     def mean_itl(conc):
-        sim = Simulator(small(phases=[{"name": "p", "duration": "30s", "concurrency": conc,
-                                       "acceptance_rate": 0.6}]))
+        sim = Simulator(small(phases=[{"name": "p", "duration": "30s", "concurrency": conc, "acceptance_rate": 0.6}]))
         sim.advance_to(30.0)
         h = sim.routes["m"].engines[0].h["itl"]
         return h.sum / h.count
+
     assert mean_itl(128) > 1.3 * mean_itl(8)
 
 
@@ -184,16 +193,20 @@ def test_truth_reports_breakeven_and_verdict_from_the_cost_model():
     assert r["verdict"] == "disable" and r["expected_speedup"] < 1.0
 
 
-@pytest.mark.parametrize("bad,key", [
-    ({"phases": [{"duration": "1m", "concurrency": 1}]}, "phases[0]"),
-    ({"phases": [{"duration": "1m", "concurrency": 1, "alpha": 1.5}]}, "phases[0].alpha"),
-    ({"phases": [{"duration": "soon", "concurrency": 1, "alpha": 0.5}]}, "phases[0].duration"),
-    ({"schema": "v2"}, "schema"),
-    ({"events": [{"at": "1s", "type": "explode"}]}, "events[0].type"),
-    ({"faults": [{"at": "1s", "kind": "meteor"}]}, "faults[0].kind"),
-    ({"bogus": 1}, "bogus"),
-])
+@pytest.mark.parametrize(
+    "bad,key",
+    [
+        ({"phases": [{"duration": "1m", "concurrency": 1}]}, "phases[0]"),
+        ({"phases": [{"duration": "1m", "concurrency": 1, "alpha": 1.5}]}, "phases[0].alpha"),
+        ({"phases": [{"duration": "soon", "concurrency": 1, "alpha": 0.5}]}, "phases[0].duration"),
+        ({"schema": "v2"}, "schema"),
+        ({"events": [{"at": "1s", "type": "explode"}]}, "events[0].type"),
+        ({"faults": [{"at": "1s", "kind": "meteor"}]}, "faults[0].kind"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
 def test_invalid_scenarios_are_rejected_naming_the_key(bad, key):
     from specwatch.sim import ScenarioError
+
     with pytest.raises(ScenarioError, match=key.replace("[", r"\[").replace("]", r"\]")):
         small(**bad)

@@ -1,4 +1,5 @@
 """The simulator's /metrics text is vLLM's wire format (families, labels, HELP, order, schemas)."""
+
 import re
 
 import pytest
@@ -6,7 +7,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.sim import Simulator, load_scenario
 from specwatch.sim.scenario import parse_scenario
-
 from support.paths import fixture_path
 
 
@@ -23,14 +23,23 @@ def families(text):
 
 
 def samples(text):
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def small(**over):
-    base = {"name": "t", "model": "llama-3.1-8b", "num_speculative_tokens": 4, "prompt_tokens": 256,
-            "output_tokens": 128, "routes": [{"model_name": "m"}],
-            "phases": [{"name": "p", "duration": "60s", "concurrency": 8, "acceptance_rate": 0.6}]}
+    base = {
+        "name": "t",
+        "model": "llama-3.1-8b",
+        "num_speculative_tokens": 4,
+        "prompt_tokens": 256,
+        "output_tokens": 128,
+        "routes": [{"model_name": "m"}],
+        "phases": [{"name": "p", "duration": "60s", "concurrency": 8, "acceptance_rate": 0.6}],
+    }
     base.update(over)
     return parse_scenario(base)
 
@@ -49,8 +58,8 @@ def test_default_output_has_exactly_the_real_vllm_family_and_label_sets(steady_t
 
 def test_default_output_matches_real_vllm_help_lines_and_family_order(steady_text):
     real = real_fixture()
-    helps = lambda t: re.findall(r"^# HELP (\S+) (.*)$", t, re.M)  # noqa: E731
-    types = lambda t: re.findall(r"^# TYPE (\S+) (\S+)$", t, re.M)  # noqa: E731
+    helps = lambda t: re.findall(r"^# HELP (\S+) (.*)$", t, re.M)
+    types = lambda t: re.findall(r"^# TYPE (\S+) (\S+)$", t, re.M)
     assert helps(steady_text) == helps(real)
     assert types(steady_text) == types(real)
 
@@ -71,8 +80,28 @@ def test_created_series_are_epoch_seconds_not_counts(steady_text):
 
 def test_histogram_buckets_are_vllms_itl_buckets(steady_text):
     les = re.findall(r'^vllm:inter_token_latency_seconds_bucket\{[^}]*le="([^"]+)"', steady_text, re.M)
-    assert les == ["0.01", "0.025", "0.05", "0.075", "0.1", "0.15", "0.2", "0.3", "0.4", "0.5", "0.75",
-                   "1.0", "2.5", "5.0", "7.5", "10.0", "20.0", "40.0", "80.0", "+Inf"]
+    assert les == [
+        "0.01",
+        "0.025",
+        "0.05",
+        "0.075",
+        "0.1",
+        "0.15",
+        "0.2",
+        "0.3",
+        "0.4",
+        "0.5",
+        "0.75",
+        "1.0",
+        "2.5",
+        "5.0",
+        "7.5",
+        "10.0",
+        "20.0",
+        "40.0",
+        "80.0",
+        "+Inf",
+    ]
 
 
 @pytest.mark.parametrize("schema", ["v1", "v1-legacy-itl", "v0"])
@@ -89,7 +118,7 @@ def test_legacy_schema_exports_time_per_output_token_and_not_inter_token_latency
     names = {n for n, _ in families(sim.render())}
     assert "vllm:time_per_output_token_seconds" in names
     assert "vllm:inter_token_latency_seconds" not in names
-    assert "vllm:request_time_per_output_token_seconds" not in names   # 0.11+
+    assert "vllm:request_time_per_output_token_seconds" not in names  # 0.11+
     assert "vllm:gpu_cache_usage_perc" in names
 
 
@@ -140,8 +169,9 @@ def test_multiprocess_mode_drops_created_and_process_families():
 
 
 def test_dp_engines_have_their_own_batch_and_counters():
-    sim = Simulator(small(engines=2, phases=[{"name": "p", "duration": "60s", "concurrency": 16,
-                                              "acceptance_rate": 0.6}]))
+    sim = Simulator(
+        small(engines=2, phases=[{"name": "p", "duration": "60s", "concurrency": 16, "acceptance_rate": 0.6}])
+    )
     sim.advance_to(15.0)
     s = samples(sim.render())
     run = {dict(lab)["engine"]: v for (n, lab), v in s.items() if n == "vllm:num_requests_running"}

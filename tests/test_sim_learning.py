@@ -14,6 +14,7 @@ agree with the truth; with learning off the error stays, and is printed beside i
 from __future__ import annotations
 
 import pytest
+
 from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.pipeline import Pipeline
@@ -127,21 +128,15 @@ def report(label: str, rows: list[dict[str, float | str]]) -> float:
     return worst
 
 
-def test_with_learning_the_breakeven_converges_to_the_simulators_within_0_03_after_30_minutes(
-    learned_rows, prior_rows
-):
+def test_with_learning_the_breakeven_converges_to_the_simulators_within_0_03_after_30_minutes(learned_rows, prior_rows):
     assert len(learned_rows) >= 10
     learned_error = report("learning on", learned_rows)
     prior_error = report("learning off", prior_rows)
     assert learned_error <= TOLERANCE
-    assert (
-        prior_error > TOLERANCE
-    )  # the wrong preset really is wrong: the test can fail
+    assert prior_error > TOLERANCE  # the wrong preset really is wrong: the test can fail
 
 
-def test_with_learning_no_wrong_verdict_remains_after_30_minutes(
-    learned_rows, prior_rows
-):
+def test_with_learning_no_wrong_verdict_remains_after_30_minutes(learned_rows, prior_rows):
     def wrong(rows: list[dict[str, float | str]]) -> list[dict[str, float | str]]:
         # Is the running config right (keep) or not (shorten/disable)? The simulator's verdict
         # (decide.py's rule on the true step times) vs the sidecar's, outside the ±0.02 hysteresis
@@ -154,11 +149,7 @@ def test_with_learning_no_wrong_verdict_remains_after_30_minutes(
         ]
 
     def other_action(rows: list[dict[str, float | str]]) -> int:
-        return sum(
-            1
-            for r in rows
-            if r["verdict"] != r["true_verdict"] and r not in wrong(rows)
-        )
+        return sum(1 for r in rows if r["verdict"] != r["true_verdict"] and r not in wrong(rows))
 
     print(
         f"wrong verdicts after 30 min: learning on {len(wrong(learned_rows))}/{len(learned_rows)}, "

@@ -1,4 +1,5 @@
 """The loopback server serves vLLM's /metrics in accelerated time and applies faults."""
+
 import gzip
 import socket
 import time
@@ -9,14 +10,27 @@ import requests
 from specwatch.sim import serve
 from specwatch.sim.scenario import parse_scenario
 
-SC = parse_scenario({"name": "t", "model": "llama-3.1-8b", "prompt_tokens": 256, "output_tokens": 128,
-                     "routes": [{"model_name": "m"}],
-                     "phases": [{"name": "p", "duration": "10m", "concurrency": 8, "acceptance_rate": 0.6}],
-                     })
-FAULTY = parse_scenario({"name": "f", "model": "llama-3.1-8b", "prompt_tokens": 256, "output_tokens": 128,
-                         "routes": [{"model_name": "m"}],
-                         "phases": [{"name": "p", "duration": "10m", "concurrency": 8, "acceptance_rate": 0.6}],
-                         "faults": [{"at": "100s", "duration": "100s", "kind": "http_500"}]})
+SC = parse_scenario(
+    {
+        "name": "t",
+        "model": "llama-3.1-8b",
+        "prompt_tokens": 256,
+        "output_tokens": 128,
+        "routes": [{"model_name": "m"}],
+        "phases": [{"name": "p", "duration": "10m", "concurrency": 8, "acceptance_rate": 0.6}],
+    }
+)
+FAULTY = parse_scenario(
+    {
+        "name": "f",
+        "model": "llama-3.1-8b",
+        "prompt_tokens": 256,
+        "output_tokens": 128,
+        "routes": [{"model_name": "m"}],
+        "phases": [{"name": "p", "duration": "10m", "concurrency": 8, "acceptance_rate": 0.6}],
+        "faults": [{"at": "100s", "duration": "100s", "kind": "http_500"}],
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +53,7 @@ def test_serves_metrics_on_loopback_and_time_runs_accelerated(srv):
     assert r1.status_code == 200 and r1.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     t1 = srv.sim_time()
     time.sleep(0.3)
-    assert srv.sim_time() - t1 > 10.0        # 50x speed
+    assert srv.sim_time() - t1 > 10.0  # 50x speed
     assert "vllm:spec_decode_num_drafts_total" in s.get(srv.url, timeout=5).text
 
 
@@ -54,13 +68,16 @@ def test_version_endpoint_and_404(srv):
     assert s.get(srv.url.replace("/metrics", "/nope"), timeout=5).status_code == 404
 
 
-@pytest.mark.parametrize("kind,check", [
-    ("http_500", lambda r: r.status_code == 500),
-    ("empty", lambda r: r.status_code == 200 and r.content == b""),
-    ("garbage", lambda r: r.status_code == 200 and b"\x00" in r.content),
-    ("huge_labels", lambda r: r.text.count('="v') >= 10000),
-    ("oversized", lambda r: len(r.content) >= 1_000_000),
-])
+@pytest.mark.parametrize(
+    "kind,check",
+    [
+        ("http_500", lambda r: r.status_code == 500),
+        ("empty", lambda r: r.status_code == 200 and r.content == b""),
+        ("garbage", lambda r: r.status_code == 200 and b"\x00" in r.content),
+        ("huge_labels", lambda r: r.text.count('="v') >= 10000),
+        ("oversized", lambda r: len(r.content) >= 1_000_000),
+    ],
+)
 def test_injected_faults_change_the_http_answer(srv, kind, check):
     srv.inject(kind, **({"bytes": 1_000_000} if kind == "oversized" else {}))
     try:
@@ -89,7 +106,7 @@ def test_slow_drip_holds_the_client_longer_than_a_per_read_timeout(srv):
             got = b""
             while time.monotonic() - t < 1.5:
                 got += c.recv(4096)
-        assert got.startswith(b"HTTP/1.1 200") and len(got) < 2000   # bytes trickle in, no timeout fires
+        assert got.startswith(b"HTTP/1.1 200") and len(got) < 2000  # bytes trickle in, no timeout fires
     finally:
         srv.clear_faults()
 

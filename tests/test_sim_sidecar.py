@@ -22,8 +22,16 @@ def timeline(name, tmp_path):
     scenario = sim.load_scenario(name)
     path = tmp_path / f"{name}.jsonl"
     sim.record(scenario, str(path), poll_interval=POLL, seed=3)
-    config = from_mapping(sidecar_config_for(scenario, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0",
-                                             poll_interval=POLL, windows=("1m", "5m"), hold=HOLD))
+    config = from_mapping(
+        sidecar_config_for(
+            scenario,
+            target_url="http://127.0.0.1:1/metrics",
+            listen="127.0.0.1:0",
+            poll_interval=POLL,
+            windows=("1m", "5m"),
+            hold=HOLD,
+        )
+    )
     with open(path) as handle:
         records = [r for r in replay(config, handle) if r["window"] == "1m"]
     start = json.loads(path.read_text().split("\n", 1)[0])["t"] - POLL  # sim time 0
@@ -76,17 +84,18 @@ def test_verdict_changes_when_and_only_when_the_scenario_crosses_breakeven(name,
     plus the hold, plus the hysteresis band on a slow ramp), and each crossing ends at its verdict."""
     scenario, records = timeline(name, tmp_path)
     crossings = sim.crossings(scenario)
-    settle = WINDOW + HOLD * POLL            # the first full window, plus the hold
+    settle = WINDOW + HOLD * POLL  # the first full window, plus the hold
     transition = WINDOW + HOLD * POLL + 45.0  # 45 s: a slow ramp needs time to cross the margin band
     for route in {r["route"] for r in records}:
         expected = [c for c in crossings if c["route"] == route]
         for t, before, verdict in (c for c in changes(records, route) if c[0] > settle):
-            assert any(c["at"] - POLL <= t <= c["at"] + transition for c in expected), \
+            assert any(c["at"] - POLL <= t <= c["at"] + transition for c in expected), (
                 f"{name}/{route}: verdict {before} -> {verdict} at {t:.0f}s outside every crossing ({expected})"
+            )
         ours = [r for r in records if r["route"] == route]
         for i, c in enumerate(expected):
             # Settled by the end of the transition, or just before the next crossing, or at the end.
-            by = min([c["at"] + transition] + [n["at"] - POLL for n in expected[i + 1:]] + [ours[-1]["sim_t"]])
+            by = min([c["at"] + transition] + [n["at"] - POLL for n in expected[i + 1 :]] + [ours[-1]["sim_t"]])
             settled = [r for r in ours if r["sim_t"] <= by][-1]
             assert settled["verdict"] == c["to"], f"{name}/{route}: {settled['verdict']} at {by:.0f}s, expected {c}"
 
@@ -103,8 +112,12 @@ def test_mixed_routes_are_judged_separately(tmp_path):
 
 
 def test_demo_runs_for_a_fixed_duration_and_prints_the_table():
-    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "demo", "--duration", "20s", "--refresh", "4s"],
-                          capture_output=True, text=True, timeout=90)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "demo", "--duration", "20s", "--refresh", "4s"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "/metrics" in out and "break-even" in out and "verdict" in out

@@ -8,6 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from specwatch.derive import (
     drafts_reaching_positions,
     histogram_quantile,
@@ -18,8 +19,18 @@ from specwatch.window import RouteWindow
 
 
 def snap(t, counters, created=None, schema="v1"):
-    return RouteSnapshot(t=t, target="vllm", route="r", model_name="m", schema=schema, spec_present=True,
-                         engines=("0",), configured_k=None, counters=counters, created=created or {})
+    return RouteSnapshot(
+        t=t,
+        target="vllm",
+        route="r",
+        model_name="m",
+        schema=schema,
+        spec_present=True,
+        engines=("0",),
+        configured_k=None,
+        counters=counters,
+        created=created or {},
+    )
 
 
 def prometheus_increase(values):
@@ -51,9 +62,13 @@ def test_a_changed_created_timestamp_is_a_reset_even_when_the_value_did_not_drop
 def test_a_histogram_resets_as_a_whole_when_any_bucket_drops():
     w = RouteWindow(600)
     b = lambda le: SeriesKey("itl_bucket", "0", le)
-    w.ingest(snap(0, {b(0.01): 5.0, b(math.inf): 10.0, SeriesKey("itl_count", "0"): 10.0, SeriesKey("itl_sum", "0"): 1.0}))
+    w.ingest(
+        snap(0, {b(0.01): 5.0, b(math.inf): 10.0, SeriesKey("itl_count", "0"): 10.0, SeriesKey("itl_sum", "0"): 1.0})
+    )
     # Only the lowest bucket drops, the +Inf bucket and count rise: a restart all the same.
-    w.ingest(snap(5, {b(0.01): 1.0, b(math.inf): 12.0, SeriesKey("itl_count", "0"): 12.0, SeriesKey("itl_sum", "0"): 1.5}))
+    w.ingest(
+        snap(5, {b(0.01): 1.0, b(math.inf): 12.0, SeriesKey("itl_count", "0"): 12.0, SeriesKey("itl_sum", "0"): 1.5})
+    )
     view = w.view(5, 600)
     assert view.increase(b(0.01)) == 1.0
     assert view.increase(b(math.inf)) == 12.0
@@ -115,7 +130,7 @@ def test_histogram_quantile_matches_prometheus_semantics():
     buckets = [(0.01, 0.0), (0.025, 50.0), (0.05, 90.0), (math.inf, 100.0)]
     assert histogram_quantile(0.5, buckets) == 0.025
     assert math.isclose(histogram_quantile(0.7, buckets), 0.025 + 0.025 * (20 / 40))
-    assert histogram_quantile(0.99, buckets) == 0.05            # in +Inf: highest finite bound
+    assert histogram_quantile(0.99, buckets) == 0.05  # in +Inf: highest finite bound
     assert histogram_quantile(0.5, [(0.01, 10.0), (math.inf, 10.0)]) == 0.005  # lowest bucket starts at 0
     assert math.isnan(histogram_quantile(0.5, [(0.01, 0.0), (math.inf, 0.0)]))
     assert math.isnan(histogram_quantile(0.5, [(0.01, 1.0), (1.0, 2.0)]))  # no +Inf
@@ -171,10 +186,23 @@ def test_a_half_applied_step_in_multiprocess_mode_is_not_taken_for_a_restart():
     running = {"0": 16.0}
 
     def mp_snap(t, drafts, tokens, accepted):
-        return RouteSnapshot(t=t, target="vllm", route="r", model_name="m", schema="v1", spec_present=True,
-                             engines=("0",), configured_k=4, created={}, running=running,
-                             counters={SeriesKey("drafts", "0"): drafts, SeriesKey("draft_tokens", "0"): tokens,
-                                       SeriesKey("accepted", "0"): accepted})
+        return RouteSnapshot(
+            t=t,
+            target="vllm",
+            route="r",
+            model_name="m",
+            schema="v1",
+            spec_present=True,
+            engines=("0",),
+            configured_k=4,
+            created={},
+            running=running,
+            counters={
+                SeriesKey("drafts", "0"): drafts,
+                SeriesKey("draft_tokens", "0"): tokens,
+                SeriesKey("accepted", "0"): accepted,
+            },
+        )
 
     assert not w.ingest(mp_snap(0, 1_000_000, 4_000_000, 2_000_000))
     # 16 drafts of the last step are in, their 64 tokens and 40 accepted are not yet.
@@ -188,10 +216,23 @@ def test_a_hidden_restart_that_breaks_vllms_identities_is_still_detected_without
     w = RouteWindow(600)
 
     def mp_snap(t, drafts, tokens, accepted):
-        return RouteSnapshot(t=t, target="vllm", route="r", model_name="m", schema="v1", spec_present=True,
-                             engines=("0",), configured_k=4, created={}, running={"0": 4.0},
-                             counters={SeriesKey("drafts", "0"): drafts, SeriesKey("draft_tokens", "0"): tokens,
-                                       SeriesKey("accepted", "0"): accepted})
+        return RouteSnapshot(
+            t=t,
+            target="vllm",
+            route="r",
+            model_name="m",
+            schema="v1",
+            spec_present=True,
+            engines=("0",),
+            configured_k=4,
+            created={},
+            running={"0": 4.0},
+            counters={
+                SeriesKey("drafts", "0"): drafts,
+                SeriesKey("draft_tokens", "0"): tokens,
+                SeriesKey("accepted", "0"): accepted,
+            },
+        )
 
     w.ingest(mp_snap(0, 100, 400, 100))
     # Restarted and counted past the old values: 150 drafts, 600 tokens, 500 accepted since the restart.
@@ -202,6 +243,7 @@ def test_a_hidden_restart_that_breaks_vllms_identities_is_still_detected_without
 # ------------------------------------------------------------------------------------------
 # Per-position acceptance over the drafts that reached the position
 # ------------------------------------------------------------------------------------------
+
 
 def _schedule_window(true_rates=(0.9, 0.8, 0.7, 0.6), drafts=1000.0):
     """Half the drafts at K=4 (batch in band [1, 4]), half at K=2 (band [5, 32]): a model-based
@@ -242,15 +284,29 @@ def test_the_advice_no_longer_ratchets_k_down_after_its_own_schedule_was_applied
     from specwatch.derive import WindowStats
 
     model = cmod.MODEL_PRESETS["llama-3.1-8b"]
-    cm = cmod.CostModel(cmod.HARDWARE_PRESETS["h100-sxm"], model, context_tokens=1024,
-                        draft=cmod.draft_cost_for("draft_model", model))
+    cm = cmod.CostModel(
+        cmod.HARDWARE_PRESETS["h100-sxm"], model, context_tokens=1024, draft=cmod.draft_cost_for("draft_model", model)
+    )
     accepted, drafts, draft_tokens = _schedule_window()
 
     def verdict(rates):
-        s = WindowStats(route="r", window="5m", t=0.0, samples=30, span_seconds=300.0, spec_present=True,
-                        drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=sum(accepted),
-                        acceptance_rate=sum(accepted) / draft_tokens, draft_length=draft_tokens / drafts,
-                        configured_k=4, position_rates=rates, batch_size=1.0, accepted_by_position=tuple(accepted))
+        s = WindowStats(
+            route="r",
+            window="5m",
+            t=0.0,
+            samples=30,
+            span_seconds=300.0,
+            spec_present=True,
+            drafts=drafts,
+            draft_tokens=draft_tokens,
+            accepted_tokens=sum(accepted),
+            acceptance_rate=sum(accepted) / draft_tokens,
+            draft_length=draft_tokens / drafts,
+            configured_k=4,
+            position_rates=rates,
+            batch_size=1.0,
+            accepted_by_position=tuple(accepted),
+        )
         return assess(cm, s, DecisionConfig(min_drafts=500, margin=0.02), "draft_model", "keep")
 
     before = verdict(tuple(a / drafts for a in accepted))

@@ -94,8 +94,10 @@ class Backtest:
         while pending:
             chunk = pending.pop(0)
             try:
-                answers = {label: self.client.query_range(expr, chunk.start, chunk.end, step).series
-                           for label, _, expr in queries.windows}
+                answers = {
+                    label: self.client.query_range(expr, chunk.start, chunk.end, step).series
+                    for label, _, expr in queries.windows
+                }
                 fresh = self.client.query_range(queries.freshness, chunk.start, chunk.end, step).series
             except PromQueryError as exc:
                 steps = round((chunk.end - chunk.start) / step)
@@ -113,8 +115,9 @@ class Backtest:
             freshness = _pivot(fresh, key)
             for n in range(key(chunk.start), key(chunk.end) + 1):
                 now = start + n * step
-                results = self.evaluator.evaluate(now, {label: w.get(n, []) for label, w in windows.items()},
-                                                  freshness.get(n, []))
+                results = self.evaluator.evaluate(
+                    now, {label: w.get(n, []) for label, w in windows.items()}, freshness.get(n, [])
+                )
                 for replica, evaluation in results:
                     self.summary.add(replica, evaluation, step)
                     yield replica_record(replica, evaluation)
@@ -165,7 +168,8 @@ class Summary:
             return 1.0 / now
         cm = self.evaluator.cost_model.with_method(None).with_coverage(stats.draft_coverage)
         rates = stats.position_rates or costmodel.position_rates_from_alpha(
-            stats.acceptance_rate or 0.0, max(best_k, stats.configured_k or best_k))
+            stats.acceptance_rate or 0.0, max(best_k, stats.configured_k or best_k)
+        )
         followed = costmodel.expected_speedup_for_positions(cm, max(stats.batch_size, 1.0), rates[:best_k])
         return max(followed, 1.0) / now if followed > 0 else 1.0
 
@@ -178,13 +182,19 @@ class Summary:
                 "time_share": {v: s / total_s for v, s in sorted(self.seconds[window].items())} if total_s else {},
                 "token_share": {v: t / total_t for v, t in sorted(self.tokens[window].items())} if total_t else {},
                 "verdict_changes": self.changes[window],
-                "throughput_gain_if_followed": (self.gained[window] / self.decoded[window]
-                                                if self.decoded[window] else None),
+                "throughput_gain_if_followed": (
+                    self.gained[window] / self.decoded[window] if self.decoded[window] else None
+                ),
             }
         state = self.evaluator.state()
-        return {"summary": True, "evaluations": self.evaluations, "queries": state.queries,
-                "queries_per_evaluation": state.queries_per_poll, "stale_replica_evaluations": state.stale_evaluations,
-                "windows": windows}
+        return {
+            "summary": True,
+            "evaluations": self.evaluations,
+            "queries": state.queries,
+            "queries_per_evaluation": state.queries_per_poll,
+            "stale_replica_evaluations": state.stale_evaluations,
+            "windows": windows,
+        }
 
 
 def _clean(value: Any) -> Any:
@@ -209,9 +219,12 @@ def backtest_to(config: Config, start: float, end: float, step: float | None, ou
 
 
 def add_parsers(subparsers: Any) -> None:
-    p = subparsers.add_parser("backtest", help="evaluate history from Prometheus (fleet mode) at start + n*step; JSON lines",
-                              description="Fleet-mode evaluation over history with range queries: one JSON line per "
-                                          "replica, route and window at every step, fleet rows, then a summary.")
+    p = subparsers.add_parser(
+        "backtest",
+        help="evaluate history from Prometheus (fleet mode) at start + n*step; JSON lines",
+        description="Fleet-mode evaluation over history with range queries: one JSON line per "
+        "replica, route and window at every step, fleet rows, then a summary.",
+    )
     p.add_argument("--config", required=True, help="YAML config with a prometheus: section")
     p.add_argument("--start", required=True, help="RFC 3339 or Unix seconds")
     p.add_argument("--end", required=True, help="RFC 3339 or Unix seconds")

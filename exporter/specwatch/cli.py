@@ -46,8 +46,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # vLLM's multiprocess mode variable must never reach this process's prometheus_client.
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    overrides = {"listen": args.listen, "targets": [{"url": args.target}] if args.target else None,
-                 "alerting": _alert_window_override(args)}
+    overrides = {
+        "listen": args.listen,
+        "targets": [{"url": args.target}] if args.target else None,
+        "alerting": _alert_window_override(args),
+    }
     source = ConfigSource(args.config, lambda path: load(path, overrides=overrides))
     try:
         config, error = source.load(), None
@@ -61,8 +64,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(config.log.format, config.log.level)
     # Service warns (at start and on reload) when alerting.window is not among the windows.
     try:
-        return Service(config, source=source, config_error=error,
-                       on_log_config=lambda c: configure_logging(c.log.format, c.log.level)).run_forever()
+        return Service(
+            config,
+            source=source,
+            config_error=error,
+            on_log_config=lambda c: configure_logging(c.log.format, c.log.level),
+        ).run_forever()
     except OSError as exc:  # the listen address is taken or not ours to bind: one line, like a bad key
         print(f"specwatch: config error: listen {config.listen}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -80,8 +87,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         source = f"fleet mode: every replica from {redact_url(config.prometheus.url)}"
     else:
         source = f"{len(config.targets)} target(s)"
-    print(f"{args.file}: OK ({source}, {len(config.routes)} route(s), "
-          f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s)")
+    print(
+        f"{args.file}: OK ({source}, {len(config.routes)} route(s), "
+        f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s)"
+    )
     return 0
 
 
@@ -118,30 +127,48 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specwatch", description=(
-        "Observability sidecar for vLLM speculative decoding: rolling acceptance rate, ITL tails, "
-        "break-even at the live batch size, and what to change."))
+    parser = argparse.ArgumentParser(
+        prog="specwatch",
+        description=(
+            "Observability sidecar for vLLM speculative decoding: rolling acceptance rate, ITL tails, "
+            "break-even at the live batch size, and what to change."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"specwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    run = sub.add_parser("run", help="run the sidecar: poll vLLM /metrics (or, with prometheus: set, read every "
-                         "replica from Prometheus: fleet mode) and serve specwatch metrics")
-    run.add_argument("--config", help="YAML config (README: Configuration); every key optional. "
-                     "Reloaded on SIGHUP and when the file changes")
+    run = sub.add_parser(
+        "run",
+        help="run the sidecar: poll vLLM /metrics (or, with prometheus: set, read every "
+        "replica from Prometheus: fleet mode) and serve specwatch metrics",
+    )
+    run.add_argument(
+        "--config",
+        help="YAML config (README: Configuration); every key optional. Reloaded on SIGHUP and when the file changes",
+    )
     run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")
     run.add_argument("--target", help="override the first target's URL, e.g. http://127.0.0.1:8000/metrics")
-    run.add_argument("--alert-window", help="override alerting.window, the window the alert rules read (default 5m); "
-                     "a warning is logged at start when it is not among the config's windows")
-    run.add_argument("--sidecar", action="store_true",
-                     help="sidecar mode (also SPECWATCH_MODE=sidecar): never exit on a bad or missing config; "
-                          "serve /healthz and /metrics and report the error until the config is fixed")
+    run.add_argument(
+        "--alert-window",
+        help="override alerting.window, the window the alert rules read (default 5m); "
+        "a warning is logged at start when it is not among the config's windows",
+    )
+    run.add_argument(
+        "--sidecar",
+        action="store_true",
+        help="sidecar mode (also SPECWATCH_MODE=sidecar): never exit on a bad or missing config; "
+        "serve /healthz and /metrics and report the error until the config is fixed",
+    )
     run.set_defaults(func=cmd_run)
 
     check = sub.add_parser("check-config", help="validate a config file and exit (status 2 when invalid)")
     check.add_argument("file")
-    check.add_argument("--alert-window", help="override alerting.window, the window the alert rules read "
-                       "(default 5m): warn when it is not among the config's windows")
+    check.add_argument(
+        "--alert-window",
+        help="override alerting.window, the window the alert rules read "
+        "(default 5m): warn when it is not among the config's windows",
+    )
     check.set_defaults(func=cmd_check_config)
 
     rec = sub.add_parser("record", help="record polls of the configured targets as JSON lines")
@@ -150,7 +177,9 @@ def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argp
     rec.add_argument("--duration", required=True, help="e.g. 10m")
     rec.set_defaults(func=cmd_record)
 
-    rep = sub.add_parser("replay", help="evaluate a recording exactly as the live sidecar would; one JSON line per evaluation")
+    rep = sub.add_parser(
+        "replay", help="evaluate a recording exactly as the live sidecar would; one JSON line per evaluation"
+    )
     rep.add_argument("--config")
     rep.add_argument("recording")
     rep.set_defaults(func=cmd_replay)

@@ -29,17 +29,53 @@ CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between 
 # (metric name, RouteEvaluation value name, help)
 DERIVED_GAUGES = (
     ("specwatch_acceptance_rate", "acceptance_rate", "Accepted / proposed draft tokens over the window (alpha)."),
-    ("specwatch_mean_acceptance_length", "mean_acceptance_length", "Tokens emitted per speculative step over the window, bonus token included (tau)."),
+    (
+        "specwatch_mean_acceptance_length",
+        "mean_acceptance_length",
+        "Tokens emitted per speculative step over the window, bonus token included (tau).",
+    ),
     ("specwatch_draft_length", "draft_length", "Mean proposed draft length K over the window (draft tokens / drafts)."),
-    ("specwatch_batch_size", "batch_size", "Live batch size per engine over the window (requests decoded per engine step)."),
-    ("specwatch_itl_p50_seconds", "itl_p50_seconds", "P50 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics)."),
-    ("specwatch_itl_p99_seconds", "itl_p99_seconds", "P99 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics)."),
-    ("specwatch_itl_per_token_mean_seconds", "itl_per_token_mean_seconds", "Mean inter-token latency per generated token over the window (ITL sum / generation tokens)."),
-    ("specwatch_breakeven_acceptance_rate", "breakeven_acceptance_rate", "Acceptance rate at which speculation exactly pays at the live batch size and K (cost model), capped at 1: at 1 no acceptance rate pays (see specwatch_speculation_cannot_pay; the uncapped value is in /api/v1/status)."),
+    (
+        "specwatch_batch_size",
+        "batch_size",
+        "Live batch size per engine over the window (requests decoded per engine step).",
+    ),
+    (
+        "specwatch_itl_p50_seconds",
+        "itl_p50_seconds",
+        "P50 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics).",
+    ),
+    (
+        "specwatch_itl_p99_seconds",
+        "itl_p99_seconds",
+        "P99 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics).",
+    ),
+    (
+        "specwatch_itl_per_token_mean_seconds",
+        "itl_per_token_mean_seconds",
+        "Mean inter-token latency per generated token over the window (ITL sum / generation tokens).",
+    ),
+    (
+        "specwatch_breakeven_acceptance_rate",
+        "breakeven_acceptance_rate",
+        "Acceptance rate at which speculation exactly pays at the live batch size and K (cost model), capped at 1: at 1 no acceptance rate pays (see specwatch_speculation_cannot_pay; the uncapped value is in /api/v1/status).",
+    ),
     ("specwatch_acceptance_margin", "acceptance_margin", "Acceptance rate minus the break-even acceptance rate."),
-    ("specwatch_expected_speedup", "expected_speedup", "Expected decode speedup of speculation at the live batch size (cost model; 1 = break-even)."),
-    ("specwatch_recommended_draft_length", "recommended_draft_length", "Draft length the recommendation gives at the live batch size: the current K for keep, 0 for disable."),
-    ("specwatch_max_speculative_batch_size", "max_speculative_batch_size", "Largest batch size at which the current acceptance rate still pays."),
+    (
+        "specwatch_expected_speedup",
+        "expected_speedup",
+        "Expected decode speedup of speculation at the live batch size (cost model; 1 = break-even).",
+    ),
+    (
+        "specwatch_recommended_draft_length",
+        "recommended_draft_length",
+        "Draft length the recommendation gives at the live batch size: the current K for keep, 0 for disable.",
+    ),
+    (
+        "specwatch_max_speculative_batch_size",
+        "max_speculative_batch_size",
+        "Largest batch size at which the current acceptance rate still pays.",
+    ),
 )
 
 
@@ -54,19 +90,42 @@ class WindowFamilies:
 
     def __init__(self, labels: list[str], note: str):
         self.gauges = {name: GaugeMetricFamily(name, text + note, labels=labels) for name, _, text in DERIVED_GAUGES}
-        self.cannot_pay = GaugeMetricFamily("specwatch_speculation_cannot_pay", "1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0." + note,
-                                            labels=labels)
-        self.position_rate = GaugeMetricFamily("specwatch_position_acceptance_rate", "Share of drafts whose token at this position was accepted, over the window (p_i)." + note,
-                                               labels=[*labels, "position"])
-        self.window_drafts = GaugeMetricFamily("specwatch_window_drafts", "Speculative drafts in the window (the sample behind the ratios)." + note, labels=labels)
-        self.verdict = GaugeMetricFamily("specwatch_verdict", "1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.",
-                                         labels=[*labels, "verdict"])
-        self.config = GaugeMetricFamily("specwatch_recommended_config_info", "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.",
-                                        labels=[*labels, "config", "action"])
-        self.mismatch = GaugeMetricFamily("specwatch_speculative_config_mismatch", "1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts." + note,
-                                          labels=labels)
-        self.configured_k = GaugeMetricFamily("specwatch_configured_draft_length", "Draft length K the stated draft.config gives at the live batch size." + note,
-                                              labels=labels)
+        self.cannot_pay = GaugeMetricFamily(
+            "specwatch_speculation_cannot_pay",
+            "1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0." + note,
+            labels=labels,
+        )
+        self.position_rate = GaugeMetricFamily(
+            "specwatch_position_acceptance_rate",
+            "Share of drafts whose token at this position was accepted, over the window (p_i)." + note,
+            labels=[*labels, "position"],
+        )
+        self.window_drafts = GaugeMetricFamily(
+            "specwatch_window_drafts",
+            "Speculative drafts in the window (the sample behind the ratios)." + note,
+            labels=labels,
+        )
+        self.verdict = GaugeMetricFamily(
+            "specwatch_verdict",
+            "1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.",
+            labels=[*labels, "verdict"],
+        )
+        self.config = GaugeMetricFamily(
+            "specwatch_recommended_config_info",
+            "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.",
+            labels=[*labels, "config", "action"],
+        )
+        self.mismatch = GaugeMetricFamily(
+            "specwatch_speculative_config_mismatch",
+            "1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts."
+            + note,
+            labels=labels,
+        )
+        self.configured_k = GaugeMetricFamily(
+            "specwatch_configured_draft_length",
+            "Draft length K the stated draft.config gives at the live batch size." + note,
+            labels=labels,
+        )
 
     def add(self, wlabels: list[str], evaluation: RouteEvaluation) -> None:
         for name, field, _ in DERIVED_GAUGES:
@@ -96,8 +155,16 @@ class WindowFamilies:
             self.config.add_metric(wlabels + [text, advice.action], 1)
 
     def families(self) -> tuple[Metric, ...]:
-        return (*self.gauges.values(), self.cannot_pay, self.position_rate, self.window_drafts, self.verdict,
-                self.config, self.mismatch, self.configured_k)
+        return (
+            *self.gauges.values(),
+            self.cannot_pay,
+            self.position_rate,
+            self.window_drafts,
+            self.verdict,
+            self.config,
+            self.mismatch,
+            self.configured_k,
+        )
 
 
 class SpecwatchCollector(Collector):
@@ -121,15 +188,34 @@ class SpecwatchCollector(Collector):
 
     def _cost_model(self, state: State) -> Iterable[Metric]:
         """What the verdicts rest on, and how well the learned step-time curve fits (docs/costmodel.md)."""
-        info = GaugeMetricFamily("specwatch_cost_model_info", "What the verdicts rest on: source default (nothing configured), preset, profile or learned (the step-time curve fitted from vLLM's own metrics), with the hardware, model, dtype, tensor parallel size and draft method assumed.",
-                                 labels=["source", "hardware", "model", "dtype", "tp", "method"])
+        info = GaugeMetricFamily(
+            "specwatch_cost_model_info",
+            "What the verdicts rest on: source default (nothing configured), preset, profile or learned (the step-time curve fitted from vLLM's own metrics), with the hardware, model, dtype, tensor parallel size and draft method assumed.",
+            labels=["source", "hardware", "model", "dtype", "tp", "method"],
+        )
         cm = state.cost_model
         if cm is not None:
             info.add_metric([cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method], 1)
-        points = GaugeMetricFamily("specwatch_step_time_fit_points", "Windows behind the route's learned step-time curve (exponentially forgotten).", labels=["route", "target"])
-        residual = GaugeMetricFamily("specwatch_step_time_fit_residual_ratio", "Spread of the measured step times around the route's learned curve: exp(weighted RMS of log(measured/fitted)) - 1, over the forgotten points.", labels=["route", "target"])
-        predicted = GaugeMetricFamily("specwatch_step_time_predicted_seconds", "Engine step time the cost model in use predicts at the route's last measured load.", labels=["route", "target"])
-        observed = GaugeMetricFamily("specwatch_step_time_observed_seconds", "Mean engine step time measured at that load (ITL sum / ITL count).", labels=["route", "target"])
+        points = GaugeMetricFamily(
+            "specwatch_step_time_fit_points",
+            "Windows behind the route's learned step-time curve (exponentially forgotten).",
+            labels=["route", "target"],
+        )
+        residual = GaugeMetricFamily(
+            "specwatch_step_time_fit_residual_ratio",
+            "Spread of the measured step times around the route's learned curve: exp(weighted RMS of log(measured/fitted)) - 1, over the forgotten points.",
+            labels=["route", "target"],
+        )
+        predicted = GaugeMetricFamily(
+            "specwatch_step_time_predicted_seconds",
+            "Engine step time the cost model in use predicts at the route's last measured load.",
+            labels=["route", "target"],
+        )
+        observed = GaugeMetricFamily(
+            "specwatch_step_time_observed_seconds",
+            "Mean engine step time measured at that load (ITL sum / ITL count).",
+            labels=["route", "target"],
+        )
         down = {t.name for t in state.targets if t.up is False}
         for route in state.routes:
             fit = route.fit
@@ -137,18 +223,39 @@ class SpecwatchCollector(Collector):
                 continue
             labels = [route.route, route.target]
             points.add_metric(labels, fit.points)
-            for family, value in ((residual, fit.residual_ratio), (predicted, fit.predicted_seconds),
-                                  (observed, fit.observed_seconds)):
+            for family, value in (
+                (residual, fit.residual_ratio),
+                (predicted, fit.predicted_seconds),
+                (observed, fit.observed_seconds),
+            ):
                 if value is not None and math.isfinite(value):
                     family.add_metric(labels, value)
         yield from (info, points, residual, predicted, observed)
 
     def _health(self, state: State) -> Iterable[Metric]:
-        up = GaugeMetricFamily("specwatch_target_up", "1 if the last poll of the vLLM target succeeded and parsed, else 0.", labels=["target"])
-        duration = GaugeMetricFamily("specwatch_scrape_duration_seconds", "Duration of the last poll of the target.", labels=["target"])
-        errors = CounterMetricFamily("specwatch_scrape_errors", "Failed polls of the target by reason (timeout, connect, http_status, too_large, parse, invalid).", labels=["target", "reason"])
-        resets = CounterMetricFamily("specwatch_target_restarts", "Polls in which the target's counters were seen to restart (value drop or new _created), i.e. vLLM restarts.", labels=["target"])
-        last = GaugeMetricFamily("specwatch_last_scrape_success_timestamp_seconds", "Unix time of the last successful poll of the target.", labels=["target"])
+        up = GaugeMetricFamily(
+            "specwatch_target_up",
+            "1 if the last poll of the vLLM target succeeded and parsed, else 0.",
+            labels=["target"],
+        )
+        duration = GaugeMetricFamily(
+            "specwatch_scrape_duration_seconds", "Duration of the last poll of the target.", labels=["target"]
+        )
+        errors = CounterMetricFamily(
+            "specwatch_scrape_errors",
+            "Failed polls of the target by reason (timeout, connect, http_status, too_large, parse, invalid).",
+            labels=["target", "reason"],
+        )
+        resets = CounterMetricFamily(
+            "specwatch_target_restarts",
+            "Polls in which the target's counters were seen to restart (value drop or new _created), i.e. vLLM restarts.",
+            labels=["target"],
+        )
+        last = GaugeMetricFamily(
+            "specwatch_last_scrape_success_timestamp_seconds",
+            "Unix time of the last successful poll of the target.",
+            labels=["target"],
+        )
         for target in state.targets:
             if target.up is not None:
                 up.add_metric([target.name], 1.0 if target.up else 0.0)
@@ -162,25 +269,65 @@ class SpecwatchCollector(Collector):
         yield from (up, duration, errors, resets, last)
 
     def _routes(self, state: State) -> Iterable[Metric]:
-        info = GaugeMetricFamily("specwatch_route_info", "Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.",
-                                 labels=["route", "target", "model_name", "method", "schema"])
-        expects = GaugeMetricFamily("specwatch_route_expects_speculation", "1 if the route is configured to run speculative decoding.", labels=["route", "target"])
-        baseline = GaugeMetricFamily("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route.", labels=["route", "target"])
+        info = GaugeMetricFamily(
+            "specwatch_route_info",
+            "Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.",
+            labels=["route", "target", "model_name", "method", "schema"],
+        )
+        expects = GaugeMetricFamily(
+            "specwatch_route_expects_speculation",
+            "1 if the route is configured to run speculative decoding.",
+            labels=["route", "target"],
+        )
+        baseline = GaugeMetricFamily(
+            "specwatch_baseline_itl_p99_seconds",
+            "Configured spec-off P99 ITL baseline of the route.",
+            labels=["route", "target"],
+        )
         counters = {
-            K_DRAFTS: CounterMetricFamily("specwatch_drafts", "vLLM speculative drafts, mirrored monotonic across vLLM restarts." + CACHE_NOTE, labels=["route", "target"]),
-            K_DRAFT_TOKENS: CounterMetricFamily("specwatch_draft_tokens", "Proposed draft tokens, mirrored monotonic across vLLM restarts." + CACHE_NOTE, labels=["route", "target"]),
-            K_ACCEPTED: CounterMetricFamily("specwatch_accepted_tokens", "Accepted draft tokens, mirrored monotonic across vLLM restarts." + CACHE_NOTE, labels=["route", "target"]),
-            K_GEN: CounterMetricFamily("specwatch_generation_tokens", "Generated output tokens, mirrored monotonic across vLLM restarts." + CACHE_NOTE, labels=["route", "target"]),
+            K_DRAFTS: CounterMetricFamily(
+                "specwatch_drafts",
+                "vLLM speculative drafts, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
+                labels=["route", "target"],
+            ),
+            K_DRAFT_TOKENS: CounterMetricFamily(
+                "specwatch_draft_tokens",
+                "Proposed draft tokens, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
+                labels=["route", "target"],
+            ),
+            K_ACCEPTED: CounterMetricFamily(
+                "specwatch_accepted_tokens",
+                "Accepted draft tokens, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
+                labels=["route", "target"],
+            ),
+            K_GEN: CounterMetricFamily(
+                "specwatch_generation_tokens",
+                "Generated output tokens, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
+                labels=["route", "target"],
+            ),
         }
-        by_position = CounterMetricFamily("specwatch_accepted_tokens_by_position", "Drafts whose token at this position was accepted, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
-                                          labels=["route", "target", "position"])
-        itl = HistogramMetricFamily("specwatch_itl_seconds", "vLLM's per-step inter-token latency histogram (its buckets), mirrored monotonic across vLLM restarts." + CACHE_NOTE,
-                                    labels=["route", "target"])
+        by_position = CounterMetricFamily(
+            "specwatch_accepted_tokens_by_position",
+            "Drafts whose token at this position was accepted, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
+            labels=["route", "target", "position"],
+        )
+        itl = HistogramMetricFamily(
+            "specwatch_itl_seconds",
+            "vLLM's per-step inter-token latency histogram (its buckets), mirrored monotonic across vLLM restarts."
+            + CACHE_NOTE,
+            labels=["route", "target"],
+        )
         per_window = WindowFamilies(["route", "target", "window"], CACHE_NOTE)
-        predicted_gain = GaugeMetricFamily("specwatch_advice_predicted_gain_ratio", "After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.",
-                                           labels=["route", "target"])
-        measured_gain = GaugeMetricFamily("specwatch_advice_measured_gain_ratio", "After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).",
-                                          labels=["route", "target"])
+        predicted_gain = GaugeMetricFamily(
+            "specwatch_advice_predicted_gain_ratio",
+            "After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.",
+            labels=["route", "target"],
+        )
+        measured_gain = GaugeMetricFamily(
+            "specwatch_advice_measured_gain_ratio",
+            "After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).",
+            labels=["route", "target"],
+        )
         # While a target is down its values are not served from the last good polls: absent, never
         # stale (docs/architecture.md §4). The windows and verdicts are kept inside and
         # come back unchanged with the next good poll.
@@ -210,8 +357,17 @@ class SpecwatchCollector(Collector):
                 measured_gain.add_metric(labels, grading.measured_gain_ratio)
             for evaluation in route.evaluations:
                 per_window.add(labels + [evaluation.stats.window], evaluation)
-        yield from (info, expects, baseline, *counters.values(), by_position, itl, *per_window.families(),
-                    predicted_gain, measured_gain)
+        yield from (
+            info,
+            expects,
+            baseline,
+            *counters.values(),
+            by_position,
+            itl,
+            *per_window.families(),
+            predicted_gain,
+            measured_gain,
+        )
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

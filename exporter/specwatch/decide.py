@@ -35,33 +35,41 @@ SpeculativeConfig = dict[str, cmod.SpeculativeConfigValue]
 #: What a ``num_speculative_tokens_per_batch_size`` schedule costs in vLLM today; reported with
 #: every recommendation that contains one (status JSON ``notes``, docs/runbook.md).
 SCHEDULE_NOTES = (
-    ("num_speculative_tokens_per_batch_size makes vLLM capture piecewise instead of full CUDA graphs: "
-     "steps can be a little slower than with a fixed num_speculative_tokens at the same batch."),
-    ("vLLM ignores the schedule with data parallelism (data_parallel_size > 1): use a fixed "
-     "num_speculative_tokens there."),
-    ("A hard cut from K >= 2 to K = 0 at a batch threshold has been reported to collapse throughput: "
-     "this schedule steps K down and keeps K >= 1 wherever that loses less than a K = 0 band."),
+    (
+        "num_speculative_tokens_per_batch_size makes vLLM capture piecewise instead of full CUDA graphs: "
+        "steps can be a little slower than with a fixed num_speculative_tokens at the same batch."
+    ),
+    (
+        "vLLM ignores the schedule with data parallelism (data_parallel_size > 1): use a fixed "
+        "num_speculative_tokens there."
+    ),
+    (
+        "A hard cut from K >= 2 to K = 0 at a batch threshold has been reported to collapse throughput: "
+        "this schedule steps K down and keeps K >= 1 wherever that loses less than a K = 0 band."
+    ),
 )
 ZERO_BAND_NOTE = (
     "A K = 0 band is not free: its steps ran about 10 % slower than a server without speculation "
     "(216 vs 239 tokens/s measured at concurrency 16). If the server lives in that band, remove "
-    "--speculative-config instead.")
+    "--speculative-config instead."
+)
 MERGE_NOTE = (
     "The drafter's model path is not known to specwatch (vLLM does not export it): merge "
-    "config_changes into your --speculative-config; pasted alone vLLM refuses it.")
+    "config_changes into your --speculative-config; pasted alone vLLM refuses it."
+)
 
 
 @dataclass(frozen=True)
 class Assessment:
-    candidate: str                          # one of VERDICTS, before the hold
+    candidate: str  # one of VERDICTS, before the hold
     breakeven_acceptance_rate: float | None = None
-    acceptance_margin: float | None = None      # alpha − break-even
+    acceptance_margin: float | None = None  # alpha − break-even
     expected_speedup: float | None = None
     recommended_draft_length: int | None = None  # K the recommendation gives at the live batch; 0 = disable
     max_speculative_batch_size: int | None = None
     recommended_config: dict[str, object] | None = None  # a complete --speculative-config (action apply)
-    config_changes: SpeculativeConfig | None = None      # the keys that change (actions apply and merge)
-    action: str | None = None                            # one of ACTIONS; None without a verdict
+    config_changes: SpeculativeConfig | None = None  # the keys that change (actions apply and merge)
+    action: str | None = None  # one of ACTIONS; None without a verdict
     notes: tuple[str, ...] = ()
 
 
@@ -97,9 +105,16 @@ def extend_position_rates(rates: Sequence[float], k: int) -> tuple[float, ...]:
     return tuple(p)
 
 
-def assess(cm: cmod.CostModel, stats: WindowStats, decision: DecisionConfig, method: str | None,
-           previous_verdict: str | None, max_batch: int = DEFAULT_SCHEDULE_MAX_BATCH,
-           config_method: str | None = "same", base_config: Mapping[str, object] | None = None) -> Assessment:
+def assess(
+    cm: cmod.CostModel,
+    stats: WindowStats,
+    decision: DecisionConfig,
+    method: str | None,
+    previous_verdict: str | None,
+    max_batch: int = DEFAULT_SCHEDULE_MAX_BATCH,
+    config_method: str | None = "same",
+    base_config: Mapping[str, object] | None = None,
+) -> Assessment:
     """Assess one route/window. ``decision`` gives min_drafts and margin. ``previous_verdict`` is
     the verdict in effect, which sets the side of the hysteresis band. ``config_method`` is the
     vLLM method the recommended config names ("same" = ``method``, None = unknown: the answer is
@@ -163,8 +178,14 @@ def assess(cm: cmod.CostModel, stats: WindowStats, decision: DecisionConfig, met
     else:
         candidate = "keep"
 
-    verdict = partial(Assessment, candidate=candidate, breakeven_acceptance_rate=breakeven,
-                      acceptance_margin=alpha - breakeven, expected_speedup=speedup, max_speculative_batch_size=b_max)
+    verdict = partial(
+        Assessment,
+        candidate=candidate,
+        breakeven_acceptance_rate=breakeven,
+        acceptance_margin=alpha - breakeven,
+        expected_speedup=speedup,
+        max_speculative_batch_size=b_max,
+    )
     if candidate == "disable":
         return verdict(recommended_draft_length=0, action="remove_speculative_config")
     if candidate == "keep":
@@ -187,19 +208,32 @@ def assess(cm: cmod.CostModel, stats: WindowStats, decision: DecisionConfig, met
             notes.append(ZERO_BAND_NOTE)
     if complete is None:
         notes.append(MERGE_NOTE)
-    return verdict(recommended_draft_length=config_k_at_batch(changes, b), recommended_config=complete,
-                   config_changes=changes, action="apply" if complete is not None else "merge", notes=tuple(notes))
+    return verdict(
+        recommended_draft_length=config_k_at_batch(changes, b),
+        recommended_config=complete,
+        config_changes=changes,
+        action="apply" if complete is not None else "merge",
+        notes=tuple(notes),
+    )
 
 
 def verdict_agrees_with_config(assessment: Assessment, batch: float, current_k: int) -> bool:
     """The invariant ``assess`` keeps: what the verdict says is what the config does at ``batch``."""
     a = assessment
     if a.candidate == "disable":
-        return (a.recommended_config is None and a.config_changes is None and a.recommended_draft_length == 0
-                and a.action == "remove_speculative_config")
+        return (
+            a.recommended_config is None
+            and a.config_changes is None
+            and a.recommended_draft_length == 0
+            and a.action == "remove_speculative_config"
+        )
     if a.candidate == "keep":
-        return (a.recommended_config is None and a.config_changes is None and a.action == "no_change"
-                and a.recommended_draft_length == current_k)
+        return (
+            a.recommended_config is None
+            and a.config_changes is None
+            and a.action == "no_change"
+            and a.recommended_draft_length == current_k
+        )
     if a.candidate == "shorten":
         if a.config_changes is None or a.recommended_draft_length is None:
             return False

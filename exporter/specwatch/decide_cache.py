@@ -25,8 +25,19 @@ if TYPE_CHECKING:
 #: span, ITL, token totals) cannot change an assessment: tests/test_decide_cache.py changes each of
 #: them and checks that assess gives the same answer, so a new input of assess fails that test
 #: until it is added here.
-ASSESS_INPUTS = ("spec_present", "drafts", "generation_tokens", "acceptance_rate", "draft_length", "batch_size",
-                 "draft_coverage", "configured_k", "position_rates", "schema", "engines")
+ASSESS_INPUTS = (
+    "spec_present",
+    "drafts",
+    "generation_tokens",
+    "acceptance_rate",
+    "draft_length",
+    "batch_size",
+    "draft_coverage",
+    "configured_k",
+    "position_rates",
+    "schema",
+    "engines",
+)
 
 #: Assessments kept, about 1.5 KiB each with their key. A repeated question is almost always the
 #: last one of the same route and window (or of the other window over the same polls), so a few
@@ -54,9 +65,17 @@ class AssessmentCache:
     def __len__(self) -> int:
         return len(self._memo)
 
-    def assess(self, cm: CostModel, stats: WindowStats, decision: DecisionConfig, method: str | None,
-               previous_verdict: str | None, *, config_method: str | None = "same",
-               base_config: Mapping[str, object] | None = None) -> decide.Assessment:
+    def assess(
+        self,
+        cm: CostModel,
+        stats: WindowStats,
+        decision: DecisionConfig,
+        method: str | None,
+        previous_verdict: str | None,
+        *,
+        config_method: str | None = "same",
+        base_config: Mapping[str, object] | None = None,
+    ) -> decide.Assessment:
         if cm is not self._model:
             self._memo.clear()
             self._model = cm
@@ -69,8 +88,9 @@ class AssessmentCache:
             self.hits += 1
             return hit
         self.misses += 1
-        result = memo[key] = decide.assess(cm, stats, decision, method, previous_verdict,
-                                           config_method=config_method, base_config=base_config)
+        result = memo[key] = decide.assess(
+            cm, stats, decision, method, previous_verdict, config_method=config_method, base_config=base_config
+        )
         if len(memo) > self.size:
             memo.popitem(last=False)
         return result

@@ -18,11 +18,20 @@ from .config import from_mapping, parse_duration
 from .logsetup import configure_logging
 
 if TYPE_CHECKING:
-    from .pipeline import RouteEvaluation
+    from .pipeline import RouteEvaluation, State
+    from .sim.scenario import Scenario
 
 
-def sidecar_config_for(scenario, *, target_url: str, listen: str, poll_interval: float,
-                       windows: tuple[str, ...], min_drafts: int = 500, hold: int = 2) -> dict[str, Any]:
+def sidecar_config_for(
+    scenario: Scenario,
+    *,
+    target_url: str,
+    listen: str,
+    poll_interval: float,
+    windows: tuple[str, ...],
+    min_drafts: int = 500,
+    hold: int = 2,
+) -> dict[str, Any]:
     """The sidecar config a user would write for the scenario's deployment."""
     return {
         "listen": listen,
@@ -31,10 +40,16 @@ def sidecar_config_for(scenario, *, target_url: str, listen: str, poll_interval:
         "targets": [{"name": "vllm", "url": target_url}],
         "hardware": scenario.hardware,
         "tensor_parallel": scenario.tensor_parallel,
-        "model": {"preset": scenario.model, "dtype": scenario.dtype,
-                  "context_tokens": int(scenario.prompt_tokens + scenario.output_tokens / 2)},
-        "draft": {"method": scenario.method, "k": scenario.num_speculative_tokens,
-                  **({"cost_per_token": scenario.draft_cost_per_token} if scenario.draft_cost_per_token is not None else {})},
+        "model": {
+            "preset": scenario.model,
+            "dtype": scenario.dtype,
+            "context_tokens": int(scenario.prompt_tokens + scenario.output_tokens / 2),
+        },
+        "draft": {
+            "method": scenario.method,
+            "k": scenario.num_speculative_tokens,
+            **({"cost_per_token": scenario.draft_cost_per_token} if scenario.draft_cost_per_token is not None else {}),
+        },
         "decision": {"min_drafts": min_drafts, "hold": hold},
         "log": {"format": "json", "level": "warning"},
     }
@@ -67,33 +82,50 @@ def _recommendation(evaluation: RouteEvaluation) -> str:
     return text if advice.action == "apply" else f"merge {text}"
 
 
-def render_table(state, sim_truth: dict | None = None, sim_time: float | None = None) -> str:
-    header = ("route", "window", "alpha", "break-even", "batch", "ITL p50 ms", "ITL p99 ms", "speedup", "verdict", "--speculative-config")
+def render_table(state: State, sim_truth: dict[str, Any] | None = None, sim_time: float | None = None) -> str:
+    header = (
+        "route",
+        "window",
+        "alpha",
+        "break-even",
+        "batch",
+        "ITL p50 ms",
+        "ITL p99 ms",
+        "speedup",
+        "verdict",
+        "--speculative-config",
+    )
     rows = []
     for route in state.routes:
         for evaluation in route.evaluations:
             stats = evaluation.stats
-            rows.append((
-                route.route, stats.window, _fmt(evaluation.value("acceptance_rate")),
-                _fmt_breakeven(evaluation.value("breakeven_acceptance_rate")), _fmt(stats.batch_size, ".1f"),
-                _fmt(stats.itl_p50_seconds and stats.itl_p50_seconds * 1000, ".1f"),
-                _fmt(stats.itl_p99_seconds and stats.itl_p99_seconds * 1000, ".1f"),
-                _fmt(evaluation.value("expected_speedup"), ".2f"), evaluation.verdict or "-",
-                _recommendation(evaluation),
-            ))
+            rows.append(
+                (
+                    route.route,
+                    stats.window,
+                    _fmt(evaluation.value("acceptance_rate")),
+                    _fmt_breakeven(evaluation.value("breakeven_acceptance_rate")),
+                    _fmt(stats.batch_size, ".1f"),
+                    _fmt(stats.itl_p50_seconds and stats.itl_p50_seconds * 1000, ".1f"),
+                    _fmt(stats.itl_p99_seconds and stats.itl_p99_seconds * 1000, ".1f"),
+                    _fmt(evaluation.value("expected_speedup"), ".2f"),
+                    evaluation.verdict or "-",
+                    _recommendation(evaluation),
+                )
+            )
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = []
     if sim_time is not None:
         lines.append(f"simulated time {sim_time:7.1f}s" + (f"  truth: {_truth_line(sim_truth)}" if sim_truth else ""))
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
     if not rows:
         lines.append("(waiting for two polls...)")
     return "\n".join(lines)
 
 
-def _truth_line(truth: dict) -> str:
+def _truth_line(truth: dict[str, Any]) -> str:
     parts = []
     if "phase" in truth:
         parts.append(f"phase={truth['phase']}")
@@ -105,16 +137,29 @@ def _truth_line(truth: dict) -> str:
     return " ".join(parts)
 
 
-def run_demo(*, scenario_name: str, speed: float, duration: float | None, poll_interval: float,
-             windows: tuple[str, ...], port: int, refresh: float, out: TextIO, seed: int = 0) -> int:
+def run_demo(
+    *,
+    scenario_name: str,
+    speed: float,
+    duration: float | None,
+    poll_interval: float,
+    windows: tuple[str, ...],
+    port: int,
+    refresh: float,
+    out: TextIO,
+    seed: int = 0,
+) -> int:
     from . import sim
     from .service import Service
 
     configure_logging("json", "warning")
     scenario = sim.load_scenario(scenario_name)
     handle = sim.serve(scenario, host="127.0.0.1", port=0, speed=speed, seed=seed)
-    config = from_mapping(sidecar_config_for(scenario, target_url=handle.url, listen=f"127.0.0.1:{port}",
-                                             poll_interval=poll_interval, windows=windows))
+    config = from_mapping(
+        sidecar_config_for(
+            scenario, target_url=handle.url, listen=f"127.0.0.1:{port}", poll_interval=poll_interval, windows=windows
+        )
+    )
     service = Service(config)
     stop = threading.Event()
     try:
@@ -150,18 +195,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
     duration = parse_duration(args.duration, "--duration") if args.duration else None
     poll = parse_duration(args.poll_interval, "--poll-interval")
     windows = tuple(w.strip() for w in args.windows.split(",") if w.strip())
-    return run_demo(scenario_name=args.scenario, speed=args.speed, duration=duration, poll_interval=poll,
-                    windows=windows, port=args.port, refresh=parse_duration(args.refresh, "--refresh"),
-                    out=sys.stdout, seed=args.seed)
+    return run_demo(
+        scenario_name=args.scenario,
+        speed=args.speed,
+        duration=duration,
+        poll_interval=poll,
+        windows=windows,
+        port=args.port,
+        refresh=parse_duration(args.refresh, "--refresh"),
+        out=sys.stdout,
+        seed=args.seed,
+    )
 
 
-def add_parsers(subparsers) -> None:
+def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = subparsers.add_parser("demo", help="run the built-in simulated vLLM and the sidecar, and print a live table")
     demo.add_argument("--scenario", default="alpha-drop", help="simulator scenario (default alpha-drop)")
-    demo.add_argument("--speed", type=float, default=10.0, help="simulation speed-up (default 10x: the story in about a minute)")
-    demo.add_argument("--duration", default=None, help="stop after this wall time, e.g. 20s (default: the scenario's end)")
+    demo.add_argument(
+        "--speed", type=float, default=10.0, help="simulation speed-up (default 10x: the story in about a minute)"
+    )
+    demo.add_argument(
+        "--duration", default=None, help="stop after this wall time, e.g. 20s (default: the scenario's end)"
+    )
     demo.add_argument("--poll-interval", default="1s", help="sidecar poll interval (default 1s)")
-    demo.add_argument("--windows", default="5s,15s", help="sidecar windows in wall time (default 5s,15s: 50 s and 150 s simulated)")
+    demo.add_argument(
+        "--windows", default="5s,15s", help="sidecar windows in wall time (default 5s,15s: 50 s and 150 s simulated)"
+    )
     demo.add_argument("--refresh", default="5s", help="table refresh interval (default 5s)")
     demo.add_argument("--port", type=int, default=0, help="sidecar port on 127.0.0.1 (default: a free port)")
     demo.add_argument("--seed", type=int, default=0)

@@ -147,7 +147,9 @@ def v0_draft_length(acceptance: float, efficiency: float, max_k: int = 16) -> in
     return best
 
 
-def window_stats(view: WindowView, route: str, window: str, now: float, *, configured_k_hint: int | None = None) -> WindowStats:
+def window_stats(
+    view: WindowView, route: str, window: str, now: float, *, configured_k_hint: int | None = None
+) -> WindowStats:
     """Everything specwatch derives from one route's window of snapshots."""
     latest = view.last.snapshot
     inc = view.increases()
@@ -195,8 +197,9 @@ def window_stats(view: WindowView, route: str, window: str, now: float, *, confi
     if per_engine:
         batch_size = sum(per_engine) / len(per_engine)
     else:
-        gauges = [sum(e.snapshot.running.values()) / len(e.snapshot.running)
-                  for e in view.entries if e.snapshot.running]
+        gauges = [
+            sum(e.snapshot.running.values()) / len(e.snapshot.running) for e in view.entries if e.snapshot.running
+        ]
         if gauges:
             batch_size = sum(gauges) / len(gauges)
 
@@ -209,17 +212,31 @@ def window_stats(view: WindowView, route: str, window: str, now: float, *, confi
     if gen > 0 and (itl_count_by_engine or itl_sum):
         itl_per_token = itl_sum / gen
     return WindowStats(
-        route=route, window=window, t=now, samples=view.samples, span_seconds=view.span_seconds,
+        route=route,
+        window=window,
+        t=now,
+        samples=view.samples,
+        span_seconds=view.span_seconds,
         spec_present=latest.spec_present,
-        drafts=acceptance.drafts, draft_tokens=acceptance.draft_tokens, accepted_tokens=acceptance.accepted_tokens,
-        acceptance_rate=acceptance.acceptance_rate, mean_acceptance_length=acceptance.mean_acceptance_length,
+        drafts=acceptance.drafts,
+        draft_tokens=acceptance.draft_tokens,
+        accepted_tokens=acceptance.accepted_tokens,
+        acceptance_rate=acceptance.acceptance_rate,
+        mean_acceptance_length=acceptance.mean_acceptance_length,
         draft_length=acceptance.draft_length,
-        configured_k=(acceptance.configured_k if acceptance.configured_k is not None
-                      else latest.configured_k or configured_k_hint),
-        position_rates=acceptance.position_rates, batch_size=batch_size,
-        itl_p50_seconds=itl_p50, itl_p99_seconds=itl_p99, itl_per_token_mean_seconds=itl_per_token,
-        generation_tokens=gen, draft_coverage=draft_coverage, schema=latest.schema,
-        engines=max(len(latest.engines), 1), accepted_by_position=acceptance.accepted_by_position,
+        configured_k=(
+            acceptance.configured_k if acceptance.configured_k is not None else latest.configured_k or configured_k_hint
+        ),
+        position_rates=acceptance.position_rates,
+        batch_size=batch_size,
+        itl_p50_seconds=itl_p50,
+        itl_p99_seconds=itl_p99,
+        itl_per_token_mean_seconds=itl_per_token,
+        generation_tokens=gen,
+        draft_coverage=draft_coverage,
+        schema=latest.schema,
+        engines=max(len(latest.engines), 1),
+        accepted_by_position=acceptance.accepted_by_position,
     )
 
 
@@ -238,21 +255,33 @@ class _Acceptance:
     accepted_by_position: tuple[float, ...] | None = None
 
 
-def _v1_acceptance(drafts: float, draft_tokens: float, accepted: float, pos: dict[int, float],
-                   configured_k: int | None) -> _Acceptance:
+def _v1_acceptance(
+    drafts: float, draft_tokens: float, accepted: float, pos: dict[int, float], configured_k: int | None
+) -> _Acceptance:
     """V1 counters over the window: exact alpha, tau, K and per-position rates."""
     alpha = _ratio(accepted, draft_tokens)
     # Impossible for one vLLM process (a restart nothing revealed): absent rather than wrong.
     consistent = alpha is None or alpha <= 1.0
     if not (drafts > 0 and consistent):
-        return _Acceptance(drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted,
-                           acceptance_rate=alpha if consistent else None)
+        return _Acceptance(
+            drafts=drafts,
+            draft_tokens=draft_tokens,
+            accepted_tokens=accepted,
+            acceptance_rate=alpha if consistent else None,
+        )
     accepted_by_position = tuple(pos.get(i, 0.0) for i in range(configured_k)) if configured_k else None
     return _Acceptance(
-        drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted, acceptance_rate=alpha,
-        mean_acceptance_length=1.0 + accepted / drafts, draft_length=draft_tokens / drafts,
-        position_rates=(position_rates(accepted_by_position, drafts, draft_tokens, variable_length=True)
-                        if accepted_by_position else None),
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted_tokens=accepted,
+        acceptance_rate=alpha,
+        mean_acceptance_length=1.0 + accepted / drafts,
+        draft_length=draft_tokens / drafts,
+        position_rates=(
+            position_rates(accepted_by_position, drafts, draft_tokens, variable_length=True)
+            if accepted_by_position
+            else None
+        ),
         accepted_by_position=accepted_by_position,
     )
 
@@ -268,13 +297,24 @@ def _v0_acceptance(latest: RouteSnapshot, configured_k_hint: int | None) -> _Acc
     if k is None:
         return _Acceptance()
     positions = tuple(a ** (i + 1) for i in range(k))
-    return _Acceptance(configured_k=k, draft_length=float(k), position_rates=positions,
-                       mean_acceptance_length=1.0 + sum(positions), acceptance_rate=sum(positions) / k)
+    return _Acceptance(
+        configured_k=k,
+        draft_length=float(k),
+        position_rates=positions,
+        mean_acceptance_length=1.0 + sum(positions),
+        acceptance_rate=sum(positions) / k,
+    )
 
 
-def drafts_reaching_positions(drafts: float, draft_tokens: float, k: int, *, variable_length: bool,
-                              schedule_ks: Sequence[int] | None = None,
-                              accepted_by_position: Sequence[float] = ()) -> tuple[float, ...]:
+def drafts_reaching_positions(
+    drafts: float,
+    draft_tokens: float,
+    k: int,
+    *,
+    variable_length: bool,
+    schedule_ks: Sequence[int] | None = None,
+    accepted_by_position: Sequence[float] = (),
+) -> tuple[float, ...]:
     """n_0..n_(k-1): how many of the window's drafts reached each position (module docstring)."""
     if k <= 0 or drafts <= 0:
         return ()
@@ -282,23 +322,38 @@ def drafts_reaching_positions(drafts: float, draft_tokens: float, k: int, *, var
     if mean_length >= k - 1e-6 or (variable_length and not schedule_ks):
         reached = [drafts] * k
     else:
-        lengths = sorted({min(int(x), k) for x in schedule_ks or () if x > 0} | {k}) if schedule_ks \
-            else list(range(1, k + 1))
+        lengths = (
+            sorted({min(int(x), k) for x in schedule_ks or () if x > 0} | {k}) if schedule_ks else list(range(1, k + 1))
+        )
         lo = max((v for v in lengths if v <= mean_length + 1e-9), default=0)
         hi = min((v for v in lengths if v >= mean_length - 1e-9), default=k)
         share = 1.0 if hi <= lo else (mean_length - lo) / (hi - lo)
         reached = [drafts if i < lo else share * drafts if i < hi else 0.0 for i in range(k)]
     # A position accepted this often was reached at least this often (and by no more than D).
-    return tuple(min(max(n, a), drafts) for n, a in
-                 zip(reached, [*accepted_by_position, *[0.0] * (k - len(accepted_by_position))]))
+    return tuple(
+        min(max(n, a), drafts)
+        for n, a in zip(reached, [*accepted_by_position, *[0.0] * (k - len(accepted_by_position))])
+    )
 
 
-def position_rates(accepted_by_position: Sequence[float], drafts: float, draft_tokens: float, *,
-                   variable_length: bool, schedule_ks: Sequence[int] | None = None) -> tuple[float, ...]:
+def position_rates(
+    accepted_by_position: Sequence[float],
+    drafts: float,
+    draft_tokens: float,
+    *,
+    variable_length: bool,
+    schedule_ks: Sequence[int] | None = None,
+) -> tuple[float, ...]:
     """p_i = Δaccepted_i / n_i up to the last position some draft reached (module docstring)."""
     k = len(accepted_by_position)
-    reached = drafts_reaching_positions(drafts, draft_tokens, k, variable_length=variable_length,
-                                        schedule_ks=schedule_ks, accepted_by_position=accepted_by_position)
+    reached = drafts_reaching_positions(
+        drafts,
+        draft_tokens,
+        k,
+        variable_length=variable_length,
+        schedule_ks=schedule_ks,
+        accepted_by_position=accepted_by_position,
+    )
     rates: list[float] = []
     for accepted, n in zip(accepted_by_position, reached):
         if n <= 0:
@@ -307,12 +362,12 @@ def position_rates(accepted_by_position: Sequence[float], drafts: float, draft_t
     return tuple(rates)
 
 
-def with_drafter(stats: WindowStats, *, variable_length: bool,
-                 schedule_ks: Sequence[int] | None = None) -> WindowStats:
+def with_drafter(stats: WindowStats, *, variable_length: bool, schedule_ks: Sequence[int] | None = None) -> WindowStats:
     """The window's p_i once the drafter's kind (and the server's schedule) is known."""
     counts = stats.accepted_by_position
     if not counts or stats.drafts is None or stats.draft_tokens is None or stats.drafts <= 0:
         return stats
-    rates = position_rates(counts, stats.drafts, stats.draft_tokens, variable_length=variable_length,
-                           schedule_ks=schedule_ks)
+    rates = position_rates(
+        counts, stats.drafts, stats.draft_tokens, variable_length=variable_length, schedule_ks=schedule_ks
+    )
     return stats if rates == stats.position_rates else replace(stats, position_rates=rates)

@@ -62,9 +62,17 @@ log = structlog.get_logger("specwatch.fleet")
 
 ReplicaKey = tuple[tuple[str, str], ...]  # the replica labels, in configured order
 
-_FAMILY_KIND = {promql.DRAFTS: K_DRAFTS, promql.DRAFT_TOKENS: K_DRAFT_TOKENS, promql.ACCEPTED: K_ACCEPTED,
-                promql.ACCEPTED_PER_POS: K_POS, promql.GENERATION: K_GEN, promql.ITL_BUCKET: K_ITL_BUCKET,
-                promql.ITL_SUM: K_ITL_SUM, promql.ITL_COUNT: K_ITL_COUNT, promql.STEPS: K_STEPS}
+_FAMILY_KIND = {
+    promql.DRAFTS: K_DRAFTS,
+    promql.DRAFT_TOKENS: K_DRAFT_TOKENS,
+    promql.ACCEPTED: K_ACCEPTED,
+    promql.ACCEPTED_PER_POS: K_POS,
+    promql.GENERATION: K_GEN,
+    promql.ITL_BUCKET: K_ITL_BUCKET,
+    promql.ITL_SUM: K_ITL_SUM,
+    promql.ITL_COUNT: K_ITL_COUNT,
+    promql.STEPS: K_STEPS,
+}
 _SPEC_KINDS = {K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_POS}
 
 
@@ -87,6 +95,7 @@ def replica_name(replica: ReplicaKey) -> str:
 @dataclass
 class _RouteData:
     """One (replica, route)'s answer for one window, in the sidecar's key layout."""
+
     route: str
     model_name: str
     increases: dict[SeriesKey, float] = field(default_factory=dict)
@@ -106,8 +115,9 @@ def _routes_for(labels: Mapping[str, str], matchers: Sequence[RouteMatcher]) -> 
     return [(model or "default", model)]
 
 
-def group_window(samples: Iterable[Sample], replica_labels: tuple[str, ...],
-                 matchers: Sequence[RouteMatcher]) -> dict[tuple[ReplicaKey, str], _RouteData]:
+def group_window(
+    samples: Iterable[Sample], replica_labels: tuple[str, ...], matchers: Sequence[RouteMatcher]
+) -> dict[tuple[ReplicaKey, str], _RouteData]:
     """One window query's samples -> per (replica, route) increases keyed as the sidecar keys them."""
     out: dict[tuple[ReplicaKey, str], _RouteData] = {}
     # Each (replica, model, engine) recurs for every family and bucket: resolve it once.
@@ -178,10 +188,18 @@ def window_view(data: _RouteData, replica: ReplicaKey, now: float, span: float) 
         return None  # like the sidecar: a ratio needs two samples
     schema = SCHEMA_V1_LEGACY_ITL if data.legacy_itl else SCHEMA_V1
     snapshot = RouteSnapshot(
-        t=now, target=replica_name(replica), route=data.route, model_name=data.model_name, schema=schema,
-        spec_present=data.spec, engines=tuple(sorted(data.engines)),
+        t=now,
+        target=replica_name(replica),
+        route=data.route,
+        model_name=data.model_name,
+        schema=schema,
+        spec_present=data.spec,
+        engines=tuple(sorted(data.engines)),
         configured_k=(max(data.positions) + 1) if data.positions else None,
-        counters=data.increases, created={}, running=data.running)
+        counters=data.increases,
+        created={},
+        running=data.running,
+    )
     first = Entry(now - span, {}, snapshot)  # a key missing from `first` counts from 0
     last = Entry(now, data.increases, snapshot)
     middle = (Entry(now - span / 2, {}, snapshot),) * (data.samples - 2)
@@ -191,12 +209,13 @@ def window_view(data: _RouteData, replica: ReplicaKey, now: float, span: float) 
 @dataclass(frozen=True)
 class FleetRow:
     """One route across the fleet, for one window."""
+
     route: str
     window: str
     replicas: int
     verdicts: Mapping[str, int]
-    acceptance_rate: float | None          # token-weighted: sum accepted / sum draft tokens
-    losing_token_share: float | None       # decode tokens served where expected speedup < 1
+    acceptance_rate: float | None  # token-weighted: sum accepted / sum draft tokens
+    losing_token_share: float | None  # decode tokens served where expected speedup < 1
     generation_tokens: float
 
 
@@ -252,15 +271,14 @@ class FleetEvaluator:
         self.cost_model = cost_model if cost_model is not None else costmodel.cost_model_from_config(config)
         self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
-        self.queries = promql.query_set(config.windows, config.window_labels, source.matchers,
-                                        source.replica_labels)
+        self.queries = promql.query_set(config.windows, config.window_labels, source.matchers, source.replica_labels)
         self._records: dict[tuple[ReplicaKey, str], _Record] = {}
         self._polls = 0
         self._t: float | None = None
         self._up: bool | None = None
         self._last_success: float | None = None
         self._duration: float | None = None
-        self._errors = {reason: 0 for reason in QUERY_ERROR_REASONS}
+        self._errors = dict.fromkeys(QUERY_ERROR_REASONS, 0)
         self._stale_evaluations = 0
         self._fleet: tuple[FleetRow, ...] = ()
         self._failing: str | None = None
@@ -277,8 +295,13 @@ class FleetEvaluator:
             log.warning("prometheus_query_failed", reason=reason, message=message)
             self._failing = reason
 
-    def evaluate(self, now: float, windows: Mapping[str, Sequence[Sample]], freshness: Sequence[Sample],
-                 duration: float | None = None) -> list[tuple[ReplicaKey, RouteEvaluation]]:
+    def evaluate(
+        self,
+        now: float,
+        windows: Mapping[str, Sequence[Sample]],
+        freshness: Sequence[Sample],
+        duration: float | None = None,
+    ) -> list[tuple[ReplicaKey, RouteEvaluation]]:
         """One poll: `windows` maps each window label to its query's samples."""
         if self._failing is not None:
             log.info("prometheus_query_recovered", after=self._failing)
@@ -294,8 +317,10 @@ class FleetEvaluator:
             replica = tuple((name, sample.labels.get(name, "")) for name in replica_labels)
             if math.isfinite(sample.value):
                 newest[replica] = max(newest.get(replica, -math.inf), sample.value)
-        by_window = {label: group_window(windows.get(label, ()), replica_labels, self.matchers)
-                     for label in self.config.window_labels}
+        by_window = {
+            label: group_window(windows.get(label, ()), replica_labels, self.matchers)
+            for label in self.config.window_labels
+        }
         keys = sorted({key for grouped in by_window.values() for key in grouped})
         longest = max(self.config.windows)
         out: list[tuple[ReplicaKey, RouteEvaluation]] = []
@@ -324,9 +349,16 @@ class FleetEvaluator:
         self._fleet = self._fleet_rows(out)
         return out
 
-    def _evaluate_route(self, record: _Record, replica: ReplicaKey, route: str,
-                        by_window: Mapping[str, Mapping[tuple[ReplicaKey, str], _RouteData]], now: float,
-                        interval: float, fresh: bool) -> tuple[RouteEvaluation, ...]:
+    def _evaluate_route(
+        self,
+        record: _Record,
+        replica: ReplicaKey,
+        route: str,
+        by_window: Mapping[str, Mapping[tuple[ReplicaKey, str], _RouteData]],
+        now: float,
+        interval: float,
+        fresh: bool,
+    ) -> tuple[RouteEvaluation, ...]:
         windows: list[WindowEntry] = []
         for width, label in zip(self.config.windows, self.config.window_labels):
             data = by_window[label].get((replica, route))
@@ -336,8 +368,9 @@ class FleetEvaluator:
             span = min(width, (data.samples - 1) * interval)
             view = window_view(data, replica, now, span)
             if view is not None:
-                windows.append((width, label, view, window_stats(view, route, label, now,
-                                                                 configured_k_hint=self.config.draft.k)))
+                windows.append(
+                    (width, label, view, window_stats(view, route, label, now, configured_k_hint=self.config.draft.k))
+                )
         # Exactly the sidecar's per-route evaluation, per replica.
         return evaluate_route(self.config, self.cost_model, self._schedule, record, windows, now, fresh=fresh)
 
@@ -352,7 +385,7 @@ class FleetEvaluator:
             groups[(evaluation.stats.route, evaluation.stats.window)].append(evaluation)
         rows = []
         for (route, window), items in sorted(groups.items()):
-            verdicts: dict[str, int] = {name: 0 for name in decide.VERDICTS}
+            verdicts: dict[str, int] = dict.fromkeys(decide.VERDICTS, 0)
             accepted = proposed = generated = losing = 0.0
             for e in items:
                 if e.verdict is not None:
@@ -365,20 +398,40 @@ class FleetEvaluator:
                 speedup = e.value("expected_speedup")
                 if speedup is not None and speedup < 1.0:
                     losing += tokens
-            rows.append(FleetRow(route, window, len(items), verdicts,
-                                 accepted / proposed if proposed > 0 else None,
-                                 losing / generated if generated > 0 else None, generated))
+            rows.append(
+                FleetRow(
+                    route,
+                    window,
+                    len(items),
+                    verdicts,
+                    accepted / proposed if proposed > 0 else None,
+                    losing / generated if generated > 0 else None,
+                    generated,
+                )
+            )
         return tuple(rows)
 
     # -- output ----------------------------------------------------------------------------
     def state(self) -> FleetState:
-        routes = tuple(ReplicaRouteState(replica, route, r.model_name, r.method, r.stale, r.evaluations)
-                       for (replica, route), r in sorted(self._records.items()))
-        return FleetState(self.source.replica_labels, self._t, self._up, self._last_success, self._duration, self.sent_queries,
-                          self.queries.count, dict(self._errors), sum(1 for r in routes if r.stale),
-                          self._stale_evaluations, routes, self._fleet if self._up else (),
-                          {r.name: r.baseline_itl_p99_seconds for r in self.config.routes
-                           if r.baseline_itl_p99_seconds is not None})
+        routes = tuple(
+            ReplicaRouteState(replica, route, r.model_name, r.method, r.stale, r.evaluations)
+            for (replica, route), r in sorted(self._records.items())
+        )
+        return FleetState(
+            self.source.replica_labels,
+            self._t,
+            self._up,
+            self._last_success,
+            self._duration,
+            self.sent_queries,
+            self.queries.count,
+            dict(self._errors),
+            sum(1 for r in routes if r.stale),
+            self._stale_evaluations,
+            routes,
+            self._fleet if self._up else (),
+            {r.name: r.baseline_itl_p99_seconds for r in self.config.routes if r.baseline_itl_p99_seconds is not None},
+        )
 
 
 class FleetSource:
@@ -411,10 +464,29 @@ def replica_record(replica: ReplicaKey | None, evaluation: RouteEvaluation) -> d
 
 
 def fleet_record(t: float, row: FleetRow) -> dict[str, Any]:
-    return {"t": t, "route": row.route, "window": row.window, "replica": None, "replicas": row.replicas,
-            "acceptance_rate": row.acceptance_rate, "losing_token_share": row.losing_token_share,
-            "generation_tokens": row.generation_tokens, "verdicts": dict(row.verdicts)}
+    return {
+        "t": t,
+        "route": row.route,
+        "window": row.window,
+        "replica": None,
+        "replicas": row.replicas,
+        "acceptance_rate": row.acceptance_rate,
+        "losing_token_share": row.losing_token_share,
+        "generation_tokens": row.generation_tokens,
+        "verdicts": dict(row.verdicts),
+    }
 
 
-__all__ = ["FleetEvaluator", "FleetRow", "FleetSource", "FleetState",
-           "ReplicaKey", "fleet_record", "group_window", "replica_record", "series_id", "series_key", "window_view"]
+__all__ = [
+    "FleetEvaluator",
+    "FleetRow",
+    "FleetSource",
+    "FleetState",
+    "ReplicaKey",
+    "fleet_record",
+    "group_window",
+    "replica_record",
+    "series_id",
+    "series_key",
+    "window_view",
+]

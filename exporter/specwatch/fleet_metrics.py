@@ -55,26 +55,37 @@ class FleetCollector(Collector):
             up.add_metric([], 1.0 if state.up else 0.0)
         queries = CounterMetricFamily("specwatch_prometheus_queries", "Queries sent to the Prometheus query API.")
         queries.add_metric([], state.queries)
-        per_poll = GaugeMetricFamily("specwatch_prometheus_queries_per_poll",
-                                     "Queries per evaluation (windows + 1; independent of the number of replicas).")
+        per_poll = GaugeMetricFamily(
+            "specwatch_prometheus_queries_per_poll",
+            "Queries per evaluation (windows + 1; independent of the number of replicas).",
+        )
         per_poll.add_metric([], state.queries_per_poll)
-        errors = CounterMetricFamily("specwatch_prometheus_query_errors",
-                                     "Failed polls of the query API by reason (" + ", ".join(QUERY_ERROR_REASONS) + ").",
-                                     labels=["reason"])
+        errors = CounterMetricFamily(
+            "specwatch_prometheus_query_errors",
+            "Failed polls of the query API by reason (" + ", ".join(QUERY_ERROR_REASONS) + ").",
+            labels=["reason"],
+        )
         for reason in QUERY_ERROR_REASONS:
             errors.add_metric([reason], state.errors.get(reason, 0))
-        duration = GaugeMetricFamily("specwatch_prometheus_query_duration_seconds", "Duration of the last poll's queries.")
+        duration = GaugeMetricFamily(
+            "specwatch_prometheus_query_duration_seconds", "Duration of the last poll's queries."
+        )
         if state.query_duration is not None:
             duration.add_metric([], state.query_duration)
-        last = GaugeMetricFamily("specwatch_prometheus_last_success_timestamp_seconds",
-                                 "Unix time (evaluation time) of the last successful poll.")
+        last = GaugeMetricFamily(
+            "specwatch_prometheus_last_success_timestamp_seconds",
+            "Unix time (evaluation time) of the last successful poll.",
+        )
         if state.last_success is not None:
             last.add_metric([], state.last_success)
-        stale = GaugeMetricFamily("specwatch_stale_replicas",
-                                  "Replica routes whose newest sample is older than two scrape intervals (values not served).")
+        stale = GaugeMetricFamily(
+            "specwatch_stale_replicas",
+            "Replica routes whose newest sample is older than two scrape intervals (values not served).",
+        )
         stale.add_metric([], state.stale_replicas)
-        stale_total = CounterMetricFamily("specwatch_stale_replica_evaluations",
-                                          "Evaluations skipped because the replica was stale.")
+        stale_total = CounterMetricFamily(
+            "specwatch_stale_replica_evaluations", "Evaluations skipped because the replica was stale."
+        )
         stale_total.add_metric([], state.stale_evaluations)
         yield from (up, queries, per_poll, errors, duration, last, stale, stale_total)
 
@@ -82,10 +93,16 @@ class FleetCollector(Collector):
         with_instance = "instance" not in state.replica_labels
         extra = [*state.replica_labels, *(["instance"] if with_instance else [])]
         per_window = WindowFamilies(["route", "target", "window", *extra], FLEET_NOTE)
-        info = GaugeMetricFamily("specwatch_route_info", "Route metadata: model, speculative method, vLLM metric schema.",
-                                 labels=["route", "target", "model_name", "method", "schema", *extra])
-        baseline = GaugeMetricFamily("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route.",
-                                     labels=["route", "target", *extra])
+        info = GaugeMetricFamily(
+            "specwatch_route_info",
+            "Route metadata: model, speculative method, vLLM metric schema.",
+            labels=["route", "target", "model_name", "method", "schema", *extra],
+        )
+        baseline = GaugeMetricFamily(
+            "specwatch_baseline_itl_p99_seconds",
+            "Configured spec-off P99 ITL baseline of the route.",
+            labels=["route", "target", *extra],
+        )
         if state.up:
             for route in state.routes:
                 if route.stale or not route.evaluations:
@@ -101,14 +118,22 @@ class FleetCollector(Collector):
         yield from (info, baseline, *per_window.families())
 
     def _fleet(self, state: FleetState) -> Iterable[Metric]:
-        alpha = GaugeMetricFamily("specwatch_fleet_acceptance_rate",
-                                  "Token-weighted acceptance rate of the route over its replicas (sum accepted / sum proposed)." + FLEET_NOTE,
-                                  labels=["route", "window"])
-        losing = GaugeMetricFamily("specwatch_fleet_losing_token_share",
-                                   "Share of the route's decode tokens served by replicas where speculation loses (expected speedup < 1)." + FLEET_NOTE,
-                                   labels=["route", "window"])
-        replicas = GaugeMetricFamily("specwatch_fleet_replicas", "Replicas of the route per current verdict." + FLEET_NOTE,
-                                     labels=["route", "window", "verdict"])
+        alpha = GaugeMetricFamily(
+            "specwatch_fleet_acceptance_rate",
+            "Token-weighted acceptance rate of the route over its replicas (sum accepted / sum proposed)." + FLEET_NOTE,
+            labels=["route", "window"],
+        )
+        losing = GaugeMetricFamily(
+            "specwatch_fleet_losing_token_share",
+            "Share of the route's decode tokens served by replicas where speculation loses (expected speedup < 1)."
+            + FLEET_NOTE,
+            labels=["route", "window"],
+        )
+        replicas = GaugeMetricFamily(
+            "specwatch_fleet_replicas",
+            "Replicas of the route per current verdict." + FLEET_NOTE,
+            labels=["route", "window", "verdict"],
+        )
         for row in state.fleet:
             if row.acceptance_rate is not None:
                 alpha.add_metric([row.route, row.window], row.acceptance_rate)

@@ -49,12 +49,12 @@ class WindowSummary:
     window: str
     span_seconds: float
     method: str
-    draft_length: float            # observed K, 0 without drafts
+    draft_length: float  # observed K, 0 without drafts
     acceptance_rate: float | None
     position_rates: tuple[float, ...] | None
     batch_size: float
-    tokens_per_step: float         # tokens one request gains per engine step (1 without speculation)
-    step_time_seconds: float       # mean engine step time (ITL per step)
+    tokens_per_step: float  # tokens one request gains per engine step (1 without speculation)
+    step_time_seconds: float  # mean engine step time (ITL per step)
     itl_p99_seconds: float | None
     itl_per_token_seconds: float
     tokens_per_engine_step: float  # batch x tokens_per_step
@@ -66,12 +66,19 @@ class WindowSummary:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "t": self.t, "window": self.window, "span_seconds": self.span_seconds, "method": self.method,
-            "draft_length": self.draft_length, "acceptance_rate": self.acceptance_rate,
-            "batch_size": self.batch_size, "tokens_per_step": self.tokens_per_step,
-            "step_time_seconds": self.step_time_seconds, "itl_p99_seconds": self.itl_p99_seconds,
+            "t": self.t,
+            "window": self.window,
+            "span_seconds": self.span_seconds,
+            "method": self.method,
+            "draft_length": self.draft_length,
+            "acceptance_rate": self.acceptance_rate,
+            "batch_size": self.batch_size,
+            "tokens_per_step": self.tokens_per_step,
+            "step_time_seconds": self.step_time_seconds,
+            "itl_p99_seconds": self.itl_p99_seconds,
             "tokens_per_engine_step": self.tokens_per_engine_step,
-            "tokens_per_second_per_request": self.tokens_per_second_per_request, "drafts": self.drafts,
+            "tokens_per_second_per_request": self.tokens_per_second_per_request,
+            "drafts": self.drafts,
         }
 
 
@@ -98,12 +105,19 @@ def summarize(stats: WindowStats, method: str, min_drafts: float) -> WindowSumma
         gained = coverage * (stats.mean_acceptance_length - 1.0)
     tokens_per_step = 1.0 + gained
     return WindowSummary(
-        t=stats.t, window=stats.window, span_seconds=stats.span_seconds, method=method, draft_length=k,
+        t=stats.t,
+        window=stats.window,
+        span_seconds=stats.span_seconds,
+        method=method,
+        draft_length=k,
         acceptance_rate=stats.acceptance_rate if k > 0 else None,
         position_rates=stats.position_rates if k > 0 else None,
-        batch_size=float(stats.batch_size), tokens_per_step=tokens_per_step,
-        step_time_seconds=tokens_per_step * itl, itl_p99_seconds=stats.itl_p99_seconds,
-        itl_per_token_seconds=itl, tokens_per_engine_step=float(stats.batch_size) * tokens_per_step,
+        batch_size=float(stats.batch_size),
+        tokens_per_step=tokens_per_step,
+        step_time_seconds=tokens_per_step * itl,
+        itl_p99_seconds=stats.itl_p99_seconds,
+        itl_per_token_seconds=itl,
+        tokens_per_engine_step=float(stats.batch_size) * tokens_per_step,
         drafts=stats.drafts or 0.0,
     )
 
@@ -111,6 +125,7 @@ def summarize(stats: WindowStats, method: str, min_drafts: float) -> WindowSumma
 def predicted_gain(cm: costmodel.CostModel, before: WindowSummary, new_k: float) -> float | None:
     """Speedup at the new K over the speedup at the old K, both from the before window's
     acceptance and batch. None when the before window gives no acceptance to predict from."""
+
     def speedup(k: float) -> float | None:
         kk = round(k)
         if kk <= 0:
@@ -120,8 +135,9 @@ def predicted_gain(cm: costmodel.CostModel, before: WindowSummary, new_k: float)
             return costmodel.expected_speedup_for_positions(cm, before.batch_size, rates[:kk])
         if before.acceptance_rate is None or before.draft_length <= 0:
             return None
-        extended = costmodel.position_rates_from_alpha(before.acceptance_rate, max(1, round(before.draft_length)),
-                                                       extend_to=kk)
+        extended = costmodel.position_rates_from_alpha(
+            before.acceptance_rate, max(1, round(before.draft_length)), extend_to=kk
+        )
         return costmodel.expected_speedup_for_positions(cm, before.batch_size, extended[:kk])
 
     old, new = speedup(before.draft_length), speedup(new_k)
@@ -161,13 +177,18 @@ class Grading:
                 "gain_ratio": self.measured_gain_ratio,
                 "tokens_per_step_ratio": after.tokens_per_step / before.tokens_per_step,
                 "step_time_ratio": after.step_time_seconds / before.step_time_seconds,
-                "itl_p99_ratio": (after.itl_p99_seconds / before.itl_p99_seconds
-                                  if after.itl_p99_seconds and before.itl_p99_seconds else None),
+                "itl_p99_ratio": (
+                    after.itl_p99_seconds / before.itl_p99_seconds
+                    if after.itl_p99_seconds and before.itl_p99_seconds
+                    else None
+                ),
                 "tokens_per_engine_step_ratio": after.tokens_per_engine_step / before.tokens_per_engine_step,
             }
             if abs(after.batch_size / before.batch_size - 1.0) > BATCH_SHIFT_NOTE:
-                notes.append(f"batch moved {before.batch_size:.1f} -> {after.batch_size:.1f}: "
-                             "the measured gain mixes the load change with the config change")
+                notes.append(
+                    f"batch moved {before.batch_size:.1f} -> {after.batch_size:.1f}: "
+                    "the measured gain mixes the load change with the config change"
+                )
             predicted = self.predicted_gain_ratio
             gain = self.measured_gain_ratio
             if predicted is not None and gain is not None:
@@ -175,8 +196,12 @@ class Grading:
         return {
             "status": self.status,
             "changed_at": self.changed_at,
-            "change": {"draft_length_before": before.draft_length, "draft_length_after": self.new_draft_length,
-                       "method_before": self.method_before, "method_after": self.method_after or None},
+            "change": {
+                "draft_length_before": before.draft_length,
+                "draft_length_after": self.new_draft_length,
+                "method_before": self.method_before,
+                "method_after": self.method_after or None,
+            },
             "before": before.as_dict(),
             "after": after.as_dict() if after is not None else None,
             "predicted_gain_ratio": self.predicted_gain_ratio,
@@ -200,8 +225,9 @@ class AdviceGrader:
         self._history: deque[WindowSummary] = deque(maxlen=HISTORY)
         self.grading: Grading | None = None
 
-    def observe(self, t: float, windows: Sequence[WindowStats], method: str, min_drafts: float,
-                cost_model: costmodel.CostModel) -> Grading | None:
+    def observe(
+        self, t: float, windows: Sequence[WindowStats], method: str, min_drafts: float, cost_model: costmodel.CostModel
+    ) -> Grading | None:
         """Feed one evaluation's windows (any order); returns the route's current grading."""
         ordered = sorted(windows, key=lambda s: s.span_seconds)
         if not ordered:
@@ -229,31 +255,47 @@ class AdviceGrader:
     def _changed(self, k: float, method: str) -> bool:
         assert self._regime_k is not None
         limit = max(K_CHANGE_ABSOLUTE, K_CHANGE_RELATIVE * self._regime_k)
-        method_changed = (self._regime_method is not None and _explicit(method) and _explicit(self._regime_method)
-                          and method != self._regime_method)
+        method_changed = (
+            self._regime_method is not None
+            and _explicit(method)
+            and _explicit(self._regime_method)
+            and method != self._regime_method
+        )
         return abs(k - self._regime_k) > limit or method_changed
 
     def _on_change(self, t: float, shortest: WindowStats, method: str) -> None:
         # The change happened inside the shortest window: the before window must end before it.
         change_start = shortest.t - shortest.span_seconds
         before = next((s for s in reversed(self._history) if s.t <= change_start), None)
-        self.grading = (Grading(changed_at=change_start, before=before, method_before=before.method)
-                        if before is not None else None)
+        self.grading = (
+            Grading(changed_at=change_start, before=before, method_before=before.method) if before is not None else None
+        )
         self._regime_k = None
         self._regime_method = None
         self._regime_since = t  # windows must start after the detection to be "after"
         self._history.clear()
 
-    def _settle(self, t: float, ordered: Sequence[WindowStats], k_now: float, method: str, min_drafts: float,
-                cost_model: costmodel.CostModel) -> None:
+    def _settle(
+        self,
+        t: float,
+        ordered: Sequence[WindowStats],
+        k_now: float,
+        method: str,
+        min_drafts: float,
+        cost_model: costmodel.CostModel,
+    ) -> None:
         """The first window after a change (or at start) fixes the new regime and the prediction."""
         self._regime_k = k_now
         self._regime_method = method
         if self.grading is not None and self.grading.new_draft_length is None:
             self.grading = Grading(
-                changed_at=self.grading.changed_at, before=self.grading.before, new_draft_length=k_now,
+                changed_at=self.grading.changed_at,
+                before=self.grading.before,
+                new_draft_length=k_now,
                 predicted_gain_ratio=predicted_gain(cost_model, self.grading.before, k_now),
-                method_before=self.grading.method_before, method_after=method)
+                method_before=self.grading.method_before,
+                method_after=method,
+            )
         self._grade_after(ordered, method, min_drafts)
 
     def _grade_after(self, ordered: Sequence[WindowStats], method: str, min_drafts: float) -> None:
@@ -270,8 +312,12 @@ class AdviceGrader:
             if summary is not None:
                 if grading.after is None or summary.span_seconds >= grading.after.span_seconds:
                     self.grading = Grading(
-                        changed_at=grading.changed_at, before=grading.before,
-                        new_draft_length=grading.new_draft_length, after=summary,
+                        changed_at=grading.changed_at,
+                        before=grading.before,
+                        new_draft_length=grading.new_draft_length,
+                        after=summary,
                         predicted_gain_ratio=grading.predicted_gain_ratio,
-                        method_before=grading.method_before, method_after=grading.method_after)
+                        method_before=grading.method_before,
+                        method_after=grading.method_after,
+                    )
                 return

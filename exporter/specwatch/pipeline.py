@@ -72,8 +72,14 @@ class RouteEvaluation:
 
 
 GUARDED_STATS = {"acceptance_rate", "mean_acceptance_length", "draft_length", "position_rates"}
-ASSESSMENT_FIELDS = {"breakeven_acceptance_rate", "acceptance_margin", "expected_speedup",
-                     "recommended_draft_length", "max_speculative_batch_size", "recommended_config"}
+ASSESSMENT_FIELDS = {
+    "breakeven_acceptance_rate",
+    "acceptance_margin",
+    "expected_speedup",
+    "recommended_draft_length",
+    "max_speculative_batch_size",
+    "recommended_config",
+}
 ADVICE_FIELDS = {"recommended_draft_length", "recommended_config"}
 
 
@@ -131,7 +137,7 @@ class State:
 
 @dataclass(frozen=True)
 class CostModelInfo:
-    source: str       # default | preset | profile | learned
+    source: str  # default | preset | profile | learned
     hardware: str
     model: str
     dtype: str
@@ -148,7 +154,7 @@ class _TargetRecord:
     up: bool | None = None
     last_success: float | None = None
     scrape_duration: float | None = None
-    errors: dict[str, int] = field(default_factory=lambda: {r: 0 for r in ERROR_REASONS})
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_REASONS, 0))
     resets: int = 0
     schema: str | None = None
     polls: int = 0
@@ -192,21 +198,27 @@ FULL_COVERAGE = 0.98
 VARIABLE_LENGTH_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
-_LEARN_KINDS = {K_ITL_SUM: "itl_sum", K_ITL_COUNT: "itl_count", K_STEPS: "steps",
-                K_DRAFT_TOKENS: "draft_tokens", K_DRAFTS: "drafts", K_PROMPT: "prompt"}
+_LEARN_KINDS = {
+    K_ITL_SUM: "itl_sum",
+    K_ITL_COUNT: "itl_count",
+    K_STEPS: "steps",
+    K_DRAFT_TOKENS: "draft_tokens",
+    K_DRAFTS: "drafts",
+    K_PROMPT: "prompt",
+}
 
 
 def config_is_default(config: Config) -> bool:
     """True when neither hardware nor model was configured: the verdict rests on assumed defaults."""
     hw, m = config.hardware, config.model
-    hardware_default = (hw.preset == type(hw)().preset and hw.bandwidth_bytes_per_second is None
-                        and hw.flops is None)
+    hardware_default = hw.preset == type(hw)().preset and hw.bandwidth_bytes_per_second is None and hw.flops is None
     model_default = m.preset is None and m.hf_config is None and m.params is None
     return hardware_default and model_default
 
 
-def resolve_method(configured: str, stats: WindowStats, *, min_drafts: float = 0.0,
-                   schedule_ks: Sequence[int] | None = None) -> str | None:
+def resolve_method(
+    configured: str, stats: WindowStats, *, min_drafts: float = 0.0, schedule_ks: Sequence[int] | None = None
+) -> str | None:
     """vLLM exports no speculative method. With `auto`, infer the cost class from the drafts:
     n-gram/suffix lookup often proposes fewer than K tokens (3.4 of 4 on a real run) and leaves
     request-steps undrafted; model-based drafters propose the K they are given at every step. The
@@ -251,9 +263,17 @@ WindowEntry = tuple[float, str, WindowView, WindowStats]  # (width s, label, vie
 class AssessFunction(Protocol):
     """decide.assess, or a memo of it with the same answers (decide_cache.AssessmentCache.assess)."""
 
-    def __call__(self, cm: costmodel.CostModel, stats: WindowStats, decision: DecisionConfig, method: str | None,
-                 previous_verdict: str | None, *, config_method: str | None = ...,
-                 base_config: Mapping[str, object] | None = ...) -> decide.Assessment: ...
+    def __call__(
+        self,
+        cm: costmodel.CostModel,
+        stats: WindowStats,
+        decision: DecisionConfig,
+        method: str | None,
+        previous_verdict: str | None,
+        *,
+        config_method: str | None = ...,
+        base_config: Mapping[str, object] | None = ...,
+    ) -> decide.Assessment: ...
 
 
 class RouteMemory(Protocol):
@@ -282,17 +302,24 @@ def update_route_method(config: Config, memory: RouteMemory, windows: Sequence[W
     stated = getattr(config.draft, "config", None)
     schedule_ks = schedule_ks_of(stated if isinstance(stated, Mapping) else None)
     for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
-        resolved = resolve_method(configured, stats, min_drafts=config.decision.min_drafts,
-                                  schedule_ks=schedule_ks)
+        resolved = resolve_method(configured, stats, min_drafts=config.decision.min_drafts, schedule_ks=schedule_ks)
         if resolved is not None:
             memory.method = resolved
             break
     return memory.method
 
 
-def evaluate_route(config: Config, cost_model: costmodel.CostModel, schedule: SpeculativeSchedule | None,
-                   memory: RouteMemory, windows: Sequence[WindowEntry], now: float,
-                   *, fresh: bool, assess: AssessFunction = decide.assess) -> tuple[RouteEvaluation, ...]:
+def evaluate_route(
+    config: Config,
+    cost_model: costmodel.CostModel,
+    schedule: SpeculativeSchedule | None,
+    memory: RouteMemory,
+    windows: Sequence[WindowEntry],
+    now: float,
+    *,
+    fresh: bool,
+    assess: AssessFunction = decide.assess,
+) -> tuple[RouteEvaluation, ...]:
     """One route's windows -> its evaluations, the same in sidecar and fleet mode: one cost class
     from the longest window with enough drafts, the sample guard, the assessment, the hold, the
     stated config's check and the advice behind the verdict in effect. Verdicts move only when
@@ -312,12 +339,19 @@ def evaluate_route(config: Config, cost_model: costmodel.CostModel, schedule: Sp
     config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
     variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
     evaluations: list[RouteEvaluation] = []
-    for _, label, view, stats in windows:
-        stats = with_drafter(stats, variable_length=variable_length, schedule_ks=schedule_ks)
+    for _, label, view, measured in windows:
+        stats = with_drafter(measured, variable_length=variable_length, schedule_ks=schedule_ks)
         guard = passes_guard(stats, view.last.snapshot, decision.min_drafts)
         previous = memory.verdicts.get(label)
-        assessment = assess(cost_model, stats, decision, cost_class, previous.current if previous else None,
-                            config_method=config_method, base_config=base_config)
+        assessment = assess(
+            cost_model,
+            stats,
+            decision,
+            cost_class,
+            previous.current if previous else None,
+            config_method=config_method,
+            base_config=base_config,
+        )
         if fresh or previous is None:
             state = decide.next_verdict(previous, assessment.candidate, hold, now)
             memory.verdicts[label] = state
@@ -325,15 +359,19 @@ def evaluate_route(config: Config, cost_model: costmodel.CostModel, schedule: Sp
             state = previous  # no new data: a failing target never moves a verdict
         check = None
         if schedule is not None and stats.spec_present:
-            check = check_draft_length(schedule, batch_size=stats.batch_size, drafts=stats.drafts,
-                                       observed_k=stats.draft_length, min_drafts=decision.min_drafts)
+            check = check_draft_length(
+                schedule,
+                batch_size=stats.batch_size,
+                drafts=stats.drafts,
+                observed_k=stats.draft_length,
+                min_drafts=decision.min_drafts,
+            )
         if assessment.candidate == state.current:
             memory.advice[label] = assessment
         advice = memory.advice.get(label)
         if advice is not None and advice.candidate != state.current:
             advice = None
-        evaluations.append(RouteEvaluation(stats, assessment, state.current, guard,
-                                           config_check=check, advice=advice))
+        evaluations.append(RouteEvaluation(stats, assessment, state.current, guard, config_check=check, advice=advice))
     return tuple(evaluations)
 
 
@@ -346,8 +384,9 @@ class Pipeline:
         multi = len(config.targets) > 1
         for target in config.targets:
             matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes if r.target == target.name]
-            self._targets[target.name] = _TargetRecord(target.name, target.url, matchers,
-                                                        f"{target.name}/" if multi else "")
+            self._targets[target.name] = _TargetRecord(
+                target.name, target.url, matchers, f"{target.name}/" if multi else ""
+            )
         self._routes: dict[str, _RouteRecord] = {}
         self._assessments = AssessmentCache()  # an unchanged window is not assessed twice
         self._t: float | None = None
@@ -373,8 +412,7 @@ class Pipeline:
         """Parse one payload; on any error the windows are left exactly as they were."""
         record = self._targets[target]
         try:
-            snaps = parse_payload(text, t=t, target=target, matchers=record.matchers,
-                                  route_prefix=record.route_prefix)
+            snaps = parse_payload(text, t=t, target=target, matchers=record.matchers, route_prefix=record.route_prefix)
         except ExpositionError as exc:
             self.ingest_error(target, t, exc.reason, duration)
             return IngestResult(False, exc.reason, str(exc))
@@ -388,8 +426,9 @@ class Pipeline:
         for snap in snaps:
             route = self._routes.get(snap.route)
             if route is None:
-                route = self._routes[snap.route] = _RouteRecord(RouteWindow(max(self.config.windows)),
-                                                                target, record.polls)
+                route = self._routes[snap.route] = _RouteRecord(
+                    RouteWindow(max(self.config.windows)), target, record.polls
+                )
             if route.window.ingest(snap):
                 resets += 1
             route.last_seen_poll = record.polls
@@ -402,8 +441,9 @@ class Pipeline:
 
     def _expire_routes(self, record: _TargetRecord) -> None:
         ttl = self.config.route_ttl_polls
-        for name in [n for n, r in self._routes.items()
-                     if r.target == record.name and record.polls - r.last_seen_poll >= ttl]:
+        for name in [
+            n for n, r in self._routes.items() if r.target == record.name and record.polls - r.last_seen_poll >= ttl
+        ]:
             del self._routes[name]
 
     # -- evaluation -----------------------------------------------------------------------------
@@ -411,19 +451,34 @@ class Pipeline:
         out: list[RouteEvaluation] = []
         for name, route in self._routes.items():
             windows: list[WindowEntry] = []
-            for width, label in zip(self.config.windows, self.config.window_labels):
+            for width, label in zip(self.config.windows, self.config.window_labels, strict=True):
                 view = route.window.view(now, width)
                 if view is not None:
-                    windows.append((width, label, view,
-                                    window_stats(view, name, label, now, configured_k_hint=self.config.draft.k)))
+                    windows.append(
+                        (
+                            width,
+                            label,
+                            view,
+                            window_stats(view, name, label, now, configured_k_hint=self.config.draft.k),
+                        )
+                    )
             update_route_method(self.config, route, windows)  # this poll's class, before learning
             cost_model = self._learn(route, now)
-            evaluations = evaluate_route(self.config, cost_model, self._schedule, route, windows, now,
-                                         fresh=route.fresh, assess=self._assessments.assess)
+            evaluations = evaluate_route(
+                self.config,
+                cost_model,
+                self._schedule,
+                route,
+                windows,
+                now,
+                fresh=route.fresh,
+                assess=self._assessments.assess,
+            )
             route.evaluations = evaluations
             if route.fresh:
-                route.grader.observe(now, [w[3] for w in windows], route.method,
-                                     self.config.decision.min_drafts, cost_model)
+                route.grader.observe(
+                    now, [w[3] for w in windows], route.method, self.config.decision.min_drafts, cost_model
+                )
             route.fresh = False
             out.extend(evaluations)
         self._t = now
@@ -437,7 +492,7 @@ class Pipeline:
         if not self.learning_enabled():
             return self.cost_model
         method = route.method.split(":")[-1]
-        if route.learner is None or (method != route.learner_method and method != "unknown"):
+        if route.learner is None or method not in (route.learner_method, "unknown"):
             # The method class sets the prior's drafting share. Once inferred, the points taken
             # before (the same drafter, class not yet known) are refitted under its prior; a
             # change of class (another drafter) starts a new fit.
@@ -445,8 +500,9 @@ class Pipeline:
             if route.learner is not None and route.learner_method == "unknown":
                 route.learner = route.learner.with_prior(prior)
             else:
-                route.learner = learned.StepTimeLearner(prior, min_points=settings.min_points,
-                                                        half_life_seconds=settings.half_life)
+                route.learner = learned.StepTimeLearner(
+                    prior, min_points=settings.min_points, half_life_seconds=settings.half_life
+                )
                 route.learned_until = None
             route.learner_method = method
         since = route.learned_until
@@ -458,8 +514,9 @@ class Pipeline:
                 route.learned_until = None  # the point lost its start (gap, restart): begin anew
             if view is not None:
                 d = learned.deltas_by_kind(view.increases(), _LEARN_KINDS)
-                obs = learned.observation_from_deltas(view.last.t, d["itl_sum"], d["itl_count"], d["steps"],
-                                                      d["draft_tokens"], d["drafts"], d["prompt"])
+                obs = learned.observation_from_deltas(
+                    view.last.t, d["itl_sum"], d["itl_count"], d["steps"], d["draft_tokens"], d["drafts"], d["prompt"]
+                )
                 if obs is not None:
                     route.learner.add(obs)
                 route.learned_until = view.last.t
@@ -500,8 +557,12 @@ class Pipeline:
 
     # -- output ---------------------------------------------------------------------------------
     def state(self) -> State:
-        targets = tuple(TargetState(r.name, r.url, r.up, r.last_success, r.scrape_duration, dict(r.errors),
-                                    r.resets, r.schema, r.polls) for r in self._targets.values())
+        targets = tuple(
+            TargetState(
+                r.name, r.url, r.up, r.last_success, r.scrape_duration, dict(r.errors), r.resets, r.schema, r.polls
+            )
+            for r in self._targets.values()
+        )
         routes = []
         for name, route in sorted(self._routes.items()):
             latest = route.window.latest
@@ -528,24 +589,34 @@ class Pipeline:
             config = self._route_configs.get(name)
             current = route.last_seen_poll == self._targets[route.target].polls
             serving = current and self._targets[route.target].up is not False
-            routes.append(RouteState(
-                route=name, target=route.target, model_name=latest.model_name,
-                method=route.method, schema=latest.schema, spec_present=latest.spec_present,
-                configured_k=latest.configured_k or self.config.draft.k,
-                expects_speculation=config.expect_speculation if config else True,
-                baseline_itl_p99_seconds=config.baseline_itl_p99_seconds if config else None,
-                mirrored=mirrored, positions=tuple(sorted(positions.items())),
-                itl_buckets=tuple(sorted(buckets.items())), itl_sum=itl_sum, itl_count=itl_count,
-                # The same freshness rule as /metrics: while the target is down (or the route was
-                # missing from its last good poll) no alpha, batch or verdict is served from old
-                # polls. They are kept here and come back unchanged with the next good poll.
-                evaluations=route.evaluations if serving else (),
-                current=current,
-                grading=route.grader.grading,
-                fit=self._fit_summary(route),
-            ))
-        unmatched = tuple((r.name, r.target, r.expect_speculation) for r in self.config.routes
-                          if r.name not in self._routes)
+            routes.append(
+                RouteState(
+                    route=name,
+                    target=route.target,
+                    model_name=latest.model_name,
+                    method=route.method,
+                    schema=latest.schema,
+                    spec_present=latest.spec_present,
+                    configured_k=latest.configured_k or self.config.draft.k,
+                    expects_speculation=config.expect_speculation if config else True,
+                    baseline_itl_p99_seconds=config.baseline_itl_p99_seconds if config else None,
+                    mirrored=mirrored,
+                    positions=tuple(sorted(positions.items())),
+                    itl_buckets=tuple(sorted(buckets.items())),
+                    itl_sum=itl_sum,
+                    itl_count=itl_count,
+                    # The same freshness rule as /metrics: while the target is down (or the route was
+                    # missing from its last good poll) no alpha, batch or verdict is served from old
+                    # polls. They are kept here and come back unchanged with the next good poll.
+                    evaluations=route.evaluations if serving else (),
+                    current=current,
+                    grading=route.grader.grading,
+                    fit=self._fit_summary(route),
+                )
+            )
+        unmatched = tuple(
+            (r.name, r.target, r.expect_speculation) for r in self.config.routes if r.name not in self._routes
+        )
         return State(self._t, targets, tuple(routes), self._evaluated, unmatched, self.cost_model_info())
 
     def _fit_summary(self, route: _RouteRecord) -> learned.FitSummary | None:
@@ -556,8 +627,14 @@ class Pipeline:
 
     def cost_model_info(self) -> CostModelInfo:
         cm = self.cost_model
-        return CostModelInfo(source=self.cost_model_source(), hardware=cm.hardware.name, model=cm.model.name,
-                             dtype=cm.dtype, tensor_parallel=cm.tensor_parallel, method=self.config.draft.method)
+        return CostModelInfo(
+            source=self.cost_model_source(),
+            hardware=cm.hardware.name,
+            model=cm.model.name,
+            dtype=cm.dtype,
+            tensor_parallel=cm.tensor_parallel,
+            method=self.config.draft.method,
+        )
 
     def rests_on_defaults(self) -> bool:
         """Neither hardware nor model configured and no profile: warn once at start-up."""
@@ -589,7 +666,8 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
         # drafter's model path is unknown, then merge `merge_into_your_speculative_config`).
         "recommended_config": None if assessment is None else assessment.recommended_config,
         "merge_into_your_speculative_config": (
-            assessment.config_changes if assessment is not None and assessment.action == "merge" else None),
+            assessment.config_changes if assessment is not None and assessment.action == "merge" else None
+        ),
         "recommended_action": None if assessment is None else assessment.action,
         "notes": [] if assessment is None else list(assessment.notes),
     }

@@ -64,6 +64,7 @@ RUNNING_SERIES = "vllm:num_requests_running"
 @dataclass(frozen=True)
 class QuerySet:
     """The queries of one evaluation: one per window label, plus the freshness query."""
+
     windows: tuple[tuple[str, float, str], ...]  # (label, seconds, PromQL)
     freshness: str
 
@@ -79,8 +80,7 @@ def _selector(name: str, matchers: str) -> str:
 def _exact_increase(series: str, window: str) -> str:
     """last − first sample of a counter inside the window; increase() only across a reset."""
     ranged = f"{series}[{window}]"
-    return (f"(max_over_time({ranged}) - min_over_time({ranged}) unless resets({ranged}) > 0)"
-            f" or increase({ranged})")
+    return f"(max_over_time({ranged}) - min_over_time({ranged}) unless resets({ranged}) > 0) or increase({ranged})"
 
 
 def _tag(expr: str, family: str) -> str:
@@ -116,8 +116,12 @@ def freshness_query(matchers: str, replica_labels: tuple[str, ...]) -> str:
     return f"max by ({group}) (timestamp({_selector(RUNNING_SERIES, matchers)}))"
 
 
-def query_set(windows: tuple[float, ...], labels: tuple[str, ...], matchers: str,
-              replica_labels: tuple[str, ...]) -> QuerySet:
-    return QuerySet(tuple((label, seconds, window_query(seconds, matchers, replica_labels))
-                          for label, seconds in zip(labels, windows)),
-                    freshness_query(matchers, replica_labels))
+def query_set(
+    windows: tuple[float, ...], labels: tuple[str, ...], matchers: str, replica_labels: tuple[str, ...]
+) -> QuerySet:
+    return QuerySet(
+        tuple(
+            (label, seconds, window_query(seconds, matchers, replica_labels)) for label, seconds in zip(labels, windows)
+        ),
+        freshness_query(matchers, replica_labels),
+    )

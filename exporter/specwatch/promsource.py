@@ -46,8 +46,15 @@ QUERY_ERROR_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "too_large"
 MAX_POINTS_PER_SERIES = 11_000
 
 # Errors that mean "the server's limits refused this query" (Prometheus, Thanos, Mimir wording).
-_LIMIT_MARKERS = ("too many samples", "exceeded maximum resolution", "query processing would load too many samples",
-                  "max samples", "the query hit the max number of", "exceeded the limit", "limit of")
+_LIMIT_MARKERS = (
+    "too many samples",
+    "exceeded maximum resolution",
+    "query processing would load too many samples",
+    "max samples",
+    "the query hit the max number of",
+    "exceeded the limit",
+    "limit of",
+)
 _CHUNK = 64 * 1024
 _CONNECT_TIMEOUT = 2.0  # seconds, at most (and never beyond the deadline)
 
@@ -123,8 +130,14 @@ class PromClient:
                 pass
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": "specwatch",
-                   "Content-Type": "application/x-www-form-urlencoded", **self._auth, **dict(self.config.headers)}
+        headers = {
+            "Accept": "application/json",
+            "Accept-Encoding": "identity",
+            "User-Agent": "specwatch",
+            "Content-Type": "application/x-www-form-urlencoded",
+            **self._auth,
+            **dict(self.config.headers),
+        }
         if self.config.bearer_token_file:
             try:
                 with open(self.config.bearer_token_file, encoding="utf-8") as handle:
@@ -147,8 +160,9 @@ class PromClient:
     def query_range(self, expr: str, start: float, end: float, step: float) -> RangeAnswer:
         if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
             raise PromQueryError("limit", f"more than {MAX_POINTS_PER_SERIES} points per series: split the range")
-        data, duration, size = self._post("/api/v1/query_range",
-                                          {"query": expr, "start": _ts(start), "end": _ts(end), "step": _ts(step)})
+        data, duration, size = self._post(
+            "/api/v1/query_range", {"query": expr, "start": _ts(start), "end": _ts(end), "step": _ts(step)}
+        )
         if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
             raise PromQueryError("invalid", "expected a matrix result")
         series = []
@@ -196,8 +210,7 @@ class PromClient:
         self.close()
         timeout = max(min(_CONNECT_TIMEOUT, deadline - time.monotonic()), 0.001)
         if self._scheme == "https":
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
-                                               context=_tls_context())
+            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=_tls_context())
         else:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
         with self._lock:
@@ -213,8 +226,7 @@ class PromClient:
                 raise PromQueryError("timeout", "connect outlived the deadline")
         return conn
 
-    def _exchange(self, target: str, body: bytes, headers: Mapping[str, str],
-                  deadline: float) -> tuple[int, bytes]:
+    def _exchange(self, target: str, body: bytes, headers: Mapping[str, str], deadline: float) -> tuple[int, bytes]:
         conn = self._connection(deadline)
         try:
             _set_timeout(conn, deadline)
@@ -278,7 +290,11 @@ class PromClient:
             if status >= 500:
                 raise PromQueryError("http_5xx", f"HTTP {status}: {error[:200]}")
             raise PromQueryError("invalid", f"status error: {error[:200]}")
-        if not isinstance(payload, dict) or payload.get("status") != "success" or not isinstance(payload.get("data"), dict):
+        if (
+            not isinstance(payload, dict)
+            or payload.get("status") != "success"
+            or not isinstance(payload.get("data"), dict)
+        ):
             raise PromQueryError("invalid", "not a query API answer")
         warnings = payload.get("warnings")
         if warnings:

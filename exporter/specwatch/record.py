@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import IO
 
 from .config import Config
 from .scrape import ScrapeError, Scraper, steady_clock
 
 
-def record(config: Config, out: IO[str], duration: float, *, clock=None, sleep=time.sleep) -> int:
+def record(
+    config: Config,
+    out: IO[str],
+    duration: float,
+    *,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     clock = clock or steady_clock()
-    scrapers = {t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers)
-                for t in config.targets}
+    scrapers = {
+        t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers) for t in config.targets
+    }
     lines = 0
     end = time.monotonic() + duration
     next_tick = time.monotonic()

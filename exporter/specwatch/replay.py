@@ -28,14 +28,19 @@ def read_recording(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
             entry = json.loads(line)
         except ValueError:
             raise RecordingError(f"line {number}: not JSON") from None
-        if not isinstance(entry, dict) or not isinstance(entry.get("t"), (int, float)) \
-                or not isinstance(entry.get("target"), str) or not ("text" in entry or "error" in entry):
-            raise RecordingError(f"line {number}: expected {{\"t\", \"target\", \"text\"}}")
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("t"), (int, float))
+            or not isinstance(entry.get("target"), str)
+            or not ("text" in entry or "error" in entry)
+        ):
+            raise RecordingError(f'line {number}: expected {{"t", "target", "text"}}')
         yield entry
 
 
-def replay(config: Config, lines: Iterable[str], pipeline: Pipeline | None = None, *,
-           learn_targets: bool = False) -> Iterator[dict[str, object]]:
+def replay(
+    config: Config, lines: Iterable[str], pipeline: Pipeline | None = None, *, learn_targets: bool = False
+) -> Iterator[dict[str, object]]:
     """learn_targets: take target names from the recording (replay without a config file)."""
     pipeline = pipeline or Pipeline(config)
     known = {t.name for t in config.targets}
@@ -43,7 +48,9 @@ def replay(config: Config, lines: Iterable[str], pipeline: Pipeline | None = Non
         target = entry["target"]
         if target not in known:
             if not learn_targets:
-                raise RecordingError(f"target {target!r} in the recording is not configured ({', '.join(sorted(known))})")
+                raise RecordingError(
+                    f"target {target!r} in the recording is not configured ({', '.join(sorted(known))})"
+                )
             pipeline.add_target(target)
             known.add(target)
         if "text" in entry:

@@ -71,8 +71,9 @@ class SpeculativeSchedule:
             return self.num_speculative_tokens, self.num_speculative_tokens
         ks: list[int] = []
         for bucket in sorted({(e.context_low, e.context_high) for e in self.entries}):
-            rows = sorted((e for e in self.entries if (e.context_low, e.context_high) == bucket),
-                          key=lambda e: e.batch_low)
+            rows = sorted(
+                (e for e in self.entries if (e.context_low, e.context_high) == bucket), key=lambda e: e.batch_low
+            )
             k = rows[0].k
             for row in rows:
                 if row.batch_low > batch:
@@ -148,8 +149,12 @@ def parse_speculative_config(config: Mapping[str, object]) -> SpeculativeSchedul
             raise SpeculativeConfigError(field, "batch ranges must not overlap")
     # The last context bucket is open-ended in vLLM.
     last_context = max(e.context_low for e in entries)
-    entries = [ScheduleEntry(e.batch_low, e.batch_high, e.k, e.context_low,
-                             None if e.context_low == last_context else e.context_high) for e in entries]
+    entries = [
+        ScheduleEntry(
+            e.batch_low, e.batch_high, e.k, e.context_low, None if e.context_low == last_context else e.context_high
+        )
+        for e in entries
+    ]
     return SpeculativeSchedule(k, method, tuple(entries))
 
 
@@ -157,23 +162,35 @@ def parse_speculative_config(config: Mapping[str, object]) -> SpeculativeSchedul
 class ConfigCheck:
     """One window's comparison of the observed draft length with the config."""
 
-    configured_k: int                # K the config gives at the (rounded) live batch
-    expected_low: int                # lowest K over the batch sizes around the live batch
+    configured_k: int  # K the config gives at the (rounded) live batch
+    expected_low: int  # lowest K over the batch sizes around the live batch
     expected_high: int
-    observed_k: float | None         # Δdraft_tokens / Δdrafts; None when the window has too few drafts
+    observed_k: float | None  # Δdraft_tokens / Δdrafts; None when the window has too few drafts
     batch_size: float
     one_sided: bool
     mismatch: bool
     reason: str
 
     def as_dict(self) -> dict[str, object]:
-        return {"configured_draft_length": self.configured_k, "expected_range": [self.expected_low, self.expected_high],
-                "observed_draft_length": self.observed_k, "batch_size": self.batch_size,
-                "one_sided": self.one_sided, "mismatch": self.mismatch, "reason": self.reason}
+        return {
+            "configured_draft_length": self.configured_k,
+            "expected_range": [self.expected_low, self.expected_high],
+            "observed_draft_length": self.observed_k,
+            "batch_size": self.batch_size,
+            "one_sided": self.one_sided,
+            "mismatch": self.mismatch,
+            "reason": self.reason,
+        }
 
 
-def check_draft_length(schedule: SpeculativeSchedule, *, batch_size: float | None, drafts: float | None,
-                       observed_k: float | None, min_drafts: float) -> ConfigCheck | None:
+def check_draft_length(
+    schedule: SpeculativeSchedule,
+    *,
+    batch_size: float | None,
+    drafts: float | None,
+    observed_k: float | None,
+    min_drafts: float,
+) -> ConfigCheck | None:
     """Compare the window's observed K with the config's. None when the window cannot tell (no
     live batch, or some drafts but fewer than `min_drafts`)."""
     if batch_size is None or not math.isfinite(batch_size) or batch_size <= 0:
@@ -190,8 +207,9 @@ def check_draft_length(schedule: SpeculativeSchedule, *, batch_size: float | Non
             return ConfigCheck(at, low, high, None, batch_size, one_sided, False, "K=0 band: no drafts, as configured")
         return None  # nothing drafted where the config drafts: speculation off or idle, not this check
     if observed_k > high + tolerance:
-        reason = (f"drafts {observed_k:.2f} tokens where the config gives at most K={high} at batch "
-                  f"{batch_size:.1f}" + (" (schedule not applied?)" if schedule.has_schedule else ""))
+        reason = f"drafts {observed_k:.2f} tokens where the config gives at most K={high} at batch {batch_size:.1f}" + (
+            " (schedule not applied?)" if schedule.has_schedule else ""
+        )
         return ConfigCheck(at, low, high, observed_k, batch_size, one_sided, True, reason)
     if not one_sided and observed_k < low - tolerance:
         reason = f"drafts {observed_k:.2f} tokens where the config gives at least K={low} at batch {batch_size:.1f}"
@@ -201,4 +219,3 @@ def check_draft_length(schedule: SpeculativeSchedule, *, batch_size: float | Non
 
 def schedule_from_config(config: Mapping[str, object] | None) -> SpeculativeSchedule | None:
     return None if config is None else parse_speculative_config(config)
-

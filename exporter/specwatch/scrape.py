@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import select
 import socket
@@ -92,7 +93,7 @@ class Scraper:
         self._port = parts.port
         self._request_target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._conn: http.client.HTTPConnection | None = None
-        self._lock = threading.Lock()   # the watchdog and the poll both touch the connection
+        self._lock = threading.Lock()  # the watchdog and the poll both touch the connection
         self._expired = False
         self.headers = {
             "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
@@ -114,10 +115,8 @@ class Scraper:
             self._expired = True
             sock = self._conn.sock if self._conn is not None else None
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def fetch(self) -> ScrapeResult:
         with self._lock:
@@ -194,8 +193,9 @@ class Scraper:
         # Reusable: http.client drops conn.sock itself when the server asked to close.
         return ScrapeResult(text, duration, len(body)), True
 
-    def _read_body(self, response: http.client.HTTPResponse, conn: http.client.HTTPConnection,
-                   deadline: float) -> bytes:
+    def _read_body(
+        self, response: http.client.HTTPResponse, conn: http.client.HTTPConnection, deadline: float
+    ) -> bytes:
         encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
         if encoding in ("", "identity"):
             decoder = None
@@ -257,10 +257,8 @@ class Scraper:
 def _set_timeout(conn: http.client.HTTPConnection, deadline: float) -> None:
     """Shrink the socket timeout to the time left, so one slow read cannot outlive the deadline."""
     if conn.sock is not None:
-        try:
+        with contextlib.suppress(OSError):
             conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        except OSError:
-            pass
 
 
 def _dropped(sock: socket.socket) -> bool:

@@ -65,20 +65,23 @@ def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
     """One window of one route on /api/v1/status (either mode)."""
     record = evaluation_record(evaluation)
     record.pop("route"), record.pop("window")
-    record.update({
-        "acceptance_margin": evaluation.value("acceptance_margin"),
-        "max_speculative_batch_size": evaluation.value("max_speculative_batch_size"),
-        "position_acceptance_rates": evaluation.value("position_rates"),
-        "itl_per_token_mean_seconds": evaluation.stats.itl_per_token_mean_seconds,
-        "recommended_config": evaluation.value("recommended_config"),
-        "candidate_verdict": getattr(evaluation.assessment, "candidate", None),
-        "samples": evaluation.stats.samples,
-    })
+    record.update(
+        {
+            "acceptance_margin": evaluation.value("acceptance_margin"),
+            "max_speculative_batch_size": evaluation.value("max_speculative_batch_size"),
+            "position_acceptance_rates": evaluation.value("position_rates"),
+            "itl_per_token_mean_seconds": evaluation.stats.itl_per_token_mean_seconds,
+            "recommended_config": evaluation.value("recommended_config"),
+            "candidate_verdict": getattr(evaluation.assessment, "candidate", None),
+            "samples": evaluation.stats.samples,
+        }
+    )
     if evaluation.config_check is not None:
         record["config_check"] = evaluation.config_check.as_dict()
     if record["recommended_config"] is not None:
         record["recommended_speculative_config_flag"] = (
-            "--speculative-config '" + json.dumps(record["recommended_config"], separators=(",", ":")) + "'")
+            "--speculative-config '" + json.dumps(record["recommended_config"], separators=(",", ":")) + "'"
+        )
     return record
 
 
@@ -86,40 +89,90 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
     routes = []
     for route in state.routes:
         windows = {e.stats.window: window_status(e) for e in route.evaluations}
-        routes.append({
-            "route": route.route, "target": route.target, "model_name": route.model_name,
-            "schema": route.schema, "method": route.method, "spec_present": route.spec_present,
-            "configured_k": route.configured_k, "expects_speculation": route.expects_speculation,
-            "baseline_itl_p99_seconds": route.baseline_itl_p99_seconds, "windows": windows,
-            "grading": route.grading.as_dict() if route.grading is not None else None,
-        })
-    targets = [{
-        "name": t.name, "url": redact_url(t.url), "up": t.up, "last_success": t.last_success,
-        "scrape_duration_seconds": t.scrape_duration, "errors": dict(t.errors), "counter_resets": t.resets,
-        "schema": t.schema, "polls": t.polls,
-    } for t in state.targets]
-    return {"version": __version__, "t": state.t, "targets": targets, "routes": routes,
-            "windows": list(config.window_labels)}
+        routes.append(
+            {
+                "route": route.route,
+                "target": route.target,
+                "model_name": route.model_name,
+                "schema": route.schema,
+                "method": route.method,
+                "spec_present": route.spec_present,
+                "configured_k": route.configured_k,
+                "expects_speculation": route.expects_speculation,
+                "baseline_itl_p99_seconds": route.baseline_itl_p99_seconds,
+                "windows": windows,
+                "grading": route.grading.as_dict() if route.grading is not None else None,
+            }
+        )
+    targets = [
+        {
+            "name": t.name,
+            "url": redact_url(t.url),
+            "up": t.up,
+            "last_success": t.last_success,
+            "scrape_duration_seconds": t.scrape_duration,
+            "errors": dict(t.errors),
+            "counter_resets": t.resets,
+            "schema": t.schema,
+            "polls": t.polls,
+        }
+        for t in state.targets
+    ]
+    return {
+        "version": __version__,
+        "t": state.t,
+        "targets": targets,
+        "routes": routes,
+        "windows": list(config.window_labels),
+    }
 
 
 def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
     """Fleet mode: the query source's health, one entry per replica and route (nothing from a failed
     poll or for a stale replica, as on /metrics), and the fleet rows."""
     prometheus = {
-        "url": redact_url(config.prometheus.url) if config.prometheus else None, "up": state.up,
-        "last_success": state.last_success, "query_duration_seconds": state.query_duration,
-        "queries": state.queries, "queries_per_poll": state.queries_per_poll, "errors": dict(state.errors),
+        "url": redact_url(config.prometheus.url) if config.prometheus else None,
+        "up": state.up,
+        "last_success": state.last_success,
+        "query_duration_seconds": state.query_duration,
+        "queries": state.queries,
+        "queries_per_poll": state.queries_per_poll,
+        "errors": dict(state.errors),
         "stale_replicas": state.stale_replicas,
     }
-    routes = [{
-        "route": r.route, "target": replica_name(r.replica), "replica": dict(r.replica), "model_name": r.model_name,
-        "method": r.method, "windows": {e.stats.window: window_status(e) for e in r.evaluations},
-    } for r in state.routes if state.up and not r.stale and r.evaluations]
-    fleet = [{"route": row.route, "window": row.window, "replicas": row.replicas, "verdicts": dict(row.verdicts),
-              "acceptance_rate": row.acceptance_rate, "losing_token_share": row.losing_token_share,
-              "generation_tokens": row.generation_tokens} for row in state.fleet]
-    return {"version": __version__, "mode": "fleet", "t": state.t, "prometheus": prometheus, "routes": routes,
-            "fleet": fleet, "windows": list(config.window_labels)}
+    routes = [
+        {
+            "route": r.route,
+            "target": replica_name(r.replica),
+            "replica": dict(r.replica),
+            "model_name": r.model_name,
+            "method": r.method,
+            "windows": {e.stats.window: window_status(e) for e in r.evaluations},
+        }
+        for r in state.routes
+        if state.up and not r.stale and r.evaluations
+    ]
+    fleet = [
+        {
+            "route": row.route,
+            "window": row.window,
+            "replicas": row.replicas,
+            "verdicts": dict(row.verdicts),
+            "acceptance_rate": row.acceptance_rate,
+            "losing_token_share": row.losing_token_share,
+            "generation_tokens": row.generation_tokens,
+        }
+        for row in state.fleet
+    ]
+    return {
+        "version": __version__,
+        "mode": "fleet",
+        "t": state.t,
+        "prometheus": prometheus,
+        "routes": routes,
+        "fleet": fleet,
+        "windows": list(config.window_labels),
+    }
 
 
 def _json_safe(value: Any) -> Any:
@@ -289,9 +342,13 @@ class Service:
         self._wake = threading.Event()
         self._reload_requested = False
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_ModeCollector(SpecwatchCollector(lambda: self._rendering_state),
-                                              FleetCollector(lambda: self._rendering_fleet),
-                                              lambda: self._rendering_fleet is not None))
+        self.registry.register(
+            _ModeCollector(
+                SpecwatchCollector(lambda: self._rendering_state),
+                FleetCollector(lambda: self._rendering_fleet),
+                lambda: self._rendering_fleet is not None,
+            )
+        )
         self.registry.register(_ReloadCollector(lambda: self.reload_status))
         self._rendering_state: State = self.pipeline.state()
         self._rendering_fleet: FleetState | None = None
@@ -363,7 +420,9 @@ class Service:
             self.scrapers = self._scrapers_for(new)
             if len(new.targets) != len(old.targets):
                 self._pool.shutdown(wait=False)
-                self._pool = ThreadPoolExecutor(max_workers=max(len(new.targets), 1), thread_name_prefix="specwatch-fetch")
+                self._pool = ThreadPoolExecutor(
+                    max_workers=max(len(new.targets), 1), thread_name_prefix="specwatch-fetch"
+                )
             rebuilt.append("scrapers")
         rebuilt += self._apply_fleet(new, old)
         if new.log != old.log and self._on_log_config is not None:
@@ -398,8 +457,11 @@ class Service:
             self.fleet.client.close()
         self.fleet = FleetSource(FleetEvaluator(new)) if new.prometheus is not None else None
         if (old.prometheus is None) != (new.prometheus is None) and self.active:
-            log.warning("config_mode_switched", mode="fleet" if new.prometheus else "sidecar",
-                        note="windows and verdicts start afresh")
+            log.warning(
+                "config_mode_switched",
+                mode="fleet" if new.prometheus else "sidecar",
+                note="windows and verdicts start afresh",
+            )
         return ["fleet"]
 
     # -- polling ---------------------------------------------------------------------------------
@@ -485,11 +547,19 @@ class Service:
         is counted and logged once by the evaluator; nothing is served from it."""
         for replica, evaluation in fleet.poll(self.clock()) or ():
             stats = evaluation.stats
-            self._log_change(("verdict", replica, stats.route, stats.window), evaluation.verdict, "verdict_changed",
-                             replica=replica_name(replica), route=stats.route, window=stats.window,
-                             verdict=evaluation.verdict, acceptance_rate=evaluation.value("acceptance_rate"),
-                             breakeven_acceptance_rate=evaluation.value("breakeven_acceptance_rate"),
-                             batch_size=stats.batch_size, recommended_config=evaluation.value("recommended_config"))
+            self._log_change(
+                ("verdict", replica, stats.route, stats.window),
+                evaluation.verdict,
+                "verdict_changed",
+                replica=replica_name(replica),
+                route=stats.route,
+                window=stats.window,
+                verdict=evaluation.verdict,
+                acceptance_rate=evaluation.value("acceptance_rate"),
+                breakeven_acceptance_rate=evaluation.value("breakeven_acceptance_rate"),
+                batch_size=stats.batch_size,
+                recommended_config=evaluation.value("recommended_config"),
+            )
         self.published = self._publish(ready=True)
 
     def _log_change(self, key: tuple[Any, ...], value: Any, event: str, **fields: Any) -> None:
@@ -559,9 +629,13 @@ class Service:
         )
         if self.pipeline.rests_on_defaults():
             info = self.pipeline.cost_model_info()
-            log.warning("cost_model_defaults", hardware=info.hardware, model=info.model,
-                        message="no hardware or model configured: verdicts rest on assumed defaults until the "
-                                "step-time curve is learned (set hardware/model, or a profile)")
+            log.warning(
+                "cost_model_defaults",
+                hardware=info.hardware,
+                model=info.model,
+                message="no hardware or model configured: verdicts rest on assumed defaults until the "
+                "step-time curve is learned (set hardware/model, or a profile)",
+            )
 
     @property
     def port(self) -> int:

@@ -21,10 +21,10 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 RUNNING = "vllm:num_requests_running"
 GENERATION = "vllm:generation_tokens"
-PROMPT = "vllm:prompt_tokens"   # prefill tokens: the learned step-time curve counts them per step
+PROMPT = "vllm:prompt_tokens"  # prefill tokens: the learned step-time curve counts them per step
 ITL = "vllm:inter_token_latency_seconds"
-ITL_LEGACY = "vllm:time_per_output_token_seconds"   # same observations; removed in 0.15
-ITERATION_TOKENS = "vllm:iteration_tokens_total"    # a histogram despite the name: one obs per engine step
+ITL_LEGACY = "vllm:time_per_output_token_seconds"  # same observations; removed in 0.15
+ITERATION_TOKENS = "vllm:iteration_tokens_total"  # a histogram despite the name: one obs per engine step
 V0_ACCEPTANCE_RATE = "vllm:spec_decode_draft_acceptance_rate"  # lifetime ratio, V0 engine only
 V0_EFFICIENCY = "vllm:spec_decode_efficiency"
 
@@ -58,9 +58,10 @@ K_PROMPT = "prompt"  # prefill tokens: the learned step-time curve counts them p
 class SeriesKey(NamedTuple):
     """One counter series of a route, e.g. SeriesKey(K_POS, "0", 2): engine 0's accepted tokens at
     position 2. Deltas are taken per series, before any sum over engines or positions."""
-    counter: str                 # canonical counter: K_DRAFTS, K_POS, K_ITL_BUCKET, ...
-    series: str                  # the engine, or "engine/model" when a route spans several models
-    sub: float | None = None     # the position of K_POS, the upper bound `le` of K_ITL_BUCKET
+
+    counter: str  # canonical counter: K_DRAFTS, K_POS, K_ITL_BUCKET, ...
+    series: str  # the engine, or "engine/model" when a route spans several models
+    sub: float | None = None  # the position of K_POS, the upper bound `le` of K_ITL_BUCKET
 
     @property
     def position(self) -> int:
@@ -91,7 +92,7 @@ class RouteSnapshot:
     engines: tuple[str, ...]
     configured_k: int | None
     counters: Mapping[SeriesKey, float]
-    created: Mapping[SeriesKey, float]   # `_created` timestamp per reset group
+    created: Mapping[SeriesKey, float]  # `_created` timestamp per reset group
     running: Mapping[str, float] = field(default_factory=dict)
     v0_acceptance_rate: float | None = None
     v0_efficiency: float | None = None
@@ -159,12 +160,13 @@ def _engine_steps(name: str, labels: Mapping[str, str], series: str) -> SeriesKe
 @dataclass(frozen=True)
 class CounterSource:
     """How one vLLM family becomes counter series of a RouteSnapshot."""
-    families: tuple[str, ...]     # the first one present is read (a renamed family's old name last)
-    key_of: Callable[[str, Mapping[str, str], str], SeriesKey | None]   # (sample name, labels, series)
-    shows_speculation: bool       # a sample of it means speculation is configured
-    names_engines: bool           # its series list the route's engines
-    in_v0: bool                   # read from V0 engines too
-    unmatched_labels: tuple[str, ...] = ()   # labels that do not select a route
+
+    families: tuple[str, ...]  # the first one present is read (a renamed family's old name last)
+    key_of: Callable[[str, Mapping[str, str], str], SeriesKey | None]  # (sample name, labels, series)
+    shows_speculation: bool  # a sample of it means speculation is configured
+    names_engines: bool  # its series list the route's engines
+    in_v0: bool  # read from V0 engines too
+    unmatched_labels: tuple[str, ...] = ()  # labels that do not select a route
 
 
 COUNTER_SOURCES = (
@@ -175,8 +177,9 @@ COUNTER_SOURCES = (
     CounterSource((GENERATION,), _plain(K_GEN), shows_speculation=False, names_engines=True, in_v0=True),
     CounterSource((PROMPT,), _plain(K_PROMPT), shows_speculation=False, names_engines=True, in_v0=True),
     CounterSource((ACCEPTED_PER_POS,), _per_position, shows_speculation=True, names_engines=False, in_v0=False),
-    CounterSource((ITL, ITL_LEGACY), _itl_part, shows_speculation=False, names_engines=True, in_v0=True,
-                  unmatched_labels=("le",)),
+    CounterSource(
+        (ITL, ITL_LEGACY), _itl_part, shows_speculation=False, names_engines=True, in_v0=True, unmatched_labels=("le",)
+    ),
     CounterSource((ITERATION_TOKENS,), _engine_steps, shows_speculation=False, names_engines=False, in_v0=True),
 )
 
@@ -199,9 +202,14 @@ class _RouteBuilder:
         self.v0_eff: float | None = None
 
 
-def snapshots(families: Mapping[str, Family], *, t: float, target: str,
-              matchers: Iterable[RouteMatcher] | None = None,
-              route_prefix: str = "") -> list[RouteSnapshot]:
+def snapshots(
+    families: Mapping[str, Family],
+    *,
+    t: float,
+    target: str,
+    matchers: Iterable[RouteMatcher] | None = None,
+    route_prefix: str = "",
+) -> list[RouteSnapshot]:
     """Group the parsed families into one snapshot per route.
 
     With matchers, each route takes the samples its labels match (a sample may feed several
@@ -272,17 +280,28 @@ def snapshots(families: Mapping[str, Family], *, t: float, target: str,
 
     result = []
     for b in builders.values():
-        result.append(RouteSnapshot(
-            t=t, target=target, route=b.route, model_name=b.model_name, schema=schema,
-            spec_present=b.spec, engines=tuple(sorted(b.engines)),
-            configured_k=(max(b.positions) + 1) if b.positions else None,
-            counters=b.counters, created=b.created, running=b.running,
-            v0_acceptance_rate=b.v0_rate, v0_efficiency=b.v0_eff,
-        ))
+        result.append(
+            RouteSnapshot(
+                t=t,
+                target=target,
+                route=b.route,
+                model_name=b.model_name,
+                schema=schema,
+                spec_present=b.spec,
+                engines=tuple(sorted(b.engines)),
+                configured_k=(max(b.positions) + 1) if b.positions else None,
+                counters=b.counters,
+                created=b.created,
+                running=b.running,
+                v0_acceptance_rate=b.v0_rate,
+                v0_efficiency=b.v0_eff,
+            )
+        )
     return result
 
 
-def parse_payload(text: str, *, t: float, target: str, matchers: Iterable[RouteMatcher] | None = None,
-                  route_prefix: str = "") -> list[RouteSnapshot]:
+def parse_payload(
+    text: str, *, t: float, target: str, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = ""
+) -> list[RouteSnapshot]:
     """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
     return snapshots(SELECTOR.parse(text), t=t, target=target, matchers=matchers, route_prefix=route_prefix)

@@ -30,13 +30,14 @@ from .vllm import (
 @dataclass(frozen=True)
 class Entry:
     t: float
-    totals: Mapping[SeriesKey, float]   # mirrored cumulative increase per series since first seen
+    totals: Mapping[SeriesKey, float]  # mirrored cumulative increase per series since first seen
     snapshot: RouteSnapshot
 
 
 @dataclass(frozen=True)
 class WindowView:
     """The snapshots of one window: the oldest at or after now - width, the newest at or before now."""
+
     first: Entry
     last: Entry
     entries: tuple[Entry, ...]
@@ -72,7 +73,7 @@ class RouteWindow:
         self.entries: deque[Entry] = deque()
         self._raw: dict[SeriesKey, float] = {}
         self._created: dict[SeriesKey, float] = {}
-        self._le_sets: dict[str, frozenset[float]] = {}   # ITL bucket bounds per series
+        self._le_sets: dict[str, frozenset[float]] = {}  # ITL bucket bounds per series
         self.totals: dict[SeriesKey, float] = {}
         self.resets = 0
 
@@ -172,11 +173,15 @@ def _broken_engines(deltas: Mapping[SeriesKey, float], slack: float = 0.0) -> se
         tokens = deltas[SeriesKey(K_DRAFT_TOKENS, engine)]
         drafts = deltas.get(SeriesKey(K_DRAFTS, engine))
         accepted = deltas.get(SeriesKey(K_ACCEPTED, engine))
-        if (tokens < -slack or (accepted is not None and accepted > tokens + slack)
-                or (drafts is not None and drafts > tokens + slack)):
+        if (
+            tokens < -slack
+            or (accepted is not None and accepted > tokens + slack)
+            or (drafts is not None and drafts > tokens + slack)
+        ):
             broken.add(engine)
             continue
-        if drafts is not None and any(key.counter == K_POS and key.series == engine and d > drafts + slack
-                                      for key, d in deltas.items()):
+        if drafts is not None and any(
+            key.counter == K_POS and key.series == engine and d > drafts + slack for key, d in deltas.items()
+        ):
             broken.add(engine)
     return broken

@@ -37,8 +37,9 @@ import requests
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from support.loopback import free_port, stop_process, wait_http
 from test_rules import every_expression, selectors  # the rules' metric names, parsed
+
+from support.loopback import free_port, stop_process, wait_http
 
 pytestmark = pytest.mark.e2e
 

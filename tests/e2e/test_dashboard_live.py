@@ -35,7 +35,6 @@ import requests
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from support.loopback import free_port, stop_process, wait_http
 from test_dashboard import (  # shared helpers of the static dashboard tests
     EXPORTED,
     ROOT,
@@ -45,6 +44,8 @@ from test_dashboard import (  # shared helpers of the static dashboard tests
     selectors,
     substitute,
 )
+
+from support.loopback import free_port, stop_process, wait_http
 
 pytestmark = pytest.mark.e2e
 

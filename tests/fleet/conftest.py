@@ -1,11 +1,13 @@
 """Fixtures shared by the fleet-mode tests; every test here carries the `fleet` marker
 (`-m fleet` runs them alone, `-m "not fleet"` leaves them out; CI runs them with the suite)."""
+
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
 import pytest
+
 from specwatch.sim.record import record
 
 from .openmetrics import recording_to_openmetrics
@@ -39,8 +41,12 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory):
     openmetrics = work / "history.om.txt"
     assert recording_to_openmetrics([(p, {"instance": i, "job": "vllm"}) for i, p in recordings.items()], openmetrics)
     data = work / "data"
-    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     prometheus = start_prometheus(work / "prom", storage=data)
     try:
         yield prometheus, recordings

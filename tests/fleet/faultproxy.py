@@ -5,6 +5,7 @@ warnings (a real answer with a `warnings` list, as Thanos sends for a partial re
 huge (a valid JSON answer padded past any sane cap), slow (answers after `delay` seconds),
 drip (headers, then a byte every 0.3 s), not_json, hang_up (closes without a status line).
 """
+
 from __future__ import annotations
 
 import http.server
@@ -63,11 +64,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if mode == "http_500":
             return self._send(500, b"upstream connect error")
         if mode == "http_400":
-            return self._send(400, json.dumps({"status": "error", "errorType": "bad_data",
-                                               "error": "invalid parameter \"query\""}).encode())
+            return self._send(
+                400,
+                json.dumps({"status": "error", "errorType": "bad_data", "error": 'invalid parameter "query"'}).encode(),
+            )
         if mode == "too_many_samples":
-            return self._send(422, json.dumps({"status": "error", "errorType": "execution",
-                                               "error": "query processing would load too many samples into memory in query execution"}).encode())
+            return self._send(
+                422,
+                json.dumps(
+                    {
+                        "status": "error",
+                        "errorType": "execution",
+                        "error": "query processing would load too many samples into memory in query execution",
+                    }
+                ).encode(),
+            )
         if mode == "not_json":
             return self._send(200, b"<html>502 Bad Gateway</html>")
         if mode == "hang_up":

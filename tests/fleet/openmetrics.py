@@ -1,5 +1,6 @@
 """A specwatch recording -> OpenMetrics text with timestamps, for `promtool tsdb create-blocks-from
 openmetrics`: what Prometheus would have stored had it scraped the recorded payloads at their times."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-def recording_to_openmetrics(recordings: Iterable[tuple[Path, dict[str, str]]], out: Path,
-                             prefix: str = "vllm:") -> int:
+def recording_to_openmetrics(
+    recordings: Iterable[tuple[Path, dict[str, str]]], out: Path, prefix: str = "vllm:"
+) -> int:
     """Each recording's polls become samples at the poll time, with the given target labels added
     (Prometheus adds instance and job on scrape). Families are written contiguously, as OpenMetrics
     requires; every sample name is its own untyped family (PromQL does not read types)."""

@@ -1,5 +1,6 @@
 """A real Prometheus on loopback for fleet-mode tests: scraping simulated vLLMs, or serving a TSDB
 backfilled with promtool. Debian's `prometheus`/`promtool`; tests skip when they are missing."""
+
 from __future__ import annotations
 
 import shutil
@@ -12,6 +13,7 @@ from typing import Any
 
 import requests
 import yaml
+
 from support.loopback import free_port
 
 PROMETHEUS = shutil.which("prometheus")
@@ -35,31 +37,53 @@ class PrometheusProcess:
 
     def raw_samples(self, selector: str, at: float, seconds: int) -> dict[str, list[tuple[float, float]]]:
         """Every stored sample of `selector` in (at - seconds, at], by instance."""
-        answer = requests.get(f"{self.url}/api/v1/query",
-                              params={"query": f"{selector}[{seconds}s]", "time": f"{at:.3f}"}, timeout=10).json()
+        answer = requests.get(
+            f"{self.url}/api/v1/query", params={"query": f"{selector}[{seconds}s]", "time": f"{at:.3f}"}, timeout=10
+        ).json()
         out: dict[str, list[tuple[float, float]]] = {}
         for item in answer["data"]["result"]:
             out.setdefault(item["metric"].get("instance", ""), []).extend(
-                (float(t), float(v)) for t, v in item["values"])
+                (float(t), float(v)) for t, v in item["values"]
+            )
         return out
 
 
-def start_prometheus(workdir: Path, *, scrape_targets: list[str] | None = None, scrape_interval: str = "1s",
-                     storage: Path | None = None, extra_args: tuple[str, ...] = ()) -> PrometheusProcess:
+def start_prometheus(
+    workdir: Path,
+    *,
+    scrape_targets: list[str] | None = None,
+    scrape_interval: str = "1s",
+    storage: Path | None = None,
+    extra_args: tuple[str, ...] = (),
+) -> PrometheusProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     config: dict[str, Any] = {"global": {"scrape_interval": scrape_interval, "evaluation_interval": "10s"}}
     if scrape_targets:
-        config["scrape_configs"] = [{"job_name": "vllm", "scrape_interval": scrape_interval,
-                                     "scrape_timeout": scrape_interval, "static_configs": [{"targets": scrape_targets}]}]
+        config["scrape_configs"] = [
+            {
+                "job_name": "vllm",
+                "scrape_interval": scrape_interval,
+                "scrape_timeout": scrape_interval,
+                "static_configs": [{"targets": scrape_targets}],
+            }
+        ]
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = workdir / "prometheus.log"
     assert PROMETHEUS is not None
     process = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={workdir / 'prometheus.yml'}",
-         f"--storage.tsdb.path={storage or workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--storage.tsdb.retention.time=20y", "--log.level=warn", *extra_args],
-        stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+        [
+            PROMETHEUS,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={storage or workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=20y",
+            "--log.level=warn",
+            *extra_args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -79,6 +103,7 @@ def start_prometheus(workdir: Path, *, scrape_targets: list[str] | None = None, 
 class RecordedSim:
     """A simulated vLLM whose every served /metrics payload is kept with its wall time: what
     Prometheus scraped is exactly what the sidecar path will replay."""
+
     name: str
     scenario: str
     handle: Any

@@ -6,6 +6,7 @@ one /metrics). Each is recorded every 5 s straight from the simulator, converted
 with timestamps (instance and job labels added, as a scrape would), and written into a TSDB with
 `promtool tsdb create-blocks-from openmetrics`; a real Prometheus then serves that TSDB.
 """
+
 from __future__ import annotations
 
 import io
@@ -13,6 +14,7 @@ import json
 import math
 
 import pytest
+
 from specwatch import config as config_mod
 from specwatch.backtest import Backtest, backtest_to
 from specwatch.replay import replay
@@ -20,11 +22,22 @@ from specwatch.replay import replay
 from .conftest import POLL
 from .promharness import PROMETHEUS, PROMTOOL
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool not installed")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool not installed"),
+]
 
-COMPARED = ("acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size", "itl_p50_seconds",
-            "itl_p99_seconds", "breakeven_acceptance_rate", "expected_speedup", "drafts")
+COMPARED = (
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "draft_length",
+    "batch_size",
+    "itl_p50_seconds",
+    "itl_p99_seconds",
+    "breakeven_acceptance_rate",
+    "expected_speedup",
+    "drafts",
+)
 
 
 def _close(a: float | None, b: float | None) -> bool:
@@ -35,31 +48,43 @@ def _close(a: float | None, b: float | None) -> bool:
 
 def _config(prometheus: dict[str, object] | None) -> config_mod.Config:
     """Fleet mode with this prometheus: section; sidecar mode (polling targets) with None."""
-    return config_mod.from_mapping({"windows": ["1m", "5m"], "poll_interval": f"{POLL:g}s",
-                                    "prometheus": prometheus}, environ={})
+    return config_mod.from_mapping(
+        {"windows": ["1m", "5m"], "poll_interval": f"{POLL:g}s", "prometheus": prometheus}, environ={}
+    )
 
 
 def test_backtest_of_a_backfilled_tsdb_equals_replay_of_the_recording(backfilled) -> None:
     prometheus, recordings = backfilled
-    config = _config({"url": prometheus.url, "selector": '{job="vllm"}', "replica_labels": ["instance"],
-                      "scrape_interval": "5s"})
+    config = _config(
+        {"url": prometheus.url, "selector": '{job="vllm"}', "replica_labels": ["instance"], "scrape_interval": "5s"}
+    )
     first = {json.loads(line)["t"] for path in recordings.values() for line in path.read_text().splitlines()}
     start, end = min(first), max(first)
     out = io.StringIO()
     summary = backtest_to(config, start, end, POLL, out)
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert lines[-1] == json.loads(json.dumps(summary)) and summary["summary"] is True
-    mine = {(line["replica"]["instance"], line["route"], line["window"], round(line["t"], 3)): line
-            for line in lines[:-1] if line.get("replica")}
+    mine = {
+        (line["replica"]["instance"], line["route"], line["window"], round(line["t"], 3)): line
+        for line in lines[:-1]
+        if line.get("replica")
+    }
     replayed = {}
     for instance, path in recordings.items():
         for line in replay(_config(None), path.read_text().splitlines()):
             replayed[(instance, line["route"], line["window"], round(line["t"], 3))] = line
     assert set(mine) == set(replayed), "the same replicas, routes, windows and times"
-    mismatches = [(key, name, replayed[key][name], line[name]) for key, line in mine.items() for name in COMPARED
-                  if not _close(replayed[key][name], line[name])]
-    mismatches += [(key, "verdict", replayed[key]["verdict"], line["verdict"]) for key, line in mine.items()
-                   if replayed[key]["verdict"] != line["verdict"]]
+    mismatches = [
+        (key, name, replayed[key][name], line[name])
+        for key, line in mine.items()
+        for name in COMPARED
+        if not _close(replayed[key][name], line[name])
+    ]
+    mismatches += [
+        (key, "verdict", replayed[key]["verdict"], line["verdict"])
+        for key, line in mine.items()
+        if replayed[key]["verdict"] != line["verdict"]
+    ]
     assert not mismatches, f"{len(mismatches)} disagreements, first: {mismatches[:5]}"
     assert {line["verdict"] for line in mine.values()} >= {"insufficient_data", "keep", "shorten"}
     # Keys of a replay line, plus the replica.
@@ -91,17 +116,40 @@ def test_the_backtest_command_streams_json_lines_and_exits_2_on_a_bad_config(bac
     prometheus, recordings = backfilled
     start = min(json.loads(line)["t"] for line in recordings["sim-a:8000"].read_text().splitlines())
     good = tmp_path / "fleet.yaml"
-    good.write_text(f"prometheus: {{url: '{prometheus.url}', selector: '{{job=\"vllm\"}}'}}\n"
-                    "windows: [1m, 5m]\npoll_interval: 5s\n")
-    done = subprocess.run([sys.executable, "-m", "specwatch.backtest", "--config", str(good), "--start", str(start + 60),
-                           "--end", str(start + 120)], capture_output=True, text=True, timeout=120, check=False)
+    good.write_text(
+        f"prometheus: {{url: '{prometheus.url}', selector: '{{job=\"vllm\"}}'}}\nwindows: [1m, 5m]\npoll_interval: 5s\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specwatch.backtest",
+            "--config",
+            str(good),
+            "--start",
+            str(start + 60),
+            "--end",
+            str(start + 120),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert lines[-1]["summary"] is True
     assert {line["t"] for line in lines[:-1]} == {start + 60, start + 120}, "default step: the shortest window"
     bad = tmp_path / "bad.yaml"
     bad.write_text("prometheus: {url: 'http://p:9090', timeout: soon}\n")
-    done = subprocess.run([sys.executable, "-m", "specwatch.backtest", "--config", str(bad), "--start", "0", "--end", "60"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "specwatch.backtest", "--config", str(bad), "--start", "0", "--end", "60"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["specwatch: config error: prometheus.timeout: expected a duration like 500ms, 5s, 1m or 2h, got 'soon'"]
+    assert done.stderr.strip().splitlines() == [
+        "specwatch: config error: prometheus.timeout: expected a duration like 500ms, 5s, 1m or 2h, got 'soon'"
+    ]

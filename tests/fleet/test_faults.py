@@ -3,23 +3,27 @@ logged once, never a crash, never a verdict or a number from a bad or stale answ
 
 Correct answers come from a real Prometheus serving a backfilled TSDB (conftest `backfilled`);
 the faults come from a proxy in front of it that answers like a failing one."""
+
 from __future__ import annotations
 
 import json
 import time
 
 import pytest
+from structlog.testing import capture_logs
+
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
-from structlog.testing import capture_logs
 from support.loopback import free_port
 
 from .conftest import POLL
 from .faultproxy import FaultProxy
 from .promharness import PROMETHEUS, PROMTOOL
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool not installed")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool not installed"),
+]
 
 FAULTS = {  # proxy mode -> counted reason
     "http_500": "http_5xx",
@@ -35,10 +39,21 @@ FAULTS = {  # proxy mode -> counted reason
 
 
 def _config(url: str) -> config_mod.Config:
-    return config_mod.from_mapping({
-        "windows": ["1m", "5m"], "poll_interval": f"{POLL:g}s", "decision": {"hold": 1},
-        "prometheus": {"url": url, "selector": '{job="vllm"}', "timeout": "1s", "max_bytes": "4MiB",
-                       "scrape_interval": "5s"}}, environ={})
+    return config_mod.from_mapping(
+        {
+            "windows": ["1m", "5m"],
+            "poll_interval": f"{POLL:g}s",
+            "decision": {"hold": 1},
+            "prometheus": {
+                "url": url,
+                "selector": '{job="vllm"}',
+                "timeout": "1s",
+                "max_bytes": "4MiB",
+                "scrape_interval": "5s",
+            },
+        },
+        environ={},
+    )
 
 
 def _times(recordings) -> list[float]:
@@ -74,8 +89,9 @@ def test_a_failing_query_api_is_counted_by_reason_logged_once_and_moves_no_verdi
     assert sum(state.errors.values()) == 2
     assert state.up is False and state.fleet == (), "nothing is served from a failed poll"
     assert [entry["reason"] for entry in logs if entry["event"] == "prometheus_query_failed"] == [FAULTS[mode]]
-    assert [(r.replica, r.route, [e.verdict for e in r.evaluations]) for r in state.routes] == \
-        [(r.replica, r.route, [e.verdict for e in r.evaluations]) for r in before.routes]
+    assert [(r.replica, r.route, [e.verdict for e in r.evaluations]) for r in state.routes] == [
+        (r.replica, r.route, [e.verdict for e in r.evaluations]) for r in before.routes
+    ]
     proxy.mode = "ok"
     with capture_logs() as logs:
         assert fleet.poll(times[43])
@@ -108,6 +124,7 @@ def test_a_replica_whose_newest_sample_is_older_than_two_scrape_intervals_is_sta
 
 def test_exported_series_carry_the_replica_labels_and_vanish_when_stale_or_failed(backfilled, proxy) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
+
     from specwatch.fleet_metrics import FleetCollector
 
     _, recordings = backfilled
@@ -118,7 +135,10 @@ def test_exported_series_carry_the_replica_labels_and_vanish_when_stale_or_faile
     fleet.poll(times[60])
     text = generate_latest(registry).decode()
     assert 'specwatch_acceptance_rate{instance="sim-a:8000",route="llama-70b",target="sim-a:8000",window="1m"}' in text
-    assert 'specwatch_verdict{instance="sim-b:8000",route="code",target="sim-b:8000",verdict="shorten",window="5m"} 1.0' in text
+    assert (
+        'specwatch_verdict{instance="sim-b:8000",route="code",target="sim-b:8000",verdict="shorten",window="5m"} 1.0'
+        in text
+    )
     assert 'specwatch_fleet_replicas{route="code",verdict="shorten",window="1m"} 1.0' in text
     assert 'specwatch_fleet_losing_token_share{route="chat",window="1m"} 0.0' in text
     assert "specwatch_prometheus_queries_per_poll 3.0" in text

@@ -1,9 +1,11 @@
 """The fleet evaluator's inputs: the query set's size does not depend on the fleet, it needs the
 `prometheus:` section (validated by the one config schema, tests/test_config.py), and backtest
 times are RFC 3339 or Unix seconds."""
+
 from __future__ import annotations
 
 import pytest
+
 from specwatch import promql
 from specwatch.backtest import parse_time
 from specwatch.config import ConfigError, from_mapping
@@ -18,12 +20,15 @@ def test_the_query_count_per_poll_is_the_windows_plus_one_whatever_the_selector(
 
 
 def test_the_evaluator_reads_the_prometheus_section_of_the_one_config() -> None:
-    config = from_mapping({"prometheus": {"url": "http://p:9090/", "selector": '{job="vllm"}',
-                                          "replica_labels": ["namespace", "pod"]}}, environ={})
+    config = from_mapping(
+        {"prometheus": {"url": "http://p:9090/", "selector": '{job="vllm"}', "replica_labels": ["namespace", "pod"]}},
+        environ={},
+    )
     evaluator = FleetEvaluator(config)
     assert evaluator.source is config.prometheus
-    assert all('job="vllm"' in q and "sum by (namespace, pod, model_name, engine" in q
-               for _, _, q in evaluator.queries.windows)
+    assert all(
+        'job="vllm"' in q and "sum by (namespace, pod, model_name, engine" in q for _, _, q in evaluator.queries.windows
+    )
 
 
 def test_the_evaluator_without_a_prometheus_section_is_a_config_error_naming_it() -> None:

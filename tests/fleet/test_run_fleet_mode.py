@@ -2,6 +2,7 @@
 simulated vLLMs, and serves each replica's series with its replica labels on the same hardened HTTP
 server as the sidecar (/metrics, /healthz, /readyz, /api/v1/status); a config reload keeps working,
 and a reload may switch between sidecar and fleet mode."""
+
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import config as config_mod
 from specwatch.service import Service
 from specwatch.sim.server import serve
@@ -26,13 +28,15 @@ FLEET = {"windows": ["10s", "30s"], "poll_interval": "2s", "decision": {"min_dra
 
 
 def _samples(text: str, name: str) -> list[dict[str, str]]:
-    return [dict(s.labels) for family in text_string_to_metric_families(text) for s in family.samples
-            if s.name == name]
+    return [dict(s.labels) for family in text_string_to_metric_families(text) for s in family.samples if s.name == name]
 
 
 def _write(path: Path, listen: str, prometheus_url: str, **extra: object) -> None:
-    path.write_text(json.dumps({**FLEET, "listen": listen, **extra,
-                                "prometheus": {"url": prometheus_url, "selector": '{job="vllm"}'}}))
+    path.write_text(
+        json.dumps(
+            {**FLEET, "listen": listen, **extra, "prometheus": {"url": prometheus_url, "selector": '{job="vllm"}'}}
+        )
+    )
 
 
 @pytest.mark.e2e
@@ -45,8 +49,11 @@ def test_run_in_fleet_mode_serves_every_replica_with_its_labels_and_reloads(tmp_
     config = tmp_path / "fleet.yaml"
     _write(config, f"127.0.0.1:{port}", prometheus.url)
     log = tmp_path / "specwatch.log"
-    proc = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
-                            stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(base + "/readyz", 60, proc, log)

@@ -10,6 +10,7 @@ ITL P50/P99 agree within 1 %, and the verdicts are the same outside the seconds 
 One replica goes away before the end: from Prometheus's first failed scrape it is stale in fleet
 mode and nothing is served for it.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource
 from specwatch.pipeline import Pipeline
@@ -27,19 +29,33 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(PROMETHEUS is None, reason="pr
 
 HERE = Path(__file__).resolve().parent
 REPLICAS = [  # (scenario, seed, speed)
-    ("steady", 1, 1.0), ("alpha-drop", 2, 4.0), ("batch-surge", 3, 4.0), ("mixed-routes", 4, 1.0),
-    ("restart", 5, 4.0), ("slow-drift", 6, 2.0), (str(HERE / "scenarios" / "legacy-itl.yaml"), 7, 1.0),
-    ("steady", 8, 2.0), ("alpha-drop", 9, 1.0), ("batch-surge", 10, 1.0), ("mixed-routes", 11, 2.0),
+    ("steady", 1, 1.0),
+    ("alpha-drop", 2, 4.0),
+    ("batch-surge", 3, 4.0),
+    ("mixed-routes", 4, 1.0),
+    ("restart", 5, 4.0),
+    ("slow-drift", 6, 2.0),
+    (str(HERE / "scenarios" / "legacy-itl.yaml"), 7, 1.0),
+    ("steady", 8, 2.0),
+    ("alpha-drop", 9, 1.0),
+    ("batch-surge", 10, 1.0),
+    ("mixed-routes", 11, 2.0),
     ("slow-drift", 12, 4.0),
 ]
 WINDOWS = ["10s", "30s"]
 POLL = 5.0
 RUN_SECONDS = 80.0
-STOPPED = 7              # this replica goes away STOP_AFTER seconds into the run
+STOPPED = 7  # this replica goes away STOP_AFTER seconds into the run
 STOP_AFTER = 60.0
 FIRST_EVALUATION = 32.0
-COMPARED = ("acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size",
-            "itl_p50_seconds", "itl_p99_seconds")
+COMPARED = (
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "draft_length",
+    "batch_size",
+    "itl_p50_seconds",
+    "itl_p99_seconds",
+)
 
 
 def _close(a: float | None, b: float | None, rel: float = 0.01) -> bool:
@@ -110,9 +126,14 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
     while t < end:
         times.append(t)
         t += POLL
-    fleet_config = config_mod.from_mapping({
-        "windows": WINDOWS, "poll_interval": f"{POLL:g}s",
-        "prometheus": {"url": prometheus.url, "selector": '{job="vllm"}', "replica_labels": ["instance"]}}, environ={})
+    fleet_config = config_mod.from_mapping(
+        {
+            "windows": WINDOWS,
+            "poll_interval": f"{POLL:g}s",
+            "prometheus": {"url": prometheus.url, "selector": '{job="vllm"}', "replica_labels": ["instance"]},
+        },
+        environ={},
+    )
     fleet = FleetSource(FleetEvaluator(fleet_config))
     config = config_mod.from_mapping({"windows": WINDOWS, "poll_interval": f"{POLL:g}s"}, environ={})
 

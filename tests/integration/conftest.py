@@ -4,6 +4,7 @@ The vLLM venv and the tiny model are cached (SPECWATCH_VLLM_CACHE, default
 ~/.cache/specwatch-vllm).  Logs, recordings and sidecar configs go to
 SPECWATCH_REALVLLM_ARTIFACTS if set (CI can keep them), else a pytest tmp dir.
 """
+
 from __future__ import annotations
 
 import os

@@ -24,6 +24,7 @@ Latency, client side:
 
 usage: python load_driver.py --base http://127.0.0.1:PORT --phases 1:15:400,4:15:800 --out result.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,54 @@ import time
 
 import requests
 
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "upsilon", "phi", "chi", "psi", "omega", "river", "stone", "cloud", "lantern", "copper", "violet", "meadow", "harbor", "signal", "engine", "kernel", "socket", "buffer", "thread", "queue", "vector", "matrix", "tensor", "closure", "module", "import", "orange", "falcon"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "omicron",
+    "pi",
+    "rho",
+    "sigma",
+    "upsilon",
+    "phi",
+    "chi",
+    "psi",
+    "omega",
+    "river",
+    "stone",
+    "cloud",
+    "lantern",
+    "copper",
+    "violet",
+    "meadow",
+    "harbor",
+    "signal",
+    "engine",
+    "kernel",
+    "socket",
+    "buffer",
+    "thread",
+    "queue",
+    "vector",
+    "matrix",
+    "tensor",
+    "closure",
+    "module",
+    "import",
+    "orange",
+    "falcon",
+]
 
 FRIENDLY = [
     "the cat sat on the mat. " * 8,
@@ -117,8 +165,18 @@ def one_request(base: str, model: str, req: dict, timeout: float) -> dict:
     }
 
 
-def run_phase(base: str, model: str, concurrency: int, seconds: float, max_requests: int, seed: int,
-              friendly_share: float, min_tokens: int, max_tokens: int, timeout: float) -> dict:
+def run_phase(
+    base: str,
+    model: str,
+    concurrency: int,
+    seconds: float,
+    max_requests: int,
+    seed: int,
+    friendly_share: float,
+    min_tokens: int,
+    max_tokens: int,
+    timeout: float,
+) -> dict:
     lock = threading.Lock()
     results: list[dict] = []
     counter = {"next": 0}

@@ -5,6 +5,7 @@ against a real vLLM's output without starting one.
 
 usage: python tests/integration/make_fixture_expectations.py [FIXTURE_DIR]
 """
+
 import json
 import sys
 from pathlib import Path
@@ -32,9 +33,16 @@ def main() -> int:
         sb = pc.parse(1.0, (d / b).read_text())
         ref = pc.reference([sa, sb])
         ref["position_acceptance_rate"] = {str(k): v for k, v in ref["position_acceptance_rate"].items()}
-        out.append({"from": a, "to": b, "spec_families": sb.has_spec,
-                    "counters_to": sb.counters, "per_pos_to": {str(k): v for k, v in sb.per_pos.items()},
-                    "reference": ref})
+        out.append(
+            {
+                "from": a,
+                "to": b,
+                "spec_families": sb.has_spec,
+                "counters_to": sb.counters,
+                "per_pos_to": {str(k): v for k, v in sb.per_pos.items()},
+                "reference": ref,
+            }
+        )
     (d / "expected.json").write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {d / 'expected.json'} ({len(out)} pairs)")
     return 0

@@ -11,6 +11,7 @@ text on dangling partial UTF-8 bytes).
 
 usage: python make_tiny_model.py OUT_DIR
 """
+
 import glob
 import json
 import os
@@ -54,7 +55,11 @@ def build_tokenizer(out):
     )
     tok.train(files, trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
         model_max_length=2048,
     )
     fast.chat_template = (

@@ -6,6 +6,7 @@ counters are read by their exact sample names, deltas follow Prometheus's reset
 rule, and histogram_quantile follows Prometheus's promql/quantile.go.
 specwatch's values are compared against these.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -118,7 +119,7 @@ def delta_itl(ws: list[Snap]) -> tuple[dict[float, float], float, float] | None:
     """Window increase of the ITL histogram: (le -> cumulative count, count, sum)."""
     if len(ws) < 2 or any(s.itl_count is None for s in ws):
         return None
-    buckets = {le: 0.0 for le in ws[-1].itl_buckets}
+    buckets = dict.fromkeys(ws[-1].itl_buckets, 0.0)
     count = total = 0.0
     for prev, cur in itertools.pairwise(ws):
         r = _hist_reset(prev, cur)
@@ -184,7 +185,9 @@ def reference(ws: list[Snap]) -> dict:
         "mean_acceptance_length": None if _ratio(acc, d) is None else 1 + acc / d,
         "position_acceptance_rate": {},
         "k_positions": len(ws[-1].per_pos) if ws else 0,
-        "running_mean": (sum(s.running for s in ws) / len(ws)) if ws and all(s.running is not None for s in ws) else None,
+        "running_mean": (sum(s.running for s in ws) / len(ws))
+        if ws and all(s.running is not None for s in ws)
+        else None,
     }
     if ws:
         for p in sorted(ws[-1].per_pos):
@@ -203,6 +206,7 @@ def reference(ws: list[Snap]) -> dict:
         else:
             out["batch_size"] = None
     else:
-        out.update(itl_count=None, itl_p50_seconds=None, itl_p99_seconds=None, itl_per_token_mean_seconds=None,
-                   batch_size=None)
+        out.update(
+            itl_count=None, itl_p50_seconds=None, itl_p99_seconds=None, itl_per_token_mean_seconds=None, batch_size=None
+        )
     return out

@@ -13,6 +13,7 @@ Environment:
     SPECWATCH_VLLM_CACHE   cache dir (default ~/.cache/specwatch-vllm)
     SPECWATCH_VLLM_PYTHON  interpreter for the vLLM venv (default: python3.11)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -110,7 +111,9 @@ def _run_logged(cmd: list[str], logfile: Path, timeout: float) -> subprocess.Com
     with open(logfile, "a") as fh:
         fh.write(f"\n$ {' '.join(cmd)}\n")
         fh.flush()
-        return subprocess.run(cmd, check=False, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            cmd, check=False, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL
+        )
 
 
 def _tail(path: Path, n: int = 60) -> str:
@@ -171,7 +174,7 @@ def ensure_vllm_venv() -> Path:
         r = _run_logged([base, "-m", "venv", str(vdir)], logfile, 300)
         if r.returncode != 0:
             raise EnvironmentUnavailable(f"cannot create a venv with {base}: {_tail(logfile, 20)}")
-        r = _run_logged([str(py), "-m", "pip", "install", "--progress-bar", "off", VLLM_PIN], logfile, 1500)
+        r = _run_logged([str(py), "-m", "pip", "install", "--progress-bar", "off", VLLM_PIN], logfile, 3600)
         if r.returncode != 0:
             tail = _tail(logfile, 40)
             if any(m in tail for m in _ENV_MARKERS):
@@ -197,7 +200,9 @@ def ensure_tiny_model(py: Path) -> Path:
             shutil.rmtree(out)
         t0 = time.time()
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        r = subprocess.run([str(py), str(script), str(out)], check=False, capture_output=True, text=True, timeout=900, env=env)
+        r = subprocess.run(
+            [str(py), str(script), str(out)], check=False, capture_output=True, text=True, timeout=900, env=env
+        )
         if r.returncode != 0:
             raise RuntimeError(f"make_tiny_model.py failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
         (out / ".specwatch-ready").write_text(r.stdout)
@@ -250,10 +255,22 @@ class VllmServer:
     def start(self) -> None:
         vllm_bin = self.py.parent / "vllm"
         args = [
-            str(vllm_bin), "serve", str(self.model),
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--dtype", "bfloat16", "--max-model-len", "1024", "--max-num-seqs", "32",
-            "--enforce-eager", "--served-model-name", SERVED_NAME,
+            str(vllm_bin),
+            "serve",
+            str(self.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "1024",
+            "--max-num-seqs",
+            "32",
+            "--enforce-eager",
+            "--served-model-name",
+            SERVED_NAME,
         ]
         if self.spec is not None:
             args += ["--speculative-config", json.dumps(self.spec)]
@@ -263,8 +280,13 @@ class VllmServer:
         # start_new_session: the server leads its own process group, so stop() can reach
         # its EngineCore/worker children without touching anyone else's processes.
         self.proc = subprocess.Popen(
-            args, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self._env(), start_new_session=True, cwd=str(self.logdir),
+            args,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self._env(),
+            start_new_session=True,
+            cwd=str(self.logdir),
         )
         fh.close()
         self._t_start = time.time()
@@ -413,7 +435,10 @@ class Sidecar:
         fh = open(self.log_path, "a")  # noqa: SIM115 - the sidecar's stdout for its whole life
         self.proc = subprocess.Popen(
             [*specwatch_command(), "run", "--config", str(self.config_path)],
-            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         fh.close()
         deadline = time.time() + timeout
@@ -459,8 +484,13 @@ def replay(config: dict, recording: Path, workdir: Path) -> list[dict]:
 
     cfg = workdir / f"replay-{recording.stem}.yaml"
     cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    r = subprocess.run([*specwatch_command(), "replay", "--config", str(cfg), str(recording)],
-                       check=False, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [*specwatch_command(), "replay", "--config", str(cfg), str(recording)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"specwatch replay exited {r.returncode}:\n{r.stderr[-3000:]}")
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip().startswith("{")]
@@ -492,7 +522,6 @@ def start_sidecar(config: dict, artifacts: Path, tag: str) -> Sidecar:
         sc.stop()
         raise
     return sc
-
 
 
 def main(argv: list[str]) -> int:

@@ -30,8 +30,15 @@ def seed_payloads() -> list[str]:
 def _pipeline(good: str) -> Pipeline:
     global _CONFIG
     if _CONFIG is None:
-        _CONFIG = from_mapping({"poll_interval": "5s", "windows": ["1m"], "decision": {"min_drafts": 1},
-                                "model": {"preset": "llama-3.1-8b"}}, environ={})
+        _CONFIG = from_mapping(
+            {
+                "poll_interval": "5s",
+                "windows": ["1m"],
+                "decision": {"min_drafts": 1},
+                "model": {"preset": "llama-3.1-8b"},
+            },
+            environ={},
+        )
     pipeline = Pipeline(_CONFIG)
     pipeline.ingest("vllm", 1000.0, good)
     return pipeline
@@ -62,8 +69,8 @@ def text_from_bytes(data: bytes, payloads: list[str]) -> tuple[str, str]:
         names = sorted(MUTATIONS)
         ops = []
         for i in range(0, len(rest) - 8, 9):
-            a = int.from_bytes(rest[i + 1:i + 5], "little")
-            b = int.from_bytes(rest[i + 5:i + 9], "little")
+            a = int.from_bytes(rest[i + 1 : i + 5], "little")
+            b = int.from_bytes(rest[i + 5 : i + 9], "little")
             ops.append((names[rest[i] % len(names)], a, b))
         return apply_mutations(base, ops[:16]), base
     if mode == 1:

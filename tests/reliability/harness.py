@@ -14,6 +14,7 @@ from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import service as service_mod
 from specwatch.config import from_mapping
 from specwatch.demo import sidecar_config_for
@@ -26,17 +27,33 @@ TARGET = "vllm"
 
 # Families that only exist while the target is up (window-derived or mirrored from vLLM).
 TARGET_DERIVED = (
-    "specwatch_acceptance_rate", "specwatch_mean_acceptance_length", "specwatch_draft_length",
-    "specwatch_batch_size", "specwatch_itl_p50_seconds", "specwatch_itl_p99_seconds",
-    "specwatch_itl_per_token_mean_seconds", "specwatch_breakeven_acceptance_rate",
-    "specwatch_acceptance_margin", "specwatch_expected_speedup", "specwatch_recommended_draft_length",
-    "specwatch_max_speculative_batch_size", "specwatch_position_acceptance_rate",
-    "specwatch_window_drafts", "specwatch_verdict", "specwatch_recommended_config_info",
-    "specwatch_speculation_cannot_pay", "specwatch_speculative_config_mismatch",
+    "specwatch_acceptance_rate",
+    "specwatch_mean_acceptance_length",
+    "specwatch_draft_length",
+    "specwatch_batch_size",
+    "specwatch_itl_p50_seconds",
+    "specwatch_itl_p99_seconds",
+    "specwatch_itl_per_token_mean_seconds",
+    "specwatch_breakeven_acceptance_rate",
+    "specwatch_acceptance_margin",
+    "specwatch_expected_speedup",
+    "specwatch_recommended_draft_length",
+    "specwatch_max_speculative_batch_size",
+    "specwatch_position_acceptance_rate",
+    "specwatch_window_drafts",
+    "specwatch_verdict",
+    "specwatch_recommended_config_info",
+    "specwatch_speculation_cannot_pay",
+    "specwatch_speculative_config_mismatch",
     "specwatch_configured_draft_length",
-    "specwatch_drafts_total", "specwatch_draft_tokens_total", "specwatch_accepted_tokens_total",
-    "specwatch_accepted_tokens_by_position_total", "specwatch_generation_tokens_total",
-    "specwatch_itl_seconds_bucket", "specwatch_itl_seconds_sum", "specwatch_itl_seconds_count",
+    "specwatch_drafts_total",
+    "specwatch_draft_tokens_total",
+    "specwatch_accepted_tokens_total",
+    "specwatch_accepted_tokens_by_position_total",
+    "specwatch_generation_tokens_total",
+    "specwatch_itl_seconds_bucket",
+    "specwatch_itl_seconds_sum",
+    "specwatch_itl_seconds_count",
 )
 
 
@@ -63,11 +80,26 @@ def names(metrics: dict) -> set[str]:
 
 
 class Sidecar:
-    def __init__(self, url: str, *, scenario: str = "steady", timeout: str = "1s", max_bytes: str = "4MiB",
-                 seed: int = 0, min_drafts: int = 500, **overrides: Any):
+    def __init__(
+        self,
+        url: str,
+        *,
+        scenario: str = "steady",
+        timeout: str = "1s",
+        max_bytes: str = "4MiB",
+        seed: int = 0,
+        min_drafts: int = 500,
+        **overrides: Any,
+    ):
         self.scenario = load_scenario(scenario)
-        raw = sidecar_config_for(self.scenario, target_url=url, listen="127.0.0.1:0", poll_interval=POLL,
-                                 windows=("1m", "5m"), min_drafts=min_drafts)
+        raw = sidecar_config_for(
+            self.scenario,
+            target_url=url,
+            listen="127.0.0.1:0",
+            poll_interval=POLL,
+            windows=("1m", "5m"),
+            min_drafts=min_drafts,
+        )
         raw["targets"][0].update(timeout=timeout, max_bytes=max_bytes)
         raw.update(overrides)
         self.config = from_mapping(raw, environ={})
@@ -111,23 +143,34 @@ class Sidecar:
 
     def errors(self) -> dict[str, float]:
         m = self.scrape()
-        return {dict(lab)["reason"]: v for (n, lab), v in m.items()
-                if n == "specwatch_scrape_errors_total" and dict(lab)["target"] == TARGET}
+        return {
+            dict(lab)["reason"]: v
+            for (n, lab), v in m.items()
+            if n == "specwatch_scrape_errors_total" and dict(lab)["target"] == TARGET
+        }
 
     def up(self) -> float | None:
         return value(self.scrape(), "specwatch_target_up", target=TARGET)
 
     def verdicts(self) -> dict[tuple[str, str], str | None]:
-        return {(name, label): vs.current for name, route in self.service.pipeline._routes.items()
-                for label, vs in route.verdicts.items()}
+        return {
+            (name, label): vs.current
+            for name, route in self.service.pipeline._routes.items()
+            for label, vs in route.verdicts.items()
+        }
 
     def window_state(self):
         """Everything the windows hold, to compare byte for byte across a failed poll."""
         out = {}
         for name, route in sorted(self.service.pipeline._routes.items()):
             w = route.window
-            out[name] = (len(w.entries), w.entries[-1].t if w.entries else None, tuple(sorted(w.totals.items())),
-                         tuple(sorted(w._raw.items())), w.resets)
+            out[name] = (
+                len(w.entries),
+                w.entries[-1].t if w.entries else None,
+                tuple(sorted(w.totals.items())),
+                tuple(sorted(w._raw.items())),
+                w.resets,
+            )
         return out
 
     def close(self) -> None:

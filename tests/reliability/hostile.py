@@ -11,6 +11,7 @@ Every loop here is bounded in time (`MAX_HOLD_SECONDS`) and stops when the serve
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import threading
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from support.loopback import free_port
 
-MAX_HOLD_SECONDS = 30.0       # no behaviour holds a connection longer than this
+MAX_HOLD_SECONDS = 30.0  # no behaviour holds a connection longer than this
 MAX_REQUEST_HEAD = 64 * 1024
 
 
@@ -109,10 +110,8 @@ class HostileServer:
         except OSError:
             pass  # the client gave up: that is what most faults are for
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             conn.close()
 
 
@@ -128,9 +127,17 @@ def _parse_request(head: bytes) -> Request:
 
 
 def _head(status: int, headers: dict[str, str]) -> bytes:
-    reason = {200: "OK", 301: "Moved Permanently", 302: "Found", 307: "Temporary Redirect",
-              308: "Permanent Redirect", 401: "Unauthorized", 500: "Internal Server Error",
-              502: "Bad Gateway", 503: "Service Unavailable"}.get(status, "Whatever")
+    reason = {
+        200: "OK",
+        301: "Moved Permanently",
+        302: "Found",
+        307: "Temporary Redirect",
+        308: "Permanent Redirect",
+        401: "Unauthorized",
+        500: "Internal Server Error",
+        502: "Bad Gateway",
+        503: "Service Unavailable",
+    }.get(status, "Whatever")
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers.items()] + ["Connection: close", "", ""]
     return "\r\n".join(lines).encode("latin-1")
 
@@ -148,43 +155,53 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # -- behaviours -------------------------------------------------------------------------------
 def respond(status: int = 200, body=b"", headers: dict[str, str] | None = None) -> Behaviour:
     """A complete, honest response (the body may be a callable, evaluated per request)."""
+
     def behave(conn, _request, _server):
         data = _body(body)
-        conn.sendall(_head(status, {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(data)),
-                                    **(headers or {})}) + data)
+        conn.sendall(
+            _head(status, {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(data)), **(headers or {})}) + data
+        )
+
     return behave
 
 
 def chunked(body, *, chunk: int = 64 * 1024, terminate: bool = True, fraction: float = 1.0) -> Behaviour:
     """Transfer-Encoding: chunked, no Content-Length; optionally cut without the final 0-chunk."""
+
     def behave(conn, _request, _server):
         data = _body(body)
-        data = data[:int(len(data) * fraction)]
+        data = data[: int(len(data) * fraction)]
         conn.sendall(_head(200, {"Content-Type": CONTENT_TYPE, "Transfer-Encoding": "chunked"}))
         for i in range(0, len(data), chunk):
-            piece = data[i:i + chunk]
+            piece = data[i : i + chunk]
             conn.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
         if terminate:
             conn.sendall(b"0\r\n\r\n")
+
     return behave
 
 
 def hang() -> Behaviour:
     """Accept, read the request, never answer (until the server stops or MAX_HOLD_SECONDS)."""
+
     def behave(conn, _request, server):
         server.wait(MAX_HOLD_SECONDS)
+
     return behave
 
 
 def close_without_answer() -> Behaviour:
     """Read the request, then hang up without a status line."""
+
     def behave(conn, _request, _server):
         return None
+
     return behave
 
 
 def drip(body, *, interval: float = 0.1) -> Behaviour:
     """Honest headers, then the body one byte per `interval` (each read succeeds: slowloris server)."""
+
     def behave(conn, _request, server):
         data = _body(body)
         conn.sendall(_head(200, {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(data))}))
@@ -192,22 +209,28 @@ def drip(body, *, interval: float = 0.1) -> Behaviour:
         for i in range(len(data)):
             if server.wait(interval) or time.monotonic() - start > MAX_HOLD_SECONDS:
                 return
-            conn.sendall(data[i:i + 1])
+            conn.sendall(data[i : i + 1])
+
     return behave
 
 
 def drop_mid_body(body, *, fraction: float = 0.5) -> Behaviour:
     """Content-Length promises the whole body; the connection closes after `fraction` of it."""
+
     def behave(conn, _request, _server):
         data = _body(body)
-        conn.sendall(_head(200, {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(data))})
-                     + data[:int(len(data) * fraction)])
+        conn.sendall(
+            _head(200, {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(data))})
+            + data[: int(len(data) * fraction)]
+        )
+
     return behave
 
 
 def redirect(location: str, status: int = 302) -> Behaviour:
     def behave(conn, _request, _server):
         conn.sendall(_head(status, {"Location": location, "Content-Length": "0"}))
+
     return behave
 
 
@@ -237,6 +260,7 @@ def gzip_body(body) -> Behaviour:
 
     def behave(conn, request, server):
         respond(200, gzip.compress(_body(body), 6), {"Content-Encoding": "gzip"})(conn, request, server)
+
     return behave
 
 

@@ -7,11 +7,56 @@ syntax, escapes, odd values, duplicated or reordered lines, stray TYPE lines, NU
 
 from __future__ import annotations
 
-TOKENS = ("{", "}", '"', "=", ",", " ", "\n", "#", "# TYPE ", "# HELP ", "NaN", "+Inf", "-Inf", "-1", "1e308",
-          "0x1p3", "_total", "_bucket", "_created", "_count", "_sum", 'le="', 'le="+Inf"', "\\", '\\"', "\\n",
-          "\x00", "\t", "\r", "é", "\u2028", "\ud7ff", "vllm:", "engine=\"1\"", "position=\"99\"", "counter",
-          "gauge", "histogram", "untyped", "summary", " 1 2 3", " 1 abc", "{}", "{=\"x\"}", "{a=b}", "}}",
-          '{le="abc"}', "9" * 400)
+TOKENS = (
+    "{",
+    "}",
+    '"',
+    "=",
+    ",",
+    " ",
+    "\n",
+    "#",
+    "# TYPE ",
+    "# HELP ",
+    "NaN",
+    "+Inf",
+    "-Inf",
+    "-1",
+    "1e308",
+    "0x1p3",
+    "_total",
+    "_bucket",
+    "_created",
+    "_count",
+    "_sum",
+    'le="',
+    'le="+Inf"',
+    "\\",
+    '\\"',
+    "\\n",
+    "\x00",
+    "\t",
+    "\r",
+    "é",
+    "\u2028",
+    "\ud7ff",
+    "vllm:",
+    'engine="1"',
+    'position="99"',
+    "counter",
+    "gauge",
+    "histogram",
+    "untyped",
+    "summary",
+    " 1 2 3",
+    " 1 abc",
+    "{}",
+    '{="x"}',
+    "{a=b}",
+    "}}",
+    '{le="abc"}',
+    "9" * 400,
+)
 
 
 def _lines(text: str) -> list[str]:
@@ -27,18 +72,18 @@ def _delete_range(text: str, a: int, b: int) -> str:
     if not text:
         return text
     i = a % len(text)
-    return text[:i] + text[i + 1 + b % 64:]
+    return text[:i] + text[i + 1 + b % 64 :]
 
 
 def _replace_char(text: str, a: int, b: int) -> str:
     if not text:
         return text
     i = a % len(text)
-    return text[:i] + chr(32 + b % 95 if b % 7 else b % 0x2FFF) + text[i + 1:]
+    return text[:i] + chr(32 + b % 95 if b % 7 else b % 0x2FFF) + text[i + 1 :]
 
 
 def _truncate(text: str, a: int, b: int) -> str:
-    return text[:a % (len(text) + 1)]
+    return text[: a % (len(text) + 1)]
 
 
 def _duplicate_line(text: str, a: int, b: int) -> str:
@@ -94,9 +139,15 @@ def _byte_flip(text: str, a: int, b: int) -> str:
 
 
 MUTATIONS = {
-    "insert_token": _insert_token, "delete_range": _delete_range, "replace_char": _replace_char,
-    "truncate": _truncate, "duplicate_line": _duplicate_line, "swap_lines": _swap_lines,
-    "drop_line": _drop_line, "change_value": _change_value, "change_type": _change_type,
+    "insert_token": _insert_token,
+    "delete_range": _delete_range,
+    "replace_char": _replace_char,
+    "truncate": _truncate,
+    "duplicate_line": _duplicate_line,
+    "swap_lines": _swap_lines,
+    "drop_line": _drop_line,
+    "change_value": _change_value,
+    "change_type": _change_type,
     "byte_flip": _byte_flip,
 }
 

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import requests
+
 from support.loopback import free_port
 
 
@@ -65,8 +66,12 @@ def sidecar_process(tmp_path: Path, config: dict, *, env: dict | None = None, dr
     full_env.update(env or {})
     log_path = tmp_path / "specwatch.log"
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run", "--config", str(path)],
-                                stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specwatch.cli", "run", "--config", str(path)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+        )
     running = Running(proc, f"http://127.0.0.1:{port}", log_path)
     try:
         running.wait_for(lambda: running.get("/readyz", timeout=1).status_code == 200, what="ready")

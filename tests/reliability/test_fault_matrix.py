@@ -90,6 +90,7 @@ def test_connection_refused_counts_connect_and_recovers_when_vllm_listens_again(
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     server = HostileServer(port=port)
     from .harness import Sidecar
+
     car = Sidecar(server.url, timeout=f"{TIMEOUT}s")
     server.set(car.good())
     try:
@@ -155,17 +156,21 @@ def test_connection_closed_before_any_response_is_counted_as_connect(pair):
 
 def test_chunked_body_cut_without_its_terminator_is_rejected(pair):
     server, car = pair
-    fault_then_heal(server, car, chunked(lambda: car.render().encode(), chunk=4096, terminate=False,
-                                         fraction=0.6), "connect")
+    fault_then_heal(
+        server, car, chunked(lambda: car.render().encode(), chunk=4096, terminate=False, fraction=0.6), "connect"
+    )
 
 
 # -- bodies ------------------------------------------------------------------------------------
 def _cut_inside_itl_histogram(text: str) -> str:
     """An honest response (correct Content-Length) whose text stops at a line boundary mid-histogram."""
     lines = text.split("\n")
-    index = next(i for i, line in enumerate(lines)
-                 if line.startswith("vllm:inter_token_latency_seconds_bucket") and 'le="0.1"' in line)
-    return "\n".join(lines[:index + 1]) + "\n"
+    index = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("vllm:inter_token_latency_seconds_bucket") and 'le="0.1"' in line
+    )
+    return "\n".join(lines[: index + 1]) + "\n"
 
 
 def test_body_truncated_at_a_line_boundary_inside_a_histogram_is_invalid(pair):
@@ -210,8 +215,9 @@ def _huge_label_line(family: str, n: int) -> str:
 
 def test_a_series_with_32000_labels_in_a_family_specwatch_reads_is_rejected(pair):
     server, car = pair
-    took = fault_then_heal(server, car, car.mutated(
-        lambda t: t + _huge_label_line("vllm:num_requests_running", 32_000)), "invalid")
+    took = fault_then_heal(
+        server, car, car.mutated(lambda t: t + _huge_label_line("vllm:num_requests_running", 32_000)), "invalid"
+    )
     assert max(took) < 5.0, took  # bounded parse cost (V4: prometheus_client needs 3.8 s for this line)
 
 
@@ -231,9 +237,17 @@ def _many_series(family: str, n: int, label: str = "engine") -> str:
 @pytest.mark.parametrize("pair", ["16MiB"], indirect=True)  # the default max_bytes: the series cap must act
 def test_100000_extra_series_of_a_family_specwatch_reads_are_rejected(pair):
     server, car = pair
-    fault_then_heal(server, car, car.mutated(
-        lambda t: t.replace("# TYPE vllm:num_requests_running gauge\n", "")
-        + _many_series("vllm:num_requests_running", 100_000, "hostile")), "invalid")
+    fault_then_heal(
+        server,
+        car,
+        car.mutated(
+            lambda t: (
+                t.replace("# TYPE vllm:num_requests_running gauge\n", "")
+                + _many_series("vllm:num_requests_running", 100_000, "hostile")
+            )
+        ),
+        "invalid",
+    )
 
 
 @pytest.mark.parametrize("pair", ["16MiB"], indirect=True)
@@ -255,13 +269,17 @@ def _set_first(text: str, prefix: str, new_value: str) -> str:
     return out
 
 
-@pytest.mark.parametrize("sample,bad", [
-    ("vllm:spec_decode_num_drafts_total", "-1.0"),
-    ("vllm:spec_decode_num_accepted_tokens_total", "NaN"),
-    ("vllm:spec_decode_num_draft_tokens_total", "+Inf"),
-    ("vllm:generation_tokens_total", "-5"),
-    ("vllm:num_requests_running", "NaN"),
-], ids=["negative-counter", "nan-counter", "inf-counter", "negative-generation", "nan-gauge"])
+@pytest.mark.parametrize(
+    "sample,bad",
+    [
+        ("vllm:spec_decode_num_drafts_total", "-1.0"),
+        ("vllm:spec_decode_num_accepted_tokens_total", "NaN"),
+        ("vllm:spec_decode_num_draft_tokens_total", "+Inf"),
+        ("vllm:generation_tokens_total", "-5"),
+        ("vllm:num_requests_running", "NaN"),
+    ],
+    ids=["negative-counter", "nan-counter", "inf-counter", "negative-generation", "nan-gauge"],
+)
 def test_impossible_sample_values_are_rejected(pair, sample, bad):
     server, car = pair
     fault_then_heal(server, car, car.mutated(lambda t: _set_first(t, sample, bad)), "invalid")
@@ -269,15 +287,21 @@ def test_impossible_sample_values_are_rejected(pair, sample, bad):
 
 def _bucket_goes_down(text: str) -> str:
     lines = text.split("\n")
-    i = next(i for i, line in enumerate(lines)
-             if line.startswith("vllm:inter_token_latency_seconds_bucket") and 'le="0.5"' in line)
+    i = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("vllm:inter_token_latency_seconds_bucket") and 'le="0.5"' in line
+    )
     lines[i] = re.sub(r" \S+$", " 0.0", lines[i])
     return "\n".join(lines)
 
 
 def _drop_inf_bucket(text: str) -> str:
-    return "\n".join(line for line in text.split("\n")
-                     if not (line.startswith("vllm:inter_token_latency_seconds_bucket") and 'le="+Inf"' in line))
+    return "\n".join(
+        line
+        for line in text.split("\n")
+        if not (line.startswith("vllm:inter_token_latency_seconds_bucket") and 'le="+Inf"' in line)
+    )
 
 
 def _duplicate_series(text: str) -> str:
@@ -286,7 +310,9 @@ def _duplicate_series(text: str) -> str:
 
 
 def _type_changes(text: str) -> str:
-    out = text.replace("# TYPE vllm:spec_decode_num_drafts_total counter", "# TYPE vllm:spec_decode_num_drafts_total gauge")
+    out = text.replace(
+        "# TYPE vllm:spec_decode_num_drafts_total counter", "# TYPE vllm:spec_decode_num_drafts_total gauge"
+    )
     out = out.replace("# TYPE vllm:spec_decode_num_drafts counter", "# TYPE vllm:spec_decode_num_drafts gauge")
     assert out != text
     return out
@@ -294,8 +320,11 @@ def _type_changes(text: str) -> str:
 
 def _non_numeric_le(text: str) -> str:
     lines = text.split("\n")
-    i = next(i for i, line in enumerate(lines)
-             if line.startswith("vllm:inter_token_latency_seconds_bucket") and 'le="0.5"' in line)
+    i = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("vllm:inter_token_latency_seconds_bucket") and 'le="0.5"' in line
+    )
     lines[i] = lines[i].replace('le="0.5"', 'le="abc"')
     return "\n".join(lines)
 
@@ -304,10 +333,18 @@ def _count_differs_from_inf(text: str) -> str:
     return _set_first(text, "vllm:inter_token_latency_seconds_count", "1e15")
 
 
-@pytest.mark.parametrize("change", [_bucket_goes_down, _drop_inf_bucket, _duplicate_series, _type_changes,
-                                    _non_numeric_le, _count_differs_from_inf],
-                         ids=["histogram-bucket-goes-down", "histogram-missing-inf", "duplicate-series",
-                              "family-type-changes", "non-numeric-le", "count-differs-from-inf-bucket"])
+@pytest.mark.parametrize(
+    "change",
+    [_bucket_goes_down, _drop_inf_bucket, _duplicate_series, _type_changes, _non_numeric_le, _count_differs_from_inf],
+    ids=[
+        "histogram-bucket-goes-down",
+        "histogram-missing-inf",
+        "duplicate-series",
+        "family-type-changes",
+        "non-numeric-le",
+        "count-differs-from-inf-bucket",
+    ],
+)
 def test_semantically_invalid_payloads_are_rejected_as_a_whole(pair, change):
     server, car = pair
     fault_then_heal(server, car, car.mutated(change), "invalid")

@@ -19,6 +19,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from specwatch.config import from_mapping
 from specwatch.derive import window_stats
 from specwatch.exposition import ExpositionError
@@ -55,8 +56,13 @@ PAYLOADS = real_payloads()
 @st.composite
 def mutated_payloads(draw):
     text = draw(st.sampled_from(PAYLOADS))
-    ops = draw(st.lists(st.tuples(st.sampled_from(sorted(MUTATIONS)), st.integers(0, 2**31 - 1),
-                                  st.integers(0, 2**31 - 1)), min_size=1, max_size=6))
+    ops = draw(
+        st.lists(
+            st.tuples(st.sampled_from(sorted(MUTATIONS)), st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1)),
+            min_size=1,
+            max_size=6,
+        )
+    )
     return apply_mutations(text, ops)
 
 
@@ -71,8 +77,15 @@ def test_the_parser_raises_only_exposition_error_on_mutations_of_real_payloads(t
 
 
 def _config():
-    return from_mapping({"poll_interval": "5s", "windows": ["1m", "5m"], "decision": {"min_drafts": 10},
-                         "model": {"preset": "llama-3.1-8b"}}, environ={})
+    return from_mapping(
+        {
+            "poll_interval": "5s",
+            "windows": ["1m", "5m"],
+            "decision": {"min_drafts": 10},
+            "model": {"preset": "llama-3.1-8b"},
+        },
+        environ={},
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -91,8 +104,18 @@ def test_a_rejected_mutation_leaves_the_pipeline_windows_byte_identical(text):
 
 # -- reset-aware windows ---------------------------------------------------------------------
 def _snap(t, counters, created=None):
-    return RouteSnapshot(t=t, target="vllm", route="r", model_name="m", schema="v1", spec_present=True,
-                         engines=("0",), configured_k=None, counters=counters, created=created or {})
+    return RouteSnapshot(
+        t=t,
+        target="vllm",
+        route="r",
+        model_name="m",
+        schema="v1",
+        spec_present=True,
+        engines=("0",),
+        configured_k=None,
+        counters=counters,
+        created=created or {},
+    )
 
 
 steps = st.lists(st.tuples(st.integers(0, 1000), st.booleans()), min_size=2, max_size=60)
@@ -158,7 +181,7 @@ def traffic(draw):
 
 def _fold(state, drafts, accepted, restart):
     if restart:
-        state = {key: 0.0 for key in state}
+        state = dict.fromkeys(state, 0.0)
     state[SeriesKey(K_DRAFTS, "0")] += drafts
     state[SeriesKey(K_DRAFT_TOKENS, "0")] += drafts * K
     state[SeriesKey(K_ACCEPTED, "0")] += sum(accepted)
@@ -172,15 +195,20 @@ def _fold(state, drafts, accepted, restart):
 @given(traffic(), st.booleans(), st.sampled_from([10.0, 30.0, 60.0]))
 def test_ratios_stay_in_0_1_across_restarts_with_and_without_created(polls, with_created, width):
     window = RouteWindow(horizon_seconds=300)
-    state = {SeriesKey(K_DRAFTS, "0"): 0.0, SeriesKey(K_DRAFT_TOKENS, "0"): 0.0, SeriesKey(K_ACCEPTED, "0"): 0.0, SeriesKey(K_GEN, "0"): 0.0,
-             **{SeriesKey(K_POS, "0", i): 0.0 for i in range(K)}}
+    state = {
+        SeriesKey(K_DRAFTS, "0"): 0.0,
+        SeriesKey(K_DRAFT_TOKENS, "0"): 0.0,
+        SeriesKey(K_ACCEPTED, "0"): 0.0,
+        SeriesKey(K_GEN, "0"): 0.0,
+        **{SeriesKey(K_POS, "0", i): 0.0 for i in range(K)},
+    }
     created = 0.0
     for i, (drafts, accepted, restart) in enumerate(polls):
         t = 5.0 * (i + 1)
         if restart:
             created = t - 1.0
         state = _fold(state, drafts, accepted, restart)
-        window.ingest(_snap(t, dict(state), {key: created for key in state} if with_created else {}))
+        window.ingest(_snap(t, dict(state), dict.fromkeys(state, created) if with_created else {}))
         view = window.view(t, width)
         if view is None:
             continue
@@ -205,10 +233,18 @@ class SidecarMachine(RuleBasedStateMachine):
         from support.vllm_payloads import FakeVllm
 
         self.vllm = FakeVllm(model_name="m", engines=2)
-        self.pipeline = Pipeline(from_mapping({"poll_interval": "5s", "windows": ["15s", "1m"],
-                                               "decision": {"min_drafts": 20, "hold": 2},
-                                               "route_ttl_polls": 4, "model": {"preset": "llama-3.1-8b"}},
-                                              environ={}))
+        self.pipeline = Pipeline(
+            from_mapping(
+                {
+                    "poll_interval": "5s",
+                    "windows": ["15s", "1m"],
+                    "decision": {"min_drafts": 20, "hold": 2},
+                    "route_ttl_polls": 4,
+                    "model": {"preset": "llama-3.1-8b"},
+                },
+                environ={},
+            )
+        )
         self.t = 1_000_000.0
         self.hidden_engine: str | None = None
         self.rename = 0
@@ -251,7 +287,7 @@ class SidecarMachine(RuleBasedStateMachine):
         assert {n: (len(r.window.entries), dict(r.window.totals)) for n, r in self.pipeline._routes.items()} == before
         assert self._verdicts() == verdicts
 
-    @rule(garbage=st.sampled_from(["\x00\x01", "{} 1\n# TYPE x\n", "vllm:spec_decode_num_drafts_total{a=\"1\"} -1\n"]))
+    @rule(garbage=st.sampled_from(["\x00\x01", "{} 1\n# TYPE x\n", 'vllm:spec_decode_num_drafts_total{a="1"} -1\n']))
     def poll_garbage(self, garbage):
         self.t += 5
         verdicts = self._verdicts()
@@ -294,5 +330,6 @@ class SidecarMachine(RuleBasedStateMachine):
 
 
 TestSidecarMachine = SidecarMachine.TestCase
-TestSidecarMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
-                                       suppress_health_check=[HealthCheck.too_slow])
+TestSidecarMachine.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

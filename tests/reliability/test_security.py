@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from specwatch import sim
 
 from .hostile import HostileServer, gzip_body, gzip_bomb, hang, respond
@@ -40,8 +41,10 @@ def up(running, target="vllm") -> bool:
 def test_http_proxy_in_the_environment_never_captures_a_loopback_poll(tmp_path, steady_sim):
     with HostileServer() as proxy:
         proxy.set(respond(502, b"proxy says no"))
-        env = {name: f"http://127.0.0.1:{proxy.port}" for name in
-               ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")}
+        env = dict.fromkeys(
+            ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"),
+            f"http://127.0.0.1:{proxy.port}",
+        )
         config = {**FAST, "targets": [{"name": "vllm", "url": steady_sim.url, "timeout": "400ms"}]}
         with sidecar_process(tmp_path, config, env=env, drop_env=("NO_PROXY", "no_proxy")) as running:
             running.wait_for(lambda: up(running), what="target up through a direct connection")
@@ -61,15 +64,20 @@ def test_no_request_parameter_path_or_method_changes_what_is_polled(tmp_path):
         with sidecar_process(tmp_path, config) as running:
             running.wait_for(lambda: up(running), what="target up")
             hostile = canary.url
-            for path in (f"/metrics?target={hostile}", f"/metrics?url={hostile}&target={hostile}",
-                         f"/api/v1/status?target={hostile}", f"/probe?target={hostile}",
-                         f"/metrics?name[]=specwatch_target_up&target={hostile}",
-                         f"/{hostile}", f"//127.0.0.1:{canary.port}/metrics", "/metrics/../metrics?module=x"):
+            for path in (
+                f"/metrics?target={hostile}",
+                f"/metrics?url={hostile}&target={hostile}",
+                f"/api/v1/status?target={hostile}",
+                f"/probe?target={hostile}",
+                f"/metrics?name[]=specwatch_target_up&target={hostile}",
+                f"/{hostile}",
+                f"//127.0.0.1:{canary.port}/metrics",
+                "/metrics/../metrics?module=x",
+            ):
                 response = running.get(path)
                 assert response.status_code in (200, 404), (path, response.status_code)
             for method in ("post", "put", "delete", "patch"):
-                response = getattr(running.http, method)(running.base + "/metrics", data={"target": hostile},
-                                                         timeout=5)
+                response = getattr(running.http, method)(running.base + "/metrics", data={"target": hostile}, timeout=5)
                 assert response.status_code == 405
             polls_before = target.count
             time.sleep(1.2)
@@ -87,12 +95,21 @@ def test_header_values_from_the_environment_are_never_logged_nor_served(tmp_path
     good = payload.render().encode()
     with HostileServer() as target:
         target.set(respond(401, f"bad token {secret}".encode()))  # even a target echoing it back
-        config = {**FAST, "targets": [{"name": "vllm", "url": target.url, "timeout": "400ms",
-                                       "headers": {"Authorization": "Bearer ${SW_TEST_TOKEN}",
-                                                   "X-Api-Key": "${SW_TEST_TOKEN}"}}]}
+        config = {
+            **FAST,
+            "targets": [
+                {
+                    "name": "vllm",
+                    "url": target.url,
+                    "timeout": "400ms",
+                    "headers": {"Authorization": "Bearer ${SW_TEST_TOKEN}", "X-Api-Key": "${SW_TEST_TOKEN}"},
+                }
+            ],
+        }
         with sidecar_process(tmp_path, config, env={"SW_TEST_TOKEN": secret}) as running:
-            running.wait_for(lambda: 'reason="http_status",target="vllm"} 0.0' not in running.metrics(),
-                             what="an http_status error")
+            running.wait_for(
+                lambda: 'reason="http_status",target="vllm"} 0.0' not in running.metrics(), what="an http_status error"
+            )
             for behaviour in (respond(200, b"\xff\xfe garbage " + secret.encode()), hang(), gzip_body(good)):
                 target.set(behaviour)
                 time.sleep(1.0)
@@ -130,6 +147,7 @@ def test_metrics_stay_fast_under_50_concurrent_scrapers_and_an_idle_connection(t
 
             def scraper(_):
                 import requests
+
                 session = requests.Session()
                 session.trust_env = False
                 for _ in range(10):
@@ -143,20 +161,18 @@ def test_metrics_stay_fast_under_50_concurrent_scrapers_and_an_idle_connection(t
 
             with ThreadPoolExecutor(max_workers=50) as pool:
                 list(pool.map(scraper, range(50)))
-            # The idle client still holds its connection: nothing waited for it.
-            holders[0].settimeout(0.1)
-            try:
-                assert holders[0].recv(1) == b"" or True
-            except TimeoutError:
-                pass
+            # The idle and half-sent connections were held open through all 500 scrapes: the latency
+            # bounds below prove nothing waited for them.
         finally:
             for s in holders:
                 s.close()
     latencies.sort()
     p50 = statistics.median(latencies)
     p99 = latencies[int(len(latencies) * 0.99) - 1]
-    print(f"\n/metrics under 50 scrapers + idle + half-open connection: n={len(latencies)} "
-          f"p50={p50 * 1000:.1f} ms p99={p99 * 1000:.1f} ms max={latencies[-1] * 1000:.1f} ms")
+    print(
+        f"\n/metrics under 50 scrapers + idle + half-open connection: n={len(latencies)} "
+        f"p50={p50 * 1000:.1f} ms p99={p99 * 1000:.1f} ms max={latencies[-1] * 1000:.1f} ms"
+    )
     assert len(latencies) == 500
     # Serialising behind the idle client would cost its 10 s socket timeout per scrape.
     assert latencies[-1] < 5.0, latencies[-5:]
@@ -165,8 +181,12 @@ def test_metrics_stay_fast_under_50_concurrent_scrapers_and_an_idle_connection(t
 def test_sigterm_exits_within_two_seconds_with_a_final_log_line_while_a_poll_hangs(tmp_path):
     with HostileServer() as target:
         target.set(hang())
-        config = {**FAST, "poll_interval": "5s", "windows": ["1m"],
-                  "targets": [{"name": "vllm", "url": target.url, "timeout": "4s"}]}
+        config = {
+            **FAST,
+            "poll_interval": "5s",
+            "windows": ["1m"],
+            "targets": [{"name": "vllm", "url": target.url, "timeout": "4s"}],
+        }
         with sidecar_process(tmp_path, config) as running:
             running.wait_for(lambda: target.count >= 1, what="a poll in flight")
             idle = _idle_connection(int(running.base.rsplit(":", 1)[1]))
@@ -189,19 +209,21 @@ def test_gzip_bomb_leaves_peak_rss_bounded(tmp_path, steady_sim):
         good = sim.Simulator("steady", seed=0)
         good.advance_to(30)
         target.set(gzip_body(good.render().encode()))
-        config = {**FAST, "targets": [{"name": "vllm", "url": target.url, "timeout": "400ms",
-                                       "max_bytes": max_bytes}]}
+        config = {**FAST, "targets": [{"name": "vllm", "url": target.url, "timeout": "400ms", "max_bytes": max_bytes}]}
         with sidecar_process(tmp_path, config) as running:
             running.wait_for(lambda: up(running), what="target up")
             time.sleep(1.0)
             baseline = rss_kib(running.proc.pid, "VmHWM")
             target.set(gzip_bomb(200 * 2**20))
-            running.wait_for(lambda: 'reason="too_large",target="vllm"} 4.0' in running.metrics(),
-                             what="four bombs rejected")
+            running.wait_for(
+                lambda: 'reason="too_large",target="vllm"} 4.0' in running.metrics(), what="four bombs rejected"
+            )
             peak = rss_kib(running.proc.pid, "VmHWM")
             assert running.get("/metrics").status_code == 200
-    print(f"\ngzip bomb (200 MiB decoded, max_bytes 16 MiB): peak RSS {baseline / 1024:.1f} MiB before, "
-          f"{peak / 1024:.1f} MiB after")
+    print(
+        f"\ngzip bomb (200 MiB decoded, max_bytes 16 MiB): peak RSS {baseline / 1024:.1f} MiB before, "
+        f"{peak / 1024:.1f} MiB after"
+    )
     # The cap is on decoded bytes: at most a few copies of max_bytes, never the 200 MiB.
     assert (peak - baseline) * 1024 < 3 * max_bytes, (baseline, peak)
     assert peak * 1024 < 200 * 2**20
@@ -214,8 +236,13 @@ def test_a_request_body_cannot_smuggle_a_second_request_on_a_keep_alive_connecti
         smuggled = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
         for method in (b"POST", b"PUT", b"GET"):
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                s.sendall(method + b" /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: "
-                          + str(len(smuggled)).encode() + b"\r\n\r\n" + smuggled)
+                s.sendall(
+                    method
+                    + b" /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                    + str(len(smuggled)).encode()
+                    + b"\r\n\r\n"
+                    + smuggled
+                )
                 received = b""
                 deadline = time.monotonic() + 5
                 while time.monotonic() < deadline:

@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_soak(*args: str, timeout: float) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "soak.py"), *args], check=False, capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "soak.py"), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     assert proc.stdout, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     print(f"\nsoak {args}: " + json.dumps({k: result[k] for k in result if k not in ("series",)}))

@@ -13,8 +13,12 @@ from structlog.testing import capture_logs
 from .harness import TARGET, Sidecar, new_pair, value
 
 HERE = Path(__file__).parent
-MIRRORED = ("specwatch_drafts_total", "specwatch_draft_tokens_total", "specwatch_accepted_tokens_total",
-            "specwatch_generation_tokens_total")
+MIRRORED = (
+    "specwatch_drafts_total",
+    "specwatch_draft_tokens_total",
+    "specwatch_accepted_tokens_total",
+    "specwatch_generation_tokens_total",
+)
 
 
 def check_sane(car: Sidecar, metrics: dict) -> None:

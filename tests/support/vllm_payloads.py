@@ -14,17 +14,38 @@ from prometheus_client import (
     generate_latest,
 )
 
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 STEP_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 @dataclass
 class FakeVllm:
     """A vLLM process: counters move only through the methods below; restart() starts a new process."""
+
     model_name: str = "m"
     engines: int = 1
     k: int = 4
-    schema: str = "v1"          # v1 | v1-legacy-itl | nospec
+    schema: str = "v1"  # v1 | v1-legacy-itl | nospec
     engine_label: bool = True
     registry: CollectorRegistry = field(init=False)
 
@@ -35,18 +56,39 @@ class FakeVllm:
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"] if self.engine_label else ["model_name"]
         r = self.registry
-        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", labels, registry=r)
+        self.running = Gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", labels, registry=r
+        )
         if self.schema != "nospec":
             self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", labels, registry=r)
-            self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", labels, registry=r)
-            self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", labels, registry=r)
-            self.per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-                                   labels + ["position"], registry=r)
+            self.draft_tokens = Counter(
+                "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", labels, registry=r
+            )
+            self.accepted = Counter(
+                "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", labels, registry=r
+            )
+            self.per_pos = Counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                labels + ["position"],
+                registry=r,
+            )
         self.gen = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=r)
-        itl_name = "vllm:time_per_output_token_seconds" if self.schema == "v1-legacy-itl" else "vllm:inter_token_latency_seconds"
-        self.itl = Histogram(itl_name, "Histogram of inter-token latency in seconds.", labels, buckets=ITL_BUCKETS, registry=r)
-        self.steps = Histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", labels,
-                               buckets=STEP_BUCKETS, registry=r)
+        itl_name = (
+            "vllm:time_per_output_token_seconds"
+            if self.schema == "v1-legacy-itl"
+            else "vllm:inter_token_latency_seconds"
+        )
+        self.itl = Histogram(
+            itl_name, "Histogram of inter-token latency in seconds.", labels, buckets=ITL_BUCKETS, registry=r
+        )
+        self.steps = Histogram(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            labels,
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
         # Noise a real server has, sharing prefixes with what specwatch reads.
         Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=r)
         Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels, registry=r)
@@ -60,7 +102,9 @@ class FakeVllm:
     def _lv(self, engine: int) -> list[str]:
         return [self.model_name, str(engine)] if self.engine_label else [self.model_name]
 
-    def step(self, engine: int, batch: int, accepted_per_request: list[int], itl_seconds: float, draft_len: int | None = None):
+    def step(
+        self, engine: int, batch: int, accepted_per_request: list[int], itl_seconds: float, draft_len: int | None = None
+    ):
         """One engine step decoding `batch` requests; request j accepted accepted_per_request[j] tokens."""
         k = self.k if draft_len is None else draft_len
         lv = self._lv(engine)

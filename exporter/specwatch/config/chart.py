@@ -140,8 +140,15 @@ def render(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return regenerate(argv, module="specwatch.config.chart", description=__doc__.splitlines()[0], file_arg="schema",
-                      file_help="the chart's values.schema.json", what="config schema", render=render)
+    return regenerate(
+        argv,
+        module="specwatch.config.chart",
+        description=__doc__.splitlines()[0],
+        file_arg="schema",
+        file_help="the chart's values.schema.json",
+        what="config schema",
+        render=render,
+    )
 
 
 if __name__ == "__main__":

@@ -129,8 +129,15 @@ def render(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return regenerate(argv, module="specwatch.config.docs", description="README example config", file_arg="readme",
-                      file_help="the README holding the config markers", what="example config", render=render)
+    return regenerate(
+        argv,
+        module="specwatch.config.docs",
+        description="README example config",
+        file_arg="readme",
+        file_help="the README holding the config markers",
+        what="example config",
+        render=render,
+    )
 
 
 if __name__ == "__main__":

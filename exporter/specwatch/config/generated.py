@@ -10,8 +10,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
-def regenerate(argv: Sequence[str] | None, *, module: str, description: str, file_arg: str, file_help: str,
-               what: str, render: Callable[[str], str]) -> int:
+def regenerate(
+    argv: Sequence[str] | None,
+    *,
+    module: str,
+    description: str,
+    file_arg: str,
+    file_help: str,
+    what: str,
+    render: Callable[[str], str],
+) -> int:
     """Run `python -m <module> FILE [--check]`: `render` maps the file's text to the wanted text;
     `what` names the generated part in the drift message."""
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)

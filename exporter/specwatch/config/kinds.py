@@ -114,16 +114,21 @@ class HoldTime(Kind):
         if not isinstance(value, (bool, float)) and re.fullmatch(r"[+-]?\d+", text):
             count = int(text)
             if not 1 <= count <= self.max_count:
-                raise ConfigError(key, f"must be >= 1, got {count}" if count < 1
-                                  else f"must be <= {self.max_count}, got {count}")
+                raise ConfigError(
+                    key, f"must be >= 1, got {count}" if count < 1 else f"must be <= {self.max_count}, got {count}"
+                )
             return count
         if isinstance(value, (bool, int, float)):
             raise ConfigError(key, f"expected a duration like 30s (or a whole number of polls), got {value!r}")
         return float(_unit(lambda: units.parse_duration(text, key)))
 
     def json_schema(self) -> JsonSchema:
-        return {"type": ["string", "integer"], "pattern": units.DURATION_PATTERN, "minimum": 1,
-                "maximum": self.max_count}
+        return {
+            "type": ["string", "integer"],
+            "pattern": units.DURATION_PATTERN,
+            "minimum": 1,
+            "maximum": self.max_count,
+        }
 
 
 @dataclass(frozen=True)
@@ -390,8 +395,11 @@ class ModelRef(Kind):
         if value.lower() in tuple(self.presets()):
             return value.lower(), None
         if not value.endswith(".json"):
-            raise ConfigError(key, f"unknown preset {value!r} (known: {', '.join(sorted(self.presets()))}; "
-                                   "or give the path of its config.json)")
+            raise ConfigError(
+                key,
+                f"unknown preset {value!r} (known: {', '.join(sorted(self.presets()))}; "
+                "or give the path of its config.json)",
+            )
         return JsonFile().parse(value, key, ctx)
 
     def json_schema(self) -> JsonSchema:

@@ -80,7 +80,7 @@ def per_token_rate_from_alpha(alpha: float, k: float) -> float:
     def expected_accepted(a: float) -> float:
         if k == int(k):
             return float(sum(a ** (i + 1) for i in range(round(k))))
-        return float(a * (1 - a ** k) / (1 - a))
+        return float(a * (1 - a**k) / (1 - a))
 
     return solve_increasing(expected_accepted, target)
 
@@ -95,8 +95,9 @@ def position_rates_from_alpha(alpha: float, k: int, extend_to: int | None = None
 MAX_BATCH_LIMIT = 1024
 
 
-def max_speculative_batch_size(cm: CostModel, k: float | None, alpha: float | None,
-                               limit: int = MAX_BATCH_LIMIT) -> int | None:
+def max_speculative_batch_size(
+    cm: CostModel, k: float | None, alpha: float | None, limit: int = MAX_BATCH_LIMIT
+) -> int | None:
     """Largest integer batch at which (k, alpha) still gives speedup > 1.
 
     0 when it does not pay even at batch 1; ``limit`` when it still pays at ``limit``;
@@ -129,8 +130,14 @@ ZERO_K_BAND_SLOWDOWN = 0.10
 ZERO_K_BAND_SPEEDUP = 1.0 / (1.0 + ZERO_K_BAND_SLOWDOWN)
 
 
-def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch: int = 512, *,
-                       live_batch: float | None = None, zero_band_speedup: float = 1.0) -> list[list[int]]:
+def recommend_schedule(
+    cm: CostModel,
+    position_rates: Sequence[float],
+    max_batch: int = 512,
+    *,
+    live_batch: float | None = None,
+    zero_band_speedup: float = 1.0,
+) -> list[list[int]]:
     """V1 ``num_speculative_tokens_per_batch_size``: ``[[lo, hi, K], ...]`` covering 1..max_batch,
     inclusive ranges, first range starting at 1, K non-increasing in batch, K = 0 disables.
 
@@ -190,8 +197,11 @@ def recommend_schedule(cm: CostModel, position_rates: Sequence[float], max_batch
     return bands
 
 
-def speculative_config(method: str | None, k: int, schedule: Sequence[Sequence[int]] | None = None,
-                       ) -> dict[str, SpeculativeConfigValue]:
+def speculative_config(
+    method: str | None,
+    k: int,
+    schedule: Sequence[Sequence[int]] | None = None,
+) -> dict[str, SpeculativeConfigValue]:
     """The keys a recommendation changes in ``--speculative-config`` (merge them into yours, or
     use ``complete_speculative_config`` for a flag vLLM accepts as pasted).
 
@@ -224,8 +234,9 @@ NGRAM_PROMPT_LOOKUP_MIN = 2
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 
-def complete_speculative_config(changes: Mapping[str, SpeculativeConfigValue], method: str | None,
-                                base: Mapping[str, object] | None = None) -> dict[str, object] | None:
+def complete_speculative_config(
+    changes: Mapping[str, SpeculativeConfigValue], method: str | None, base: Mapping[str, object] | None = None
+) -> dict[str, object] | None:
     """A whole ``--speculative-config`` that vLLM accepts as pasted, or None when it cannot be
     written because the drafter's ``model`` path is unknown (then merge ``changes`` into yours).
 

@@ -89,11 +89,18 @@ def build_cost_model(
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
             raise CostModelError("draft.model", str(exc)) from exc
     draft = draft_cost_for(draft_method, spec, draft_cost_per_token, draft_k, draft_model=drafter)
-    return CostModel(hardware=hw, model=spec, dtype=dtype, tensor_parallel=int(tensor_parallel),
-                     mbu=DEFAULT_MBU if mbu is None else float(mbu),
-                     mfu=DEFAULT_MFU if mfu is None else float(mfu),
-                     overhead_seconds=DEFAULT_OVERHEAD_SECONDS if overhead_seconds is None else float(overhead_seconds),
-                     context_tokens=float(context_tokens), draft=draft, profile=profile)
+    return CostModel(
+        hardware=hw,
+        model=spec,
+        dtype=dtype,
+        tensor_parallel=int(tensor_parallel),
+        mbu=DEFAULT_MBU if mbu is None else float(mbu),
+        mfu=DEFAULT_MFU if mfu is None else float(mfu),
+        overhead_seconds=DEFAULT_OVERHEAD_SECONDS if overhead_seconds is None else float(overhead_seconds),
+        context_tokens=float(context_tokens),
+        draft=draft,
+        profile=profile,
+    )
 
 
 def cost_model_from_config(cfg: Config) -> CostModel:

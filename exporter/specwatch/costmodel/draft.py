@@ -66,13 +66,13 @@ class DraftCost:
 
     method: str = "eagle3"
     cost_per_token: float | None = None  # fraction of a plain target step per drafted token
-    head_params: float = 0.0             # EAGLE/MTP/Medusa: params streamed per draft step
+    head_params: float = 0.0  # EAGLE/MTP/Medusa: params streamed per draft step
     head_kv_bytes_per_token: float = 0.0
-    head_steps_per_token: bool = True    # Medusa evaluates all heads in one pass
+    head_steps_per_token: bool = True  # Medusa evaluates all heads in one pass
     fixed_seconds: float = DEFAULT_DRAFT_FIXED_SECONDS
     draft_model: ModelSpec | None = None  # draft_model: a full small model, K forwards (draft.model)
     draft_dtype: str = "bf16"
-    reference_k: int = 3                 # K over which the per-proposal fixed cost is spread
+    reference_k: int = 3  # K over which the per-proposal fixed cost is spread
 
 
 def canonical_method(method: str | None) -> str:
@@ -82,13 +82,20 @@ def canonical_method(method: str | None) -> str:
     return "eagle3" if m in ("auto", "") else m
 
 
-def draft_cost_for(method: str, target: ModelSpec, cost_per_token: float | None = None, k: int = 3,
-                   draft_model: ModelSpec | None = None, draft_dtype: str = "bf16") -> DraftCost:
+def draft_cost_for(
+    method: str,
+    target: ModelSpec,
+    cost_per_token: float | None = None,
+    k: int = 3,
+    draft_model: ModelSpec | None = None,
+    draft_dtype: str = "bf16",
+) -> DraftCost:
     """Default draft cost for a method. ``auto`` is treated as EAGLE-3 (the common production head)."""
     m = canonical_method(method)
     if m not in DRAFT_METHODS:
         raise CostModelError(
-            "draft.method", f"draft.method: unknown method '{method}' (one of {', '.join(DRAFT_METHODS)})")
+            "draft.method", f"draft.method: unknown method '{method}' (one of {', '.join(DRAFT_METHODS)})"
+        )
     if cost_per_token is not None:
         if not (0 <= cost_per_token < 10):
             raise CostModelError("draft.cost_per_token", "draft.cost_per_token must be in [0, 10)")

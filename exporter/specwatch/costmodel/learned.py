@@ -85,11 +85,7 @@ def observation_from_deltas(
         return None
     batch = itl_count / steps
     step_seconds = itl_sum / itl_count
-    if (
-        not (math.isfinite(batch) and math.isfinite(step_seconds))
-        or batch < 0.5
-        or step_seconds <= 0
-    ):
+    if not (math.isfinite(batch) and math.isfinite(step_seconds)) or batch < 0.5 or step_seconds <= 0:
         return None
     k = draft_tokens / drafts if drafts > 0 else 0.0
     coverage = min(drafts / itl_count, 1.0) if drafts > 0 else 0.0
@@ -106,9 +102,7 @@ def observation_from_deltas(
     )
 
 
-def model_step_seconds(
-    model: CostModel, obs: StepObservation, prior: CostModel | None = None
-) -> float:
+def model_step_seconds(model: CostModel, obs: StepObservation, prior: CostModel | None = None) -> float:
     """What ``model`` predicts for the mean step the observation measured: the target's forward
     over its decode tokens (B plus drafts), made longer by the prefill riding along by the factor
     the prior gives it (``prior``: default ``model``; on the roofline prefill is nearly free below
@@ -118,9 +112,9 @@ def model_step_seconds(
     target = model.step_time(obs.query_tokens, context)
     if obs.prefill_tokens > 0:
         shape = prior or model
-        target *= shape.step_time(
-            obs.query_tokens + obs.prefill_tokens, context
-        ) / shape.step_time(obs.query_tokens, context)
+        target *= shape.step_time(obs.query_tokens + obs.prefill_tokens, context) / shape.step_time(
+            obs.query_tokens, context
+        )
     return target + spec_extra_seconds(model, obs)
 
 
@@ -141,9 +135,7 @@ def prior_step_seconds(prior: CostModel, obs: StepObservation) -> float:
 
 
 def _bin_of(tokens: float) -> int:
-    return max(
-        0, min(_N_BINS - 1, int(math.log2(max(tokens, 1.0)) * BINS_PER_DOUBLING))
-    )
+    return max(0, min(_N_BINS - 1, int(math.log2(max(tokens, 1.0)) * BINS_PER_DOUBLING)))
 
 
 @dataclass
@@ -211,18 +203,14 @@ class LearnedStepCurve:
             return knots[0][1] / self._reference(knots[0][0])
         for (x0, y0), (x1, y1) in itertools.pairwise(knots):
             if tokens <= x1:
-                return (y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)) / self._reference(
-                    tokens
-                )
+                return (y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)) / self._reference(tokens)
         return knots[-1][1] / self._reference(knots[-1][0])
 
     def spec_cost_ratio(self, tokens: float) -> float:
         """Scale of the prior's absolute spec costs (drafting, fixed costs) at ``tokens``."""
         return self.spec_scale if self.spec_scale is not None else self.ratio(tokens)
 
-    def step_seconds(
-        self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float
-    ) -> float:
+    def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:
         return self.ratio(tokens) * self.prior.step_time(tokens, context_tokens)
 
 
@@ -278,19 +266,11 @@ class StepTimeLearner:
         if not (prior > 0):
             return
         log_ratio = math.log(obs.step_seconds / prior)
-        current = self.predict(
-            obs
-        )  # the curve before this window, for the Huber weight
+        current = self.predict(obs)  # the curve before this window, for the Huber weight
         expected = math.log(current / prior) if current is not None else log_ratio
         residual = abs(log_ratio - expected)
-        weight = (
-            1.0
-            if residual <= HUBER_K * self._scale
-            else HUBER_K * self._scale / residual
-        )
-        self._scale = max(
-            MIN_RESIDUAL_SCALE, 0.9 * self._scale + 0.1 * min(residual, 4 * self._scale)
-        )
+        weight = 1.0 if residual <= HUBER_K * self._scale else HUBER_K * self._scale / residual
+        self._scale = max(MIN_RESIDUAL_SCALE, 0.9 * self._scale + 0.1 * min(residual, 4 * self._scale))
         side = self._spec if obs.draft_length > 0 else self._plain
         share = spec_extra_seconds(self.prior, obs) / prior
         side.add(
@@ -309,9 +289,7 @@ class StepTimeLearner:
         curve = self._fit()
         if curve is None:
             return None
-        return model_step_seconds(
-            learned_cost_model(self.prior, curve), obs, self.prior
-        )
+        return model_step_seconds(learned_cost_model(self.prior, curve), obs, self.prior)
 
     def curve(self) -> LearnedStepCurve | None:
         """The fitted curve, or None while fewer than ``min_points`` windows back it."""
@@ -328,15 +306,12 @@ class StepTimeLearner:
         merged: dict[int, _Bin] = {}
         for i, b in spec.items():
             if spec_scale is None:
-                merged[i] = (
-                    b  # drafting and fixed costs scale like the target (the prior's split)
-                )
+                merged[i] = b  # drafting and fixed costs scale like the target (the prior's split)
             else:
                 # The target's share of a spec step: measured spec ratio minus the measured scale
                 # of the prior's drafting + fixed-cost share.
                 target = max(
-                    (math.exp(b.log_ratio) - spec_scale * b.share)
-                    / max(1.0 - b.share, 1e-6),
+                    (math.exp(b.log_ratio) - spec_scale * b.share) / max(1.0 - b.share, 1e-6),
                     1e-3,
                 )
                 merged[i] = _Bin(
@@ -353,19 +328,11 @@ class StepTimeLearner:
         xs = [merged[i].log_tokens for i in order]
         ws = [merged[i].weight for i in order]
         # Non-decreasing step time in tokens: pool adjacent violators on T = ratio × prior.
-        ts = [
-            math.exp(merged[i].log_ratio) * self.prior.base_step_time(2.0**x)
-            for i, x in zip(order, xs, strict=True)
-        ]
-        blocks: list[
-            list[float]
-        ] = []  # [weighted T sum, weight, first index, last index]
+        ts = [math.exp(merged[i].log_ratio) * self.prior.base_step_time(2.0**x) for i, x in zip(order, xs, strict=True)]
+        blocks: list[list[float]] = []  # [weighted T sum, weight, first index, last index]
         for j, (tv, w) in enumerate(zip(ts, ws, strict=True)):
             blocks.append([tv * w, w, j, j])
-            while (
-                len(blocks) > 1
-                and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]
-            ):
+            while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
                 last = blocks.pop()
                 blocks[-1][0] += last[0]
                 blocks[-1][1] += last[1]
@@ -421,9 +388,7 @@ def _spec_cost_scale(plain: dict[int, _Bin], spec: dict[int, _Bin]) -> float | N
         plain_log_ratio = _interpolated_log_ratio(plain, b.log_tokens)
         if plain_log_ratio is None or b.share <= 0.02:
             continue
-        num += b.weight * (
-            math.exp(b.log_ratio) - math.exp(plain_log_ratio) * (1.0 - b.share)
-        )
+        num += b.weight * (math.exp(b.log_ratio) - math.exp(plain_log_ratio) * (1.0 - b.share))
         den += b.weight * b.share
     if den <= 0:
         return None
@@ -441,20 +406,14 @@ class FitSummary:
 
     points: float
     residual_ratio: float | None
-    predicted_seconds: (
-        float | None
-    )  # the current model's step at the last window's load
+    predicted_seconds: float | None  # the current model's step at the last window's load
     observed_seconds: float | None
 
 
 def fit_summary(learner: StepTimeLearner, model: CostModel) -> FitSummary:
     obs = learner.last
     curve = learner.curve()
-    residual = (
-        curve.residual_ratio
-        if curve is not None and math.isfinite(curve.residual_ratio)
-        else None
-    )
+    residual = curve.residual_ratio if curve is not None and math.isfinite(curve.residual_ratio) else None
     if obs is None:
         return FitSummary(learner.points, residual, None, None)
     return FitSummary(
@@ -468,11 +427,9 @@ def fit_summary(learner: StepTimeLearner, model: CostModel) -> FitSummary:
 _Key = TypeVar("_Key", bound=tuple[object, ...])
 
 
-def deltas_by_kind(
-    increases: Mapping[_Key, float], kinds: Mapping[str, str]
-) -> dict[str, float]:
+def deltas_by_kind(increases: Mapping[_Key, float], kinds: Mapping[str, str]) -> dict[str, float]:
     """Sum a window's counter increases by series kind (``kinds`` maps a key's first element to a name)."""
-    out = {name: 0.0 for name in kinds.values()}
+    out = dict.fromkeys(kinds.values(), 0.0)
     for key, delta in increases.items():
         name = kinds.get(str(key[0]))
         if name is not None:
@@ -480,9 +437,7 @@ def deltas_by_kind(
     return out
 
 
-def closed_loop_speedup(
-    model: CostModel, concurrency: float, batch: float, k: float, alpha: float
-) -> float:
+def closed_loop_speedup(model: CostModel, concurrency: float, batch: float, k: float, alpha: float) -> float:
     """Throughput with speculation over without at a fixed number of concurrent requests (what a
     benchmark at concurrency C measures), from a spec-on window alone.
 

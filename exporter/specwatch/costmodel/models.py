@@ -115,8 +115,9 @@ def _layer_kinds(hf: Mapping[str, object], layers: int) -> list[str]:
         kinds = []
         for t in types:
             text = str(t)
-            kinds.append("linear" if "linear" in text else "sliding" if ("sliding" in text or "chunk" in text)
-                         else "full")
+            kinds.append(
+                "linear" if "linear" in text else "sliding" if ("sliding" in text or "chunk" in text) else "full"
+            )
         return kinds
     interval = hf.get("full_attention_interval")
     if isinstance(interval, int) and interval > 1 and hf.get("linear_num_value_heads"):
@@ -132,8 +133,10 @@ def _linear_attention_params(hf: Mapping[str, object], h: int) -> float:
     dk = _as_int(_first(hf, "linear_key_head_dim", default=0) or 0)
     dv = _as_int(_first(hf, "linear_value_head_dim", default=0) or 0)
     if not (nk and nv and dk and dv):
-        raise _invalid("model config: linear_attention layers need 'linear_num_key_heads', "
-                       "'linear_num_value_heads', 'linear_key_head_dim' and 'linear_value_head_dim'")
+        raise _invalid(
+            "model config: linear_attention layers need 'linear_num_key_heads', "
+            "'linear_num_value_heads', 'linear_key_head_dim' and 'linear_value_head_dim'"
+        )
     kernel = _as_int(_first(hf, "linear_conv_kernel_dim", default=4) or 4)
     key_dim, value_dim = nk * dk, nv * dv
     return float(h * (2 * key_dim + 2 * value_dim) + h * 2 * nv + (2 * key_dim + value_dim) * kernel + value_dim * h)
@@ -151,8 +154,11 @@ def _moe_layer_indices(hf: Mapping[str, object], layers: int) -> list[int]:
     freq = _as_int(_first(hf, "moe_layer_freq", default=1) or 1)
     step = _as_int(_first(hf, "interleave_moe_layer_step", "decoder_sparse_step", default=1) or 1)
     mlp_only = set(_as_list(hf.get("mlp_only_layers") or []))
-    return [i for i in range(layers)
-            if i >= first_dense and (i - first_dense) % freq == 0 and (i + 1) % step == 0 and i not in mlp_only]
+    return [
+        i
+        for i in range(layers)
+        if i >= first_dense and (i - first_dense) % freq == 0 and (i + 1) % step == 0 and i not in mlp_only
+    ]
 
 
 def model_spec_from_hf_config(hf: Mapping[str, object], name: str | None = None) -> ModelSpec:
@@ -217,8 +223,9 @@ def model_spec_from_hf_config(hf: Mapping[str, object], name: str | None = None)
     attention_total = full_layers * attn + (layers - full_layers) * linear_attn
 
     n_experts = _as_int(_first(hf, "n_routed_experts", "num_local_experts", "num_experts", default=0) or 0)
-    top_k = _as_int(_first(hf, "num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk",
-                       default=0) or 0)
+    top_k = _as_int(
+        _first(hf, "num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk", default=0) or 0
+    )
     moe_layers = 0
     expert_params = 0.0
     dense_mlp_total = 0.0
@@ -298,8 +305,14 @@ def model_spec_from_params(
         kv = _KV_REF_BYTES * (params / _KV_REF_PARAMS) ** _KV_EXPONENT
     # Layer count guess (for the TP all-reduce term): 32 at 8B, 80 at 70B, as in Llama-3.1.
     guess_layers = max(1, round(32 * (params / _KV_REF_PARAMS) ** 0.42))
-    return ModelSpec(name=name, dense_params=float(params), layers=int(layers or guess_layers),
-                     kv_bytes_per_token_bf16=kv, kv_heads=kv_heads, head_dim=head_dim)
+    return ModelSpec(
+        name=name,
+        dense_params=float(params),
+        layers=int(layers or guess_layers),
+        kv_bytes_per_token_bf16=kv,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+    )
 
 
 def model_weight_bytes(spec: ModelSpec, dtype: str, tokens: float = 1.0) -> float:

@@ -33,11 +33,9 @@ class RelativeStepTimeCurve(Protocol):
     """A curve learned relative to the roofline (costmodel/learned.py): the cost model scales its
     absolute spec costs (fixed costs, the drafter's roofline) by ``spec_cost_ratio``."""
 
-    def spec_cost_ratio(self, tokens: float) -> float:
-        ...
+    def spec_cost_ratio(self, tokens: float) -> float: ...
 
-    def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:
-        ...
+    def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -70,8 +68,7 @@ class Profile:
         if self.context_tokens is not None:
             # The profile was measured with `tokens` requests at its own context; correct the
             # attention term to the real KV size (a scalar correction, docs/costmodel.md).
-            coef = (self.kv_seconds_per_token if self.kv_seconds_per_token is not None
-                    else roofline_kv_seconds_per_token)
+            coef = self.kv_seconds_per_token if self.kv_seconds_per_token is not None else roofline_kv_seconds_per_token
             t += coef * (context_tokens - tokens * self.context_tokens)
         return max(t, 1e-6)
 
@@ -125,12 +122,12 @@ def parse_profile(data: object) -> Profile:
         if not _is_number(s) or not math.isfinite(s) or s <= 0:
             raise _invalid(f"profile.points[{i}].seconds: must be a number > 0")
         if pts and t <= pts[-1][0]:
-            raise _invalid(f"profile.points[{i}].tokens: must be strictly increasing "
-                           "(values below 1 count as 1)")
+            raise _invalid(f"profile.points[{i}].tokens: must be strictly increasing (values below 1 count as 1)")
         if pts and s < pts[-1][1]:
             raise _invalid(
                 f"profile.points[{i}].seconds: step time decreases with more tokens "
-                f"({s} < {pts[-1][1]}); smooth the measurement (e.g. running max) first")
+                f"({s} < {pts[-1][1]}); smooth the measurement (e.g. running max) first"
+            )
         pts.append((float(t), float(s)))
     ctx = data.get("context_tokens")
     if ctx is not None and (not _is_number(ctx) or ctx < 0):
@@ -139,6 +136,9 @@ def parse_profile(data: object) -> Profile:
     if kv is not None and (not _is_number(kv) or kv < 0):
         raise _invalid("profile.kv_seconds_per_token: must be a number >= 0")
     src = data.get("source")
-    return Profile(points=tuple(pts), context_tokens=None if ctx is None else float(ctx),
-                   kv_seconds_per_token=None if kv is None else float(kv),
-                   source=None if src is None else str(src))
+    return Profile(
+        points=tuple(pts),
+        context_tokens=None if ctx is None else float(ctx),
+        kv_seconds_per_token=None if kv is None else float(kv),
+        source=None if src is None else str(src),
+    )

@@ -91,8 +91,7 @@ class CostModel:
     # compared, and replace() starts a new memo.
     _memo: dict[object, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     # with_method/with_coverage results: kept so their memos outlive one assessment.
-    _derived: dict[tuple[str, object], CostModel] = field(default_factory=dict, init=False, repr=False,
-                                                          compare=False)
+    _derived: dict[tuple[str, object], CostModel] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -156,8 +155,9 @@ class CostModel:
                 memo[_VERSION_KEY] = version
         return memo
 
-    def _roofline(self, params_streamed_bytes: float, active_params: float, tokens: float,
-                  kv_bytes: float, fixed: float) -> float:
+    def _roofline(
+        self, params_streamed_bytes: float, active_params: float, tokens: float, kv_bytes: float, fixed: float
+    ) -> float:
         gemm = max(params_streamed_bytes / self.bandwidth_eff, 2.0 * active_params * tokens / self.flops_eff)
         return gemm + kv_bytes / self.bandwidth_eff + fixed
 
@@ -183,8 +183,9 @@ class CostModel:
         weight_bytes = self._dense_weight_bytes
         if weight_bytes is None:
             weight_bytes = model_weight_bytes(self.model, self.dtype, tokens)
-        return self._roofline(weight_bytes, self._active_params, tokens,
-                              self.kv_bytes_per_token * context_tokens, self.fixed_seconds)
+        return self._roofline(
+            weight_bytes, self._active_params, tokens, self.kv_bytes_per_token * context_tokens, self.fixed_seconds
+        )
 
     @cached_property
     def _active_params(self) -> float:
@@ -243,8 +244,12 @@ class CostModel:
         assert dm is not None
         kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
         return self.cost_scale(batch) * self._roofline(
-            model_weight_bytes(dm, d.draft_dtype, batch), dm.active_params, batch,
-            dm.kv_bytes_per_token_bf16 * kv_scale * self.context_tokens * batch, self.fixed_seconds)
+            model_weight_bytes(dm, d.draft_dtype, batch),
+            dm.active_params,
+            batch,
+            dm.kv_bytes_per_token_bf16 * kv_scale * self.context_tokens * batch,
+            self.fixed_seconds,
+        )
 
     def _head_draft_time(self, batch: float, k: float) -> float:
         """EAGLE/MTP/Medusa: ``passes`` sequential head forwards over ``batch`` rows, each paying
@@ -252,8 +257,13 @@ class CostModel:
         sampling, the LM head's top-k: absolute seconds, they do not shrink with TP)."""
         d = self.draft
         kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
-        head_step = self._roofline(d.head_params * DTYPE_BYTES["bf16"], d.head_params, batch,
-                                   d.head_kv_bytes_per_token * kv_scale * self.context_tokens * batch, 0.0)
+        head_step = self._roofline(
+            d.head_params * DTYPE_BYTES["bf16"],
+            d.head_params,
+            batch,
+            d.head_kv_bytes_per_token * kv_scale * self.context_tokens * batch,
+            0.0,
+        )
         passes = k if d.head_steps_per_token else 1.0
         return self.cost_scale(batch * (k + 1)) * passes * (d.fixed_seconds + head_step)
 
@@ -302,8 +312,9 @@ class CostModel:
             if len(memo) > _MEMO_LIMIT:
                 memo.clear()
             scale = self.cost_scale(tokens if tokens is not None else batch)
-            hit = memo[key] = scale * (self.verify_overhead_seconds
-                                       + self.verify_seconds_per_request * max(float(batch), 1.0))
+            hit = memo[key] = scale * (
+                self.verify_overhead_seconds + self.verify_seconds_per_request * max(float(batch), 1.0)
+            )
         return hit
 
     def spec_step_time(self, batch: float, k: float) -> float:
@@ -324,10 +335,8 @@ class CostModel:
         c = self.draft_coverage
         fixed = self.spec_overhead_time(batch, batch * (1 + c * k)) if k > 0 else 0.0
         if c >= 1.0:
-            return (self.step_time(batch * (k + 1), batch * self.context_tokens) + self.draft_time(batch, k)
-                    + fixed)
-        return (self.step_time(batch * (1 + c * k), batch * self.context_tokens)
-                + c * self.draft_time(batch, k) + fixed)
+            return self.step_time(batch * (k + 1), batch * self.context_tokens) + self.draft_time(batch, k) + fixed
+        return self.step_time(batch * (1 + c * k), batch * self.context_tokens) + c * self.draft_time(batch, k) + fixed
 
     def tokens_per_step(self, k: float, alpha: float) -> float:
         """Tokens a request gains per step: 1 + coverage·K·alpha (vLLM V1's alpha, exact)."""
@@ -346,9 +355,15 @@ class CostModel:
         method = METHOD_ALIASES.get(method, method)
         if method not in DRAFT_METHODS or method == self.draft.method:
             return self
-        return self._derive(("method", method), lambda: replace(
-            self, draft=draft_cost_for(method, self.model, draft_model=self.draft.draft_model,
-                                       draft_dtype=self.draft.draft_dtype)))
+        return self._derive(
+            ("method", method),
+            lambda: replace(
+                self,
+                draft=draft_cost_for(
+                    method, self.model, draft_model=self.draft.draft_model, draft_dtype=self.draft.draft_dtype
+                ),
+            ),
+        )
 
     def _derive(self, key: tuple[str, object], make: Callable[[], CostModel]) -> CostModel:
         """The same derived model for the same change, so its step-time memo serves every later

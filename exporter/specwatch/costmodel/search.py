@@ -17,8 +17,9 @@ def last_true(predicate: Callable[[int], bool], lo: int, hi: int) -> int:
     return lo
 
 
-def solve_increasing(f: Callable[[float], float], target: float, lo: float = 0.0, hi: float = 1.0,
-                     iterations: int = 60) -> float:
+def solve_increasing(
+    f: Callable[[float], float], target: float, lo: float = 0.0, hi: float = 1.0, iterations: int = 60
+) -> float:
     """x in [lo, hi] with f(x) = target for an increasing ``f`` (60 halvings: below 1e-18 of the range)."""
     for _ in range(iterations):
         mid = (lo + hi) / 2

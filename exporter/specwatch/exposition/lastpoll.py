@@ -40,17 +40,18 @@ class LastPoll:
 
     heads: list[str]
     lines: list[str]
-    plain: tuple[int, ...]          # positions in the found lines of the samples, in order
+    plain: tuple[int, ...]  # positions in the found lines of the samples, in order
     names: tuple[str, ...]
     labels: tuple[Labels, ...]
     families: tuple[tuple[str, str, tuple[int, ...], tuple[int, ...]], ...]  # name, kind, values, created
-    not_negative: tuple[int, ...]   # counters and gauges: finite and >= 0
-    timestamps: tuple[int, ...]     # _created: finite
+    not_negative: tuple[int, ...]  # counters and gauges: finite and >= 0
+    timestamps: tuple[int, ...]  # _created: finite
     histograms: tuple[_HistogramPlan, ...]
 
     @staticmethod
-    def remember(found: list[Line], result: Mapping[str, Family], cache: Mapping[str, Series],
-                 kinds: Mapping[str, str]) -> LastPoll | None:
+    def remember(
+        found: list[Line], result: Mapping[str, Family], cache: Mapping[str, Series], kinds: Mapping[str, str]
+    ) -> LastPoll | None:
         plain: list[int] = []
         series: list[Series] = []
         for i, (head, value, line) in enumerate(found):
@@ -90,11 +91,22 @@ class LastPoll:
             for parts in groups.values():
                 if len(parts.get("_count", ())) != 1 or len(parts.get("_sum", ())) != 1 or not parts.get("_bucket"):
                     return None
-                histograms.append(_HistogramPlan(tuple(p for _, p in sorted(parts["_bucket"])),
-                                                 parts["_count"][0][1], parts["_sum"][0][1]))
-        return LastPoll(list(map(_head, found)), list(map(_whole_line, found)), tuple(plain),
-                         tuple(s.name for s in series), tuple(s.labels for s in series), tuple(families),
-                         tuple(not_negative), tuple(timestamps), tuple(histograms))
+                histograms.append(
+                    _HistogramPlan(
+                        tuple(p for _, p in sorted(parts["_bucket"])), parts["_count"][0][1], parts["_sum"][0][1]
+                    )
+                )
+        return LastPoll(
+            list(map(_head, found)),
+            list(map(_whole_line, found)),
+            tuple(plain),
+            tuple(s.name for s in series),
+            tuple(s.labels for s in series),
+            tuple(families),
+            tuple(not_negative),
+            tuple(timestamps),
+            tuple(histograms),
+        )
 
     def reread(self, found: list[Line]) -> dict[str, Family] | None:
         """The families of `found` if it has this poll's lines with valid values, else None."""
@@ -113,10 +125,16 @@ class LastPoll:
             return None
         for plan in self.histograms:
             buckets = _pick(values, plan.buckets)
-            if not (buckets[0] >= 0 and all(map(operator.ge, buckets[1:], buckets[:-1]))
-                    and not math.isinf(buckets[-1]) and values[plan.count] == buckets[-1]
-                    and math.isfinite(values[plan.sum])):
+            if not (
+                buckets[0] >= 0
+                and all(map(operator.ge, buckets[1:], buckets[:-1]))
+                and not math.isinf(buckets[-1])
+                and values[plan.count] == buckets[-1]
+                and math.isfinite(values[plan.sum])
+            ):
                 return None
         samples = list(map(_make_sample, zip(self.names, self.labels, values)))
-        return {name: Family(name, kind, _pick(samples, value_at), _pick(samples, created_at))
-                for name, kind, value_at, created_at in self.families}
+        return {
+            name: Family(name, kind, _pick(samples, value_at), _pick(samples, created_at))
+            for name, kind, value_at, created_at in self.families
+        }

@@ -42,9 +42,9 @@ class Sample(NamedTuple):
 
 @dataclass(frozen=True)
 class Family:
-    name: str      # base family name: counters without _total, histograms without suffixes
-    type: str      # counter | gauge | histogram
-    samples: tuple[Sample, ...]       # the value samples (counter _total, gauge, histogram parts)
+    name: str  # base family name: counters without _total, histograms without suffixes
+    type: str  # counter | gauge | histogram
+    samples: tuple[Sample, ...]  # the value samples (counter _total, gauge, histogram parts)
     created: tuple[Sample, ...] = ()  # <name>_created samples, epoch seconds
 
 
@@ -52,13 +52,13 @@ class Series(NamedTuple):
     """What one distinct `name{labels}` text means, worked out once and remembered between polls."""
 
     name: str
-    family: str     # "" for a name that merely shares a selected prefix (the line is skipped)
+    family: str  # "" for a name that merely shares a selected prefix (the line is skipped)
     suffix: str
     labels: Labels  # sorted
-    key: int        # equal for equal (name, labels): duplicate detection with one int hash
-    group: Labels   # histogram parts: the labels without le, which tie buckets, _sum and _count
-    bound: float    # a bucket's le
-    le_error: str   # why a bucket's le is unusable ("" if it is usable), raised at validation
+    key: int  # equal for equal (name, labels): duplicate detection with one int hash
+    group: Labels  # histogram parts: the labels without le, which tie buckets, _sum and _count
+    bound: float  # a bucket's le
+    le_error: str  # why a bucket's le is unusable ("" if it is usable), raised at validation
 
 
 SKIP = Series("", "", "", (), -1, (), math.nan, "")

@@ -136,7 +136,7 @@ class Selector:
                         if line[:brace] in self._by_sample:
                             raise ExpositionError("parse", "unterminated labels", lineno)
                         continue  # a longer name that merely shares a prefix
-                    head, rest = line[:close + 1], line[close + 1:]
+                    head, rest = line[: close + 1], line[close + 1 :]
                 elif space < 0:
                     raise ExpositionError("parse", "sample without a value", lineno)
                 else:

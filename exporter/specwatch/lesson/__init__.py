@@ -39,7 +39,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = [
-    "Rollout", "SimulationGrid", "add_parsers", "alpha_for_speedup", "breakeven_rows", "breakeven_table",
-    "cmd_breakeven", "cmd_memory", "cmd_plan", "cmd_simulate", "cost_model_from_flags", "main", "memory_report",
-    "memory_text", "plan_markdown", "simulate_cell", "simulate_report", "simulate_text", "target_options",
+    "Rollout",
+    "SimulationGrid",
+    "add_parsers",
+    "alpha_for_speedup",
+    "breakeven_rows",
+    "breakeven_table",
+    "cmd_breakeven",
+    "cmd_memory",
+    "cmd_plan",
+    "cmd_simulate",
+    "cost_model_from_flags",
+    "main",
+    "memory_report",
+    "memory_text",
+    "plan_markdown",
+    "simulate_cell",
+    "simulate_report",
+    "simulate_text",
+    "target_options",
 ]

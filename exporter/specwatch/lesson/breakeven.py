@@ -24,8 +24,9 @@ from .options import (
 BreakevenRow = dict[str, float | None]
 
 
-def breakeven_rows(cm: cmod.CostModel, batches: Sequence[int], ks: Sequence[int],
-                   alpha: float | None) -> list[BreakevenRow]:
+def breakeven_rows(
+    cm: cmod.CostModel, batches: Sequence[int], ks: Sequence[int], alpha: float | None
+) -> list[BreakevenRow]:
     """One row per batch x K. Each K gets the model built for that K (the per-proposal draft cost is
     spread over it), so a row is the same whichever other K values are asked for."""
     rows: list[BreakevenRow] = []
@@ -33,20 +34,26 @@ def breakeven_rows(cm: cmod.CostModel, batches: Sequence[int], ks: Sequence[int]
     for b in batches:
         for k in ks:
             cm = models[k]
-            rows.append({
-                "batch": int(b),
-                "k": int(k),
-                "breakeven_acceptance_rate": rounded(cmod.breakeven_acceptance_rate(cm, b, k)),
-                "expected_speedup": None if alpha is None else rounded(cmod.expected_speedup(cm, b, k, alpha)),
-            })
+            rows.append(
+                {
+                    "batch": int(b),
+                    "k": int(k),
+                    "breakeven_acceptance_rate": rounded(cmod.breakeven_acceptance_rate(cm, b, k)),
+                    "expected_speedup": None if alpha is None else rounded(cmod.expected_speedup(cm, b, k, alpha)),
+                }
+            )
     return rows
 
 
 def breakeven_table(cm: cmod.CostModel, rows: Sequence[BreakevenRow], alpha: float | None) -> str:
     d = describe(cm)
-    lines = [(f"# {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
-             f"{d['context_tokens_per_request']} context tokens/request, draft {d['draft_method']} "
-             f"(c = {d['draft_cost_per_token']} of a step per drafted token)")]
+    lines = [
+        (
+            f"# {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
+            f"{d['context_tokens_per_request']} context tokens/request, draft {d['draft_method']} "
+            f"(c = {d['draft_cost_per_token']} of a step per drafted token)"
+        )
+    ]
     head = f"{'batch':>6} {'K':>3} {'break-even alpha':>17}"
     if alpha is not None:
         head += f" {'speedup @ alpha=' + format(alpha, 'g'):>20}"
@@ -63,8 +70,14 @@ def breakeven_table(cm: cmod.CostModel, rows: Sequence[BreakevenRow], alpha: flo
 def cmd_breakeven(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     check_fractions("--alpha", args.alpha)
-    cm = cost_model_from_flags(args, SMALL_TARGET, draft_method=args.method, draft_cost_per_token=args.draft_cost,
-                               draft_k=args.k[0], profile=load_profile(args.profile))
+    cm = cost_model_from_flags(
+        args,
+        SMALL_TARGET,
+        draft_method=args.method,
+        draft_cost_per_token=args.draft_cost,
+        draft_k=args.k[0],
+        profile=load_profile(args.profile),
+    )
     rows = breakeven_rows(cm, args.batch, args.k, args.alpha)
     if args.format == "json":
         emit_json(rows, out)
@@ -74,16 +87,24 @@ def cmd_breakeven(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("breakeven", help="break-even acceptance rate vs batch size",
-                              parents=[target_options(SMALL_TARGET)],
-                              description="Break-even vLLM acceptance rate alpha*(B, K) and the speedup at --alpha.")
+    p = subparsers.add_parser(
+        "breakeven",
+        help="break-even acceptance rate vs batch size",
+        parents=[target_options(SMALL_TARGET)],
+        description="Break-even vLLM acceptance rate alpha*(B, K) and the speedup at --alpha.",
+    )
     p.add_argument("--method", choices=list(cmod.DRAFT_METHODS), default=None, help="drafter (auto = eagle3)")
-    p.add_argument("--draft-cost", type=float, default=None,
-                   help="draft cost per drafted token, fraction of a plain target step")
+    p.add_argument(
+        "--draft-cost", type=float, default=None, help="draft cost per drafted token, fraction of a plain target step"
+    )
     p.add_argument("--k", type=ints, required=True, help="draft length K (or a comma list)")
     p.add_argument("--batch", type=ints, required=True, help="comma list of batch sizes, e.g. 1,8,64,256")
     p.add_argument("--alpha", type=float, default=None, help="acceptance rate in [0, 1] for the speedup column")
-    p.add_argument("--profile", default=None, metavar="FILE",
-                   help="measured spec-off step-time profile (YAML, the sidecar's `profile:` format)")
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE",
+        help="measured spec-off step-time profile (YAML, the sidecar's `profile:` format)",
+    )
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_breakeven)

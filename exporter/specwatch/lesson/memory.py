@@ -19,8 +19,16 @@ from .options import (
 )
 
 
-def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str, draft_vocab: int,
-                  concurrency: int, context_tokens: int, gpu_memory_utilization: float) -> dict[str, Any]:
+def memory_report(
+    cm: cmod.CostModel,
+    draft: cmod.ModelSpec,
+    *,
+    draft_dtype: str,
+    draft_vocab: int,
+    concurrency: int,
+    context_tokens: int,
+    gpu_memory_utilization: float,
+) -> dict[str, Any]:
     """Memory of each component at ``concurrency`` requests of ``context_tokens``, and the KV cache
     capacity each drafter costs the target."""
     target = cm.model
@@ -28,14 +36,22 @@ def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str
     kv_scale = 1.0  # KV cache in bf16
     head_params = cmod.draft_head_params(target, "eagle3", draft_vocab=draft_vocab)
     items: dict[str, dict[str, Any]] = {
-        "target": {"params": target.total_params,
-                   "weights_bytes": cmod.model_total_weight_bytes(target, cm.dtype),
-                   "kv_bytes_per_token": target.kv_bytes_per_token_bf16 * kv_scale},
-        "eagle3_head": {"params": head_params, "weights_bytes": head_params * 2.0,
-                        "kv_bytes_per_token": cmod.draft_head_kv_bytes_per_token(target) * kv_scale},
-        "draft_model": {"name": draft.name, "params": draft.total_params,
-                        "weights_bytes": cmod.model_total_weight_bytes(draft, draft_dtype),
-                        "kv_bytes_per_token": draft.kv_bytes_per_token_bf16 * kv_scale},
+        "target": {
+            "params": target.total_params,
+            "weights_bytes": cmod.model_total_weight_bytes(target, cm.dtype),
+            "kv_bytes_per_token": target.kv_bytes_per_token_bf16 * kv_scale,
+        },
+        "eagle3_head": {
+            "params": head_params,
+            "weights_bytes": head_params * 2.0,
+            "kv_bytes_per_token": cmod.draft_head_kv_bytes_per_token(target) * kv_scale,
+        },
+        "draft_model": {
+            "name": draft.name,
+            "params": draft.total_params,
+            "weights_bytes": cmod.model_total_weight_bytes(draft, draft_dtype),
+            "kv_bytes_per_token": draft.kv_bytes_per_token_bf16 * kv_scale,
+        },
     }
     for v in items.values():
         v["kv_bytes_at_load"] = v["kv_bytes_per_token"] * tokens
@@ -50,8 +66,11 @@ def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str
             free_spec = free_plain - extra["weights_bytes"]
             plain_tokens = free_plain / items["target"]["kv_bytes_per_token"]
             spec_tokens = free_spec / (items["target"]["kv_bytes_per_token"] + extra["kv_bytes_per_token"])
-            capacity[name] = {"kv_tokens_without": int(max(plain_tokens, 0)), "kv_tokens_with": int(max(spec_tokens, 0)),
-                              "kv_capacity_lost": rounded(1 - spec_tokens / plain_tokens) if plain_tokens > 0 else None}
+            capacity[name] = {
+                "kv_tokens_without": int(max(plain_tokens, 0)),
+                "kv_tokens_with": int(max(spec_tokens, 0)),
+                "kv_capacity_lost": rounded(1 - spec_tokens / plain_tokens) if plain_tokens > 0 else None,
+            }
     gb = 1e9
     # Does each configuration fit? Weights + KV at this load (+ the drafter's) against what vLLM
     # may use: GPU memory x TP x gpu_memory_utilization. Activations and CUDA graphs are left out,
@@ -59,58 +78,87 @@ def memory_report(cm: cmod.CostModel, draft: cmod.ModelSpec, *, draft_dtype: str
     fit: dict[str, Any] | None = None
     if budget is not None:
         plain = items["target"]["total_bytes_at_load"]
-        needed = {"target_alone": plain,
-                  "with_eagle3_head": plain + items["eagle3_head"]["total_bytes_at_load"],
-                  "with_draft_model": plain + items["draft_model"]["total_bytes_at_load"]}
-        fit = {"budget_gb": rounded(budget / gb, 3), "gpu_memory_utilization": gpu_memory_utilization,
-               "configurations": {name: {"needed_gb": rounded(b / gb, 3), "fits": b <= budget}
-                                  for name, b in needed.items()}}
+        needed = {
+            "target_alone": plain,
+            "with_eagle3_head": plain + items["eagle3_head"]["total_bytes_at_load"],
+            "with_draft_model": plain + items["draft_model"]["total_bytes_at_load"],
+        }
+        fit = {
+            "budget_gb": rounded(budget / gb, 3),
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "configurations": {
+                name: {"needed_gb": rounded(b / gb, 3), "fits": b <= budget} for name, b in needed.items()
+            },
+        }
     components = {}
     for key, v in items.items():
-        c = {"params_billion": rounded(v["params"] / 1e9, 3), "weights_gb": rounded(v["weights_bytes"] / gb, 3),
-             "kv_bytes_per_token": round(v["kv_bytes_per_token"]),
-             "kv_gb_at_load": rounded(v["kv_bytes_at_load"] / gb, 3),
-             "total_gb_at_load": rounded(v["total_bytes_at_load"] / gb, 3)}
+        c = {
+            "params_billion": rounded(v["params"] / 1e9, 3),
+            "weights_gb": rounded(v["weights_bytes"] / gb, 3),
+            "kv_bytes_per_token": round(v["kv_bytes_per_token"]),
+            "kv_gb_at_load": rounded(v["kv_bytes_at_load"] / gb, 3),
+            "total_gb_at_load": rounded(v["total_bytes_at_load"] / gb, 3),
+        }
         if "name" in v:
             c["name"] = v["name"]
         components[key] = c
     return {
-        "target": {"model": target.name, "dtype": cm.dtype, "tensor_parallel": cm.tensor_parallel,
-                   "hardware": cm.hardware.name, "concurrency": concurrency, "context_tokens": context_tokens},
+        "target": {
+            "model": target.name,
+            "dtype": cm.dtype,
+            "tensor_parallel": cm.tensor_parallel,
+            "hardware": cm.hardware.name,
+            "concurrency": concurrency,
+            "context_tokens": context_tokens,
+        },
         "components": components,
         "kv_capacity": capacity,
         "fit": fit,
-        "eagle3_vs_draft_model_memory_ratio": rounded(items["eagle3_head"]["total_bytes_at_load"]
-                                                      / items["draft_model"]["total_bytes_at_load"]),
+        "eagle3_vs_draft_model_memory_ratio": rounded(
+            items["eagle3_head"]["total_bytes_at_load"] / items["draft_model"]["total_bytes_at_load"]
+        ),
     }
 
 
 def memory_text(rep: dict[str, Any]) -> str:
     t = rep["target"]
-    lines = [(f"# memory of a drafter for {t['model']} ({t['dtype']}, TP{t['tensor_parallel']}, {t['hardware']}) "
-             f"at {t['concurrency']} requests x {t['context_tokens']} context tokens"),
-             (f"{'component':<14} {'params (B)':>10} {'weights GB':>11} {'KV B/token':>11} {'KV GB at load':>14} "
-             f"{'total GB':>9}")]
+    lines = [
+        (
+            f"# memory of a drafter for {t['model']} ({t['dtype']}, TP{t['tensor_parallel']}, {t['hardware']}) "
+            f"at {t['concurrency']} requests x {t['context_tokens']} context tokens"
+        ),
+        (
+            f"{'component':<14} {'params (B)':>10} {'weights GB':>11} {'KV B/token':>11} {'KV GB at load':>14} "
+            f"{'total GB':>9}"
+        ),
+    ]
     for name, c in rep["components"].items():
-        lines.append(f"{name:<14} {c['params_billion']:>10.3f} {c['weights_gb']:>11.2f} {c['kv_bytes_per_token']:>11} "
-                     f"{c['kv_gb_at_load']:>14.2f} {c['total_gb_at_load']:>9.2f}")
+        lines.append(
+            f"{name:<14} {c['params_billion']:>10.3f} {c['weights_gb']:>11.2f} {c['kv_bytes_per_token']:>11} "
+            f"{c['kv_gb_at_load']:>14.2f} {c['total_gb_at_load']:>9.2f}"
+        )
     for name, c in rep["kv_capacity"].items():
         if c["kv_tokens_without"] <= 0:
             lines.append(f"{name}: the target's weights alone do not fit; raise --tp")
             continue
-        lines.append(f"{name}: KV cache capacity {c['kv_tokens_without']} -> {c['kv_tokens_with']} tokens "
-                     f"({c['kv_capacity_lost']:.1%} lost)")
-    lines.append(f"EAGLE-3 head needs {rep['eagle3_vs_draft_model_memory_ratio']:.0%} of the draft model's memory "
-                 f"at this load.")
+        lines.append(
+            f"{name}: KV cache capacity {c['kv_tokens_without']} -> {c['kv_tokens_with']} tokens "
+            f"({c['kv_capacity_lost']:.1%} lost)"
+        )
+    lines.append(
+        f"EAGLE-3 head needs {rep['eagle3_vs_draft_model_memory_ratio']:.0%} of the draft model's memory at this load."
+    )
     fit = rep.get("fit")
     if fit is None:
         lines.append("fit: GPU memory unknown for this hardware; not checked")
     else:
         for name, row in fit["configurations"].items():
             verdict = "fits" if row["fits"] else "DOES NOT FIT"
-            lines.append(f"{name.replace('_', ' ')}: {verdict}: needs {row['needed_gb']:.2f} GB of "
-                         f"{fit['budget_gb']:.2f} GB (GPU memory x TP{t['tensor_parallel']} x "
-                         f"gpu_memory_utilization {fit['gpu_memory_utilization']})")
+            lines.append(
+                f"{name.replace('_', ' ')}: {verdict}: needs {row['needed_gb']:.2f} GB of "
+                f"{fit['budget_gb']:.2f} GB (GPU memory x TP{t['tensor_parallel']} x "
+                f"gpu_memory_utilization {fit['gpu_memory_utilization']})"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -129,9 +177,15 @@ def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         draft = cmod.model_spec_from_hf_config(load_json(args.draft_model_config), name=args.draft_model_config)
     else:
         draft = cmod.MODEL_PRESETS[args.draft_model]
-    rep = memory_report(cm, draft, draft_dtype=args.draft_dtype, draft_vocab=args.draft_vocab,
-                        concurrency=args.concurrency, context_tokens=args.context,
-                        gpu_memory_utilization=args.gpu_memory_utilization)
+    rep = memory_report(
+        cm,
+        draft,
+        draft_dtype=args.draft_dtype,
+        draft_vocab=args.draft_vocab,
+        concurrency=args.concurrency,
+        context_tokens=args.context,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
     if args.format == "json":
         emit_json(rep, out)
     else:
@@ -141,15 +195,22 @@ def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    m = subparsers.add_parser("memory", help="memory of an EAGLE-3 head vs a classic draft model",
-                              parents=[target_options(LESSON_TARGET, role="target")],
-                              description="Weights + KV of an EAGLE-3 head and of a draft model for a target.")
+    m = subparsers.add_parser(
+        "memory",
+        help="memory of an EAGLE-3 head vs a classic draft model",
+        parents=[target_options(LESSON_TARGET, role="target")],
+        description="Weights + KV of an EAGLE-3 head and of a draft model for a target.",
+    )
     dg = m.add_mutually_exclusive_group()
     dg.add_argument("--draft-model", choices=sorted(cmod.MODEL_PRESETS), default=cmod.DEFAULT_DRAFT_MODEL)
     dg.add_argument("--draft-model-config", help="HF config.json of the draft model")
     m.add_argument("--draft-dtype", choices=DTYPE_CHOICES, default="bf16")
-    m.add_argument("--draft-vocab", type=int, default=cmod.EAGLE3_DRAFT_VOCAB,
-                   help=f"EAGLE-3 draft vocabulary ({cmod.EAGLE3_DRAFT_VOCAB})")
+    m.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=cmod.EAGLE3_DRAFT_VOCAB,
+        help=f"EAGLE-3 draft vocabulary ({cmod.EAGLE3_DRAFT_VOCAB})",
+    )
     m.add_argument("--concurrency", type=int, default=64)
     m.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     m.add_argument("--format", choices=["table", "json"], default="table")

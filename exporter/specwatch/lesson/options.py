@@ -120,14 +120,23 @@ def target_options(defaults: ModelDefaults, role: str = "model") -> argparse.Arg
     g.add_argument("--flops", type=float, default=None, help="peak bf16 FLOP/s (instead of --hardware)")
     mg = p.add_mutually_exclusive_group()
     mg.add_argument("--model-config", help="HF config.json of the target")
-    mg.add_argument("--model", choices=sorted(cmod.MODEL_PRESETS), default=None,
-                    help=f"{role} preset ({defaults.model})")
+    mg.add_argument(
+        "--model", choices=sorted(cmod.MODEL_PRESETS), default=None, help=f"{role} preset ({defaults.model})"
+    )
     mg.add_argument("--params", type=float, help="target parameter count (dense)")
-    p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
-                   help=f"{'target weights' if role == 'target' else 'weight dtype'} ({defaults.dtype})")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default=None,
+        help=f"{'target weights' if role == 'target' else 'weight dtype'} ({defaults.dtype})",
+    )
     p.add_argument("--tp", type=int, default=None, help=f"tensor parallel size ({defaults.tensor_parallel})")
-    p.add_argument("--context", type=int, default=defaults.context_tokens,
-                   help=f"context tokens per request ({defaults.context_tokens})")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=defaults.context_tokens,
+        help=f"context tokens per request ({defaults.context_tokens})",
+    )
     return p
 
 
@@ -144,9 +153,15 @@ def load_json(path: str, flag: str = "--model-config") -> dict[str, Any]:
     return data
 
 
-def cost_model_from_flags(args: argparse.Namespace, defaults: ModelDefaults, *, draft_method: str | None = None,
-                          draft_cost_per_token: float | None = None, draft_k: int = cmod.DEFAULT_DRAFT_K,
-                          profile: cmod.StepTimeCurve | None = None) -> cmod.CostModel:
+def cost_model_from_flags(
+    args: argparse.Namespace,
+    defaults: ModelDefaults,
+    *,
+    draft_method: str | None = None,
+    draft_cost_per_token: float | None = None,
+    draft_k: int = cmod.DEFAULT_DRAFT_K,
+    profile: cmod.StepTimeCurve | None = None,
+) -> cmod.CostModel:
     """The CostModel of the ``target_options`` flags; a bad value exits with one error line."""
     hardware, bandwidth, flops = args.hardware, args.bandwidth, args.flops
     if hardware is None and not (bandwidth or flops):
@@ -159,12 +174,20 @@ def cost_model_from_flags(args: argparse.Namespace, defaults: ModelDefaults, *, 
         model = defaults.model
     try:
         return cmod.build_cost_model(
-            hardware=hardware, bandwidth_bytes_per_second=bandwidth, flops=flops,
+            hardware=hardware,
+            bandwidth_bytes_per_second=bandwidth,
+            flops=flops,
             tensor_parallel=args.tp or defaults.tensor_parallel,
-            model=model if model_config is None else None, model_config=model_config, model_params=args.params,
-            dtype=args.dtype or defaults.dtype, context_tokens=args.context,
-            draft_method=draft_method or "auto", draft_cost_per_token=draft_cost_per_token, draft_k=draft_k,
-            profile=profile)
+            model=model if model_config is None else None,
+            model_config=model_config,
+            model_params=args.params,
+            dtype=args.dtype or defaults.dtype,
+            context_tokens=args.context,
+            draft_method=draft_method or "auto",
+            draft_cost_per_token=draft_cost_per_token,
+            draft_k=draft_k,
+            profile=profile,
+        )
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
 
@@ -201,5 +224,7 @@ def describe(cm: cmod.CostModel) -> dict[str, Any]:
         "context_tokens_per_request": int(cm.context_tokens),
         "draft_method": cm.draft.method,
         "draft_cost_per_token": rounded(cm.draft_cost_per_token()),
-        "mbu": cm.mbu, "mfu": cm.mfu, "overhead_seconds": cm.overhead_seconds,
+        "mbu": cm.mbu,
+        "mfu": cm.mfu,
+        "overhead_seconds": cm.overhead_seconds,
     }

@@ -39,8 +39,9 @@ def _quantile(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[idx]
 
 
-def simulate_cell(rng: random.Random, t_base: float, t_spec: float, k: int, alpha: float, tokens: int,
-                  requests: int, jitter: float) -> dict[str, float]:
+def simulate_cell(
+    rng: random.Random, t_base: float, t_spec: float, k: int, alpha: float, tokens: int, requests: int, jitter: float
+) -> dict[str, float]:
     """Decode ``requests`` streams of ``tokens`` tokens with and without speculation.
 
     Without: one token per step of t_base. With: each step drafts K tokens, accepts a prefix whose
@@ -120,12 +121,16 @@ def _grid_rows(cm: cmod.CostModel, grid: SimulationGrid) -> list[dict[str, Any]]
             be = cmod.breakeven_acceptance_rate(cm, b, k)
             for alpha in grid.alphas:
                 sim = simulate_cell(rng, t_base, t_spec, k, alpha, grid.tokens, grid.requests, grid.jitter)
-                rows.append({
-                    "batch": b, "k": k, "alpha": alpha,
-                    "breakeven_acceptance_rate": rounded(be),
-                    "expected_speedup": rounded(cmod.expected_speedup(cm, b, k, alpha)),
-                    **{key: rounded(v, 6 if key.startswith("itl") else 4) for key, v in sim.items()},
-                })
+                rows.append(
+                    {
+                        "batch": b,
+                        "k": k,
+                        "alpha": alpha,
+                        "breakeven_acceptance_rate": rounded(be),
+                        "expected_speedup": rounded(cmod.expected_speedup(cm, b, k, alpha)),
+                        **{key: rounded(v, 6 if key.startswith("itl") else 4) for key, v in sim.items()},
+                    }
+                )
     return rows
 
 
@@ -137,12 +142,15 @@ def _blended_traffic(cm: cmod.CostModel, grid: SimulationGrid, mix: Traffic) -> 
         "blended_alpha": rounded(blended),
         "k": k_ref,
         "per_batch": [
-            {"batch": b, "breakeven": rounded(cmod.breakeven_acceptance_rate(cm, b, k_ref)),
-             "blended_speedup": rounded(cmod.expected_speedup(cm, b, k_ref, blended)),
-             "net_positive": cmod.expected_speedup(cm, b, k_ref, blended) > 1.0,
-             "routes_below_breakeven": [n for n, _, a in mix
-                                        if a < cmod.breakeven_acceptance_rate(cm, b, k_ref)]}
-            for b in grid.batches],
+            {
+                "batch": b,
+                "breakeven": rounded(cmod.breakeven_acceptance_rate(cm, b, k_ref)),
+                "blended_speedup": rounded(cmod.expected_speedup(cm, b, k_ref, blended)),
+                "net_positive": cmod.expected_speedup(cm, b, k_ref, blended) > 1.0,
+                "routes_below_breakeven": [n for n, _, a in mix if a < cmod.breakeven_acceptance_rate(cm, b, k_ref)],
+            }
+            for b in grid.batches
+        ],
     }
 
 
@@ -154,38 +162,63 @@ def _itl_diagnosis(cm: cmod.CostModel, itl_mean_change: float, itl_p99_change: f
     diag_alpha = (tau - 1) / LESSON_K
     rates = cmod.position_rates_from_alpha(min(max(diag_alpha, 0.0), 1.0), LESSON_K)
     return {
-        "mean_itl_change": -m, "p99_itl_change": p, "k": LESSON_K,
-        "implied_overhead": rounded(p), "implied_tau": rounded(tau), "implied_alpha": rounded(diag_alpha),
+        "mean_itl_change": -m,
+        "p99_itl_change": p,
+        "k": LESSON_K,
+        "implied_overhead": rounded(p),
+        "implied_tau": rounded(tau),
+        "implied_alpha": rounded(diag_alpha),
         "recommended_k_at_batch_1": cmod.best_draft_length(cm, 1, rates),
         "explanation": (
             "vLLM's ITL histogram records one latency per engine step. With speculation a step "
             "carries 1 + K*alpha tokens on average, so the per-token mean falls, but every step costs "
             "T_spec = T_base*(1+overhead), and a step whose drafts are all rejected delivers one token "
             "after that longer wait: the P99 rises by about the overhead. At full batch the overhead "
-            "grows (verification leaves the memory-bound regime), widening the gap."),
-        "mitigation": ("shorten K (or a batch-size schedule) so that the overhead per step falls, train or pick "
-                       "a drafter with higher alpha on this traffic, and gate P99 ITL against the spec-off baseline"),
+            "grows (verification leaves the memory-bound regime), widening the gap."
+        ),
+        "mitigation": (
+            "shorten K (or a batch-size schedule) so that the overhead per step falls, train or pick "
+            "a drafter with higher alpha on this traffic, and gate P99 ITL against the spec-off baseline"
+        ),
     }
 
 
-def simulate_report(cm: cmod.CostModel, grid: SimulationGrid, mix: Traffic, *, itl_mean_change: float,
-                    itl_p99_change: float) -> dict[str, Any]:
+def simulate_report(
+    cm: cmod.CostModel, grid: SimulationGrid, mix: Traffic, *, itl_mean_change: float, itl_p99_change: float
+) -> dict[str, Any]:
     """The grid plus the lesson's answers: alpha for 2x/3x, overhead sensitivity, blended traffic
     and the mean-vs-P99 ITL diagnosis."""
     rows = _grid_rows(cm, grid)
     answers: dict[str, Any] = {}
     answers["alpha_for_speedup_at_k5"] = [
-        {"batch": b, "alpha_for_2x": rounded(alpha_for_speedup(cm, b, LESSON_K, 2.0)),
-         "alpha_for_3x": rounded(alpha_for_speedup(cm, b, LESSON_K, 3.0))} for b in grid.batches]
+        {
+            "batch": b,
+            "alpha_for_2x": rounded(alpha_for_speedup(cm, b, LESSON_K, 2.0)),
+            "alpha_for_3x": rounded(alpha_for_speedup(cm, b, LESSON_K, 3.0)),
+        }
+        for b in grid.batches
+    ]
     # Lesson form: S = (1 + K·alpha)/(1 + eps) -> alpha = (S(1 + eps) − 1)/K at K=5.
     answers["overhead_sensitivity_k5"] = [
-        {"overhead": eps, "breakeven": rounded(eps / 5), "alpha_for_2x": rounded((2 * (1 + eps) - 1) / 5),
-         "alpha_for_3x": rounded((3 * (1 + eps) - 1) / 5) if (3 * (1 + eps) - 1) / 5 <= 1 else None}
-        for eps in (0.05, 0.10, 0.15, 0.25, 0.50)]
+        {
+            "overhead": eps,
+            "breakeven": rounded(eps / 5),
+            "alpha_for_2x": rounded((2 * (1 + eps) - 1) / 5),
+            "alpha_for_3x": rounded((3 * (1 + eps) - 1) / 5) if (3 * (1 + eps) - 1) / 5 <= 1 else None,
+        }
+        for eps in (0.05, 0.10, 0.15, 0.25, 0.50)
+    ]
     answers["blended_traffic"] = _blended_traffic(cm, grid, mix)
     answers["itl_diagnosis"] = _itl_diagnosis(cm, itl_mean_change, itl_p99_change)
-    return {"model": describe(cm), "seed": grid.seed, "tokens_per_request": grid.tokens,
-            "requests": grid.requests, "jitter": grid.jitter, "grid": rows, "answers": answers}
+    return {
+        "model": describe(cm),
+        "seed": grid.seed,
+        "tokens_per_request": grid.tokens,
+        "requests": grid.requests,
+        "jitter": grid.jitter,
+        "grid": rows,
+        "answers": answers,
+    }
 
 
 def _alpha(value: float | None) -> str:
@@ -195,40 +228,55 @@ def _alpha(value: float | None) -> str:
 
 def simulate_text(rep: dict[str, Any]) -> str:
     d = rep["model"]
-    lines = [(f"# toy decode loop: {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
-             f"{d['context_tokens_per_request']} ctx, draft cost {d['draft_cost_per_token']} of a step per token, "
-             f"seed {rep['seed']}, {rep['requests']}x{rep['tokens_per_request']} tokens"),
-             (f"{'B':>4} {'K':>2} {'alpha':>5} {'a*':>6} {'S(model)':>8} {'S(sim)':>7} "
-             f"{'ITL/tok off':>11} {'on':>8} {'P50 off':>8} {'on':>8} {'P99 off':>8} {'on':>8}  (ms)")]
+    lines = [
+        (
+            f"# toy decode loop: {d['model']} {d['dtype']} TP{d['tensor_parallel']} on {d['hardware']}, "
+            f"{d['context_tokens_per_request']} ctx, draft cost {d['draft_cost_per_token']} of a step per token, "
+            f"seed {rep['seed']}, {rep['requests']}x{rep['tokens_per_request']} tokens"
+        ),
+        (
+            f"{'B':>4} {'K':>2} {'alpha':>5} {'a*':>6} {'S(model)':>8} {'S(sim)':>7} "
+            f"{'ITL/tok off':>11} {'on':>8} {'P50 off':>8} {'on':>8} {'P99 off':>8} {'on':>8}  (ms)"
+        ),
+    ]
     for g in rep["grid"]:
-        lines.append(f"{g['batch']:>4} {g['k']:>2} {g['alpha']:>5.2f} {g['breakeven_acceptance_rate']:>6.3f} "
-                     f"{g['expected_speedup']:>7.2f}x {g['measured_speedup']:>6.2f}x "
-                     f"{g['itl_mean_per_token_off'] * 1e3:>11.2f} {g['itl_mean_per_token_on'] * 1e3:>8.2f} "
-                     f"{g['itl_p50_off'] * 1e3:>8.2f} {g['itl_p50_on'] * 1e3:>8.2f} "
-                     f"{g['itl_p99_off'] * 1e3:>8.2f} {g['itl_p99_on'] * 1e3:>8.2f}")
+        lines.append(
+            f"{g['batch']:>4} {g['k']:>2} {g['alpha']:>5.2f} {g['breakeven_acceptance_rate']:>6.3f} "
+            f"{g['expected_speedup']:>7.2f}x {g['measured_speedup']:>6.2f}x "
+            f"{g['itl_mean_per_token_off'] * 1e3:>11.2f} {g['itl_mean_per_token_on'] * 1e3:>8.2f} "
+            f"{g['itl_p50_off'] * 1e3:>8.2f} {g['itl_p50_on'] * 1e3:>8.2f} "
+            f"{g['itl_p99_off'] * 1e3:>8.2f} {g['itl_p99_on'] * 1e3:>8.2f}"
+        )
     a = rep["answers"]
     lines.append("\n## alpha needed at K=5 (this model)")
     for r in a["alpha_for_speedup_at_k5"]:
-        lines.append(f"  batch {r['batch']}: 2x at alpha {_alpha(r['alpha_for_2x'])}, "
-                     f"3x at alpha {_alpha(r['alpha_for_3x'])}")
+        lines.append(
+            f"  batch {r['batch']}: 2x at alpha {_alpha(r['alpha_for_2x'])}, 3x at alpha {_alpha(r['alpha_for_3x'])}"
+        )
     lines.append("\n## sensitivity to verify overhead (lesson form, K=5)")
     for r in a["overhead_sensitivity_k5"]:
-        lines.append(f"  overhead {r['overhead']:.2f}: break-even {_alpha(r['breakeven'])}, "
-                     f"2x at {_alpha(r['alpha_for_2x'])}, 3x at {_alpha(r['alpha_for_3x'])}")
+        lines.append(
+            f"  overhead {r['overhead']:.2f}: break-even {_alpha(r['breakeven'])}, "
+            f"2x at {_alpha(r['alpha_for_2x'])}, 3x at {_alpha(r['alpha_for_3x'])}"
+        )
     bt = a["blended_traffic"]
     mix = ", ".join("{} {:.0f}% @ {:.3f}".format(r["route"], r["share"] * 100, r["alpha"]) for r in bt["routes"])
     lines.append(f"\n## blended traffic: alpha = {_alpha(bt['blended_alpha'])} ({mix}), K={bt['k']}")
     for r in bt["per_batch"]:
         below = ", ".join(r["routes_below_breakeven"]) or "none"
-        lines.append(f"  batch {r['batch']}: break-even {_alpha(r['breakeven'])}, "
-                     f"blended speedup {r['blended_speedup']:.2f}x, "
-                     f"net {'positive' if r['net_positive'] else 'NEGATIVE'}; routes below break-even: {below}")
+        lines.append(
+            f"  batch {r['batch']}: break-even {_alpha(r['breakeven'])}, "
+            f"blended speedup {r['blended_speedup']:.2f}x, "
+            f"net {'positive' if r['net_positive'] else 'NEGATIVE'}; routes below break-even: {below}"
+        )
     dg = a["itl_diagnosis"]
-    lines.append(f"\n## mean ITL {dg['mean_itl_change']:+.0%} but P99 ITL {dg['p99_itl_change']:+.0%}\n"
-                 f"  implies overhead {dg['implied_overhead']:.3f}, tau {dg['implied_tau']:.3f}, "
-                 f"alpha {_alpha(dg['implied_alpha'])} "
-                 f"at K=5; best K at batch 1: {dg['recommended_k_at_batch_1']}\n  {dg['explanation']}\n"
-                 f"  Mitigate: {dg['mitigation']}.")
+    lines.append(
+        f"\n## mean ITL {dg['mean_itl_change']:+.0%} but P99 ITL {dg['p99_itl_change']:+.0%}\n"
+        f"  implies overhead {dg['implied_overhead']:.3f}, tau {dg['implied_tau']:.3f}, "
+        f"alpha {_alpha(dg['implied_alpha'])} "
+        f"at K=5; best K at batch 1: {dg['recommended_k_at_batch_1']}\n  {dg['explanation']}\n"
+        f"  Mitigate: {dg['mitigation']}."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -239,12 +287,21 @@ def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     if draft_cost is None and args.method is None:
         # The lesson's epsilon: total draft+verify overhead at batch 1 for K=5.
         draft_cost = args.overhead / 5.0
-    cm = cost_model_from_flags(args, LESSON_TARGET, draft_method=args.method, draft_cost_per_token=draft_cost,
-                               draft_k=max(args.k))
-    grid = SimulationGrid(batches=args.batch, ks=args.k, alphas=args.alphas, tokens=args.tokens,
-                          requests=args.requests, jitter=args.jitter, seed=args.seed)
-    rep = simulate_report(cm, grid, args.traffic, itl_mean_change=args.itl_mean_change,
-                          itl_p99_change=args.itl_p99_change)
+    cm = cost_model_from_flags(
+        args, LESSON_TARGET, draft_method=args.method, draft_cost_per_token=draft_cost, draft_k=max(args.k)
+    )
+    grid = SimulationGrid(
+        batches=args.batch,
+        ks=args.k,
+        alphas=args.alphas,
+        tokens=args.tokens,
+        requests=args.requests,
+        jitter=args.jitter,
+        seed=args.seed,
+    )
+    rep = simulate_report(
+        cm, grid, args.traffic, itl_mean_change=args.itl_mean_change, itl_p99_change=args.itl_p99_change
+    )
     if args.format == "json":
         emit_json(rep, out)
     else:
@@ -253,16 +310,27 @@ def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    s = subparsers.add_parser("simulate", help="the lesson's toy speculative decode simulator",
-                              parents=[target_options(replace(LESSON_TARGET, context_tokens=1024))],
-                              description="Monte-Carlo decode loop with and without speculation over an alpha x K "
-                                          "grid; prints break-even, speedup and P50/P99 ITL and answers the "
-                                          "lesson's exercises. Default: Llama-3.3-70B fp8 on 4x H100.")
-    s.add_argument("--method", choices=list(cmod.DRAFT_METHODS), default=None,
-                   help="use this drafter's modelled cost instead of --overhead")
+    s = subparsers.add_parser(
+        "simulate",
+        help="the lesson's toy speculative decode simulator",
+        parents=[target_options(replace(LESSON_TARGET, context_tokens=1024))],
+        description="Monte-Carlo decode loop with and without speculation over an alpha x K "
+        "grid; prints break-even, speedup and P50/P99 ITL and answers the "
+        "lesson's exercises. Default: Llama-3.3-70B fp8 on 4x H100.",
+    )
+    s.add_argument(
+        "--method",
+        choices=list(cmod.DRAFT_METHODS),
+        default=None,
+        help="use this drafter's modelled cost instead of --overhead",
+    )
     s.add_argument("--draft-cost", type=float, default=None, help="draft cost per drafted token (overrides --overhead)")
-    s.add_argument("--overhead", type=float, default=0.15,
-                   help="lesson's epsilon: draft overhead at batch 1 for K=5 (0.15); batch growth comes from the model")
+    s.add_argument(
+        "--overhead",
+        type=float,
+        default=0.15,
+        help="lesson's epsilon: draft overhead at batch 1 for K=5 (0.15); batch growth comes from the model",
+    )
     s.add_argument("--alphas", type=floats, default=[0.3, 0.5, 0.7], help="alpha grid (0.3,0.5,0.7)")
     s.add_argument("--k", type=ints, default=[1, 3, 5], help="K grid (1,3,5)")
     s.add_argument("--batch", type=ints, default=[1, 64, 256], help="batch sizes (1,64,256)")
@@ -270,8 +338,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     s.add_argument("--requests", type=int, default=32, help="requests simulated per cell (32)")
     s.add_argument("--jitter", type=float, default=0.05, help="lognormal sigma of step time (0.05)")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--traffic", type=traffic, default=traffic(DEFAULT_TRAFFIC),
-                   help="name=share:alpha,... for the blended-alpha exercise")
+    s.add_argument(
+        "--traffic",
+        type=traffic,
+        default=traffic(DEFAULT_TRAFFIC),
+        help="name=share:alpha,... for the blended-alpha exercise",
+    )
     s.add_argument("--itl-mean-change", type=float, default=-0.25, help="observed mean ITL change (-0.25)")
     s.add_argument("--itl-p99-change", type=float, default=0.15, help="observed P99 ITL change (+0.15)")
     s.add_argument("--format", choices=["table", "json"], default="table")

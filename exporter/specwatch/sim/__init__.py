@@ -1,19 +1,30 @@
 """Simulated vLLM: a faithful stand-in for tests, demos and benchmarks.
 
-    from specwatch.sim import load_scenario, Simulator, serve, record
-    sim = Simulator(load_scenario("alpha-drop"), seed=0)
-    sim.advance_to(120.0)
-    text = sim.render()          # vLLM /metrics text at sim time 120 s
-    sim.truth()                  # true alpha, K, batch, break-even, verdict per route
-    h = serve("alpha-drop", speed=20)    # loopback HTTP server, h.url is .../metrics; h.stop()
-    record("alpha-drop", "out.jsonl", poll_interval=5.0)   # a `specwatch record` recording, no HTTP
+from specwatch.sim import load_scenario, Simulator, serve, record
+sim = Simulator(load_scenario("alpha-drop"), seed=0)
+sim.advance_to(120.0)
+text = sim.render()          # vLLM /metrics text at sim time 120 s
+sim.truth()                  # true alpha, K, batch, break-even, verdict per route
+h = serve("alpha-drop", speed=20)    # loopback HTTP server, h.url is .../metrics; h.stop()
+record("alpha-drop", "out.jsonl", poll_interval=5.0)   # a `specwatch record` recording, no HTTP
 """
+
 from .cli import add_parsers
 from .engine import EPOCH_BASE, Simulator, crossings
 from .record import record
 from .scenario import Scenario, ScenarioError, list_scenarios, load_scenario
 from .server import SimServer, serve
 
-__all__ = ["EPOCH_BASE", "Scenario", "ScenarioError", "SimServer", "Simulator", "add_parsers", "crossings",
-           "list_scenarios",
-           "load_scenario", "record", "serve"]
+__all__ = [
+    "EPOCH_BASE",
+    "Scenario",
+    "ScenarioError",
+    "SimServer",
+    "Simulator",
+    "add_parsers",
+    "crossings",
+    "list_scenarios",
+    "load_scenario",
+    "record",
+    "serve",
+]

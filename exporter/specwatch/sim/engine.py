@@ -13,6 +13,7 @@ and moves the counters by vLLM's own scheduler rules:
 
 Step time = StepTimer.step_time(B·(K+1) + prefill tokens, context) + draft_time + seeded noise.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -33,21 +34,21 @@ from .histograms import (
     Hist,
     buckets_1_2_5,
 )
-from .scenario import Scenario, load_scenario, unconditional
+from .scenario import Event, RoutePhase, Scenario, load_scenario, unconditional
 from .steptime import StepTimer
 
-EPOCH_BASE = 1_790_000_000.0   # fixed epoch of sim time 0 for deterministic recordings
+EPOCH_BASE = 1_790_000_000.0  # fixed epoch of sim time 0 for deterministic recordings
 
 
 class Request:
     __slots__ = ("admit", "arrival", "ctx", "first", "generated", "max_tokens", "prompt", "target")
 
-    def __init__(self, arrival, prompt, target, max_tokens):
+    def __init__(self, arrival: float, prompt: int, target: int, max_tokens: int) -> None:
         self.arrival = arrival
-        self.admit = None
-        self.first = None
+        self.admit: float | None = None  # set when a batch slot takes it (prefill step start)
+        self.first: float | None = None  # set when its first token is out
         self.prompt = prompt
-        self.target = target          # output tokens this request will produce
+        self.target = target  # output tokens this request will produce
         self.max_tokens = max_tokens
         self.generated = 0
         self.ctx = prompt
@@ -71,26 +72,43 @@ class Engine:
         self.running.clear()
         self.waiting.clear()
         self.clock = now
-        self.c = collections.defaultdict(float)       # plain counters by short name
-        self.success = {r: 0 for r in ("stop", "length", "abort", "error", "repetition")}
+        self.c: collections.defaultdict[str, float] = collections.defaultdict(float)  # plain counters by short name
+        self.success = dict.fromkeys(("stop", "length", "abort", "error", "repetition"), 0)
         self.per_pos = [0] * sc.num_speculative_tokens
         self.num_running = 0
         self.num_waiting = 0
         self.steps = 0
         tok_bounds = buckets_1_2_5(sc.max_model_len)
         self.h = {
-            "prompt": Hist(tok_bounds), "generation": Hist(tok_bounds),
-            "max_gen": Hist(tok_bounds), "max_tokens": Hist(tok_bounds),
-            "params_n": Hist(PARAMS_N_BUCKETS), "iter": Hist(ITER_BUCKETS_V1 + ITER_BUCKETS_V0),
-            "ttft": Hist(TTFT_BUCKETS), "itl": Hist(ITL_BUCKETS), "tpot_req": Hist(ITL_BUCKETS),
-            "e2e": Hist(REQ_LAT_BUCKETS), "queue": Hist(REQ_LAT_BUCKETS),
-            "inference": Hist(REQ_LAT_BUCKETS), "prefill": Hist(REQ_LAT_BUCKETS),
-            "decode": Hist(REQ_LAT_BUCKETS), "preempt": Hist(PREEMPT_BUCKETS),
+            "prompt": Hist(tok_bounds),
+            "generation": Hist(tok_bounds),
+            "max_gen": Hist(tok_bounds),
+            "max_tokens": Hist(tok_bounds),
+            "params_n": Hist(PARAMS_N_BUCKETS),
+            "iter": Hist(ITER_BUCKETS_V1 + ITER_BUCKETS_V0),
+            "ttft": Hist(TTFT_BUCKETS),
+            "itl": Hist(ITL_BUCKETS),
+            "tpot_req": Hist(ITL_BUCKETS),
+            "e2e": Hist(REQ_LAT_BUCKETS),
+            "queue": Hist(REQ_LAT_BUCKETS),
+            "inference": Hist(REQ_LAT_BUCKETS),
+            "prefill": Hist(REQ_LAT_BUCKETS),
+            "decode": Hist(REQ_LAT_BUCKETS),
+            "preempt": Hist(PREEMPT_BUCKETS),
             "kv_computed": Hist(tok_bounds),
         }
         # V0 engine bookkeeping: lifetime totals, and the sum-of-sums counters its logger produced.
-        self.v0 = {"acc": 0.0, "draft": 0.0, "emit": 0.0, "acc_ss": 0.0, "draft_ss": 0.0,
-                   "emit_ss": 0.0, "rate": float("nan"), "eff": float("nan"), "next_log": now + 5.0}
+        self.v0 = {
+            "acc": 0.0,
+            "draft": 0.0,
+            "emit": 0.0,
+            "acc_ss": 0.0,
+            "draft_ss": 0.0,
+            "emit_ss": 0.0,
+            "rate": float("nan"),
+            "eff": float("nan"),
+            "next_log": now + 5.0,
+        }
 
     @property
     def busy(self) -> bool:
@@ -111,7 +129,7 @@ class Engine:
         n_dec = len(decoding)
         used = n_dec * (k + 1)
         # Admit waiting requests (prefill in this step) while slots and token budget allow.
-        new = []
+        new: list[Request] = []
         while self.waiting and n_dec + len(new) < sc.max_num_seqs:
             r = self.waiting[0]
             if new and used + r.prompt > budget:
@@ -131,7 +149,7 @@ class Engine:
             dt += timer.draft_time(n_dec, k)
         if sc.noise > 0:
             dt *= math.exp(rng.gauss(0.0, sc.noise))
-            if rng.random() < 0.003:   # rare stall (GC, allocator, host jitter): drives the P99 tail
+            if rng.random() < 0.003:  # rare stall (GC, allocator, host jitter): drives the P99 tail
                 dt *= rng.uniform(1.5, 3.0)
         t1 = t0 + dt
         c = self.c
@@ -164,7 +182,7 @@ class Engine:
                     gen += e
                 acc = 0
                 tail = 0
-                for i in range(k, 0, -1):   # per_pos[i-1] = #drafts with a >= i
+                for i in range(k, 0, -1):  # per_pos[i-1] = #drafts with a >= i
                     tail += hist_a[i]
                     self.per_pos[i - 1] += tail
                     acc += tail
@@ -182,7 +200,7 @@ class Engine:
                     if r.generated >= r.target:
                         finished.append(r)
             self.h["itl"].observe(dt, n_dec)
-        for r in new:   # prefill step: first token out, TTFT
+        for r in new:  # prefill step: first token out, TTFT
             r.first = t1
             r.generated = 1
             r.ctx = r.prompt + 1
@@ -206,7 +224,7 @@ class Engine:
         self.clock = t1
         if sim.track_v0 and t1 >= self.v0["next_log"]:
             self._v0_log(k if k > 0 else sim.scenario.num_speculative_tokens)
-        for r in finished:
+        for _ in finished:
             self.route.on_finish(t1)
 
     def _finish(self, r: Request, t: float) -> None:
@@ -218,13 +236,15 @@ class Engine:
         h["max_tokens"].observe(r.max_tokens)
         h["params_n"].observe(1)
         h["e2e"].observe(t - r.arrival)
-        h["queue"].observe(r.admit - r.arrival)
-        h["inference"].observe(t - r.admit)
-        h["prefill"].observe(r.first - r.admit)
-        h["decode"].observe(t - r.first)
+        admit, first = r.admit, r.first
+        assert admit is not None and first is not None, "a finished request was admitted and prefilled"
+        h["queue"].observe(admit - r.arrival)
+        h["inference"].observe(t - admit)
+        h["prefill"].observe(first - admit)
+        h["decode"].observe(t - first)
         h["preempt"].observe(0)
         if r.generated > 1:
-            h["tpot_req"].observe((t - r.first) / (r.generated - 1))
+            h["tpot_req"].observe((t - first) / (r.generated - 1))
         self.c["http_requests"] += 1
         self.c["http_req_bytes"] += 200 + 4 * r.prompt
         self.c["http_duration"] += t - r.arrival
@@ -251,16 +271,17 @@ class Route:
         self.rng = random.Random(f"{sim.seed}/{name}/clients")
         self.engines = [Engine(sim, self, i, now) for i in range(sim.scenario.engines)]
         self.in_flight = 0
-        self.next_arrival = math.inf     # Poisson mode
+        self.next_arrival = math.inf  # Poisson mode
         self.pending_spawn = 0
 
     def new_request(self, t: float) -> Request:
         sc, rng = self.sim.scenario, self.rng
         sig_p, sig_o = 0.5, 0.6
-        prompt = int(min(sc.max_model_len // 2,
-                         max(1, rng.lognormvariate(math.log(sc.prompt_tokens) - sig_p ** 2 / 2, sig_p))))
+        prompt = int(
+            min(sc.max_model_len // 2, max(1, rng.lognormvariate(math.log(sc.prompt_tokens) - sig_p**2 / 2, sig_p)))
+        )
         max_tokens = int(max(2, min(sc.max_model_len - prompt, 4 * sc.output_tokens)))
-        out = int(max(2, rng.lognormvariate(math.log(sc.output_tokens) - sig_o ** 2 / 2, sig_o)))
+        out = int(max(2, rng.lognormvariate(math.log(sc.output_tokens) - sig_o**2 / 2, sig_o)))
         return Request(t, prompt, min(out, max_tokens), max_tokens)
 
     def dispatch(self, t: float) -> None:
@@ -311,8 +332,9 @@ class Simulator:
         self.restarts = 0
         self.process_start = 0.0
         self.track_v0 = self.scenario.schema == "v0" or any(
-            e.type == "schema" and e.schema == "v0" for e in self.scenario.events)
-        self._cum_cache: dict = {}
+            e.type == "schema" and e.schema == "v0" for e in self.scenario.events
+        )
+        self._cum_cache: dict[tuple[tuple[float, ...], int], list[float]] = {}
         self._events = self.scenario.events_sorted()
         self._next_event = 0
         self._phase_bounds = [p.end for p in self.scenario.phases]
@@ -321,22 +343,24 @@ class Simulator:
         self._control(0.0)
 
     # -- scenario parameters ---------------------------------------------------------------
-    def params(self, route: str, t: float):
+    def params(self, route: str, t: float) -> RoutePhase:
         return self.scenario.route_params(route, min(t, self.scenario.duration - 1e-9))
 
-    def cum_table(self, cond, k: int) -> list[float]:
+    def cum_table(self, cond: tuple[float, ...], k: int) -> list[float]:
         """CDF over accepted prefix length a in 0..k-1 (bisect(cum, u) = a; u beyond -> a = k)."""
         key = (cond, k)
-        tab = self._cum_cache.get(key)
-        if tab is None:
-            tab, p_prefix, acc = [], 1.0, 0.0
-            for i in range(k):
-                acc += p_prefix * (1.0 - cond[i])   # P(a = i): first rejection at position i
-                p_prefix *= cond[i]
-                tab.append(acc)
-            if len(self._cum_cache) > 4096:
-                self._cum_cache.clear()
-            self._cum_cache[key] = tab
+        cached = self._cum_cache.get(key)
+        if cached is not None:
+            return cached
+        tab: list[float] = []
+        p_prefix, acc = 1.0, 0.0
+        for i in range(k):
+            acc += p_prefix * (1.0 - cond[i])  # P(a = i): first rejection at position i
+            p_prefix *= cond[i]
+            tab.append(acc)
+        if len(self._cum_cache) > 4096:
+            self._cum_cache.clear()
+        self._cum_cache[key] = tab
         return tab
 
     # -- time -------------------------------------------------------------------------------
@@ -359,13 +383,13 @@ class Simulator:
             nxt = min(nxt, t + self.RAMP_TICK)
         self._next_control = nxt
 
-    def _apply_event(self, ev) -> None:
+    def _apply_event(self, ev: Event) -> None:
         # spec on/off and a schema change are a server restart in real life (new process/version).
         if ev.type == "spec_off":
             self.spec_enabled = False
         elif ev.type == "spec_on":
             self.spec_enabled = True
-        elif ev.type == "schema":
+        elif ev.type == "schema" and ev.schema is not None:  # the scenario loader requires it
             self.schema = ev.schema
         self.restart(ev.at)
 
@@ -385,11 +409,13 @@ class Simulator:
             return
         engines = [e for r in self.routes.values() for e in r.engines]
         while True:
-            t_eng, eng = math.inf, None
+            t_eng: float = math.inf
+            eng: Engine | None = None
             for e in engines:
                 if e.busy and e.clock < t_eng:
                     t_eng, eng = e.clock, e
-            t_arr, arr = math.inf, None
+            t_arr: float = math.inf
+            arr: Route | None = None
             for r in self.routes.values():
                 if r.next_arrival < t_arr:
                     t_arr, arr = r.next_arrival, r
@@ -402,10 +428,11 @@ class Simulator:
                 self._next_event += 1
             elif t == self._next_control:
                 self._control(t)
-            elif t == t_arr:
+            elif arr is not None and t == t_arr:
                 arr.dispatch(t)
                 arr.schedule_poisson(t)
             else:
+                assert eng is not None, "t is finite, so some engine step is next"
                 eng.step()
         self.now = t_end
         # Idle engines' clocks follow sim time so a later arrival starts a step "now".
@@ -447,14 +474,30 @@ class Simulator:
                 "best_k": best,
                 # decide.py's rule without the band: disable when no draft length pays, shorten when
                 # a shorter one pays better (even if K itself is below break-even), else keep.
-                "verdict": ("spec_off" if not k else "disable" if best == 0
-                            else "shorten" if best < k else "disable" if sp < 1 else "keep"),
+                "verdict": (
+                    "spec_off"
+                    if not k
+                    else "disable"
+                    if best == 0
+                    else "shorten"
+                    if best < k
+                    else "disable"
+                    if sp is not None and sp < 1
+                    else "keep"
+                ),
                 "concurrency": rp.concurrency,
                 "rate": rp.rate,
             }
-        return {"t": t, "phase": ph.name, "schema": self.schema, "spec_enabled": self.spec_enabled,
-                "restarts": self.restarts, "step_time_model": self.timer.which,
-                "engines": sc.engines, "routes": routes}
+        return {
+            "t": t,
+            "phase": ph.name,
+            "schema": self.schema,
+            "spec_enabled": self.spec_enabled,
+            "restarts": self.restarts,
+            "step_time_model": self.timer.which,
+            "engines": sc.engines,
+            "routes": routes,
+        }
 
     def mean_context(self) -> float:
         """Mean context per running request: prompt plus about half the output."""
@@ -479,14 +522,15 @@ class Simulator:
         return min(b, float(sc.max_num_seqs))
 
 
-def crossings(scenario: Scenario | str, step: float = 1.0) -> list[dict]:
+def crossings(scenario: Scenario | str, step: float = 1.0) -> list[dict[str, Any]]:
     """Times (sim seconds) where the TRUE verdict changes, from the scenario's nominal parameters.
 
     Benchmarks measure detection delay against these; scenario files document them under
     `expected.crossings` and a test checks the two agree."""
     sim = Simulator(scenario)
     sc = sim.scenario
-    out, prev = [], {}
+    out: list[dict[str, Any]] = []
+    prev: dict[str, str] = {}
     t = 0.0
     while t < sc.duration:
         sim.now = t

@@ -15,11 +15,14 @@ and no `_created` series.
 Label names are sorted as prometheus_client prints them (`engine`, `le`, `model_name`, `position`);
 numbers use prometheus_client's own float formatting.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
-from prometheus_client.utils import floatToGoString as _fmt
+from prometheus_client.utils import floatToGoString
 
 from .histograms import (
     ITER_BUCKETS_V0,
@@ -33,33 +36,83 @@ from .histograms import (
     buckets_1_2_5,
 )
 
-TPOT_LEGACY_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-                       7.5, 10.0, 20.0, 40.0, 80.0]
+if TYPE_CHECKING:
+    from .engine import Engine, Route, Simulator
+    from .scenario import Scenario
+
+#: prometheus_client's own float formatting (its function is unannotated).
+_fmt: Callable[[float], str] = floatToGoString
+
+Labels = Mapping[str, str]
+Version = tuple[int, ...]
+
+TPOT_LEGACY_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+]
 V0_TTFT_BUCKETS = TTFT_BUCKETS[:16]
 V0_TPOT_BUCKETS = ITL_BUCKETS[:13]
 V0_REQ_LAT_BUCKETS = REQ_LAT_BUCKETS[:15]
-HTTP_HIGHR_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0,
-                      4.5, 5.0, 7.5, 10.0, 30.0, 60.0]
+HTTP_HIGHR_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    3.0,
+    3.5,
+    4.0,
+    4.5,
+    5.0,
+    7.5,
+    10.0,
+    30.0,
+    60.0,
+]
 HTTP_FEW_BUCKETS = [0.1, 0.5, 1.0]
 SUCCESS_REASONS_V1 = ("stop", "length", "abort", "error", "repetition")
 SUCCESS_REASONS_LEGACY = ("stop", "length", "abort")
 VERSION = {"v1": (0, 33, 0), "v1-legacy-itl": (0, 10, 1)}
 
 
-def _labels(d: dict) -> str:
+def _labels(d: Labels) -> str:
     if not d:
         return ""
     return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(d.items())) + "}"
 
 
-def _esc(v) -> str:
+def _esc(v: object) -> str:
     return str(v).replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
 class _Out:
     """Accumulates exposition lines; `created` toggles the `_created` companion families."""
 
-    def __init__(self, created: bool, epoch: float):
+    def __init__(self, created: bool, epoch: float) -> None:
         self.lines: list[str] = []
         self.created = created
         self.epoch = epoch
@@ -70,17 +123,17 @@ class _Out:
         self._tick += 1
         return self.epoch + t + self._tick * 1.3e-5
 
-    def header(self, name, help_, typ):
+    def header(self, name: str, help_: str, typ: str) -> None:
         self.lines.append(f"# HELP {name} {help_}")
         self.lines.append(f"# TYPE {name} {typ}")
 
-    def simple(self, name, help_, typ, series):
+    def simple(self, name: str, help_: str, typ: str, series: Sequence[tuple[Labels, float]]) -> None:
         """series: list of (labels, value). Gauges and untyped samples."""
         self.header(name, help_, typ)
         for lab, v in series:
             self.lines.append(f"{name}{_labels(lab)} {_fmt(v)}")
 
-    def counter(self, base, help_, series, created_at=None):
+    def counter(self, base: str, help_: str, series: Sequence[tuple[Labels, float, float]]) -> None:
         """series: list of (labels, value, created_sim_time). Emits base_total and base_created."""
         self.header(base + "_total", help_, "counter")
         for lab, v, _ in series:
@@ -90,7 +143,9 @@ class _Out:
             for lab, _, c in series:
                 self.lines.append(f"{base}_created{_labels(lab)} {_fmt(self._ts(c))}")
 
-    def histogram(self, name, help_, series, bounds):
+    def histogram(
+        self, name: str, help_: str, series: Sequence[tuple[Labels, Hist, float]], bounds: Sequence[float]
+    ) -> None:
         """series: list of (labels, Hist, created_sim_time)."""
         self.header(name, help_, "histogram")
         for lab, h, _ in series:
@@ -103,7 +158,7 @@ class _Out:
             for lab, _, c in series:
                 self.lines.append(f"{name}_created{_labels(lab)} {_fmt(self._ts(c))}")
 
-    def summary(self, name, help_, series):
+    def summary(self, name: str, help_: str, series: Sequence[tuple[Labels, float, float, float]]) -> None:
         self.header(name, help_, "summary")
         for lab, cnt, s, _ in series:
             self.lines.append(f"{name}_count{_labels(lab)} {_fmt(cnt)}")
@@ -117,7 +172,7 @@ class _Out:
         return "\n".join(self.lines) + "\n"
 
 
-def render(sim, schema: str) -> str:
+def render(sim: Simulator, schema: str) -> str:
     sc = sim.scenario
     out = _Out(created=not sc.multiprocess and schema != "v0", epoch=sim.epoch)
     if not sc.multiprocess:
@@ -130,201 +185,360 @@ def render(sim, schema: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-def _process_families(out: _Out, sim) -> None:
+def _process_families(out: _Out, sim: Simulator) -> None:
     up = max(0.0, sim.now - sim.process_start)
     steps = sum(e.steps for r in sim.routes.values() for e in r.engines)
     cpu = 12.0 + sum(e.c["cpu_seconds"] for r in sim.routes.values() for e in r.engines)
     gen0 = 1500 + int(steps / 50)
-    out.simple("python_gc_objects_collected_total", "Objects collected during gc", "counter",
-               [({"generation": "0"}, 15000.0 + 9 * gen0), ({"generation": "1"}, 2600.0 + gen0 // 10),
-                ({"generation": "2"}, 520.0 + gen0 // 200)])
-    out.simple("python_gc_objects_uncollectable_total", "Uncollectable objects found during GC", "counter",
-               [({"generation": g}, 0.0) for g in "012"])
-    out.simple("python_gc_collections_total", "Number of times this generation was collected", "counter",
-               [({"generation": "0"}, float(gen0)), ({"generation": "1"}, float(140 + gen0 // 10)),
-                ({"generation": "2"}, float(10 + gen0 // 200))])
-    out.simple("python_info", "Python platform information", "gauge",
-               [({"implementation": "CPython", "major": "3", "minor": "12", "patchlevel": "3",
-                  "version": "3.12.3"}, 1.0)])
-    out.simple("process_virtual_memory_bytes", "Virtual memory size in bytes.", "gauge",
-               [({}, 1.681637376e10)])
-    out.simple("process_resident_memory_bytes", "Resident memory size in bytes.", "gauge",
-               [({}, 6.82283008e09 + 4096.0 * min(up, 36000.0))])
-    out.simple("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
-               "gauge", [({}, round(sim.epoch + sim.process_start - 40.0, 2))])
-    out.simple("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", "counter",
-               [({}, round(cpu, 2))])
+    out.simple(
+        "python_gc_objects_collected_total",
+        "Objects collected during gc",
+        "counter",
+        [
+            ({"generation": "0"}, 15000.0 + 9 * gen0),
+            ({"generation": "1"}, 2600.0 + gen0 // 10),
+            ({"generation": "2"}, 520.0 + gen0 // 200),
+        ],
+    )
+    out.simple(
+        "python_gc_objects_uncollectable_total",
+        "Uncollectable objects found during GC",
+        "counter",
+        [({"generation": g}, 0.0) for g in "012"],
+    )
+    out.simple(
+        "python_gc_collections_total",
+        "Number of times this generation was collected",
+        "counter",
+        [
+            ({"generation": "0"}, float(gen0)),
+            ({"generation": "1"}, float(140 + gen0 // 10)),
+            ({"generation": "2"}, float(10 + gen0 // 200)),
+        ],
+    )
+    out.simple(
+        "python_info",
+        "Python platform information",
+        "gauge",
+        [({"implementation": "CPython", "major": "3", "minor": "12", "patchlevel": "3", "version": "3.12.3"}, 1.0)],
+    )
+    out.simple("process_virtual_memory_bytes", "Virtual memory size in bytes.", "gauge", [({}, 1.681637376e10)])
+    out.simple(
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes.",
+        "gauge",
+        [({}, 6.82283008e09 + 4096.0 * min(up, 36000.0))],
+    )
+    out.simple(
+        "process_start_time_seconds",
+        "Start time of the process since unix epoch in seconds.",
+        "gauge",
+        [({}, round(sim.epoch + sim.process_start - 40.0, 2))],
+    )
+    out.simple(
+        "process_cpu_seconds_total",
+        "Total user and system CPU time spent in seconds.",
+        "counter",
+        [({}, round(cpu, 2))],
+    )
     out.simple("process_open_fds", "Number of open file descriptors.", "gauge", [({}, 50.0)])
     out.simple("process_max_fds", "Maximum number of open file descriptors.", "gauge", [({}, 1048576.0)])
 
 
-def _engines(sim):
+class _SpecCounts(NamedTuple):
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    per_pos: list[int]
+
+
+def _engines(sim: Simulator) -> Iterator[tuple[dict[str, str], Engine]]:
     """(labels, engine) for every engine of every route, in child-creation order."""
     for r in sim.routes.values():
         for e in r.engines:
             yield {"engine": str(e.index), "model_name": r.name}, e
 
 
-def _merged_spec(sim):
+def _merged_spec(sim: Simulator) -> Iterator[tuple[dict[str, str], _SpecCounts, float]]:
     """vLLM < 0.11 with DP: all engines' spec counters recorded under the first engine's label."""
     for r in sim.routes.values():
         es = r.engines
-        yield ({"engine": str(es[0].index), "model_name": r.name},
-               {"drafts": sum(e.c["drafts"] for e in es),
-                "draft_tokens": sum(e.c["draft_tokens"] for e in es),
-                "accepted": sum(e.c["accepted"] for e in es),
-                "per_pos": [sum(e.per_pos[i] for e in es) for i in range(len(es[0].per_pos))]},
-               min(e.created for e in es))
+        yield (
+            {"engine": str(es[0].index), "model_name": r.name},
+            _SpecCounts(
+                sum(e.c["drafts"] for e in es),
+                sum(e.c["draft_tokens"] for e in es),
+                sum(e.c["accepted"] for e in es),
+                [sum(e.per_pos[i] for e in es) for i in range(len(es[0].per_pos))],
+            ),
+            min(e.created for e in es),
+        )
 
 
-def _render_v1(out: _Out, sim, ver) -> None:
+def _render_v1(out: _Out, sim: Simulator, ver: Version) -> None:
     sc = sim.scenario
     eng = list(_engines(sim))
-    per = lambda key: [(lab, e.c[key], e.created) for lab, e in eng]
-    zero = [(lab, 0.0, e.created) for lab, e in eng]
+
+    def per(key: str) -> list[tuple[Labels, float, float]]:
+        return [(lab, e.c[key], e.created) for lab, e in eng]
+
+    zero: list[tuple[Labels, float, float]] = [(lab, 0.0, e.created) for lab, e in eng]
+    spec: list[tuple[dict[str, str], _SpecCounts, float]]
 
     if sim.spec_enabled:
         if ver >= (0, 11):
-            spec = [(lab, {"drafts": e.c["drafts"], "draft_tokens": e.c["draft_tokens"],
-                           "accepted": e.c["accepted"], "per_pos": e.per_pos}, e.created) for lab, e in eng]
+            spec = [
+                (lab, _SpecCounts(e.c["drafts"], e.c["draft_tokens"], e.c["accepted"], list(e.per_pos)), e.created)
+                for lab, e in eng
+            ]
         else:
             spec = list(_merged_spec(sim))
-        out.counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
-                    [(lab, s["drafts"], c) for lab, s, c in spec])
-        out.counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
-                    [(lab, s["draft_tokens"], c) for lab, s, c in spec])
-        out.counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
-                    [(lab, s["accepted"], c) for lab, s, c in spec])
-        out.counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-                    [({**lab, "position": str(i)}, float(v), c) for lab, s, c in spec
-                     for i, v in enumerate(s["per_pos"])])
+        out.counter(
+            "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", [(lab, s.drafts, c) for lab, s, c in spec]
+        )
+        out.counter(
+            "vllm:spec_decode_num_draft_tokens",
+            "Number of draft tokens.",
+            [(lab, s.draft_tokens, c) for lab, s, c in spec],
+        )
+        out.counter(
+            "vllm:spec_decode_num_accepted_tokens",
+            "Number of accepted tokens.",
+            [(lab, s.accepted, c) for lab, s, c in spec],
+        )
+        out.counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            [({**lab, "position": str(i)}, float(v), c) for lab, s, c in spec for i, v in enumerate(s.per_pos)],
+        )
     if ver >= (0, 30):
         desc = "(for Model Flops Utilization calculations)."
-        out.counter("vllm:estimated_flops_per_gpu",
-                    f"Estimated number of floating point operations per GPU {desc}", zero)
-        out.counter("vllm:estimated_read_bytes_per_gpu",
-                    f"Estimated number of bytes read from memory per GPU {desc}", zero)
-        out.counter("vllm:estimated_write_bytes_per_gpu",
-                    f"Estimated number of bytes written to memory per GPU {desc}", zero)
-    out.simple("vllm:num_requests_running", "Number of requests in model execution batches.", "gauge",
-               [(lab, float(e.num_running)) for lab, e in eng])
-    out.simple("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge",
-               [(lab, float(e.num_waiting)) for lab, e in eng])
+        out.counter(
+            "vllm:estimated_flops_per_gpu", f"Estimated number of floating point operations per GPU {desc}", zero
+        )
+        out.counter(
+            "vllm:estimated_read_bytes_per_gpu", f"Estimated number of bytes read from memory per GPU {desc}", zero
+        )
+        out.counter(
+            "vllm:estimated_write_bytes_per_gpu", f"Estimated number of bytes written to memory per GPU {desc}", zero
+        )
+    out.simple(
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        "gauge",
+        [(lab, float(e.num_running)) for lab, e in eng],
+    )
+    out.simple(
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        "gauge",
+        [(lab, float(e.num_waiting)) for lab, e in eng],
+    )
     if ver >= (0, 20):
-        out.simple("vllm:num_requests_waiting_by_reason",
-                   "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
-                   "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
-                   "status). Sum of all reasons equals vllm:num_requests_waiting.", "gauge",
-                   [s for lab, e in eng for s in (({**lab, "reason": "capacity"}, float(e.num_waiting)),
-                                                  ({**lab, "reason": "deferred"}, 0.0))])
+        out.simple(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+            "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+            "status). Sum of all reasons equals vllm:num_requests_waiting.",
+            "gauge",
+            [
+                s
+                for lab, e in eng
+                for s in (({**lab, "reason": "capacity"}, float(e.num_waiting)), ({**lab, "reason": "deferred"}, 0.0))
+            ],
+        )
     if ver >= (0, 11):
-        out.simple("vllm:engine_sleep_state",
-                   "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
-                   "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.", "gauge",
-                   [s for lab, e in eng for s in (({**lab, "sleep_state": "awake"}, 1.0),
-                                                  ({**lab, "sleep_state": "weights_offloaded"}, 0.0),
-                                                  ({**lab, "sleep_state": "discard_all"}, 0.0))])
+        out.simple(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+            "gauge",
+            [
+                s
+                for lab, e in eng
+                for s in (
+                    ({**lab, "sleep_state": "awake"}, 1.0),
+                    ({**lab, "sleep_state": "weights_offloaded"}, 0.0),
+                    ({**lab, "sleep_state": "discard_all"}, 0.0),
+                )
+            ],
+        )
     if ver < (0, 11):
-        out.simple("vllm:gpu_cache_usage_perc",
-                   "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc "
-                   "instead.", "gauge", [(lab, _kv_usage(e)) for lab, e in eng])
-    out.simple("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge",
-               [(lab, _kv_usage(e)) for lab, e in eng])
+        out.simple(
+            "vllm:gpu_cache_usage_perc",
+            "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+            "gauge",
+            [(lab, _kv_usage(e)) for lab, e in eng],
+        )
+    out.simple(
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        "gauge",
+        [(lab, _kv_usage(e)) for lab, e in eng],
+    )
     if ver < (0, 11):
-        out.counter("vllm:gpu_prefix_cache_queries",
-                    "GPU prefix cache queries, in terms of number of queried tokens.DEPRECATED: Use "
-                    "vllm:prefix_cache_queries instead.", per("prompt_tokens"))
-        out.counter("vllm:gpu_prefix_cache_hits",
-                    "GPU prefix cache hits, in terms of number of cached tokens.DEPRECATED: Use "
-                    "vllm:prefix_cache_hits instead.", zero)
-    out.counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                per("prompt_tokens"))
+        out.counter(
+            "vllm:gpu_prefix_cache_queries",
+            "GPU prefix cache queries, in terms of number of queried tokens.DEPRECATED: Use "
+            "vllm:prefix_cache_queries instead.",
+            per("prompt_tokens"),
+        )
+        out.counter(
+            "vllm:gpu_prefix_cache_hits",
+            "GPU prefix cache hits, in terms of number of cached tokens.DEPRECATED: Use "
+            "vllm:prefix_cache_hits instead.",
+            zero,
+        )
+    out.counter(
+        "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", per("prompt_tokens")
+    )
     out.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", zero)
     if ver >= (0, 12):
-        out.counter("vllm:external_prefix_cache_queries",
-                    "External prefix cache queries from KV connector cross-instance cache sharing, in terms "
-                    "of number of queried tokens.", zero)
-        out.counter("vllm:external_prefix_cache_hits",
-                    "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
-                    "number of cached tokens.", zero)
+        out.counter(
+            "vllm:external_prefix_cache_queries",
+            "External prefix cache queries from KV connector cross-instance cache sharing, in terms "
+            "of number of queried tokens.",
+            zero,
+        )
+        out.counter(
+            "vllm:external_prefix_cache_hits",
+            "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
+            "number of cached tokens.",
+            zero,
+        )
     if ver >= (0, 11):
-        out.counter("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.",
-                    zero)
+        out.counter("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.", zero)
         out.counter("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.", zero)
     out.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", zero)
     out.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", per("prompt_tokens"))
     if ver >= (0, 12):
-        out.counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
-                    [s for lab, e in eng for s in (
-                        ({**lab, "source": "local_compute"}, e.c["prompt_tokens"], e.created),
-                        ({**lab, "source": "local_cache_hit"}, 0.0, e.created),
-                        ({**lab, "source": "external_kv_transfer"}, 0.0, e.created))])
+        out.counter(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            [
+                s
+                for lab, e in eng
+                for s in (
+                    ({**lab, "source": "local_compute"}, e.c["prompt_tokens"], e.created),
+                    ({**lab, "source": "local_cache_hit"}, 0.0, e.created),
+                    ({**lab, "source": "external_kv_transfer"}, 0.0, e.created),
+                )
+            ],
+        )
         out.counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", zero)
     if ver >= (0, 30):
-        out.counter("vllm:prompt_tokens_cached_by_source",
-                    "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
-                    "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
-                    "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
-                    "vllm:external_prefix_cache_hits.",
-                    [({**lab, "source": src}, 0.0, e.created) for lab, e in eng
-                     for src in ("device", "host", "p2p", "disk", "external_unspecified")])
+        out.counter(
+            "vllm:prompt_tokens_cached_by_source",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+            "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+            "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+            "vllm:external_prefix_cache_hits.",
+            [
+                ({**lab, "source": src}, 0.0, e.created)
+                for lab, e in eng
+                for src in ("device", "host", "p2p", "disk", "external_unspecified")
+            ],
+        )
     out.counter("vllm:generation_tokens", "Number of generation tokens processed.", per("generation_tokens"))
     reasons = SUCCESS_REASONS_V1 if ver >= (0, 12) else SUCCESS_REASONS_LEGACY
-    out.counter("vllm:request_success", "Count of successfully processed requests.",
-                [({**lab, "finished_reason": rs}, float(e.success[rs]), e.created) for lab, e in eng
-                 for rs in reasons])
+    out.counter(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        [({**lab, "finished_reason": rs}, float(e.success[rs]), e.created) for lab, e in eng for rs in reasons],
+    )
     if ver >= (0, 30):
         # Registered per API server (no engine label), as in the real payload.
-        out.counter("vllm:admission_rejections",
-                    "Number of admission attempts rejected by a queue limit, by reason.",
-                    [({"model_name": r.name, "reason": why}, 0.0, r.engines[0].created)
-                     for r in sim.routes.values() for why in ("max_num_queued_reqs", "max_num_queued_tokens")])
+        out.counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            [
+                ({"model_name": r.name, "reason": why}, 0.0, r.engines[0].created)
+                for r in sim.routes.values()
+                for why in ("max_num_queued_reqs", "max_num_queued_tokens")
+            ],
+        )
 
     tok = buckets_1_2_5(sc.max_model_len)
 
-    def hist(name, help_, key, bounds):
+    def hist(name: str, help_: str, key: str, bounds: Sequence[float]) -> None:
         out.histogram(name, help_, [(lab, e.h[key], e.created) for lab, e in eng], bounds)
 
     hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt", tok)
     hist("vllm:request_generation_tokens", "Number of generation tokens processed.", "generation", tok)
-    hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iter",
-         ITER_BUCKETS_V1)
-    hist("vllm:request_max_num_generation_tokens",
-         "Histogram of maximum number of requested generation tokens.", "max_gen", tok)
+    hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iter", ITER_BUCKETS_V1)
+    hist(
+        "vllm:request_max_num_generation_tokens",
+        "Histogram of maximum number of requested generation tokens.",
+        "max_gen",
+        tok,
+    )
     hist("vllm:request_params_n", "Histogram of the n request parameter.", "params_n", PARAMS_N_BUCKETS)
     hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "max_tokens", tok)
-    hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft",
-         TTFT_BUCKETS)
+    hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft", TTFT_BUCKETS)
     if ver < (0, 10, 2):
-        hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", "itl",
-             TPOT_LEGACY_BUCKETS)
+        hist(
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.",
+            "itl",
+            TPOT_LEGACY_BUCKETS,
+        )
     else:
-        hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl",
-             ITL_BUCKETS)
+        hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl", ITL_BUCKETS)
     if ver >= (0, 11):
-        hist("vllm:request_time_per_output_token_seconds",
-             "Histogram of time_per_output_token_seconds per request.", "tpot_req", ITL_BUCKETS)
-    hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e",
-         REQ_LAT_BUCKETS)
-    hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", "queue",
-         REQ_LAT_BUCKETS)
-    hist("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
-         "inference", REQ_LAT_BUCKETS)
-    hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
-         "prefill", REQ_LAT_BUCKETS)
-    hist("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
-         "decode", REQ_LAT_BUCKETS)
+        hist(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            "tpot_req",
+            ITL_BUCKETS,
+        )
+    hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e", REQ_LAT_BUCKETS)
+    hist(
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        "queue",
+        REQ_LAT_BUCKETS,
+    )
+    hist(
+        "vllm:request_inference_time_seconds",
+        "Histogram of time spent in RUNNING phase for request.",
+        "inference",
+        REQ_LAT_BUCKETS,
+    )
+    hist(
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        "prefill",
+        REQ_LAT_BUCKETS,
+    )
+    hist(
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        "decode",
+        REQ_LAT_BUCKETS,
+    )
     if ver >= (0, 12):
-        hist("vllm:request_num_preemptions", "Histogram of the number of times a request was preempted.",
-             "preempt", PREEMPT_BUCKETS)
-        hist("vllm:request_prefill_kv_computed_tokens",
-             "Histogram of new KV tokens computed during prefill (excluding cached tokens).", "kv_computed", tok)
-    out.simple("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", "gauge",
-               [(_cache_config(sc, lab["engine"], ver), 1.0) for lab, _ in eng])
+        hist(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            "preempt",
+            PREEMPT_BUCKETS,
+        )
+        hist(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            "kv_computed",
+            tok,
+        )
+    out.simple(
+        "vllm:cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        "gauge",
+        [(_cache_config(sc, lab["engine"], ver), 1.0) for lab, _ in eng],
+    )
     _http_families(out, sim)
 
 
-def _kv_usage(e) -> float:
+def _kv_usage(e: Engine) -> float:
     used = sum(r.ctx for r in e.running)
     return min(1.0, used / KV_CAPACITY_TOKENS)
 
@@ -332,34 +546,67 @@ def _kv_usage(e) -> float:
 KV_CAPACITY_TOKENS = 524288.0
 
 
-def _cache_config(sc, engine: str, ver) -> dict:
+def _cache_config(sc: Scenario, engine: str, ver: Version) -> dict[str, str]:
     if ver < (0, 11):
-        return {"block_size": "16", "cache_dtype": "auto", "calculate_kv_scales": "False",
-                "cpu_offload_gb": "0", "enable_prefix_caching": "True", "engine": engine,
-                "gpu_memory_utilization": "0.9", "is_attention_free": "False", "num_cpu_blocks": "None",
-                "num_gpu_blocks": str(int(KV_CAPACITY_TOKENS // 16)), "num_gpu_blocks_override": "None",
-                "prefix_caching_hash_algo": "builtin", "sliding_window": "None", "swap_space": "4",
-                "swap_space_bytes": "4294967296"}
+        return {
+            "block_size": "16",
+            "cache_dtype": "auto",
+            "calculate_kv_scales": "False",
+            "cpu_offload_gb": "0",
+            "enable_prefix_caching": "True",
+            "engine": engine,
+            "gpu_memory_utilization": "0.9",
+            "is_attention_free": "False",
+            "num_cpu_blocks": "None",
+            "num_gpu_blocks": str(int(KV_CAPACITY_TOKENS // 16)),
+            "num_gpu_blocks_override": "None",
+            "prefix_caching_hash_algo": "builtin",
+            "sliding_window": "None",
+            "swap_space": "4",
+            "swap_space_bytes": "4294967296",
+        }
     return {
-        "_block_size_resolved": "True", "block_size": "16", "cache_dtype": "auto",
-        "cache_hit_alignment_tokens": "None", "effective_attention_block_size": "16",
-        "enable_mamba_shared_prefix_checkpoint": "False", "enable_prefix_caching": "True", "engine": engine,
-        "gpu_memory_utilization": "0.9", "hash_block_size": "None", "is_attention_free": "False",
-        "kv_cache_dtype_skip_layers": "[]", "kv_cache_layout": "None",
+        "_block_size_resolved": "True",
+        "block_size": "16",
+        "cache_dtype": "auto",
+        "cache_hit_alignment_tokens": "None",
+        "effective_attention_block_size": "16",
+        "enable_mamba_shared_prefix_checkpoint": "False",
+        "enable_prefix_caching": "True",
+        "engine": engine,
+        "gpu_memory_utilization": "0.9",
+        "hash_block_size": "None",
+        "is_attention_free": "False",
+        "kv_cache_dtype_skip_layers": "[]",
+        "kv_cache_layout": "None",
         "kv_cache_max_concurrency": _fmt(KV_CAPACITY_TOKENS / sc.max_model_len),
-        "kv_cache_memory_bytes": "None", "kv_cache_size_tokens": str(int(KV_CAPACITY_TOKENS)),
-        "kv_offloading_backend": "native", "kv_offloading_size": "None", "kv_sharing_fast_prefill": "False",
-        "mamba_block_size": "None", "mamba_cache_dtype": "auto", "mamba_cache_mode": "none",
-        "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "float32", "num_cpu_blocks": "None",
-        "num_gpu_blocks": str(int(KV_CAPACITY_TOKENS // 16)), "num_gpu_blocks_override": "None",
-        "prefix_cache_retention_interval": "0", "prefix_caching_hash_algo": "sha256",
-        "prefix_match_unit": "None", "replayssm_buffer_len": "16", "skip_page_size_padded": "None",
-        "sliding_window": "None", "swa_bounded_replay": "True", "use_kda_recoverssm": "False",
-        "use_replayssm": "False", "user_specified_block_size": "False",
+        "kv_cache_memory_bytes": "None",
+        "kv_cache_size_tokens": str(int(KV_CAPACITY_TOKENS)),
+        "kv_offloading_backend": "native",
+        "kv_offloading_size": "None",
+        "kv_sharing_fast_prefill": "False",
+        "mamba_block_size": "None",
+        "mamba_cache_dtype": "auto",
+        "mamba_cache_mode": "none",
+        "mamba_page_size_padded": "None",
+        "mamba_ssm_cache_dtype": "float32",
+        "num_cpu_blocks": "None",
+        "num_gpu_blocks": str(int(KV_CAPACITY_TOKENS // 16)),
+        "num_gpu_blocks_override": "None",
+        "prefix_cache_retention_interval": "0",
+        "prefix_caching_hash_algo": "sha256",
+        "prefix_match_unit": "None",
+        "replayssm_buffer_len": "16",
+        "skip_page_size_padded": "None",
+        "sliding_window": "None",
+        "swa_bounded_replay": "True",
+        "use_kda_recoverssm": "False",
+        "use_replayssm": "False",
+        "user_specified_block_size": "False",
     }
 
 
-def _merge(hists, bounds) -> Hist:
+def _merge(hists: Iterable[Hist], bounds: Sequence[float]) -> Hist:
     m = Hist(bounds)
     for h in hists:
         for le, n in _per_bucket(h, bounds):
@@ -369,14 +616,14 @@ def _merge(hists, bounds) -> Hist:
     return m
 
 
-def _per_bucket(h: Hist, bounds):
+def _per_bucket(h: Hist, bounds: Sequence[float]) -> Iterator[tuple[float, int]]:
     prev = 0
     for le, n in h.cumulative(bounds):
         yield le, n - prev
         prev = n
 
 
-def _http_families(out: _Out, sim) -> None:
+def _http_families(out: _Out, sim: Simulator) -> None:
     """prometheus-fastapi-instrumentator's families; labelled children appear after the 1st request."""
     es = [e for r in sim.routes.values() for e in r.engines]
     n = sum(e.c["http_requests"] for e in es)
@@ -391,119 +638,206 @@ def _http_families(out: _Out, sim) -> None:
     hr.sum = h.sum
     handler = {"handler": "/v1/completions"}
     if n:
-        out.counter("http_requests", "Total number of requests by method, status and handler.",
-                    [({**handler, "method": "POST", "status": "2xx"}, n, first)])
-        out.summary("http_request_size_bytes",
-                    "Content length of incoming requests by handler. Only value of header is respected. "
-                    "Otherwise ignored. No percentile calculated. ",
-                    [(handler, n, sum(e.c["http_req_bytes"] for e in es), first)])
-        out.summary("http_response_size_bytes",
-                    "Content length of outgoing responses by handler. Only value of header is respected. "
-                    "Otherwise ignored. No percentile calculated. ", [(handler, n, 0.0, first)])
+        out.counter(
+            "http_requests",
+            "Total number of requests by method, status and handler.",
+            [({**handler, "method": "POST", "status": "2xx"}, n, first)],
+        )
+        out.summary(
+            "http_request_size_bytes",
+            "Content length of incoming requests by handler. Only value of header is respected. "
+            "Otherwise ignored. No percentile calculated. ",
+            [(handler, n, sum(e.c["http_req_bytes"] for e in es), first)],
+        )
+        out.summary(
+            "http_response_size_bytes",
+            "Content length of outgoing responses by handler. Only value of header is respected. "
+            "Otherwise ignored. No percentile calculated. ",
+            [(handler, n, 0.0, first)],
+        )
     else:
         out.header("http_requests_total", "Total number of requests by method, status and handler.", "counter")
-        out.header("http_request_size_bytes",
-                   "Content length of incoming requests by handler. Only value of header is respected. "
-                   "Otherwise ignored. No percentile calculated. ", "summary")
-        out.header("http_response_size_bytes",
-                   "Content length of outgoing responses by handler. Only value of header is respected. "
-                   "Otherwise ignored. No percentile calculated. ", "summary")
-    out.histogram("http_request_duration_highr_seconds",
-                  "Latency with many buckets but no API specific labels. Made for more accurate percentile "
-                  "calculations. ", [({}, hr, first)], HTTP_HIGHR_BUCKETS)
+        out.header(
+            "http_request_size_bytes",
+            "Content length of incoming requests by handler. Only value of header is respected. "
+            "Otherwise ignored. No percentile calculated. ",
+            "summary",
+        )
+        out.header(
+            "http_response_size_bytes",
+            "Content length of outgoing responses by handler. Only value of header is respected. "
+            "Otherwise ignored. No percentile calculated. ",
+            "summary",
+        )
+    out.histogram(
+        "http_request_duration_highr_seconds",
+        "Latency with many buckets but no API specific labels. Made for more accurate percentile calculations. ",
+        [({}, hr, first)],
+        HTTP_HIGHR_BUCKETS,
+    )
     few = "Latency with only few buckets by handler. Made to be only used if aggregation by handler is important. "
     if n:
-        out.histogram("http_request_duration_seconds", few, [({**handler, "method": "POST"}, hr, first)],
-                      HTTP_FEW_BUCKETS)
+        out.histogram(
+            "http_request_duration_seconds", few, [({**handler, "method": "POST"}, hr, first)], HTTP_FEW_BUCKETS
+        )
     else:
         out.header("http_request_duration_seconds", few, "histogram")
 
 
 # --------------------------------------------------------------------------------------------
-def _render_v0(out: _Out, sim) -> None:
+def _render_v0(out: _Out, sim: Simulator) -> None:
     """V0 engine: one stat logger per server, `model_name` only; DP engines are summed."""
     sc = sim.scenario
     routes = list(sim.routes.values())
-    lab = lambda r: {"model_name": r.name}
 
-    def g(name, help_, fn):
+    def lab(r: Route) -> dict[str, str]:
+        return {"model_name": r.name}
+
+    def g(name: str, help_: str, fn: Callable[[Route], float]) -> None:
         out.simple(name, help_, "gauge", [(lab(r), fn(r)) for r in routes])
 
-    def c(base, help_, fn):
+    def c(base: str, help_: str, fn: Callable[[Route], float]) -> None:
         out.counter(base, help_, [(lab(r), fn(r), 0.0) for r in routes])
 
-    def ssum(r, key):
+    def ssum(r: Route, key: str) -> float:
         return sum(e.c[key] for e in r.engines)
 
-    g("vllm:num_requests_running", "Number of requests currently running on GPU.",
-      lambda r: float(sum(e.num_running for e in r.engines)))
-    g("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-      lambda r: float(sum(e.num_waiting for e in r.engines)))
+    g(
+        "vllm:num_requests_running",
+        "Number of requests currently running on GPU.",
+        lambda r: float(sum(e.num_running for e in r.engines)),
+    )
+    g(
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        lambda r: float(sum(e.num_waiting for e in r.engines)),
+    )
     g("vllm:num_requests_swapped", "Number of requests swapped to CPU.", lambda r: 0.0)
-    g("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.",
-      lambda r: sum(_kv_usage(e) for e in r.engines) / len(r.engines))
+    g(
+        "vllm:gpu_cache_usage_perc",
+        "GPU KV-cache usage. 1 means 100 percent usage.",
+        lambda r: sum(_kv_usage(e) for e in r.engines) / len(r.engines),
+    )
     g("vllm:cpu_cache_usage_perc", "CPU KV-cache usage. 1 means 100 percent usage.", lambda r: 0.0)
     g("vllm:cpu_prefix_cache_hit_rate", "CPU prefix cache block hit rate.", lambda r: -1.0)
     g("vllm:gpu_prefix_cache_hit_rate", "GPU prefix cache block hit rate.", lambda r: 0.0)
     c("vllm:num_preemptions", "Cumulative number of preemption from the engine.", lambda r: 0.0)
     c("vllm:prompt_tokens", "Number of prefill tokens processed.", lambda r: ssum(r, "prompt_tokens"))
     c("vllm:generation_tokens", "Number of generation tokens processed.", lambda r: ssum(r, "generation_tokens"))
-    c("vllm:tokens", "Number of prefill plus generation tokens processed.",
-      lambda r: ssum(r, "prompt_tokens") + ssum(r, "generation_tokens"))
+    c(
+        "vllm:tokens",
+        "Number of prefill plus generation tokens processed.",
+        lambda r: ssum(r, "prompt_tokens") + ssum(r, "generation_tokens"),
+    )
 
-    def h(name, help_, key, bounds):
-        out.histogram(name, help_, [(lab(r), _merge([e.h[key] for e in r.engines], bounds), 0.0)
-                                    for r in routes], bounds)
+    def h(name: str, help_: str, key: str, bounds: Sequence[float]) -> None:
+        out.histogram(
+            name, help_, [(lab(r), _merge([e.h[key] for e in r.engines], bounds), 0.0) for r in routes], bounds
+        )
 
     tok = buckets_1_2_5(sc.max_model_len)
     h("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iter", ITER_BUCKETS_V0)
-    h("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft",
-      V0_TTFT_BUCKETS)
-    h("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", "itl",
-      V0_TPOT_BUCKETS)
-    h("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", "e2e",
-      V0_REQ_LAT_BUCKETS)
-    h("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", "queue",
-      V0_REQ_LAT_BUCKETS)
-    h("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
-      "inference", V0_REQ_LAT_BUCKETS)
-    h("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", "prefill",
-      V0_REQ_LAT_BUCKETS)
-    h("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", "decode",
-      V0_REQ_LAT_BUCKETS)
-    h("vllm:time_in_queue_requests", "Histogram of time the request spent in the queue in seconds.", "queue",
-      V0_REQ_LAT_BUCKETS)
+    h("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft", V0_TTFT_BUCKETS)
+    h("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", "itl", V0_TPOT_BUCKETS)
+    h(
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of end to end request latency in seconds.",
+        "e2e",
+        V0_REQ_LAT_BUCKETS,
+    )
+    h(
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        "queue",
+        V0_REQ_LAT_BUCKETS,
+    )
+    h(
+        "vllm:request_inference_time_seconds",
+        "Histogram of time spent in RUNNING phase for request.",
+        "inference",
+        V0_REQ_LAT_BUCKETS,
+    )
+    h(
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        "prefill",
+        V0_REQ_LAT_BUCKETS,
+    )
+    h(
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        "decode",
+        V0_REQ_LAT_BUCKETS,
+    )
+    h(
+        "vllm:time_in_queue_requests",
+        "Histogram of time the request spent in the queue in seconds.",
+        "queue",
+        V0_REQ_LAT_BUCKETS,
+    )
     # Only observed with --collect-detailed-traces: registered, never given a child.
-    out.header("vllm:model_forward_time_milliseconds",
-               "Histogram of time spent in the model forward pass in ms.", "histogram")
-    out.header("vllm:model_execute_time_milliseconds",
-               "Histogram of time spent in the model execute function in ms.", "histogram")
+    out.header(
+        "vllm:model_forward_time_milliseconds", "Histogram of time spent in the model forward pass in ms.", "histogram"
+    )
+    out.header(
+        "vllm:model_execute_time_milliseconds",
+        "Histogram of time spent in the model execute function in ms.",
+        "histogram",
+    )
     h("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt", tok)
     h("vllm:request_generation_tokens", "Number of generation tokens processed.", "generation", tok)
-    h("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
-      "max_gen", tok)
+    h(
+        "vllm:request_max_num_generation_tokens",
+        "Histogram of maximum number of requested generation tokens.",
+        "max_gen",
+        tok,
+    )
     h("vllm:request_params_n", "Histogram of the n request parameter.", "params_n", PARAMS_N_BUCKETS)
     h("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "max_tokens", tok)
-    out.counter("vllm:request_success", "Count of successfully processed requests.",
-                [({**lab(r), "finished_reason": rs}, float(sum(e.success[rs] for e in r.engines)), 0.0)
-                 for r in routes for rs in ("stop", "length")])
+    out.counter(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        [
+            ({**lab(r), "finished_reason": rs}, float(sum(e.success[rs] for e in r.engines)), 0.0)
+            for r in routes
+            for rs in ("stop", "length")
+        ],
+    )
     if sim.spec_enabled:
-        def v0(r, key):
+
+        def v0(r: Route, key: str) -> float:
             return sum(e.v0[key] for e in r.engines)
 
-        def ratio(r, key):
+        def ratio(r: Route, key: str) -> float:
             vals = [e.v0[key] for e in r.engines if not math.isnan(e.v0[key])]
             return sum(vals) / len(vals) if vals else 0.0
+
         # multiprocess_mode="sum" gauges: lifetime acceptance/efficiency as last logged.
-        g("vllm:spec_decode_draft_acceptance_rate", "Speulative token acceptance rate.",
-          lambda r: ratio(r, "rate"))
+        g("vllm:spec_decode_draft_acceptance_rate", "Speulative token acceptance rate.", lambda r: ratio(r, "rate"))
         g("vllm:spec_decode_efficiency", "Speculative decoding system efficiency.", lambda r: ratio(r, "eff"))
         c("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", lambda r: v0(r, "acc_ss"))
         c("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", lambda r: v0(r, "draft_ss"))
         c("vllm:spec_decode_num_emitted_tokens", "Number of emitted tokens.", lambda r: v0(r, "emit_ss"))
-    out.simple("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", "gauge",
-               [({"block_size": "16", "cache_dtype": "auto", "cpu_offload_gb": "0",
-                  "enable_prefix_caching": "False", "gpu_memory_utilization": "0.9",
-                  "is_attention_free": "False", "num_cpu_blocks": "2048",
-                  "num_gpu_blocks": str(int(KV_CAPACITY_TOKENS // 16)), "num_gpu_blocks_override": "None",
-                  "sliding_window": "None", "swap_space_bytes": "4294967296"}, 1.0)])
+    out.simple(
+        "vllm:cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        "gauge",
+        [
+            (
+                {
+                    "block_size": "16",
+                    "cache_dtype": "auto",
+                    "cpu_offload_gb": "0",
+                    "enable_prefix_caching": "False",
+                    "gpu_memory_utilization": "0.9",
+                    "is_attention_free": "False",
+                    "num_cpu_blocks": "2048",
+                    "num_gpu_blocks": str(int(KV_CAPACITY_TOKENS // 16)),
+                    "num_gpu_blocks_override": "None",
+                    "sliding_window": "None",
+                    "swap_space_bytes": "4294967296",
+                },
+                1.0,
+            )
+        ],
+    )

@@ -5,27 +5,91 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable
 
 # Bucket bounds of vLLM's histograms (0.8.4+ defaults). Histograms store the union of every schema's
 # bounds, so a schema switch can render any of them exactly from the same counts. (V0's request-latency
 # bounds are a subset of REQ_LAT_BUCKETS.)
-ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-               10.0, 20.0, 40.0, 80.0]
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
-REQ_LAT_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
-ITER_BUCKETS_V1 = [1.0] + [float(2 ** i) for i in range(3, 15)]            # 1, 8, 16, ... 16384
+ITL_BUCKETS = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
+REQ_LAT_BUCKETS = [
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
+ITER_BUCKETS_V1 = [1.0] + [float(2**i) for i in range(3, 15)]  # 1, 8, 16, ... 16384
 ITER_BUCKETS_V0 = sorted({1.0, 2.0, 4.0} | {float(x) for x in range(8, 513, 8)})  # cudagraph sizes
 PARAMS_N_BUCKETS = [1.0, 2.0, 5.0, 10.0, 20.0]
 PREEMPT_BUCKETS = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]
 
 
 def buckets_1_2_5(max_value: int) -> list[float]:
-    out, e = [], 0
+    out: list[float] = []
+    e = 0
     while True:
         for m in (1, 2, 5):
-            v = m * 10 ** e
+            v = m * 10**e
             if v > max_value:
                 return out
             out.append(float(v))
@@ -34,9 +98,10 @@ def buckets_1_2_5(max_value: int) -> list[float]:
 
 class Hist:
     """Bucket counts over a fixed sorted bound list (le semantics), plus sum and count."""
+
     __slots__ = ("bounds", "count", "counts", "sum")
 
-    def __init__(self, bounds):
+    def __init__(self, bounds: Iterable[float]) -> None:
         self.bounds = sorted({float(b) for b in bounds})
         self.counts = [0] * (len(self.bounds) + 1)
         self.sum = 0.0
@@ -47,7 +112,7 @@ class Hist:
         self.sum += v * n
         self.count += n
 
-    def cumulative(self, bounds) -> list[tuple[float, int]]:
+    def cumulative(self, bounds: Iterable[float]) -> list[tuple[float, int]]:
         """Cumulative counts at `bounds` (each must be one of self.bounds) and +Inf."""
         out, acc, i = [], 0, 0
         for b in bounds:

@@ -5,17 +5,25 @@ time, so a recording depends only on (scenario, seed, poll_interval) and is byte
 reproducible. HTTP-layer faults do not apply here; scenario events (restart, spec on/off, schema
 switch) do, since they change the exposition itself.
 """
+
 from __future__ import annotations
 
 import json
 import os
 
 from .engine import Simulator
-from .scenario import load_scenario
+from .scenario import Scenario, load_scenario
 
 
-def record(scenario, out_path, poll_interval: float = 5.0, seed: int = 0, target: str = "vllm",
-           duration: float | None = None, start: float = 0.0) -> int:
+def record(
+    scenario: Scenario | str,
+    out_path: str | os.PathLike[str],
+    poll_interval: float = 5.0,
+    seed: int = 0,
+    target: str = "vllm",
+    duration: float | None = None,
+    start: float = 0.0,
+) -> int:
     """Record polls at start, start+poll_interval, ... up to the scenario's end (or `duration`).
 
     Returns the number of lines written."""
@@ -37,5 +45,5 @@ def record(scenario, out_path, poll_interval: float = 5.0, seed: int = 0, target
             fh.write("\n")
             n += 1
             i += 1
-    os.replace(tmp, out_path)   # never leave a half-written recording behind
+    os.replace(tmp, out_path)  # never leave a half-written recording behind
     return n

@@ -44,6 +44,7 @@ expected:                     # documentation for benchmarks; checked by tests
   crossings: [{at: 240, from: keep, to: disable}]
 ```
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,14 +59,14 @@ from .. import units
 SCHEMAS = ("v1", "v1-legacy-itl", "v0")
 EVENT_TYPES = ("restart", "spec_off", "spec_on", "schema")
 FAULT_KINDS = (
-    "http_500",      # HTTP 500 with a short text body
-    "drop",          # accept, read the request, close the connection without a response
-    "slow_drip",     # send the real body a few bytes at a time (slowloris-style server)
-    "truncated",     # Content-Length of the full body, only part of it sent, then close
-    "garbage",       # 200 with bytes that are not exposition text
-    "oversized",     # 200 with the real body padded by comment lines up to `bytes`
-    "huge_labels",   # 200 with the real body plus one series carrying `labels` labels
-    "empty",         # 200 with an empty body (multiprocess-mode name[] filtering)
+    "http_500",  # HTTP 500 with a short text body
+    "drop",  # accept, read the request, close the connection without a response
+    "slow_drip",  # send the real body a few bytes at a time (slowloris-style server)
+    "truncated",  # Content-Length of the full body, only part of it sent, then close
+    "garbage",  # 200 with bytes that are not exposition text
+    "oversized",  # 200 with the real body padded by comment lines up to `bytes`
+    "huge_labels",  # 200 with the real body plus one series carrying `labels` labels
+    "empty",  # 200 with an empty body (multiprocess-mode name[] filtering)
 )
 SCENARIO_DIR = os.path.join(os.path.dirname(__file__), "scenarios")
 
@@ -115,10 +116,11 @@ def unconditional(cond: list[float]) -> list[float]:
 @dataclasses.dataclass(frozen=True)
 class RoutePhase:
     """The parameters one route runs with during a phase (resolved, no overrides left)."""
+
     concurrency: float | None
     rate: float | None
     k: int
-    acceptance: tuple[float, ...]   # conditional, length >= k (padded with the last value)
+    acceptance: tuple[float, ...]  # conditional, length >= k (padded with the last value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +174,7 @@ class StepCurve:
 _STEP_CURVE_KEYS = {f.name for f in dataclasses.fields(StepCurve)}
 
 
-def _step_curve(raw: Any) -> "StepCurve | None":
+def _step_curve(raw: Any) -> StepCurve | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -243,6 +245,7 @@ class Scenario:
             if a is None or b is None:
                 return b
             return a + (b - a) * f
+
         n = max(len(prev.acceptance), len(cur.acceptance))
         pa = _pad(prev.acceptance, n)
         ca = _pad(cur.acceptance, n)
@@ -267,13 +270,39 @@ def _pad(acc: tuple[float, ...], n: int) -> tuple[float, ...]:
 
 
 _TOP_KEYS = {
-    "name", "description", "hardware", "model", "tensor_parallel", "dtype", "method",
-    "draft_cost_per_token", "num_speculative_tokens", "schema", "multiprocess", "engines",
-    "max_num_seqs", "max_num_batched_tokens", "max_model_len", "prompt_tokens",
-    "output_tokens", "noise", "routes", "phases", "events", "faults", "expected", "step_time",
+    "name",
+    "description",
+    "hardware",
+    "model",
+    "tensor_parallel",
+    "dtype",
+    "method",
+    "draft_cost_per_token",
+    "num_speculative_tokens",
+    "schema",
+    "multiprocess",
+    "engines",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "prompt_tokens",
+    "output_tokens",
+    "noise",
+    "routes",
+    "phases",
+    "events",
+    "faults",
+    "expected",
+    "step_time",
 }
 _PHASE_KEYS = {"name", "duration", "ramp", "routes"} | {
-    "concurrency", "rate", "k", "alpha", "acceptance_rate", "acceptance"}
+    "concurrency",
+    "rate",
+    "k",
+    "alpha",
+    "acceptance_rate",
+    "acceptance",
+}
 _ROUTE_PARAM_KEYS = {"concurrency", "rate", "k", "alpha", "acceptance_rate", "acceptance"}
 
 
@@ -383,8 +412,15 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
                 merged.pop("rate", None)
             merged.update(ov)
             resolved[rn] = _resolve_route(merged, f"{key}.routes.{rn}" if rn in overrides else key, kmax)
-        phases.append(Phase(name=str(p.get("name", f"phase-{i}")), start=start, duration=dur,
-                            ramp=bool(p.get("ramp", False)), routes=resolved))
+        phases.append(
+            Phase(
+                name=str(p.get("name", f"phase-{i}")),
+                start=start,
+                duration=dur,
+                ramp=bool(p.get("ramp", False)),
+                routes=resolved,
+            )
+        )
         start += dur
 
     events = []
@@ -414,9 +450,14 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
         for pk in params:
             if pk not in ("bytes", "labels", "chunk", "interval", "fraction"):
                 raise ScenarioError(f"{key}.{pk}: unknown key")
-        faults.append(Fault(at=parse_duration(f.get("at", 0), f"{key}.at"),
-                            duration=parse_duration(f.get("duration", "10s"), f"{key}.duration"),
-                            kind=kind, params=params))
+        faults.append(
+            Fault(
+                at=parse_duration(f.get("at", 0), f"{key}.at"),
+                duration=parse_duration(f.get("duration", "10s"), f"{key}.duration"),
+                kind=kind,
+                params=params,
+            )
+        )
 
     expected = data.get("expected") or {}
     if not isinstance(expected, dict):
@@ -430,15 +471,19 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
         tensor_parallel=_num(data.get("tensor_parallel", 1), "tensor_parallel", lo=1, integer=True),
         dtype=str(data.get("dtype", "bf16")),
         method=str(data.get("method", "eagle3")),
-        draft_cost_per_token=(None if data.get("draft_cost_per_token") is None else
-                              _num(data["draft_cost_per_token"], "draft_cost_per_token", lo=0)),
+        draft_cost_per_token=(
+            None
+            if data.get("draft_cost_per_token") is None
+            else _num(data["draft_cost_per_token"], "draft_cost_per_token", lo=0)
+        ),
         num_speculative_tokens=kmax,
         schema=schema,
         multiprocess=bool(data.get("multiprocess", False)),
         engines=_num(data.get("engines", 1), "engines", lo=1, hi=64, integer=True),
         max_num_seqs=_num(data.get("max_num_seqs", 256), "max_num_seqs", lo=1, integer=True),
-        max_num_batched_tokens=_num(data.get("max_num_batched_tokens", 8192), "max_num_batched_tokens",
-                                    lo=1, integer=True),
+        max_num_batched_tokens=_num(
+            data.get("max_num_batched_tokens", 8192), "max_num_batched_tokens", lo=1, integer=True
+        ),
         max_model_len=_num(data.get("max_model_len", 8192), "max_model_len", lo=16, integer=True),
         prompt_tokens=_num(data.get("prompt_tokens", 512), "prompt_tokens", lo=1, integer=True),
         output_tokens=_num(data.get("output_tokens", 256), "output_tokens", lo=2, integer=True),
@@ -458,7 +503,7 @@ def list_scenarios() -> list[str]:
     return sorted(os.path.splitext(f)[0] for f in os.listdir(SCENARIO_DIR) if f.endswith(".yaml"))
 
 
-def load_scenario(name_or_path: "str | os.PathLike | Scenario") -> Scenario:
+def load_scenario(name_or_path: str | os.PathLike | Scenario) -> Scenario:
     """Load a shipped scenario by name (`alpha-drop`) or any YAML file by path."""
     if isinstance(name_or_path, Scenario):
         return name_or_path
@@ -467,7 +512,8 @@ def load_scenario(name_or_path: "str | os.PathLike | Scenario") -> Scenario:
         cand = os.path.join(SCENARIO_DIR, p + ".yaml")
         if not os.path.exists(cand):
             raise ScenarioError(
-                f"scenario {p!r}: no such file or shipped scenario (shipped: {', '.join(list_scenarios())})")
+                f"scenario {p!r}: no such file or shipped scenario (shipped: {', '.join(list_scenarios())})"
+            )
         p = cand
     with open(p, encoding="utf-8") as fh:
         try:

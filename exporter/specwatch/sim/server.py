@@ -5,8 +5,10 @@
 Faults come from the scenario's `faults:` list (by sim time) or from `handle.inject(kind, ...)`
 for tests that need one fault right now.
 """
+
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.server
 import json
@@ -15,9 +17,10 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 from .engine import Simulator
-from .scenario import FAULT_KINDS, Fault, load_scenario
+from .scenario import FAULT_KINDS, Fault, Scenario, load_scenario
 
 try:  # the content type a 0.0.4 text exposition is served with
     from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as CONTENT_TYPE
@@ -44,11 +47,12 @@ class SimServer:
         self._t0 = time.monotonic()
         self._httpd = _Server((host, port), _Handler)
         self._httpd.owner = self
-        h, p = self._httpd.server_address[:2]
+        h, p = str(self._httpd.server_address[0]), int(self._httpd.server_address[1])
         self.host, self.port = h, p
         self.url = f"http://{h}:{p}/metrics"
-        self._http_thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                             name="specwatch-sim-http", daemon=True)
+        self._http_thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="specwatch-sim-http", daemon=True
+        )
         self._tick = tick
         self._sim_thread = threading.Thread(target=self._run, name="specwatch-sim", daemon=True)
         self._http_thread.start()
@@ -68,7 +72,7 @@ class SimServer:
             with self.lock:
                 self.sim.advance_to(self.sim_time())
 
-    def snapshot(self) -> tuple[str, dict, list[Fault]]:
+    def snapshot(self) -> tuple[str, dict[str, Any], list[Fault]]:
         """(exposition, truth, active faults) at the current sim time, consistently."""
         with self.lock:
             t = self.sim_time()
@@ -76,11 +80,11 @@ class SimServer:
             faults = list(self._manual) + self.sim.scenario.faults_at(self.sim.now)
             return self.sim.render(), self.sim.truth(), faults
 
-    def truth(self) -> dict:
+    def truth(self) -> dict[str, Any]:
         return self.snapshot()[1]
 
     # -- faults -----------------------------------------------------------------------------
-    def inject(self, kind: str, **params) -> None:
+    def inject(self, kind: str, **params: Any) -> None:
         """Apply a fault to every /metrics request until clear_faults()."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {kind!r} (one of {', '.join(FAULT_KINDS)})")
@@ -101,10 +105,10 @@ class SimServer:
         self._http_thread.join(timeout=5)
         self._sim_thread.join(timeout=5)
 
-    def __enter__(self):
+    def __enter__(self) -> SimServer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -113,7 +117,9 @@ class _Server(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
     owner: SimServer
 
-    def handle_error(self, request, client_address):
+    def handle_error(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: tuple[str, int] | str
+    ) -> None:
         # A client that hangs up mid-response (a timed-out poll, a fault test) is normal here.
         if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, TimeoutError)):
             return
@@ -121,19 +127,24 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"       # keep-alive, like uvicorn
+    protocol_version = "HTTP/1.1"  # keep-alive, like uvicorn
     server_version = "uvicorn"
     sys_version = ""
 
-    def log_message(self, *args):       # quiet: tests and the demo own the terminal
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: tests and the demo own the terminal
         pass
 
-    def do_GET(self):
-        owner: SimServer = self.server.owner
+    @property
+    def owner(self) -> SimServer:
+        server = self.server
+        assert isinstance(server, _Server)
+        return server.owner
+
+    def do_GET(self) -> None:
+        owner = self.owner
         path = self.path.split("?", 1)[0]
         if path == "/version":
-            return self._send(200, json.dumps({"version": VLLM_VERSION[owner.sim.schema]}).encode(),
-                              "application/json")
+            return self._send(200, json.dumps({"version": VLLM_VERSION[owner.sim.schema]}).encode(), "application/json")
         if path == "/health":
             return self._send(200, b"", "application/json")
         if path != "/metrics":
@@ -149,7 +160,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(200, gzip.compress(body, 6), CONTENT_TYPE, {"Content-Encoding": "gzip"})
         return self._send(200, body, CONTENT_TYPE)
 
-    def _send(self, code, body: bytes, ctype, extra=None):
+    def _send(self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -158,9 +169,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _fault(self, f: Fault, text: str):
+    def _fault(self, f: Fault, text: str) -> None:
         p = f.params
-        owner: SimServer = self.server.owner
+        owner = self.owner
         if f.kind == "http_500":
             return self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
         if f.kind == "empty":
@@ -168,25 +179,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if f.kind == "drop":
             # Read the request, then hang up without a status line.
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             return None
         if f.kind == "truncated":
             body = text.encode()
             cut = int(len(body) * float(p.get("fraction", 0.5)))
             self.send_response(200)
             self.send_header("Content-Type", CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(body)))   # promises more than is sent
+            self.send_header("Content-Length", str(len(body)))  # promises more than is sent
             self.end_headers()
             self.wfile.write(body[:cut])
             self.wfile.flush()
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             return None
         if f.kind == "garbage":
             rnd = random.Random(owner.requests)
@@ -205,17 +212,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 for i in range(0, len(body), chunk):
                     if owner._stop.wait(interval):
                         break
-                    self.wfile.write(body[i:i + chunk])
+                    self.wfile.write(body[i : i + chunk])
                     self.wfile.flush()
-            except OSError:   # the client gave up: that is the point of the fault
+            except OSError:  # the client gave up: that is the point of the fault
                 pass
             self.close_connection = True
             return None
         if f.kind == "oversized":
             body = text.encode()
             target = int(p.get("bytes", 32 * 1024 * 1024))
-            pad_line = b"# padding " + b"x" * 1013 + b"\n"       # 1 KiB comment lines
-            n_pad = max(0, -(-(target - len(body)) // len(pad_line)))   # at least `bytes` in total
+            pad_line = b"# padding " + b"x" * 1013 + b"\n"  # 1 KiB comment lines
+            n_pad = max(0, -(-(target - len(body)) // len(pad_line)))  # at least `bytes` in total
             self.send_response(200)
             self.send_header("Content-Type", CONTENT_TYPE)
             self.send_header("Content-Length", str(len(body) + n_pad * len(pad_line)))
@@ -228,20 +235,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     k = min(64, left)
                     self.wfile.write(block if k == 64 else pad_line * k)
                     left -= k
-            except OSError:   # the client stopped reading at its byte cap
+            except OSError:  # the client stopped reading at its byte cap
                 pass
             self.close_connection = True
             return None
         if f.kind == "huge_labels":
             n = int(p.get("labels", 10000))
             labels = ",".join(f'l{i:05d}="v{i}"' for i in range(n))
-            extra = (f"# HELP vllm:sim_huge_label_set A series with {n} labels.\n"
-                     f"# TYPE vllm:sim_huge_label_set gauge\nvllm:sim_huge_label_set{{{labels}}} 1.0\n")
+            extra = (
+                f"# HELP vllm:sim_huge_label_set A series with {n} labels.\n"
+                f"# TYPE vllm:sim_huge_label_set gauge\nvllm:sim_huge_label_set{{{labels}}} 1.0\n"
+            )
             return self._send(200, (text + extra).encode(), CONTENT_TYPE)
         return self._send(500, b"unknown fault", "text/plain")
 
 
-def serve(scenario, host: str = "127.0.0.1", port: int = 0, speed: float = 1.0, seed: int = 0) -> SimServer:
+def serve(
+    scenario: Scenario | str, host: str = "127.0.0.1", port: int = 0, speed: float = 1.0, seed: int = 0
+) -> SimServer:
     """Start the simulated vLLM on (host, port) (port 0 = a free port); returns the handle."""
     sc = load_scenario(scenario)
     sim = Simulator(sc, seed=seed, epoch=time.time())

@@ -71,9 +71,7 @@ class StepTimer:
         if c is None:
             return cm.draft_time(b, k) + cm.spec_overhead_time(b, b * (k + 1))
         if self.ngram:
-            drafting = costmodel.NGRAM_FRACTION_OF_VERIFY * self.step_time(
-                b * (k + 1), b * self.context_per_request
-            )
+            drafting = costmodel.NGRAM_FRACTION_OF_VERIFY * self.step_time(b * (k + 1), b * self.context_per_request)
         else:
             drafting = k * c.draft_seconds
         return c.spec_overhead_seconds + drafting
@@ -85,9 +83,7 @@ class StepTimer:
 
     def _spec(self, batch: float, k: int) -> float:
         b = max(batch, 1.0)
-        return self.step_time(
-            b * (k + 1), b * self.context_per_request
-        ) + self.draft_time(b, k)
+        return self.step_time(b * (k + 1), b * self.context_per_request) + self.draft_time(b, k)
 
     def plain_step(self, batch: float) -> float:
         return self._base(batch)
@@ -105,11 +101,7 @@ class StepTimer:
         """(1 + sum p_i) · T_base / T_spec with K = len(per_pos)."""
         if not per_pos:
             return 1.0
-        return (
-            (1.0 + float(sum(per_pos)))
-            * self._base(batch)
-            / self._spec(batch, len(per_pos))
-        )
+        return (1.0 + float(sum(per_pos))) * self._base(batch) / self._spec(batch, len(per_pos))
 
     def best_k(self, batch: float, per_pos: Sequence[float]) -> int:
         """Best K' in 0..len(p), scanning up and stopping at the first drop (as the sidecar does)."""
