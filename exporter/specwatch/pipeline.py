@@ -328,8 +328,8 @@ def evaluate_route(
     config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
     variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
     evaluations: list[RouteEvaluation] = []
-    for _, label, view, stats in windows:
-        stats = with_drafter(stats, variable_length=variable_length, schedule_ks=schedule_ks)
+    for _, label, view, window_only in windows:
+        stats = with_drafter(window_only, variable_length=variable_length, schedule_ks=schedule_ks)
         guard = passes_guard(stats, view.last.snapshot, decision.min_drafts)
         previous = memory.verdicts.get(label)
         assessment = assess(
@@ -440,7 +440,7 @@ class Pipeline:
         out: list[RouteEvaluation] = []
         for name, route in self._routes.items():
             windows: list[WindowEntry] = []
-            for width, label in zip(self.config.windows, self.config.window_labels):
+            for width, label in zip(self.config.windows, self.config.window_labels, strict=True):
                 view = route.window.view(now, width)
                 if view is not None:
                     windows.append(
@@ -557,9 +557,9 @@ class Pipeline:
                 if kind in mirrored:
                     mirrored[kind] += value
                 elif kind == K_POS:
-                    positions[key[2]] = positions.get(key[2], 0.0) + value
+                    positions[key.position] = positions.get(key.position, 0.0) + value
                 elif kind == K_ITL_BUCKET and (key[1], key[2]) in current_les:
-                    buckets[key[2]] = buckets.get(key[2], 0.0) + value
+                    buckets[key.le] = buckets.get(key.le, 0.0) + value
                 elif kind == K_ITL_SUM:
                     itl_sum += value
                 elif kind == K_ITL_COUNT:

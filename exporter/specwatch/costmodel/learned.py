@@ -31,6 +31,7 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from .roofline import CostModel
 
@@ -409,7 +410,10 @@ def fit_summary(learner: StepTimeLearner, model: CostModel) -> FitSummary:
     )
 
 
-def deltas_by_kind(increases: Mapping[tuple[object, ...], float], kinds: Mapping[str, str]) -> dict[str, float]:
+_SeriesKeyT = TypeVar("_SeriesKeyT", bound=tuple[object, ...])  # any tuple key, e.g. vllm.SeriesKey
+
+
+def deltas_by_kind(increases: Mapping[_SeriesKeyT, float], kinds: Mapping[str, str]) -> dict[str, float]:
     """Sum a window's counter increases by series kind (``kinds`` maps a key's first element to a name)."""
     out = dict.fromkeys(kinds.values(), 0.0)
     for key, delta in increases.items():
