@@ -503,7 +503,7 @@ def _score(
         targets.append((tc, c["to"] if kind == "verdict" else (c["to"] == "disable")))
     n_false = n_transitional = 0
     start = truth[0][0] if truth else 0.0
-    for t, v in _transitions(series, ignore=("insufficient_data", None) if kind == "verdict" else ()):
+    for t, _v in _transitions(series, ignore=("insufficient_data", None) if kind == "verdict" else ()):
         if any(tc <= t <= tc + 600 for tc, _ in targets):
             n_transitional += 1
         elif t >= start + WINDOW_5M:  # before: warm-up (windows filling, simulated batch ramping up)
@@ -526,7 +526,8 @@ def _stable_specwatch(rec: Path, output: str | None) -> list[dict]:
     """specwatch's verdicts over the stable recording: the replay benchmark's output when present."""
     from .common import cache_dir
 
-    polls = sum(1 for _ in open(rec, "rb"))
+    with open(rec, "rb") as fh:
+        polls = sum(1 for _ in fh)
     cached = cache_dir() / f"replay-out-specwatch-{polls}.jsonl"
     if not output and cached.exists() and cached.stat().st_mtime > rec.stat().st_mtime:
         output = str(cached)

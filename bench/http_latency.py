@@ -57,7 +57,7 @@ def run_http(smoke: bool) -> tuple[Table, dict]:
     logs = []
     try:
         vport, sport, pport = free_port(), free_port(), free_port()
-        vlog = open(cache_dir() / "http-payloads.log", "w")
+        vlog = open(cache_dir() / "http-payloads.log", "w")  # noqa: SIM115 - the subprocess's output; closed in the finally
         logs.append(vlog)
         procs.append(
             subprocess.Popen(
@@ -77,13 +77,13 @@ def run_http(smoke: bool) -> tuple[Table, dict]:
         )
         cfg_path = cache_dir() / "http-sidecar.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg))
-        slog = open(cache_dir() / "http-sidecar.log", "w")
+        slog = open(cache_dir() / "http-sidecar.log", "w")  # noqa: SIM115 - the subprocess's output; closed in the finally
         logs.append(slog)
         sidecar = subprocess.Popen(
             _specwatch_cmd() + ["run", "--config", str(cfg_path)], cwd=REPO, stdout=slog, stderr=subprocess.STDOUT
         )
         procs.append(sidecar)
-        plog = open(cache_dir() / "http-peer.log", "w")
+        plog = open(cache_dir() / "http-peer.log", "w")  # noqa: SIM115 - the subprocess's output; closed in the finally
         logs.append(plog)
         peer = subprocess.Popen(
             [sys.executable, "-m", "bench.servers", "peer", str(rec), str(pport), "72"],

@@ -136,7 +136,7 @@ def tiled_recording(
     if path.exists():
         return path
     s = sim.Simulator(scenario, seed=seed)
-    per_tile = int(round(tile_seconds / POLL))
+    per_tile = round(tile_seconds / POLL)
     base = []
     for j in range(per_tile + 1):
         s.advance_to(POLL * j)

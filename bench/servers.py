@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 def serve_payloads(rec: str, port: int) -> None:
     lock = threading.Lock()
-    fh = open(rec, encoding="utf-8")
+    fh = open(rec, encoding="utf-8")  # noqa: SIM115 - read by the handler for the server's whole life
 
     def next_text() -> bytes:
         with lock:

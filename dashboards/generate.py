@@ -708,10 +708,10 @@ def layout() -> list[dict]:
         pid += 1
         y += 1
         x, line_h = 0, 0
-        for panel, w, h in make():
+        for body, w, h in make():
             if x + w > 24:
                 x, y, line_h = 0, y + line_h, 0
-            panel = {"id": pid, **panel, "gridPos": {"h": h, "w": w, "x": x, "y": y}}
+            panel = {"id": pid, **body, "gridPos": {"h": h, "w": w, "x": x, "y": y}}
             if panel["title"] in PANEL_RUNBOOKS:
                 panel["links"] = [
                     link(f"Runbook: {name}", f"{RUNBOOK}#{name.lower()}") for name in PANEL_RUNBOOKS[panel["title"]]

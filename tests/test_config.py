@@ -571,7 +571,7 @@ def test_each_bad_prometheus_key_raises_one_error_naming_it(raw, key):
 
 
 def test_a_prometheus_target_url_from_the_environment_conflicts_with_fleet_mode_too():
-    with pytest.raises(ConfigError, match="^targets: not used with prometheus"):
+    with pytest.raises(ConfigError, match=r"^targets: not used with prometheus"):
         from_mapping({"prometheus": PROMETHEUS_URL}, environ={"SPECWATCH_TARGET_URL": "http://a:1/metrics"})
 
 
@@ -603,7 +603,7 @@ def test_the_prometheus_section_comes_from_the_environment_alone():
         environ={"SPECWATCH_PROMETHEUS__URL": "http://env:9090"},
     )
     assert (overridden.prometheus.url, overridden.prometheus.timeout) == ("http://env:9090", 2.0)
-    with pytest.raises(ConfigError, match="^prometheus.headers: expected a mapping"):
+    with pytest.raises(ConfigError, match=r"^prometheus\.headers: expected a mapping"):
         from_mapping(
             {},
             environ={"SPECWATCH_PROMETHEUS__URL": "http://p:9090", "SPECWATCH_PROMETHEUS__HEADERS": "X-Scope-OrgID=a"},

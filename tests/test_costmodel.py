@@ -432,7 +432,7 @@ def test_schedule_starts_at_1_is_contiguous_and_k_never_grows_with_batch(p, rate
     rates = sorted(rates, reverse=True)
     sched = recommend_schedule(cm, rates, max_batch)
     assert sched[0][0] == 1 and sched[-1][1] == max_batch
-    for (lo, hi, k), nxt in zip(sched, sched[1:] + [None]):
+    for (lo, hi, k), nxt in zip(sched, sched[1:] + [None], strict=True):
         assert lo <= hi and 0 <= k <= len(rates)
         if nxt:
             assert nxt[0] == hi + 1 and nxt[2] < k

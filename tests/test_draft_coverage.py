@@ -43,7 +43,7 @@ def test_coverage_on_the_real_ngram_server_is_drafts_over_request_steps():
     first, last = files[0].read_text(), files[-1].read_text()
 
     def value(text, name):
-        line = next(l for l in text.splitlines() if l.startswith(name + "{"))
+        line = next(ln for ln in text.splitlines() if ln.startswith(name + "{"))
         return float(line.rsplit(" ", 1)[1])
 
     drafts = value(last, "vllm:spec_decode_num_drafts_total") - value(first, "vllm:spec_decode_num_drafts_total")

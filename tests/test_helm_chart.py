@@ -365,7 +365,7 @@ def rendered_config(objects: list[dict]) -> dict:
 def test_config_map_carries_the_values_config_with_empty_keys_left_to_exporter_defaults(chart):
     values = ci_values("standalone-values.yaml")
     cfg = rendered_config(render(chart, values))
-    expected = {k: v for k, v in values["config"].items()}
+    expected = dict(values["config"].items())
     expected["listen"] = ":9474"
     expected["alerting"] = {"window": "5m"}  # from prometheusRule.alertWindow
     assert cfg == expected

@@ -119,7 +119,7 @@ def test_two_dp_engines_with_different_alpha_are_summed_and_batch_is_per_engine(
             fake.step(1, batch=12, accepted_per_request=[0], itl_seconds=0.02)  # alpha 0.0
         t += POLL
         lines.append(json.dumps({"t": t, "target": "vllm", "text": fake.text()}))
-    last = [r for r in evaluations(lines) if r["t"] == t and r["window"] == "30s"][0]
+    last = next(r for r in evaluations(lines) if r["t"] == t and r["window"] == "30s")
     assert last["acceptance_rate"] == pytest.approx(16 / 64)  # tokens, not the mean of two ratios
     assert last["batch_size"] == pytest.approx(8.0)  # each engine runs its own batch
     assert last["mean_acceptance_length"] == pytest.approx(1 + 16 / 16)
@@ -199,6 +199,7 @@ def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys
         [sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
         capture_output=True,
         text=True,
+        check=False,
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -253,7 +254,11 @@ def test_replay_without_a_config_learns_the_target_names_from_the_recording(tmp_
     recording = tmp_path / "rec.jsonl"
     recording.write_text("\n".join(line.replace('"target": "vllm"', '"target": "pod-a"') for line in lines) + "\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "replay", str(recording)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "specwatch.cli", "replay", str(recording)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -264,6 +269,7 @@ def test_replay_without_a_config_learns_the_target_names_from_the_recording(tmp_
         [sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
         capture_output=True,
         text=True,
+        check=False,
         timeout=60,
     )
     assert strict.returncode == 2 and "pod-a" in strict.stderr

@@ -1,5 +1,6 @@
 """The decode simulation moves counters by vLLM's rules and recovers its configured truth."""
 
+import itertools
 import json
 
 import pytest
@@ -44,7 +45,7 @@ def spec(text, engine=None):
 def check_identities(d, k):
     pp = [d["per_pos"][i] for i in range(len(d["per_pos"]))]
     assert sum(pp) == d["vllm:spec_decode_num_accepted_tokens_total"]
-    assert all(a >= b for a, b in zip(pp, pp[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(pp))
     assert d["vllm:spec_decode_num_draft_tokens_total"] == k * d["vllm:spec_decode_num_drafts_total"]
 
 
@@ -85,7 +86,7 @@ def test_measured_acceptance_recovers_the_configured_conditional_rates():
     drafts = e.c["drafts"]
     assert drafts > 20000
     cond = [e.per_pos[0] / drafts] + [e.per_pos[i] / e.per_pos[i - 1] for i in range(1, 4)]
-    for got, want in zip(cond, [0.9, 0.7, 0.5, 0.3]):
+    for got, want in zip(cond, [0.9, 0.7, 0.5, 0.3], strict=True):
         assert abs(got - want) < 0.02
     alpha = e.c["accepted"] / e.c["draft_tokens"]
     assert abs(alpha - sim.truth()["routes"]["m"]["alpha"]) < 0.01

@@ -167,11 +167,11 @@ def window_stats(
         elif kind == K_ACCEPTED:
             accepted += delta
         elif kind == K_POS:
-            pos[key[2]] = pos.get(key[2], 0.0) + delta
+            pos[key.position] = pos.get(key.position, 0.0) + delta
         elif kind == K_GEN:
             gen += delta
         elif kind == K_ITL_BUCKET:
-            itl_buckets[key[2]] = itl_buckets.get(key[2], 0.0) + delta
+            itl_buckets[key.le] = itl_buckets.get(key.le, 0.0) + delta
         elif kind == K_ITL_SUM:
             itl_sum += delta
         elif kind == K_ITL_COUNT:
@@ -332,7 +332,7 @@ def drafts_reaching_positions(
     # A position accepted this often was reached at least this often (and by no more than D).
     return tuple(
         min(max(n, a), drafts)
-        for n, a in zip(reached, [*accepted_by_position, *[0.0] * (k - len(accepted_by_position))])
+        for n, a in zip(reached, [*accepted_by_position, *[0.0] * (k - len(accepted_by_position))], strict=False)
     )
 
 
@@ -355,7 +355,7 @@ def position_rates(
         accepted_by_position=accepted_by_position,
     )
     rates: list[float] = []
-    for accepted, n in zip(accepted_by_position, reached):
+    for accepted, n in zip(accepted_by_position, reached, strict=False):
         if n <= 0:
             break  # no draft reached it: unknown, not 0
         rates.append(min(accepted / n, 1.0))

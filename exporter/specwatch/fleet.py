@@ -131,7 +131,7 @@ def group_window(
         identity = tuple(map(labels.get, names, defaults))
         hit = resolved.get(identity)
         if hit is None:
-            replica: ReplicaKey = tuple(zip(replica_labels, identity[:-2]))
+            replica: ReplicaKey = tuple(zip(replica_labels, identity[:-2], strict=False))
             model = labels.get("model_name")
             targets = []
             for route, route_model in _routes_for(labels, matchers):
@@ -360,7 +360,7 @@ class FleetEvaluator:
         fresh: bool,
     ) -> tuple[RouteEvaluation, ...]:
         windows: list[WindowEntry] = []
-        for width, label in zip(self.config.windows, self.config.window_labels):
+        for width, label in zip(self.config.windows, self.config.window_labels, strict=True):
             data = by_window[label].get((replica, route))
             if data is None:
                 continue

@@ -579,9 +579,9 @@ class Pipeline:
                 if kind in mirrored:
                     mirrored[kind] += value
                 elif kind == K_POS:
-                    positions[key[2]] = positions.get(key[2], 0.0) + value
+                    positions[key.position] = positions.get(key.position, 0.0) + value
                 elif kind == K_ITL_BUCKET and (key[1], key[2]) in current_les:
-                    buckets[key[2]] = buckets.get(key[2], 0.0) + value
+                    buckets[key.le] = buckets.get(key.le, 0.0) + value
                 elif kind == K_ITL_SUM:
                     itl_sum += value
                 elif kind == K_ITL_COUNT:

@@ -121,7 +121,8 @@ def query_set(
 ) -> QuerySet:
     return QuerySet(
         tuple(
-            (label, seconds, window_query(seconds, matchers, replica_labels)) for label, seconds in zip(labels, windows)
+            (label, seconds, window_query(seconds, matchers, replica_labels))
+            for label, seconds in zip(labels, windows, strict=False)
         ),
         freshness_query(matchers, replica_labels),
     )

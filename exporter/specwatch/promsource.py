@@ -24,6 +24,7 @@ it, log it once, keep its last good state and never serve a number from a partia
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -124,10 +125,8 @@ class PromClient:
             self._expired = True
             sock = self._conn.sock if self._conn is not None else None
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def _headers(self) -> dict[str, str]:
         headers = {

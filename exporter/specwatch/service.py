@@ -485,7 +485,7 @@ class Service:
             results = list(self._pool.map(self._fetch, [t.name for t in self.config.targets]))
         else:
             results = [self._fetch(self.config.targets[0].name)]
-        for target, (now, result) in zip(self.config.targets, results):
+        for target, (now, result) in zip(self.config.targets, results, strict=True):
             if isinstance(result, ScrapeError):
                 exc = result
                 self.pipeline.ingest_error(target.name, now, exc.reason)

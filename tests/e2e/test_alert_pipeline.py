@@ -191,7 +191,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
     try:
         # Alertmanager → receiver (the receiver's clock is the simulator's, set once it starts)
         clock = {"fn": lambda: float("nan")}
-        receiver = Receiver(lambda: clock["fn"]())
+        receiver = Receiver(lambda: clock["fn"]())  # noqa: PLW0108 -- late-bound: clock["fn"] is replaced once the sim starts
         am_port = free_port()
         am_cfg = tmp_path / "alertmanager.yml"
         am_cfg.write_text(

@@ -8,6 +8,7 @@ drip (headers, then a byte every 0.3 s), not_json, hang_up (closes without a sta
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import socket
@@ -118,10 +119,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        try:
+        with contextlib.suppress(OSError):
             self.wfile.write(body)
-        except OSError:
-            pass
 
 
 def wait_until(condition: Any, timeout: float = 10.0) -> bool:

@@ -129,7 +129,7 @@ _MEMBER = re.compile(r'^    "config": ', re.MULTILINE)
 def render(text: str) -> str:
     """text (a values.schema.json) with its properties.config replaced by the generated schema."""
     document = json.loads(text)
-    matches = [m for m in _MEMBER.finditer(text)]
+    matches = list(_MEMBER.finditer(text))
     decoder = json.JSONDecoder()
     for match in matches:
         value, end = decoder.raw_decode(text, match.end())

@@ -61,7 +61,7 @@ def parse_section(section: Section, raw: Any, where: str, ctx: Context) -> dict[
         if isinstance(node, Key):
             parsed = node.kind.parse(value, key, ctx)
             names = result_fields(node)
-            values.update(zip(names, parsed) if len(names) > 1 else ((node.name, parsed),))
+            values.update(zip(names, parsed, strict=False) if len(names) > 1 else ((node.name, parsed),))
         elif isinstance(node, Section):
             parsed_section = parse_section(node, value, key, ctx)
             values[node.name] = parsed_section if node.nullable else node.result(**parsed_section)

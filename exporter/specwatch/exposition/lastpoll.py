@@ -133,7 +133,7 @@ class LastPoll:
                 and math.isfinite(values[plan.sum])
             ):
                 return None
-        samples = list(map(_make_sample, zip(self.names, self.labels, values)))
+        samples = list(map(_make_sample, zip(self.names, self.labels, values, strict=False)))
         return {
             name: Family(name, kind, _pick(samples, value_at), _pick(samples, created_at))
             for name, kind, value_at, created_at in self.families

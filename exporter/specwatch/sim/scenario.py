@@ -148,7 +148,7 @@ class Fault:
     at: float
     duration: float
     kind: str
-    params: dict
+    params: dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,7 +213,7 @@ class Scenario:
     phases: tuple[Phase, ...]
     events: tuple[Event, ...]
     faults: tuple[Fault, ...]
-    expected: dict
+    expected: dict[str, Any]
     source: str = ""
     step_time: StepCurve | None = None
 
@@ -241,7 +241,7 @@ class Scenario:
         prev = self.phases[idx - 1].routes[route]
         f = min(1.0, max(0.0, (t - ph.start) / ph.duration))
 
-        def lerp(a, b):
+        def lerp(a: float | None, b: float | None) -> float | None:
             if a is None or b is None:
                 return b
             return a + (b - a) * f
@@ -253,7 +253,7 @@ class Scenario:
             concurrency=lerp(prev.concurrency, cur.concurrency),
             rate=lerp(prev.rate, cur.rate),
             k=cur.k,
-            acceptance=tuple(a + (b - a) * f for a, b in zip(pa, ca)),
+            acceptance=tuple(a + (b - a) * f for a, b in zip(pa, ca, strict=True)),
         )
 
     def events_sorted(self) -> list[Event]:
@@ -318,7 +318,12 @@ def _num(v: Any, key: str, lo: float | None = None, hi: float | None = None, int
     return int(v) if integer else float(v)
 
 
-def _resolve_route(raw: dict, key: str, kmax: int) -> RoutePhase:
+def _int(v: Any, key: str, lo: float | None = None, hi: float | None = None) -> int:
+    """``_num`` for a key that must be a whole number, typed as one."""
+    return int(_num(v, key, lo, hi, integer=True))
+
+
+def _resolve_route(raw: dict[str, Any], key: str, kmax: int) -> RoutePhase:
     unknown = set(raw) - _ROUTE_PARAM_KEYS
     if unknown:
         raise ScenarioError(f"{key}.{sorted(unknown)[0]}: unknown key")
@@ -331,7 +336,7 @@ def _resolve_route(raw: dict, key: str, kmax: int) -> RoutePhase:
         conc = _num(conc, f"{key}.concurrency", lo=0)
     if rate is not None:
         rate = _num(rate, f"{key}.rate", lo=0)
-    k = _num(raw.get("k", kmax), f"{key}.k", lo=0, hi=kmax, integer=True)
+    k = _int(raw.get("k", kmax), f"{key}.k", lo=0, hi=kmax)
     given = [x for x in ("alpha", "acceptance_rate", "acceptance") if x in raw]
     if len(given) > 1:
         raise ScenarioError(f"{key}: give only one of alpha, acceptance_rate, acceptance")
@@ -361,7 +366,7 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
     if unknown:
         raise ScenarioError(f"{sorted(unknown)[0]}: unknown key")
     name = str(data.get("name") or os.path.splitext(os.path.basename(source))[0] or "scenario")
-    kmax = _num(data.get("num_speculative_tokens", 4), "num_speculative_tokens", lo=1, hi=64, integer=True)
+    kmax = _int(data.get("num_speculative_tokens", 4), "num_speculative_tokens", lo=1, hi=64)
     schema = data.get("schema", "v1")
     if schema not in SCHEMAS:
         raise ScenarioError(f"schema: must be one of {', '.join(SCHEMAS)}, got {schema!r}")
@@ -468,7 +473,7 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
         description=str(data.get("description", "")).strip(),
         hardware=str(data.get("hardware", "h100-sxm")),
         model=model,
-        tensor_parallel=_num(data.get("tensor_parallel", 1), "tensor_parallel", lo=1, integer=True),
+        tensor_parallel=_int(data.get("tensor_parallel", 1), "tensor_parallel", lo=1),
         dtype=str(data.get("dtype", "bf16")),
         method=str(data.get("method", "eagle3")),
         draft_cost_per_token=(
@@ -479,14 +484,12 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
         num_speculative_tokens=kmax,
         schema=schema,
         multiprocess=bool(data.get("multiprocess", False)),
-        engines=_num(data.get("engines", 1), "engines", lo=1, hi=64, integer=True),
-        max_num_seqs=_num(data.get("max_num_seqs", 256), "max_num_seqs", lo=1, integer=True),
-        max_num_batched_tokens=_num(
-            data.get("max_num_batched_tokens", 8192), "max_num_batched_tokens", lo=1, integer=True
-        ),
-        max_model_len=_num(data.get("max_model_len", 8192), "max_model_len", lo=16, integer=True),
-        prompt_tokens=_num(data.get("prompt_tokens", 512), "prompt_tokens", lo=1, integer=True),
-        output_tokens=_num(data.get("output_tokens", 256), "output_tokens", lo=2, integer=True),
+        engines=_int(data.get("engines", 1), "engines", lo=1, hi=64),
+        max_num_seqs=_int(data.get("max_num_seqs", 256), "max_num_seqs", lo=1),
+        max_num_batched_tokens=_int(data.get("max_num_batched_tokens", 8192), "max_num_batched_tokens", lo=1),
+        max_model_len=_int(data.get("max_model_len", 8192), "max_model_len", lo=16),
+        prompt_tokens=_int(data.get("prompt_tokens", 512), "prompt_tokens", lo=1),
+        output_tokens=_int(data.get("output_tokens", 256), "output_tokens", lo=2),
         noise=_num(data.get("noise", 0.03), "noise", lo=0, hi=1),
         model_names=tuple(names),
         phases=tuple(phases),
@@ -503,7 +506,7 @@ def list_scenarios() -> list[str]:
     return sorted(os.path.splitext(f)[0] for f in os.listdir(SCENARIO_DIR) if f.endswith(".yaml"))
 
 
-def load_scenario(name_or_path: str | os.PathLike | Scenario) -> Scenario:
+def load_scenario(name_or_path: str | os.PathLike[str] | Scenario) -> Scenario:
     """Load a shipped scenario by name (`alpha-drop`) or any YAML file by path."""
     if isinstance(name_or_path, Scenario):
         return name_or_path
