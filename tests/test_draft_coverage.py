@@ -19,10 +19,11 @@ def test_undrafted_steps_gain_nothing_and_cost_nothing():
     for batch in (1, 16, 128):
         assert costmodel.expected_speedup(partial, batch, 4, 0.8) < costmodel.expected_speedup(full, batch, 4, 0.8)
         assert partial.spec_step_time(batch, 4) <= full.spec_step_time(batch, 4)
-        # At speedup 1 the per-draft economics are the same, so the break-even barely moves.
-        assert costmodel.breakeven_acceptance_rate(partial, batch, 4) == pytest.approx(
-            costmodel.breakeven_acceptance_rate(full, batch, 4), abs=0.05
-        )
+        # A speculative step pays its fixed costs whether or not every request drafted, so fewer
+        # drafted requests must each be accepted more: the bar rises, by at most 1/coverage.
+        full_be = costmodel.breakeven_acceptance_rate(full, batch, 4)
+        partial_be = costmodel.breakeven_acceptance_rate(partial, batch, 4)
+        assert full_be < partial_be <= full_be / 0.7 + 1e-9
         s = costmodel.expected_speedup(partial, batch, 4, costmodel.breakeven_acceptance_rate(partial, batch, 4))
         assert s == pytest.approx(1.0, abs=1e-9)
 
