@@ -437,7 +437,7 @@ def run_detection(smoke: bool, stable_output: str | None = None) -> tuple[list[T
             "every 2 s at irregular times: there rate() extrapolates to the window edges, by a different "
             "factor for buckets whose counter is 0 at the window start (its zero clamp), which moves "
             "Prometheus's quantile; specwatch uses the exact deltas between the first and last poll in "
-            "the window (DESIGN.md §2), so a difference in that row is Prometheus's extrapolation.",
+            "the window (docs/architecture.md, window semantics), so a difference in that row is Prometheus's extrapolation.",
         )
         for w in ("1m", "5m"):
             for label, scen_names, evs in [("simulator scenarios", list(data), None)] + (
