@@ -17,8 +17,8 @@ from specwatch.demo import sidecar_config_for
 from specwatch.derive import WindowStats
 from specwatch.grading import AdviceGrader, summarize
 from specwatch.pipeline import Pipeline
-from specwatch.service import status_document
 from specwatch.sim.scenario import parse_scenario
+from specwatch.status import status_document
 
 POLL = 5.0
 BEFORE, AFTER = 300.0, 360.0  # seconds of each phase

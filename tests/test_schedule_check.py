@@ -21,8 +21,8 @@ from specwatch.schedule_check import (
     check_draft_length,
     parse_speculative_config,
 )
-from specwatch.service import status_document
 from specwatch.sim.scenario import parse_scenario
+from specwatch.status import status_document
 
 SCHEDULE = {
     "method": "eagle3",

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch import service as service_mod
 from specwatch.config import from_mapping
 from specwatch.demo import sidecar_config_for
+from specwatch.http_server import CappedHTTPServer, handler_for
 from specwatch.sim import Simulator, load_scenario
 
 from .hostile import HostileServer, respond
@@ -106,7 +107,7 @@ class Sidecar:
         self.sim = Simulator(self.scenario, seed=seed)
         self.sim_t = 0.0
         self.service = service_mod.Service(self.config, clock=lambda: self.sim.epoch + self.sim_t)
-        self.httpd = service_mod._Server(("127.0.0.1", 0), service_mod._handler_for(self.service))
+        self.httpd = CappedHTTPServer(("127.0.0.1", 0), handler_for(self.service))
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.http = requests.Session()
