@@ -2,7 +2,10 @@
 
 - nodes.py   Key, Section, Items: the building blocks of the table
 - schema.py  every key once: kind, bounds, description, example, environment variable
-- kinds.py   how each kind of value is parsed and described as JSON schema; ConfigError
+- kinds.py   how each kind of value is parsed and described as JSON schema: the base Kind,
+             ConfigError, and the scalar kinds (durations, sizes, numbers, names, URLs, ...)
+- mapping_kinds.py, file_kinds.py, label_kinds.py  the mapping kinds (string maps, HTTP headers,
+             --speculative-config), the kinds naming a file, the Prometheus label kinds (fleet mode)
 - result.py  the typed, frozen dataclasses the rest of specwatch reads (defaults live here)
 - env.py     the SPECWATCH_* overrides, derived from the schema
 - parse.py   load / from_mapping: the schema walk plus the rules that span keys
@@ -16,9 +19,8 @@ Every error is a ConfigError whose message starts with the dotted key at fault
 
 from __future__ import annotations
 
-from .. import units
 from ..units import format_duration
-from .kinds import ConfigError
+from .kinds import ConfigError, parse_duration, parse_size
 from .parse import from_mapping, load, parse_prometheus
 from .result import (
     AlertingConfig,
@@ -33,23 +35,6 @@ from .result import (
     RouteConfig,
     TargetConfig,
 )
-
-
-def parse_duration(value: object, key: str) -> float:
-    """units.parse_duration for config values and CLI flags: a bad value is a ConfigError (exit 2)."""
-    try:
-        return units.parse_duration(value, key)
-    except units.UnitError as exc:
-        raise ConfigError(exc.key, exc.reason) from None
-
-
-def parse_size(value: object, key: str) -> int:
-    """units.parse_size, raising ConfigError."""
-    try:
-        return units.parse_size(value, key)
-    except units.UnitError as exc:
-        raise ConfigError(exc.key, exc.reason) from None
-
 
 __all__ = [
     "AlertingConfig",

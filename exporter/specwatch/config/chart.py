@@ -18,9 +18,8 @@ import re
 import sys
 from collections.abc import Sequence
 
-from ..units import format_duration
-from .generated import regenerate
-from .kinds import Duration, DurationList, HoldTime, JsonSchema, Size
+from .generated import regenerate, unit_text
+from .kinds import JsonSchema
 from .nodes import Items, Key, Node, Section, default_of
 from .schema import SCHEMA
 
@@ -47,14 +46,8 @@ def _default_text(key: Key, value: object) -> str:
         return key.default_doc
     if value is None or value == {}:
         return ""
-    if (isinstance(key.kind, Duration) and isinstance(value, (int, float))) or (
-        isinstance(key.kind, HoldTime) and isinstance(value, float)
-    ):
-        return format_duration(value)
-    if isinstance(key.kind, DurationList) and isinstance(value, (list, tuple)):
-        return "[" + ", ".join(format_duration(v) for v in value) + "]"
-    if isinstance(key.kind, Size) and isinstance(value, int) and value % 2**20 == 0:
-        return f"{value // 2**20}MiB"
+    if (text := unit_text(key.kind, value)) is not None:
+        return text
     if isinstance(value, tuple):
         return "[" + ", ".join(map(str, value)) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)

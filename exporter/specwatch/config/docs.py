@@ -11,9 +11,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from ..units import format_duration
-from .generated import regenerate
-from .kinds import Choice, Duration, DurationList, HoldTime, Number, Size
+from .generated import regenerate, unit_text
+from .kinds import Choice, Number
 from .nodes import Items, Key, Section, default_of
 from .schema import SCHEMA
 
@@ -39,12 +38,8 @@ def _scalar(value: object) -> str:
 
 
 def _value(key: Key, value: object) -> str:
-    if isinstance(key.kind, (Duration, HoldTime)) and isinstance(value, float):
-        return format_duration(value)
-    if isinstance(key.kind, DurationList) and isinstance(value, tuple):
-        return "[" + ", ".join(format_duration(v) for v in value) + "]"
-    if isinstance(key.kind, Size) and isinstance(value, int) and value % 2**20 == 0:
-        return f"{value // 2**20}MiB"
+    if (text := unit_text(key.kind, value)) is not None:
+        return text
     if isinstance(value, float):
         return f"{value:g}"
     return _scalar(value)

@@ -1,6 +1,7 @@
-"""The command line shared by the files generated from the config schema (chart.py writes the Helm
-chart's values schema, docs.py the README's example config): rewrite the file, or with `--check`
-exit 1 when it differs from what the schema gives (the CI drift check)."""
+"""What the files generated from the config schema share (chart.py writes the Helm chart's values
+schema, docs.py the README's example config): how a duration or size value is written for people,
+and the command line that rewrites the file, or with `--check` exits 1 when it differs from what
+the schema gives (the CI drift check)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,23 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from ..units import format_duration
+from .kinds import Duration, DurationList, HoldTime, Kind, Size
+
+
+def unit_text(kind: Kind, value: object) -> str | None:
+    """`value` of a duration or size key as a person writes it (30s, [1m, 5m], 4MiB); None for
+    any other value (a HoldTime count of polls included)."""
+    if (isinstance(kind, Duration) and isinstance(value, (int, float))) or (
+        isinstance(kind, HoldTime) and isinstance(value, float)
+    ):
+        return format_duration(value)
+    if isinstance(kind, DurationList) and isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_duration(v) for v in value) + "]"
+    if isinstance(kind, Size) and isinstance(value, int) and value % 2**20 == 0:
+        return f"{value // 2**20}MiB"
+    return None
 
 
 def regenerate(

@@ -1,28 +1,25 @@
 """Value kinds of the config schema: how one value is parsed, read from the environment, and
 described as JSON schema. Each kind is the single place its rules are written.
 
+This module holds the base (Kind, Context, ConfigError, error_from) and the scalar kinds:
+durations, hold times, sizes, numbers, choices, names, listen addresses, URLs, flags, text. The
+mapping kinds are in mapping_kinds.py, the kinds that name a file in file_kinds.py, the Prometheus
+label kinds of fleet mode in label_kinds.py.
+
 Every parse error is a ConfigError naming the dotted key (`targets[0].timeout: ...`), so the CLI can
 print one line and exit 2.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import yaml
-
 from .. import units
-
-if TYPE_CHECKING:
-    from ..costmodel import Profile
 
 #: A JSON schema as json_schema() builds it (written out with json.dumps).
 JsonSchema = dict[str, object]
@@ -92,10 +89,25 @@ def _unit(parse: Callable[[], _N]) -> _N:
         raise ConfigError(exc.key, exc.reason) from None
 
 
+def parse_duration(value: object, key: str) -> float:
+    """units.parse_duration for config values and CLI flags: a bad value is a ConfigError (exit 2)."""
+    return _unit(lambda: units.parse_duration(value, key))
+
+
+def parse_size(value: object, key: str) -> int:
+    """units.parse_size, raising ConfigError."""
+    return _unit(lambda: units.parse_size(value, key))
+
+
+def comma_list(text: str) -> list[str]:
+    """A list value given in the environment: comma-separated, blanks dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 @dataclass(frozen=True)
 class Duration(Kind):
     def parse(self, value: object, key: str, ctx: Context) -> float:
-        return float(_unit(lambda: units.parse_duration(value, key)))
+        return float(parse_duration(value, key))
 
     def json_schema(self) -> JsonSchema:
         # pattern applies to strings only, exclusiveMinimum to numbers only (bare seconds).
@@ -120,7 +132,7 @@ class HoldTime(Kind):
             return count
         if isinstance(value, (bool, int, float)):
             raise ConfigError(key, f"expected a duration like 30s (or a whole number of polls), got {value!r}")
-        return float(_unit(lambda: units.parse_duration(text, key)))
+        return float(parse_duration(text, key))
 
     def json_schema(self) -> JsonSchema:
         return {
@@ -147,13 +159,13 @@ class DurationList(Kind):
         return {"type": "array", "items": Duration().json_schema(), "uniqueItems": True, "minItems": 1}
 
     def from_env(self, text: str) -> object:
-        return [item.strip() for item in text.split(",") if item.strip()]
+        return comma_list(text)
 
 
 @dataclass(frozen=True)
 class Size(Kind):
     def parse(self, value: object, key: str, ctx: Context) -> int:
-        return int(_unit(lambda: units.parse_size(value, key)))
+        return int(parse_size(value, key))
 
     def json_schema(self) -> JsonSchema:
         return {"type": ["string", "integer"], "pattern": units.SIZE_PATTERN, "minimum": 1}
@@ -196,6 +208,11 @@ class Number(Kind):
         if self.maximum is not None:
             schema["exclusiveMaximum" if self.exclusive_maximum else "maximum"] = self.maximum
         return schema
+
+
+#: A number > 0, and a fraction in (0, 1]: the bounds most keys share.
+POSITIVE = Number(minimum=0, exclusive_minimum=True)
+FRACTION = Number(minimum=0, maximum=1, exclusive_minimum=True)
 
 
 def _float(value: object) -> float:
@@ -293,146 +310,6 @@ class Flag(Kind):
         return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(lowered, text)
 
 
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-@dataclass(frozen=True)
-class StringMap(Kind):
-    """A mapping of strings; `keys` limits the names, `env_refs` resolves "${ENV}" in the values."""
-
-    keys: tuple[str, ...] | None = None
-    keys_hint: str = ""
-    env_refs: bool = False
-    # HTTP request headers: names must be tokens, and a resolved value must be sendable (an env var
-    # read from a Secret file often ends in a newline, which every request would then refuse).
-    http_headers: bool = False
-
-    def parse(self, value: object, key: str, ctx: Context) -> dict[str, str]:
-        if not isinstance(value, Mapping):
-            raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
-        environ = os.environ if ctx.environ is None else ctx.environ
-        result: dict[str, str] = {}
-        for name, item in value.items():
-            where = f"{key}.{name}"
-            if self.keys is not None and name not in self.keys:
-                raise ConfigError(where, self.keys_hint or f"allowed: {', '.join(self.keys)}")
-            if self.http_headers and not (isinstance(name, str) and _HEADER_NAME.fullmatch(name)):
-                raise ConfigError(where, "not a valid HTTP header name")
-            if not isinstance(item, str):
-                raise ConfigError(where, "expected a string")
-            resolved = _resolve_env_refs(item, where, environ) if self.env_refs else item
-            if self.http_headers and not _HEADER_VALUE.fullmatch(resolved):
-                # The value may be a secret: say what is wrong, never show it.
-                raise ConfigError(
-                    where, "value has a line break or leading whitespace after ${ENV} substitution (not shown)"
-                )
-            result[str(name)] = resolved
-        return result
-
-    def json_schema(self) -> JsonSchema:
-        schema: JsonSchema = {"type": "object", "additionalProperties": {"type": "string"}}
-        if self.keys is not None:
-            schema["propertyNames"] = {"enum": list(self.keys)}
-        elif self.http_headers:
-            schema["propertyNames"] = {"pattern": _HEADER_NAME.pattern}
-        return schema
-
-    def from_env(self, text: str) -> Any:
-        """A JSON object ({"X-Scope-OrgID": "tenant-a"}); other text is left for parse to refuse."""
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return text
-        return value if isinstance(value, dict) else text
-
-
-# RFC 9110 token; a value as `requests` accepts it (no CR/LF/NUL, no leading whitespace).
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_HEADER_VALUE = re.compile(r"^(?:[^\s\x00\r\n][^\x00\r\n]*)?$")
-
-
-def _resolve_env_refs(value: str, key: str, environ: Mapping[str, str]) -> str:
-    def substitute(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in environ:
-            raise ConfigError(key, f"environment variable {name} is not set")
-        return environ[name]
-
-    return _ENV_REF.sub(substitute, value)
-
-
-@dataclass(frozen=True)
-class JsonFile(Kind):
-    """A path (relative to the config file) of a JSON object; parses to (path, object)."""
-
-    def parse(self, value: object, key: str, ctx: Context) -> tuple[str, dict[str, object]]:
-        path = os.path.join(ctx.base_dir, str(value))
-        try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except FileNotFoundError:
-            raise ConfigError(key, f"file not found: {path}") from None
-        except (OSError, ValueError) as exc:
-            raise ConfigError(key, f"cannot read {path}: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(key, f"{path} is not a JSON object")
-        return path, data
-
-    def json_schema(self) -> JsonSchema:
-        return {"type": "string", "minLength": 1}
-
-
-@dataclass(frozen=True)
-class ModelRef(Kind):
-    """A model preset name, or the path (relative to the config file) of a Hugging Face
-    config.json; parses to (preset or path, the config object or None)."""
-
-    presets: Callable[[], Sequence[str]]
-
-    def parse(self, value: object, key: str, ctx: Context) -> tuple[str, dict[str, object] | None]:
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(key, f"expected a model preset or a config.json path, got {value!r}")
-        if value.lower() in tuple(self.presets()):
-            return value.lower(), None
-        if not value.endswith(".json"):
-            raise ConfigError(
-                key,
-                f"unknown preset {value!r} (known: {', '.join(sorted(self.presets()))}; "
-                "or give the path of its config.json)",
-            )
-        return JsonFile().parse(value, key, ctx)
-
-    def json_schema(self) -> JsonSchema:
-        return {"type": "string", "minLength": 1}
-
-
-@dataclass(frozen=True)
-class StepTimeProfile(Kind):
-    """A measured step-time profile, inline or as a YAML path; parses to (Profile, path or None)."""
-
-    def parse(self, value: object, key: str, ctx: Context) -> tuple[Profile, str | None]:
-        from .. import costmodel
-
-        path = None
-        data = value
-        if isinstance(value, str):
-            path = os.path.join(ctx.base_dir, value)
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    data = yaml.safe_load(handle)
-            except FileNotFoundError:
-                raise ConfigError(key, f"file not found: {path}") from None
-            except (OSError, yaml.YAMLError) as exc:
-                raise ConfigError(key, f"cannot read {path}: {exc}") from None
-        try:
-            return costmodel.parse_profile(data), path
-        except ValueError as exc:
-            raise error_from(exc, key) from None
-
-    def json_schema(self) -> JsonSchema:
-        return {"type": ["string", "object", "array"]}
-
-
 @dataclass(frozen=True)
 class Text(Kind):
     """A plain string (a reference checked by a rule that spans keys, e.g. a route's target)."""
@@ -443,172 +320,4 @@ class Text(Kind):
         return value
 
     def json_schema(self) -> JsonSchema:
-        return {"type": "string"}
-
-
-@dataclass(frozen=True)
-class SpeculativeConfig(Kind):
-    """vLLM's `--speculative-config`: a mapping, or the same JSON as a string; checked as vLLM
-    checks it (num_speculative_tokens, the num_speculative_tokens_per_batch_size schedule)."""
-
-    def parse(self, value: object, key: str, ctx: Context) -> JsonSchema:
-        from ..schedule_check import SpeculativeConfigError, parse_speculative_config
-
-        data = value
-        if isinstance(value, str):
-            try:
-                data = json.loads(value)
-            except ValueError as exc:
-                raise ConfigError(key, f"not valid JSON: {exc}") from None
-        if not isinstance(data, Mapping):
-            raise ConfigError(key, "expected a mapping or a JSON object string (the --speculative-config value)")
-        try:
-            parse_speculative_config(data)
-        except SpeculativeConfigError as exc:
-            raise ConfigError(f"{key}.{exc.key}", exc.reason) from None
-        return dict(data)
-
-    def json_schema(self) -> JsonSchema:
-        return {"type": ["object", "string"]}
-
-
-class ExistingFile(Kind):
-    """A path (relative to the config file) of a regular file that is read later, e.g. a token that
-    rotates; parses to the path."""
-
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(key, f"expected a file path, got {value!r}")
-        path = os.path.join(ctx.base_dir, value)
-        if not os.path.isfile(path):
-            raise ConfigError(key, f"file not found: {path}")
-        return path
-
-    def json_schema(self) -> dict[str, Any]:
-        return {"type": "string", "minLength": 1}
-
-
-LABEL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-_LABEL_NAME = re.compile(LABEL_NAME_PATTERN)
-
-
-@dataclass(frozen=True)
-class LabelNames(Kind):
-    """A non-empty list of distinct Prometheus label names; `reserved` ones are refused with
-    `reserved_hint`. The environment gives it comma-separated."""
-
-    reserved: tuple[str, ...] = ()
-    reserved_prefixes: tuple[str, ...] = ("__",)
-    reserved_hint: str = ""
-
-    def parse(self, value: Any, key: str, ctx: Context) -> tuple[str, ...]:
-        if not isinstance(value, list) or not value:
-            raise ConfigError(key, "expected a non-empty list of label names such as [namespace, pod]")
-        for i, name in enumerate(value):
-            where = f"{key}[{i}]"
-            if not isinstance(name, str) or not _LABEL_NAME.fullmatch(name):
-                raise ConfigError(where, f"expected a label name ([A-Za-z_][A-Za-z0-9_]*), got {name!r}")
-            if name in self.reserved or name.startswith(self.reserved_prefixes):
-                raise ConfigError(where, f"{name} is reserved{': ' + self.reserved_hint if self.reserved_hint else ''}")
-        if len(set(value)) != len(value):
-            raise ConfigError(key, "label names must be distinct")
-        return tuple(value)
-
-    def json_schema(self) -> dict[str, Any]:
-        not_reserved: list[dict[str, Any]] = [{"enum": list(self.reserved)}] if self.reserved else []
-        not_reserved += [{"pattern": "^" + re.escape(prefix)} for prefix in self.reserved_prefixes]
-        item: dict[str, Any] = {"type": "string", "pattern": LABEL_NAME_PATTERN}
-        if not_reserved:
-            item["not"] = {"anyOf": not_reserved}
-        return {"type": "array", "items": item, "uniqueItems": True, "minItems": 1}
-
-    def from_env(self, text: str) -> Any:
-        return [item.strip() for item in text.split(",") if item.strip()]
-
-
-# One matcher: name, operator, then a PromQL string ("..." and '...' with Go escapes, `...` raw).
-_MATCHER = re.compile(
-    r"""\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>=~|!~|!=|=)\s*"""
-    r"""(?P<value>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|`[^`]*`)\s*(?P<end>,|$)"""
-)
-_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
-_NUMERIC_ESCAPE = re.compile(r"x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|[0-7]{3}")
-
-
-def _promql_string(literal: str) -> str:
-    """The value of a PromQL string literal; ValueError names a bad escape."""
-    quote, body = literal[0], literal[1:-1]
-    if quote == "`":
-        return body
-    out: list[str] = []
-    i = 0
-    while i < len(body):
-        char = body[i]
-        if char != "\\":
-            out.append(char)
-            i += 1
-            continue
-        following = body[i + 1]
-        if following in _ESCAPES or following == quote:
-            out.append(_ESCAPES.get(following, following))
-            i += 2
-            continue
-        numeric = _NUMERIC_ESCAPE.match(body, i + 1)
-        if numeric is None:
-            raise ValueError(f"unknown escape sequence \\{following}")
-        digits = numeric.group()
-        out.append(chr(int(digits, 8) if digits[0].isdigit() else int(digits[1:], 16)))
-        i = numeric.end()
-    return "".join(out)
-
-
-# Prometheus uses RE2: no lookaround, no backreferences. Python's re lacks \pL and \z, which RE2 has.
-_RE2_UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]")
-_RE2_ONLY = re.compile(r"\\[pP](?:\{[^}]*\}|[A-Za-z])|\\z|\\\\")
-
-
-def _check_regex(pattern: str) -> str | None:
-    """Why RE2 would refuse pattern, or None (checked with Python's re after RE2-only escapes)."""
-    if _RE2_UNSUPPORTED.search(_RE2_ONLY.sub("", pattern)):
-        return "lookaround and backreferences are not RE2"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # FutureWarning on RE2's [[:alpha:]] classes
-            re.compile(_RE2_ONLY.sub(lambda m: "\\\\" if m.group() == "\\\\" else ".", pattern))
-    except re.error as exc:
-        return str(exc)
-    return None
-
-
-@dataclass(frozen=True)
-class LabelMatchers(Kind):
-    """PromQL label matchers added to every series specwatch queries, with or without braces:
-    '{namespace="llm", job="vllm"}'. `__name__` is refused: specwatch names the series itself."""
-
-    def parse(self, value: Any, key: str, ctx: Context) -> str:
-        if not isinstance(value, str):
-            raise ConfigError(key, f"expected label matchers such as '{{job=\"vllm\"}}', got {value!r}")
-        text = value.strip()
-        body = text[1:-1] if text.startswith("{") and text.endswith("}") else text
-        position = 0
-        while body[position:].strip():
-            match = _MATCHER.match(body, position)
-            if match is None or match.end() == position:
-                raise ConfigError(
-                    key, f'not PromQL label matchers (name="value", separated by commas) at {body[position:]!r}'
-                )
-            name, op = match.group("name"), match.group("op")
-            if name == "__name__":
-                raise ConfigError(key, "__name__ cannot be matched: specwatch chooses the vLLM series itself")
-            try:
-                matched = _promql_string(match.group("value"))
-            except ValueError as exc:
-                raise ConfigError(key, f"{exc} in the value of {name}") from None
-            problem = _check_regex(matched) if op in ("=~", "!~") else None
-            if problem:
-                raise ConfigError(key, f"the regular expression of {name} is not valid: {problem}")
-            position = match.end()
-        return value
-
-    def json_schema(self) -> dict[str, Any]:
         return {"type": "string"}

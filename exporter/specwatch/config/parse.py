@@ -18,7 +18,8 @@ from .env import apply_env
 from .kinds import ConfigError, Context, error_from
 from .nodes import FROM_RESULT, Items, Key, Section, result_fields
 from .result import Config, PrometheusConfig, RouteConfig, TargetConfig
-from .schema import PROMETHEUS, SCHEMA
+from .schema import SCHEMA
+from .schema_sources import PROMETHEUS
 
 
 def _where(parent: str, name: str) -> str:

@@ -1,0 +1,105 @@
+"""Kinds of mapping values: a string map (route matchers, HTTP request headers with "${ENV}"
+references) and vLLM's --speculative-config, checked as vLLM checks it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .kinds import ConfigError, Context, JsonSchema, Kind
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class StringMap(Kind):
+    """A mapping of strings; `keys` limits the names, `env_refs` resolves "${ENV}" in the values."""
+
+    keys: tuple[str, ...] | None = None
+    keys_hint: str = ""
+    env_refs: bool = False
+    # HTTP request headers: names must be tokens, and a resolved value must be sendable (an env var
+    # read from a Secret file often ends in a newline, which every request would then refuse).
+    http_headers: bool = False
+
+    def parse(self, value: object, key: str, ctx: Context) -> dict[str, str]:
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
+        environ = os.environ if ctx.environ is None else ctx.environ
+        result: dict[str, str] = {}
+        for name, item in value.items():
+            where = f"{key}.{name}"
+            if self.keys is not None and name not in self.keys:
+                raise ConfigError(where, self.keys_hint or f"allowed: {', '.join(self.keys)}")
+            if self.http_headers and not (isinstance(name, str) and _HEADER_NAME.fullmatch(name)):
+                raise ConfigError(where, "not a valid HTTP header name")
+            if not isinstance(item, str):
+                raise ConfigError(where, "expected a string")
+            resolved = _resolve_env_refs(item, where, environ) if self.env_refs else item
+            if self.http_headers and not _HEADER_VALUE.fullmatch(resolved):
+                # The value may be a secret: say what is wrong, never show it.
+                raise ConfigError(
+                    where, "value has a line break or leading whitespace after ${ENV} substitution (not shown)"
+                )
+            result[str(name)] = resolved
+        return result
+
+    def json_schema(self) -> JsonSchema:
+        schema: JsonSchema = {"type": "object", "additionalProperties": {"type": "string"}}
+        if self.keys is not None:
+            schema["propertyNames"] = {"enum": list(self.keys)}
+        elif self.http_headers:
+            schema["propertyNames"] = {"pattern": _HEADER_NAME.pattern}
+        return schema
+
+    def from_env(self, text: str) -> object:
+        """A JSON object ({"X-Scope-OrgID": "tenant-a"}); other text is left for parse to refuse."""
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        return value if isinstance(value, dict) else text
+
+
+# RFC 9110 token; a value as `requests` accepts it (no CR/LF/NUL, no leading whitespace).
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_HEADER_VALUE = re.compile(r"^(?:[^\s\x00\r\n][^\x00\r\n]*)?$")
+
+
+def _resolve_env_refs(value: str, key: str, environ: Mapping[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in environ:
+            raise ConfigError(key, f"environment variable {name} is not set")
+        return environ[name]
+
+    return _ENV_REF.sub(substitute, value)
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig(Kind):
+    """vLLM's `--speculative-config`: a mapping, or the same JSON as a string; checked as vLLM
+    checks it (num_speculative_tokens, the num_speculative_tokens_per_batch_size schedule)."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> JsonSchema:
+        from ..schedule_check import SpeculativeConfigError, parse_speculative_config
+
+        data = value
+        if isinstance(value, str):
+            try:
+                data = json.loads(value)
+            except ValueError as exc:
+                raise ConfigError(key, f"not valid JSON: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(key, "expected a mapping or a JSON object string (the --speculative-config value)")
+        try:
+            parse_speculative_config(data)
+        except SpeculativeConfigError as exc:
+            raise ConfigError(f"{key}.{exc.key}", exc.reason) from None
+        return dict(data)
+
+    def json_schema(self) -> JsonSchema:
+        return {"type": ["object", "string"]}

@@ -1,0 +1,147 @@
+"""The config sections of where specwatch reads vLLM: `targets` (the /metrics endpoints a sidecar
+polls), `routes` (named traffic classes on them) and `prometheus` (fleet mode's query API). Part of
+the config schema table (config/schema.py holds its root)."""
+
+from __future__ import annotations
+
+from . import result
+from .file_kinds import ExistingFile
+from .kinds import POSITIVE, Duration, Flag, Name, Size, Text, Url
+from .label_kinds import LabelMatchers, LabelNames
+from .mapping_kinds import StringMap
+from .nodes import Key, Section
+
+TARGET = Section(
+    "targets",
+    result.TargetConfig,
+    doc="a vLLM /metrics endpoint",
+    keys=(
+        Key(
+            "name",
+            Name(),
+            "label value of the target's series",
+            example="vllm-0",
+            default_doc="vllm for the first target, target<i> for the others",
+        ),
+        Key(
+            "url",
+            Url(),
+            "http(s) URL of vLLM's /metrics; redirects are not followed, proxies ignored",
+            example="http://10.0.0.1:8000/metrics",
+            env="SPECWATCH_TARGET_URL",
+        ),
+        Key(
+            "timeout",
+            Duration(),
+            "whole-request deadline, shorter than poll_interval",
+            example="1s",
+            default_doc="min(2s, 0.8 x poll_interval)",
+        ),
+        Key("max_bytes", Size(), "cap on the decoded body (gzip bombs stop here)", example="4MiB"),
+        Key(
+            "headers",
+            StringMap(env_refs=True),
+            'request headers; values may be "${ENV_VAR}", never logged',
+            example={"Authorization": "Bearer ${VLLM_API_KEY}"},
+            nullable=True,
+        ),
+    ),
+)
+
+ROUTE = Section(
+    "routes",
+    result.RouteConfig,
+    doc="a named traffic class on one target",
+    keys=(
+        Key("name", Name(), "route label value", example="code", required=True),
+        Key(
+            "target",
+            Text(),
+            "name of the target it is served by (optional with one target)",
+            example="vllm",
+            nullable=True,
+        ),
+        Key(
+            "match",
+            StringMap(keys=("model_name", "engine"), keys_hint="only model_name and engine can be matched"),
+            "vLLM labels that select the route's series: model_name and/or engine",
+            example={"model_name": "llama-code"},
+            nullable=True,
+        ),
+        Key(
+            "baseline_itl_p99_seconds",
+            POSITIVE,
+            "spec-off P99 inter-token latency, for SpecDecodeITLP99Regression",
+            example=0.045,
+            nullable=True,
+        ),
+        Key(
+            "expect_speculation",
+            Flag(),
+            "SpecDecodeMetricsMissing fires when the spec-decode metrics vanish",
+            example=False,
+        ),
+    ),
+)
+
+
+PROMETHEUS = Section(
+    "prometheus",
+    result.PrometheusConfig,
+    nullable=True,
+    doc="fleet mode: read every vLLM replica from Prometheus and poll nothing (targets must be absent)",
+    keys=(
+        Key(
+            "url",
+            Url(base=True),
+            "base URL of a Prometheus-compatible query API (Prometheus, Thanos, Mimir, VictoriaMetrics)",
+            example="http://prometheus:9090",
+            required=True,
+        ),
+        Key(
+            "selector",
+            LabelMatchers(),
+            "PromQL label matchers added to every vLLM series; __name__ is refused",
+            example='{namespace="llm", job="vllm"}',
+        ),
+        Key(
+            "replica_labels",
+            LabelNames(
+                reserved=("model_name", "engine", "position", "le"),
+                reserved_prefixes=("__", "specwatch_"),
+                reserved_hint="specwatch reads or adds it; name the labels of one vLLM (e.g. namespace, pod)",
+            ),
+            "labels that together identify one vLLM replica; env: comma-separated",
+            example=["namespace", "pod"],
+        ),
+        Key(
+            "headers",
+            StringMap(env_refs=True, http_headers=True),
+            'request headers (Mimir/Cortex tenant); values may be "${ENV_VAR}", never logged; env: a JSON object',
+            example={"X-Scope-OrgID": "${TENANT}"},
+            nullable=True,
+        ),
+        Key(
+            "bearer_token_file",
+            ExistingFile(),
+            "file holding a bearer token, re-read for every query (relative to this file)",
+            example="/var/run/secrets/kubernetes.io/serviceaccount/token",
+            nullable=True,
+        ),
+        Key(
+            "timeout",
+            Duration(),
+            "whole-query deadline, shorter than poll_interval (long windows: raise both)",
+            example="3s",
+            default_doc="min(10s, 0.8 x poll_interval)",
+        ),
+        Key("max_bytes", Size(), "cap on one decoded query answer", example="256MiB"),
+        Key(
+            "scrape_interval",
+            Duration(),
+            "Prometheus's scrape interval of the vLLM job; null: inferred from the samples",
+            example="30s",
+            nullable=True,
+        ),
+    ),
+)
