@@ -12,7 +12,7 @@ import pytest
 
 from specwatch import costmodel
 from specwatch.config import from_mapping
-from specwatch.costmodel import learned
+from specwatch.costmodel import breakeven, learned
 from specwatch.pipeline import Pipeline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu"
@@ -157,7 +157,7 @@ def real_vllm_predictions() -> dict[int, tuple[float, float, float]]:
         m = model.with_method("ngram").with_coverage(coverage)
         out[conc] = (
             measured,
-            learned.closed_loop_speedup(m, conc, server["batch"], server["k_mean"], server["alpha"]),
+            breakeven.closed_loop_speedup(m, conc, server["batch"], server["k_mean"], server["alpha"]),
             costmodel.expected_speedup(m, server["batch"], server["k_mean"], server["alpha"]),
         )
     return out

@@ -1,5 +1,6 @@
 """What the step times mean for speculation: break-even acceptance, expected speedup, best draft
-length, the largest batch where speculation pays, V1 batch schedules and the config to apply.
+length, the largest batch where speculation pays, the closed-loop speedup at a fixed concurrency,
+V1 batch schedules and the config to apply.
 
 Every function takes a CostModel and asks it only for ``base_step_time``, ``spec_step_time``,
 ``tokens_per_step`` and ``draft_coverage``. Derivations: docs/costmodel.md.
@@ -7,7 +8,7 @@ Every function takes a CostModel and asks it only for ``base_step_time``, ``spec
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from .roofline import CostModel
 from .search import last_true, solve_increasing
@@ -55,12 +56,23 @@ def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[floa
     if not p:
         return 0
     base = cm.base_step_time(batch)
+
+    def speedups() -> Iterator[float]:
+        tau = 1.0
+        for kk in range(1, len(p) + 1):
+            tau += cm.draft_coverage * float(p[kk - 1])
+            yield tau * base / cm.spec_step_time(batch, kk)
+
+    return first_drop_best(speedups(), floor)
+
+
+def first_drop_best(speedups: Iterable[float], floor: float = 1.0) -> int:
+    """The K' (1-based position in ``speedups``, the speedup at K' = 1, 2, ...) with the highest
+    speedup before the first drop, or 0 when none beats ``floor`` (the speedup of K' = 0).
+    ``speedups`` is read lazily: nothing after the first drop is computed."""
     best_k, best_s = 0, float(floor)
     prev = None
-    tau = 1.0
-    for kk in range(1, len(p) + 1):
-        tau += cm.draft_coverage * float(p[kk - 1])
-        s = tau * base / cm.spec_step_time(batch, kk)
+    for kk, s in enumerate(speedups, start=1):
         if prev is not None and s < prev:
             break
         if s > best_s:
@@ -254,3 +266,28 @@ def complete_speculative_config(
     if "model" in out or name in SELF_CONTAINED_METHODS:
         return out
     return None
+
+
+def closed_loop_speedup(model: CostModel, concurrency: float, batch: float, k: float, alpha: float) -> float:
+    """Throughput with speculation over without at a fixed number of concurrent requests (what a
+    benchmark at concurrency C measures), from a spec-on window alone.
+
+    At concurrency C only ``batch`` requests decode in a step; the other C − B wait outside decode
+    (prefill, queue, client) for o seconds per output token, which the window gives:
+    (C − B)/B = o / d_spec with d_spec = T_spec(B)/(1 + coverage·K·alpha). Without speculation a
+    request decodes a token per plain step, so more of them decode at once: B' solves
+    B' = C·T_base(B')/(T_base(B') + o). Speedup = (B·tokens per step/T_spec(B)) / (B'/T_base(B')).
+    With C = B (nobody waits outside decode) it is the same-batch speedup."""
+    b = max(float(batch), 1e-9)
+    c = max(float(concurrency), b)
+    per_step = model.tokens_per_step(k, alpha)
+    t_spec = model.spec_step_time(max(b, 1.0), k)
+    outside = (c - b) / b * t_spec / per_step
+    b_plain = b
+    for _ in range(50):  # a contraction: T_base grows slower than linearly in B here
+        t = model.base_step_time(max(b_plain, 1.0))
+        nxt = c * t / (t + outside)
+        if abs(nxt - b_plain) < 1e-9:
+            break
+        b_plain = nxt
+    return (b * per_step / t_spec) / (b_plain / model.base_step_time(max(b_plain, 1.0)))

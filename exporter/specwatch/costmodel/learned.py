@@ -1,10 +1,7 @@
 """The step-time curve of the watched server, learned online from its own metrics.
 
-Each evaluation window gives one point: ``B`` requests decoded per engine step (ΔITL count /
-Δsteps), ``n`` query tokens per step (B plus the draft tokens of the step: Δdraft_tokens / Δsteps)
-and the mean step time (ΔITL sum / ΔITL count: vLLM observes one inter-token latency per request
-per engine step, so with speculation one observation spans one verify step over B·(1 + coverage·K)
-query tokens). The point is stored as the ratio of the measured time to what the prior (the
+Each evaluation window gives one point (observation.py: the load and the mean step it measured,
+and what a cost model predicts for that step). The point is stored as the ratio of the measured time to what the prior (the
 roofline CostModel) predicts for that very step: verify + drafting (by method class: n-gram about
 free, EAGLE/MTP/draft model the prior's share) + the fixed costs of speculation for spec-on
 windows, the plain step for spec-off windows.
@@ -30,11 +27,32 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
+from .observation import (
+    StepObservation,
+    deltas_by_kind,
+    model_step_seconds,
+    observation_from_deltas,
+    prior_step_seconds,
+    spec_extra_seconds,
+)
 from .roofline import CostModel
+
+# The pipeline reads a window's point through this module (learned.observation_from_deltas, ...).
+__all__ = [
+    "FitSummary",
+    "LearnedStepCurve",
+    "StepObservation",
+    "StepTimeLearner",
+    "deltas_by_kind",
+    "fit_summary",
+    "learned_cost_model",
+    "model_step_seconds",
+    "observation_from_deltas",
+    "prior_step_seconds",
+    "spec_extra_seconds",
+]
 
 #: Bins per doubling of query tokens; with MAX_TOKENS = 2^16 that is at most 64 bins.
 BINS_PER_DOUBLING = 4
@@ -46,92 +64,10 @@ MIN_RESIDUAL_SCALE = 0.05
 #: Default learning settings (config ``learning:``; docs/costmodel.md).
 DEFAULT_MIN_POINTS = 6
 DEFAULT_HALF_LIFE_SECONDS = 6 * 3600.0
-#: A window must cover at least this many engine steps to be a point.
-MIN_STEPS_PER_POINT = 20.0
 #: Latest points kept as they came, to refit them under another prior (``with_prior``).
 RETAINED_POINTS = 32
 
 _N_BINS = int(math.log2(MAX_TOKENS) * BINS_PER_DOUBLING) + 1
-
-
-@dataclass(frozen=True)
-class StepObservation:
-    """One window of one route: the measured mean step at a load."""
-
-    t: float
-    batch: float  # requests decoded per engine step
-    query_tokens: float  # decode tokens the target verifies per step (B + draft tokens)
-    step_seconds: float  # mean engine step time
-    draft_length: float  # mean K of the drafts in the window (0: no speculation)
-    draft_coverage: float  # share of request-steps that carried a draft, (0, 1]
-    steps: float  # engine steps in the window
-    prefill_tokens: float = 0.0  # prompt tokens per step (chunked prefill riding along)
-
-
-def observation_from_deltas(
-    t: float,
-    itl_sum: float,
-    itl_count: float,
-    steps: float,
-    draft_tokens: float,
-    drafts: float,
-    prompt_tokens: float = 0.0,
-) -> StepObservation | None:
-    """A point from one window's counter increases (ITL histogram sum/count, engine steps from
-    vllm:iteration_tokens_total's count, draft tokens and drafts, prefill tokens from
-    vllm:prompt_tokens). None when the window says nothing reliable: too few steps, or values no
-    engine produces."""
-    if not (steps >= MIN_STEPS_PER_POINT and itl_count > 0 and itl_sum > 0):
-        return None
-    batch = itl_count / steps
-    step_seconds = itl_sum / itl_count
-    if not (math.isfinite(batch) and math.isfinite(step_seconds)) or batch < 0.5 or step_seconds <= 0:
-        return None
-    k = draft_tokens / drafts if drafts > 0 else 0.0
-    coverage = min(drafts / itl_count, 1.0) if drafts > 0 else 0.0
-    tokens = max(batch, 1.0) + max(draft_tokens, 0.0) / steps
-    return StepObservation(
-        t=t,
-        batch=batch,
-        query_tokens=tokens,
-        step_seconds=step_seconds,
-        draft_length=k if coverage > 0 else 0.0,
-        draft_coverage=coverage,
-        steps=steps,
-        prefill_tokens=max(prompt_tokens, 0.0) / steps,
-    )
-
-
-def model_step_seconds(model: CostModel, obs: StepObservation, prior: CostModel | None = None) -> float:
-    """What ``model`` predicts for the mean step the observation measured: the target's forward
-    over its decode tokens (B plus drafts), made longer by the prefill riding along by the factor
-    the prior gives it (``prior``: default ``model``; on the roofline prefill is nearly free below
-    the knee), plus, with speculation, drafting and the fixed costs of a speculative step."""
-    b = max(obs.batch, 1.0)
-    context = b * model.context_tokens
-    target = model.step_time(obs.query_tokens, context)
-    if obs.prefill_tokens > 0:
-        shape = prior or model
-        target *= shape.step_time(obs.query_tokens + obs.prefill_tokens, context) / shape.step_time(
-            obs.query_tokens, context
-        )
-    return target + spec_extra_seconds(model, obs)
-
-
-def spec_extra_seconds(model: CostModel, obs: StepObservation) -> float:
-    """Drafting plus the fixed costs of a speculative step, as ``model`` prices them (0 spec off)."""
-    if not (obs.draft_length > 0 and obs.draft_coverage > 0):
-        return 0.0
-    b = max(obs.batch, 1.0)
-    m = model.with_coverage(obs.draft_coverage)
-    verify = b * (1 + m.draft_coverage * obs.draft_length)
-    context = b * model.context_tokens
-    return m.spec_step_time(b, obs.draft_length) - m.step_time(verify, context)
-
-
-def prior_step_seconds(prior: CostModel, obs: StepObservation) -> float:
-    """What the prior predicts for the step the observation measured."""
-    return model_step_seconds(prior, obs)
 
 
 def _bin_of(tokens: float) -> int:
@@ -422,41 +358,3 @@ def fit_summary(learner: StepTimeLearner, model: CostModel) -> FitSummary:
         model_step_seconds(model, obs, learner.prior),
         obs.step_seconds,
     )
-
-
-_Key = TypeVar("_Key", bound=tuple[object, ...])
-
-
-def deltas_by_kind(increases: Mapping[_Key, float], kinds: Mapping[str, str]) -> dict[str, float]:
-    """Sum a window's counter increases by series kind (``kinds`` maps a key's first element to a name)."""
-    out = dict.fromkeys(kinds.values(), 0.0)
-    for key, delta in increases.items():
-        name = kinds.get(str(key[0]))
-        if name is not None:
-            out[name] += delta
-    return out
-
-
-def closed_loop_speedup(model: CostModel, concurrency: float, batch: float, k: float, alpha: float) -> float:
-    """Throughput with speculation over without at a fixed number of concurrent requests (what a
-    benchmark at concurrency C measures), from a spec-on window alone.
-
-    At concurrency C only ``batch`` requests decode in a step; the other C − B wait outside decode
-    (prefill, queue, client) for o seconds per output token, which the window gives:
-    (C − B)/B = o / d_spec with d_spec = T_spec(B)/(1 + coverage·K·alpha). Without speculation a
-    request decodes a token per plain step, so more of them decode at once: B' solves
-    B' = C·T_base(B')/(T_base(B') + o). Speedup = (B·tokens per step/T_spec(B)) / (B'/T_base(B')).
-    With C = B (nobody waits outside decode) it is the same-batch speedup."""
-    b = max(float(batch), 1e-9)
-    c = max(float(concurrency), b)
-    per_step = model.tokens_per_step(k, alpha)
-    t_spec = model.spec_step_time(max(b, 1.0), k)
-    outside = (c - b) / b * t_spec / per_step
-    b_plain = b
-    for _ in range(50):  # a contraction: T_base grows slower than linearly in B here
-        t = model.base_step_time(max(b_plain, 1.0))
-        nxt = c * t / (t + outside)
-        if abs(nxt - b_plain) < 1e-9:
-            break
-        b_plain = nxt
-    return (b * per_step / t_spec) / (b_plain / model.base_step_time(max(b_plain, 1.0)))

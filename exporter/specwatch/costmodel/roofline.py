@@ -63,6 +63,14 @@ _DERIVED_LIMIT = 16
 _VERSION_KEY = "curve_version"
 
 
+def _remember(memo: dict[object, float], key: object, value: float) -> float:
+    """Store a computed time in a memo (emptied first when it reached _MEMO_LIMIT); returns it."""
+    if len(memo) > _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
 @dataclass(frozen=True)
 class CostModel:
     hardware: HardwareSpec
@@ -169,9 +177,7 @@ class CostModel:
         key = (tokens, context_tokens)
         hit = memo.get(key)
         if hit is None:
-            if len(memo) > _MEMO_LIMIT:
-                memo.clear()
-            hit = memo[key] = self._step_time(tokens, context_tokens)
+            hit = _remember(memo, key, self._step_time(tokens, context_tokens))
         return hit
 
     def _step_time(self, tokens: float, context_tokens: float) -> float:
@@ -197,10 +203,7 @@ class CostModel:
         hit = memo.get(batch)  # a bare number: step_time's keys are pairs
         if hit is None:
             b = max(float(batch), 1.0)
-            hit = self.step_time(b, b * self.context_tokens)
-            if len(memo) > _MEMO_LIMIT:
-                memo.clear()
-            memo[batch] = hit
+            hit = _remember(memo, batch, self.step_time(b, b * self.context_tokens))
         return hit
 
     # -- drafting -----------------------------------------------------------------------------
@@ -275,9 +278,7 @@ class CostModel:
         key = ("draft", batch, k)
         hit = memo.get(key)
         if hit is None:
-            if len(memo) > _MEMO_LIMIT:
-                memo.clear()
-            hit = memo[key] = self._draft_time(batch, k)
+            hit = _remember(memo, key, self._draft_time(batch, k))
         return hit
 
     def _draft_time(self, batch: float, k: float) -> float:
@@ -309,12 +310,9 @@ class CostModel:
         key = ("overhead", batch, tokens)
         hit = memo.get(key)
         if hit is None:
-            if len(memo) > _MEMO_LIMIT:
-                memo.clear()
             scale = self.cost_scale(tokens if tokens is not None else batch)
-            hit = memo[key] = scale * (
-                self.verify_overhead_seconds + self.verify_seconds_per_request * max(float(batch), 1.0)
-            )
+            fixed = self.verify_overhead_seconds + self.verify_seconds_per_request * max(float(batch), 1.0)
+            hit = _remember(memo, key, scale * fixed)
         return hit
 
     def spec_step_time(self, batch: float, k: float) -> float:
@@ -324,10 +322,7 @@ class CostModel:
         key = ("spec", batch, k)
         hit = memo.get(key)
         if hit is None:
-            hit = self._spec_step_time(batch, k)
-            if len(memo) > _MEMO_LIMIT:
-                memo.clear()
-            memo[key] = hit
+            hit = _remember(memo, key, self._spec_step_time(batch, k))
         return hit
 
     def _spec_step_time(self, batch: float, k: float) -> float:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import costmodel
+from ..costmodel.breakeven import first_drop_best
 
 if TYPE_CHECKING:
     from .scenario import Scenario, StepCurve
@@ -105,12 +106,4 @@ class StepTimer:
 
     def best_k(self, batch: float, per_pos: Sequence[float]) -> int:
         """Best K' in 0..len(p), scanning up and stopping at the first drop (as the sidecar does)."""
-        best_k, best_s, prev = 0, 1.0, None
-        for kk in range(1, len(per_pos) + 1):
-            s = self.speedup(batch, per_pos[:kk])
-            if prev is not None and s < prev:
-                break
-            if s > best_s:
-                best_k, best_s = kk, s
-            prev = s
-        return best_k
+        return first_drop_best(self.speedup(batch, per_pos[:kk]) for kk in range(1, len(per_pos) + 1))
