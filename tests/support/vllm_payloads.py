@@ -14,28 +14,10 @@ from prometheus_client import (
     generate_latest,
 )
 
-ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-STEP_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+from specwatch.sim.histograms import ITER_BUCKETS_V1, ITL_BUCKETS
+
+# vLLM's own bounds, as the simulator renders them (one definition).
+STEP_BUCKETS = ITER_BUCKETS_V1
 
 
 @dataclass

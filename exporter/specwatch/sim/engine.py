@@ -23,17 +23,7 @@ import random
 from typing import Any
 
 from .exposition import render
-from .histograms import (
-    ITER_BUCKETS_V0,
-    ITER_BUCKETS_V1,
-    ITL_BUCKETS,
-    PARAMS_N_BUCKETS,
-    PREEMPT_BUCKETS,
-    REQ_LAT_BUCKETS,
-    TTFT_BUCKETS,
-    Hist,
-    buckets_1_2_5,
-)
+from .histograms import engine_histograms
 from .scenario import Event, RoutePhase, Scenario, load_scenario, unconditional
 from .steptime import StepTimer
 
@@ -78,25 +68,7 @@ class Engine:
         self.num_running = 0
         self.num_waiting = 0
         self.steps = 0
-        tok_bounds = buckets_1_2_5(sc.max_model_len)
-        self.h = {
-            "prompt": Hist(tok_bounds),
-            "generation": Hist(tok_bounds),
-            "max_gen": Hist(tok_bounds),
-            "max_tokens": Hist(tok_bounds),
-            "params_n": Hist(PARAMS_N_BUCKETS),
-            "iter": Hist(ITER_BUCKETS_V1 + ITER_BUCKETS_V0),
-            "ttft": Hist(TTFT_BUCKETS),
-            "itl": Hist(ITL_BUCKETS),
-            "tpot_req": Hist(ITL_BUCKETS),
-            "e2e": Hist(REQ_LAT_BUCKETS),
-            "queue": Hist(REQ_LAT_BUCKETS),
-            "inference": Hist(REQ_LAT_BUCKETS),
-            "prefill": Hist(REQ_LAT_BUCKETS),
-            "decode": Hist(REQ_LAT_BUCKETS),
-            "preempt": Hist(PREEMPT_BUCKETS),
-            "kv_computed": Hist(tok_bounds),
-        }
+        self.h = engine_histograms(sc.max_model_len)
         # V0 engine bookkeeping: lifetime totals, and the sum-of-sums counters its logger produced.
         self.v0 = {
             "acc": 0.0,

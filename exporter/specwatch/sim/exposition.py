@@ -25,13 +25,19 @@ from typing import TYPE_CHECKING, NamedTuple
 from prometheus_client.utils import floatToGoString
 
 from .histograms import (
+    HTTP_FEW_BUCKETS,
+    HTTP_HIGHR_BUCKETS,
     ITER_BUCKETS_V0,
     ITER_BUCKETS_V1,
     ITL_BUCKETS,
     PARAMS_N_BUCKETS,
     PREEMPT_BUCKETS,
     REQ_LAT_BUCKETS,
+    TPOT_LEGACY_BUCKETS,
     TTFT_BUCKETS,
+    V0_REQ_LAT_BUCKETS,
+    V0_TPOT_BUCKETS,
+    V0_TTFT_BUCKETS,
     Hist,
     buckets_1_2_5,
 )
@@ -46,54 +52,6 @@ _fmt: Callable[[float], str] = floatToGoString
 Labels = Mapping[str, str]
 Version = tuple[int, ...]
 
-TPOT_LEGACY_BUCKETS = [
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-]
-V0_TTFT_BUCKETS = TTFT_BUCKETS[:16]
-V0_TPOT_BUCKETS = ITL_BUCKETS[:13]
-V0_REQ_LAT_BUCKETS = REQ_LAT_BUCKETS[:15]
-HTTP_HIGHR_BUCKETS = [
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    3.0,
-    3.5,
-    4.0,
-    4.5,
-    5.0,
-    7.5,
-    10.0,
-    30.0,
-    60.0,
-]
-HTTP_FEW_BUCKETS = [0.1, 0.5, 1.0]
 SUCCESS_REASONS_V1 = ("stop", "length", "abort", "error", "repetition")
 SUCCESS_REASONS_LEGACY = ("stop", "length", "abort")
 VERSION = {"v1": (0, 33, 0), "v1-legacy-itl": (0, 10, 1)}

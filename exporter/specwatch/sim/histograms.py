@@ -1,5 +1,6 @@
 """vLLM's histogram bucket bounds and the simulator's histogram: shared by the engine (which
-observes) and the exposition (which renders), so neither imports the other for them."""
+observes, engine_histograms) and the exposition (which renders), so neither imports the other for
+them."""
 
 from __future__ import annotations
 
@@ -7,81 +8,37 @@ import bisect
 import math
 from collections.abc import Iterable
 
-# Bucket bounds of vLLM's histograms (0.8.4+ defaults). Histograms store the union of every schema's
-# bounds, so a schema switch can render any of them exactly from the same counts. (V0's request-latency
-# bounds are a subset of REQ_LAT_BUCKETS.)
-ITL_BUCKETS = [
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-]
+# Bucket bounds of vLLM's histograms (0.8.4+ defaults), the one place they are written (the tests'
+# payload builder imports them too). Histograms store the union of every schema's bounds, so a schema
+# switch can render any of them exactly from the same counts (engine_histograms).
+# fmt: off
+ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
 TTFT_BUCKETS = [
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    160.0, 640.0, 2560.0,
 ]
 REQ_LAT_BUCKETS = [
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+    1920.0, 7680.0,
 ]
+# fmt: on
 ITER_BUCKETS_V1 = [1.0] + [float(2**i) for i in range(3, 15)]  # 1, 8, 16, ... 16384
 ITER_BUCKETS_V0 = sorted({1.0, 2.0, 4.0} | {float(x) for x in range(8, 513, 8)})  # cudagraph sizes
 PARAMS_N_BUCKETS = [1.0, 2.0, 5.0, 10.0, 20.0]
 PREEMPT_BUCKETS = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]
+#: vLLM 0.10.1's vllm:time_per_output_token_seconds: the bounds its successor (ITL) kept.
+TPOT_LEGACY_BUCKETS = ITL_BUCKETS
+#: V0 (vllm/engine/metrics.py): prefixes of the V1 bounds.
+V0_TTFT_BUCKETS = TTFT_BUCKETS[:16]
+V0_TPOT_BUCKETS = ITL_BUCKETS[:13]
+V0_REQ_LAT_BUCKETS = REQ_LAT_BUCKETS[:15]
+#: The API server's http_request_duration_* histograms (prometheus-fastapi-instrumentator).
+# fmt: off
+HTTP_HIGHR_BUCKETS = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 7.5, 10.0, 30.0, 60.0,
+]
+# fmt: on
+HTTP_FEW_BUCKETS = [0.1, 0.5, 1.0]
 
 
 def buckets_1_2_5(max_value: int) -> list[float]:
@@ -122,3 +79,27 @@ class Hist:
             out.append((float(b), acc))
         out.append((math.inf, self.count))
         return out
+
+
+def engine_histograms(max_model_len: int) -> dict[str, Hist]:
+    """The histograms one engine observes, by short name, each over the union of the bounds any
+    schema renders it with (token-count histograms: 1-2-5 steps up to ``max_model_len``)."""
+    tokens = buckets_1_2_5(max_model_len)
+    return {
+        "prompt": Hist(tokens),
+        "generation": Hist(tokens),
+        "max_gen": Hist(tokens),
+        "max_tokens": Hist(tokens),
+        "params_n": Hist(PARAMS_N_BUCKETS),
+        "iter": Hist(ITER_BUCKETS_V1 + ITER_BUCKETS_V0),
+        "ttft": Hist(TTFT_BUCKETS),
+        "itl": Hist(ITL_BUCKETS),
+        "tpot_req": Hist(ITL_BUCKETS),
+        "e2e": Hist(REQ_LAT_BUCKETS),
+        "queue": Hist(REQ_LAT_BUCKETS),
+        "inference": Hist(REQ_LAT_BUCKETS),
+        "prefill": Hist(REQ_LAT_BUCKETS),
+        "decode": Hist(REQ_LAT_BUCKETS),
+        "preempt": Hist(PREEMPT_BUCKETS),
+        "kv_computed": Hist(tokens),
+    }
