@@ -24,60 +24,15 @@ from pathlib import Path
 import jsonschema
 import promql_parser
 import pytest
-import yaml
+
+from support.metric_names import EXPORTED, WINDOW_DERIVED
+from support.rule_files import alert_names, recorded_names, selectors
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "dashboards" / "specwatch.json"
 GENERATOR = ROOT / "dashboards" / "generate.py"
-RULES_DIR = ROOT / "rules"
 # The Grafana JSON schemas, vendored with their provenance (tests/schemas/PROVENANCE.md).
 SCHEMAS = ROOT / "tests" / "schemas" / "grafana"
-
-# ---- the sidecar's metric contract (tests/test_metric_contract.py) -------------------------------------
-MIRRORED = {
-    "specwatch_drafts_total",
-    "specwatch_draft_tokens_total",
-    "specwatch_accepted_tokens_total",
-    "specwatch_accepted_tokens_by_position_total",
-    "specwatch_generation_tokens_total",
-    "specwatch_itl_seconds_bucket",
-    "specwatch_itl_seconds_sum",
-    "specwatch_itl_seconds_count",
-}
-# Derived gauges carry {route, window}: every selector of one must pin window="$window".
-DERIVED = {
-    "specwatch_acceptance_rate",
-    "specwatch_mean_acceptance_length",
-    "specwatch_draft_length",
-    "specwatch_position_acceptance_rate",
-    "specwatch_batch_size",
-    "specwatch_itl_p50_seconds",
-    "specwatch_itl_p99_seconds",
-    "specwatch_itl_per_token_mean_seconds",
-    "specwatch_breakeven_acceptance_rate",
-    "specwatch_acceptance_margin",
-    "specwatch_expected_speedup",
-    "specwatch_recommended_draft_length",
-    "specwatch_max_speculative_batch_size",
-    "specwatch_window_drafts",
-    "specwatch_verdict",
-    "specwatch_recommended_config_info",
-    "specwatch_speculation_cannot_pay",
-    "specwatch_configured_draft_length",
-}
-ROUTE_GAUGES = {"specwatch_baseline_itl_p99_seconds", "specwatch_route_expects_speculation"}
-HEALTH = {
-    "specwatch_target_up",
-    "specwatch_scrape_duration_seconds",
-    "specwatch_scrape_errors_total",
-    # The original contract said specwatch_counter_resets_total; the exporter renamed it in e06f94e because
-    # `promtool check metrics` rejects a metric name containing its type ("counter").
-    "specwatch_target_restarts_total",
-    "specwatch_last_scrape_success_timestamp_seconds",
-    "specwatch_build_info",
-    "specwatch_route_info",
-}
-EXPORTED = MIRRORED | DERIVED | ROUTE_GAUGES | HEALTH
 
 WINDOW_SENTINEL = "__window_variable__"
 
@@ -126,48 +81,10 @@ STATIC_VALUES = {
 }
 
 
-def selectors(expr: str) -> list[promql_parser.VectorSelector]:
-    found: list[promql_parser.VectorSelector] = []
-
-    def visit(node):
-        if isinstance(node, promql_parser.VectorSelector):
-            found.append(node)
-        return True
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return found
-
-
 def matchers(sel: promql_parser.VectorSelector) -> list[tuple[str, str, str]]:
     if sel.matchers is None:
         return []
     return [(m.name, str(m.op).rsplit(".", 1)[-1], m.value) for m in sel.matchers.matchers]
-
-
-def rule_files() -> list[Path]:
-    return sorted(p for p in RULES_DIR.glob("*.y*ml")) if RULES_DIR.is_dir() else []
-
-
-def recorded_names() -> set[str]:
-    names = set()
-    for f in rule_files():
-        doc = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
-        for group in doc.get("groups", []) or []:
-            for rule in group.get("rules", []) or []:
-                if "record" in rule:
-                    names.add(rule["record"])
-    return names
-
-
-def alert_names() -> set[str]:
-    names = set()
-    for f in rule_files():
-        doc = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
-        for group in doc.get("groups", []) or []:
-            for rule in group.get("rules", []) or []:
-                if "alert" in rule:
-                    names.add(rule["alert"])
-    return names
 
 
 def _generator():
@@ -479,7 +396,7 @@ def test_parser_rejects_a_broken_query():
 def _window_violations(expr: str) -> list[str]:
     out = []
     for sel in selectors(substitute(expr, STATIC_VALUES)):
-        if sel.name in DERIVED and ("window", "Equal", WINDOW_SENTINEL) not in matchers(sel):
+        if sel.name in WINDOW_DERIVED and ("window", "Equal", WINDOW_SENTINEL) not in matchers(sel):
             out.append(f"{sel.name} {matchers(sel)}")
     return out
 

@@ -21,65 +21,21 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.metric_names import EXPORTED, MIRRORED, WINDOW_DERIVED
+from support.rule_files import RULES_DIR, all_rules, recorded_names, rule_files, rule_groups, selectors
+
 promql_parser = pytest.importorskip("promql_parser")
 
 ROOT = Path(__file__).resolve().parents[1]
-RULES = ROOT / "rules"
-TESTS = RULES / "tests"
+TESTS = RULES_DIR / "tests"
 RUNBOOK = ROOT / "docs" / "runbook.md"
 RUNBOOK_URL = "https://github.com/specwatch/specwatch/blob/main/docs/runbook.md#"
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) not installed")
 
-# The metric contract, exact names.
-MIRRORED = {
-    "specwatch_drafts_total",
-    "specwatch_draft_tokens_total",
-    "specwatch_accepted_tokens_total",
-    "specwatch_accepted_tokens_by_position_total",
-    "specwatch_generation_tokens_total",
-    "specwatch_itl_seconds_bucket",
-    "specwatch_itl_seconds_sum",
-    "specwatch_itl_seconds_count",
-}
-DERIVED = {  # {route, window}: must always be read with window pinned
-    "specwatch_acceptance_rate",
-    "specwatch_mean_acceptance_length",
-    "specwatch_draft_length",
-    "specwatch_position_acceptance_rate",
-    "specwatch_batch_size",
-    "specwatch_itl_p50_seconds",
-    "specwatch_itl_p99_seconds",
-    "specwatch_itl_per_token_mean_seconds",
-    "specwatch_breakeven_acceptance_rate",
-    "specwatch_acceptance_margin",
-    "specwatch_expected_speedup",
-    "specwatch_recommended_draft_length",
-    "specwatch_max_speculative_batch_size",
-    "specwatch_window_drafts",
-    "specwatch_verdict",
-    "specwatch_recommended_config_info",  # {route,window,config,action}
-    "specwatch_speculation_cannot_pay",  # 0/1 beside the break-even, which is capped at 1
-    # draft.config check (rules/specwatch-config-check.yaml)
-    "specwatch_speculative_config_mismatch",
-    "specwatch_configured_draft_length",
-}
-HEALTH = {
-    "specwatch_target_up",
-    "specwatch_scrape_duration_seconds",
-    "specwatch_scrape_errors_total",
-    "specwatch_target_restarts_total",
-    "specwatch_last_scrape_success_timestamp_seconds",
-    "specwatch_build_info",
-    "specwatch_route_info",
-    # in addition to the original contract
-    "specwatch_route_expects_speculation",
-    "specwatch_baseline_itl_p99_seconds",
-    "specwatch_config_last_reload_successful",
-    "specwatch_config_last_reload_success_timestamp_seconds",
-}
+# What rules may read: what the sidecar exports (tests/support/metric_names.py) and Prometheus's own `up`.
 PROMETHEUS_OWN = {"up"}
-CONTRACT = MIRRORED | DERIVED | HEALTH | PROMETHEUS_OWN
+CONTRACT = EXPORTED | PROMETHEUS_OWN
 
 ALERTS = {
     "spec-decode": {
@@ -102,40 +58,13 @@ REPLICA_COUNTS = {
 PERFORMANCE_ALERTS = {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended", "SpecDecodeITLP99Regression"}
 
 
-def rule_files() -> list[Path]:
-    return sorted(RULES.glob("*.yaml"))
-
-
-def groups() -> list[tuple[Path, dict]]:
-    return [(path, group) for path in rule_files() for group in yaml.safe_load(path.read_text())["groups"]]
-
-
-def all_rules() -> list[dict]:
-    return [rule for _, group in groups() for rule in group["rules"]]
-
-
 def alerts() -> dict[str, dict]:
     return {r["alert"]: r for r in all_rules() if "alert" in r}
-
-
-def recorded_names() -> set[str]:
-    return {r["record"] for r in all_rules() if "record" in r}
 
 
 def template_queries(text: str) -> list[str]:
     """PromQL of the template `query` calls: printf `…` with every %s replaced by a label value."""
     return [q.replace("%s", "x") for q in re.findall(r"printf `([^`]*)`[^}]*\|\s*query", text)]
-
-
-def selectors(expr: str) -> list:
-    found = []
-
-    def visit(node):
-        if type(node).__name__ == "VectorSelector":
-            found.append(node)
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return found
 
 
 def every_expression() -> list[tuple[str, str]]:
@@ -172,7 +101,7 @@ def test_promtool_unit_tests_pass_for_every_group_from_any_working_directory(tmp
 
 
 def test_each_rule_group_has_its_own_promtool_test_file_loading_its_rule_file_relatively():
-    for path, group in groups():
+    for path, group in rule_groups():
         test_file = TESTS / f"{group['name']}.yaml"
         assert test_file.exists(), f"group {group['name']} of {path.name} has no {test_file.relative_to(ROOT)}"
         spec = yaml.safe_load(test_file.read_text())
@@ -218,7 +147,7 @@ def test_derived_gauges_are_always_read_with_window_5m_pinned():
     loose = []
     for where, expr in every_expression():
         for sel in selectors(expr):
-            if sel.name in DERIVED:
+            if sel.name in WINDOW_DERIVED:
                 pins = [(m.name, m.op, m.value) for m in sel.matchers.matchers if m.name == "window"]
                 if pins != [("window", promql_parser.MatchOp.Equal, "5m")]:
                     loose.append((where, sel.name, pins))
@@ -253,7 +182,7 @@ def test_recording_rule_names_follow_level_metric_operations_with_level_matching
 def test_every_alert_lives_in_its_group_once():
     seen: dict[str, set[str]] = {}
     names = []
-    for _, group in groups():
+    for _, group in rule_groups():
         for rule in group["rules"]:
             if "alert" in rule:
                 seen.setdefault(group["name"], set()).add(rule["alert"])
@@ -422,7 +351,7 @@ MUTATIONS = [
 @needs_promtool
 @pytest.mark.parametrize("file, original, mutated, why", MUTATIONS, ids=[m[3] for m in MUTATIONS])
 def test_promtool_suite_fails_on_a_broken_rule(tmp_path, file, original, mutated, why):
-    shutil.copytree(RULES, tmp_path / "rules")
+    shutil.copytree(RULES_DIR, tmp_path / "rules")
     target = tmp_path / "rules" / file
     text = target.read_text()
     assert text.count(original) == 1, f"mutation anchor not found once in {file}: {original!r}"

@@ -244,25 +244,11 @@ class Service:
             if isinstance(result, ScrapeError):
                 exc = result
                 self.pipeline.ingest_error(target.name, now, exc.reason)
-                self._log_change(
-                    ("target", target.name),
-                    ("down", exc.reason),
-                    "target_down",
-                    target=target.name,
-                    reason=exc.reason,
-                    error=str(exc)[:200],
-                )
+                self._log_down(target.name, "target_down", exc.reason, str(exc))
                 continue
             outcome = self.pipeline.ingest(target.name, now, result.text, result.duration)
             if not outcome.ok:
-                self._log_change(
-                    ("target", target.name),
-                    ("down", outcome.reason),
-                    "target_rejected",
-                    target=target.name,
-                    reason=outcome.reason,
-                    error=(outcome.message or "")[:200],
-                )
+                self._log_down(target.name, "target_rejected", outcome.reason, outcome.message or "")
                 continue
             self._log_change(
                 ("target", target.name),
@@ -292,6 +278,11 @@ class Service:
             key = ("verdict", replica, evaluation.stats.route, evaluation.stats.window)
             self._log_verdict(key, evaluation, replica=replica_name(replica))
         self.published = self._publish(ready=True)
+
+    def _log_down(self, target: str, event: str, reason: str | None, error: str) -> None:
+        """One line when a target goes down (unreachable) or is rejected (a payload not read), or
+        its reason changes."""
+        self._log_change(("target", target), ("down", reason), event, target=target, reason=reason, error=error[:200])
 
     def _log_verdict(self, key: tuple[Any, ...], evaluation: RouteEvaluation, **where: str) -> None:
         """One line when a window's verdict changes (`where`: the replica, in fleet mode)."""

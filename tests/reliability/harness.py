@@ -26,37 +26,6 @@ from .hostile import HostileServer, respond
 POLL = 5.0
 TARGET = "vllm"
 
-# Families that only exist while the target is up (window-derived or mirrored from vLLM).
-TARGET_DERIVED = (
-    "specwatch_acceptance_rate",
-    "specwatch_mean_acceptance_length",
-    "specwatch_draft_length",
-    "specwatch_batch_size",
-    "specwatch_itl_p50_seconds",
-    "specwatch_itl_p99_seconds",
-    "specwatch_itl_per_token_mean_seconds",
-    "specwatch_breakeven_acceptance_rate",
-    "specwatch_acceptance_margin",
-    "specwatch_expected_speedup",
-    "specwatch_recommended_draft_length",
-    "specwatch_max_speculative_batch_size",
-    "specwatch_position_acceptance_rate",
-    "specwatch_window_drafts",
-    "specwatch_verdict",
-    "specwatch_recommended_config_info",
-    "specwatch_speculation_cannot_pay",
-    "specwatch_speculative_config_mismatch",
-    "specwatch_configured_draft_length",
-    "specwatch_drafts_total",
-    "specwatch_draft_tokens_total",
-    "specwatch_accepted_tokens_total",
-    "specwatch_accepted_tokens_by_position_total",
-    "specwatch_generation_tokens_total",
-    "specwatch_itl_seconds_bucket",
-    "specwatch_itl_seconds_sum",
-    "specwatch_itl_seconds_count",
-)
-
 
 def parse_metrics(text: str) -> dict[tuple[str, tuple], float]:
     """Our /metrics output through prometheus_client's parser (the oracle): {(sample, labels): value}."""

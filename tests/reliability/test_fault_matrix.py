@@ -19,7 +19,9 @@ import re
 import pytest
 from structlog.testing import capture_logs
 
-from .harness import TARGET, TARGET_DERIVED, names, new_pair, value
+from support.metric_names import TARGET_DERIVED
+
+from .harness import TARGET, names, new_pair, value
 from .hostile import (
     HostileServer,
     chunked,
