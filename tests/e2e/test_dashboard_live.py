@@ -40,12 +40,12 @@ from test_dashboard import (  # shared helpers of the static dashboard tests
     ROOT,
     load_dashboard,
     panels,
-    rule_files,
     selectors,
     substitute,
 )
 
 from support.loopback import free_port, stop_process, wait_http
+from support.rule_files import rule_files
 
 pytestmark = pytest.mark.e2e
 
