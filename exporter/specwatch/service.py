@@ -3,7 +3,8 @@
 The poller is the only writer: each tick it polls every target, feeds the Pipeline, evaluates,
 renders /metrics once, and swaps one immutable published view (http_server.Published, its JSON
 status from status.py). HTTP handlers (http_server.py) only read that view, so a scrape does no
-I/O towards vLLM and takes no lock.
+I/O towards vLLM and takes no lock. Target, schema and verdict changes are logged once each
+(change_log.py), not once per poll.
 
 The config is reloaded in place, by the poll thread between two ticks, on SIGHUP and when the
 config file changes (reload.py: how a change is noticed and what it invalidates). A bad new config
@@ -25,7 +26,6 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
 
 import structlog
 from prometheus_client import generate_latest
@@ -33,12 +33,13 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__, costmodel
+from .change_log import ChangeLog
 from .collector import SpecwatchCollector
 from .config import Config, ConfigError
 from .fleet import FleetEvaluator, FleetSource, FleetState, replica_name
 from .fleet_metrics import FleetCollector
 from .http_server import CappedHTTPServer, Published, handler_for
-from .pipeline import Pipeline, RouteEvaluation, State
+from .pipeline import Pipeline, State
 from .reload import (
     ConfigSource,
     ReloadCollector,
@@ -49,7 +50,7 @@ from .reload import (
     pipeline_shape,
     warn_about_alert_window,
 )
-from .scrape import ScrapeError, Scraper, redact_url, steady_clock
+from .scrape import ScrapeError, Scraper, ScrapeResult, redact_url, steady_clock
 from .status import encode_status, status_document
 
 # `specwatch run` (cli.py) and older callers import these from here.
@@ -107,7 +108,7 @@ class Service:
         self.registry.register(ReloadCollector(lambda: self.reload_status))
         self._rendering_state: State = self.pipeline.state()
         self._rendering_fleet: FleetState | None = None
-        self._last_logged: dict[tuple[Any, ...], Any] = {}
+        self._changes = ChangeLog()
         self.published = self._publish(ready=False)
         self.httpd: CappedHTTPServer | None = None
         self._pool = ThreadPoolExecutor(max_workers=max(len(config.targets), 1), thread_name_prefix="specwatch-fetch")
@@ -163,7 +164,7 @@ class Service:
         if not self.active or pipeline_shape(new) != pipeline_shape(old):
             self.pipeline = Pipeline(new)  # new targets, routes or windows: history starts afresh
             rebuilt.append("pipeline")
-            self._last_logged.clear()
+            self._changes.clear()
         else:
             if cost_inputs(new) != cost_inputs(old):
                 self.pipeline.cost_model = costmodel.cost_model_from_config(new)
@@ -220,7 +221,7 @@ class Service:
         return ["fleet"]
 
     # -- polling ---------------------------------------------------------------------------------
-    def _fetch(self, name: str) -> tuple[float, Any]:
+    def _fetch(self, name: str) -> tuple[float, ScrapeResult | ScrapeError]:
         started = self.clock()
         try:
             return started, self.scrapers[name].fetch()
@@ -244,20 +245,20 @@ class Service:
             if isinstance(result, ScrapeError):
                 exc = result
                 self.pipeline.ingest_error(target.name, now, exc.reason)
-                self._log_down(target.name, "target_down", exc.reason, str(exc))
+                self._changes.target_down(target.name, "target_down", exc.reason, str(exc))
                 continue
             outcome = self.pipeline.ingest(target.name, now, result.text, result.duration)
             if not outcome.ok:
-                self._log_down(target.name, "target_rejected", outcome.reason, outcome.message or "")
+                self._changes.target_down(target.name, "target_rejected", outcome.reason, outcome.message or "")
                 continue
-            self._log_change(
+            self._changes.info(
                 ("target", target.name),
                 ("up",),
                 "target_up",
                 target=target.name,
                 duration_seconds=round(result.duration, 4),
             )
-            self._log_change(
+            self._changes.info(
                 ("schema", target.name),
                 outcome.schema,
                 "schema_detected",
@@ -268,7 +269,7 @@ class Service:
             if outcome.resets:
                 log.info("counter_reset", target=target.name, routes=outcome.resets)
         for evaluation in self.pipeline.evaluate(self.clock()):
-            self._log_verdict(("verdict", evaluation.stats.route, evaluation.stats.window), evaluation)
+            self._changes.verdict(("verdict", evaluation.stats.route, evaluation.stats.window), evaluation)
         self.published = self._publish(ready=True)
 
     def _poll_fleet(self, fleet: FleetSource) -> None:
@@ -276,38 +277,8 @@ class Service:
         is counted and logged once by the evaluator; nothing is served from it."""
         for replica, evaluation in fleet.poll(self.clock()) or ():
             key = ("verdict", replica, evaluation.stats.route, evaluation.stats.window)
-            self._log_verdict(key, evaluation, replica=replica_name(replica))
+            self._changes.verdict(key, evaluation, replica=replica_name(replica))
         self.published = self._publish(ready=True)
-
-    def _log_down(self, target: str, event: str, reason: str | None, error: str) -> None:
-        """One line when a target goes down (unreachable) or is rejected (a payload not read), or
-        its reason changes."""
-        self._log_change(("target", target), ("down", reason), event, target=target, reason=reason, error=error[:200])
-
-    def _log_verdict(self, key: tuple[Any, ...], evaluation: RouteEvaluation, **where: str) -> None:
-        """One line when a window's verdict changes (`where`: the replica, in fleet mode)."""
-        stats = evaluation.stats
-        self._log_change(
-            key,
-            evaluation.verdict,
-            "verdict_changed",
-            **where,
-            route=stats.route,
-            window=stats.window,
-            verdict=evaluation.verdict,
-            acceptance_rate=evaluation.value("acceptance_rate"),
-            breakeven_acceptance_rate=evaluation.value("breakeven_acceptance_rate"),
-            batch_size=stats.batch_size,
-            recommended_config=evaluation.value("recommended_config"),
-        )
-
-    def _log_change(self, key: tuple[Any, ...], value: Any, event: str, **fields: Any) -> None:
-        """One log line per state change, not one per poll."""
-        if len(self._last_logged) > 10_000:
-            self._last_logged.clear()  # route churn must not grow memory; at worst a line repeats
-        if self._last_logged.get(key) != value:
-            self._last_logged[key] = value
-            log.info(event, **fields)
 
     def _publish(self, *, ready: bool) -> Published:
         state = self.pipeline.state()
@@ -328,8 +299,7 @@ class Service:
             except Exception as exc:
                 # A bug, not a target fault (those are handled above). Log it once per kind and do
                 # not refresh the liveness tick: if it persists, /healthz fails and the pod restarts.
-                if self._last_logged.get(("poll_failed",)) != repr(exc)[:200]:
-                    self._last_logged[("poll_failed",)] = repr(exc)[:200]
+                if self._changes.changed(("poll_failed",), repr(exc)[:200]):
                     log.exception("poll_failed")
             # Without a config, tick every second: the file is checked once per tick.
             interval = self.config.poll_interval if self.active else 1.0
