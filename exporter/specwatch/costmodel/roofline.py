@@ -326,7 +326,7 @@ class CostModel:
         """Verify B·(K+1) tokens plus drafting K per request (B·(1 + coverage·K) and coverage·B
         drafting requests when only part of the request-steps carry a draft)."""
         memo = self._memo if self.profile is None else self._current_memo()
-        key = ("spec", batch, k)
+        key = ("spec", batch, k, self.draft_coverage)  # the one memo entry coverage changes
         hit = memo.get(key)
         if hit is None:
             hit = self._spec_step_time(batch, k)
@@ -351,7 +351,15 @@ class CostModel:
         """The same model with a measured draft coverage (Δdrafts / Δrequest-steps)."""
         if coverage is None or not (coverage > 0):
             return self
-        return self._derive(("coverage", coverage), lambda: replace(self, draft_coverage=min(float(coverage), 1.0)))
+        return self._derive(("coverage", coverage), lambda: self._sharing_memo(min(float(coverage), 1.0)))
+
+    def _sharing_memo(self, draft_coverage: float) -> CostModel:
+        """This model with another draft coverage, keeping its memo: the measured coverage is a new
+        float on most polls, and every memo entry but the speculative step's (keyed on coverage)
+        is independent of it, so a fresh memo would recompute the whole curve on every poll."""
+        derived = replace(self, draft_coverage=draft_coverage)
+        object.__setattr__(derived, "_memo", self._memo)
+        return derived
 
     def with_method(self, method: str | None) -> CostModel:
         """The same model with the default draft cost of ``method`` (unless a cost was configured)."""
