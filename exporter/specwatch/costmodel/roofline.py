@@ -228,7 +228,7 @@ class CostModel:
             return d.cost_per_token
         if d.method in ("ngram", "suffix"):
             return 0.0  # charged on verify time instead, see draft_time
-        if self.profile is not None and not isinstance(self.profile, RelativeStepTimeCurve):
+        if self.profile is not None and self._relative_curve is None:
             # A static measured profile says nothing about the drafter (cost_scale is 1): price the
             # draft as its roofline ratio to the target's roofline step on the same hardware, never
             # over the profile's step (a CPU profile against an H100 roofline draft gave a
@@ -295,10 +295,15 @@ class CostModel:
         """How much slower than this roofline the server runs at ``tokens`` query tokens: the
         learned curve's ratio (costmodel/learned.py), else 1. Scales the absolute costs that do
         not go through ``step_time`` (fixed costs of speculation, the drafter's own roofline)."""
+        curve = self._relative_curve
+        return 1.0 if curve is None else curve.spec_cost_ratio(tokens)
+
+    @cached_property
+    def _relative_curve(self) -> RelativeStepTimeCurve | None:
+        # isinstance against a runtime-checkable Protocol walks its members on every call (a third
+        # of an evaluation's time when it ran per step-time question); the profile never changes.
         curve = self.profile
-        if isinstance(curve, RelativeStepTimeCurve):
-            return curve.spec_cost_ratio(tokens)
-        return 1.0
+        return curve if isinstance(curve, RelativeStepTimeCurve) else None
 
     def spec_overhead_time(self, batch: float, tokens: float | None = None) -> float:
         """Fixed cost of one speculative step over ``batch`` requests (``tokens`` verified),
@@ -319,7 +324,7 @@ class CostModel:
         """Verify B·(K+1) tokens plus drafting K per request (B·(1 + coverage·K) and coverage·B
         drafting requests when only part of the request-steps carry a draft)."""
         memo = self._memo if self.profile is None else self._current_memo()
-        key = ("spec", batch, k)
+        key = ("spec", batch, k, self.draft_coverage)  # the one memo entry coverage changes
         hit = memo.get(key)
         if hit is None:
             hit = _remember(memo, key, self._spec_step_time(batch, k))
@@ -341,7 +346,15 @@ class CostModel:
         """The same model with a measured draft coverage (Δdrafts / Δrequest-steps)."""
         if coverage is None or not (coverage > 0):
             return self
-        return self._derive(("coverage", coverage), lambda: replace(self, draft_coverage=min(float(coverage), 1.0)))
+        return self._derive(("coverage", coverage), lambda: self._sharing_memo(min(float(coverage), 1.0)))
+
+    def _sharing_memo(self, draft_coverage: float) -> CostModel:
+        """This model with another draft coverage, keeping its memo: the measured coverage is a new
+        float on most polls, and every memo entry but the speculative step's (keyed on coverage)
+        is independent of it, so a fresh memo would recompute the whole curve on every poll."""
+        derived = replace(self, draft_coverage=draft_coverage)
+        object.__setattr__(derived, "_memo", self._memo)
+        return derived
 
     def with_method(self, method: str | None) -> CostModel:
         """The same model with the default draft cost of ``method`` (unless a cost was configured)."""
