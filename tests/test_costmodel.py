@@ -30,6 +30,7 @@ from specwatch.costmodel import (
     recommend_schedule,
     speculative_config,
 )
+from specwatch.costmodel.breakeven import first_drop_best
 
 H100 = HARDWARE_PRESETS["h100-sxm"]
 L8B = MODEL_PRESETS["llama-3.1-8b"]
@@ -417,6 +418,18 @@ def test_best_k_keeps_positions_that_pay_and_drops_the_tail_that_does_not():
     assert best_draft_length(cm, 1, [0.9, 0.8, 0.7, 0.6]) == 4
     assert best_draft_length(cm, 1, [0.9, 0.5, 0.04, 0.01]) == 2
     assert best_draft_length(cm, 1, []) == 0
+
+
+def test_the_k_scan_stops_at_the_first_drop_and_needs_to_beat_the_floor():
+    # A later, higher speedup behind a drop is never reached (nor computed: the scan is lazy).
+    def speedups():
+        yield from (1.2, 1.3, 1.1)
+        raise AssertionError("read past the first drop")
+
+    assert first_drop_best(speedups()) == 2
+    assert first_drop_best([0.9, 0.95]) == 0  # nothing beats K'=0
+    assert first_drop_best([1.05, 1.08], floor=1.1) == 0  # a K=0 band's own speedup is the floor
+    assert first_drop_best([]) == 0
 
 
 def test_dspark_example_per_position_rates_give_tau_2_436_at_k3():
