@@ -38,7 +38,7 @@ from .vllm import (
     SCHEMA_V0,
     RouteMatcher,
     RouteSnapshot,
-    parse_payload,
+    Grouping,
 )
 from .window import RouteWindow, WindowView
 
@@ -151,6 +151,7 @@ class _TargetRecord:
     url: str
     matchers: list[RouteMatcher]
     route_prefix: str
+    grouping: Grouping = field(init=False)
     up: bool | None = None
     last_success: float | None = None
     scrape_duration: float | None = None
@@ -158,6 +159,9 @@ class _TargetRecord:
     resets: int = 0
     schema: str | None = None
     polls: int = 0
+
+    def __post_init__(self) -> None:
+        self.grouping = Grouping(self.matchers, self.route_prefix)
 
 
 @dataclass
@@ -412,7 +416,7 @@ class Pipeline:
         """Parse one payload; on any error the windows are left exactly as they were."""
         record = self._targets[target]
         try:
-            snaps = parse_payload(text, t=t, target=target, matchers=record.matchers, route_prefix=record.route_prefix)
+            snaps = record.grouping.parse(text, t=t, target=target)
         except ExpositionError as exc:
             self.ingest_error(target, t, exc.reason, duration)
             return IngestResult(False, exc.reason, str(exc))

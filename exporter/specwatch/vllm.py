@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .exposition import Family, Sample, Selector
+from .exposition import Family, Labels, Sample, Selector
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -120,10 +120,6 @@ def detect_schema(families: Mapping[str, Family]) -> str:
     return SCHEMA_V1
 
 
-def _labels(sample: Sample) -> dict[str, str]:
-    return dict(sample.labels)
-
-
 def _series_id(labels: Mapping[str, str]) -> str:
     """One series of a canonical counter: its engine, and its model when a route spans several
     (a route matched on engine alone). Deltas are taken per series before any sum, so a series
@@ -202,85 +198,117 @@ class _RouteBuilder:
         self.v0_eff: float | None = None
 
 
-def snapshots(
-    families: Mapping[str, Family],
-    *,
-    t: float,
-    target: str,
-    matchers: Iterable[RouteMatcher] | None = None,
-    route_prefix: str = "",
-) -> list[RouteSnapshot]:
-    """Group the parsed families into one snapshot per route.
+Route = tuple[str, str]  # (route name, its model_name if the sample creates the route)
+
+
+class _Placement(NamedTuple):
+    """Where one sample goes: its series key (None: skipped), its engine and the routes it feeds."""
+
+    key: SeriesKey | None
+    engine: str
+    routes: tuple[Route, ...]
+
+
+#: Distinct (family, sample) placements a Grouping remembers: 16 DP engines of vLLM have ~900.
+PLACEMENT_CACHE_SIZE = 4096
+_RUNNING_SOURCE, _V0_SOURCE = -1, -2
+
+
+class Grouping:
+    """Groups one target's parsed families into one snapshot per route.
 
     With matchers, each route takes the samples its labels match (a sample may feed several
     routes). Without, there is one route per model_name, named after it (with route_prefix).
-    """
-    schema = detect_schema(families)
-    matchers = list(matchers or [])
-    builders: dict[str, _RouteBuilder] = {}
+    Where a sample goes depends only on its family, name and labels, so it is worked out once per
+    distinct series and remembered (vLLM prints the same series every poll); only the values are
+    new each poll."""
 
-    def routes_for(labels: dict[str, str]) -> list[_RouteBuilder]:
+    def __init__(self, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = "") -> None:
+        self.matchers = tuple(matchers or ())
+        self.route_prefix = route_prefix
+        self._placements: dict[tuple[int, str, Labels], _Placement] = {}
+
+    def _routes(self, labels: Mapping[str, str]) -> tuple[Route, ...]:
         model = labels.get("model_name", "")
-        if matchers:
+        if self.matchers:
+            return tuple((m.route, m.match.get("model_name", model)) for m in self.matchers if m.matches(labels))
+        return ((self.route_prefix + (model or "default"), model),)
+
+    def _place(self, source: int, sample: Sample) -> _Placement:
+        cache_key = (source, sample.name, sample.labels)
+        placed = self._placements.get(cache_key)
+        if placed is not None:
+            return placed
+        labels = dict(sample.labels)
+        engine = _series_id(labels)
+        if source >= 0:
+            counter_source = COUNTER_SOURCES[source]
+            key = counter_source.key_of(sample.name, labels, engine)
+            routes = self._routes(_without(labels, counter_source.unmatched_labels)) if key is not None else ()
+        else:
+            key, routes = None, self._routes(labels)
+        placed = _Placement(key, engine, routes)
+        if len(self._placements) >= PLACEMENT_CACHE_SIZE:
+            self._placements.clear()  # bounded, whatever targets send
+        self._placements[cache_key] = placed
+        return placed
+
+    def snapshots(self, families: Mapping[str, Family], *, t: float, target: str) -> list[RouteSnapshot]:
+        schema = detect_schema(families)
+        builders: dict[str, _RouteBuilder] = {}
+
+        def builders_for(routes: tuple[Route, ...]) -> list[_RouteBuilder]:
             out = []
-            for m in matchers:
-                if m.matches(labels):
-                    b = builders.get(m.route)
-                    if b is None:
-                        b = builders[m.route] = _RouteBuilder(m.route, m.match.get("model_name", model))
-                    out.append(b)
+            for route, model in routes:
+                b = builders.get(route)
+                if b is None:
+                    b = builders[route] = _RouteBuilder(route, model)
+                out.append(b)
             return out
-        name = route_prefix + (model or "default")
-        b = builders.get(name)
-        if b is None:
-            b = builders[name] = _RouteBuilder(name, model)
-        return [b]
 
-    for source in COUNTER_SOURCES:
-        fam = next((families[name] for name in source.families if name in families), None)
-        if fam is None or (schema == SCHEMA_V0 and not source.in_v0):
-            continue
-        for s in fam.samples:
-            labels = _labels(s)
-            key = source.key_of(s.name, labels, _series_id(labels))
-            if key is None:
+        place = self._place
+        for index, source in enumerate(COUNTER_SOURCES):
+            fam = next((families[name] for name in source.families if name in families), None)
+            if fam is None or (schema == SCHEMA_V0 and not source.in_v0):
                 continue
-            for b in routes_for(_without(labels, source.unmatched_labels)):
-                b.counters[key] = b.counters.get(key, 0.0) + s.value
-                if source.names_engines:
-                    b.engines.add(key.series)
-                if source.shows_speculation:
-                    b.spec = True
-                if key.counter == K_POS:
-                    b.positions.add(key.position)
-        for s in fam.created:
-            labels = _labels(s)
-            key = source.key_of(s.name, labels, _series_id(labels))
-            if key is None:
+            for s in fam.samples:
+                key, _, routes = place(index, s)
+                if key is None:
+                    continue
+                for b in builders_for(routes):
+                    counters = b.counters
+                    counters[key] = counters.get(key, 0.0) + s.value
+                    if source.names_engines:
+                        b.engines.add(key.series)
+                    if source.shows_speculation:
+                        b.spec = True
+                    if key.counter == K_POS:
+                        b.positions.add(key.position)
+            for s in fam.created:
+                key, _, routes = place(index, s)
+                if key is None:
+                    continue
+                group = reset_group(key)
+                for b in builders_for(routes):
+                    b.created[group] = s.value
+        fam = families.get(RUNNING)
+        if fam is not None:
+            for s in fam.samples:
+                _, engine, routes = place(_RUNNING_SOURCE, s)
+                for b in builders_for(routes):
+                    b.running[engine] = b.running.get(engine, 0.0) + s.value
+                    b.engines.add(engine)
+        for gauge, attr in ((V0_ACCEPTANCE_RATE, "v0_rate"), (V0_EFFICIENCY, "v0_eff")):
+            fam = families.get(gauge)
+            if fam is None:
                 continue
-            for b in routes_for(_without(labels, source.unmatched_labels)):
-                b.created[reset_group(key)] = s.value
-    fam = families.get(RUNNING)
-    if fam is not None:
-        for s in fam.samples:
-            labels = _labels(s)
-            engine = _series_id(labels)
-            for b in routes_for(labels):
-                b.running[engine] = b.running.get(engine, 0.0) + s.value
-                b.engines.add(engine)
-    for gauge, attr in ((V0_ACCEPTANCE_RATE, "v0_rate"), (V0_EFFICIENCY, "v0_eff")):
-        fam = families.get(gauge)
-        if fam is None:
-            continue
-        for s in fam.samples:
-            for b in routes_for(_labels(s)):
-                if math.isfinite(s.value):
-                    setattr(b, attr, s.value)
-                    b.spec = True
+            for s in fam.samples:
+                for b in builders_for(place(_V0_SOURCE, s).routes):
+                    if math.isfinite(s.value):
+                        setattr(b, attr, s.value)
+                        b.spec = True
 
-    result = []
-    for b in builders.values():
-        result.append(
+        return [
             RouteSnapshot(
                 t=t,
                 target=target,
@@ -296,12 +324,28 @@ def snapshots(
                 v0_acceptance_rate=b.v0_rate,
                 v0_efficiency=b.v0_eff,
             )
-        )
-    return result
+            for b in builders.values()
+        ]
+
+    def parse(self, text: str, *, t: float, target: str) -> list[RouteSnapshot]:
+        """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
+        return self.snapshots(SELECTOR.parse(text), t=t, target=target)
+
+
+def snapshots(
+    families: Mapping[str, Family],
+    *,
+    t: float,
+    target: str,
+    matchers: Iterable[RouteMatcher] | None = None,
+    route_prefix: str = "",
+) -> list[RouteSnapshot]:
+    """Group the parsed families into one snapshot per route (see Grouping; nothing remembered)."""
+    return Grouping(matchers, route_prefix).snapshots(families, t=t, target=target)
 
 
 def parse_payload(
     text: str, *, t: float, target: str, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = ""
 ) -> list[RouteSnapshot]:
     """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
-    return snapshots(SELECTOR.parse(text), t=t, target=target, matchers=matchers, route_prefix=route_prefix)
+    return Grouping(matchers, route_prefix).parse(text, t=t, target=target)
