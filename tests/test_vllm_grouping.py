@@ -1,5 +1,6 @@
-"""Grouping remembers where each series goes between polls: a long-lived Grouping must give exactly
-the snapshots a fresh one gives, poll after poll, with and without route matchers."""
+"""Grouping remembers where each series goes between polls (and the whole plan of a poll with the
+last poll's layout): a long-lived Grouping must give exactly the snapshots a fresh one gives, poll
+after poll, with and without route matchers."""
 
 from __future__ import annotations
 
@@ -38,12 +39,17 @@ def test_a_remembered_grouping_gives_the_snapshots_of_a_fresh_one(matchers):
     texts = _payloads()
     order = texts + random.Random(7).sample(texts, len(texts)) + texts
     grouping = Grouping(matchers, "t/")
+    planned = 0
     for i, text in enumerate(order):
-        families = vllm.SELECTOR.parse(text)
-        remembered = grouping.snapshots(families, t=float(i), target="t")
-        fresh = vllm.snapshots(families, t=float(i), target="t", matchers=matchers, route_prefix="t/")
+        remembered = grouping.parse(text, t=float(i), target="t")
+        planned += grouping.selector.shape is not None  # the whole plan of the last poll reused
+        fresh = vllm.snapshots(
+            vllm.Selector(vllm.FAMILIES).parse(text), t=float(i), target="t", matchers=matchers, route_prefix="t/"
+        )
         assert remembered == fresh
         assert [s.route for s in remembered] == [s.route for s in fresh]  # the same routes in the same order
+        assert [list(s.counters) for s in remembered] == [list(s.counters) for s in fresh]
+    assert planned > len(order) // 2
 
 
 def test_the_remembered_placements_stay_bounded(monkeypatch):

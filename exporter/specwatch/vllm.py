@@ -9,7 +9,7 @@ docs/architecture.md §5 lists each name per vLLM version and its quirks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -184,20 +184,6 @@ def _without(labels: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k not in names} if names else labels
 
 
-class _RouteBuilder:
-    def __init__(self, route: str, model_name: str):
-        self.route = route
-        self.model_name = model_name
-        self.counters: dict[SeriesKey, float] = {}
-        self.created: dict[SeriesKey, float] = {}
-        self.running: dict[str, float] = {}
-        self.engines: set[str] = set()
-        self.positions: set[int] = set()
-        self.spec = False
-        self.v0_rate: float | None = None
-        self.v0_eff: float | None = None
-
-
 Route = tuple[str, str]  # (route name, its model_name if the sample creates the route)
 
 
@@ -207,6 +193,29 @@ class _Placement(NamedTuple):
     key: SeriesKey | None
     engine: str
     routes: tuple[Route, ...]
+
+
+@dataclass
+class _RoutePlan:
+    """Where one route's values come from: positions in the poll's flat list of sample values."""
+
+    route: str
+    model_name: str
+    counters: list[tuple[SeriesKey, int]] = field(default_factory=list)
+    created: list[tuple[SeriesKey, int]] = field(default_factory=list)
+    running: list[tuple[str, int]] = field(default_factory=list)
+    v0: list[tuple[str, int]] = field(default_factory=list)  # ("v0_rate" | "v0_eff", position)
+    engines: set[str] = field(default_factory=set)
+    positions: set[int] = field(default_factory=set)
+    spec: bool = False
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How a poll of one shape (the same series in the same order) becomes route snapshots."""
+
+    parts: tuple[tuple[str, bool], ...]  # (family, its _created samples?) in the order values are read
+    routes: tuple[_RoutePlan, ...]
 
 
 #: Distinct (family, sample) placements a Grouping remembers: 16 DP engines of vLLM have ~900.
@@ -219,14 +228,21 @@ class Grouping:
 
     With matchers, each route takes the samples its labels match (a sample may feed several
     routes). Without, there is one route per model_name, named after it (with route_prefix).
-    Where a sample goes depends only on its family, name and labels, so it is worked out once per
-    distinct series and remembered (vLLM prints the same series every poll); only the values are
-    new each poll."""
+    Where a sample goes depends only on its family, name and labels: it is worked out once per
+    distinct series and remembered, and a poll with the last poll's series in the same order (the
+    parser's `Selector.shape`, vLLM's usual case) reuses the whole plan, so only its values are read.
+    """
 
-    def __init__(self, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = "") -> None:
+    def __init__(
+        self, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = "", selector: Selector | None = None
+    ) -> None:
         self.matchers = tuple(matchers or ())
         self.route_prefix = route_prefix
+        # Each target its own selector: the parser's memory of the last poll is per target.
+        self.selector = selector if selector is not None else Selector(FAMILIES)
         self._placements: dict[tuple[int, str, Labels], _Placement] = {}
+        self._shape: object | None = None
+        self._plan: _Plan | None = None
 
     def _routes(self, labels: Mapping[str, str]) -> tuple[Route, ...]:
         model = labels.get("model_name", "")
@@ -253,83 +269,107 @@ class Grouping:
         self._placements[cache_key] = placed
         return placed
 
-    def snapshots(self, families: Mapping[str, Family], *, t: float, target: str) -> list[RouteSnapshot]:
-        schema = detect_schema(families)
-        builders: dict[str, _RouteBuilder] = {}
+    def _make_plan(self, families: Mapping[str, Family], schema: str) -> _Plan:
+        parts: list[tuple[str, bool]] = []
+        plans: dict[str, _RoutePlan] = {}
+        position = 0
 
-        def builders_for(routes: tuple[Route, ...]) -> list[_RouteBuilder]:
-            out = []
-            for route, model in routes:
-                b = builders.get(route)
-                if b is None:
-                    b = builders[route] = _RouteBuilder(route, model)
-                out.append(b)
-            return out
+        def plans_for(routes: tuple[Route, ...]) -> list[_RoutePlan]:
+            return [plans.get(route) or plans.setdefault(route, _RoutePlan(route, model)) for route, model in routes]
 
-        place = self._place
+        def read(family: str, created: bool, samples: tuple[Sample, ...]) -> Iterator[tuple[int, Sample]]:
+            nonlocal position
+            parts.append((family, created))
+            start, position = position, position + len(samples)
+            return enumerate(samples, start)
+
         for index, source in enumerate(COUNTER_SOURCES):
-            fam = next((families[name] for name in source.families if name in families), None)
-            if fam is None or (schema == SCHEMA_V0 and not source.in_v0):
+            name = next((name for name in source.families if name in families), None)
+            if name is None or (schema == SCHEMA_V0 and not source.in_v0):
                 continue
-            for s in fam.samples:
-                key, _, routes = place(index, s)
+            fam = families[name]
+            for at, s in read(name, False, fam.samples):
+                key, _, routes = self._place(index, s)
                 if key is None:
                     continue
-                for b in builders_for(routes):
-                    counters = b.counters
-                    counters[key] = counters.get(key, 0.0) + s.value
+                for p in plans_for(routes):
+                    p.counters.append((key, at))
                     if source.names_engines:
-                        b.engines.add(key.series)
+                        p.engines.add(key.series)
                     if source.shows_speculation:
-                        b.spec = True
+                        p.spec = True
                     if key.counter == K_POS:
-                        b.positions.add(key.position)
-            for s in fam.created:
-                key, _, routes = place(index, s)
-                if key is None:
-                    continue
-                group = reset_group(key)
-                for b in builders_for(routes):
-                    b.created[group] = s.value
+                        p.positions.add(key.position)
+            for at, s in read(name, True, fam.created):
+                key, _, routes = self._place(index, s)
+                if key is not None:
+                    for p in plans_for(routes):
+                        p.created.append((reset_group(key), at))
         fam = families.get(RUNNING)
         if fam is not None:
-            for s in fam.samples:
-                _, engine, routes = place(_RUNNING_SOURCE, s)
-                for b in builders_for(routes):
-                    b.running[engine] = b.running.get(engine, 0.0) + s.value
-                    b.engines.add(engine)
+            for at, s in read(RUNNING, False, fam.samples):
+                _, engine, routes = self._place(_RUNNING_SOURCE, s)
+                for p in plans_for(routes):
+                    p.running.append((engine, at))
+                    p.engines.add(engine)
         for gauge, attr in ((V0_ACCEPTANCE_RATE, "v0_rate"), (V0_EFFICIENCY, "v0_eff")):
             fam = families.get(gauge)
-            if fam is None:
-                continue
-            for s in fam.samples:
-                for b in builders_for(place(_V0_SOURCE, s).routes):
-                    if math.isfinite(s.value):
-                        setattr(b, attr, s.value)
-                        b.spec = True
+            if fam is not None:
+                for at, s in read(gauge, False, fam.samples):
+                    for p in plans_for(self._place(_V0_SOURCE, s).routes):
+                        p.v0.append((attr, at))
+        return _Plan(tuple(parts), tuple(plans.values()))
 
-        return [
-            RouteSnapshot(
-                t=t,
-                target=target,
-                route=b.route,
-                model_name=b.model_name,
-                schema=schema,
-                spec_present=b.spec,
-                engines=tuple(sorted(b.engines)),
-                configured_k=(max(b.positions) + 1) if b.positions else None,
-                counters=b.counters,
-                created=b.created,
-                running=b.running,
-                v0_acceptance_rate=b.v0_rate,
-                v0_efficiency=b.v0_eff,
-            )
-            for b in builders.values()
+    def snapshots(
+        self, families: Mapping[str, Family], *, t: float, target: str, shape: object | None = None
+    ) -> list[RouteSnapshot]:
+        """The route snapshots of one poll. ``shape``: the parser's token for the families' layout
+        (`Selector.shape`): families of the same shape have the same series in the same order."""
+        schema = detect_schema(families)
+        if shape is not None and shape is self._shape and self._plan is not None:
+            plan = self._plan
+        else:
+            plan = self._make_plan(families, schema)
+            self._shape, self._plan = (shape, plan) if shape is not None else (None, None)
+        values = [
+            s.value for name, created in plan.parts for s in (families[name].created if created else families[name].samples)
         ]
+        result = []
+        for p in plan.routes:
+            counters: dict[SeriesKey, float] = {}
+            for key, at in p.counters:
+                counters[key] = counters.get(key, 0.0) + values[at]
+            running: dict[str, float] = {}
+            for engine, at in p.running:
+                running[engine] = running.get(engine, 0.0) + values[at]
+            spec, v0 = p.spec, {"v0_rate": None, "v0_eff": None}
+            for attr, at in p.v0:
+                if math.isfinite(values[at]):
+                    v0[attr] = values[at]
+                    spec = True
+            result.append(
+                RouteSnapshot(
+                    t=t,
+                    target=target,
+                    route=p.route,
+                    model_name=p.model_name,
+                    schema=schema,
+                    spec_present=spec,
+                    engines=tuple(sorted(p.engines)),
+                    configured_k=(max(p.positions) + 1) if p.positions else None,
+                    counters=counters,
+                    created={group: values[at] for group, at in p.created},
+                    running=running,
+                    v0_acceptance_rate=v0["v0_rate"],
+                    v0_efficiency=v0["v0_eff"],
+                )
+            )
+        return result
 
     def parse(self, text: str, *, t: float, target: str) -> list[RouteSnapshot]:
         """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
-        return self.snapshots(SELECTOR.parse(text), t=t, target=target)
+        families = self.selector.parse(text)
+        return self.snapshots(families, t=t, target=target, shape=self.selector.shape)
 
 
 def snapshots(
@@ -341,11 +381,11 @@ def snapshots(
     route_prefix: str = "",
 ) -> list[RouteSnapshot]:
     """Group the parsed families into one snapshot per route (see Grouping; nothing remembered)."""
-    return Grouping(matchers, route_prefix).snapshots(families, t=t, target=target)
+    return Grouping(matchers, route_prefix, SELECTOR).snapshots(families, t=t, target=target)
 
 
 def parse_payload(
     text: str, *, t: float, target: str, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = ""
 ) -> list[RouteSnapshot]:
     """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
-    return Grouping(matchers, route_prefix).parse(text, t=t, target=target)
+    return snapshots(SELECTOR.parse(text), t=t, target=target, matchers=matchers, route_prefix=route_prefix)
