@@ -31,6 +31,7 @@ an estimate (docs/costmodel.md, "Per-position rates").
 from __future__ import annotations
 
 import math
+from typing import cast
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -90,6 +91,12 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         return -math.inf
     if q > 1:
         return math.inf
+    return _quantile(q, _merged_buckets(buckets))
+
+
+def _merged_buckets(buckets: Sequence[tuple[float, float]]) -> list[list[float]] | None:
+    """The buckets as Prometheus reads them: sorted, identical bounds coalesced, made monotonic.
+    None where no quantile exists: fewer than two buckets, no +Inf bucket, no observations."""
     merged: list[list[float]] = []
     for bound, count in sorted(buckets):
         if merged and merged[-1][0] == bound:
@@ -97,7 +104,7 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         else:
             merged.append([bound, count])
     if len(merged) < 2 or not math.isinf(merged[-1][0]) or merged[-1][0] < 0:
-        return math.nan
+        return None
     # ensureMonotonic: float sums across series can dip by rounding.
     highest = merged[0][1]
     for item in merged:
@@ -105,8 +112,15 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         highest = item[1]
     observations = merged[-1][1]
     if observations == 0 or math.isnan(observations):
+        return None
+    return merged
+
+
+def _quantile(q: float, merged: list[list[float]] | None) -> float:
+    """bucketQuantile for q in [0, 1] over `_merged_buckets`' result (NaN for None)."""
+    if merged is None:
         return math.nan
-    rank = q * observations
+    rank = q * merged[-1][1]
     b = len(merged) - 1
     for i in range(len(merged) - 1):
         if merged[i][1] >= rank:
@@ -167,11 +181,13 @@ def window_stats(
         elif kind == K_ACCEPTED:
             accepted += delta
         elif kind == K_POS:
-            pos[key.position] = pos.get(key.position, 0.0) + delta
+            position = int(cast(float, key[2]))  # key.position without the property call: this loop is hot
+            pos[position] = pos.get(position, 0.0) + delta
         elif kind == K_GEN:
             gen += delta
         elif kind == K_ITL_BUCKET:
-            itl_buckets[key.le] = itl_buckets.get(key.le, 0.0) + delta
+            le = float(cast(float, key[2]))  # key.le
+            itl_buckets[le] = itl_buckets.get(le, 0.0) + delta
         elif kind == K_ITL_SUM:
             itl_sum += delta
         elif kind == K_ITL_COUNT:
@@ -207,8 +223,9 @@ def window_stats(
     if itl_buckets:
         buckets = sorted(itl_buckets.items())
         if buckets[-1][1] > 0:
-            itl_p50 = _finite(histogram_quantile(0.5, buckets))
-            itl_p99 = _finite(histogram_quantile(0.99, buckets))
+            merged = _merged_buckets(buckets)  # once for both quantiles
+            itl_p50 = _finite(_quantile(0.5, merged))
+            itl_p99 = _finite(_quantile(0.99, merged))
     if gen > 0 and (itl_count_by_engine or itl_sum):
         itl_per_token = itl_sum / gen
     return WindowStats(
