@@ -21,13 +21,14 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__
 from .decide import VERDICTS
-from .pipeline import RouteEvaluation, State
+from .evaluation import NumericValue, RouteEvaluation
+from .state import State
 from .vllm import K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN
 
 CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between polls)."
 
 # (metric name, RouteEvaluation value name, help)
-DERIVED_GAUGES = (
+DERIVED_GAUGES: tuple[tuple[str, NumericValue, str], ...] = (
     ("specwatch_acceptance_rate", "acceptance_rate", "Accepted / proposed draft tokens over the window (alpha)."),
     (
         "specwatch_mean_acceptance_length",
@@ -136,7 +137,7 @@ class WindowFamilies:
                     self.cannot_pay.add_metric(wlabels, 1 if value >= 1.0 else 0)
                     value = min(value, 1.0)
                 self.gauges[name].add_metric(wlabels, value)
-        rates = evaluation.stats.position_rates if evaluation.guard_passed else None  # a guarded stat
+        rates = evaluation.position_rates  # a guarded stat
         if rates:
             for position, value in enumerate(rates):
                 self.position_rate.add_metric(wlabels + [str(position)], value)

@@ -31,9 +31,9 @@ an estimate (docs/costmodel.md, "Per-position rates").
 from __future__ import annotations
 
 import math
-from typing import cast
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 from .vllm import (
     K_ACCEPTED,

@@ -305,17 +305,17 @@ class Grouping:
                 if key is not None:
                     for p in plans_for(routes):
                         p.created.append((reset_group(key), at))
-        fam = families.get(RUNNING)
-        if fam is not None:
-            for at, s in read(RUNNING, False, fam.samples):
+        running = families.get(RUNNING)
+        if running is not None:
+            for at, s in read(RUNNING, False, running.samples):
                 _, engine, routes = self._place(_RUNNING_SOURCE, s)
                 for p in plans_for(routes):
                     p.running.append((engine, at))
                     p.engines.add(engine)
         for gauge, attr in ((V0_ACCEPTANCE_RATE, "v0_rate"), (V0_EFFICIENCY, "v0_eff")):
-            fam = families.get(gauge)
-            if fam is not None:
-                for at, s in read(gauge, False, fam.samples):
+            v0_family = families.get(gauge)
+            if v0_family is not None:
+                for at, s in read(gauge, False, v0_family.samples):
                     for p in plans_for(self._place(_V0_SOURCE, s).routes):
                         p.v0.append((attr, at))
         return _Plan(tuple(parts), tuple(plans.values()))
@@ -332,7 +332,9 @@ class Grouping:
             plan = self._make_plan(families, schema)
             self._shape, self._plan = (shape, plan) if shape is not None else (None, None)
         values = [
-            s.value for name, created in plan.parts for s in (families[name].created if created else families[name].samples)
+            s.value
+            for name, created in plan.parts
+            for s in (families[name].created if created else families[name].samples)
         ]
         result = []
         for p in plan.routes:
@@ -342,7 +344,8 @@ class Grouping:
             running: dict[str, float] = {}
             for engine, at in p.running:
                 running[engine] = running.get(engine, 0.0) + values[at]
-            spec, v0 = p.spec, {"v0_rate": None, "v0_eff": None}
+            spec = p.spec
+            v0: dict[str, float | None] = {"v0_rate": None, "v0_eff": None}
             for attr, at in p.v0:
                 if math.isfinite(values[at]):
                     v0[attr] = values[at]
