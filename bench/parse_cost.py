@@ -8,7 +8,9 @@ parse + grouping
 5m: alpha, tau, K, p_i, B, ITL quantiles, cost model, verdict), all through `Pipeline.ingest/evaluate`
 exactly as the live sidecar calls them. The peer is prometheus_client's
 `text_string_to_metric_families` on the same text, every family and sample materialised (a parser
-that yields lazily costs nothing until consumed). The four are timed in alternation on each payload.
+that yields lazily costs nothing until consumed). The four are timed in alternation on each payload,
+in CPU time of the benchmark's thread (time.thread_time): on cores shared with other work, wall time
+also counts the turns of other processes, which land more often inside the peer's longer parse.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def measure_sequence(
     Each round replays the whole sequence into a fresh Pipeline (a poll can only happen once);
     the first `skip` polls (empty windows) are not counted. pc is timed on every pc_stride-th payload."""
     pc, parse, grouped, poll = [], [], [], []
-    perf = time.perf_counter
+    perf = time.thread_time  # CPU time: on shared cores, wall time also counts other processes' turns
     for _ in range(rounds):
         pipeline = Pipeline(config)
         grouping = vllm.Grouping(selector=vllm.SELECTOR)  # remembers its plan between polls, as the pipeline's
