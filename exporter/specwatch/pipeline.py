@@ -17,19 +17,11 @@ from .decide import Assessment, VerdictState
 from .decide_cache import AssessmentCache
 from .derive import window_stats
 from .evaluation import (
-    FULL_COVERAGE,
-    NUMERIC_VALUES,
-    VARIABLE_LENGTH_METHODS,
-    AssessFunction,
-    NumericValue,
     RouteEvaluation,
-    RouteMemory,
     WindowEntry,
     evaluate_route,
     evaluation_record,
-    passes_guard,
     resolve_method,
-    schedule_ks_of,
     update_route_method,
 )
 from .exposition import ExpositionError
@@ -52,29 +44,15 @@ from .vllm import (
 )
 from .window import RouteWindow
 
+# Imported from here before evaluation.py and state.py were split out (fleet mode, tests, bench).
 __all__ = [
-    "ERROR_REASONS",
-    "FULL_COVERAGE",
-    "NUMERIC_VALUES",
-    "VARIABLE_LENGTH_METHODS",
-    "AssessFunction",
-    "CostModelInfo",
-    "IngestResult",
-    "NumericValue",
     "Pipeline",
     "RouteEvaluation",
-    "RouteMemory",
-    "RouteState",
     "State",
-    "TargetState",
     "WindowEntry",
-    "config_is_default",
     "evaluate_route",
     "evaluation_record",
-    "passes_guard",
     "resolve_method",
-    "schedule_ks_of",
-    "update_route_method",
 ]
 
 ERROR_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "invalid")
