@@ -131,41 +131,41 @@ class WindowFamilies:
 
     def __init__(self, labels: list[str], note: str):
         self.gauges = {name: GaugeMetricFamily(name, text + note, labels=labels) for name, _, text in DERIVED_GAUGES}
-        self.cannot_pay = GaugeMetricFamily(
+
+        def gauge(name: str, text: str, *extra_labels: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=[*labels, *extra_labels])
+
+        self.cannot_pay = gauge(
             "specwatch_speculation_cannot_pay",
             "1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0." + note,
-            labels=labels,
         )
-        self.position_rate = GaugeMetricFamily(
+        self.position_rate = gauge(
             "specwatch_position_acceptance_rate",
             "Share of drafts whose token at this position was accepted, over the window (p_i)." + note,
-            labels=[*labels, "position"],
+            "position",
         )
-        self.window_drafts = GaugeMetricFamily(
-            "specwatch_window_drafts",
-            "Speculative drafts in the window (the sample behind the ratios)." + note,
-            labels=labels,
+        self.window_drafts = gauge(
+            "specwatch_window_drafts", "Speculative drafts in the window (the sample behind the ratios)." + note
         )
-        self.verdict = GaugeMetricFamily(
+        self.verdict = gauge(
             "specwatch_verdict",
             "1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.",
-            labels=[*labels, "verdict"],
+            "verdict",
         )
-        self.config = GaugeMetricFamily(
+        self.config = gauge(
             "specwatch_recommended_config_info",
             "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.",
-            labels=[*labels, "config", "action"],
+            "config",
+            "action",
         )
-        self.mismatch = GaugeMetricFamily(
+        self.mismatch = gauge(
             "specwatch_speculative_config_mismatch",
             "1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts."
             + note,
-            labels=labels,
         )
-        self.configured_k = GaugeMetricFamily(
+        self.configured_k = gauge(
             "specwatch_configured_draft_length",
             "Draft length K the stated draft.config gives at the live batch size." + note,
-            labels=labels,
         )
 
     def add(self, wlabels: list[str], evaluation: RouteEvaluation) -> None:
