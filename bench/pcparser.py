@@ -39,8 +39,14 @@ def parse(text: str, families=vllm.FAMILIES) -> dict[str, exposition.Family]:
 
 
 def install() -> None:
-    """Make specwatch parse with prometheus_client from now on (this process only)."""
-    vllm.SELECTOR.parse = parse  # type: ignore[method-assign]
+    """Make specwatch parse with prometheus_client from now on (this process only): every Selector,
+    the shared one and each target's own. Its `shape` then stays None (nothing vouches that two
+    polls hold the same series), so the grouping runs in full every poll."""
+
+    def peer_parse(self: exposition.Selector, text: str) -> dict[str, exposition.Family]:
+        return parse(text, self.families)
+
+    exposition.Selector.parse = peer_parse  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -83,11 +83,11 @@ def test_position_rates_and_per_token_itl_through_the_pipeline():
     list(replay(from_mapping(CONFIG), lines, pipeline))
     evaluation = next(e for e in pipeline.evaluate(40.0) if e.stats.window == "30s")
     expected = expected_for(PATTERN, 8)
-    assert list(evaluation.value("position_rates")) == pytest.approx(expected["position_rates"], abs=1e-12)
+    assert list(evaluation.position_rates) == pytest.approx(expected["position_rates"], abs=1e-12)
     assert evaluation.stats.itl_per_token_mean_seconds == pytest.approx(
         expected["itl_per_token_mean_seconds"], rel=1e-12
     )
-    assert sum(evaluation.value("position_rates")) == pytest.approx(evaluation.value("mean_acceptance_length") - 1)
+    assert sum(evaluation.position_rates) == pytest.approx(evaluation.value("mean_acceptance_length") - 1)
 
 
 def test_a_vllm_restart_mid_window_keeps_the_values_and_the_verdict():

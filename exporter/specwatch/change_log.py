@@ -61,5 +61,5 @@ class ChangeLog:
             acceptance_rate=evaluation.value("acceptance_rate"),
             breakeven_acceptance_rate=evaluation.value("breakeven_acceptance_rate"),
             batch_size=stats.batch_size,
-            recommended_config=evaluation.value("recommended_config"),
+            recommended_config=evaluation.recommended_config,
         )

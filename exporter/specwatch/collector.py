@@ -21,13 +21,54 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__
 from .decide import VERDICTS
-from .pipeline import RouteEvaluation, State
+from .evaluation import NumericValue, RouteEvaluation
+from .state import State
 from .vllm import K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN
 
 CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between polls)."
 
+ROUTE_LABELS = ["route", "target"]
+MIRRORED_NOTE = ", mirrored monotonic across vLLM restarts."
+# (canonical counter, metric name, help before MIRRORED_NOTE)
+MIRRORED_COUNTERS = (
+    (K_DRAFTS, "specwatch_drafts", "vLLM speculative drafts"),
+    (K_DRAFT_TOKENS, "specwatch_draft_tokens", "Proposed draft tokens"),
+    (K_ACCEPTED, "specwatch_accepted_tokens", "Accepted draft tokens"),
+    (K_GEN, "specwatch_generation_tokens", "Generated output tokens"),
+)
+# Per route (labels route, target): (metric name, help).
+ROUTE_GAUGES = (
+    ("specwatch_route_expects_speculation", "1 if the route is configured to run speculative decoding."),
+    ("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route."),
+)
+FIT_GAUGES = (
+    (
+        "specwatch_step_time_fit_points",
+        "Windows behind the route's learned step-time curve (exponentially forgotten).",
+    ),
+    (
+        "specwatch_step_time_fit_residual_ratio",
+        "Spread of the measured step times around the route's learned curve: exp(weighted RMS of log(measured/fitted)) - 1, over the forgotten points.",
+    ),
+    (
+        "specwatch_step_time_predicted_seconds",
+        "Engine step time the cost model in use predicts at the route's last measured load.",
+    ),
+    ("specwatch_step_time_observed_seconds", "Mean engine step time measured at that load (ITL sum / ITL count)."),
+)
+GRADING_GAUGES = (
+    (
+        "specwatch_advice_predicted_gain_ratio",
+        "After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.",
+    ),
+    (
+        "specwatch_advice_measured_gain_ratio",
+        "After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).",
+    ),
+)
+
 # (metric name, RouteEvaluation value name, help)
-DERIVED_GAUGES = (
+DERIVED_GAUGES: tuple[tuple[str, NumericValue, str], ...] = (
     ("specwatch_acceptance_rate", "acceptance_rate", "Accepted / proposed draft tokens over the window (alpha)."),
     (
         "specwatch_mean_acceptance_length",
@@ -90,41 +131,41 @@ class WindowFamilies:
 
     def __init__(self, labels: list[str], note: str):
         self.gauges = {name: GaugeMetricFamily(name, text + note, labels=labels) for name, _, text in DERIVED_GAUGES}
-        self.cannot_pay = GaugeMetricFamily(
+
+        def gauge(name: str, text: str, *extra_labels: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=[*labels, *extra_labels])
+
+        self.cannot_pay = gauge(
             "specwatch_speculation_cannot_pay",
             "1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0." + note,
-            labels=labels,
         )
-        self.position_rate = GaugeMetricFamily(
+        self.position_rate = gauge(
             "specwatch_position_acceptance_rate",
             "Share of drafts whose token at this position was accepted, over the window (p_i)." + note,
-            labels=[*labels, "position"],
+            "position",
         )
-        self.window_drafts = GaugeMetricFamily(
-            "specwatch_window_drafts",
-            "Speculative drafts in the window (the sample behind the ratios)." + note,
-            labels=labels,
+        self.window_drafts = gauge(
+            "specwatch_window_drafts", "Speculative drafts in the window (the sample behind the ratios)." + note
         )
-        self.verdict = GaugeMetricFamily(
+        self.verdict = gauge(
             "specwatch_verdict",
             "1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.",
-            labels=[*labels, "verdict"],
+            "verdict",
         )
-        self.config = GaugeMetricFamily(
+        self.config = gauge(
             "specwatch_recommended_config_info",
             "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.",
-            labels=[*labels, "config", "action"],
+            "config",
+            "action",
         )
-        self.mismatch = GaugeMetricFamily(
+        self.mismatch = gauge(
             "specwatch_speculative_config_mismatch",
             "1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts."
             + note,
-            labels=labels,
         )
-        self.configured_k = GaugeMetricFamily(
+        self.configured_k = gauge(
             "specwatch_configured_draft_length",
             "Draft length K the stated draft.config gives at the live batch size." + note,
-            labels=labels,
         )
 
     def add(self, wlabels: list[str], evaluation: RouteEvaluation) -> None:
@@ -136,7 +177,7 @@ class WindowFamilies:
                     self.cannot_pay.add_metric(wlabels, 1 if value >= 1.0 else 0)
                     value = min(value, 1.0)
                 self.gauges[name].add_metric(wlabels, value)
-        rates = evaluation.stats.position_rates if evaluation.guard_passed else None  # a guarded stat
+        rates = evaluation.position_rates  # a guarded stat
         if rates:
             for position, value in enumerate(rates):
                 self.position_rate.add_metric(wlabels + [str(position)], value)
@@ -196,25 +237,8 @@ class SpecwatchCollector(Collector):
         cm = state.cost_model
         if cm is not None:
             info.add_metric([cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method], 1)
-        points = GaugeMetricFamily(
-            "specwatch_step_time_fit_points",
-            "Windows behind the route's learned step-time curve (exponentially forgotten).",
-            labels=["route", "target"],
-        )
-        residual = GaugeMetricFamily(
-            "specwatch_step_time_fit_residual_ratio",
-            "Spread of the measured step times around the route's learned curve: exp(weighted RMS of log(measured/fitted)) - 1, over the forgotten points.",
-            labels=["route", "target"],
-        )
-        predicted = GaugeMetricFamily(
-            "specwatch_step_time_predicted_seconds",
-            "Engine step time the cost model in use predicts at the route's last measured load.",
-            labels=["route", "target"],
-        )
-        observed = GaugeMetricFamily(
-            "specwatch_step_time_observed_seconds",
-            "Mean engine step time measured at that load (ITL sum / ITL count).",
-            labels=["route", "target"],
+        points, residual, predicted, observed = (
+            GaugeMetricFamily(name, text, labels=ROUTE_LABELS) for name, text in FIT_GAUGES
         )
         down = {t.name for t in state.targets if t.up is False}
         for route in state.routes:
@@ -274,37 +298,10 @@ class SpecwatchCollector(Collector):
             "Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.",
             labels=["route", "target", "model_name", "method", "schema"],
         )
-        expects = GaugeMetricFamily(
-            "specwatch_route_expects_speculation",
-            "1 if the route is configured to run speculative decoding.",
-            labels=["route", "target"],
-        )
-        baseline = GaugeMetricFamily(
-            "specwatch_baseline_itl_p99_seconds",
-            "Configured spec-off P99 ITL baseline of the route.",
-            labels=["route", "target"],
-        )
+        expects, baseline = (GaugeMetricFamily(name, text, labels=ROUTE_LABELS) for name, text in ROUTE_GAUGES)
         counters = {
-            K_DRAFTS: CounterMetricFamily(
-                "specwatch_drafts",
-                "vLLM speculative drafts, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
-                labels=["route", "target"],
-            ),
-            K_DRAFT_TOKENS: CounterMetricFamily(
-                "specwatch_draft_tokens",
-                "Proposed draft tokens, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
-                labels=["route", "target"],
-            ),
-            K_ACCEPTED: CounterMetricFamily(
-                "specwatch_accepted_tokens",
-                "Accepted draft tokens, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
-                labels=["route", "target"],
-            ),
-            K_GEN: CounterMetricFamily(
-                "specwatch_generation_tokens",
-                "Generated output tokens, mirrored monotonic across vLLM restarts." + CACHE_NOTE,
-                labels=["route", "target"],
-            ),
+            kind: CounterMetricFamily(name, text + MIRRORED_NOTE + CACHE_NOTE, labels=ROUTE_LABELS)
+            for kind, name, text in MIRRORED_COUNTERS
         }
         by_position = CounterMetricFamily(
             "specwatch_accepted_tokens_by_position",
@@ -318,15 +315,8 @@ class SpecwatchCollector(Collector):
             labels=["route", "target"],
         )
         per_window = WindowFamilies(["route", "target", "window"], CACHE_NOTE)
-        predicted_gain = GaugeMetricFamily(
-            "specwatch_advice_predicted_gain_ratio",
-            "After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.",
-            labels=["route", "target"],
-        )
-        measured_gain = GaugeMetricFamily(
-            "specwatch_advice_measured_gain_ratio",
-            "After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).",
-            labels=["route", "target"],
+        predicted_gain, measured_gain = (
+            GaugeMetricFamily(name, text, labels=ROUTE_LABELS) for name, text in GRADING_GAUGES
         )
         # While a target is down its values are not served from the last good polls: absent, never
         # stale (docs/architecture.md §4). The windows and verdicts are kept inside and

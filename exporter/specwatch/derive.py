@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 from .vllm import (
     K_ACCEPTED,
@@ -90,6 +91,12 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         return -math.inf
     if q > 1:
         return math.inf
+    return _quantile(q, _merged_buckets(buckets))
+
+
+def _merged_buckets(buckets: Sequence[tuple[float, float]]) -> list[list[float]] | None:
+    """The buckets as Prometheus reads them: sorted, identical bounds coalesced, made monotonic.
+    None where no quantile exists: fewer than two buckets, no +Inf bucket, no observations."""
     merged: list[list[float]] = []
     for bound, count in sorted(buckets):
         if merged and merged[-1][0] == bound:
@@ -97,7 +104,7 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         else:
             merged.append([bound, count])
     if len(merged) < 2 or not math.isinf(merged[-1][0]) or merged[-1][0] < 0:
-        return math.nan
+        return None
     # ensureMonotonic: float sums across series can dip by rounding.
     highest = merged[0][1]
     for item in merged:
@@ -105,8 +112,15 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
         highest = item[1]
     observations = merged[-1][1]
     if observations == 0 or math.isnan(observations):
+        return None
+    return merged
+
+
+def _quantile(q: float, merged: list[list[float]] | None) -> float:
+    """bucketQuantile for q in [0, 1] over `_merged_buckets`' result (NaN for None)."""
+    if merged is None:
         return math.nan
-    rank = q * observations
+    rank = q * merged[-1][1]
     b = len(merged) - 1
     for i in range(len(merged) - 1):
         if merged[i][1] >= rank:
@@ -167,24 +181,19 @@ def window_stats(
         elif kind == K_ACCEPTED:
             accepted += delta
         elif kind == K_POS:
-            pos[key.position] = pos.get(key.position, 0.0) + delta
+            position = int(cast(float, key[2]))  # key.position without the property call: this loop is hot
+            pos[position] = pos.get(position, 0.0) + delta
         elif kind == K_GEN:
             gen += delta
         elif kind == K_ITL_BUCKET:
-            itl_buckets[key.le] = itl_buckets.get(key.le, 0.0) + delta
+            le = float(cast(float, key[2]))  # key.le
+            itl_buckets[le] = itl_buckets.get(le, 0.0) + delta
         elif kind == K_ITL_SUM:
             itl_sum += delta
         elif kind == K_ITL_COUNT:
             itl_count_by_engine[key[1]] = itl_count_by_engine.get(key[1], 0.0) + delta
         elif kind == K_STEPS:
             steps_by_engine[key[1]] = steps_by_engine.get(key[1], 0.0) + delta
-
-    if latest.schema == SCHEMA_V0:
-        acceptance = _v0_acceptance(latest, configured_k_hint)
-    elif latest.spec_present:
-        acceptance = _v1_acceptance(drafts, draft_tokens, accepted, pos, latest.configured_k)
-    else:
-        acceptance = _Acceptance()
 
     draft_coverage = None
     request_steps = sum(itl_count_by_engine.values())
@@ -207,27 +216,19 @@ def window_stats(
     if itl_buckets:
         buckets = sorted(itl_buckets.items())
         if buckets[-1][1] > 0:
-            itl_p50 = _finite(histogram_quantile(0.5, buckets))
-            itl_p99 = _finite(histogram_quantile(0.99, buckets))
+            merged = _merged_buckets(buckets)  # once for both quantiles
+            itl_p50 = _finite(_quantile(0.5, merged))
+            itl_p99 = _finite(_quantile(0.99, merged))
     if gen > 0 and (itl_count_by_engine or itl_sum):
         itl_per_token = itl_sum / gen
-    return WindowStats(
+    measured = WindowStats(
         route=route,
         window=window,
         t=now,
         samples=view.samples,
         span_seconds=view.span_seconds,
         spec_present=latest.spec_present,
-        drafts=acceptance.drafts,
-        draft_tokens=acceptance.draft_tokens,
-        accepted_tokens=acceptance.accepted_tokens,
-        acceptance_rate=acceptance.acceptance_rate,
-        mean_acceptance_length=acceptance.mean_acceptance_length,
-        draft_length=acceptance.draft_length,
-        configured_k=(
-            acceptance.configured_k if acceptance.configured_k is not None else latest.configured_k or configured_k_hint
-        ),
-        position_rates=acceptance.position_rates,
+        configured_k=latest.configured_k or configured_k_hint,
         batch_size=batch_size,
         itl_p50_seconds=itl_p50,
         itl_p99_seconds=itl_p99,
@@ -236,41 +237,37 @@ def window_stats(
         draft_coverage=draft_coverage,
         schema=latest.schema,
         engines=max(len(latest.engines), 1),
-        accepted_by_position=acceptance.accepted_by_position,
     )
-
-
-@dataclass(frozen=True)
-class _Acceptance:
-    """The acceptance part of WindowStats (absent fields stay None)."""
-
-    drafts: float | None = None
-    draft_tokens: float | None = None
-    accepted_tokens: float | None = None
-    acceptance_rate: float | None = None
-    mean_acceptance_length: float | None = None
-    draft_length: float | None = None
-    position_rates: tuple[float, ...] | None = None
-    configured_k: int | None = None  # V0: the K its lifetime rate was converted at
-    accepted_by_position: tuple[float, ...] | None = None
+    if latest.schema == SCHEMA_V0:
+        return _v0_acceptance(measured, latest, configured_k_hint)
+    if latest.spec_present:
+        return _v1_acceptance(measured, drafts, draft_tokens, accepted, pos, latest.configured_k)
+    return measured
 
 
 def _v1_acceptance(
-    drafts: float, draft_tokens: float, accepted: float, pos: dict[int, float], configured_k: int | None
-) -> _Acceptance:
-    """V1 counters over the window: exact alpha, tau, K and per-position rates."""
+    measured: WindowStats,
+    drafts: float,
+    draft_tokens: float,
+    accepted: float,
+    pos: dict[int, float],
+    configured_k: int | None,
+) -> WindowStats:
+    """The window with V1's counters over it: exact alpha, tau, K and per-position rates."""
     alpha = _ratio(accepted, draft_tokens)
     # Impossible for one vLLM process (a restart nothing revealed): absent rather than wrong.
     consistent = alpha is None or alpha <= 1.0
     if not (drafts > 0 and consistent):
-        return _Acceptance(
+        return replace(
+            measured,
             drafts=drafts,
             draft_tokens=draft_tokens,
             accepted_tokens=accepted,
             acceptance_rate=alpha if consistent else None,
         )
     accepted_by_position = tuple(pos.get(i, 0.0) for i in range(configured_k)) if configured_k else None
-    return _Acceptance(
+    return replace(
+        measured,
         drafts=drafts,
         draft_tokens=draft_tokens,
         accepted_tokens=accepted,
@@ -286,18 +283,19 @@ def _v1_acceptance(
     )
 
 
-def _v0_acceptance(latest: RouteSnapshot, configured_k_hint: int | None) -> _Acceptance:
+def _v0_acceptance(measured: WindowStats, latest: RouteSnapshot, configured_k_hint: int | None) -> WindowStats:
     """V0 exports lifetime per-position acceptance `a`; convert to V1 semantics for the cost model."""
     a = latest.v0_acceptance_rate
     if a is None or not (0 <= a <= 1):
-        return _Acceptance()
+        return measured
     k = configured_k_hint
     if k is None and latest.v0_efficiency is not None:
         k = v0_draft_length(a, latest.v0_efficiency)
     if k is None:
-        return _Acceptance()
+        return measured
     positions = tuple(a ** (i + 1) for i in range(k))
-    return _Acceptance(
+    return replace(
+        measured,
         configured_k=k,
         draft_length=float(k),
         position_rates=positions,

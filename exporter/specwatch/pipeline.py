@@ -1,29 +1,33 @@
 """The one evaluation path shared by the live sidecar and `specwatch replay`.
 
 ingest(target, t, text | error) -> per-route windows; evaluate(t) -> derived values, break-even
-assessment and verdicts; state() -> an immutable State that the collector and the status API
-render. No I/O here: the service feeds it from HTTP polls, replay from a recording.
+assessment and verdicts (evaluation.evaluate_route); state() -> an immutable State (state.py) that
+the collector and the status API render. No I/O here: the service feeds it from HTTP polls,
+replay from a recording. The names that used to live here stay importable from this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from . import costmodel, decide
-from .config import Config, DecisionConfig, RouteConfig
+from . import costmodel
+from .config import Config, RouteConfig
 from .costmodel import learned
+from .decide import Assessment, VerdictState
 from .decide_cache import AssessmentCache
-from .derive import WindowStats, window_stats, with_drafter
-from .exposition import ExpositionError
-from .grading import AdviceGrader, Grading
-from .schedule_check import (
-    ConfigCheck,
-    SpeculativeSchedule,
-    check_draft_length,
-    schedule_from_config,
+from .derive import window_stats
+from .evaluation import (
+    RouteEvaluation,
+    WindowEntry,
+    evaluate_route,
+    evaluation_record,
+    resolve_method,
+    update_route_method,
 )
+from .exposition import ExpositionError
+from .grading import AdviceGrader
+from .schedule_check import schedule_from_config
+from .state import CostModelInfo, RouteState, State, TargetState
 from .vllm import (
     K_ACCEPTED,
     K_DRAFT_TOKENS,
@@ -35,114 +39,23 @@ from .vllm import (
     K_POS,
     K_PROMPT,
     K_STEPS,
-    SCHEMA_V0,
+    Grouping,
     RouteMatcher,
-    RouteSnapshot,
-    parse_payload,
 )
-from .window import RouteWindow, WindowView
+from .window import RouteWindow
+
+# Imported from here before evaluation.py and state.py were split out (fleet mode, tests, bench).
+__all__ = [
+    "Pipeline",
+    "RouteEvaluation",
+    "State",
+    "WindowEntry",
+    "evaluate_route",
+    "evaluation_record",
+    "resolve_method",
+]
 
 ERROR_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "invalid")
-
-
-@dataclass(frozen=True)
-class RouteEvaluation:
-    stats: WindowStats
-    assessment: decide.Assessment | None
-    verdict: str | None
-    guard_passed: bool
-    # The observed draft length against the stated draft.config (None: no config, or no answer).
-    config_check: ConfigCheck | None = None
-    # The assessment behind the verdict in effect (the current one, or the one that set the verdict
-    # while a new candidate waits out the hold): the recommendation always belongs to the verdict.
-    advice: decide.Assessment | None = None
-
-    def value(self, name: str) -> float | None:
-        """A derived value as exported: target-derived ratios are absent below the sample guard."""
-        if name in GUARDED_STATS and not self.guard_passed:
-            return None
-        if name in ASSESSMENT_FIELDS:
-            source = self.advice if name in ADVICE_FIELDS else self.assessment
-            if not self.guard_passed or source is None:
-                return None
-            derived: float | None = getattr(source, name)
-            return derived
-        measured: float | None = getattr(self.stats, name)
-        return measured
-
-
-GUARDED_STATS = {"acceptance_rate", "mean_acceptance_length", "draft_length", "position_rates"}
-ASSESSMENT_FIELDS = {
-    "breakeven_acceptance_rate",
-    "acceptance_margin",
-    "expected_speedup",
-    "recommended_draft_length",
-    "max_speculative_batch_size",
-    "recommended_config",
-}
-ADVICE_FIELDS = {"recommended_draft_length", "recommended_config"}
-
-
-@dataclass(frozen=True)
-class RouteState:
-    route: str
-    target: str
-    model_name: str
-    method: str
-    schema: str
-    spec_present: bool
-    configured_k: int | None
-    expects_speculation: bool
-    baseline_itl_p99_seconds: float | None
-    mirrored: Mapping[str, float]
-    positions: tuple[tuple[int, float], ...]
-    itl_buckets: tuple[tuple[float, float], ...]
-    itl_sum: float
-    itl_count: float
-    evaluations: tuple[RouteEvaluation, ...]
-    # False when the route was missing from its target's latest good poll (e.g. vLLM restarted
-    # with another --served-model-name): its values are then not served, but kept for its return.
-    current: bool = True
-    # The latest change of K or method and how the server did after it (grading.py).
-    grading: Grading | None = None
-    # The learned step-time fit of the route (None: learning off, a profile set, or no window yet).
-    fit: learned.FitSummary | None = None
-
-
-@dataclass(frozen=True)
-class TargetState:
-    name: str
-    url: str
-    up: bool | None
-    last_success: float | None
-    scrape_duration: float | None
-    errors: Mapping[str, int]
-    resets: int
-    schema: str | None
-    polls: int
-
-
-@dataclass(frozen=True)
-class State:
-    t: float | None
-    targets: tuple[TargetState, ...]
-    routes: tuple[RouteState, ...]
-    evaluated: bool
-    # Configured routes that matched nothing yet: (route, target, expects_speculation). A route
-    # whose match is wrong must still be visible, or SpecDecodeMetricsMissing could never fire.
-    unmatched_routes: tuple[tuple[str, str, bool], ...] = ()
-    # What the verdicts rest on (specwatch_cost_model_info).
-    cost_model: CostModelInfo | None = None
-
-
-@dataclass(frozen=True)
-class CostModelInfo:
-    source: str  # default | preset | profile | learned
-    hardware: str
-    model: str
-    dtype: str
-    tensor_parallel: int
-    method: str
 
 
 @dataclass
@@ -151,6 +64,7 @@ class _TargetRecord:
     url: str
     matchers: list[RouteMatcher]
     route_prefix: str
+    grouping: Grouping = field(init=False)
     up: bool | None = None
     last_success: float | None = None
     scrape_duration: float | None = None
@@ -159,6 +73,9 @@ class _TargetRecord:
     schema: str | None = None
     polls: int = 0
 
+    def __post_init__(self) -> None:
+        self.grouping = Grouping(self.matchers, self.route_prefix)
+
 
 @dataclass
 class _RouteRecord:
@@ -166,8 +83,8 @@ class _RouteRecord:
     target: str
     last_seen_poll: int
     fresh: bool = True  # a snapshot arrived since the last evaluation
-    verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
-    advice: dict[str, decide.Assessment] = field(default_factory=dict)  # per window: behind the verdict
+    verdicts: dict[str, VerdictState] = field(default_factory=dict)
+    advice: dict[str, Assessment] = field(default_factory=dict)  # per window: behind the verdict
     evaluations: tuple[RouteEvaluation, ...] = ()
     method: str = "auto:unknown"
     grader: AdviceGrader = field(default_factory=AdviceGrader)
@@ -190,14 +107,6 @@ class IngestResult:
     routes: tuple[str, ...] = ()
 
 
-#: Share of request-steps carrying a draft above which the drafter is taken to draft every step:
-#: model-based drafters propose at every decode step; n-gram lookup misses leave ~30 % of them
-#: undrafted on real traffic (0.70-0.72 on the real vLLM run).
-FULL_COVERAGE = 0.98
-#: Methods whose drafts are short by themselves (lookup runs out of context), not only by a schedule.
-VARIABLE_LENGTH_METHODS = ("ngram", "ngram_gpu", "suffix")
-
-
 _LEARN_KINDS = {
     K_ITL_SUM: "itl_sum",
     K_ITL_COUNT: "itl_count",
@@ -214,165 +123,6 @@ def config_is_default(config: Config) -> bool:
     hardware_default = hw.preset == type(hw)().preset and hw.bandwidth_bytes_per_second is None and hw.flops is None
     model_default = m.preset is None and m.hf_config is None and m.params is None
     return hardware_default and model_default
-
-
-def resolve_method(
-    configured: str, stats: WindowStats, *, min_drafts: float = 0.0, schedule_ks: Sequence[int] | None = None
-) -> str | None:
-    """vLLM exports no speculative method. With `auto`, infer the cost class from the drafts:
-    n-gram/suffix lookup often proposes fewer than K tokens (3.4 of 4 on a real run) and leaves
-    request-steps undrafted; model-based drafters propose the K they are given at every step. The
-    result names its origin: "auto:ngram" or "auto:eagle3". None = this window is no evidence
-    (fewer than ``min_drafts`` drafts, K=1, no drafts): the caller keeps what it had (sticky).
-
-    A schedule shortens a model-based drafter's mean draft length too. With a known schedule
-    (``schedule_ks``, its K values) a mean below every K it gives is n-gram; a mean inside its range
-    is n-gram only if request-steps went undrafted. Without one, a mean below K with every
-    request-step drafted is a model-based drafter under a schedule nobody told us about."""
-    if configured != "auto":
-        return configured
-    if stats.draft_length is None or not stats.configured_k or stats.configured_k < 2:
-        return None  # with K=1 every drafter proposes exactly one token: no evidence
-    if stats.drafts is not None and stats.drafts < max(min_drafts, 1.0):
-        return None  # a handful of drafts (2-4 when traffic stops) says nothing about the drafter
-    k, mean = stats.configured_k, stats.draft_length
-    fully_drafted = stats.draft_coverage is not None and stats.draft_coverage >= FULL_COVERAGE
-    if schedule_ks:
-        positive = [min(int(x), k) for x in schedule_ks if x > 0]
-        if positive and mean < 0.98 * min(positive):
-            return "auto:ngram"
-        if mean < 0.98 * k and stats.draft_coverage is not None and not fully_drafted:
-            return None  # a K=0 band or lookup misses: cannot tell, keep the last answer
-        return "auto:eagle3"
-    if mean < 0.98 * k and not fully_drafted:
-        return "auto:ngram"
-    return "auto:eagle3"
-
-
-def schedule_ks_of(config: Mapping[str, object] | None) -> tuple[int, ...] | None:
-    """K values of the num_speculative_tokens_per_batch_size schedule in a stated config."""
-    schedule = (config or {}).get(costmodel.SCHEDULE_KEY)
-    if not isinstance(schedule, list):
-        return None
-    return tuple(int(band[2]) for band in schedule if isinstance(band, (list, tuple)) and len(band) == 3)
-
-
-WindowEntry = tuple[float, str, WindowView, WindowStats]  # (width s, label, view, its stats)
-
-
-class AssessFunction(Protocol):
-    """decide.assess, or a memo of it with the same answers (decide_cache.AssessmentCache.assess)."""
-
-    def __call__(
-        self,
-        cm: costmodel.CostModel,
-        stats: WindowStats,
-        decision: DecisionConfig,
-        method: str | None,
-        previous_verdict: str | None,
-        *,
-        config_method: str | None = ...,
-        base_config: Mapping[str, object] | None = ...,
-    ) -> decide.Assessment: ...
-
-
-class RouteMemory(Protocol):
-    """What one route keeps between evaluations: the sidecar's per-route record, or fleet mode's
-    per replica and route."""
-
-    method: str
-    verdicts: dict[str, decide.VerdictState]
-    advice: dict[str, decide.Assessment]
-
-
-def passes_guard(stats: WindowStats, latest: RouteSnapshot, min_drafts: float) -> bool:
-    """The sample guard behind every target-derived ratio and assessment."""
-    if latest.schema == SCHEMA_V0:
-        return stats.acceptance_rate is not None  # V0 values are lifetime, over every draft so far
-    return stats.drafts is not None and stats.drafts >= min_drafts
-
-
-def update_route_method(config: Config, memory: RouteMemory, windows: Sequence[WindowEntry]) -> str:
-    """One cost class per route, from the longest window with enough drafts (stable across
-    windows); kept while no window is evidence (speculation idle or off). Idempotent for the same
-    windows: the sidecar resolves it before learning, evaluate_route again for fleet mode."""
-    configured = config.draft.method
-    if configured != "auto":
-        memory.method = configured
-    stated = getattr(config.draft, "config", None)
-    schedule_ks = schedule_ks_of(stated if isinstance(stated, Mapping) else None)
-    for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
-        resolved = resolve_method(configured, stats, min_drafts=config.decision.min_drafts, schedule_ks=schedule_ks)
-        if resolved is not None:
-            memory.method = resolved
-            break
-    return memory.method
-
-
-def evaluate_route(
-    config: Config,
-    cost_model: costmodel.CostModel,
-    schedule: SpeculativeSchedule | None,
-    memory: RouteMemory,
-    windows: Sequence[WindowEntry],
-    now: float,
-    *,
-    fresh: bool,
-    assess: AssessFunction = decide.assess,
-) -> tuple[RouteEvaluation, ...]:
-    """One route's windows -> its evaluations, the same in sidecar and fleet mode: one cost class
-    from the longest window with enough drafts, the sample guard, the assessment, the hold, the
-    stated config's check and the advice behind the verdict in effect. Verdicts move only when
-    ``fresh`` (a new snapshot arrived): a failing target never moves one. ``assess`` may be a memo
-    of decide.assess (decide_cache.AssessmentCache.assess): the same answer for the same inputs."""
-    configured = config.draft.method
-    # The --speculative-config the server runs with, when the user stated it (draft.config).
-    stated = getattr(config.draft, "config", None)
-    base_config: Mapping[str, object] | None = stated if isinstance(stated, Mapping) else None
-    schedule_ks = schedule_ks_of(base_config)
-    decision = config.decision
-    # Half a poll of slack: evaluations are one poll interval apart, give or take scheduling.
-    hold = max(decision.hold_seconds(config.poll_interval) - 0.5 * config.poll_interval, 0.0)
-    cost_class = update_route_method(config, memory, windows).split(":")[-1]
-    # The recommended config names a method only when it is known: configured, or inferred
-    # n-gram (self-contained); an inferred model-based drafter's method and path are not.
-    config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
-    variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
-    evaluations: list[RouteEvaluation] = []
-    for _, label, view, measured in windows:
-        stats = with_drafter(measured, variable_length=variable_length, schedule_ks=schedule_ks)
-        guard = passes_guard(stats, view.last.snapshot, decision.min_drafts)
-        previous = memory.verdicts.get(label)
-        assessment = assess(
-            cost_model,
-            stats,
-            decision,
-            cost_class,
-            previous.current if previous else None,
-            config_method=config_method,
-            base_config=base_config,
-        )
-        if fresh or previous is None:
-            state = decide.next_verdict(previous, assessment.candidate, hold, now)
-            memory.verdicts[label] = state
-        else:
-            state = previous  # no new data: a failing target never moves a verdict
-        check = None
-        if schedule is not None and stats.spec_present:
-            check = check_draft_length(
-                schedule,
-                batch_size=stats.batch_size,
-                drafts=stats.drafts,
-                observed_k=stats.draft_length,
-                min_drafts=decision.min_drafts,
-            )
-        if assessment.candidate == state.current:
-            memory.advice[label] = assessment
-        advice = memory.advice.get(label)
-        if advice is not None and advice.candidate != state.current:
-            advice = None
-        evaluations.append(RouteEvaluation(stats, assessment, state.current, guard, config_check=check, advice=advice))
-    return tuple(evaluations)
 
 
 class Pipeline:
@@ -412,7 +162,7 @@ class Pipeline:
         """Parse one payload; on any error the windows are left exactly as they were."""
         record = self._targets[target]
         try:
-            snaps = parse_payload(text, t=t, target=target, matchers=record.matchers, route_prefix=record.route_prefix)
+            snaps = record.grouping.parse(text, t=t, target=target)
         except ExpositionError as exc:
             self.ingest_error(target, t, exc.reason, duration)
             return IngestResult(False, exc.reason, str(exc))
@@ -639,35 +389,3 @@ class Pipeline:
     def rests_on_defaults(self) -> bool:
         """Neither hardware nor model configured and no profile: warn once at start-up."""
         return self.config.profile is None and config_is_default(self.config)
-
-
-def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
-    """One replay line / status entry (keys listed in docs/architecture.md, null where there is no value)."""
-    stats = evaluation.stats
-    assessment = evaluation.advice if evaluation.guard_passed else None
-    breakeven = evaluation.value("breakeven_acceptance_rate")
-    return {
-        "t": stats.t,
-        "route": stats.route,
-        "window": stats.window,
-        "acceptance_rate": evaluation.value("acceptance_rate"),
-        "mean_acceptance_length": evaluation.value("mean_acceptance_length"),
-        "draft_length": evaluation.value("draft_length"),
-        "batch_size": stats.batch_size,
-        "itl_p50_seconds": stats.itl_p50_seconds,
-        "itl_p99_seconds": stats.itl_p99_seconds,
-        "breakeven_acceptance_rate": breakeven,
-        "speculation_cannot_pay": None if breakeven is None else breakeven >= 1.0,
-        "expected_speedup": evaluation.value("expected_speedup"),
-        "recommended_draft_length": evaluation.value("recommended_draft_length"),
-        "verdict": evaluation.verdict,
-        "drafts": stats.drafts,
-        # A complete --speculative-config vLLM accepts as pasted (null: nothing to apply, or the
-        # drafter's model path is unknown, then merge `merge_into_your_speculative_config`).
-        "recommended_config": None if assessment is None else assessment.recommended_config,
-        "merge_into_your_speculative_config": (
-            assessment.config_changes if assessment is not None and assessment.action == "merge" else None
-        ),
-        "recommended_action": None if assessment is None else assessment.action,
-        "notes": [] if assessment is None else list(assessment.notes),
-    }

@@ -28,9 +28,9 @@ def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
         {
             "acceptance_margin": evaluation.value("acceptance_margin"),
             "max_speculative_batch_size": evaluation.value("max_speculative_batch_size"),
-            "position_acceptance_rates": evaluation.value("position_rates"),
+            "position_acceptance_rates": evaluation.position_rates,
             "itl_per_token_mean_seconds": evaluation.stats.itl_per_token_mean_seconds,
-            "recommended_config": evaluation.value("recommended_config"),
+            "recommended_config": evaluation.recommended_config,
             "candidate_verdict": getattr(evaluation.assessment, "candidate", None),
             "samples": evaluation.stats.samples,
         }

@@ -9,11 +9,11 @@ docs/architecture.md §5 lists each name per vLLM version and its quirks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .exposition import Family, Sample, Selector
+from .exposition import Family, Labels, Sample, Selector
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -120,10 +120,6 @@ def detect_schema(families: Mapping[str, Family]) -> str:
     return SCHEMA_V1
 
 
-def _labels(sample: Sample) -> dict[str, str]:
-    return dict(sample.labels)
-
-
 def _series_id(labels: Mapping[str, str]) -> str:
     """One series of a canonical counter: its engine, and its model when a route spans several
     (a route matched on engine alone). Deltas are taken per series before any sum, so a series
@@ -188,18 +184,195 @@ def _without(labels: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k not in names} if names else labels
 
 
-class _RouteBuilder:
-    def __init__(self, route: str, model_name: str):
-        self.route = route
-        self.model_name = model_name
-        self.counters: dict[SeriesKey, float] = {}
-        self.created: dict[SeriesKey, float] = {}
-        self.running: dict[str, float] = {}
-        self.engines: set[str] = set()
-        self.positions: set[int] = set()
-        self.spec = False
-        self.v0_rate: float | None = None
-        self.v0_eff: float | None = None
+Route = tuple[str, str]  # (route name, its model_name if the sample creates the route)
+
+
+class _Placement(NamedTuple):
+    """Where one sample goes: its series key (None: skipped), its engine and the routes it feeds."""
+
+    key: SeriesKey | None
+    engine: str
+    routes: tuple[Route, ...]
+
+
+@dataclass
+class _RoutePlan:
+    """Where one route's values come from: positions in the poll's flat list of sample values."""
+
+    route: str
+    model_name: str
+    counters: list[tuple[SeriesKey, int]] = field(default_factory=list)
+    created: list[tuple[SeriesKey, int]] = field(default_factory=list)
+    running: list[tuple[str, int]] = field(default_factory=list)
+    v0: list[tuple[str, int]] = field(default_factory=list)  # ("v0_rate" | "v0_eff", position)
+    engines: set[str] = field(default_factory=set)
+    positions: set[int] = field(default_factory=set)
+    spec: bool = False
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How a poll of one shape (the same series in the same order) becomes route snapshots."""
+
+    parts: tuple[tuple[str, bool], ...]  # (family, its _created samples?) in the order values are read
+    routes: tuple[_RoutePlan, ...]
+
+
+#: Distinct (family, sample) placements a Grouping remembers: 16 DP engines of vLLM have ~900.
+PLACEMENT_CACHE_SIZE = 4096
+_RUNNING_SOURCE, _V0_SOURCE = -1, -2
+
+
+class Grouping:
+    """Groups one target's parsed families into one snapshot per route.
+
+    With matchers, each route takes the samples its labels match (a sample may feed several
+    routes). Without, there is one route per model_name, named after it (with route_prefix).
+    Where a sample goes depends only on its family, name and labels: it is worked out once per
+    distinct series and remembered, and a poll with the last poll's series in the same order (the
+    parser's `Selector.shape`, vLLM's usual case) reuses the whole plan, so only its values are read.
+    """
+
+    def __init__(
+        self, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = "", selector: Selector | None = None
+    ) -> None:
+        self.matchers = tuple(matchers or ())
+        self.route_prefix = route_prefix
+        # Each target its own selector: the parser's memory of the last poll is per target.
+        self.selector = selector if selector is not None else Selector(FAMILIES)
+        self._placements: dict[tuple[int, str, Labels], _Placement] = {}
+        self._shape: object | None = None
+        self._plan: _Plan | None = None
+
+    def _routes(self, labels: Mapping[str, str]) -> tuple[Route, ...]:
+        model = labels.get("model_name", "")
+        if self.matchers:
+            return tuple((m.route, m.match.get("model_name", model)) for m in self.matchers if m.matches(labels))
+        return ((self.route_prefix + (model or "default"), model),)
+
+    def _place(self, source: int, sample: Sample) -> _Placement:
+        cache_key = (source, sample.name, sample.labels)
+        placed = self._placements.get(cache_key)
+        if placed is not None:
+            return placed
+        labels = dict(sample.labels)
+        engine = _series_id(labels)
+        if source >= 0:
+            counter_source = COUNTER_SOURCES[source]
+            key = counter_source.key_of(sample.name, labels, engine)
+            routes = self._routes(_without(labels, counter_source.unmatched_labels)) if key is not None else ()
+        else:
+            key, routes = None, self._routes(labels)
+        placed = _Placement(key, engine, routes)
+        if len(self._placements) >= PLACEMENT_CACHE_SIZE:
+            self._placements.clear()  # bounded, whatever targets send
+        self._placements[cache_key] = placed
+        return placed
+
+    def _make_plan(self, families: Mapping[str, Family], schema: str) -> _Plan:
+        parts: list[tuple[str, bool]] = []
+        plans: dict[str, _RoutePlan] = {}
+        position = 0
+
+        def plans_for(routes: tuple[Route, ...]) -> list[_RoutePlan]:
+            return [plans.get(route) or plans.setdefault(route, _RoutePlan(route, model)) for route, model in routes]
+
+        def read(family: str, created: bool, samples: tuple[Sample, ...]) -> Iterator[tuple[int, Sample]]:
+            nonlocal position
+            parts.append((family, created))
+            start, position = position, position + len(samples)
+            return enumerate(samples, start)
+
+        for index, source in enumerate(COUNTER_SOURCES):
+            name = next((name for name in source.families if name in families), None)
+            if name is None or (schema == SCHEMA_V0 and not source.in_v0):
+                continue
+            fam = families[name]
+            for at, s in read(name, False, fam.samples):
+                key, _, routes = self._place(index, s)
+                if key is None:
+                    continue
+                for p in plans_for(routes):
+                    p.counters.append((key, at))
+                    if source.names_engines:
+                        p.engines.add(key.series)
+                    if source.shows_speculation:
+                        p.spec = True
+                    if key.counter == K_POS:
+                        p.positions.add(key.position)
+            for at, s in read(name, True, fam.created):
+                key, _, routes = self._place(index, s)
+                if key is not None:
+                    for p in plans_for(routes):
+                        p.created.append((reset_group(key), at))
+        running = families.get(RUNNING)
+        if running is not None:
+            for at, s in read(RUNNING, False, running.samples):
+                _, engine, routes = self._place(_RUNNING_SOURCE, s)
+                for p in plans_for(routes):
+                    p.running.append((engine, at))
+                    p.engines.add(engine)
+        for gauge, attr in ((V0_ACCEPTANCE_RATE, "v0_rate"), (V0_EFFICIENCY, "v0_eff")):
+            v0_family = families.get(gauge)
+            if v0_family is not None:
+                for at, s in read(gauge, False, v0_family.samples):
+                    for p in plans_for(self._place(_V0_SOURCE, s).routes):
+                        p.v0.append((attr, at))
+        return _Plan(tuple(parts), tuple(plans.values()))
+
+    def snapshots(
+        self, families: Mapping[str, Family], *, t: float, target: str, shape: object | None = None
+    ) -> list[RouteSnapshot]:
+        """The route snapshots of one poll. ``shape``: the parser's token for the families' layout
+        (`Selector.shape`): families of the same shape have the same series in the same order."""
+        schema = detect_schema(families)
+        if shape is not None and shape is self._shape and self._plan is not None:
+            plan = self._plan
+        else:
+            plan = self._make_plan(families, schema)
+            self._shape, self._plan = (shape, plan) if shape is not None else (None, None)
+        values = [
+            s.value
+            for name, created in plan.parts
+            for s in (families[name].created if created else families[name].samples)
+        ]
+        result = []
+        for p in plan.routes:
+            counters: dict[SeriesKey, float] = {}
+            for key, at in p.counters:
+                counters[key] = counters.get(key, 0.0) + values[at]
+            running: dict[str, float] = {}
+            for engine, at in p.running:
+                running[engine] = running.get(engine, 0.0) + values[at]
+            spec = p.spec
+            v0: dict[str, float | None] = {"v0_rate": None, "v0_eff": None}
+            for attr, at in p.v0:
+                if math.isfinite(values[at]):
+                    v0[attr] = values[at]
+                    spec = True
+            result.append(
+                RouteSnapshot(
+                    t=t,
+                    target=target,
+                    route=p.route,
+                    model_name=p.model_name,
+                    schema=schema,
+                    spec_present=spec,
+                    engines=tuple(sorted(p.engines)),
+                    configured_k=(max(p.positions) + 1) if p.positions else None,
+                    counters=counters,
+                    created={group: values[at] for group, at in p.created},
+                    running=running,
+                    v0_acceptance_rate=v0["v0_rate"],
+                    v0_efficiency=v0["v0_eff"],
+                )
+            )
+        return result
+
+    def parse(self, text: str, *, t: float, target: str) -> list[RouteSnapshot]:
+        """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
+        families = self.selector.parse(text)
+        return self.snapshots(families, t=t, target=target, shape=self.selector.shape)
 
 
 def snapshots(
@@ -210,94 +383,8 @@ def snapshots(
     matchers: Iterable[RouteMatcher] | None = None,
     route_prefix: str = "",
 ) -> list[RouteSnapshot]:
-    """Group the parsed families into one snapshot per route.
-
-    With matchers, each route takes the samples its labels match (a sample may feed several
-    routes). Without, there is one route per model_name, named after it (with route_prefix).
-    """
-    schema = detect_schema(families)
-    matchers = list(matchers or [])
-    builders: dict[str, _RouteBuilder] = {}
-
-    def routes_for(labels: dict[str, str]) -> list[_RouteBuilder]:
-        model = labels.get("model_name", "")
-        if matchers:
-            out = []
-            for m in matchers:
-                if m.matches(labels):
-                    b = builders.get(m.route)
-                    if b is None:
-                        b = builders[m.route] = _RouteBuilder(m.route, m.match.get("model_name", model))
-                    out.append(b)
-            return out
-        name = route_prefix + (model or "default")
-        b = builders.get(name)
-        if b is None:
-            b = builders[name] = _RouteBuilder(name, model)
-        return [b]
-
-    for source in COUNTER_SOURCES:
-        fam = next((families[name] for name in source.families if name in families), None)
-        if fam is None or (schema == SCHEMA_V0 and not source.in_v0):
-            continue
-        for s in fam.samples:
-            labels = _labels(s)
-            key = source.key_of(s.name, labels, _series_id(labels))
-            if key is None:
-                continue
-            for b in routes_for(_without(labels, source.unmatched_labels)):
-                b.counters[key] = b.counters.get(key, 0.0) + s.value
-                if source.names_engines:
-                    b.engines.add(key.series)
-                if source.shows_speculation:
-                    b.spec = True
-                if key.counter == K_POS:
-                    b.positions.add(key.position)
-        for s in fam.created:
-            labels = _labels(s)
-            key = source.key_of(s.name, labels, _series_id(labels))
-            if key is None:
-                continue
-            for b in routes_for(_without(labels, source.unmatched_labels)):
-                b.created[reset_group(key)] = s.value
-    fam = families.get(RUNNING)
-    if fam is not None:
-        for s in fam.samples:
-            labels = _labels(s)
-            engine = _series_id(labels)
-            for b in routes_for(labels):
-                b.running[engine] = b.running.get(engine, 0.0) + s.value
-                b.engines.add(engine)
-    for gauge, attr in ((V0_ACCEPTANCE_RATE, "v0_rate"), (V0_EFFICIENCY, "v0_eff")):
-        fam = families.get(gauge)
-        if fam is None:
-            continue
-        for s in fam.samples:
-            for b in routes_for(_labels(s)):
-                if math.isfinite(s.value):
-                    setattr(b, attr, s.value)
-                    b.spec = True
-
-    result = []
-    for b in builders.values():
-        result.append(
-            RouteSnapshot(
-                t=t,
-                target=target,
-                route=b.route,
-                model_name=b.model_name,
-                schema=schema,
-                spec_present=b.spec,
-                engines=tuple(sorted(b.engines)),
-                configured_k=(max(b.positions) + 1) if b.positions else None,
-                counters=b.counters,
-                created=b.created,
-                running=b.running,
-                v0_acceptance_rate=b.v0_rate,
-                v0_efficiency=b.v0_eff,
-            )
-        )
-    return result
+    """Group the parsed families into one snapshot per route (see Grouping; nothing remembered)."""
+    return Grouping(matchers, route_prefix, SELECTOR).snapshots(families, t=t, target=target)
 
 
 def parse_payload(

@@ -10,6 +10,7 @@ its own monotonic counters.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,12 +58,15 @@ class WindowView:
         first = self.first.totals.get(key)
         # A series born inside the window counts from its first sighting (mirror starts at 0);
         # a histogram whose buckets were re-laid out restarted its mirror inside the window.
-        if first is None or last < first:
-            return last
-        return last - first
+        return last if first is None or last < first else last - first
 
     def increases(self) -> dict[SeriesKey, float]:
-        return {key: self.increase(key) for key in self.last.totals}
+        """increase() of every series of the window's last snapshot (one pass, no call per series)."""
+        first = self.first.totals
+        return {
+            key: last if (before := first.get(key)) is None or last < before else last - before
+            for key, last in self.last.totals.items()
+        }
 
 
 class RouteWindow:
@@ -76,11 +80,15 @@ class RouteWindow:
         self._le_sets: dict[str, frozenset[float]] = {}  # ITL bucket bounds per series
         self.totals: dict[SeriesKey, float] = {}
         self.resets = 0
+        # Entries are in time order (ingest drops any snapshot not after the last) unless a time
+        # was NaN, which compares false with everything: then view() looks at every entry.
+        self._unordered = False
 
     def ingest(self, snap: RouteSnapshot) -> bool:
         """Fold a new snapshot in; return True when it showed a counter reset."""
         if self.entries and snap.t <= self.entries[-1].t:
             return False  # out-of-order or duplicate time: ignore rather than corrupt deltas
+        self._unordered = self._unordered or math.isnan(snap.t)
         reset_groups: set[SeriesKey] = set()
         raw = self._raw
         if raw:
@@ -147,10 +155,19 @@ class RouteWindow:
     def view(self, now: float, width: float) -> WindowView | None:
         """The window [now - width, now]; None when it holds fewer than 2 snapshots."""
         lo = now - width
-        chosen = tuple(e for e in self.entries if lo <= e.t <= now)
+        if self._unordered:
+            chosen = [e for e in self.entries if lo <= e.t <= now]
+        else:
+            chosen = []
+            for entry in reversed(self.entries):  # newest first, stop at the window's start
+                if entry.t < lo:
+                    break
+                if entry.t <= now:
+                    chosen.append(entry)
+            chosen.reverse()
         if len(chosen) < 2:
             return None
-        return WindowView(chosen[0], chosen[-1], chosen)
+        return WindowView(chosen[0], chosen[-1], tuple(chosen))
 
 
 def _one_step_slack(snap: RouteSnapshot, previous: RouteSnapshot | None) -> float:

@@ -274,7 +274,7 @@ def specwatch_view(recording: Path, model_dir: Path, phases: dict) -> dict:
             if t <= t_end and "10s" in evaluations:
                 at_end[c] = evaluations["10s"]
     final = last["5m"]
-    advice = final.value("recommended_config")
+    advice = final.recommended_config
     out = {
         "advice": advice,
         "advice_verdict": final.verdict,

@@ -320,7 +320,7 @@ class SidecarMachine(RuleBasedStateMachine):
             for evaluation in route.evaluations:
                 alpha = evaluation.value("acceptance_rate")
                 assert alpha is None or 0.0 <= alpha <= 1.0
-                for p in evaluation.value("position_rates") or ():
+                for p in evaluation.position_rates or ():
                     assert 0.0 <= p <= 1.0
                 assert evaluation.verdict in (None, "spec_off", "insufficient_data", "keep", "shorten", "disable")
 

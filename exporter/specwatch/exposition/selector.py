@@ -50,10 +50,15 @@ class Selector:
         self._series: dict[str, Series] = {}
         self._keys: dict[tuple[str, Labels], int] = {}
         self._last: LastPoll | None = None
+        # The layout of the last parse's families when it was read from a remembered poll: two
+        # parses with the same (identical) shape hold the same series in the same order. None:
+        # read in full (the layout is not vouched for).
+        self.shape: LastPoll | None = None
         self._lines = line_finder(self._prefixes, tuple(self._type_names))
 
     def parse(self, text: str) -> dict[str, Family]:
         """Parse and validate the selected families of `text`. Raises ExpositionError, nothing else."""
+        self.shape = None
         try:
             if "\x00" in text:
                 raise ExpositionError("parse", "NUL byte: not the Prometheus text format")
@@ -92,6 +97,7 @@ class Selector:
         if self._last is not None:
             result = self._last.reread(found)
             if result is not None:
+                self.shape = self._last
                 return result
         result = self._read(found, text)
         self._last = LastPoll.remember(found, result, self._series, self.families)
