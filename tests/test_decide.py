@@ -19,7 +19,7 @@ from specwatch.config import ConfigError, DecisionConfig, from_mapping
 from specwatch.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
 from specwatch.derive import WindowStats
 from specwatch.pipeline import Pipeline, evaluation_record, resolve_method
-from specwatch.service import status_document
+from specwatch.status import status_document
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
 # Decision logic on the plain roofline (no fitted fixed costs of speculation): the scenarios below

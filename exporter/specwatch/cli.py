@@ -42,7 +42,8 @@ def _alert_window_override(args: argparse.Namespace) -> dict[str, object] | None
 def cmd_run(args: argparse.Namespace) -> int:
     from .config import from_mapping
     from .logsetup import configure_logging
-    from .service import ConfigSource, Service
+    from .reload import ConfigSource
+    from .service import Service
 
     # vLLM's multiprocess mode variable must never reach this process's prometheus_client.
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -76,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    from .service import alert_window_warning
+    from .reload import alert_window_warning
 
     config = load(args.file, overrides={"alerting": _alert_window_override(args)})
     if warning := alert_window_warning(config):

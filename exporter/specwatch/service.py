@@ -44,17 +44,15 @@ from .reload import (
     ConfigSource,
     ReloadCollector,
     ReloadStatus,
-    alert_window_warning,
     cost_inputs,
     fleet_shape,
     pipeline_shape,
     warn_about_alert_window,
 )
 from .scrape import ScrapeError, Scraper, ScrapeResult, redact_url, steady_clock
-from .status import encode_status, status_document
+from .status import encode_status
 
-# `specwatch run` (cli.py) and older callers import these from here.
-__all__ = ["ConfigSource", "Service", "alert_window_warning", "status_document"]
+__all__ = ["Service"]
 
 log = structlog.get_logger("specwatch")
 
