@@ -43,11 +43,8 @@ from .fleet_windows import (
     RouteData,
     RouteKey,
     WindowGrouper,
-    group_window,
     newest_samples,
     replica_name,
-    series_id,
-    series_key,
     window_view,
 )
 from .pipeline import RouteEvaluation, WindowEntry, evaluate_route
@@ -145,7 +142,8 @@ class FleetEvaluator:
         self._duration = duration
         newest = newest_samples(freshness, self.source.replica_labels)
         keys = sorted({key for grouped in by_window.values() for key in grouped})
-        self._assessments.size = max(DEFAULT_SIZE, 2 * len(keys) * len(by_window))
+        # One entry per replica window (an unchanged one asks again next poll), plus slack.
+        self._assessments.size = len(keys) * len(by_window) + DEFAULT_SIZE
         longest = max(self.config.windows)
         out: list[tuple[ReplicaKey, RouteEvaluation]] = []
         for key in keys:
@@ -287,6 +285,8 @@ class FleetSource:
         return self.evaluator.evaluate_grouped(now, grouped, freshness, time.monotonic() - start)
 
 
+# The fleet's public names in one place (service.py, backtest and fleet_metrics import them here
+# or from the stage modules).
 __all__ = [
     "FleetEvaluator",
     "FleetRow",
@@ -294,11 +294,8 @@ __all__ = [
     "FleetState",
     "ReplicaKey",
     "ReplicaRouteState",
+    "collector_paused",
     "fleet_record",
-    "group_window",
     "replica_name",
     "replica_record",
-    "series_id",
-    "series_key",
-    "window_view",
 ]
