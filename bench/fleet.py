@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -137,6 +138,7 @@ def measure(replicas: int, recording: Path, work: Path, repeat: int) -> dict[str
             "query_set_size": state.queries_per_poll,
             "cpu_seconds_per_poll": sorted(cpu)[len(cpu) // 2],
             "wall_seconds_per_poll": sorted(wall)[len(wall) // 2],
+            "load_average_1m": os.getloadavg()[0],  # the machine is shared: CPU time varies with it
         }
     finally:
         process.terminate()
@@ -151,7 +153,7 @@ def run_fleet(smoke: bool, replicas: tuple[int, ...] = (10, 100, 1000), repeat: 
     table = Table(
         "fleet",
         "Fleet mode: specwatch CPU and queries per poll vs replicas (backfilled Prometheus, one run)",
-        ["replicas", "evaluations / poll", "queries / poll", "specwatch CPU / poll", "wall / poll"],
+        ["replicas", "evaluations / poll", "queries / poll", "specwatch CPU / poll", "wall / poll", "load average"],
         note="CPU: this process's CPU time for one poll (HTTP, JSON, grouping, derivations, cost model, "
         "verdicts); Prometheus's own CPU is not counted. Median of the polls after a warm-up.",
     )
@@ -169,6 +171,7 @@ def run_fleet(smoke: bool, replicas: tuple[int, ...] = (10, 100, 1000), repeat: 
                 f"{row['queries_per_poll']:g}",
                 f"{row['cpu_seconds_per_poll'] * 1000:.0f} ms",
                 f"{row['wall_seconds_per_poll'] * 1000:.0f} ms",
+                f"{row['load_average_1m']:.1f}",
             )
     return table, {"rows": rows}
 

@@ -26,7 +26,9 @@ from typing import IO, Any
 from . import config as config_mod
 from . import costmodel
 from .config import Config, ConfigError
-from .fleet import FleetEvaluator, ReplicaKey, fleet_record, replica_record
+from .fleet import FleetEvaluator, collector_paused
+from .fleet_state import fleet_record, replica_record
+from .fleet_windows import ReplicaKey
 from .pipeline import RouteEvaluation
 from .promsource import (
     MAX_POINTS_PER_SERIES,
@@ -94,11 +96,12 @@ class Backtest:
         while pending:
             chunk = pending.pop(0)
             try:
-                answers = {
-                    label: self.client.query_range(expr, chunk.start, chunk.end, step).series
-                    for label, _, expr in queries.windows
-                }
-                fresh = self.client.query_range(queries.freshness, chunk.start, chunk.end, step).series
+                with collector_paused():  # large answers: see fleet.collector_paused
+                    answers = {
+                        label: self.client.query_range(expr, chunk.start, chunk.end, step).series
+                        for label, _, expr in queries.windows
+                    }
+                    fresh = self.client.query_range(queries.freshness, chunk.start, chunk.end, step).series
             except PromQueryError as exc:
                 steps = round((chunk.end - chunk.start) / step)
                 if exc.reason == "limit" and steps >= 1:
@@ -115,9 +118,10 @@ class Backtest:
             freshness = _pivot(fresh, key)
             for n in range(key(chunk.start), key(chunk.end) + 1):
                 now = start + n * step
-                results = self.evaluator.evaluate(
-                    now, {label: w.get(n, []) for label, w in windows.items()}, freshness.get(n, [])
-                )
+                with collector_paused():
+                    results = self.evaluator.evaluate(
+                        now, {label: w.get(n, []) for label, w in windows.items()}, freshness.get(n, [])
+                    )
                 for replica, evaluation in results:
                     self.summary.add(replica, evaluation, step)
                     yield replica_record(replica, evaluation)

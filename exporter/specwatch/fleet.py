@@ -1,250 +1,58 @@
-"""Fleet mode: grouped PromQL answers -> one window view per (replica, route, window) -> the same
-derivations, cost model, verdicts and hysteresis as the sidecar, plus a fleet row per route.
+"""Fleet mode: the evaluator and the poll. One poll = the constant query set against the query API
+(promql, promsource) -> per (replica, route, window) data (fleet_windows) -> the same derivations,
+cost model, verdicts and hysteresis as the sidecar -> a FleetState to serve (fleet_state).
 
-The maths is not re-implemented here: each replica's window is handed to derive.window_stats as a
-window.WindowView whose increases are the query's per-series increases, keyed exactly as the
-sidecar keys its counters (series_key below, the one place that knows the key layout). Then the
-sidecar's own per-route evaluation (pipeline.evaluate_route: cost class, guard, assessment, hold,
-draft.config check, advice) runs per replica: the break-even is nonlinear in the batch, so a
-fleet-average batch would decide wrongly.
+The sidecar's own per-route evaluation (pipeline.evaluate_route: cost class, guard, assessment,
+hold, draft.config check, advice) runs per replica: the break-even is nonlinear in the batch, so
+a fleet-average batch would decide wrongly. As the sidecar's Pipeline does, it assesses through an
+exact-key memo (decide_cache.AssessmentCache), and a replica window whose data did not change since
+the last poll keeps its derivations (only their time moves): both give the very values a fresh
+computation gives.
 
 Freshness: a replica whose newest sample is older than two scrape intervals (or that Prometheus
 marked stale) is stale: its values are not served and its verdicts do not move; it is counted.
-A failed poll (any query failing) serves nothing and moves nothing; it is counted by reason.
+A failed poll (any query failing, or an answer that is not the query API's) serves nothing and
+moves nothing; it is counted by reason.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
+import dataclasses
+import gc
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
 from . import costmodel, decide, promql
 from .config import Config, ConfigError, PrometheusConfig
-from .derive import window_stats
-from .pipeline import (
-    RouteEvaluation,
-    WindowEntry,
-    evaluate_route,
-    evaluation_record,
+from .decide_cache import DEFAULT_SIZE, AssessmentCache
+from .derive import WindowStats, window_stats
+from .fleet_state import (
+    FleetRow,
+    FleetState,
+    ReplicaRouteState,
+    fleet_record,
+    fleet_rows,
+    replica_record,
 )
-from .promsource import (
-    QUERY_ERROR_REASONS,
-    PromClient,
-    PromQueryError,
-    Sample,
+from .fleet_windows import (
+    ReplicaKey,
+    RouteData,
+    RouteKey,
+    WindowGrouper,
+    newest_samples,
+    replica_name,
+    window_view,
 )
+from .pipeline import RouteEvaluation, WindowEntry, evaluate_route
+from .promsource import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
 from .schedule_check import schedule_from_config
-from .vllm import (
-    K_ACCEPTED,
-    K_DRAFT_TOKENS,
-    K_DRAFTS,
-    K_GEN,
-    K_ITL_BUCKET,
-    K_ITL_COUNT,
-    K_ITL_SUM,
-    K_POS,
-    K_STEPS,
-    SCHEMA_V1,
-    SCHEMA_V1_LEGACY_ITL,
-    RouteMatcher,
-    RouteSnapshot,
-    SeriesKey,
-)
-from .window import Entry, WindowView
+from .vllm import RouteMatcher
 
 log = structlog.get_logger("specwatch.fleet")
-
-ReplicaKey = tuple[tuple[str, str], ...]  # the replica labels, in configured order
-
-_FAMILY_KIND = {
-    promql.DRAFTS: K_DRAFTS,
-    promql.DRAFT_TOKENS: K_DRAFT_TOKENS,
-    promql.ACCEPTED: K_ACCEPTED,
-    promql.ACCEPTED_PER_POS: K_POS,
-    promql.GENERATION: K_GEN,
-    promql.ITL_BUCKET: K_ITL_BUCKET,
-    promql.ITL_SUM: K_ITL_SUM,
-    promql.ITL_COUNT: K_ITL_COUNT,
-    promql.STEPS: K_STEPS,
-}
-_SPEC_KINDS = {K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_POS}
-
-
-# -- the key layout shared with vllm.py (re-point here when the key type changes) ---------------
-def series_id(engine: str | None, model_name: str | None) -> str:
-    """One engine's series of a route, as vllm.snapshots names it."""
-    engine = engine or "0"
-    return f"{engine}/{model_name}" if model_name else engine
-
-
-def series_key(kind: str, series: str, detail: float | None = None) -> SeriesKey:
-    """The RouteSnapshot.counters / WindowView key of one canonical series."""
-    return SeriesKey(kind, series, detail)
-
-
-def replica_name(replica: ReplicaKey) -> str:
-    return "/".join(value for _, value in replica) or "-"
-
-
-@dataclass
-class _RouteData:
-    """One (replica, route)'s answer for one window, in the sidecar's key layout."""
-
-    route: str
-    model_name: str
-    increases: dict[SeriesKey, float] = field(default_factory=dict)
-    running: dict[str, float] = field(default_factory=dict)
-    samples: int = 0
-    engines: set[str] = field(default_factory=set)
-    positions: set[int] = field(default_factory=set)
-    spec: bool = False
-    legacy_itl: bool = False
-
-
-def _routes_for(labels: Mapping[str, str], matchers: Sequence[RouteMatcher]) -> list[tuple[str, str]]:
-    """(route, model_name) pairs a series belongs to: configured matchers, else one route per model."""
-    model = labels.get("model_name", "")
-    if matchers:
-        return [(m.route, m.match.get("model_name", model)) for m in matchers if m.matches(labels)]
-    return [(model or "default", model)]
-
-
-def group_window(
-    samples: Iterable[Sample], replica_labels: tuple[str, ...], matchers: Sequence[RouteMatcher]
-) -> dict[tuple[ReplicaKey, str], _RouteData]:
-    """One window query's samples -> per (replica, route) increases keyed as the sidecar keys them."""
-    out: dict[tuple[ReplicaKey, str], _RouteData] = {}
-    # Each (replica, model, engine) recurs for every family and bucket: resolve it once.
-    resolved: dict[tuple[str, ...], tuple[str, list[_RouteData]]] = {}
-    names = (*replica_labels, "model_name", "engine")
-    defaults = (*("" for _ in replica_labels), "\0", "")
-    for labels, value in samples:
-        family = labels.get(promql.FAMILY_LABEL)
-        if family is None or not math.isfinite(value):
-            continue
-        identity = tuple(map(labels.get, names, defaults))
-        hit = resolved.get(identity)
-        if hit is None:
-            replica: ReplicaKey = tuple(zip(replica_labels, identity[:-2], strict=False))
-            model = labels.get("model_name")
-            targets = []
-            for route, route_model in _routes_for(labels, matchers):
-                data = out.get((replica, route))
-                if data is None:
-                    data = out[(replica, route)] = _RouteData(route, route_model)
-                targets.append(data)
-            hit = resolved[identity] = (series_id(labels.get("engine"), model), targets)
-        series, targets = hit
-        if family == promql.RUNNING_MEAN:
-            for data in targets:
-                data.running[series] = data.running.get(series, 0.0) + value
-                data.engines.add(series)
-            continue
-        if family == promql.SAMPLES:
-            for data in targets:
-                data.samples = max(data.samples, int(value))
-            continue
-        kind = _FAMILY_KIND.get(family)
-        if kind is None:
-            continue
-        detail: float | int | None = None
-        if kind == K_POS:
-            try:
-                detail = int(labels.get("position", ""))
-            except (TypeError, ValueError):
-                continue
-        elif kind == K_ITL_BUCKET:
-            try:
-                detail = float(labels["le"])
-            except (KeyError, TypeError, ValueError):
-                continue
-        key = series_key(kind, series, detail)
-        increase = max(value, 0.0)
-        legacy = promql.SCHEMA_LABEL in labels
-        for data in targets:
-            increases = data.increases
-            increases[key] = increases.get(key, 0.0) + increase
-            if kind in _SPEC_KINDS:
-                data.spec = True
-            if kind == K_POS:
-                data.positions.add(int(detail))  # type: ignore[arg-type]
-            else:
-                data.engines.add(series)
-            if legacy:
-                data.legacy_itl = True
-    return out
-
-
-def window_view(data: _RouteData, replica: ReplicaKey, now: float, span: float) -> WindowView | None:
-    """A WindowView the sidecar's derivations read exactly as they read their own: increases from
-    the first to the last entry, `samples` entries, and the running gauge's mean over them."""
-    if data.samples < 2:
-        return None  # like the sidecar: a ratio needs two samples
-    schema = SCHEMA_V1_LEGACY_ITL if data.legacy_itl else SCHEMA_V1
-    snapshot = RouteSnapshot(
-        t=now,
-        target=replica_name(replica),
-        route=data.route,
-        model_name=data.model_name,
-        schema=schema,
-        spec_present=data.spec,
-        engines=tuple(sorted(data.engines)),
-        configured_k=(max(data.positions) + 1) if data.positions else None,
-        counters=data.increases,
-        created={},
-        running=data.running,
-    )
-    first = Entry(now - span, {}, snapshot)  # a key missing from `first` counts from 0
-    last = Entry(now, data.increases, snapshot)
-    middle = (Entry(now - span / 2, {}, snapshot),) * (data.samples - 2)
-    return WindowView(first, last, (first, *middle, last))
-
-
-@dataclass(frozen=True)
-class FleetRow:
-    """One route across the fleet, for one window."""
-
-    route: str
-    window: str
-    replicas: int
-    verdicts: Mapping[str, int]
-    acceptance_rate: float | None  # token-weighted: sum accepted / sum draft tokens
-    losing_token_share: float | None  # decode tokens served where expected speedup < 1
-    generation_tokens: float
-
-
-@dataclass(frozen=True)
-class ReplicaRouteState:
-    replica: ReplicaKey
-    route: str
-    model_name: str
-    method: str
-    stale: bool
-    evaluations: tuple[RouteEvaluation, ...]
-
-
-@dataclass(frozen=True)
-class FleetState:
-    replica_labels: tuple[str, ...]
-    t: float | None
-    up: bool | None
-    last_success: float | None
-    query_duration: float | None
-    queries: int
-    queries_per_poll: int
-    errors: Mapping[str, int]
-    stale_replicas: int
-    stale_evaluations: int
-    routes: tuple[ReplicaRouteState, ...]
-    fleet: tuple[FleetRow, ...]
-    # Configured spec-off ITL P99 baselines by route name (exported per replica, as the sidecar does).
-    baselines: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -257,6 +65,8 @@ class _Record:
     evaluations: tuple[RouteEvaluation, ...] = ()
     stale: bool = False
     seen_poll: int = 0
+    # Per window label: the data and derivations of the last evaluation, reused while unchanged.
+    derived: dict[str, tuple[RouteData, WindowStats]] = field(default_factory=dict)
 
 
 class FleetEvaluator:
@@ -272,7 +82,11 @@ class FleetEvaluator:
         self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
         self.queries = promql.query_set(config.windows, config.window_labels, source.matchers, source.replica_labels)
-        self._records: dict[tuple[ReplicaKey, str], _Record] = {}
+        # One grouper per window: each keeps its label sets' plans from poll to poll.
+        self._groupers = {label: WindowGrouper(source.replica_labels, self.matchers) for label in config.window_labels}
+        # The sidecar's exact-key assessment memo, sized each poll to hold every replica window.
+        self._assessments = AssessmentCache()
+        self._records: dict[RouteKey, _Record] = {}
         self._polls = 0
         self._t: float | None = None
         self._up: bool | None = None
@@ -295,14 +109,29 @@ class FleetEvaluator:
             log.warning("prometheus_query_failed", reason=reason, message=message)
             self._failing = reason
 
+    def group(self, windows: Mapping[str, Iterable[Sample] | Vector]) -> dict[str, dict[RouteKey, RouteData]]:
+        """Each window's answer grouped per (replica, route); nothing moves yet. Raises
+        PromQueryError("invalid") for an answer with a malformed series."""
+        return {label: self._groupers[label].group(windows.get(label, ())) for label in self.config.window_labels}
+
     def evaluate(
         self,
         now: float,
-        windows: Mapping[str, Sequence[Sample]],
-        freshness: Sequence[Sample],
+        windows: Mapping[str, Iterable[Sample] | Vector],
+        freshness: Iterable[Sample],
         duration: float | None = None,
     ) -> list[tuple[ReplicaKey, RouteEvaluation]]:
         """One poll: `windows` maps each window label to its query's samples."""
+        return self.evaluate_grouped(now, self.group(windows), freshness, duration)
+
+    def evaluate_grouped(
+        self,
+        now: float,
+        by_window: Mapping[str, Mapping[RouteKey, RouteData]],
+        freshness: Iterable[Sample],
+        duration: float | None = None,
+    ) -> list[tuple[ReplicaKey, RouteEvaluation]]:
+        """One poll on answers already grouped (group)."""
         if self._failing is not None:
             log.info("prometheus_query_recovered", after=self._failing)
             self._failing = None
@@ -311,17 +140,10 @@ class FleetEvaluator:
         self._t = now
         self._last_success = now
         self._duration = duration
-        replica_labels = self.source.replica_labels
-        newest: dict[ReplicaKey, float] = {}
-        for sample in freshness:
-            replica = tuple((name, sample.labels.get(name, "")) for name in replica_labels)
-            if math.isfinite(sample.value):
-                newest[replica] = max(newest.get(replica, -math.inf), sample.value)
-        by_window = {
-            label: group_window(windows.get(label, ()), replica_labels, self.matchers)
-            for label in self.config.window_labels
-        }
+        newest = newest_samples(freshness, self.source.replica_labels)
         keys = sorted({key for grouped in by_window.values() for key in grouped})
+        # One entry per replica window (an unchanged one asks again next poll), plus slack.
+        self._assessments.size = len(keys) * len(by_window) + DEFAULT_SIZE
         longest = max(self.config.windows)
         out: list[tuple[ReplicaKey, RouteEvaluation]] = []
         for key in keys:
@@ -346,7 +168,7 @@ class FleetEvaluator:
             if record.seen_poll != self._polls:
                 record.stale = True  # gone from every window: its last values must not be served
         self._expire()
-        self._fleet = self._fleet_rows(out)
+        self._fleet = fleet_rows(out)
         return out
 
     def _evaluate_route(
@@ -354,62 +176,48 @@ class FleetEvaluator:
         record: _Record,
         replica: ReplicaKey,
         route: str,
-        by_window: Mapping[str, Mapping[tuple[ReplicaKey, str], _RouteData]],
+        by_window: Mapping[str, Mapping[RouteKey, RouteData]],
         now: float,
         interval: float,
         fresh: bool,
     ) -> tuple[RouteEvaluation, ...]:
         windows: list[WindowEntry] = []
+        derived = record.derived
         for width, label in zip(self.config.windows, self.config.window_labels, strict=True):
             data = by_window[label].get((replica, route))
             if data is None:
+                derived.pop(label, None)
                 continue
             record.model_name = data.model_name
             span = min(width, (data.samples - 1) * interval)
             view = window_view(data, replica, now, span)
-            if view is not None:
-                windows.append(
-                    (width, label, view, window_stats(view, route, label, now, configured_k_hint=self.config.draft.k))
-                )
+            if view is None:
+                derived.pop(label, None)
+                continue
+            previous = derived.get(label)
+            if previous is not None and previous[0] == data and previous[1].span_seconds == view.span_seconds:
+                # The same window data: window_stats would give the same values but for the time.
+                stats = dataclasses.replace(previous[1], t=now)
+            else:
+                stats = window_stats(view, route, label, now, configured_k_hint=self.config.draft.k)
+            derived[label] = (data, stats)
+            windows.append((width, label, view, stats))
         # Exactly the sidecar's per-route evaluation, per replica.
-        return evaluate_route(self.config, self.cost_model, self._schedule, record, windows, now, fresh=fresh)
+        return evaluate_route(
+            self.config,
+            self.cost_model,
+            self._schedule,
+            record,
+            windows,
+            now,
+            fresh=fresh,
+            assess=self._assessments.assess,
+        )
 
     def _expire(self) -> None:
         ttl = self.config.route_ttl_polls
         for key in [k for k, r in self._records.items() if self._polls - r.seen_poll >= ttl]:
             del self._records[key]
-
-    def _fleet_rows(self, evaluations: Sequence[tuple[ReplicaKey, RouteEvaluation]]) -> tuple[FleetRow, ...]:
-        groups: dict[tuple[str, str], list[RouteEvaluation]] = defaultdict(list)
-        for _, evaluation in evaluations:
-            groups[(evaluation.stats.route, evaluation.stats.window)].append(evaluation)
-        rows = []
-        for (route, window), items in sorted(groups.items()):
-            verdicts: dict[str, int] = dict.fromkeys(decide.VERDICTS, 0)
-            accepted = proposed = generated = losing = 0.0
-            for e in items:
-                if e.verdict is not None:
-                    verdicts[e.verdict] += 1
-                tokens = e.stats.generation_tokens or 0.0
-                generated += tokens
-                if e.guard_passed and e.stats.accepted_tokens is not None and e.stats.draft_tokens:
-                    accepted += e.stats.accepted_tokens
-                    proposed += e.stats.draft_tokens
-                speedup = e.value("expected_speedup")
-                if speedup is not None and speedup < 1.0:
-                    losing += tokens
-            rows.append(
-                FleetRow(
-                    route,
-                    window,
-                    len(items),
-                    verdicts,
-                    accepted / proposed if proposed > 0 else None,
-                    losing / generated if generated > 0 else None,
-                    generated,
-                )
-            )
-        return tuple(rows)
 
     # -- output ----------------------------------------------------------------------------
     def state(self) -> FleetState:
@@ -434,6 +242,23 @@ class FleetEvaluator:
         )
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector held off for one poll. Decoding and grouping a 1,000-replica
+    answer allocates ~200,000 acyclic containers; with the collector on, that burst sets off
+    collections that walk every live object (the evaluator's state included) again and again,
+    which cost about as much as the decoding itself. Whatever the poll leaves is collected as
+    usual afterwards, in one pass."""
+    if not gc.isenabled():  # someone else holds it off: leave it so
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class FleetSource:
     """The I/O edge: one poll = the constant query set against the query API, then evaluate."""
 
@@ -442,51 +267,35 @@ class FleetSource:
         self.client = client or PromClient(evaluator.source)
 
     def poll(self, now: float | None = None) -> list[tuple[ReplicaKey, RouteEvaluation]] | None:
-        now = time.time() if now is None else now
+        with collector_paused():
+            return self._poll(time.time() if now is None else now)
+
+    def _poll(self, now: float) -> list[tuple[ReplicaKey, RouteEvaluation]] | None:
         start = time.monotonic()
         queries = self.evaluator.queries
         try:
-            windows = {label: self.client.query(expr, now).samples for label, _, expr in queries.windows}
+            windows = {label: self.client.query_vector(expr, now) for label, _, expr in queries.windows}
             freshness = self.client.query(queries.freshness, now).samples
+            grouped = self.evaluator.group(windows)  # a malformed answer fails the poll here, before anything moves
         except PromQueryError as exc:
             self.evaluator.sent_queries = self.client.queries
             self.evaluator.record_error(now, exc.reason, str(exc), time.monotonic() - start)
             return None
         self.evaluator.sent_queries = self.client.queries
-        return self.evaluator.evaluate(now, windows, freshness, time.monotonic() - start)
+        return self.evaluator.evaluate_grouped(now, grouped, freshness, time.monotonic() - start)
 
 
-def replica_record(replica: ReplicaKey | None, evaluation: RouteEvaluation) -> dict[str, Any]:
-    """A `specwatch replay` line plus the replica's labels."""
-    record = evaluation_record(evaluation)
-    record["replica"] = dict(replica) if replica is not None else None
-    return record
-
-
-def fleet_record(t: float, row: FleetRow) -> dict[str, Any]:
-    return {
-        "t": t,
-        "route": row.route,
-        "window": row.window,
-        "replica": None,
-        "replicas": row.replicas,
-        "acceptance_rate": row.acceptance_rate,
-        "losing_token_share": row.losing_token_share,
-        "generation_tokens": row.generation_tokens,
-        "verdicts": dict(row.verdicts),
-    }
-
-
+# The fleet's public names in one place (service.py, backtest and fleet_metrics import them here
+# or from the stage modules).
 __all__ = [
     "FleetEvaluator",
     "FleetRow",
     "FleetSource",
     "FleetState",
     "ReplicaKey",
+    "ReplicaRouteState",
+    "collector_paused",
     "fleet_record",
-    "group_window",
+    "replica_name",
     "replica_record",
-    "series_id",
-    "series_key",
-    "window_view",
 ]

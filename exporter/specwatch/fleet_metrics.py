@@ -23,7 +23,8 @@ from prometheus_client.registry import Collector
 
 from . import __version__
 from .collector import WindowFamilies
-from .fleet import FleetState, replica_name
+from .fleet_state import FleetState
+from .fleet_windows import replica_name
 from .promsource import QUERY_ERROR_REASONS
 
 FLEET_NOTE = " Computed by specwatch from Prometheus (fleet mode)."
@@ -50,16 +51,19 @@ class FleetCollector(Collector):
         yield from self._fleet(state)
 
     def _health(self, state: FleetState) -> Iterable[Metric]:
-        up = GaugeMetricFamily("specwatch_prometheus_up", "1 if the last poll's queries all succeeded, else 0.")
-        if state.up is not None:
-            up.add_metric([], 1.0 if state.up else 0.0)
+        yield _gauge(
+            "specwatch_prometheus_up",
+            "1 if the last poll's queries all succeeded, else 0.",
+            None if state.up is None else (1.0 if state.up else 0.0),
+        )
         queries = CounterMetricFamily("specwatch_prometheus_queries", "Queries sent to the Prometheus query API.")
         queries.add_metric([], state.queries)
-        per_poll = GaugeMetricFamily(
+        yield queries
+        yield _gauge(
             "specwatch_prometheus_queries_per_poll",
             "Queries per evaluation (windows + 1; independent of the number of replicas).",
+            state.queries_per_poll,
         )
-        per_poll.add_metric([], state.queries_per_poll)
         errors = CounterMetricFamily(
             "specwatch_prometheus_query_errors",
             "Failed polls of the query API by reason (" + ", ".join(QUERY_ERROR_REASONS) + ").",
@@ -67,27 +71,25 @@ class FleetCollector(Collector):
         )
         for reason in QUERY_ERROR_REASONS:
             errors.add_metric([reason], state.errors.get(reason, 0))
-        duration = GaugeMetricFamily(
-            "specwatch_prometheus_query_duration_seconds", "Duration of the last poll's queries."
+        yield errors
+        yield _gauge(
+            "specwatch_prometheus_query_duration_seconds", "Duration of the last poll's queries.", state.query_duration
         )
-        if state.query_duration is not None:
-            duration.add_metric([], state.query_duration)
-        last = GaugeMetricFamily(
+        yield _gauge(
             "specwatch_prometheus_last_success_timestamp_seconds",
             "Unix time (evaluation time) of the last successful poll.",
+            state.last_success,
         )
-        if state.last_success is not None:
-            last.add_metric([], state.last_success)
-        stale = GaugeMetricFamily(
+        yield _gauge(
             "specwatch_stale_replicas",
             "Replica routes whose newest sample is older than two scrape intervals (values not served).",
+            state.stale_replicas,
         )
-        stale.add_metric([], state.stale_replicas)
         stale_total = CounterMetricFamily(
             "specwatch_stale_replica_evaluations", "Evaluations skipped because the replica was stale."
         )
         stale_total.add_metric([], state.stale_evaluations)
-        yield from (up, queries, per_poll, errors, duration, last, stale, stale_total)
+        yield stale_total
 
     def _replicas(self, state: FleetState) -> Iterable[Metric]:
         with_instance = "instance" not in state.replica_labels
@@ -142,3 +144,11 @@ class FleetCollector(Collector):
             for name, count in row.verdicts.items():
                 replicas.add_metric([row.route, row.window, name], count)
         yield from (alpha, losing, replicas)
+
+
+def _gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:
+    """An unlabelled gauge, with no sample while its value is unknown."""
+    family = GaugeMetricFamily(name, documentation)
+    if value is not None:
+        family.add_metric([], value)
+    return family

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import vllm
 from .config import format_duration
 
 FAMILY_LABEL = "specwatch_family"
@@ -46,19 +47,24 @@ RUNNING_MEAN = "running_mean"
 SAMPLES = "samples"
 LAST_SAMPLE = "last_sample"
 
+# The vLLM series behind each family: vllm.py's names (the sidecar's), as stored by Prometheus.
 COUNTER_SERIES: dict[str, str] = {
-    DRAFTS: "vllm:spec_decode_num_drafts_total",
-    DRAFT_TOKENS: "vllm:spec_decode_num_draft_tokens_total",
-    ACCEPTED: "vllm:spec_decode_num_accepted_tokens_total",
-    ACCEPTED_PER_POS: "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-    GENERATION: "vllm:generation_tokens_total",
-    STEPS: "vllm:iteration_tokens_total_count",  # a histogram despite the name: one obs per engine step
+    family: f"{name}_total"
+    for family, name in (
+        (DRAFTS, vllm.DRAFTS),
+        (DRAFT_TOKENS, vllm.DRAFT_TOKENS),
+        (ACCEPTED, vllm.ACCEPTED),
+        (ACCEPTED_PER_POS, vllm.ACCEPTED_PER_POS),
+        (GENERATION, vllm.GENERATION),
+    )
 }
+# A histogram despite the name: one observation per engine step.
+COUNTER_SERIES[STEPS] = f"{vllm.ITERATION_TOKENS}_count"
 # The per-step ITL histogram; vLLM <= 0.14 also (or only, <= 0.10.1) exports the same observations
 # as time_per_output_token_seconds. The new name wins where both exist.
-ITL_SERIES = "vllm:inter_token_latency_seconds"
-ITL_LEGACY_SERIES = "vllm:time_per_output_token_seconds"
-RUNNING_SERIES = "vllm:num_requests_running"
+ITL_SERIES = vllm.ITL
+ITL_LEGACY_SERIES = vllm.ITL_LEGACY
+RUNNING_SERIES = vllm.RUNNING
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ Any Prometheus-compatible query API (Prometheus, Thanos, Mimir/Cortex, VictoriaM
 bodies, not URL parameters: a fleet query is a few KiB and proxies cap URL lengths. The section
 that configures it is `prometheus:` (specwatch.config.PrometheusConfig).
 
-The connection is plain `http.client`, opened and owned here and kept alive between queries, with
-the sidecar scraper's deadline guard: a watchdog thread shuts the socket down at the whole-request
-deadline, so whatever read is blocked (connect, headers, a dripping body) returns at once, and a
-connection cut or left mid-answer is never reused. No proxy from the environment applies and no
-redirect is followed.
+The connection is httpconn.DeadlineConnection, the sidecar scraper's: plain `http.client`, kept
+alive between queries, a watchdog thread that shuts the socket down at the whole-request deadline,
+so whatever read is blocked (connect, headers, a dripping body) returns at once, and a connection
+cut or left mid-answer is never reused. No proxy from the environment applies and no redirect is
+followed.
 
 Every failure is a PromQueryError with one reason from QUERY_ERROR_REASONS, so the caller can count
 it, log it once, keep its last good state and never serve a number from a partial answer:
@@ -24,22 +24,17 @@ it, log it once, keep its last good state and never serve a number from a partia
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import math
-import socket
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import urlencode, urlsplit
 
 from .config import PrometheusConfig
-
-# The sidecar scraper's connection helpers: the same deadline and keep-alive rules for both sources.
-from .scrape import _basic_auth, _dropped, _set_timeout, _tls_context
+from .httpconn import DeadlineConnection, TransferError
 
 QUERY_ERROR_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "too_large", "warnings", "limit", "invalid")
 
@@ -56,14 +51,11 @@ _LIMIT_MARKERS = (
     "exceeded the limit",
     "limit of",
 )
-_CHUNK = 64 * 1024
 _CONNECT_TIMEOUT = 2.0  # seconds, at most (and never beyond the deadline)
 
 
-class PromQueryError(Exception):
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
+class PromQueryError(TransferError):
+    """A failed query; `reason` is one of QUERY_ERROR_REASONS."""
 
 
 class Sample(NamedTuple):  # a tuple: a 1,000-replica answer holds ~30,000 of them per window
@@ -74,6 +66,28 @@ class Sample(NamedTuple):  # a tuple: a 1,000-replica answer holds ~30,000 of th
 class Series(NamedTuple):
     labels: Mapping[str, str]
     points: tuple[tuple[float, float], ...]  # (unix seconds, value)
+
+
+class Vector:
+    """A vector answer as decoded, read lazily: fleet grouping reads each series' labels and value
+    string in its own pass instead of a Sample being built per series first (a 1,000-replica
+    window answer holds ~32,000). A malformed series raises PromQueryError("invalid") when read:
+    iterating gives Samples; fleet_windows.WindowGrouper reads `items` itself."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[object]) -> None:
+        self.items = items  # as decoded: {"metric": {...}, "value": [t, "v"]}, checked when read
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Sample]:
+        try:
+            for item in self.items:
+                yield Sample(_labels(item["metric"]), _float(item["value"][1]))  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            raise PromQueryError("invalid", "malformed vector sample") from None
 
 
 @dataclass(frozen=True)
@@ -102,31 +116,14 @@ class PromClient:
 
     def __init__(self, config: PrometheusConfig):
         self.config = config
-        parts = urlsplit(config.url)
-        self._scheme = parts.scheme
-        self._host = parts.hostname or ""
-        self._port = parts.port
-        self._base_path = parts.path.rstrip("/")  # e.g. Thanos or Mimir behind /prometheus
-        self._auth = _basic_auth(parts.username, parts.password)
-        self._conn: http.client.HTTPConnection | None = None
-        self._lock = threading.Lock()  # the watchdog and the query both touch the connection
-        self._expired = False
+        self._base_path = urlsplit(config.url).path.rstrip("/")  # e.g. Thanos or Mimir behind /prometheus
+        self._http = DeadlineConnection(config.url, connect_timeout=_CONNECT_TIMEOUT, error=PromQueryError)
         self.queries = 0  # queries sent, for the benchmark and the exported counter
+        self.last_duration = 0.0  # of the last answer, seconds
+        self.last_bytes = 0
 
     def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-
-    def _cut(self) -> None:
-        """Watchdog at the deadline: shut the socket down so any blocked read returns at once."""
-        with self._lock:
-            self._expired = True
-            sock = self._conn.sock if self._conn is not None else None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        self._http.close()
 
     def _headers(self) -> dict[str, str]:
         headers = {
@@ -134,7 +131,7 @@ class PromClient:
             "Accept-Encoding": "identity",
             "User-Agent": "specwatch",
             "Content-Type": "application/x-www-form-urlencoded",
-            **self._auth,
+            **self._http.auth,
             **dict(self.config.headers),
         }
         if self.config.bearer_token_file:
@@ -147,14 +144,17 @@ class PromClient:
         return headers
 
     def query(self, expr: str, at: float) -> QueryAnswer:
-        data, duration, size = self._post("/api/v1/query", {"query": expr, "time": _ts(at)})
+        vector = self.query_vector(expr, at)
+        return QueryAnswer(tuple(vector), self.last_duration, self.last_bytes)
+
+    def query_vector(self, expr: str, at: float) -> Vector:
+        """An instant query's vector, its series read lazily (Vector); duration and size of the
+        answer in last_duration and last_bytes."""
+        data, self.last_duration, self.last_bytes = self._post("/api/v1/query", {"query": expr, "time": _ts(at)})
         if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
             raise PromQueryError("invalid", "expected a vector result")
-        try:
-            samples = tuple(Sample(_labels(item["metric"]), _float(item["value"][1])) for item in data["result"])
-        except (KeyError, IndexError, TypeError):
-            raise PromQueryError("invalid", "malformed vector sample") from None
-        return QueryAnswer(samples, duration, size)
+        result: list[object] = data["result"]
+        return Vector(result)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> RangeAnswer:
         if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
@@ -180,71 +180,18 @@ class PromClient:
         headers = self._headers()
         self.queries += 1
         start = time.monotonic()
-        deadline = start + timeout
-        with self._lock:
-            self._expired = False
-        watchdog = threading.Timer(timeout, self._cut)
-        watchdog.daemon = True
-        watchdog.start()
-        reusable = False
-        try:
-            status, answer = self._exchange(self._base_path + path, body, headers, deadline)
-            reusable = True
-        except PromQueryError as exc:
-            if self._expired and exc.reason != "timeout":
-                raise PromQueryError("timeout", f"whole-request deadline of {timeout:g}s passed") from None
-            raise
-        finally:
-            watchdog.cancel()
-            if not reusable or self._expired:
-                self.close()  # a connection in an unknown state is never reused
+        with self._http.deadline(timeout) as deadline:
+            response = self._http.request("POST", self._base_path + path, headers, deadline, body)
+            try:
+                if 300 <= response.status < 400:
+                    raise PromQueryError("http_4xx", "HTTP 3xx redirect (not followed)")
+                status, answer = response.status, self._read(response, deadline)
+            finally:
+                response.close()
         duration = time.monotonic() - start
         return self._decode(status, answer), duration, len(answer)
 
-    def _connection(self, deadline: float) -> http.client.HTTPConnection:
-        """The kept-alive connection if the server has not closed it, else a new one."""
-        conn = self._conn
-        if conn is not None and conn.sock is not None and not _dropped(conn.sock):
-            return conn
-        self.close()
-        timeout = max(min(_CONNECT_TIMEOUT, deadline - time.monotonic()), 0.001)
-        if self._scheme == "https":
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=_tls_context())
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-        with self._lock:
-            self._conn = conn
-        try:
-            conn.connect()
-        except TimeoutError:
-            raise PromQueryError("timeout", "connect timed out") from None
-        except OSError as exc:
-            raise PromQueryError("connect", f"cannot connect: {type(exc).__name__}") from None
-        with self._lock:
-            if self._expired:  # the watchdog fired before the socket existed
-                raise PromQueryError("timeout", "connect outlived the deadline")
-        return conn
-
-    def _exchange(self, target: str, body: bytes, headers: Mapping[str, str], deadline: float) -> tuple[int, bytes]:
-        conn = self._connection(deadline)
-        try:
-            _set_timeout(conn, deadline)
-            conn.request("POST", target, body=body, headers=dict(headers))
-            response = conn.getresponse()
-        except TimeoutError:
-            raise PromQueryError("timeout", "no answer in time") from None
-        except (http.client.HTTPException, OSError) as exc:
-            raise PromQueryError("connect", f"connection failed: {type(exc).__name__}") from None
-        except ValueError as exc:  # e.g. a header value with a line break
-            raise PromQueryError("invalid", f"request failed: {type(exc).__name__}") from None
-        try:
-            if 300 <= response.status < 400:
-                raise PromQueryError("http_4xx", "HTTP 3xx redirect (not followed)")
-            return response.status, self._read(response, conn, deadline)
-        finally:
-            response.close()
-
-    def _read(self, response: http.client.HTTPResponse, conn: http.client.HTTPConnection, deadline: float) -> bytes:
+    def _read(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
         declared = response.getheader("Content-Length")
         if declared and declared.isdigit() and int(declared) > self.config.max_bytes:
             raise PromQueryError("too_large", f"Content-Length {declared} over max_bytes {self.config.max_bytes}")
@@ -253,22 +200,11 @@ class PromClient:
             raise PromQueryError("invalid", f"unasked-for Content-Encoding {encoding[:40]!r}")
         parts: list[bytes] = []
         size = 0
-        try:
-            while True:
-                if time.monotonic() >= deadline:
-                    raise PromQueryError("timeout", "deadline passed while reading the answer")
-                _set_timeout(conn, deadline)
-                chunk = response.read1(_CHUNK)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > self.config.max_bytes:
-                    raise PromQueryError("too_large", f"answer over max_bytes {self.config.max_bytes}")
-                parts.append(chunk)
-        except TimeoutError:
-            raise PromQueryError("timeout", "read timed out") from None
-        except (http.client.HTTPException, OSError, ValueError) as exc:
-            raise PromQueryError("connect", f"connection broken while reading: {type(exc).__name__}") from None
+        for chunk in self._http.chunks(response, deadline):
+            size += len(chunk)
+            if size > self.config.max_bytes:
+                raise PromQueryError("too_large", f"answer over max_bytes {self.config.max_bytes}")
+            parts.append(chunk)
         answer = b"".join(parts)
         if declared and declared.isdigit() and len(answer) != int(declared):
             raise PromQueryError("connect", f"answer truncated: {len(answer)} of {declared} bytes")

@@ -108,6 +108,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             payload = json.loads(answer)
             payload["warnings"] = ["store 10.0.0.7:10901 unreachable: partial response"]
             answer = json.dumps(payload).encode()
+        if mode in ("bad_value", "bad_labels"):  # valid JSON, one series not the query API's
+            payload = json.loads(answer)
+            result = payload["data"]["result"]
+            if result and mode == "bad_value":
+                result[-1]["value"][1] = "not a number"
+            elif result:
+                result[-1]["metric"] = ["not", "an", "object"]
+            answer = json.dumps(payload).encode()
         if mode == "huge":
             payload = json.loads(answer)
             payload["data"]["padding"] = "x" * (8 * 2**20)

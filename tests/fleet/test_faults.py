@@ -35,6 +35,8 @@ FAULTS = {  # proxy mode -> counted reason
     "slow": "timeout",
     "drip": "timeout",
     "not_json": "invalid",
+    "bad_value": "invalid",
+    "bad_labels": "invalid",
     "hang_up": "connect",
 }
 
