@@ -26,10 +26,10 @@ from typing import IO, Any
 from . import config as config_mod
 from . import costmodel
 from .config import Config, ConfigError
+from .evaluation import RouteEvaluation
 from .fleet import FleetEvaluator, collector_paused
 from .fleet_state import fleet_record, replica_record
 from .fleet_windows import ReplicaKey
-from .pipeline import RouteEvaluation
 from .promsource import (
     MAX_POINTS_PER_SERIES,
     PromClient,

@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from .pipeline import RouteEvaluation
+from .evaluation import RouteEvaluation
 
 log = structlog.get_logger("specwatch")
 

@@ -18,8 +18,9 @@ from .config import from_mapping, parse_duration
 from .logsetup import configure_logging
 
 if TYPE_CHECKING:
-    from .pipeline import RouteEvaluation, State
+    from .evaluation import RouteEvaluation
     from .sim.scenario import Scenario
+    from .state import State
 
 
 def sidecar_config_for(

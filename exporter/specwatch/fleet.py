@@ -30,6 +30,7 @@ from . import costmodel, decide, promql
 from .config import Config, ConfigError, PrometheusConfig
 from .decide_cache import DEFAULT_SIZE, AssessmentCache
 from .derive import WindowStats, window_stats
+from .evaluation import RouteEvaluation, WindowEntry, evaluate_route
 from .fleet_state import (
     FleetRow,
     FleetState,
@@ -47,7 +48,6 @@ from .fleet_windows import (
     replica_name,
     window_view,
 )
-from .pipeline import RouteEvaluation, WindowEntry, evaluate_route
 from .promsource import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
 from .schedule_check import schedule_from_config
 from .vllm import RouteMatcher

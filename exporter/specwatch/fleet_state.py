@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import decide
+from .evaluation import RouteEvaluation, evaluation_record
 from .fleet_windows import ReplicaKey
-from .pipeline import RouteEvaluation, evaluation_record
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import __version__
 from .config import Config
-from .pipeline import State
+from .state import State
 
 MAX_CONNECTIONS = 64  # concurrent HTTP connections; more are refused, never queued behind slow ones
 CLIENT_SOCKET_TIMEOUT = 5.0  # an idle client is dropped after this (connections are capped)

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from .config import Config
+from .evaluation import evaluation_record
 from .jsonsafe import json_safe_record
-from .pipeline import Pipeline, evaluation_record
+from .pipeline import Pipeline
 
 
 class RecordingError(ValueError):

@@ -39,7 +39,7 @@ from .config import Config, ConfigError
 from .fleet import FleetEvaluator, FleetSource, FleetState, replica_name
 from .fleet_metrics import FleetCollector
 from .http_server import CappedHTTPServer, Published, handler_for
-from .pipeline import Pipeline, State
+from .pipeline import Pipeline
 from .reload import (
     ConfigSource,
     ReloadCollector,
@@ -50,6 +50,7 @@ from .reload import (
     warn_about_alert_window,
 )
 from .scrape import ScrapeError, Scraper, ScrapeResult, redact_url, steady_clock
+from .state import State
 from .status import encode_status
 
 __all__ = ["Service"]

@@ -14,10 +14,11 @@ from typing import Any
 
 from . import __version__
 from .config import Config
+from .evaluation import RouteEvaluation, evaluation_record
 from .fleet import FleetState, replica_name
 from .jsonsafe import json_safe
-from .pipeline import RouteEvaluation, State, evaluation_record
 from .scrape import redact_url
+from .state import State
 
 
 def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
