@@ -153,10 +153,17 @@ class CostModel:
         every change. Every cache of values derived from step times keys on it."""
         return int(getattr(self.profile, "curve_version", 0)) if self.profile is not None else 0
 
+    @cached_property
+    def _versioned(self) -> bool:
+        """Whether the step-time curve can change (its profile exposes ``curve_version``): only then
+        is the memo checked against its generation. The roofline, a static profile and a learned
+        curve (a new curve is a new model) are always generation 0, for which the check is a no-op."""
+        return self.profile is not None and hasattr(self.profile, "curve_version")
+
     def _current_memo(self) -> dict[object, float]:
         """The memo, emptied first when the step-time curve changed since it was filled."""
         memo = self._memo
-        if self.profile is not None:
+        if self._versioned:
             version = float(self.curve_version)
             if memo.get(_VERSION_KEY, 0.0) != version:
                 memo.clear()
@@ -173,11 +180,14 @@ class CostModel:
     def step_time(self, tokens: float, context_tokens: float) -> float:
         """Seconds of one target forward over ``tokens`` query tokens with ``context_tokens``
         KV tokens in the whole batch."""
-        memo = self._memo if self.profile is None else self._current_memo()
+        memo = self._current_memo() if self._versioned else self._memo
         key = (tokens, context_tokens)
         hit = memo.get(key)
         if hit is None:
-            hit = _remember(memo, key, self._step_time(tokens, context_tokens))
+            hit = self._step_time(tokens, context_tokens)
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
+            memo[key] = hit
         return hit
 
     def _step_time(self, tokens: float, context_tokens: float) -> float:
@@ -186,12 +196,30 @@ class CostModel:
         if self.profile is not None:
             kv_coef = self.kv_bytes_per_token / self.bandwidth_eff
             return self.profile.step_seconds(tokens, context_tokens, kv_coef)
+        weight_seconds = self._dense_weight_seconds
+        if weight_seconds is None:
+            return self._roofline(
+                model_weight_bytes(self.model, self.dtype, tokens),
+                self._active_params,
+                tokens,
+                self.kv_bytes_per_token * context_tokens,
+                self.fixed_seconds,
+            )
+        # _roofline for a dense model, its constant operands computed once (the same operations
+        # in the same order: bit for bit the same time).
+        compute_seconds = self._two_active_params * tokens / self.flops_eff
+        gemm = compute_seconds if compute_seconds > weight_seconds else weight_seconds  # max(), NaN alike
+        return gemm + self.kv_bytes_per_token * context_tokens / self.bandwidth_eff + self.fixed_seconds
+
+    @cached_property
+    def _dense_weight_seconds(self) -> float | None:
+        """W / BW_eff when the weight bytes do not depend on the tokens (dense models), else None."""
         weight_bytes = self._dense_weight_bytes
-        if weight_bytes is None:
-            weight_bytes = model_weight_bytes(self.model, self.dtype, tokens)
-        return self._roofline(
-            weight_bytes, self._active_params, tokens, self.kv_bytes_per_token * context_tokens, self.fixed_seconds
-        )
+        return None if weight_bytes is None else weight_bytes / self.bandwidth_eff
+
+    @cached_property
+    def _two_active_params(self) -> float:
+        return 2.0 * self._active_params
 
     @cached_property
     def _active_params(self) -> float:
@@ -199,7 +227,7 @@ class CostModel:
 
     def base_step_time(self, batch: float) -> float:
         """Plain decode step at batch B: B query tokens over B·context KV tokens."""
-        memo = self._memo if self.profile is None else self._current_memo()
+        memo = self._current_memo() if self._versioned else self._memo
         hit = memo.get(batch)  # a bare number: step_time's keys are pairs
         if hit is None:
             b = max(float(batch), 1.0)
@@ -308,26 +336,24 @@ class CostModel:
     def spec_overhead_time(self, batch: float, tokens: float | None = None) -> float:
         """Fixed cost of one speculative step over ``batch`` requests (``tokens`` verified),
         beyond verify and drafting. A configured ``draft.cost_per_token`` is a measured total and
-        already includes it."""
+        already includes it. Not memoised: two operations and ``cost_scale`` (1, or the learned
+        curve's memoised ratio); its one caller on the hot path, the spec step, is memoised."""
         if self.draft.cost_per_token is not None:
             return 0.0
-        memo = self._memo
-        key = ("overhead", batch, tokens)
-        hit = memo.get(key)
-        if hit is None:
-            scale = self.cost_scale(tokens if tokens is not None else batch)
-            fixed = self.verify_overhead_seconds + self.verify_seconds_per_request * max(float(batch), 1.0)
-            hit = _remember(memo, key, scale * fixed)
-        return hit
+        scale = self.cost_scale(tokens if tokens is not None else batch)
+        return scale * (self.verify_overhead_seconds + self.verify_seconds_per_request * max(float(batch), 1.0))
 
     def spec_step_time(self, batch: float, k: float) -> float:
         """Verify B·(K+1) tokens plus drafting K per request (B·(1 + coverage·K) and coverage·B
         drafting requests when only part of the request-steps carry a draft)."""
-        memo = self._memo if self.profile is None else self._current_memo()
+        memo = self._current_memo() if self._versioned else self._memo
         key = ("spec", batch, k, self.draft_coverage)  # the one memo entry coverage changes
         hit = memo.get(key)
         if hit is None:
-            hit = _remember(memo, key, self._spec_step_time(batch, k))
+            hit = self._spec_step_time(batch, k)
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
+            memo[key] = hit
         return hit
 
     def _spec_step_time(self, batch: float, k: float) -> float:
