@@ -8,7 +8,8 @@ Every function takes a CostModel and asks it only for ``base_step_time``, ``spec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 
 from .roofline import CostModel
 from .search import last_true, solve_increasing
@@ -52,18 +53,26 @@ def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[floa
     of K'=0: 1 for a server without speculation, less for a K=0 band of a schedule (which still
     pays for speculation being configured, see ZERO_K_BAND_SLOWDOWN).
     """
-    p = list(position_rates)
-    if not p:
+    if not position_rates:
         return 0
+    # first_drop_best over the speedups at K' = 1, 2, ..., inlined (no generator per batch: a
+    # schedule asks this for dozens of batches per assessment); the same operations in the same
+    # order, so the same K' bit for bit (tests/test_costmodel.py compares the two).
     base = cm.base_step_time(batch)
-
-    def speedups() -> Iterator[float]:
-        tau = 1.0
-        for kk in range(1, len(p) + 1):
-            tau += cm.draft_coverage * float(p[kk - 1])
-            yield tau * base / cm.spec_step_time(batch, kk)
-
-    return first_drop_best(speedups(), floor)
+    spec = cm.spec_step_time
+    coverage = cm.draft_coverage
+    best_k, best_s = 0, float(floor)
+    prev = -math.inf
+    tau = 1.0
+    for kk, rate in enumerate(position_rates, start=1):
+        tau += coverage * float(rate)
+        s = tau * base / spec(batch, kk)
+        if s < prev:
+            break
+        if s > best_s:
+            best_k, best_s = kk, s
+        prev = s
+    return best_k
 
 
 def first_drop_best(speedups: Iterable[float], floor: float = 1.0) -> int:
@@ -117,10 +126,15 @@ def max_speculative_batch_size(
     once verification leaves the memory-bound regime)."""
     if k is None or alpha is None or k <= 0:
         return None
-    k_, alpha_ = k, alpha
+    # pays(b) is expected_speedup(cm, b, k, alpha) > 1 with its constant factor taken out of
+    # the loop: the same operations in the same order.
+    gain = cm.tokens_per_step(k, alpha)
+    base = cm.base_step_time
+    spec = cm.spec_step_time
+    k_ = k
 
     def pays(b: int) -> bool:
-        return expected_speedup(cm, b, k_, alpha_) > 1.0
+        return gain * base(b) / spec(b, k_) > 1.0
 
     if not pays(1):
         return 0

@@ -12,7 +12,7 @@ defaults and their calibration: docs/costmodel.md.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
 from .draft import (
@@ -377,9 +377,18 @@ class CostModel:
     def _sharing_memo(self, draft_coverage: float) -> CostModel:
         """This model with another draft coverage, keeping its memo: the measured coverage is a new
         float on most polls, and every memo entry but the speculative step's (keyed on coverage)
-        is independent of it, so a fresh memo would recompute the whole curve on every poll."""
-        derived = replace(self, draft_coverage=draft_coverage)
-        object.__setattr__(derived, "_memo", self._memo)
+        is independent of it, so a fresh memo would recompute the whole curve on every poll.
+
+        Built as a copy, not with replace(): the fields are already valid (with_coverage keeps
+        coverage in (0, 1]) and the cached roofline constants, which do not depend on coverage,
+        carry over instead of being recomputed for every new coverage."""
+        derived: CostModel = object.__new__(CostModel)
+        state = {name: self.__dict__[name] for name in _FIELD_NAMES}
+        state.update((name, self.__dict__[name]) for name in _COVERAGE_FREE_CACHED if name in self.__dict__)
+        state["draft_coverage"] = draft_coverage
+        state["_memo"] = self._memo
+        state["_derived"] = {}
+        derived.__dict__.update(state)
         return derived
 
     def with_method(self, method: str | None) -> CostModel:
@@ -408,6 +417,24 @@ class CostModel:
                 self._derived.clear()
             derived = self._derived[key] = make()
         return derived
+
+
+#: Every dataclass field of CostModel (what replace() would copy).
+_FIELD_NAMES = tuple(f.name for f in fields(CostModel))
+#: Cached properties of CostModel that do not depend on ``draft_coverage`` (a coverage-derived
+#: model reuses them). One missing here is merely recomputed; one added here must not read coverage.
+_COVERAGE_FREE_CACHED = (
+    "bandwidth_eff",
+    "flops_eff",
+    "kv_bytes_per_token",
+    "fixed_seconds",
+    "_dense_weight_bytes",
+    "_dense_weight_seconds",
+    "_active_params",
+    "_two_active_params",
+    "_relative_curve",
+    "_versioned",
+)
 
 
 def max_concurrency_by_memory(cm: CostModel, gpu_memory_utilization: float = 0.9) -> int | None:
