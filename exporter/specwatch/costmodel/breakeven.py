@@ -55,18 +55,33 @@ def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[floa
     """
     if not position_rates:
         return 0
-    # first_drop_best over the speedups at K' = 1, 2, ..., inlined (no generator per batch: a
-    # schedule asks this for dozens of batches per assessment); the same operations in the same
-    # order, so the same K' bit for bit (tests/test_costmodel.py compares the two).
-    base = cm.base_step_time(batch)
-    spec = cm.spec_step_time
+    return _best_in_row(cm, batch, _tokens_per_step_by_k(cm, position_rates), floor)
+
+
+def _tokens_per_step_by_k(cm: CostModel, position_rates: Sequence[float]) -> list[float]:
+    """1 + coverage·(p_0 + ... + p_{K'-1}) for K' = 1..len(p), summed in that order."""
     coverage = cm.draft_coverage
+    tau = 1.0
+    out = []
+    for rate in position_rates:
+        tau += coverage * float(rate)
+        out.append(tau)
+    return out
+
+
+def _best_in_row(cm: CostModel, batch: float, gains: Sequence[float], floor: float) -> int:
+    """first_drop_best over the speedups gains[K'-1]·T_base/T_spec(K') at K' = 1, 2, ..., inlined
+    over the batch's spec_step_row (a schedule asks this for dozens of batches per assessment):
+    the same operations in the same order, so the same K' bit for bit (tests/test_costmodel.py
+    compares it with first_drop_best)."""
+    row = cm.spec_step_row(batch)
+    base = row[0]
     best_k, best_s = 0, float(floor)
     prev = -math.inf
-    tau = 1.0
-    for kk, rate in enumerate(position_rates, start=1):
-        tau += coverage * float(rate)
-        s = tau * base / spec(batch, kk)
+    for kk, tau in enumerate(gains, start=1):
+        if kk == len(row):
+            row.append(cm.spec_step_time(batch, kk))
+        s = tau * base / row[kk]
         if s < prev:
             break
         if s > best_s:
@@ -176,12 +191,14 @@ def recommend_schedule(
     if max_batch < 1:
         raise ValueError("max_batch must be >= 1")
     p = tuple(position_rates)
+    gains = _tokens_per_step_by_k(cm, p)  # best_draft_length's, the same for every batch
     cache: dict[int, int] = {}
 
     def best(b: int) -> int:
-        if b not in cache:
-            cache[b] = best_draft_length(cm, b, p, floor=zero_band_speedup)
-        return cache[b]
+        k = cache.get(b)
+        if k is None:
+            k = cache[b] = _best_in_row(cm, b, gains, zero_band_speedup) if p else 0
+        return k
 
     top = int(max_batch)
     anchor = min(max(round(live_batch or 1), 1), top)

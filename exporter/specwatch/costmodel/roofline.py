@@ -56,6 +56,8 @@ DEFAULT_CONTEXT_TOKENS = 2048
 
 #: Bound of the step-time memo: a long-lived model sees ever new batch sizes.
 _MEMO_LIMIT = 4096
+#: Bound of the K'-scan rows (spec_step_row): a few floats each, one per batch and coverage.
+_ROW_LIMIT = 1024
 #: Bound of the derived-model memo (with_method/with_coverage): a measured coverage is a new
 #: float on most polls, so only the recent ones are worth keeping.
 _DERIVED_LIMIT = 16
@@ -98,6 +100,11 @@ class CostModel:
     # speculative batch). Emptied when the curve's generation changes (curve_version); not
     # compared, and replace() starts a new memo.
     _memo: dict[object, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # spec_step_row: the step times of a K' scan at one batch, keyed (batch, coverage); shared and
+    # emptied like _memo.
+    _rows: dict[tuple[float, float], list[float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     # with_method/with_coverage results: kept so their memos outlive one assessment.
     _derived: dict[tuple[str, object], CostModel] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -167,6 +174,7 @@ class CostModel:
             version = float(self.curve_version)
             if memo.get(_VERSION_KEY, 0.0) != version:
                 memo.clear()
+                self._rows.clear()
                 memo[_VERSION_KEY] = version
         return memo
 
@@ -233,6 +241,23 @@ class CostModel:
             b = max(float(batch), 1.0)
             hit = _remember(memo, batch, self.step_time(b, b * self.context_tokens))
         return hit
+
+    def spec_step_row(self, batch: float) -> list[float]:
+        """The step times a scan over K' = 1, 2, ... at ``batch`` reads, in one memo entry:
+        ``[base_step_time(batch), spec_step_time(batch, 1), spec_step_time(batch, 2), ...]`` as far
+        as scans have gone so far. A scan reads ``row[kk]`` and, at the end of the row, appends
+        ``spec_step_time(batch, kk)`` (kk == len(row)) itself: the row only ever holds those exact
+        values, and a schedule's dozens of scans cost one lookup per batch instead of one per K'."""
+        if self._versioned:
+            self._current_memo()  # empties the rows too when the curve changed
+        rows = self._rows
+        key = (batch, self.draft_coverage)
+        row = rows.get(key)
+        if row is None:
+            if len(rows) > _ROW_LIMIT:
+                rows.clear()
+            row = rows[key] = [self.base_step_time(batch)]
+        return row
 
     # -- drafting -----------------------------------------------------------------------------
     def draft_cost_per_token(self) -> float:
@@ -387,6 +412,7 @@ class CostModel:
         state.update((name, self.__dict__[name]) for name in _COVERAGE_FREE_CACHED if name in self.__dict__)
         state["draft_coverage"] = draft_coverage
         state["_memo"] = self._memo
+        state["_rows"] = self._rows
         state["_derived"] = {}
         derived.__dict__.update(state)
         return derived
