@@ -312,16 +312,27 @@ class CostModel:
         the head's weight read (bf16), its one-layer KV and a fixed per-pass cost (launches,
         sampling, the LM head's top-k: absolute seconds, they do not shrink with TP)."""
         d = self.draft
-        kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
-        head_step = self._roofline(
-            d.head_params * DTYPE_BYTES["bf16"],
-            d.head_params,
-            batch,
-            d.head_kv_bytes_per_token * kv_scale * self.context_tokens * batch,
-            0.0,
-        )
+        # _roofline of one head forward with no fixed cost, its constant operands computed once
+        # (the same operations in the same order: bit for bit the same time).
+        weight_seconds, two_params, kv_bytes_per_row = self._head_roofline
+        compute_seconds = two_params * batch / self.flops_eff
+        gemm = compute_seconds if compute_seconds > weight_seconds else weight_seconds  # max(), NaN alike
+        head_step = gemm + kv_bytes_per_row * batch / self.bandwidth_eff
         passes = k if d.head_steps_per_token else 1.0
-        return self.cost_scale(batch * (k + 1)) * passes * (d.fixed_seconds + head_step)
+        curve = self._relative_curve  # cost_scale, inlined
+        scale = 1.0 if curve is None else curve.spec_cost_ratio(batch * (k + 1))
+        return scale * passes * (d.fixed_seconds + head_step)
+
+    @cached_property
+    def _head_roofline(self) -> tuple[float, float, float]:
+        """The draft head's weight-read seconds, 2·params, and KV bytes per batch row."""
+        d = self.draft
+        kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
+        return (
+            d.head_params * DTYPE_BYTES["bf16"] / self.bandwidth_eff,
+            2.0 * d.head_params,
+            d.head_kv_bytes_per_token * kv_scale * self.context_tokens,
+        )
 
     def draft_time(self, batch: float, k: float) -> float:
         """Seconds to propose ``k`` draft tokens for each of ``batch`` requests."""
@@ -365,7 +376,8 @@ class CostModel:
         curve's memoised ratio); its one caller on the hot path, the spec step, is memoised."""
         if self.draft.cost_per_token is not None:
             return 0.0
-        scale = self.cost_scale(tokens if tokens is not None else batch)
+        curve = self._relative_curve  # cost_scale, inlined
+        scale = 1.0 if curve is None else curve.spec_cost_ratio(tokens if tokens is not None else batch)
         return scale * (self.verify_overhead_seconds + self.verify_seconds_per_request * max(float(batch), 1.0))
 
     def spec_step_time(self, batch: float, k: float) -> float:
@@ -460,6 +472,7 @@ _COVERAGE_FREE_CACHED = (
     "_two_active_params",
     "_relative_curve",
     "_versioned",
+    "_head_roofline",
 )
 
 
