@@ -144,12 +144,14 @@ def max_speculative_batch_size(
     # pays(b) is expected_speedup(cm, b, k, alpha) > 1 with its constant factor taken out of
     # the loop: the same operations in the same order.
     gain = cm.tokens_per_step(k, alpha)
-    base = cm.base_step_time
-    spec = cm.spec_step_time
+    terms = cm.step_time_pairs(k)  # the searched batches' step times are the same poll after poll
     k_ = k
 
     def pays(b: int) -> bool:
-        return gain * base(b) / spec(b, k_) > 1.0
+        pair = terms.get(b)
+        if pair is None:
+            pair = terms[b] = (cm.base_step_time(b), cm.spec_step_time(b, k_))
+        return gain * pair[0] / pair[1] > 1.0
 
     if not pays(1):
         return 0

@@ -58,6 +58,8 @@ DEFAULT_CONTEXT_TOKENS = 2048
 _MEMO_LIMIT = 4096
 #: Bound of the K'-scan rows (spec_step_row): a few floats each, one per batch and coverage.
 _ROW_LIMIT = 1024
+#: Bound of step_time_pairs' (K, coverage) entries, each a few dozen batches.
+_PAIRS_LIMIT = 64
 #: Bound of the derived-model memo (with_method/with_coverage): a measured coverage is a new
 #: float on most polls, so only the recent ones are worth keeping.
 _DERIVED_LIMIT = 16
@@ -103,6 +105,10 @@ class CostModel:
     # spec_step_row: the step times of a K' scan at one batch, keyed (batch, coverage); shared and
     # emptied like _memo.
     _rows: dict[tuple[float, float], list[float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    # step_time_pairs: per (K, coverage), batch -> (T_base, T_spec); shared and emptied like _memo.
+    _pairs: dict[tuple[float, float], dict[int, tuple[float, float]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     # with_method/with_coverage results: kept so their memos outlive one assessment.
@@ -175,6 +181,7 @@ class CostModel:
             if memo.get(_VERSION_KEY, 0.0) != version:
                 memo.clear()
                 self._rows.clear()
+                self._pairs.clear()
                 memo[_VERSION_KEY] = version
         return memo
 
@@ -258,6 +265,22 @@ class CostModel:
                 rows.clear()
             row = rows[key] = [self.base_step_time(batch)]
         return row
+
+    def step_time_pairs(self, k: float) -> dict[int, tuple[float, float]]:
+        """``batch -> (base_step_time(batch), spec_step_time(batch, k))`` for integer batches at
+        this coverage, as far as searches over the batch have gone: one lookup per batch for the
+        largest speculative batch's doubling and bisection. A caller that misses a batch stores
+        exactly those two values itself, so the mapping only ever holds them."""
+        if self._versioned:
+            self._current_memo()  # empties the pairs too when the curve changed
+        pairs = self._pairs
+        key = (k, self.draft_coverage)
+        by_batch = pairs.get(key)
+        if by_batch is None:
+            if len(pairs) > _PAIRS_LIMIT:
+                pairs.clear()
+            by_batch = pairs[key] = {}
+        return by_batch
 
     # -- drafting -----------------------------------------------------------------------------
     def draft_cost_per_token(self) -> float:
@@ -425,6 +448,7 @@ class CostModel:
         state["draft_coverage"] = draft_coverage
         state["_memo"] = self._memo
         state["_rows"] = self._rows
+        state["_pairs"] = self._pairs
         state["_derived"] = {}
         derived.__dict__.update(state)
         return derived
