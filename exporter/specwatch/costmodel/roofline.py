@@ -104,9 +104,7 @@ class CostModel:
     _memo: dict[object, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     # spec_step_row: the step times of a K' scan at one batch, keyed (batch, coverage); shared and
     # emptied like _memo.
-    _rows: dict[tuple[float, float], list[float]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
+    _rows: dict[tuple[float, float], list[float]] = field(default_factory=dict, init=False, repr=False, compare=False)
     # step_time_pairs: per (K, coverage), batch -> (T_base, T_spec); shared and emptied like _memo.
     _pairs: dict[tuple[float, float], dict[int, tuple[float, float]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
