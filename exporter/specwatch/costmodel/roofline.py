@@ -207,8 +207,7 @@ class CostModel:
         tokens = max(float(tokens), 1.0)
         context_tokens = max(float(context_tokens), 0.0)
         if self.profile is not None:
-            kv_coef = self.kv_bytes_per_token / self.bandwidth_eff
-            return self.profile.step_seconds(tokens, context_tokens, kv_coef)
+            return self.profile.step_seconds(tokens, context_tokens, self._kv_seconds_per_token)
         weight_seconds = self._dense_weight_seconds
         if weight_seconds is None:
             return self._roofline(
@@ -229,6 +228,11 @@ class CostModel:
         """W / BW_eff when the weight bytes do not depend on the tokens (dense models), else None."""
         weight_bytes = self._dense_weight_bytes
         return None if weight_bytes is None else weight_bytes / self.bandwidth_eff
+
+    @cached_property
+    def _kv_seconds_per_token(self) -> float:
+        """The roofline's KV streaming cost, for a profile that measured none."""
+        return self.kv_bytes_per_token / self.bandwidth_eff
 
     @cached_property
     def _two_active_params(self) -> float:
@@ -495,6 +499,7 @@ _COVERAGE_FREE_CACHED = (
     "_relative_curve",
     "_versioned",
     "_head_roofline",
+    "_kv_seconds_per_token",
 )
 
 
