@@ -226,3 +226,12 @@ def test_a_new_curve_version_empties_the_rows_and_pairs_too():
     assert cm.step_time_pairs(3) == {
         b: (fresh.base_step_time(b), fresh.spec_step_time(b, 3)) for b in cm.step_time_pairs(3)
     }
+
+
+def test_new_coverages_every_poll_keep_the_per_method_models_and_stay_bounded():
+    cm = cmod.build_cost_model(draft_method="eagle3")
+    ngram = cm.with_method("ngram")
+    for i in range(40):  # the base method's coverages land in the same derived-model memo
+        assert cm.with_coverage(0.5 + i / 100).draft_coverage == 0.5 + i / 100
+    assert cm.with_method("ngram") is ngram
+    assert len(cm._derived) <= 16

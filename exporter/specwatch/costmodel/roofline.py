@@ -61,7 +61,7 @@ _ROW_LIMIT = 1024
 #: Bound of step_time_pairs' (K, coverage) entries, each a few dozen batches.
 _PAIRS_LIMIT = 64
 #: Bound of the derived-model memo (with_method/with_coverage): a measured coverage is a new
-#: float on most polls, so only the recent ones are worth keeping.
+#: float on most polls, so only the recent ones are worth keeping (they go first, see _derive).
 _DERIVED_LIMIT = 16
 #: Memo entry holding the curve generation the memo was filled with.
 _VERSION_KEY = "curve_version"
@@ -478,7 +478,13 @@ class CostModel:
         derived = self._derived.get(key)
         if derived is None:
             if len(self._derived) >= _DERIVED_LIMIT:
-                self._derived.clear()
+                # Drop the coverage-derived models (a new coverage comes every poll; they share
+                # this memo, so dropping them loses nothing) and keep the few per-method models,
+                # whose own memos another route's verdicts keep using.
+                for old in [old for old in self._derived if old[0] == "coverage"]:
+                    del self._derived[old]
+                if len(self._derived) >= _DERIVED_LIMIT:
+                    self._derived.clear()
             derived = self._derived[key] = make()
         return derived
 
