@@ -72,7 +72,7 @@ def _tokens_per_step_by_k(cm: CostModel, position_rates: Sequence[float]) -> lis
 def _best_in_row(cm: CostModel, batch: float, gains: Sequence[float], floor: float) -> int:
     """first_drop_best over the speedups gains[K'-1]·T_base/T_spec(K') at K' = 1, 2, ..., inlined
     over the batch's spec_step_row (a schedule asks this for dozens of batches per assessment):
-    the same operations in the same order, so the same K' bit for bit (tests/test_costmodel.py
+    the same operations in the same order, so the same K' bit for bit (tests/test_costmodel_memo.py
     compares it with first_drop_best)."""
     row = cm.spec_step_row(batch)
     base = row[0]
@@ -80,7 +80,7 @@ def _best_in_row(cm: CostModel, batch: float, gains: Sequence[float], floor: flo
     prev = -math.inf
     for kk, tau in enumerate(gains, start=1):
         if kk == len(row):
-            row.append(cm.spec_step_time(batch, kk))
+            row = cm.spec_step_row(batch, kk + 1)
         s = tau * base / row[kk]
         if s < prev:
             break
