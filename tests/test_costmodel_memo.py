@@ -79,7 +79,7 @@ def test_the_k_scan_rows_and_the_batch_search_pairs_hold_exactly_a_fresh_models_
         rows = [(key, row) for key, row in cm._rows.items() if key[1] == cm.draft_coverage]
         assert rows
         for (batch, _), row in rows:
-            assert row == (fresh.base_step_time(batch), *(fresh.spec_step_time(batch, kk) for kk in range(1, len(row))))
+            assert row == [fresh.base_step_time(batch)] + [fresh.spec_step_time(batch, kk) for kk in range(1, len(row))]
         for k in (1, 3, 3.38):
             pairs = cm.step_time_pairs(k)
             assert pairs

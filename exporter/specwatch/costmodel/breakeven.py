@@ -80,7 +80,9 @@ def _best_in_row(cm: CostModel, batch: float, gains: Sequence[float], floor: flo
     prev = -math.inf
     for kk, tau in enumerate(gains, start=1):
         if kk == len(row):
-            row = cm.spec_step_row(batch, kk + 1)
+            # Not append(): a slice assignment puts the value at index kk even if another scan
+            # of the same row got there first (rows only grow; the value is the same).
+            row[kk : kk + 1] = [cm.spec_step_time(batch, kk)]
         s = tau * base / row[kk]
         if s < prev:
             break

@@ -104,9 +104,7 @@ class CostModel:
     _memo: dict[object, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     # spec_step_row: the step times of a K' scan at one batch, keyed (batch, coverage); shared and
     # emptied like _memo.
-    _rows: dict[tuple[float, float], tuple[float, ...]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
+    _rows: dict[tuple[float, float], list[float]] = field(default_factory=dict, init=False, repr=False, compare=False)
     # step_time_pairs: per (K, coverage), batch -> (T_base, T_spec); shared and emptied like _memo.
     _pairs: dict[tuple[float, float], dict[int, tuple[float, float]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -253,24 +251,22 @@ class CostModel:
             hit = _remember(memo, batch, self.step_time(b, b * self.context_tokens))
         return hit
 
-    def spec_step_row(self, batch: float, length: int = 1) -> tuple[float, ...]:
+    def spec_step_row(self, batch: float) -> list[float]:
         """The step times a scan over K' = 1, 2, ... at ``batch`` reads, in one memo entry:
-        ``(base_step_time(batch), spec_step_time(batch, 1), spec_step_time(batch, 2), ...)``, at
-        least ``length`` long and as long as any scan needed so far. A schedule's dozens of scans
-        thus cost one lookup per batch instead of one memoised call per K'. Rows are replaced, never
-        changed in place: a concurrent reader sees a shorter row at worst, never a wrong value."""
+        ``[base_step_time(batch), spec_step_time(batch, 1), spec_step_time(batch, 2), ...]`` as far
+        as scans have gone so far. A scan reads ``row[kk]`` and, at the end of the row, stores
+        ``spec_step_time(batch, kk)`` at index kk (kk == len(row)) itself: the row only ever holds
+        those exact values, never shrinks, and a schedule's dozens of scans cost one lookup per
+        batch instead of one memoised call per K'."""
         if self._versioned:
             self._current_memo()  # empties the rows too when the curve changed
         rows = self._rows
         key = (batch, self.draft_coverage)
         row = rows.get(key)
-        if row is None or len(row) < length:
-            if row is None:
-                if len(rows) > _ROW_LIMIT:
-                    rows.clear()
-                row = (self.base_step_time(batch),)
-            row += tuple(self.spec_step_time(batch, kk) for kk in range(len(row), length))
-            rows[key] = row
+        if row is None:
+            if len(rows) > _ROW_LIMIT:
+                rows.clear()
+            row = rows[key] = [self.base_step_time(batch)]
         return row
 
     def step_time_pairs(self, k: float) -> dict[int, tuple[float, float]]:
