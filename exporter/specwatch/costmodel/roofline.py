@@ -162,7 +162,7 @@ class CostModel:
         """Generation of the step-time curve: 0 for the roofline and a static profile; a curve that
         changes while the sidecar runs (a learned one) exposes ``curve_version`` and increments it on
         every change. Every cache of values derived from step times keys on it."""
-        return int(getattr(self.profile, "curve_version", 0)) if self.profile is not None else 0
+        return int(getattr(self.profile, "curve_version", 0)) if self._versioned else 0
 
     @cached_property
     def _versioned(self) -> bool:
