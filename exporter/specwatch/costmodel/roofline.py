@@ -208,8 +208,8 @@ class CostModel:
         context_tokens = max(float(context_tokens), 0.0)
         if self.profile is not None:
             return self.profile.step_seconds(tokens, context_tokens, self._kv_seconds_per_token)
-        weight_seconds = self._dense_weight_seconds
-        if weight_seconds is None:
+        dense = self._dense_roofline
+        if dense is None:
             return self._roofline(
                 model_weight_bytes(self.model, self.dtype, tokens),
                 self._active_params,
@@ -219,24 +219,32 @@ class CostModel:
             )
         # _roofline for a dense model, its constant operands computed once (the same operations
         # in the same order: bit for bit the same time).
-        compute_seconds = self._two_active_params * tokens / self.flops_eff
+        weight_seconds, two_active_params, flops_eff, kv_bytes_per_token, bandwidth_eff, fixed = dense
+        compute_seconds = two_active_params * tokens / flops_eff
         gemm = compute_seconds if compute_seconds > weight_seconds else weight_seconds  # max(), NaN alike
-        return gemm + self.kv_bytes_per_token * context_tokens / self.bandwidth_eff + self.fixed_seconds
+        return gemm + kv_bytes_per_token * context_tokens / bandwidth_eff + fixed
 
     @cached_property
-    def _dense_weight_seconds(self) -> float | None:
-        """W / BW_eff when the weight bytes do not depend on the tokens (dense models), else None."""
+    def _dense_roofline(self) -> tuple[float, float, float, float, float, float] | None:
+        """(W / BW_eff, 2·P_active, F_eff, KV bytes per token, BW_eff, fixed seconds) when the weight
+        bytes do not depend on the tokens (dense models), else None: one attribute read per step."""
         weight_bytes = self._dense_weight_bytes
-        return None if weight_bytes is None else weight_bytes / self.bandwidth_eff
+        if weight_bytes is None:
+            return None
+        bandwidth_eff = self.bandwidth_eff
+        return (
+            weight_bytes / bandwidth_eff,
+            2.0 * self._active_params,
+            self.flops_eff,
+            self.kv_bytes_per_token,
+            bandwidth_eff,
+            self.fixed_seconds,
+        )
 
     @cached_property
     def _kv_seconds_per_token(self) -> float:
         """The roofline's KV streaming cost, for a profile that measured none."""
         return self.kv_bytes_per_token / self.bandwidth_eff
-
-    @cached_property
-    def _two_active_params(self) -> float:
-        return 2.0 * self._active_params
 
     @cached_property
     def _active_params(self) -> float:
@@ -361,25 +369,30 @@ class CostModel:
         )
 
     def draft_time(self, batch: float, k: float) -> float:
-        """Seconds to propose ``k`` draft tokens for each of ``batch`` requests."""
+        """Seconds to propose ``k`` draft tokens for each of ``batch`` requests. Not memoised: the
+        n-gram share and a configured cost read memoised step times, a draft head's roofline costs
+        less than a memo entry, and the spec step that calls this is memoised itself."""
         if k <= 0:
             return 0.0
-        memo = self._memo
-        key = ("draft", batch, k)
-        hit = memo.get(key)
-        if hit is None:
-            hit = _remember(memo, key, self._draft_time(batch, k))
-        return hit
-
-    def _draft_time(self, batch: float, k: float) -> float:
         batch = max(float(batch), 1.0)
-        d = self.draft
-        if d.cost_per_token is None and d.method in ("ngram", "suffix"):
+        kind = self._draft_kind
+        if kind == "ngram":
             # CPU-side matching: 0.59 % of the verify step (SpecDecode-Bench).
             return NGRAM_FRACTION_OF_VERIFY * self.step_time(batch * (k + 1), batch * self.context_tokens)
-        if d.cost_per_token is None and d.method != "draft_model" and d.head_params > 0:
+        if kind == "head":
             return self._head_draft_time(batch, k)
         return k * self.draft_cost_per_token() * self.base_step_time(batch)
+
+    @cached_property
+    def _draft_kind(self) -> str:
+        """How draft_time prices this drafter: "ngram" (a share of the verify step), "head" (the
+        head's own roofline) or "per_token" (draft_cost_per_token × the plain step)."""
+        d = self.draft
+        if d.cost_per_token is None and d.method in ("ngram", "suffix"):
+            return "ngram"
+        if d.cost_per_token is None and d.method != "draft_model" and d.head_params > 0:
+            return "head"
+        return "per_token"
 
     def cost_scale(self, tokens: float) -> float:
         """How much slower than this roofline the server runs at ``tokens`` query tokens: the
@@ -500,13 +513,13 @@ _COVERAGE_FREE_CACHED = (
     "kv_bytes_per_token",
     "fixed_seconds",
     "_dense_weight_bytes",
-    "_dense_weight_seconds",
     "_active_params",
-    "_two_active_params",
     "_relative_curve",
     "_versioned",
     "_head_roofline",
     "_kv_seconds_per_token",
+    "_dense_roofline",
+    "_draft_kind",
 )
 
 
