@@ -7,6 +7,11 @@ whole batch, W(n) = weight bytes streamed (for MoE: dense part + the experts the
 BW_eff = HBM bandwidth × MBU × TP, F_eff = peak FLOPS of the compute dtype × MFU × TP.
 A measured ``profile`` (profile.py) replaces the roofline for the target's step. Formulas,
 defaults and their calibration: docs/costmodel.md.
+
+Over 400 lines on purpose: one class holds every step-time question (target step, drafting, the
+fixed costs, the speculative step) and the memos that answer them poll after poll (step times, the
+K' scan rows, the batch-search pairs, derived models sharing them). Each inlined fast path stays
+next to the formula it must reproduce bit for bit (tests/test_costmodel_memo.py checks them).
 """
 
 from __future__ import annotations
