@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
+from typing import TypeVar
 
 from .draft import (
     DRAFT_METHODS,
@@ -71,12 +72,15 @@ _DERIVED_LIMIT = 16
 #: Memo entry holding the curve generation the memo was filled with.
 _VERSION_KEY = "curve_version"
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
-def _remember(memo: dict[object, float], key: object, value: float) -> float:
-    """Store a computed time in a memo (emptied first when it reached _MEMO_LIMIT); returns it."""
-    if len(memo) > _MEMO_LIMIT:
-        memo.clear()
-    memo[key] = value
+
+def _remember(store: dict[_K, _V], key: _K, value: _V, limit: int = _MEMO_LIMIT) -> _V:
+    """Store a computed value in a memo (emptied first when it grew past ``limit``); returns it."""
+    if len(store) > limit:
+        store.clear()
+    store[key] = value
     return value
 
 
@@ -183,7 +187,7 @@ class CostModel:
             version = float(self.curve_version)
             if memo.get(_VERSION_KEY, 0.0) != version:
                 memo.clear()
-                self._rows.clear()
+                self._rows.clear()  # and the K' rows and batch-search pairs built on it
                 self._pairs.clear()
                 memo[_VERSION_KEY] = version
         return memo
@@ -202,10 +206,7 @@ class CostModel:
         key = (tokens, context_tokens)
         hit = memo.get(key)
         if hit is None:
-            hit = self._step_time(tokens, context_tokens)
-            if len(memo) > _MEMO_LIMIT:
-                memo.clear()
-            memo[key] = hit
+            hit = _remember(memo, key, self._step_time(tokens, context_tokens))
         return hit
 
     def _step_time(self, tokens: float, context_tokens: float) -> float:
@@ -273,30 +274,31 @@ class CostModel:
         batch instead of one memoised call per K'."""
         if self._versioned:
             self._current_memo()  # empties the rows too when the curve changed
-        rows = self._rows
         key = (batch, self.draft_coverage)
-        row = rows.get(key)
-        if row is None:
-            if len(rows) > _ROW_LIMIT:
-                rows.clear()
-            row = rows[key] = [self.base_step_time(batch)]
-        return row
+        try:
+            return self._rows[key]  # asked dozens of times per schedule: no helper call, no lambda
+        except KeyError:
+            return _remember(self._rows, key, [self.base_step_time(batch)], _ROW_LIMIT)
 
     def step_time_pairs(self, k: float) -> dict[int, tuple[float, float]]:
         """``batch -> (base_step_time(batch), spec_step_time(batch, k))`` for integer batches at
         this coverage, as far as searches over the batch have gone: one lookup per batch for the
         largest speculative batch's doubling and bisection. A caller that misses a batch stores
         exactly those two values itself, so the mapping only ever holds them."""
+        return self._coverage_entry(self._pairs, k, dict, _PAIRS_LIMIT)
+
+    def _coverage_entry(
+        self, store: dict[tuple[float, float], _V], first: float, make: Callable[[], _V], limit: int
+    ) -> _V:
+        """``store[(first, draft_coverage)]``, made when missing; the store is emptied with the memo
+        when the step-time curve changes."""
         if self._versioned:
-            self._current_memo()  # empties the pairs too when the curve changed
-        pairs = self._pairs
-        key = (k, self.draft_coverage)
-        by_batch = pairs.get(key)
-        if by_batch is None:
-            if len(pairs) > _PAIRS_LIMIT:
-                pairs.clear()
-            by_batch = pairs[key] = {}
-        return by_batch
+            self._current_memo()
+        key = (first, self.draft_coverage)
+        entry = store.get(key)
+        if entry is None:
+            entry = _remember(store, key, make(), limit)
+        return entry
 
     # -- drafting -----------------------------------------------------------------------------
     def draft_cost_per_token(self) -> float:
@@ -431,10 +433,7 @@ class CostModel:
         key = ("spec", batch, k, self.draft_coverage)  # the one memo entry coverage changes
         hit = memo.get(key)
         if hit is None:
-            hit = self._spec_step_time(batch, k)
-            if len(memo) > _MEMO_LIMIT:
-                memo.clear()
-            memo[key] = hit
+            hit = _remember(memo, key, self._spec_step_time(batch, k))
         return hit
 
     def _spec_step_time(self, batch: float, k: float) -> float:
