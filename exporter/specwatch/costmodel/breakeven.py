@@ -8,7 +8,8 @@ Every function takes a CostModel and asks it only for ``base_step_time``, ``spec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 
 from .roofline import CostModel
 from .search import last_true, solve_increasing
@@ -52,18 +53,43 @@ def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[floa
     of K'=0: 1 for a server without speculation, less for a K=0 band of a schedule (which still
     pays for speculation being configured, see ZERO_K_BAND_SLOWDOWN).
     """
-    p = list(position_rates)
-    if not p:
+    if not position_rates:
         return 0
-    base = cm.base_step_time(batch)
+    return _best_in_row(cm, batch, _tokens_per_step_by_k(cm, position_rates), floor)
 
-    def speedups() -> Iterator[float]:
-        tau = 1.0
-        for kk in range(1, len(p) + 1):
-            tau += cm.draft_coverage * float(p[kk - 1])
-            yield tau * base / cm.spec_step_time(batch, kk)
 
-    return first_drop_best(speedups(), floor)
+def _tokens_per_step_by_k(cm: CostModel, position_rates: Sequence[float]) -> list[float]:
+    """1 + coverage·(p_0 + ... + p_{K'-1}) for K' = 1..len(p), summed in that order."""
+    coverage = cm.draft_coverage
+    tau = 1.0
+    out = []
+    for rate in position_rates:
+        tau += coverage * float(rate)
+        out.append(tau)
+    return out
+
+
+def _best_in_row(cm: CostModel, batch: float, gains: Sequence[float], floor: float) -> int:
+    """first_drop_best over the speedups gains[K'-1]·T_base/T_spec(K') at K' = 1, 2, ..., inlined
+    over the batch's spec_step_row (a schedule asks this for dozens of batches per assessment):
+    the same operations in the same order, so the same K' bit for bit (tests/test_costmodel_memo.py
+    compares it with first_drop_best)."""
+    row = cm.spec_step_row(batch)
+    base = row[0]
+    best_k, best_s = 0, float(floor)
+    prev = -math.inf
+    for kk, tau in enumerate(gains, start=1):
+        if kk == len(row):
+            # Not append(): a slice assignment puts the value at index kk even if another scan
+            # of the same row got there first (rows only grow; the value is the same).
+            row[kk : kk + 1] = [cm.spec_step_time(batch, kk)]
+        s = tau * base / row[kk]
+        if s < prev:
+            break
+        if s > best_s:
+            best_k, best_s = kk, s
+        prev = s
+    return best_k
 
 
 def first_drop_best(speedups: Iterable[float], floor: float = 1.0) -> int:
@@ -117,10 +143,17 @@ def max_speculative_batch_size(
     once verification leaves the memory-bound regime)."""
     if k is None or alpha is None or k <= 0:
         return None
-    k_, alpha_ = k, alpha
+    # pays(b) is expected_speedup(cm, b, k, alpha) > 1 with its constant factor taken out of
+    # the loop: the same operations in the same order.
+    gain = cm.tokens_per_step(k, alpha)
+    terms = cm.step_time_pairs(k)  # the searched batches' step times are the same poll after poll
+    k_ = k
 
     def pays(b: int) -> bool:
-        return expected_speedup(cm, b, k_, alpha_) > 1.0
+        pair = terms.get(b)
+        if pair is None:
+            pair = terms[b] = (cm.base_step_time(b), cm.spec_step_time(b, k_))
+        return gain * pair[0] / pair[1] > 1.0
 
     if not pays(1):
         return 0
@@ -162,12 +195,14 @@ def recommend_schedule(
     if max_batch < 1:
         raise ValueError("max_batch must be >= 1")
     p = tuple(position_rates)
+    gains = _tokens_per_step_by_k(cm, p)  # best_draft_length's, the same for every batch
     cache: dict[int, int] = {}
 
     def best(b: int) -> int:
-        if b not in cache:
-            cache[b] = best_draft_length(cm, b, p, floor=zero_band_speedup)
-        return cache[b]
+        k = cache.get(b)
+        if k is None:
+            k = cache[b] = _best_in_row(cm, b, gains, zero_band_speedup) if p else 0
+        return k
 
     top = int(max_batch)
     anchor = min(max(round(live_batch or 1), 1), top)

@@ -68,6 +68,8 @@ DEFAULT_HALF_LIFE_SECONDS = 6 * 3600.0
 RETAINED_POINTS = 32
 
 _N_BINS = int(math.log2(MAX_TOKENS) * BINS_PER_DOUBLING) + 1
+#: Bound of a curve's ratio memo (a curve lives until the next window's point replaces it).
+_RATIO_MEMO_LIMIT = 4096
 
 
 def _bin_of(tokens: float) -> int:
@@ -128,11 +130,26 @@ class LearnedStepCurve:
     spec_scale: float | None = None
     source: str = "learned"
 
+    #: ratio() per query-token count: a speculative step asks it twice for the same tokens (the
+    #: target's step and the fixed costs' scale), and integer batches poll after poll. Not compared.
+    _ratios: dict[float, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+
     def _reference(self, tokens: float) -> float:
         return self.prior.step_time(tokens, tokens * self.prior.context_tokens)
 
     def ratio(self, tokens: float) -> float:
         """Learned over prior step time at ``tokens`` (at the prior's context)."""
+        memo = self._ratios
+        hit = memo.get(tokens)
+        if hit is None:
+            hit = self._ratio(tokens)
+            if self.prior.profile is None:  # a pure prior (the learner's always is): safe to keep
+                if len(memo) > _RATIO_MEMO_LIMIT:
+                    memo.clear()
+                memo[tokens] = hit
+        return hit
+
+    def _ratio(self, tokens: float) -> float:
         tokens = max(tokens, 1.0)
         knots = self.knots
         if tokens <= knots[0][0]:
