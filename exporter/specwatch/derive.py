@@ -221,6 +221,51 @@ def window_stats(
             itl_p99 = _finite(_quantile(0.99, merged))
     if gen > 0 and (itl_count_by_engine or itl_sum):
         itl_per_token = itl_sum / gen
+    configured_k = latest.configured_k or configured_k_hint
+    engines = max(len(latest.engines), 1)
+    if latest.spec_present and latest.schema != SCHEMA_V0:
+        # V1's counters over the window: exact alpha, tau, K and per-position rates, built into
+        # the one WindowStats (dataclasses.replace of a 23-field frozen dataclass costs more than
+        # everything else here).
+        alpha = _ratio(accepted, draft_tokens)
+        # Impossible for one vLLM process (a restart nothing revealed): absent rather than wrong.
+        consistent = alpha is None or alpha <= 1.0
+        mean_length: float | None = None
+        draft_length: float | None = None
+        rates: tuple[float, ...] | None = None
+        by_position: tuple[float, ...] | None = None
+        if drafts > 0 and consistent:
+            k = latest.configured_k
+            by_position = tuple([pos.get(i, 0.0) for i in range(k)]) if k else None
+            mean_length = 1.0 + accepted / drafts
+            draft_length = draft_tokens / drafts
+            if by_position:
+                rates = position_rates(by_position, drafts, draft_tokens, variable_length=True)
+        return WindowStats(
+            route=route,
+            window=window,
+            t=now,
+            samples=view.samples,
+            span_seconds=view.span_seconds,
+            spec_present=latest.spec_present,
+            drafts=drafts,
+            draft_tokens=draft_tokens,
+            accepted_tokens=accepted,
+            acceptance_rate=alpha if consistent else None,
+            mean_acceptance_length=mean_length,
+            draft_length=draft_length,
+            configured_k=configured_k,
+            position_rates=rates,
+            batch_size=batch_size,
+            itl_p50_seconds=itl_p50,
+            itl_p99_seconds=itl_p99,
+            itl_per_token_mean_seconds=itl_per_token,
+            generation_tokens=gen,
+            draft_coverage=draft_coverage,
+            schema=latest.schema,
+            engines=engines,
+            accepted_by_position=by_position,
+        )
     measured = WindowStats(
         route=route,
         window=window,
@@ -228,7 +273,7 @@ def window_stats(
         samples=view.samples,
         span_seconds=view.span_seconds,
         spec_present=latest.spec_present,
-        configured_k=latest.configured_k or configured_k_hint,
+        configured_k=configured_k,
         batch_size=batch_size,
         itl_p50_seconds=itl_p50,
         itl_p99_seconds=itl_p99,
@@ -236,51 +281,11 @@ def window_stats(
         generation_tokens=gen,
         draft_coverage=draft_coverage,
         schema=latest.schema,
-        engines=max(len(latest.engines), 1),
+        engines=engines,
     )
     if latest.schema == SCHEMA_V0:
         return _v0_acceptance(measured, latest, configured_k_hint)
-    if latest.spec_present:
-        return _v1_acceptance(measured, drafts, draft_tokens, accepted, pos, latest.configured_k)
     return measured
-
-
-def _v1_acceptance(
-    measured: WindowStats,
-    drafts: float,
-    draft_tokens: float,
-    accepted: float,
-    pos: dict[int, float],
-    configured_k: int | None,
-) -> WindowStats:
-    """The window with V1's counters over it: exact alpha, tau, K and per-position rates."""
-    alpha = _ratio(accepted, draft_tokens)
-    # Impossible for one vLLM process (a restart nothing revealed): absent rather than wrong.
-    consistent = alpha is None or alpha <= 1.0
-    if not (drafts > 0 and consistent):
-        return replace(
-            measured,
-            drafts=drafts,
-            draft_tokens=draft_tokens,
-            accepted_tokens=accepted,
-            acceptance_rate=alpha if consistent else None,
-        )
-    accepted_by_position = tuple(pos.get(i, 0.0) for i in range(configured_k)) if configured_k else None
-    return replace(
-        measured,
-        drafts=drafts,
-        draft_tokens=draft_tokens,
-        accepted_tokens=accepted,
-        acceptance_rate=alpha,
-        mean_acceptance_length=1.0 + accepted / drafts,
-        draft_length=draft_tokens / drafts,
-        position_rates=(
-            position_rates(accepted_by_position, drafts, draft_tokens, variable_length=True)
-            if accepted_by_position
-            else None
-        ),
-        accepted_by_position=accepted_by_position,
-    )
 
 
 def _v0_acceptance(measured: WindowStats, latest: RouteSnapshot, configured_k_hint: int | None) -> WindowStats:
@@ -344,6 +349,10 @@ def position_rates(
 ) -> tuple[float, ...]:
     """p_i = Δaccepted_i / n_i up to the last position some draft reached (module docstring)."""
     k = len(accepted_by_position)
+    if k > 0 and drafts > 0 and ((variable_length and not schedule_ks) or draft_tokens / drafts >= k - 1e-6):
+        # Every draft reached every position (n_i = D, which min(max(D, a), D) leaves as it is):
+        # the loop below without building n_i (tests/test_window_derive.py compares the two).
+        return tuple([min(accepted / drafts, 1.0) for accepted in accepted_by_position])
     reached = drafts_reaching_positions(
         drafts,
         draft_tokens,
