@@ -340,3 +340,32 @@ def test_window_ingest_and_window_stats_equal_the_plain_computation_on_the_real_
                 view, reference_view = window.view(t, width), reference.view(t, width)
                 if view is not None:
                     assert _same(window_stats(view, "r", "1m", t), reference_window_stats(reference_view, "r", "1m", t))
+
+
+def reference_merged_buckets(buckets):
+    """_merged_buckets with ensureMonotonic written as max(), as it was."""
+    merged = []
+    for bound, count in sorted(buckets):
+        if merged and merged[-1][0] == bound:
+            merged[-1][1] += count
+        else:
+            merged.append([bound, count])
+    if len(merged) < 2 or not math.isinf(merged[-1][0]) or merged[-1][0] < 0:
+        return None
+    highest = merged[0][1]
+    for item in merged:
+        item[1] = max(item[1], highest)
+        highest = item[1]
+    observations = merged[-1][1]
+    if observations == 0 or math.isnan(observations):
+        return None
+    return merged
+
+
+def test_merged_buckets_equal_the_max_form_with_dips_ties_nans_and_signed_zeros():
+    rng = random.Random(5)
+    counts = (0.0, -0.0, 1.0, 2.0, 2.0, 3.5, math.nan, 7.0, 1e300)
+    bounds = (0.0, -0.0, 0.01, 0.01, 0.1, 1.0, math.inf, math.inf)
+    for _ in range(3000):
+        buckets = [(rng.choice(bounds), rng.choice(counts)) for _ in range(rng.randint(0, 6))]
+        assert _same(_merged_buckets(buckets), reference_merged_buckets(buckets))
