@@ -369,3 +369,36 @@ def test_merged_buckets_equal_the_max_form_with_dips_ties_nans_and_signed_zeros(
     for _ in range(3000):
         buckets = [(rng.choice(bounds), rng.choice(counts)) for _ in range(rng.randint(0, 6))]
         assert _same(_merged_buckets(buckets), reference_merged_buckets(buckets))
+
+
+def reference_view(window, now, width):
+    """RouteWindow.view as the scan it was: newest first, stop at the window's start."""
+    lo = now - width
+    if window._unordered:
+        chosen = [e for e in window.entries if lo <= e.t <= now]
+    else:
+        chosen = []
+        for entry in reversed(window.entries):
+            if entry.t < lo:
+                break
+            if entry.t <= now:
+                chosen.append(entry)
+        chosen.reverse()
+    return None if len(chosen) < 2 else (chosen[0], chosen[-1], tuple(chosen))
+
+
+def test_window_views_by_bisection_equal_the_scan_for_any_now_and_width():
+    rng = random.Random(3)
+    for _ in range(300):
+        window = RouteWindow(rng.choice((30.0, 300.0)))
+        t = 1000.0
+        for _ in range(rng.randint(0, 30)):
+            t += rng.choice((0.5, 2.0, 5.0, 60.0))
+            window.ingest(RouteSnapshot(t, "vllm", "r", "m", "v1", True, ("0",), None, {}, {}))
+            if rng.random() < 0.02:
+                window.ingest(RouteSnapshot(math.nan, "vllm", "r", "m", "v1", True, ("0",), None, {}, {}))
+            for now in (t, t - 3.0, t + 7.0, t - 200.0, math.nan, math.inf):
+                for width in (0.0, 1.0, 5.0, 59.9, 60.0, 300.0, -5.0, math.nan, math.inf):
+                    view = window.view(now, width)
+                    got = None if view is None else (view.first, view.last, view.entries)
+                    assert got == reference_view(window, now, width)

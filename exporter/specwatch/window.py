@@ -11,9 +11,11 @@ its own monotonic counters.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import islice
 
 from .vllm import (
     K_ACCEPTED,
@@ -172,19 +174,33 @@ class RouteWindow:
     def view(self, now: float, width: float) -> WindowView | None:
         """The window [now - width, now]; None when it holds fewer than 2 snapshots."""
         lo = now - width
+        entries = self.entries
         if self._unordered:
-            chosen = [e for e in self.entries if lo <= e.t <= now]
-        else:
-            chosen = []
-            for entry in reversed(self.entries):  # newest first, stop at the window's start
+            chosen = tuple([e for e in entries if lo <= e.t <= now])
+        elif math.isnan(lo) or math.isnan(now):
+            # Newest first, stop at the window's start (which a NaN bound never is).
+            scanned = []
+            for entry in reversed(entries):
                 if entry.t < lo:
                     break
                 if entry.t <= now:
-                    chosen.append(entry)
-            chosen.reverse()
+                    scanned.append(entry)
+            chosen = tuple(reversed(scanned))
+        else:
+            # Times strictly increase (ingest drops any snapshot not after the last): the entries
+            # with lo <= t <= now are one run, found by bisection.
+            start = bisect_left(entries, lo, key=_entry_time)
+            end = bisect_right(entries, now, key=_entry_time)
+            if end - start < 2:
+                return None
+            chosen = tuple(islice(entries, start, end))
         if len(chosen) < 2:
             return None
-        return WindowView(chosen[0], chosen[-1], tuple(chosen))
+        return WindowView(chosen[0], chosen[-1], chosen)
+
+
+def _entry_time(entry: Entry) -> float:
+    return entry.t
 
 
 def _one_step_slack(snap: RouteSnapshot, previous: RouteSnapshot | None) -> float:
