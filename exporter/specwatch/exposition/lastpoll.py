@@ -110,6 +110,12 @@ class LastPoll:
 
     def reread(self, found: list[Line]) -> dict[str, Family] | None:
         """The families of `found` if it has this poll's lines with valid values, else None."""
+        values = self.reread_values(found)
+        return None if values is None else self.families_of(values)
+
+    def reread_values(self, found: list[Line]) -> list[float] | None:
+        """The sample values of `found` (in line order) if it has this poll's lines with valid
+        values, else None."""
         if list(map(_head, found)) != self.heads or list(map(_whole_line, found)) != self.lines:
             return None
         texts = list(map(_value_text, found))
@@ -133,8 +139,20 @@ class LastPoll:
                 and math.isfinite(values[plan.sum])
             ):
                 return None
+        return values
+
+    def families_of(self, values: list[float]) -> dict[str, Family]:
+        """The families that `reread_values`' values make."""
         samples = list(map(_make_sample, zip(self.names, self.labels, values, strict=False)))
         return {
             name: Family(name, kind, _pick(samples, value_at), _pick(samples, created_at))
             for name, kind, value_at, created_at in self.families
         }
+
+    def positions(self, family: str, created: bool) -> tuple[int, ...]:
+        """Where in `reread_values`' values the samples (or the _created samples) of `family` are,
+        in the order of `families_of`' Family.samples (Family.created)."""
+        for name, _, value_at, created_at in self.families:
+            if name == family:
+                return created_at if created else value_at
+        return ()
