@@ -21,6 +21,7 @@ from specwatch.derive import (
     position_rates,
     window_stats,
 )
+from specwatch.exposition.lastpoll import picker
 from specwatch.vllm import (
     K_ACCEPTED,
     K_DRAFT_TOKENS,
@@ -402,3 +403,10 @@ def test_window_views_by_bisection_equal_the_scan_for_any_now_and_width():
                     view = window.view(now, width)
                     got = None if view is None else (view.first, view.last, view.entries)
                     assert got == reference_view(window, now, width)
+
+
+@pytest.mark.parametrize("positions", [(), (3,), (0, 2), (5, 1, 1, 4), tuple(range(40))])
+def test_a_picker_selects_exactly_what_the_position_loop_selects(positions):
+    items = [float(i) * 1.5 for i in range(40)]
+    assert picker(positions)(items) == tuple([items[i] for i in positions])
+    assert type(picker(positions)(items)) is tuple
