@@ -41,7 +41,7 @@ from specwatch.vllm import (
     SeriesKey,
     reset_group,
 )
-from specwatch.window import Entry, RouteWindow, _broken_engines, _one_step_slack
+from specwatch.window import Entry, RouteWindow, WindowView, _broken_engines, _one_step_slack
 from tests.support.paths import fixture_path
 
 
@@ -444,3 +444,23 @@ def test_evaluate_route_given_the_resolved_method_equals_resolving_it_itself():
         assert _same(a, b)
         assert (given.method, given.verdicts, given.advice) == (resolving.method, resolving.verdicts, resolving.advice)
     assert given.method.startswith("auto:") and given.method != "auto:unknown"  # a drafter was inferred
+
+
+class _HalvedView(WindowView):
+    """A view class with its own increases(), as fleet mode has."""
+
+    def increases(self):
+        return {key: value / 2 for key, value in super().increases().items()}
+
+
+def test_window_stats_reads_a_view_class_with_its_own_increases_through_them():
+    rng = random.Random(11)
+    for _ in range(40):
+        window = RouteWindow(300.0)
+        for snap in _random_snapshots(rng, rng.randint(3, 20)):
+            window.ingest(snap)
+            view = window.view(snap.t, 300.0)
+            if view is not None:
+                halved = _HalvedView(view.first, view.last, view.entries)
+                got = window_stats(halved, "r", "5m", snap.t)
+                assert _same(got, reference_window_stats(halved, "r", "5m", snap.t))

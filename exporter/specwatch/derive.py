@@ -46,6 +46,7 @@ from .vllm import (
     K_STEPS,
     SCHEMA_V0,
     RouteSnapshot,
+    SeriesKey,
 )
 from .window import WindowView
 
@@ -163,6 +164,9 @@ def v0_draft_length(acceptance: float, efficiency: float, max_k: int = 16) -> in
     return best
 
 
+_NOTHING_BEFORE: dict[SeriesKey, float] = {}
+
+
 def window_stats(
     view: WindowView, route: str, window: str, now: float, *, configured_k_hint: int | None = None
 ) -> WindowStats:
@@ -173,10 +177,15 @@ def window_stats(
     steps_by_engine: dict[str, float] = {}
     pos: dict[int, float] = {}
     itl_buckets: dict[float, float] = {}
-    first = view.first.totals
     # view.increases() folded into the one loop over the window's series (this loop is hot: no
-    # intermediate dict, no property calls, the most frequent kind, ITL buckets, tested first).
-    for key, last in view.last.totals.items():
+    # intermediate dict, no property calls, the most frequent kind, ITL buckets, tested first). A
+    # view class with its own increases() (fleet mode's) is read through it: each increase then
+    # comes as `last` with nothing before it.
+    if type(view).increases is WindowView.increases:
+        first, series_values = view.first.totals, view.last.totals.items()
+    else:
+        first, series_values = _NOTHING_BEFORE, view.increases().items()
+    for key, last in series_values:
         before = first.get(key)
         delta = last if before is None or last < before else last - before
         kind, series, sub = key
