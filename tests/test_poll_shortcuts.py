@@ -64,7 +64,11 @@ def reference_position_rates(accepted_by_position, drafts, draft_tokens, *, vari
 
 
 class ReferenceWindow(RouteWindow):
-    """RouteWindow with the ingest it had before the one-pass version."""
+    """RouteWindow with the ingest it had before the one-pass version (and the view scan)."""
+
+    def view(self, now, width):
+        found = reference_view(self, now, width)
+        return None if found is None else WindowView(*found)
 
     def ingest(self, snap):
         """RouteWindow.ingest before the one-pass version: every step over every series."""

@@ -77,6 +77,7 @@ class RouteWindow:
     def __init__(self, horizon_seconds: float):
         self.horizon = horizon_seconds
         self.entries: deque[Entry] = deque()
+        self._times: deque[float] = deque()  # entries' times, for view()'s bisection in C
         self._raw: dict[SeriesKey, float] = {}
         self._created: dict[SeriesKey, float] = {}
         self._le_sets: dict[str, frozenset[float]] = {}  # ITL bucket bounds per series
@@ -142,6 +143,7 @@ class RouteWindow:
         self._raw = dict(snap.counters)
         self._created.update(snap.created)
         self.entries.append(Entry(snap.t, dict(totals), snap))
+        self._times.append(snap.t)
         self._prune(snap.t)
         if reset_groups:
             self.resets += 1
@@ -166,6 +168,7 @@ class RouteWindow:
     def _prune(self, now: float) -> None:
         while self.entries and self.entries[0].t < now - self.horizon:
             self.entries.popleft()
+            self._times.popleft()
 
     @property
     def latest(self) -> RouteSnapshot | None:
@@ -189,18 +192,14 @@ class RouteWindow:
         else:
             # Times strictly increase (ingest drops any snapshot not after the last): the entries
             # with lo <= t <= now are one run, found by bisection.
-            start = bisect_left(entries, lo, key=_entry_time)
-            end = bisect_right(entries, now, key=_entry_time)
+            start = bisect_left(self._times, lo)
+            end = bisect_right(self._times, now)
             if end - start < 2:
                 return None
             chosen = tuple(islice(entries, start, end))
         if len(chosen) < 2:
             return None
         return WindowView(chosen[0], chosen[-1], chosen)
-
-
-def _entry_time(entry: Entry) -> float:
-    return entry.t
 
 
 def _one_step_slack(snap: RouteSnapshot, previous: RouteSnapshot | None) -> float:
