@@ -5,11 +5,12 @@ and go, and polls without `_created`."""
 
 import math
 import random
+import re
 from dataclasses import dataclass, field, replace
 
 import pytest
 
-from specwatch import costmodel
+from specwatch import costmodel, vllm
 from specwatch.config import from_mapping
 from specwatch.derive import (
     SCHEMA_V0,
@@ -25,6 +26,7 @@ from specwatch.derive import (
 )
 from specwatch.evaluation import evaluate_route, update_route_method
 from specwatch.exposition.lastpoll import picker
+from specwatch.exposition.syntax import line_finder
 from specwatch.vllm import (
     K_ACCEPTED,
     K_DRAFT_TOKENS,
@@ -468,3 +470,36 @@ def test_window_stats_reads_a_view_class_with_its_own_increases_through_them():
                 halved = _HalvedView(view.first, view.last, view.entries)
                 got = window_stats(halved, "r", "5m", snap.t)
                 assert _same(got, reference_window_stats(halved, "r", "5m", snap.t))
+
+
+def _unguarded(pattern):
+    """The line finder's pattern without its leading guard (the lookahead its branches imply)."""
+    source = pattern.pattern
+    assert source.startswith("\\n(?=")
+    return re.compile("\\n" + source[source.index(")(?:") + 1 :])
+
+
+@pytest.mark.parametrize("prefixes", [(), ("a",), ("ab", "abc"), ("x_1", "y_2"), tuple(sorted(vllm.FAMILIES))], ids=str)
+def test_the_line_finders_guard_changes_no_match(prefixes):
+    type_names = (*prefixes, "t_total")
+    guarded = line_finder(prefixes, type_names)
+    unguarded = _unguarded(guarded)
+    rng = random.Random(9)
+    texts = [path.read_text() for path in sorted(fixture_path("vllm-cpu-real").glob("*.prom"))[:5]]
+    pieces = [
+        *(f'{p}{{a="1"}} 2' for p in prefixes),
+        *(f"{p}_total 3 123" for p in prefixes),
+        *(f"# TYPE {p} counter" for p in type_names),
+        "# TYPE  x  gauge  extra",
+        "# TYPE",
+        "# HELP a b",
+        "ab",
+        "xy_1 4",
+        "",
+        " a 1",
+        "vllm:spec 1",
+    ]
+    for _ in range(300):
+        texts.append("\n".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))))
+    for text in texts:
+        assert guarded.findall(text) == unguarded.findall(text)
