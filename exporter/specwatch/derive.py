@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import cast
 
 from .vllm import (
     K_ACCEPTED,
@@ -47,6 +46,7 @@ from .vllm import (
     K_STEPS,
     SCHEMA_V0,
     RouteSnapshot,
+    SeriesKey,
 )
 from .window import WindowView
 
@@ -108,8 +108,11 @@ def _merged_buckets(buckets: Sequence[tuple[float, float]]) -> list[list[float]]
     # ensureMonotonic: float sums across series can dip by rounding.
     highest = merged[0][1]
     for item in merged:
-        item[1] = max(item[1], highest)
-        highest = item[1]
+        count = item[1]
+        if highest > count:  # max(count, highest) without the call
+            item[1] = highest
+        else:
+            highest = count
     observations = merged[-1][1]
     if observations == 0 or math.isnan(observations):
         return None
@@ -161,39 +164,51 @@ def v0_draft_length(acceptance: float, efficiency: float, max_k: int = 16) -> in
     return best
 
 
+_NOTHING_BEFORE: dict[SeriesKey, float] = {}
+
+
 def window_stats(
     view: WindowView, route: str, window: str, now: float, *, configured_k_hint: int | None = None
 ) -> WindowStats:
     """Everything specwatch derives from one route's window of snapshots."""
     latest = view.last.snapshot
-    inc = view.increases()
     drafts = draft_tokens = accepted = gen = itl_sum = 0.0
     itl_count_by_engine: dict[str, float] = {}
     steps_by_engine: dict[str, float] = {}
     pos: dict[int, float] = {}
     itl_buckets: dict[float, float] = {}
-    for key, delta in inc.items():
-        kind = key[0]
-        if kind == K_DRAFTS:
+    # view.increases() folded into the one loop over the window's series (this loop is hot: no
+    # intermediate dict, no property calls, the most frequent kind, ITL buckets, tested first). A
+    # view class with its own increases() (fleet mode's) is read through it: each increase then
+    # comes as `last` with nothing before it.
+    if type(view).increases is WindowView.increases:
+        first, series_values = view.first.totals, view.last.totals.items()
+    else:
+        first, series_values = _NOTHING_BEFORE, view.increases().items()
+    for key, last in series_values:
+        before = first.get(key)
+        delta = last if before is None or last < before else last - before
+        kind, series, sub = key
+        if kind == K_ITL_BUCKET:
+            le = float(sub)  # type: ignore[arg-type]  # key.le
+            itl_buckets[le] = itl_buckets.get(le, 0.0) + delta
+        elif kind == K_POS:
+            position = int(sub)  # type: ignore[arg-type]  # key.position
+            pos[position] = pos.get(position, 0.0) + delta
+        elif kind == K_DRAFTS:
             drafts += delta
         elif kind == K_DRAFT_TOKENS:
             draft_tokens += delta
         elif kind == K_ACCEPTED:
             accepted += delta
-        elif kind == K_POS:
-            position = int(cast(float, key[2]))  # key.position without the property call: this loop is hot
-            pos[position] = pos.get(position, 0.0) + delta
         elif kind == K_GEN:
             gen += delta
-        elif kind == K_ITL_BUCKET:
-            le = float(cast(float, key[2]))  # key.le
-            itl_buckets[le] = itl_buckets.get(le, 0.0) + delta
         elif kind == K_ITL_SUM:
             itl_sum += delta
         elif kind == K_ITL_COUNT:
-            itl_count_by_engine[key[1]] = itl_count_by_engine.get(key[1], 0.0) + delta
+            itl_count_by_engine[series] = itl_count_by_engine.get(series, 0.0) + delta
         elif kind == K_STEPS:
-            steps_by_engine[key[1]] = steps_by_engine.get(key[1], 0.0) + delta
+            steps_by_engine[series] = steps_by_engine.get(series, 0.0) + delta
 
     draft_coverage = None
     request_steps = sum(itl_count_by_engine.values())
@@ -221,6 +236,51 @@ def window_stats(
             itl_p99 = _finite(_quantile(0.99, merged))
     if gen > 0 and (itl_count_by_engine or itl_sum):
         itl_per_token = itl_sum / gen
+    configured_k = latest.configured_k or configured_k_hint
+    engines = max(len(latest.engines), 1)
+    if latest.spec_present and latest.schema != SCHEMA_V0:
+        # V1's counters over the window: exact alpha, tau, K and per-position rates, built into
+        # the one WindowStats (dataclasses.replace of a 23-field frozen dataclass costs more than
+        # everything else here).
+        alpha = _ratio(accepted, draft_tokens)
+        # Impossible for one vLLM process (a restart nothing revealed): absent rather than wrong.
+        consistent = alpha is None or alpha <= 1.0
+        mean_length: float | None = None
+        draft_length: float | None = None
+        rates: tuple[float, ...] | None = None
+        by_position: tuple[float, ...] | None = None
+        if drafts > 0 and consistent:
+            k = latest.configured_k
+            by_position = tuple([pos.get(i, 0.0) for i in range(k)]) if k else None
+            mean_length = 1.0 + accepted / drafts
+            draft_length = draft_tokens / drafts
+            if by_position:
+                rates = position_rates(by_position, drafts, draft_tokens, variable_length=True)
+        return WindowStats(
+            route=route,
+            window=window,
+            t=now,
+            samples=view.samples,
+            span_seconds=view.span_seconds,
+            spec_present=latest.spec_present,
+            drafts=drafts,
+            draft_tokens=draft_tokens,
+            accepted_tokens=accepted,
+            acceptance_rate=alpha if consistent else None,
+            mean_acceptance_length=mean_length,
+            draft_length=draft_length,
+            configured_k=configured_k,
+            position_rates=rates,
+            batch_size=batch_size,
+            itl_p50_seconds=itl_p50,
+            itl_p99_seconds=itl_p99,
+            itl_per_token_mean_seconds=itl_per_token,
+            generation_tokens=gen,
+            draft_coverage=draft_coverage,
+            schema=latest.schema,
+            engines=engines,
+            accepted_by_position=by_position,
+        )
     measured = WindowStats(
         route=route,
         window=window,
@@ -228,7 +288,7 @@ def window_stats(
         samples=view.samples,
         span_seconds=view.span_seconds,
         spec_present=latest.spec_present,
-        configured_k=latest.configured_k or configured_k_hint,
+        configured_k=configured_k,
         batch_size=batch_size,
         itl_p50_seconds=itl_p50,
         itl_p99_seconds=itl_p99,
@@ -236,51 +296,11 @@ def window_stats(
         generation_tokens=gen,
         draft_coverage=draft_coverage,
         schema=latest.schema,
-        engines=max(len(latest.engines), 1),
+        engines=engines,
     )
     if latest.schema == SCHEMA_V0:
         return _v0_acceptance(measured, latest, configured_k_hint)
-    if latest.spec_present:
-        return _v1_acceptance(measured, drafts, draft_tokens, accepted, pos, latest.configured_k)
     return measured
-
-
-def _v1_acceptance(
-    measured: WindowStats,
-    drafts: float,
-    draft_tokens: float,
-    accepted: float,
-    pos: dict[int, float],
-    configured_k: int | None,
-) -> WindowStats:
-    """The window with V1's counters over it: exact alpha, tau, K and per-position rates."""
-    alpha = _ratio(accepted, draft_tokens)
-    # Impossible for one vLLM process (a restart nothing revealed): absent rather than wrong.
-    consistent = alpha is None or alpha <= 1.0
-    if not (drafts > 0 and consistent):
-        return replace(
-            measured,
-            drafts=drafts,
-            draft_tokens=draft_tokens,
-            accepted_tokens=accepted,
-            acceptance_rate=alpha if consistent else None,
-        )
-    accepted_by_position = tuple(pos.get(i, 0.0) for i in range(configured_k)) if configured_k else None
-    return replace(
-        measured,
-        drafts=drafts,
-        draft_tokens=draft_tokens,
-        accepted_tokens=accepted,
-        acceptance_rate=alpha,
-        mean_acceptance_length=1.0 + accepted / drafts,
-        draft_length=draft_tokens / drafts,
-        position_rates=(
-            position_rates(accepted_by_position, drafts, draft_tokens, variable_length=True)
-            if accepted_by_position
-            else None
-        ),
-        accepted_by_position=accepted_by_position,
-    )
 
 
 def _v0_acceptance(measured: WindowStats, latest: RouteSnapshot, configured_k_hint: int | None) -> WindowStats:
@@ -344,6 +364,10 @@ def position_rates(
 ) -> tuple[float, ...]:
     """p_i = Δaccepted_i / n_i up to the last position some draft reached (module docstring)."""
     k = len(accepted_by_position)
+    if k > 0 and drafts > 0 and ((variable_length and not schedule_ks) or draft_tokens / drafts >= k - 1e-6):
+        # Every draft reached every position (n_i = D, which min(max(D, a), D) leaves as it is):
+        # the loop below without building n_i (tests/test_window_derive.py compares the two).
+        return tuple([min(accepted / drafts, 1.0) for accepted in accepted_by_position])
     reached = drafts_reaching_positions(
         drafts,
         draft_tokens,

@@ -242,12 +242,15 @@ def evaluate_route(
     *,
     fresh: bool,
     assess: AssessFunction = decide.assess,
+    method: str | None = None,
 ) -> tuple[RouteEvaluation, ...]:
     """One route's windows -> its evaluations, the same in sidecar and fleet mode: one cost class
     from the longest window with enough drafts, the sample guard, the assessment, the hold, the
     stated config's check and the advice behind the verdict in effect. Verdicts move only when
     ``fresh`` (a new snapshot arrived): a failing target never moves one. ``assess`` may be a memo
-    of decide.assess (decide_cache.AssessmentCache.assess): the same answer for the same inputs."""
+    of decide.assess (decide_cache.AssessmentCache.assess): the same answer for the same inputs.
+    ``method``: what update_route_method returned for these windows, when the caller already
+    resolved it (it is idempotent); None resolves it here."""
     configured = config.draft.method
     # The --speculative-config the server runs with, when the user stated it (draft.config).
     stated = getattr(config.draft, "config", None)
@@ -256,7 +259,9 @@ def evaluate_route(
     decision = config.decision
     # Half a poll of slack: evaluations are one poll interval apart, give or take scheduling.
     hold = max(decision.hold_seconds(config.poll_interval) - 0.5 * config.poll_interval, 0.0)
-    cost_class = update_route_method(config, memory, windows).split(":")[-1]
+    if method is None:
+        method = update_route_method(config, memory, windows)
+    cost_class = method.split(":")[-1]
     # The recommended config names a method only when it is known: configured, or inferred
     # n-gram (self-contained); an inferred model-based drafter's method and path are not.
     config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)

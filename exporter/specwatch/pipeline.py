@@ -142,6 +142,8 @@ class Pipeline:
         self._t: float | None = None
         self._evaluated = False
         self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
+        self._labelled_for: Config | None = None
+        self._labelled_windows: tuple[tuple[float, str], ...] = ()
 
     def add_target(self, name: str, url: str = "") -> None:
         """A target learnt from a recording (replay without a config): routes named as live."""
@@ -199,20 +201,18 @@ class Pipeline:
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self, now: float) -> list[RouteEvaluation]:
         out: list[RouteEvaluation] = []
+        config = self.config
+        if self._labelled_for is not config:  # the config can be replaced (reload): label its windows once
+            self._labelled_windows = tuple(zip(config.windows, config.window_labels, strict=True))
+            self._labelled_for = config
+        k_hint = config.draft.k
         for name, route in self._routes.items():
             windows: list[WindowEntry] = []
-            for width, label in zip(self.config.windows, self.config.window_labels, strict=True):
+            for width, label in self._labelled_windows:
                 view = route.window.view(now, width)
                 if view is not None:
-                    windows.append(
-                        (
-                            width,
-                            label,
-                            view,
-                            window_stats(view, name, label, now, configured_k_hint=self.config.draft.k),
-                        )
-                    )
-            update_route_method(self.config, route, windows)  # this poll's class, before learning
+                    windows.append((width, label, view, window_stats(view, name, label, now, configured_k_hint=k_hint)))
+            method = update_route_method(self.config, route, windows)  # this poll's class, before learning
             cost_model = self._learn(route, now)
             evaluations = evaluate_route(
                 self.config,
@@ -223,6 +223,7 @@ class Pipeline:
                 now,
                 fresh=route.fresh,
                 assess=self._assessments.assess,
+                method=method,
             )
             route.evaluations = evaluations
             if route.fresh:

@@ -9,11 +9,12 @@ docs/architecture.md §5 lists each name per vLLM version and its quirks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .exposition import Family, Labels, Sample, Selector
+from .exposition.lastpoll import picker
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -243,6 +244,10 @@ class Grouping:
         self._placements: dict[tuple[int, str, Labels], _Placement] = {}
         self._shape: object | None = None
         self._plan: _Plan | None = None
+        # For the plan of a parser shape: the schema, and where each value the plan reads sits
+        # in the parser's values (Selector.parse_values), so that poll needs no families.
+        self._plan_schema = ""
+        self._pick_values: Callable[[Sequence[float]], tuple[float, ...]] | None = None
 
     def _routes(self, labels: Mapping[str, str]) -> tuple[Route, ...]:
         model = labels.get("model_name", "")
@@ -331,11 +336,16 @@ class Grouping:
         else:
             plan = self._make_plan(families, schema)
             self._shape, self._plan = (shape, plan) if shape is not None else (None, None)
+            self._plan_schema, self._pick_values = schema, None
         values = [
             s.value
             for name, created in plan.parts
             for s in (families[name].created if created else families[name].samples)
         ]
+        return self._emit(plan, values, schema, t, target)
+
+    def _emit(self, plan: _Plan, values: Sequence[float], schema: str, t: float, target: str) -> list[RouteSnapshot]:
+        """The route snapshots from the values in the order the plan reads them."""
         result = []
         for p in plan.routes:
             counters: dict[SeriesKey, float] = {}
@@ -370,9 +380,22 @@ class Grouping:
         return result
 
     def parse(self, text: str, *, t: float, target: str) -> list[RouteSnapshot]:
-        """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
-        families = self.selector.parse(text)
-        return self.snapshots(families, t=t, target=target, shape=self.selector.shape)
+        """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input.
+
+        A poll with the last poll's series in the same order skips the families: its values go
+        straight to the remembered plan (the same values snapshots() would read from them)."""
+        families, values = self.selector.parse_values(text)
+        shape = self.selector.shape
+        if families is None:
+            assert shape is not None and values is not None
+            if shape is self._shape and self._plan is not None:
+                if self._pick_values is None:
+                    self._pick_values = picker(
+                        tuple(i for name, created in self._plan.parts for i in shape.positions(name, created))
+                    )
+                return self._emit(self._plan, self._pick_values(values), self._plan_schema, t, target)
+            families = shape.families_of(values)
+        return self.snapshots(families, t=t, target=target, shape=shape)
 
 
 def snapshots(

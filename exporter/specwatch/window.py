@@ -11,9 +11,11 @@ its own monotonic counters.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import islice
 
 from .vllm import (
     K_ACCEPTED,
@@ -75,6 +77,7 @@ class RouteWindow:
     def __init__(self, horizon_seconds: float):
         self.horizon = horizon_seconds
         self.entries: deque[Entry] = deque()
+        self._times: deque[float] = deque()  # entries' times, for view()'s bisection in C
         self._raw: dict[SeriesKey, float] = {}
         self._created: dict[SeriesKey, float] = {}
         self._le_sets: dict[str, frozenset[float]] = {}  # ITL bucket bounds per series
@@ -91,38 +94,39 @@ class RouteWindow:
         self._unordered = self._unordered or math.isnan(snap.t)
         reset_groups: set[SeriesKey] = set()
         raw = self._raw
+        counters = snap.counters
+        # Deltas as if nothing reset (the usual poll), found in the same pass as the drops; a
+        # reset below recomputes them by the full rule.
+        deltas: dict[SeriesKey, float] = {}
         if raw:
-            for key, value in snap.counters.items():
+            for key, value in counters.items():
                 previous = raw.get(key)
-                if previous is not None and value < previous:
-                    reset_groups.add(reset_group(key))
+                if previous is None:
+                    deltas[key] = 0.0  # first sighting: its history before we started is not ours to count
+                else:
+                    if value < previous:
+                        reset_groups.add(reset_group(key))
+                    deltas[key] = value - previous
             for group, created in snap.created.items():
                 previous = self._created.get(group)
                 if previous is not None and created != previous:
                     reset_groups.add(group)
-        # A histogram whose bucket layout changed restarts as a whole, and so does its mirror.
-        le_sets: dict[str, set[float]] = {}
-        for key in snap.counters:
-            if key.counter == K_ITL_BUCKET:
-                le_sets.setdefault(key.series, set()).add(key.le)
-        for engine, les in le_sets.items():
-            frozen = frozenset(les)
-            previous_les = self._le_sets.get(engine)
-            if previous_les is not None and previous_les != frozen:
-                group = SeriesKey(K_ITL, engine)
-                reset_groups.add(group)
-                for key in [k for k in self.totals if reset_group(k) == group]:
-                    del self.totals[key]
-            self._le_sets[engine] = frozen
-        deltas: dict[SeriesKey, float] = {}
-        for key, value in snap.counters.items():
-            previous = raw.get(key)
-            if reset_groups and reset_group(key) in reset_groups:
-                deltas[key] = value
-            elif previous is None:
-                deltas[key] = 0.0  # first sighting: its history before we started is not ours to count
-            else:
-                deltas[key] = value - previous
+        else:
+            deltas = dict.fromkeys(counters, 0.0)
+        # A histogram whose bucket layout changed restarts as a whole, and so does its mirror. The
+        # same series as the last poll have the same layouts (each was recorded from that poll).
+        if counters.keys() != raw.keys():
+            self._relayout(counters, reset_groups)
+        if reset_groups:
+            deltas = {}
+            for key, value in counters.items():
+                previous = raw.get(key)
+                if reset_group(key) in reset_groups:
+                    deltas[key] = value
+                elif previous is None:
+                    deltas[key] = 0.0
+                else:
+                    deltas[key] = value - previous
         if raw and not snap.created:
             # Without _created (multiprocess vLLM) a restart can hide: counters that grew past their
             # old values within one poll show no drop. The interval then breaks vLLM's identities
@@ -139,14 +143,32 @@ class RouteWindow:
         self._raw = dict(snap.counters)
         self._created.update(snap.created)
         self.entries.append(Entry(snap.t, dict(totals), snap))
+        self._times.append(snap.t)
         self._prune(snap.t)
         if reset_groups:
             self.resets += 1
         return bool(reset_groups)
 
+    def _relayout(self, counters: Mapping[SeriesKey, float], reset_groups: set[SeriesKey]) -> None:
+        """Record each engine's ITL bucket bounds; a changed layout resets that histogram."""
+        le_sets: dict[str, set[float]] = {}
+        for key in counters:
+            if key.counter == K_ITL_BUCKET:
+                le_sets.setdefault(key.series, set()).add(key.le)
+        for engine, les in le_sets.items():
+            frozen = frozenset(les)
+            previous_les = self._le_sets.get(engine)
+            if previous_les is not None and previous_les != frozen:
+                group = SeriesKey(K_ITL, engine)
+                reset_groups.add(group)
+                for key in [k for k in self.totals if reset_group(k) == group]:
+                    del self.totals[key]
+            self._le_sets[engine] = frozen
+
     def _prune(self, now: float) -> None:
         while self.entries and self.entries[0].t < now - self.horizon:
             self.entries.popleft()
+            self._times.popleft()
 
     @property
     def latest(self) -> RouteSnapshot | None:
@@ -155,19 +177,29 @@ class RouteWindow:
     def view(self, now: float, width: float) -> WindowView | None:
         """The window [now - width, now]; None when it holds fewer than 2 snapshots."""
         lo = now - width
+        entries = self.entries
         if self._unordered:
-            chosen = [e for e in self.entries if lo <= e.t <= now]
-        else:
-            chosen = []
-            for entry in reversed(self.entries):  # newest first, stop at the window's start
+            chosen = tuple([e for e in entries if lo <= e.t <= now])
+        elif math.isnan(lo) or math.isnan(now):
+            # Newest first, stop at the window's start (which a NaN bound never is).
+            scanned = []
+            for entry in reversed(entries):
                 if entry.t < lo:
                     break
                 if entry.t <= now:
-                    chosen.append(entry)
-            chosen.reverse()
+                    scanned.append(entry)
+            chosen = tuple(reversed(scanned))
+        else:
+            # Times strictly increase (ingest drops any snapshot not after the last): the entries
+            # with lo <= t <= now are one run, found by bisection.
+            start = bisect_left(self._times, lo)
+            end = bisect_right(self._times, now)
+            if end - start < 2:
+                return None
+            chosen = tuple(islice(entries, start, end))
         if len(chosen) < 2:
             return None
-        return WindowView(chosen[0], chosen[-1], tuple(chosen))
+        return WindowView(chosen[0], chosen[-1], chosen)
 
 
 def _one_step_slack(snap: RouteSnapshot, previous: RouteSnapshot | None) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
 from typing import TypeVar
@@ -22,6 +22,13 @@ _make_sample = partial(tuple.__new__, Sample)  # Sample from a (name, labels, va
 
 def _pick(items: Sequence[_T], positions: tuple[int, ...]) -> tuple[_T, ...]:
     return tuple([items[i] for i in positions])
+
+
+def picker(positions: tuple[int, ...]) -> Callable[[Sequence[_T]], tuple[_T, ...]]:
+    """_pick(items, positions) as one C call (itemgetter), built once per remembered poll."""
+    if len(positions) >= 2:
+        return itemgetter(*positions)  # a tuple for 2+ positions
+    return partial(_pick, positions=positions)
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,17 @@ class LastPoll:
     not_negative: tuple[int, ...]  # counters and gauges: finite and >= 0
     timestamps: tuple[int, ...]  # _created: finite
     histograms: tuple[_HistogramPlan, ...]
+    # The position tuples above as pickers (picker()): the fast path's selections in C.
+    _plain: Callable[[Sequence[str]], tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _not_negative: Callable[[Sequence[float]], tuple[float, ...]] = field(init=False, repr=False, compare=False)
+    _timestamps: Callable[[Sequence[float]], tuple[float, ...]] = field(init=False, repr=False, compare=False)
+    _buckets: tuple[Callable[[Sequence[float]], tuple[float, ...]], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_plain", picker(self.plain))
+        object.__setattr__(self, "_not_negative", picker(self.not_negative))
+        object.__setattr__(self, "_timestamps", picker(self.timestamps))
+        object.__setattr__(self, "_buckets", tuple(picker(plan.buckets) for plan in self.histograms))
 
     @staticmethod
     def remember(
@@ -110,21 +128,27 @@ class LastPoll:
 
     def reread(self, found: list[Line]) -> dict[str, Family] | None:
         """The families of `found` if it has this poll's lines with valid values, else None."""
+        values = self.reread_values(found)
+        return None if values is None else self.families_of(values)
+
+    def reread_values(self, found: list[Line]) -> list[float] | None:
+        """The sample values of `found` (in line order) if it has this poll's lines with valid
+        values, else None."""
         if list(map(_head, found)) != self.heads or list(map(_whole_line, found)) != self.lines:
             return None
         texts = list(map(_value_text, found))
         try:
-            values = list(map(float, _pick(texts, self.plain)))
+            values = list(map(float, self._plain(texts)))
         except ValueError:
             return None
         if self.not_negative:
-            checked = _pick(values, self.not_negative)
+            checked = self._not_negative(values)
             if not (math.isfinite(sum(checked)) and min(checked) >= 0):
                 return None  # a NaN, an infinity or a negative value (or a sum overflow): look closer
-        if self.timestamps and not math.isfinite(sum(_pick(values, self.timestamps))):
+        if self.timestamps and not math.isfinite(sum(self._timestamps(values))):
             return None
-        for plan in self.histograms:
-            buckets = _pick(values, plan.buckets)
+        for plan, pick_buckets in zip(self.histograms, self._buckets, strict=True):
+            buckets = pick_buckets(values)
             if not (
                 buckets[0] >= 0
                 and all(map(operator.ge, buckets[1:], buckets[:-1]))
@@ -133,8 +157,20 @@ class LastPoll:
                 and math.isfinite(values[plan.sum])
             ):
                 return None
+        return values
+
+    def families_of(self, values: list[float]) -> dict[str, Family]:
+        """The families that `reread_values`' values make."""
         samples = list(map(_make_sample, zip(self.names, self.labels, values, strict=False)))
         return {
             name: Family(name, kind, _pick(samples, value_at), _pick(samples, created_at))
             for name, kind, value_at, created_at in self.families
         }
+
+    def positions(self, family: str, created: bool) -> tuple[int, ...]:
+        """Where in `reread_values`' values the samples (or the _created samples) of `family` are,
+        in the order of `families_of`' Family.samples (Family.created)."""
+        for name, _, value_at, created_at in self.families:
+            if name == family:
+                return created_at if created else value_at
+        return ()

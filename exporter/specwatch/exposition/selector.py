@@ -58,15 +58,31 @@ class Selector:
 
     def parse(self, text: str) -> dict[str, Family]:
         """Parse and validate the selected families of `text`. Raises ExpositionError, nothing else."""
+        families, values = self.parse_values(text)
+        if families is None:
+            assert self.shape is not None and values is not None
+            return self.shape.families_of(values)
+        return families
+
+    def parse_values(self, text: str) -> tuple[dict[str, Family] | None, list[float] | None]:
+        """parse(), except that a poll read from the remembered last poll (`shape` set) comes as
+        its sample values alone, (None, values): `shape.families_of(values)` are its families,
+        for a reader that only needs the values. Otherwise (families, None)."""
         self.shape = None
         try:
             if "\x00" in text:
                 raise ExpositionError("parse", "NUL byte: not the Prometheus text format")
             try:
-                return self._read_found(self._selected_lines(text), text)
+                found = self._selected_lines(text)
+                if self._last is not None:
+                    values = self._last.reread_values(found)
+                    if values is not None:
+                        self.shape = self._last
+                        return None, values
+                return self._read_found(found, text), None
             except ExpositionError:
                 pass  # rejected: the line scan says why, with the line number
-            return self._read(every_line(text), text)
+            return self._read(every_line(text), text), None
         except ExpositionError:
             raise
         except Exception as exc:  # noqa: BLE001 - the contract is one error type for any bad input
@@ -91,14 +107,9 @@ class Selector:
         return lines
 
     def _read_found(self, found: list[Line], text: str) -> dict[str, Family]:
-        """Read the lines the pattern found; when they are the last good poll's lines with new
-        values (the usual case: vLLM prints the same series in the same order every time), only
-        the values are converted and checked."""
-        if self._last is not None:
-            result = self._last.reread(found)
-            if result is not None:
-                self.shape = self._last
-                return result
+        """Read the lines the pattern found in full and remember them as the last good poll: the
+        next poll with the same lines and new values (the usual case: vLLM prints the same series
+        in the same order every time) only has its values converted and checked."""
         result = self._read(found, text)
         self._last = LastPoll.remember(found, result, self._series, self.families)
         return result

@@ -110,6 +110,15 @@ def every_line(text: str) -> list[Line]:
     return [("", "", line) for line in text.split("\n")]
 
 
+def _common_start(words: tuple[str, ...]) -> str:
+    """The longest string every word starts with (that of the first and last in sorted order)."""
+    first, last = min(words), max(words)
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
 def line_finder(prefixes: tuple[str, ...], type_names: tuple[str, ...]) -> re.Pattern[str]:
     """A pattern whose findall() returns, in order, as `Line`s, every line (after the first) that
     starts with one of `prefixes`, every TYPE line naming one of `type_names`, and every TYPE line
@@ -135,4 +144,14 @@ def line_finder(prefixes: tuple[str, ...], type_names: tuple[str, ...]) -> re.Pa
         type_branches.append(rf"{_WS}*(?:{alternatives(type_names)}){_WS}[^\n]*")
     type_branches.append(rf"(?!{_WS}*\S+{_WS}+\S+{_WS}*(?:\n|\Z))[^\n]*")
     branches.append(re.escape(TYPE_PREFIX) + "(?:" + "|".join(type_branches) + ")")
-    return re.compile(r"\n(?:" + plain + "|(" + "|".join(branches) + "))")
+    # A guard the branches imply, cheaper than trying them: most lines start with neither a
+    # prefix's first characters nor a TYPE line (~7 % of the scan on vLLM's payload).
+    guard = [re.escape(TYPE_PREFIX)]
+    if prefixes:
+        common = _common_start(prefixes)
+        following = sorted({p[len(common)] for p in prefixes if len(p) > len(common)})
+        if following and all(len(p) > len(common) for p in prefixes):
+            guard.append(re.escape(common) + "[" + "".join(re.escape(c) for c in following) + "]")
+        else:
+            guard.append(re.escape(common))
+    return re.compile(r"\n(?=" + "|".join(guard) + ")(?:" + plain + "|(" + "|".join(branches) + "))")
