@@ -463,6 +463,9 @@ class CostModel:
         coverage in (0, 1]) and the cached roofline constants, which do not depend on coverage,
         carry over instead of being recomputed for every new coverage."""
         derived: CostModel = object.__new__(CostModel)
+        # Settled on the parent first, so every coverage copy inherits them: the parent itself is
+        # rarely asked (its copies are), and the Protocol isinstance behind them is slow.
+        _ = self._relative_curve, self._versioned
         state = {name: self.__dict__[name] for name in _FIELD_NAMES}
         state.update((name, self.__dict__[name]) for name in _COVERAGE_FREE_CACHED if name in self.__dict__)
         state["draft_coverage"] = draft_coverage
