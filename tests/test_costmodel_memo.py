@@ -235,3 +235,27 @@ def test_new_coverages_every_poll_keep_the_per_method_models_and_stay_bounded():
         assert cm.with_coverage(0.5 + i / 100).draft_coverage == 0.5 + i / 100
     assert cm.with_method("ngram") is ngram
     assert len(cm._derived) <= 16
+
+
+def test_coverage_copies_of_a_model_never_asked_itself_inherit_its_constants_instead_of_recomputing():
+    parent = cmod.build_cost_model(draft_method="ngram")  # fresh: nothing computed on it yet
+    first, second = parent.with_coverage(0.42), parent.with_coverage(0.43)
+    for name in _COVERAGE_FREE_CACHED:
+        assert name in first.__dict__ and name in second.__dict__, name
+        assert first.__dict__[name] is second.__dict__[name] or first.__dict__[name] == second.__dict__[name]
+    reference = replace(parent, draft_coverage=0.42)
+    for batch, k in ((1, 1), (7.0, 3.4), (300.5, 2.2)):
+        assert first.spec_step_time(batch, k) == reference.spec_step_time(batch, k)
+
+
+def test_a_constant_the_parent_cannot_compute_still_fails_only_where_a_copy_uses_it():
+    # No bf16 peak: flops_eff cannot be computed, but a measured profile never needs it.
+    hardware = cmod.HardwareSpec("no-flops", bandwidth_bytes_per_second=1e12, flops={})
+    profile = cmod.Profile(points=((1.0, 0.01), (64.0, 0.02), (512.0, 0.08)))
+    ngram = cmod.build_cost_model(draft_method="ngram")
+    parent = CostModel(hardware=hardware, model=ngram.model, draft=ngram.draft, profile=profile)
+    copy = parent.with_coverage(0.5)
+    assert "flops_eff" not in copy.__dict__
+    assert copy.spec_step_time(4.0, 2) == replace(parent, draft_coverage=0.5).spec_step_time(4.0, 2)
+    with pytest.raises(KeyError):
+        _ = copy.flops_eff

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import costmodel
-from .config import Config, RouteConfig
+from .config import Config, HardwareConfig, RouteConfig
 from .costmodel import learned
 from .decide import Assessment, VerdictState
 from .decide_cache import AssessmentCache
@@ -117,10 +117,16 @@ _LEARN_KINDS = {
 }
 
 
+#: Asked every poll (learning auto): built once, not a HardwareConfig per question.
+_DEFAULT_HARDWARE_PRESET = HardwareConfig().preset
+
+
 def config_is_default(config: Config) -> bool:
     """True when neither hardware nor model was configured: the verdict rests on assumed defaults."""
     hw, m = config.hardware, config.model
-    hardware_default = hw.preset == type(hw)().preset and hw.bandwidth_bytes_per_second is None and hw.flops is None
+    hardware_default = (
+        hw.preset == _DEFAULT_HARDWARE_PRESET and hw.bandwidth_bytes_per_second is None and hw.flops is None
+    )
     model_default = m.preset is None and m.hf_config is None and m.params is None
     return hardware_default and model_default
 

@@ -463,9 +463,7 @@ class CostModel:
         coverage in (0, 1]) and the cached roofline constants, which do not depend on coverage,
         carry over instead of being recomputed for every new coverage."""
         derived: CostModel = object.__new__(CostModel)
-        # Settled on the parent first, so every coverage copy inherits them: the parent itself is
-        # rarely asked (its copies are), and the Protocol isinstance behind them is slow.
-        _ = self._relative_curve, self._versioned
+        self._settle_coverage_free()
         state = {name: self.__dict__[name] for name in _FIELD_NAMES}
         state.update((name, self.__dict__[name]) for name in _COVERAGE_FREE_CACHED if name in self.__dict__)
         state["draft_coverage"] = draft_coverage
@@ -475,6 +473,21 @@ class CostModel:
         state["_derived"] = {}
         derived.__dict__.update(state)
         return derived
+
+    def _settle_coverage_free(self) -> None:
+        """Compute the coverage-free cached constants on this model once, so that every coverage
+        copy inherits them: the parent itself is rarely asked (its copies are), and without this
+        each new coverage recomputed all of them (a third of a speculative-step miss). One that
+        fails here is left for the copy to compute, and fail, when and if it is used, as before."""
+        values = self.__dict__
+        if values.get("_coverage_free_settled"):
+            return
+        for name in _COVERAGE_FREE_CACHED:
+            try:
+                getattr(self, name)
+            except Exception:  # noqa: BLE001 - raised again, unchanged, where it is used
+                continue
+        values["_coverage_free_settled"] = True
 
     def with_method(self, method: str | None) -> CostModel:
         """The same model with the default draft cost of ``method`` (unless a cost was configured)."""
