@@ -44,9 +44,18 @@ def install() -> None:
     polls hold the same series), so the grouping runs in full every poll."""
 
     def peer_parse(self: exposition.Selector, text: str) -> dict[str, exposition.Family]:
+        self.shape = None
         return parse(text, self.families)
 
+    def peer_parse_values(
+        self: exposition.Selector, text: str
+    ) -> tuple[dict[str, exposition.Family] | None, list[float] | None]:
+        # The grouping reads through parse_values (values alone when a poll repeats the last
+        # one's layout): the peer always answers with families, so it never takes that path.
+        return peer_parse(self, text), None
+
     exposition.Selector.parse = peer_parse  # type: ignore[method-assign]
+    exposition.Selector.parse_values = peer_parse_values  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -42,3 +42,37 @@ def test_smoke_mode_produces_every_table(tmp_path):
     # The whole-process peer must be the same computation with another parser.
     assert results["parts"]["replay"]["identical_output"] is True
     assert results["machine"]["cpus"]
+
+
+PEER_CHECK = """
+import prometheus_client.parser as peer
+from bench import payloads, pcparser
+from specwatch.config import from_mapping
+from specwatch.pipeline import Pipeline
+
+calls = []
+original = peer.text_string_to_metric_families
+def counting(text):
+    calls.append(1)
+    return original(text)
+peer.text_string_to_metric_families = counting
+pcparser.text_string_to_metric_families = counting
+pcparser.install()
+pipeline = Pipeline(from_mapping({"poll_interval": "5s"}))
+real = payloads.real_payloads()[:6]
+for _, t, text in real:
+    assert pipeline.ingest("vllm", t, text).ok
+    pipeline.evaluate(t)
+print(len(calls), len(real))
+"""
+
+
+def test_the_peer_parser_is_the_one_every_poll_uses_once_installed():
+    # The replay benchmark's peer swaps prometheus_client in; a new fast path that bypassed the
+    # swap once made that peer silently measure specwatch's own parser.
+    proc = subprocess.run(
+        [sys.executable, "-c", PEER_CHECK], cwd=REPO, capture_output=True, text=True, check=False, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    calls, polls = proc.stdout.split()
+    assert int(calls) == int(polls) > 0
