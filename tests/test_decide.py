@@ -18,7 +18,8 @@ from specwatch.collector import registry_for
 from specwatch.config import ConfigError, DecisionConfig, from_mapping
 from specwatch.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
 from specwatch.derive import WindowStats
-from specwatch.pipeline import Pipeline, evaluation_record, resolve_method
+from specwatch.evaluation import evaluation_record, resolve_method
+from specwatch.pipeline import Pipeline
 from specwatch.status import status_document
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)

@@ -9,7 +9,6 @@ import pytest
 from specwatch.decide import Assessment
 from specwatch.derive import WindowStats
 from specwatch.evaluation import NUMERIC_VALUES, RouteEvaluation
-from specwatch.pipeline import RouteEvaluation as FromPipeline
 
 STATS = WindowStats(
     route="r",
@@ -70,7 +69,3 @@ def test_the_recommendation_belongs_to_the_verdict_in_effect_and_the_rest_to_the
 def test_value_refuses_a_name_that_is_not_a_number():
     with pytest.raises(ValueError, match="position_rates"):
         evaluation(True).value("position_rates")  # type: ignore[arg-type]
-
-
-def test_the_old_import_location_still_works():
-    assert FromPipeline is RouteEvaluation

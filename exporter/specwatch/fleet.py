@@ -2,7 +2,7 @@
 (promql, promsource) -> per (replica, route, window) data (fleet_windows) -> the same derivations,
 cost model, verdicts and hysteresis as the sidecar -> a FleetState to serve (fleet_state).
 
-The sidecar's own per-route evaluation (pipeline.evaluate_route: cost class, guard, assessment,
+The sidecar's own per-route evaluation (evaluation.evaluate_route: cost class, guard, assessment,
 hold, draft.config check, advice) runs per replica: the break-even is nonlinear in the batch, so
 a fleet-average batch would decide wrongly. As the sidecar's Pipeline does, it assesses through an
 exact-key memo (decide_cache.AssessmentCache), and a replica window whose data did not change since

@@ -3,7 +3,7 @@
 ingest(target, t, text | error) -> per-route windows; evaluate(t) -> derived values, break-even
 assessment and verdicts (evaluation.evaluate_route); state() -> an immutable State (state.py) that
 the collector and the status API render. No I/O here: the service feeds it from HTTP polls,
-replay from a recording. The names that used to live here stay importable from this module.
+replay from a recording.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from .evaluation import (
     RouteEvaluation,
     WindowEntry,
     evaluate_route,
-    evaluation_record,
-    resolve_method,
     update_route_method,
 )
 from .exposition import ExpositionError
@@ -44,16 +42,7 @@ from .vllm import (
 )
 from .window import RouteWindow
 
-# Imported from here before evaluation.py and state.py were split out (fleet mode, tests, bench).
-__all__ = [
-    "Pipeline",
-    "RouteEvaluation",
-    "State",
-    "WindowEntry",
-    "evaluate_route",
-    "evaluation_record",
-    "resolve_method",
-]
+__all__ = ["Pipeline"]
 
 ERROR_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "invalid")
 
