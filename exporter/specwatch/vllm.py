@@ -4,6 +4,9 @@ Reads the V1 names (0.8.3 .. 0.33), the pre-0.10.2 ITL name (`time_per_output_to
 and the V0 engine's gauges. Counters keep one series per (engine[, position | le]) so the
 window can apply the Prometheus reset rule per series before summing over engines.
 docs/architecture.md §5 lists each name per vLLM version and its quirks.
+
+A little over 400 lines on purpose: the name table, the snapshot types and the per-target
+grouping with its remembered plan are one concern (families -> snapshots) and share its helpers.
 """
 
 from __future__ import annotations
