@@ -504,7 +504,11 @@ def test_live_alpha_tau_k_positions_itl_and_batch_equal_vllm_counters_between_qu
 def _quiet_intervals(run: Run) -> list[tuple[float, float, pc.Snap]]:
     """(from, to, counters) of the periods before the restart in which vLLM's counters stood still."""
     ph, ev = run.phases, run.events
-    edges = [(ev["start"], ph[1]["t_start"], "idle")]
+    # The sidecar starts once the server is ready and just before the scenario, and nothing is
+    # served until phase 1: a window reaching back past the scenario's start begins at the
+    # sidecar's first poll, whose counters are the idle ones. (On a fast machine every 5m read
+    # after the restart reaches back that far.)
+    edges = [(-math.inf, ph[1]["t_start"], "idle")]
     edges += [(ph[a]["t_end"] + SETTLE, ph[b]["t_start"], a) for a, b in itertools.pairwise(CONCURRENCIES)]
     edges.append((ph[16]["t_end"] + SETTLE, ev["restart_begin"], 16))
     return [(t0 + 2, t1 - 2, run.quiet[label]) for t0, t1, label in edges if t1 - t0 > 4]
