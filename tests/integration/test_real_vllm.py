@@ -538,15 +538,19 @@ def test_live_long_window_spans_the_restart_with_prometheus_reset_rule(spec_run)
         assert close(w["acceptance_rate"], d(pc.ACCEPTED) / d(pc.DRAFT_TOKENS))
         assert close(w["draft_length"], d(pc.DRAFT_TOKENS) / d(pc.DRAFTS))
         assert close(w["mean_acceptance_length"], 1 + d(pc.ACCEPTED) / d(pc.DRAFTS))
+        # first planned as specwatch_counter_resets_total; renamed for promtool's lint (docs/design-notes.md)
+        resets = sample(metrics, "specwatch_target_restarts_total", target="vllm")
+        assert resets is not None and resets >= 1, "the sidecar did not count the restart"
+        assert status["targets"][0]["counter_resets"] >= 1
+        if (status.get("t") or 0.0) - width < spec_run.events["start"] + 2:
+            # A window reaching back to the sidecar's first poll (a fast machine): its deltas are
+            # checked above; the mirrored totals are checked on windows that began in the scenario.
+            continue
         # mirrored counters (since the sidecar started, in the idle start) stay monotonic across the restart
         idle = spec_run.quiet["idle"]
         total = lambda n, idle=idle: before.counters[n] - idle.counters[n] + after.counters[n]
         assert close(sample(metrics, "specwatch_drafts_total", route=ROUTE), total(pc.DRAFTS))
         assert close(sample(metrics, "specwatch_accepted_tokens_total", route=ROUTE), total(pc.ACCEPTED))
-        # first planned as specwatch_counter_resets_total; renamed for promtool's lint (docs/design-notes.md)
-        resets = sample(metrics, "specwatch_target_restarts_total", target="vllm")
-        assert resets is not None and resets >= 1, "the sidecar did not count the restart"
-        assert status["targets"][0]["counter_resets"] >= 1
 
 
 def test_live_verdict_holds_through_the_restart(spec_run):
