@@ -28,9 +28,9 @@ from specwatch.costmodel import (
     model_weight_bytes,
     parse_profile,
     recommend_schedule,
-    speculative_config,
 )
 from specwatch.costmodel.breakeven import first_drop_best
+from specwatch.schedule import speculative_config
 
 H100 = HARDWARE_PRESETS["h100-sxm"]
 L8B = MODEL_PRESETS["llama-3.1-8b"]

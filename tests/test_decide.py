@@ -20,6 +20,7 @@ from specwatch.decide import VERDICTS, Assessment, VerdictState, assess, next_ve
 from specwatch.derive import WindowStats
 from specwatch.evaluation import evaluation_record, resolve_method
 from specwatch.pipeline import Pipeline
+from specwatch.schedule import k_at_batch
 from specwatch.status import status_document
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
@@ -381,7 +382,7 @@ def test_shorten_and_the_schedule_agree_at_the_live_batch_on_a_non_monotone_prof
         cm, stats(alpha=sum(rates) / 4, k=4, batch=8, rates=rates), DECISION, "ngram", "keep", config_method="ngram"
     )
     assert a.candidate == "shorten"
-    assert decide.config_k_at_batch(a.recommended_config, 8) == a.recommended_draft_length >= 1
+    assert k_at_batch(a.recommended_config, 8) == a.recommended_draft_length >= 1
     assert decide.verdict_agrees_with_config(a, 8, 4)
 
 

@@ -444,7 +444,7 @@ def test_evaluate_route_given_the_resolved_method_equals_resolving_it_itself():
             view = window.view(t, width)
             if view is not None:
                 windows.append((width, label, view, window_stats(view, "r", label, t)))
-        method = update_route_method(config, given, windows)
+        method = update_route_method(config, given, windows, None)
         a = evaluate_route(config, cost_model, None, given, windows, t, fresh=True, method=method)
         b = evaluate_route(config, cost_model, None, resolving, windows, t, fresh=True)
         assert _same(a, b)

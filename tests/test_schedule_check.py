@@ -16,11 +16,8 @@ from specwatch.collector import registry_for
 from specwatch.config import ConfigError, from_mapping
 from specwatch.demo import sidecar_config_for
 from specwatch.pipeline import Pipeline
-from specwatch.schedule_check import (
-    SpeculativeConfigError,
-    check_draft_length,
-    parse_speculative_config,
-)
+from specwatch.schedule import SpeculativeConfigError, parse_speculative_config
+from specwatch.schedule_check import check_draft_length
 from specwatch.sim.scenario import parse_scenario
 from specwatch.status import status_document
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from . import costmodel as cmod
 from .derive import WindowStats
+from .schedule import SCHEDULE_KEY, SpeculativeConfigValue, complete_speculative_config, k_at_batch, speculative_config
 
 if TYPE_CHECKING:
     from .config import DecisionConfig
@@ -30,7 +31,7 @@ ACTIONS = ("no_change", "apply", "merge", "remove_speculative_config")
 DEFAULT_SCHEDULE_MAX_BATCH = 512
 
 #: Keys to merge into ``--speculative-config``.
-SpeculativeConfig = dict[str, cmod.SpeculativeConfigValue]
+SpeculativeConfig = dict[str, SpeculativeConfigValue]
 
 #: What a ``num_speculative_tokens_per_batch_size`` schedule costs in vLLM today; reported with
 #: every recommendation that contains one (status JSON ``notes``, docs/runbook.md).
@@ -75,21 +76,6 @@ class Assessment:
 
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
-
-
-def config_k_at_batch(config: Mapping[str, object], batch: float) -> int:
-    """K that vLLM drafts at ``batch`` under ``config`` (its schedule band, else num_speculative_tokens)."""
-    k = config.get("num_speculative_tokens")
-    top = int(k) if isinstance(k, int) else 0
-    schedule = config.get(cmod.SCHEDULE_KEY)
-    if isinstance(schedule, list):
-        b = max(round(batch), 1)
-        for band in schedule:
-            lo, hi, kk = (int(x) for x in band)
-            if lo <= b <= hi:
-                return min(kk, top)
-        return 0
-    return top
 
 
 def extend_position_rates(rates: Sequence[float], k: int) -> tuple[float, ...]:
@@ -199,17 +185,17 @@ def assess(
     else:
         schedule = [[1, cover, best_k]]
     named = method if config_method == "same" else config_method
-    changes = cmod.speculative_config(named, max(kk for _, _, kk in schedule), schedule)
-    complete = cmod.complete_speculative_config(changes, named, base_config)
+    changes = speculative_config(named, max(kk for _, _, kk in schedule), schedule)
+    complete = complete_speculative_config(changes, named, base_config)
     notes: list[str] = []
-    if cmod.SCHEDULE_KEY in changes:
+    if SCHEDULE_KEY in changes:
         notes.extend(SCHEDULE_NOTES)
         if any(kk == 0 for _, _, kk in schedule):
             notes.append(ZERO_BAND_NOTE)
     if complete is None:
         notes.append(MERGE_NOTE)
     return verdict(
-        recommended_draft_length=config_k_at_batch(changes, b),
+        recommended_draft_length=k_at_batch(changes, b),
         recommended_config=complete,
         config_changes=changes,
         action="apply" if complete is not None else "merge",
@@ -237,8 +223,8 @@ def verdict_agrees_with_config(assessment: Assessment, batch: float, current_k: 
     if a.candidate == "shorten":
         if a.config_changes is None or a.recommended_draft_length is None:
             return False
-        k_live = config_k_at_batch(a.config_changes, batch)
-        complete_ok = a.recommended_config is None or config_k_at_batch(a.recommended_config, batch) == k_live
+        k_live = k_at_batch(a.config_changes, batch)
+        complete_ok = a.recommended_config is None or k_at_batch(a.recommended_config, batch) == k_live
         return 1 <= k_live == a.recommended_draft_length < current_k and complete_ok
     return a.recommended_config is None and a.config_changes is None and a.action is None
 

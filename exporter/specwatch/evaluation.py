@@ -16,7 +16,8 @@ from typing import Literal, Protocol, get_args
 from . import costmodel, decide
 from .config import Config, DecisionConfig
 from .derive import WindowStats, with_drafter
-from .schedule_check import ConfigCheck, SpeculativeSchedule, check_draft_length
+from .schedule import SpeculativeSchedule
+from .schedule_check import ConfigCheck, check_draft_length
 from .vllm import SCHEMA_V0, RouteSnapshot
 from .window import WindowView
 
@@ -172,12 +173,9 @@ def resolve_method(
     return "auto:eagle3"
 
 
-def schedule_ks_of(config: Mapping[str, object] | None) -> tuple[int, ...] | None:
-    """K values of the num_speculative_tokens_per_batch_size schedule in a stated config."""
-    schedule = (config or {}).get(costmodel.SCHEDULE_KEY)
-    if not isinstance(schedule, list):
-        return None
-    return tuple(int(band[2]) for band in schedule if isinstance(band, (list, tuple)) and len(band) == 3)
+def scheduled_ks(schedule: SpeculativeSchedule | None) -> tuple[int, ...] | None:
+    """The K values of a stated batch schedule (3- or 5-item bands); None without one."""
+    return schedule.k_values if schedule is not None and schedule.has_schedule else None
 
 
 WindowEntry = tuple[float, str, WindowView, WindowStats]  # (width s, label, view, its stats)
@@ -215,15 +213,16 @@ def passes_guard(stats: WindowStats, latest: RouteSnapshot, min_drafts: float) -
     return stats.drafts is not None and stats.drafts >= min_drafts
 
 
-def update_route_method(config: Config, memory: RouteMemory, windows: Sequence[WindowEntry]) -> str:
+def update_route_method(
+    config: Config, memory: RouteMemory, windows: Sequence[WindowEntry], schedule: SpeculativeSchedule | None
+) -> str:
     """One cost class per route, from the longest window with enough drafts (stable across
     windows); kept while no window is evidence (speculation idle or off). Idempotent for the same
     windows: the sidecar resolves it before learning, evaluate_route again for fleet mode."""
     configured = config.draft.method
     if configured != "auto":
         memory.method = configured
-    stated = getattr(config.draft, "config", None)
-    schedule_ks = schedule_ks_of(stated if isinstance(stated, Mapping) else None)
+    schedule_ks = scheduled_ks(schedule)
     for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
         resolved = resolve_method(configured, stats, min_drafts=config.decision.min_drafts, schedule_ks=schedule_ks)
         if resolved is not None:
@@ -255,12 +254,12 @@ def evaluate_route(
     # The --speculative-config the server runs with, when the user stated it (draft.config).
     stated = getattr(config.draft, "config", None)
     base_config: Mapping[str, object] | None = stated if isinstance(stated, Mapping) else None
-    schedule_ks = schedule_ks_of(base_config)
+    schedule_ks = scheduled_ks(schedule)
     decision = config.decision
     # Half a poll of slack: evaluations are one poll interval apart, give or take scheduling.
     hold = max(decision.hold_seconds(config.poll_interval) - 0.5 * config.poll_interval, 0.0)
     if method is None:
-        method = update_route_method(config, memory, windows)
+        method = update_route_method(config, memory, windows, schedule)
     cost_class = method.split(":")[-1]
     # The recommended config names a method only when it is known: configured, or inferred
     # n-gram (self-contained); an inferred model-based drafter's method and path are not.

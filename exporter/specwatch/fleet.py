@@ -49,7 +49,7 @@ from .fleet_windows import (
     window_view,
 )
 from .promsource import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
-from .schedule_check import schedule_from_config
+from .schedule import schedule_from_config
 from .vllm import RouteMatcher
 
 log = structlog.get_logger("specwatch.fleet")

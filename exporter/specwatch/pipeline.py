@@ -24,7 +24,7 @@ from .evaluation import (
 )
 from .exposition import ExpositionError
 from .grading import AdviceGrader
-from .schedule_check import schedule_from_config
+from .schedule import schedule_from_config
 from .state import CostModelInfo, RouteState, State, TargetState
 from .vllm import (
     K_ACCEPTED,
@@ -207,7 +207,9 @@ class Pipeline:
                 view = route.window.view(now, width)
                 if view is not None:
                     windows.append((width, label, view, window_stats(view, name, label, now, configured_k_hint=k_hint)))
-            method = update_route_method(self.config, route, windows)  # this poll's class, before learning
+            method = update_route_method(
+                self.config, route, windows, self._schedule
+            )  # this poll's class, before learning
             cost_model = self._learn(route, now)
             evaluations = evaluate_route(
                 self.config,

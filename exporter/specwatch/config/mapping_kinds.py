@@ -85,7 +85,7 @@ class SpeculativeConfig(Kind):
     checks it (num_speculative_tokens, the num_speculative_tokens_per_batch_size schedule)."""
 
     def parse(self, value: object, key: str, ctx: Context) -> JsonSchema:
-        from ..schedule_check import SpeculativeConfigError, parse_speculative_config
+        from ..schedule import SpeculativeConfigError, parse_speculative_config
 
         data = value
         if isinstance(value, str):

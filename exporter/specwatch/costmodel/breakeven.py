@@ -9,13 +9,10 @@ Every function takes a CostModel and asks it only for ``base_step_time``, ``spec
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from .roofline import CostModel
 from .search import last_true, solve_increasing
-
-#: JSON-compatible value of ``--speculative-config``.
-SpeculativeConfigValue = str | int | list[list[int]]
 
 
 def breakeven_acceptance_rate(cm: CostModel, batch: float, k: float) -> float:
@@ -242,65 +239,6 @@ def recommend_schedule(
         else:
             bands.append([first, last, kk])
     return bands
-
-
-def speculative_config(
-    method: str | None,
-    k: int,
-    schedule: Sequence[Sequence[int]] | None = None,
-) -> dict[str, SpeculativeConfigValue]:
-    """The keys a recommendation changes in ``--speculative-config`` (merge them into yours, or
-    use ``complete_speculative_config`` for a flag vLLM accepts as pasted).
-
-    Never emits ``disable_by_batch_size``: vLLM V1 ignores it (removed by PR #35060). A schedule
-    that is one band with K equal to ``k`` is left out (it is the same as no schedule)."""
-    if k is None or int(k) < 1:
-        raise ValueError("num_speculative_tokens must be >= 1 (to disable, remove --speculative-config)")
-    out: dict[str, SpeculativeConfigValue] = {}
-    if method and method != "auto":
-        out["method"] = method
-    out["num_speculative_tokens"] = int(k)
-    if schedule:
-        sched = [[int(lo), int(hi), int(kk)] for lo, hi, kk in schedule]
-        if any(kk > int(k) for _, _, kk in sched):
-            raise ValueError("every K in the schedule must be <= num_speculative_tokens")
-        if not (len(sched) == 1 and sched[0][2] == int(k)):
-            out["num_speculative_tokens_per_batch_size"] = sched
-    return out
-
-
-#: vLLM methods that need no ``model`` in ``--speculative-config`` (vLLM 0.32 SpeculativeConfig:
-#: n-gram and suffix lookup propose from the context, MTP reuses the target's own weights). Every
-#: other method needs the drafter's path, which vLLM does not export: without it vLLM refuses the
-#: flag ("num_speculative_tokens was provided but without speculative model").
-SELF_CONTAINED_METHODS = ("ngram", "ngram_gpu", "suffix", "mtp")
-#: n-gram window written into a complete config when the user's own is unknown: match 2..4 tokens
-#: of context (vLLM fills in 5..5 when both are left out, which rarely matches on short prompts).
-NGRAM_PROMPT_LOOKUP_MAX = 4
-NGRAM_PROMPT_LOOKUP_MIN = 2
-SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
-
-
-def complete_speculative_config(
-    changes: Mapping[str, SpeculativeConfigValue], method: str | None, base: Mapping[str, object] | None = None
-) -> dict[str, object] | None:
-    """A whole ``--speculative-config`` that vLLM accepts as pasted, or None when it cannot be
-    written because the drafter's ``model`` path is unknown (then merge ``changes`` into yours).
-
-    ``base``: the config the server runs with, when the user stated it; its keys are kept (model
-    path, n-gram window, ...) and ``changes`` replace K and the schedule. ``method``: the vLLM
-    method, configured or inferred (n-gram); None when unknown."""
-    out: dict[str, object] = {key: value for key, value in (base or {}).items() if key != SCHEDULE_KEY}
-    name = str(out.get("method") or method or "")
-    if name and name != "auto":
-        out["method"] = name
-    out.update(changes)
-    if name in ("ngram", "ngram_gpu") and "prompt_lookup_max" not in out and "prompt_lookup_min" not in out:
-        out["prompt_lookup_max"] = NGRAM_PROMPT_LOOKUP_MAX
-        out["prompt_lookup_min"] = NGRAM_PROMPT_LOOKUP_MIN
-    if "model" in out or name in SELF_CONTAINED_METHODS:
-        return out
-    return None
 
 
 def closed_loop_speedup(model: CostModel, concurrency: float, batch: float, k: float, alpha: float) -> float:

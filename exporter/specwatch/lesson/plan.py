@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from .. import costmodel as cmod
+from ..schedule import complete_speculative_config, speculative_config
 from .options import (
     DEFAULT_TRAFFIC,
     LESSON_TARGET,
@@ -50,9 +51,9 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
         cm, rates, max(rollout.max_batch, b), live_batch=b, zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP
     )
     best = cmod.best_draft_length(cm, b, rates)
-    config = cmod.speculative_config(rollout.method, k, sched) if any(x > 0 for *_, x in sched) else None
+    config = speculative_config(rollout.method, k, sched) if any(x > 0 for *_, x in sched) else None
     # n-gram, suffix and MTP need no drafter path: then the whole flag, as vLLM accepts it pasted.
-    complete = cmod.complete_speculative_config(config, rollout.method) if config else None
+    complete = complete_speculative_config(config, rollout.method) if config else None
     weights = cmod.model_total_weight_bytes(cm.model, cm.dtype)
     kv_load = cm.kv_bytes_per_token * b * cm.context_tokens
     mem = cm.hardware.memory_bytes
