@@ -98,6 +98,23 @@ class FleetEvaluator:
         self._failing: str | None = None
         self.sent_queries = 0
 
+    def reconfigure(self, config: Config) -> list[str]:
+        """Take a reloaded config with the same Prometheus source, routes and windows (otherwise
+        build a new FleetEvaluator): verdicts are kept, what came from the old config is derived
+        again (the stated schedule, the cost model). Returns what was rebuilt."""
+        if config.fleet_shape() != self.config.fleet_shape():
+            raise ValueError("the Prometheus source, routes or windows changed: build a new FleetEvaluator")
+        old = self.config
+        self.config = config
+        self._schedule = schedule_from_config(config.draft.config)
+        self._assessments = AssessmentCache()
+        for record in self._records.values():
+            record.derived.clear()  # window stats derived with the old draft.k hint
+        if config.cost_inputs() != old.cost_inputs():
+            self.cost_model = costmodel.cost_model_from_config(config)
+            return ["cost_model"]
+        return []
+
     # -- input -----------------------------------------------------------------------------
     def record_error(self, now: float, reason: str, message: str = "", duration: float | None = None) -> None:
         """A failed poll: nothing moves, nothing is served until the next good one."""

@@ -140,6 +140,39 @@ class Pipeline:
         self._labelled_for: Config | None = None
         self._labelled_windows: tuple[tuple[float, str], ...] = ()
 
+    def reconfigure(self, config: Config) -> list[str]:
+        """Take a reloaded config with the same targets, routes and windows (otherwise build a new
+        Pipeline): windows, verdicts and learned points are kept, and everything derived from the
+        old config is derived again (the stated schedule, the cost model, the learners' prior). The
+        last evaluation is redone at once, so no scrape serves the new config's labels beside the
+        old config's numbers. Returns what was rebuilt."""
+        if config.pipeline_shape() != self.config.pipeline_shape():
+            raise ValueError("targets, routes or windows changed: build a new Pipeline")
+        old, rebuilt = self.config, []
+        self.config = config
+        self._route_configs = {r.name: r for r in config.routes}
+        self._schedule = schedule_from_config(config.draft.config)
+        self._assessments = AssessmentCache()
+        if config.cost_inputs() != old.cost_inputs():
+            self.cost_model = costmodel.cost_model_from_config(config)
+            rebuilt.append("cost_model")
+        for route in self._routes.values():
+            route.learned_model = None
+            if route.learner is None:
+                continue
+            if config.learning != old.learning:
+                route.learner, route.learner_method, route.learned_until = None, "", None
+            elif "cost_model" in rebuilt:  # the same points, refitted under the new prior
+                method = route.learner_method
+                route.learner = route.learner.with_prior(
+                    self.cost_model.with_method(None if method == "unknown" else method)
+                )
+        if config.learning != old.learning:
+            rebuilt.append("learners")
+        if self._evaluated and self._t is not None:
+            self.evaluate(self._t)  # no route is fresh: verdicts and learning do not move
+        return rebuilt
+
     def add_target(self, name: str, url: str = "") -> None:
         """A target learnt from a recording (replay without a config): routes named as live."""
         if name not in self._targets:

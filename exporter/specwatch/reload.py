@@ -3,9 +3,10 @@ last load is reported.
 
 The poll thread reloads between two ticks, on SIGHUP and when the config file changes (a Kubernetes
 ConfigMap update is an atomic symlink swap, so the file's identity and content are polled; no
-inotify). ConfigSource notices a change; the *_shape / cost_inputs keys tell Service.apply which
-parts of its state a new config invalidates; ReloadStatus and ReloadCollector export the outcome
-under the names Prometheus uses for its own reloads.
+inotify). ConfigSource notices a change; Config's *_shape and cost_inputs keys tell Service.apply
+and each evaluator's reconfigure() which parts of their state a new config invalidates;
+ReloadStatus and ReloadCollector export the outcome under the names Prometheus uses for its own
+reloads.
 """
 
 from __future__ import annotations
@@ -107,21 +108,6 @@ class ReloadCollector(Collector):
             )
             when.add_metric([], status.success_timestamp)
             yield when
-
-
-def pipeline_shape(config: Config) -> tuple[object, ...]:
-    """What the windows and verdicts are keyed on: a change here starts them afresh."""
-    return (tuple((t.name, t.url) for t in config.targets), config.routes, config.windows, config.route_ttl_polls)
-
-
-def cost_inputs(config: Config) -> tuple[object, ...]:
-    """What the cost model is built from: a change here rebuilds it (verdicts are kept)."""
-    return (config.hardware, config.model, config.draft, config.profile, config.profile_path, config.tensor_parallel)
-
-
-def fleet_shape(config: Config) -> tuple[object, ...]:
-    """What fleet mode's queries and verdicts are keyed on: a change here starts them afresh."""
-    return (config.prometheus, config.routes, config.windows, config.route_ttl_polls)
 
 
 def alert_window_warning(config: Config) -> str | None:

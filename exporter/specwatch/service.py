@@ -32,7 +32,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from . import __version__, costmodel
+from . import __version__
 from .change_log import ChangeLog
 from .collector import SpecwatchCollector
 from .config import Config, ConfigError
@@ -44,9 +44,6 @@ from .reload import (
     ConfigSource,
     ReloadCollector,
     ReloadStatus,
-    cost_inputs,
-    fleet_shape,
-    pipeline_shape,
     warn_about_alert_window,
 )
 from .scrape import ScrapeError, Scraper, ScrapeResult, redact_url, steady_clock
@@ -160,15 +157,12 @@ class Service:
             log.warning("config_listen_needs_restart", running=old.listen, configured=new.listen)
             new = replace(new, listen=old.listen)
         rebuilt: list[str] = []
-        if not self.active or pipeline_shape(new) != pipeline_shape(old):
+        if not self.active or new.pipeline_shape() != old.pipeline_shape():
             self.pipeline = Pipeline(new)  # new targets, routes or windows: history starts afresh
             rebuilt.append("pipeline")
             self._changes.clear()
         else:
-            if cost_inputs(new) != cost_inputs(old):
-                self.pipeline.cost_model = costmodel.cost_model_from_config(new)
-                rebuilt.append("cost_model")
-            self.pipeline.config = new  # decision thresholds etc.; windows and verdicts are kept
+            rebuilt += self.pipeline.reconfigure(new)  # windows and verdicts are kept
         if not self.active or new.targets != old.targets:
             for scraper in self.scrapers.values():
                 scraper.close()
@@ -199,13 +193,8 @@ class Service:
 
     def _apply_fleet(self, new: Config, old: Config) -> list[str]:
         """Fleet mode's part of a reload (entering or leaving it included); what was rebuilt."""
-        if self.fleet is not None and new.prometheus is not None and fleet_shape(new) == fleet_shape(old):
-            evaluator = self.fleet.evaluator
-            evaluator.config = new  # decision thresholds etc.; verdicts are kept
-            if cost_inputs(new) != cost_inputs(old):
-                evaluator.cost_model = costmodel.cost_model_from_config(new)
-                return ["cost_model"]
-            return []
+        if self.fleet is not None and new.prometheus is not None and new.fleet_shape() == old.fleet_shape():
+            return self.fleet.evaluator.reconfigure(new)  # verdicts are kept
         if self.fleet is None and new.prometheus is None:
             return []
         if self.fleet is not None:

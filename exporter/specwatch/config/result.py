@@ -165,3 +165,16 @@ class Config:
     def listen_address(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")
         return (host or "0.0.0.0", int(port))
+
+    # What a reload must rebuild: each evaluator compares these between the old and the new config.
+    def pipeline_shape(self) -> tuple[object, ...]:
+        """What the sidecar's windows and verdicts are keyed on: a change here starts them afresh."""
+        return (tuple((t.name, t.url) for t in self.targets), self.routes, self.windows, self.route_ttl_polls)
+
+    def fleet_shape(self) -> tuple[object, ...]:
+        """What fleet mode's queries and verdicts are keyed on: a change here starts them afresh."""
+        return (self.prometheus, self.routes, self.windows, self.route_ttl_polls)
+
+    def cost_inputs(self) -> tuple[object, ...]:
+        """What the cost model is built from: a change here rebuilds it (verdicts are kept)."""
+        return (self.hardware, self.model, self.draft, self.profile, self.profile_path, self.tensor_parallel)
