@@ -30,10 +30,10 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from specwatch import sim
-from specwatch.collector import registry_for
 from specwatch.config import from_mapping
-from specwatch.demo import sidecar_config_for
-from specwatch.pipeline import Pipeline
+from specwatch.export.collector import registry_for
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.sidecar_config import sidecar_config_for
 
 from . import payloads
 from .common import BackfilledPrometheus, Table, verdict_mark
@@ -549,7 +549,7 @@ def _stable_specwatch(rec: Path, output: str | None) -> list[dict]:
                 )
         return evals
     from specwatch.config import load
-    from specwatch.replay import replay
+    from specwatch.sidecar.replay import replay
 
     from .replay_proc import replay_config
 

@@ -22,8 +22,8 @@ import json
 import time
 
 from specwatch.config import from_mapping
-from specwatch.decide_cache import AssessmentCache
-from specwatch.pipeline import Pipeline
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.verdict.memo import AssessmentCache
 
 from . import payloads
 from .common import REPO, Table, fmt_us, median, verdict_mark

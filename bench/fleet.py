@@ -28,7 +28,7 @@ from pathlib import Path
 import requests
 
 from specwatch import config as config_mod
-from specwatch.fleet import FleetEvaluator, FleetSource
+from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
 from specwatch.sim.record import record
 
 from .common import Table

@@ -45,8 +45,8 @@ def _growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, polls: in
 
 
 def run(polls: int, warmup: int, top: int) -> dict:
-    from specwatch.logsetup import configure_logging
-    from specwatch.service import Service
+    from specwatch.base.logsetup import configure_logging
+    from specwatch.serve.service import Service
 
     configure_logging("json", "warning")  # one line per state change would be noise here
     port = free_port()

@@ -19,10 +19,11 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch import sim, vllm
+from specwatch import sim
 from specwatch.config import from_mapping
-from specwatch.demo import sidecar_config_for
-from specwatch.pipeline import Pipeline
+from specwatch.engines import vllm
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.sidecar_config import sidecar_config_for
 
 from . import payloads
 from .common import Table, fmt_us, median, verdict_mark

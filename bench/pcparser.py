@@ -12,7 +12,8 @@ import sys
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch import exposition, vllm
+from specwatch import exposition
+from specwatch.engines import vllm
 
 
 def parse(text: str, families=vllm.FAMILIES) -> dict[str, exposition.Family]:
@@ -60,6 +61,6 @@ def install() -> None:
 
 if __name__ == "__main__":
     install()
-    from specwatch.cli import main
+    from specwatch.cli.main import main
 
     sys.exit(main(sys.argv[1:]))

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from specwatch import sim
-from specwatch.demo import sidecar_config_for
+from specwatch.sim.sidecar_config import sidecar_config_for
 
 from . import payloads
 from .common import REPO, Table, cache_dir, median, verdict_mark
@@ -52,7 +52,7 @@ def _specwatch_cmd() -> list[str]:
     return (
         [str(script)]
         if script.exists()
-        else [sys.executable, "-c", "import sys; from specwatch.cli import main; sys.exit(main())"]
+        else [sys.executable, "-c", "import sys; from specwatch.cli.main import main; sys.exit(main())"]
     )
 
 
@@ -100,7 +100,11 @@ def run_replay(smoke: bool) -> tuple[Table, dict]:
     sw_cmd = _specwatch_cmd() + ["replay", "--config", str(cfg), str(rec)]
     pc_cmd = [sys.executable, "-m", "bench.pcparser", "replay", "--config", str(cfg), str(rec)]
     loop_cmd = [sys.executable, "-m", "bench.pcloop", str(rec)]
-    floor_cmd = [sys.executable, "-c", "import specwatch.cli, specwatch.pipeline, specwatch.replay"]
+    floor_cmd = [
+        sys.executable,
+        "-c",
+        "import specwatch.cli.main, specwatch.sidecar.pipeline, specwatch.sidecar.replay",
+    ]
     sw_out = cache_dir() / f"replay-out-specwatch-{polls}.jsonl"
     pc_out = cache_dir() / f"replay-out-pc-{polls}.jsonl"
     loop_out = cache_dir() / f"replay-out-pcloop-{polls}.txt"

@@ -49,9 +49,9 @@ def serve_payloads(rec: str, port: int) -> None:
 def serve_peer(rec: str, port: int, polls: int) -> None:
     from prometheus_client import start_http_server
 
-    from specwatch.collector import registry_for
     from specwatch.config import load
-    from specwatch.pipeline import Pipeline
+    from specwatch.export.collector import registry_for
+    from specwatch.sidecar.pipeline import Pipeline
 
     from .replay_proc import replay_config
 

@@ -9,7 +9,7 @@ fail (any verdict change, RSS drift over 10 %, series growth, any scrape error i
 
 replay: the simulator renders the scenario (tests/reliability/soak-noisy-stable.yaml) poll by poll
 in the recording format of `sim.record` ({"t", "target", "text"} lines), streamed into
-specwatch.replay.replay() instead of a ~1 GB file; RSS is this process's, sampled every simulated hour.
+specwatch.sidecar.replay.replay() instead of a ~1 GB file; RSS is this process's, sampled every simulated hour.
 live: `specwatch run` as a subprocess polling `sim.serve("steady")` on loopback (70B, EAGLE-3 K=3,
 B=64, alpha 0.8 against a break-even of ~0.13); RSS is the sidecar's.
 """
@@ -47,8 +47,8 @@ def _config(
     scenario: str = str(SCENARIO),
 ):
     from specwatch.config import from_mapping
-    from specwatch.demo import sidecar_config_for
     from specwatch.sim import load_scenario
+    from specwatch.sim.sidecar_config import sidecar_config_for
 
     raw = sidecar_config_for(
         load_scenario(scenario),
@@ -70,9 +70,9 @@ def soak_replay(hours: float, seed: int) -> dict:
 
     from prometheus_client import generate_latest
 
-    from specwatch.collector import registry_for
-    from specwatch.pipeline import Pipeline
-    from specwatch.replay import replay
+    from specwatch.export.collector import registry_for
+    from specwatch.sidecar.pipeline import Pipeline
+    from specwatch.sidecar.replay import replay
     from specwatch.sim import Simulator, load_scenario
 
     poll = 5.0

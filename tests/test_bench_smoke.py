@@ -48,7 +48,7 @@ PEER_CHECK = """
 import prometheus_client.parser as peer
 from bench import payloads, pcparser
 from specwatch.config import from_mapping
-from specwatch.pipeline import Pipeline
+from specwatch.sidecar.pipeline import Pipeline
 
 calls = []
 original = peer.text_string_to_metric_families

@@ -89,7 +89,7 @@ def test_breakeven_command_prints_the_calibrated_speedup_of_a_held_out_row():
         [
             sys.executable,
             "-c",
-            "from specwatch.cli import main; main()",
+            "from specwatch.cli.main import main; main()",
             "breakeven",
             "--hardware",
             "a100-80gb",

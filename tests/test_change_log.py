@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from specwatch.change_log import ChangeLog
+from specwatch.serve.change_log import ChangeLog
 
 
 def test_a_repeated_state_is_logged_once_and_a_change_again():

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from specwatch import units
+from specwatch.base import units
 from specwatch.config import (
     ConfigError,
     PrometheusConfig,

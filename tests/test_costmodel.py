@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from specwatch import costmodel as cm_mod
 from specwatch.config import Config, DraftConfig, HardwareConfig, ModelConfig
+from specwatch.config.cost_model import cost_model_from_config
 from specwatch.costmodel import (
     HARDWARE_PRESETS,
     MODEL_PRESETS,
@@ -19,7 +20,6 @@ from specwatch.costmodel import (
     best_draft_length,
     breakeven_acceptance_rate,
     build_cost_model,
-    cost_model_from_config,
     draft_cost_for,
     expected_speedup,
     expected_speedup_for_positions,
@@ -30,7 +30,7 @@ from specwatch.costmodel import (
     recommend_schedule,
 )
 from specwatch.costmodel.breakeven import first_drop_best
-from specwatch.schedule import speculative_config
+from specwatch.engines.vllm_schedule import speculative_config
 
 H100 = HARDWARE_PRESETS["h100-sxm"]
 L8B = MODEL_PRESETS["llama-3.1-8b"]

@@ -13,15 +13,16 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import costmodel as cmod
-from specwatch import decide
-from specwatch.collector import registry_for
 from specwatch.config import ConfigError, DecisionConfig, from_mapping
-from specwatch.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
-from specwatch.derive import WindowStats
-from specwatch.evaluation import evaluation_record, resolve_method
-from specwatch.pipeline import Pipeline
-from specwatch.schedule import k_at_batch
-from specwatch.status import status_document
+from specwatch.config.cost_model import cost_model_from_config
+from specwatch.engines.vllm_schedule import k_at_batch
+from specwatch.export.collector import registry_for
+from specwatch.export.status import status_document
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.verdict import decide
+from specwatch.verdict.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
+from specwatch.verdict.evaluation import evaluation_record, resolve_method
+from specwatch.windows.derive import WindowStats
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
 # Decision logic on the plain roofline (no fitted fixed costs of speculation): the scenarios below
@@ -533,7 +534,7 @@ def test_with_a_profile_the_draft_cost_is_a_roofline_ratio_not_a_roofline_draft_
     """profile: + no hardware: the draft's H100 roofline step was divided by the CPU profile's step."""
     plain = from_mapping({"draft": {"method": "draft_model"}}, environ={})
     profiled = from_mapping({"draft": {"method": "draft_model"}, "profile": CPU_PROFILE}, environ={})
-    cm_plain, cm_prof = cmod.cost_model_from_config(plain), cmod.cost_model_from_config(profiled)
+    cm_plain, cm_prof = cost_model_from_config(plain), cost_model_from_config(profiled)
     assert cm_prof.draft_cost_per_token() == pytest.approx(cm_plain.draft_cost_per_token())
     # Drafting K tokens costs K·c of the profile's own step.
     assert cm_prof.draft_time(1, 4) == pytest.approx(4 * cm_plain.draft_cost_per_token() * cm_prof.base_step_time(1))
@@ -543,7 +544,7 @@ def test_with_a_profile_the_draft_cost_is_a_roofline_ratio_not_a_roofline_draft_
 def test_the_draft_model_is_named_by_a_preset_or_its_config_json(tmp_path):
     def cost(draft: dict) -> float:
         config = from_mapping({"draft": {"method": "draft_model", **draft}}, base_dir=str(tmp_path), environ={})
-        return cmod.cost_model_from_config(config).draft_cost_per_token()
+        return cost_model_from_config(config).draft_cost_per_token()
 
     default = cost({})
     assert cost({"model": "llama-3.2-1b"}) == pytest.approx(default)
@@ -552,7 +553,7 @@ def test_the_draft_model_is_named_by_a_preset_or_its_config_json(tmp_path):
     assert cost({"model": "draft.json"}) == pytest.approx(cost({"model": "llama-3.2-3b"}))
     # The drafter survives a method inferred later (with_method) instead of falling back to 1B.
     config = from_mapping({"draft": {"model": "llama-3.2-3b"}}, environ={})
-    inferred = cmod.cost_model_from_config(config).with_method("draft_model")
+    inferred = cost_model_from_config(config).with_method("draft_model")
     assert inferred.draft_cost_per_token() == pytest.approx(cost({"model": "llama-3.2-3b"}))
     with pytest.raises(ConfigError) as exc:
         from_mapping({"draft": {"model": "gpt-17"}}, environ={})

@@ -12,14 +12,16 @@ from pathlib import Path
 import pytest
 
 from specwatch import costmodel as cmod
-from specwatch import decide, sim
+from specwatch import sim
 from specwatch.config import DecisionConfig, from_mapping
+from specwatch.config.cost_model import cost_model_from_config
 from specwatch.costmodel import learned
-from specwatch.decide_cache import ASSESS_INPUTS, AssessmentCache
-from specwatch.demo import sidecar_config_for
-from specwatch.derive import WindowStats
-from specwatch.pipeline import Pipeline
-from specwatch.replay import replay
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sidecar.replay import replay
+from specwatch.sim.sidecar_config import sidecar_config_for
+from specwatch.verdict import decide
+from specwatch.verdict.memo import ASSESS_INPUTS, AssessmentCache
+from specwatch.windows.derive import WindowStats
 
 REAL_RECORDING = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu" / "ngram-recording.jsonl"
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
@@ -95,7 +97,7 @@ class CheckedCache(AssessmentCache):
 
 def replay_both_ways(config, lines: list[str]) -> tuple[list[dict], list[dict], CheckedCache]:
     checked = Pipeline(config)
-    cache = CheckedCache(lambda: cmod.cost_model_from_config(config))
+    cache = CheckedCache(lambda: cost_model_from_config(config))
     checked._assessments = cache
     uncached = Pipeline(config)
     uncached._assessments = AssessmentCache(size=0)  # keeps nothing: every window assessed afresh

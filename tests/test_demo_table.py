@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from specwatch.decide import Assessment
-from specwatch.demo import _fmt_breakeven, _recommendation
-from specwatch.derive import WindowStats
-from specwatch.evaluation import RouteEvaluation
+from specwatch.cli.demo import _fmt_breakeven, _recommendation
+from specwatch.verdict.decide import Assessment
+from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.windows.derive import WindowStats
 
 STATS = WindowStats(route="chat", window="5m", t=0.0, samples=10, span_seconds=300.0, spec_present=True)
 SCHEDULE = {"num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 46, 3], [47, 512, 1]]}

@@ -7,11 +7,12 @@ import pytest
 
 from specwatch import costmodel
 from specwatch.config import from_mapping
-from specwatch.pipeline import Pipeline
-from specwatch.replay import replay
+from specwatch.config.cost_model import cost_model_from_config
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sidecar.replay import replay
 from support.paths import fixture_path
 
-CM = costmodel.cost_model_from_config(from_mapping({"draft": {"method": "ngram"}}, environ={}))
+CM = cost_model_from_config(from_mapping({"draft": {"method": "ngram"}}, environ={}))
 
 
 def test_undrafted_steps_gain_nothing_and_cost_nothing():

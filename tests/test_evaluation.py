@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from specwatch.decide import Assessment
-from specwatch.derive import WindowStats
-from specwatch.evaluation import NUMERIC_VALUES, RouteEvaluation
+from specwatch.verdict.decide import Assessment
+from specwatch.verdict.evaluation import NUMERIC_VALUES, RouteEvaluation
+from specwatch.windows.derive import WindowStats
 
 STATS = WindowStats(
     route="r",

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from reliability.fuzzcheck import CORPUS, text_from_bytes
 from reliability.mutate import MUTATIONS, apply_mutations
 
+from specwatch.engines.vllm import FAMILIES, SELECTOR
 from specwatch.exposition import ExpositionError, Selector
-from specwatch.vllm import FAMILIES, SELECTOR
 from support.paths import fixture_path
 from support.vllm_payloads import FakeVllm
 

@@ -11,14 +11,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import sim
-from specwatch.collector import registry_for
 from specwatch.config import from_mapping
-from specwatch.demo import sidecar_config_for
-from specwatch.derive import WindowStats
-from specwatch.grading import AdviceGrader, summarize
-from specwatch.pipeline import Pipeline
+from specwatch.export.collector import registry_for
+from specwatch.export.status import status_document
+from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
-from specwatch.status import status_document
+from specwatch.sim.sidecar_config import sidecar_config_for
+from specwatch.verdict.grading import AdviceGrader, summarize
+from specwatch.windows.derive import WindowStats
 
 POLL = 5.0
 BEFORE, AFTER = 300.0, 360.0  # seconds of each phase

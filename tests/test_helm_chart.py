@@ -1413,7 +1413,7 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
     env.update(
         {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT / "exporter"), "NO_PROXY": "*"}
     )
-    code = "import sys; from specwatch.cli import main; sys.argv = ['specwatch'] + sys.argv[1:]; sys.exit(main())"
+    code = "import sys; from specwatch.cli.main import main; sys.argv = ['specwatch'] + sys.argv[1:]; sys.exit(main())"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, *args],
         env=env,

@@ -13,7 +13,7 @@ import pytest
 from specwatch import costmodel
 from specwatch.config import from_mapping
 from specwatch.costmodel import breakeven, learned
-from specwatch.pipeline import Pipeline
+from specwatch.sidecar.pipeline import Pipeline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu"
 PRIOR = costmodel.build_cost_model(draft_method="ngram", context_tokens=512)
@@ -217,7 +217,7 @@ def exported(pipeline: Pipeline) -> dict[str, list[tuple[dict[str, str], float]]
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from specwatch.collector import registry_for
+    from specwatch.export.collector import registry_for
 
     text = generate_latest(registry_for(pipeline.state)).decode()
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -269,7 +269,7 @@ def test_a_configured_preset_is_source_preset_and_no_start_up_warning_is_due():
 def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults():
     import structlog
 
-    from specwatch.service import Service
+    from specwatch.serve.service import Service
 
     for raw, warned in (({}, 1), ({"model": {"preset": "llama-3.1-70b"}}, 0)):
         service = Service(

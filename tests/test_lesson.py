@@ -19,16 +19,12 @@ import pytest
 import yaml
 
 from specwatch import costmodel as cmod
-from specwatch import decide, lesson
-from specwatch.config import (
-    Config,
-    DecisionConfig,
-    DraftConfig,
-    ModelConfig,
-    from_mapping,
-)
-from specwatch.derive import WindowStats
-from specwatch.pipeline import Pipeline
+from specwatch import lesson
+from specwatch.config import Config, DecisionConfig, DraftConfig, ModelConfig, from_mapping
+from specwatch.config.cost_model import cost_model_from_config
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.verdict import decide
+from specwatch.windows.derive import WindowStats
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("SPECWATCH_UPDATE_GOLDEN") == "1"
@@ -108,7 +104,7 @@ def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
     )
     row = json.loads(out)[0]
     # The sidecar path: config -> cost_model_from_config -> decide.assess on a window.
-    cm = cmod.cost_model_from_config(Config(model=ModelConfig(context_tokens=2048), draft=DraftConfig(k=3)))
+    cm = cost_model_from_config(Config(model=ModelConfig(context_tokens=2048), draft=DraftConfig(k=3)))
     stats = WindowStats(
         route="r",
         window="1m",

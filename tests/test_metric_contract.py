@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import sim
 from specwatch.config import from_mapping
-from specwatch.demo import sidecar_config_for
-from specwatch.service import Service
+from specwatch.serve.service import Service
+from specwatch.sim.sidecar_config import sidecar_config_for
 from support.metric_names import EXPORTED, GRADING, RELOAD, STEP_TIME_FIT
 from support.rule_files import all_rules, recorded_names, selectors
 

@@ -10,24 +10,10 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from specwatch import costmodel, vllm
 from specwatch.config import from_mapping
-from specwatch.derive import (
-    SCHEMA_V0,
-    WindowStats,
-    _finite,
-    _merged_buckets,
-    _quantile,
-    _ratio,
-    _v0_acceptance,
-    drafts_reaching_positions,
-    position_rates,
-    window_stats,
-)
-from specwatch.evaluation import evaluate_route, update_route_method
-from specwatch.exposition.lastpoll import picker
-from specwatch.exposition.syntax import line_finder
-from specwatch.vllm import (
+from specwatch.config.cost_model import cost_model_from_config
+from specwatch.engines import vllm
+from specwatch.engines.vllm import (
     K_ACCEPTED,
     K_DRAFT_TOKENS,
     K_DRAFTS,
@@ -43,7 +29,22 @@ from specwatch.vllm import (
     SeriesKey,
     reset_group,
 )
-from specwatch.window import Entry, RouteWindow, WindowView, _broken_engines, _one_step_slack
+from specwatch.exposition.lastpoll import picker
+from specwatch.exposition.syntax import line_finder
+from specwatch.verdict.evaluation import evaluate_route, update_route_method
+from specwatch.windows.derive import (
+    SCHEMA_V0,
+    WindowStats,
+    _finite,
+    _merged_buckets,
+    _quantile,
+    _ratio,
+    _v0_acceptance,
+    drafts_reaching_positions,
+    position_rates,
+    window_stats,
+)
+from specwatch.windows.window import Entry, RouteWindow, WindowView, _broken_engines, _one_step_slack
 from tests.support.paths import fixture_path
 
 
@@ -432,7 +433,7 @@ def test_evaluate_route_given_the_resolved_method_equals_resolving_it_itself():
     """The pipeline resolves the route's method before learning and hands it to evaluate_route,
     which otherwise resolves it again (update_route_method is idempotent)."""
     config = from_mapping({"poll_interval": "2s", "windows": ["1m", "5m"], "log": {"level": "warning"}})
-    cost_model = costmodel.cost_model_from_config(config)
+    cost_model = cost_model_from_config(config)
     grouping, window = Grouping(), RouteWindow(300.0)
     given, resolving = _Memory(), _Memory()
     for i, path in enumerate(sorted(fixture_path("vllm-cpu-real").glob("*.prom"))):

@@ -16,12 +16,7 @@ import pytest
 
 from specwatch import costmodel as cmod
 from specwatch import lesson
-from specwatch.costmodel import (
-    HARDWARE_PRESETS,
-    MODEL_HF_CONFIGS,
-    MODEL_PRESETS,
-    MODEL_SOURCES,
-)
+from specwatch.costmodel import HARDWARE_PRESETS, MODEL_HF_CONFIGS, MODEL_PRESETS, MODEL_SOURCES
 
 # name: (published total, published active, active counts the embedding, relative tolerance)
 PUBLISHED = {

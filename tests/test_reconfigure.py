@@ -9,11 +9,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import sim
-from specwatch.collector import registry_for
 from specwatch.config import from_mapping
-from specwatch.demo import sidecar_config_for
-from specwatch.service import Service
+from specwatch.export.collector import registry_for
+from specwatch.serve.service import Service
 from specwatch.sim.scenario import parse_scenario
+from specwatch.sim.sidecar_config import sidecar_config_for
 
 SCENARIO = {
     "name": "k2-server",

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from specwatch.config import from_mapping
-from specwatch.pipeline import Pipeline
-from specwatch.replay import replay
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sidecar.replay import replay
 from support.vllm_payloads import FakeVllm
 
 POLL = 5.0
@@ -278,7 +278,7 @@ def test_replay_without_a_config_learns_the_target_names_from_the_recording(tmp_
 def test_a_route_that_vanishes_while_its_target_stays_up_stops_being_served():
     from prometheus_client import generate_latest
 
-    from specwatch.collector import registry_for
+    from specwatch.export.collector import registry_for
 
     a, b = FakeVllm(model_name="a"), FakeVllm(model_name="b")
     pipeline = Pipeline(from_mapping(CONFIG))

@@ -1,4 +1,4 @@
-"""One reading of vLLM's `num_speculative_tokens_per_batch_size` schedule (specwatch.schedule):
+"""One reading of vLLM's `num_speculative_tokens_per_batch_size` schedule (specwatch.engines.vllm_schedule):
 the config check, method inference, the verdict's "K at the live batch" and the writer agree, for
 3-item and 5-item (context-bucketed) bands alike."""
 
@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from specwatch.derive import WindowStats
-from specwatch.evaluation import resolve_method, scheduled_ks
-from specwatch.schedule import (
+from specwatch.engines.vllm_schedule import (
     SCHEDULE_KEY,
     k_at_batch,
     parse_speculative_config,
     schedule_from_config,
     speculative_config,
 )
+from specwatch.verdict.evaluation import resolve_method, scheduled_ks
+from specwatch.windows.derive import WindowStats
 
 THREE_ITEM = {"method": "eagle3", "num_speculative_tokens": 4, SCHEDULE_KEY: [[1, 8, 4], [17, 64, 2], [65, 128, 1]]}
 FIVE_ITEM = {

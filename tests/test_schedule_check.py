@@ -12,14 +12,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import sim
-from specwatch.collector import registry_for
 from specwatch.config import ConfigError, from_mapping
-from specwatch.demo import sidecar_config_for
-from specwatch.pipeline import Pipeline
-from specwatch.schedule import SpeculativeConfigError, parse_speculative_config
-from specwatch.schedule_check import check_draft_length
+from specwatch.engines.vllm_schedule import SpeculativeConfigError, parse_speculative_config
+from specwatch.export.collector import registry_for
+from specwatch.export.status import status_document
+from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
-from specwatch.status import status_document
+from specwatch.sim.sidecar_config import sidecar_config_for
+from specwatch.verdict.config_check import check_draft_length
 
 SCHEDULE = {
     "method": "eagle3",

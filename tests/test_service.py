@@ -497,7 +497,7 @@ def test_a_reload_that_drops_the_alert_window_warns_once_and_one_that_keeps_it_s
     from structlog.testing import capture_logs
 
     from specwatch.config import from_mapping
-    from specwatch.service import Service
+    from specwatch.serve.service import Service
 
     good = from_mapping({"windows": ["1m", "5m"]}, environ={})
     with capture_logs() as logs:

@@ -17,7 +17,7 @@ import pytest
 
 from specwatch import sim
 from specwatch.config import from_mapping
-from specwatch.pipeline import Pipeline
+from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
 
 POLL = 5.0

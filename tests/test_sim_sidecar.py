@@ -9,8 +9,8 @@ import pytest
 
 from specwatch import sim
 from specwatch.config import from_mapping
-from specwatch.demo import sidecar_config_for
-from specwatch.replay import replay
+from specwatch.sidecar.replay import replay
+from specwatch.sim.sidecar_config import sidecar_config_for
 
 POLL = 5.0
 WINDOW = 60.0

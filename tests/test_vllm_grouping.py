@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from specwatch import vllm
-from specwatch.vllm import Grouping, RouteMatcher
+from specwatch.engines import vllm
+from specwatch.engines.vllm import Grouping, RouteMatcher
 from support.paths import FIXTURES
 from support.vllm_payloads import FakeVllm
 

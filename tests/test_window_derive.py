@@ -9,13 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.derive import (
-    drafts_reaching_positions,
-    histogram_quantile,
-    position_rates,
-)
-from specwatch.vllm import RouteSnapshot, SeriesKey
-from specwatch.window import RouteWindow
+from specwatch.engines.vllm import RouteSnapshot, SeriesKey
+from specwatch.windows.derive import drafts_reaching_positions, histogram_quantile, position_rates
+from specwatch.windows.window import RouteWindow
 
 
 def snap(t, counters, created=None, schema="v1"):
@@ -169,7 +165,7 @@ def test_histogram_quantile_agrees_with_an_independent_reimplementation_on_rando
 def test_the_poll_clock_never_steps_back_with_the_wall_clock(monkeypatch):
     import time as time_module
 
-    from specwatch.scrape import steady_clock
+    from specwatch.sidecar.scrape import steady_clock
 
     wall = [1_000_000.0]
     monkeypatch.setattr(time_module, "time", lambda: wall[0])
@@ -280,8 +276,8 @@ def test_the_advice_no_longer_ratchets_k_down_after_its_own_schedule_was_applied
     """After a schedule was applied, the sidecar recommended K=2 at batch 1 where K=4 was best."""
     from specwatch import costmodel as cmod
     from specwatch.config import DecisionConfig
-    from specwatch.decide import assess
-    from specwatch.derive import WindowStats
+    from specwatch.verdict.decide import assess
+    from specwatch.windows.derive import WindowStats
 
     model = cmod.MODEL_PRESETS["llama-3.1-8b"]
     cm = cmod.CostModel(

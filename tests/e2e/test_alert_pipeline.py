@@ -178,7 +178,7 @@ def sidecar_samples(text: str, name: str) -> list[tuple[dict, float]]:
 @pytest.mark.skipif(_specwatch_cli() is None, reason="the specwatch console script is not installed")
 def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(tmp_path: Path):
     sim = _sim()
-    from specwatch.demo import sidecar_config_for
+    from specwatch.sim.sidecar_config import sidecar_config_for
 
     scenario = sim.load_scenario(SCENARIO)
     model_name = scenario.model_names[0]

@@ -70,7 +70,7 @@ def sidecar_command(config: Path) -> list[str]:
     return [
         sys.executable,
         "-c",
-        "import sys; from specwatch.cli import main; sys.exit(main())",
+        "import sys; from specwatch.cli.main import main; sys.exit(main())",
         "run",
         "--config",
         str(config),
@@ -112,9 +112,9 @@ class Stack:
 def stack(tmp_path_factory):
     if not shutil.which("prometheus"):
         pytest.skip("Debian package `prometheus` is not installed")
-    from specwatch.demo import sidecar_config_for
     from specwatch.sim import serve
     from specwatch.sim.scenario import load_scenario
+    from specwatch.sim.sidecar_config import sidecar_config_for
 
     tmp = tmp_path_factory.mktemp("dashboard-live")
     procs: list[subprocess.Popen] = []

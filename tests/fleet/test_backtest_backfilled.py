@@ -16,8 +16,8 @@ import math
 import pytest
 
 from specwatch import config as config_mod
-from specwatch.backtest import Backtest, backtest_to
-from specwatch.replay import replay
+from specwatch.fleet.backtest import Backtest, backtest_to
+from specwatch.sidecar.replay import replay
 
 from .conftest import POLL
 from .promharness import PROMETHEUS, PROMTOOL
@@ -126,7 +126,7 @@ def test_the_backtest_command_streams_json_lines_and_exits_2_on_a_bad_config(bac
         [
             sys.executable,
             "-m",
-            "specwatch.backtest",
+            "specwatch.fleet.backtest",
             "--config",
             str(good),
             "--start",
@@ -146,7 +146,7 @@ def test_the_backtest_command_streams_json_lines_and_exits_2_on_a_bad_config(bac
     bad = tmp_path / "bad.yaml"
     bad.write_text("prometheus: {url: 'http://p:9090', timeout: soon}\n")
     done = subprocess.run(
-        [sys.executable, "-m", "specwatch.backtest", "--config", str(bad), "--start", "0", "--end", "60"],
+        [sys.executable, "-m", "specwatch.fleet.backtest", "--config", str(bad), "--start", "0", "--end", "60"],
         capture_output=True,
         text=True,
         timeout=60,

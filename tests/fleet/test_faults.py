@@ -14,7 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from specwatch import config as config_mod
-from specwatch.fleet import FleetEvaluator, FleetSource
+from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
 from support.loopback import free_port
 
 from .conftest import POLL
@@ -128,7 +128,7 @@ def test_a_replica_whose_newest_sample_is_older_than_two_scrape_intervals_is_sta
 def test_exported_series_carry_the_replica_labels_and_vanish_when_stale_or_failed(backfilled, proxy) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from specwatch.fleet_metrics import FleetCollector
+    from specwatch.export.fleet_collector import FleetCollector
 
     _, recordings = backfilled
     times = _times(recordings)

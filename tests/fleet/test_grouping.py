@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from specwatch import promql
 from specwatch.config import from_mapping
-from specwatch.derive import window_stats
-from specwatch.fleet import FleetEvaluator
-from specwatch.fleet_windows import WindowGrouper, window_view
-from specwatch.promsource import PromQueryError, Sample, Vector
+from specwatch.fleet import queries as promql
+from specwatch.fleet.client import PromQueryError, Sample, Vector
+from specwatch.fleet.evaluator import FleetEvaluator
+from specwatch.fleet.grouping import WindowGrouper, window_view
+from specwatch.windows.derive import window_stats
 
 NOW = 1_800_000_000.0
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from specwatch import promql
-from specwatch.backtest import parse_time
 from specwatch.config import ConfigError, from_mapping
-from specwatch.fleet import FleetEvaluator
+from specwatch.fleet import queries as promql
+from specwatch.fleet.backtest import parse_time
+from specwatch.fleet.evaluator import FleetEvaluator
 
 
 def test_the_query_count_per_poll_is_the_windows_plus_one_whatever_the_selector() -> None:

@@ -23,11 +23,11 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch import promql
 from specwatch.config import from_mapping
-from specwatch.fleet import FleetEvaluator
-from specwatch.fleet_metrics import FleetCollector
-from specwatch.promsource import Sample
+from specwatch.export.fleet_collector import FleetCollector
+from specwatch.fleet import queries as promql
+from specwatch.fleet.client import Sample
+from specwatch.fleet.evaluator import FleetEvaluator
 
 promql_parser = pytest.importorskip("promql_parser")
 

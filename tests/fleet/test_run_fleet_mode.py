@@ -17,7 +17,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import config as config_mod
-from specwatch.service import Service
+from specwatch.serve.service import Service
 from specwatch.sim.server import serve
 from support.loopback import free_port, stop_process, wait_http
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from specwatch import config as config_mod
-from specwatch.fleet import FleetEvaluator, FleetSource
-from specwatch.pipeline import Pipeline
+from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
+from specwatch.sidecar.pipeline import Pipeline
 
 from .promharness import PROMETHEUS, RecordedSim, serve_recorded, start_prometheus
 

@@ -254,8 +254,8 @@ def specwatch_view(recording: Path, model_dir: Path, phases: dict) -> dict:
     advice itself (the 5m window's recommended config at the end of the recording)."""
     from specwatch import costmodel as cmod
     from specwatch.config import from_mapping
-    from specwatch.pipeline import Pipeline
-    from specwatch.replay import read_recording
+    from specwatch.sidecar.pipeline import Pipeline
+    from specwatch.sidecar.replay import read_recording
 
     config = from_mapping(sidecar_config(model_dir))
     pipe = Pipeline(config)

@@ -409,7 +409,7 @@ def specwatch_command() -> list[str]:
     found = shutil.which("specwatch")
     if found:
         return [found]
-    return [sys.executable, "-c", "import sys; from specwatch.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from specwatch.cli.main import main; sys.exit(main())"]
 
 
 class Sidecar:

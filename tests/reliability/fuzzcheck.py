@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from specwatch.config import from_mapping
+from specwatch.engines.vllm import SELECTOR
 from specwatch.exposition import ExpositionError
-from specwatch.pipeline import Pipeline
-from specwatch.vllm import SELECTOR
+from specwatch.sidecar.pipeline import Pipeline
 from support.paths import fixture_path
 
 from .mutate import MUTATIONS, apply_mutations

@@ -15,11 +15,11 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch import service as service_mod
 from specwatch.config import from_mapping
-from specwatch.demo import sidecar_config_for
-from specwatch.http_server import CappedHTTPServer, handler_for
+from specwatch.serve import service as service_mod
+from specwatch.serve.http_server import CappedHTTPServer, handler_for
 from specwatch.sim import Simulator, load_scenario
+from specwatch.sim.sidecar_config import sidecar_config_for
 
 from .hostile import HostileServer, respond
 

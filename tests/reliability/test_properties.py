@@ -21,10 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from specwatch.config import from_mapping
-from specwatch.derive import window_stats
-from specwatch.exposition import ExpositionError
-from specwatch.pipeline import Pipeline
-from specwatch.vllm import (
+from specwatch.engines.vllm import (
     K_ACCEPTED,
     K_DRAFT_TOKENS,
     K_DRAFTS,
@@ -35,7 +32,10 @@ from specwatch.vllm import (
     SeriesKey,
     parse_payload,
 )
-from specwatch.window import RouteWindow
+from specwatch.exposition import ExpositionError
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.windows.derive import window_stats
+from specwatch.windows.window import RouteWindow
 from support.paths import fixture_path
 
 from .mutate import MUTATIONS, apply_mutations

@@ -2,7 +2,7 @@
 
 Both run bench/soak.py in a fresh process, so the RSS measured is the soak's own:
 - replay: SPECWATCH_SOAK_HOURS simulated hours (default 2 = 1 440 polls at 5 s; 24 = the full
-  17 280-poll day, about a minute more) through specwatch.replay;
+  17 280-poll day, about a minute more) through specwatch.sidecar.replay;
 - live: SPECWATCH_SOAK_MINUTES real minutes (default 1) of `specwatch run` polling the simulated
   vLLM every second (5x the default rate) (`python bench/soak.py live --minutes 10` is the full 10-minute run).
 """

@@ -22,15 +22,15 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from specwatch import sim
-from specwatch.collector import registry_for
+from specwatch.base.jsonsafe import json_safe_record
 from specwatch.config import Config, from_mapping
-from specwatch.demo import sidecar_config_for
-from specwatch.evaluation import evaluation_record
-from specwatch.jsonsafe import json_safe_record
-from specwatch.pipeline import Pipeline
-from specwatch.replay import replay_to
+from specwatch.export.collector import registry_for
+from specwatch.export.status import status_document
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sidecar.replay import replay_to
 from specwatch.sim.scenario import load_scenario
-from specwatch.status import status_document
+from specwatch.sim.sidecar_config import sidecar_config_for
+from specwatch.verdict.evaluation import evaluation_record
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "exporter" / "specwatch" / "sim" / "scenarios"

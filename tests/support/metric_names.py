@@ -10,8 +10,8 @@ fails there. Sample names: counters with _total, the ITL histogram as _bucket/_s
 
 from __future__ import annotations
 
-from specwatch.collector import WindowFamilies
-from specwatch.reload import ReloadCollector, ReloadStatus
+from specwatch.export.collector import WindowFamilies
+from specwatch.serve.reload import ReloadCollector, ReloadStatus
 
 #: Mirrored from vLLM's counters per {target, route} (the recording rules aggregate these).
 MIRRORED = frozenset(

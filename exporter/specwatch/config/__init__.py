@@ -19,10 +19,10 @@ Every error is a ConfigError whose message starts with the dotted key at fault
 
 from __future__ import annotations
 
-from ..units import format_duration
-from .kinds import ConfigError, parse_duration, parse_size
-from .parse import from_mapping, load, parse_prometheus
-from .result import (
+from specwatch.base.units import format_duration
+from specwatch.config.kinds import ConfigError, parse_duration, parse_size
+from specwatch.config.parse import from_mapping, load, parse_prometheus
+from specwatch.config.result import (
     AlertingConfig,
     Config,
     DecisionConfig,

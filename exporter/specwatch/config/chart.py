@@ -18,10 +18,10 @@ import re
 import sys
 from collections.abc import Sequence
 
-from .generated import regenerate, unit_text
-from .kinds import JsonSchema
-from .nodes import Items, Key, Node, Section, default_of
-from .schema import SCHEMA
+from specwatch.config.generated import regenerate, unit_text
+from specwatch.config.kinds import JsonSchema
+from specwatch.config.nodes import Items, Key, Node, Section, default_of
+from specwatch.config.schema import SCHEMA
 
 DESCRIPTION = (
     "specwatch config file; listen comes from containerPort. Generated from "

@@ -11,10 +11,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from .generated import regenerate, unit_text
-from .kinds import Choice, Number
-from .nodes import Items, Key, Section, default_of
-from .schema import SCHEMA
+from specwatch.config.generated import regenerate, unit_text
+from specwatch.config.kinds import Choice, Number
+from specwatch.config.nodes import Items, Key, Section, default_of
+from specwatch.config.schema import SCHEMA
 
 BEGIN = "<!-- config:begin -->"
 END = "<!-- config:end -->"

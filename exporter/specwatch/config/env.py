@@ -11,9 +11,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .kinds import Kind
-from .nodes import ENV_PREFIX, Items, Key, Section
-from .schema import SCHEMA
+from specwatch.config.kinds import Kind
+from specwatch.config.nodes import ENV_PREFIX, Items, Key, Section
+from specwatch.config.schema import SCHEMA
 
 
 @dataclass(frozen=True)

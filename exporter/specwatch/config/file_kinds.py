@@ -8,14 +8,12 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 import yaml
 
-from .kinds import ConfigError, Context, JsonSchema, Kind, error_from
-
-if TYPE_CHECKING:
-    from ..costmodel import Profile
+from specwatch.config.kinds import ConfigError, Context, JsonSchema, Kind, error_from
+from specwatch.costmodel import Profile, parse_profile
 
 
 def read_file(path: str, key: str, decode: Callable[[IO[str]], object], invalid: type[Exception]) -> object:
@@ -74,15 +72,13 @@ class StepTimeProfile(Kind):
     """A measured step-time profile, inline or as a YAML path; parses to (Profile, path or None)."""
 
     def parse(self, value: object, key: str, ctx: Context) -> tuple[Profile, str | None]:
-        from .. import costmodel
-
         path = None
         data = value
         if isinstance(value, str):
             path = os.path.join(ctx.base_dir, value)
             data = read_file(path, key, yaml.safe_load, yaml.YAMLError)
         try:
-            return costmodel.parse_profile(data), path
+            return parse_profile(data), path
         except ValueError as exc:
             raise error_from(exc, key) from None
 

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..units import format_duration
-from .kinds import Duration, DurationList, HoldTime, Kind, Size
+from specwatch.base.units import format_duration
+from specwatch.config.kinds import Duration, DurationList, HoldTime, Kind, Size
 
 
 def unit_text(kind: Kind, value: object) -> str | None:

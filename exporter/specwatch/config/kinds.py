@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .. import units
+from specwatch.base import units
 
 #: A JSON schema as json_schema() builds it (written out with json.dumps).
 JsonSchema = dict[str, object]

@@ -8,7 +8,7 @@ import re
 import warnings
 from dataclasses import dataclass
 
-from .kinds import ConfigError, Context, JsonSchema, Kind, comma_list
+from specwatch.config.kinds import ConfigError, Context, JsonSchema, Kind, comma_list
 
 LABEL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _LABEL_NAME = re.compile(LABEL_NAME_PATTERN)

@@ -9,7 +9,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .kinds import ConfigError, Context, JsonSchema, Kind
+from specwatch.config.kinds import ConfigError, Context, JsonSchema, Kind
+from specwatch.engines.vllm_schedule import SpeculativeConfigError, parse_speculative_config
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -85,8 +86,6 @@ class SpeculativeConfig(Kind):
     checks it (num_speculative_tokens, the num_speculative_tokens_per_batch_size schedule)."""
 
     def parse(self, value: object, key: str, ctx: Context) -> JsonSchema:
-        from ..schedule import SpeculativeConfigError, parse_speculative_config
-
         data = value
         if isinstance(value, str):
             try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from .kinds import Kind
+from specwatch.config.kinds import Kind
 
 ENV_PREFIX = "SPECWATCH_"
 

@@ -13,13 +13,14 @@ from typing import Any
 
 import yaml
 
-from ..units import format_duration
-from .env import apply_env
-from .kinds import ConfigError, Context, error_from
-from .nodes import FROM_RESULT, Items, Key, Section, result_fields
-from .result import Config, PrometheusConfig, RouteConfig, TargetConfig
-from .schema import SCHEMA
-from .schema_sources import PROMETHEUS
+from specwatch.base.units import format_duration
+from specwatch.config.cost_model import cost_model_from_config
+from specwatch.config.env import apply_env
+from specwatch.config.kinds import ConfigError, Context, error_from
+from specwatch.config.nodes import FROM_RESULT, Items, Key, Section, result_fields
+from specwatch.config.result import Config, PrometheusConfig, RouteConfig, TargetConfig
+from specwatch.config.schema import SCHEMA
+from specwatch.config.schema_sources import PROMETHEUS
 
 
 def _where(parent: str, name: str) -> str:
@@ -215,10 +216,9 @@ def _build_routes(values: dict[str, Any], names: list[str]) -> list[RouteConfig]
 
 def _check_cost_model(config: Config) -> None:
     """Build the cost model once at load: a model or hardware it cannot use is a config error too."""
-    from .. import costmodel
 
     try:
-        costmodel.cost_model_from_config(config)
+        cost_model_from_config(config)
     except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
         raise error_from(exc, "model.config_json" if config.model.config_json else "model") from None
 

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..units import format_duration
+from specwatch.base.units import format_duration
+from specwatch.costmodel import Profile
 
 
 @dataclass(frozen=True)
@@ -145,8 +146,8 @@ class Config:
     tensor_parallel: int = 1
     model: ModelConfig = ModelConfig()
     draft: DraftConfig = DraftConfig()
-    # The cost model's Profile (parsed by specwatch.costmodel.parse_profile) and the file it came from.
-    profile: Any = None
+    # The measured step-time profile (costmodel.parse_profile) and the file it came from.
+    profile: Profile | None = None
     profile_path: str | None = None
     decision: DecisionConfig = DecisionConfig()
     learning: LearningConfig = LearningConfig()

@@ -25,7 +25,7 @@ fresh process each, median of 7, peak RSS from ru_maxrss):
 
     python -c pass                              11.8 MiB
     import specwatch.config (+ load defaults)   14.3 MiB (17.0 MiB)
-    sidecar imports (specwatch.service) + load  34.2 MiB
+    sidecar imports (specwatch.serve.service) + load  34.2 MiB
     ... + pydantic, equivalent models            44.3 MiB  (+10.1 MiB, +30 %)
     ... + pydantic + pydantic-settings + models  45.7 MiB  (+11.5 MiB, +34 %)
     import pydantic_settings alone              +22 MiB over bare Python, 250-480 ms import
@@ -44,12 +44,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import result
-from .file_kinds import StepTimeProfile
-from .kinds import Choice, Duration, DurationList, HoldTime, Listen, Number
-from .nodes import Items, Key, Section
-from .schema_costmodel import DRAFT, HARDWARE, LEARNING, MODEL
-from .schema_sources import PROMETHEUS, ROUTE, TARGET
+from specwatch.config import result
+from specwatch.config.file_kinds import StepTimeProfile
+from specwatch.config.kinds import Choice, Duration, DurationList, HoldTime, Listen, Number
+from specwatch.config.nodes import Items, Key, Section
+from specwatch.config.schema_costmodel import DRAFT, HARDWARE, LEARNING, MODEL
+from specwatch.config.schema_sources import PROMETHEUS, ROUTE, TARGET
 
 
 def _fixed(*values: str) -> Callable[[], tuple[str, ...]]:

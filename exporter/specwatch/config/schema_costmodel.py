@@ -6,34 +6,27 @@ lists, imported when first asked for so that loading a config does not import th
 
 from __future__ import annotations
 
-from . import result
-from .file_kinds import JsonFile, ModelRef
-from .kinds import FRACTION, POSITIVE, Choice, Duration, Flag, Number
-from .mapping_kinds import SpeculativeConfig
-from .nodes import Key, Section
+from specwatch.config import result
+from specwatch.config.file_kinds import JsonFile, ModelRef
+from specwatch.config.kinds import FRACTION, POSITIVE, Choice, Duration, Flag, Number
+from specwatch.config.mapping_kinds import SpeculativeConfig
+from specwatch.config.nodes import Key, Section
+from specwatch.costmodel import DRAFT_METHODS, DTYPE_BYTES, HARDWARE_PRESETS, METHOD_ALIASES, MODEL_PRESETS
 
 
 def hardware_presets() -> tuple[str, ...]:
-    from ..costmodel import HARDWARE_PRESETS
-
     return tuple(HARDWARE_PRESETS)
 
 
 def model_presets() -> tuple[str, ...]:
-    from ..costmodel import MODEL_PRESETS
-
     return tuple(MODEL_PRESETS)
 
 
 def weight_dtypes() -> tuple[str, ...]:
-    from ..costmodel import DTYPE_BYTES
-
     return tuple(DTYPE_BYTES)
 
 
 def draft_methods() -> tuple[str, ...]:
-    from ..costmodel import DRAFT_METHODS, METHOD_ALIASES
-
     return (*DRAFT_METHODS, *METHOD_ALIASES)
 
 

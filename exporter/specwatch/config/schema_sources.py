@@ -4,12 +4,12 @@ the config schema table (config/schema.py holds its root)."""
 
 from __future__ import annotations
 
-from . import result
-from .file_kinds import ExistingFile
-from .kinds import POSITIVE, Duration, Flag, Name, Size, Text, Url
-from .label_kinds import LabelMatchers, LabelNames
-from .mapping_kinds import StringMap
-from .nodes import Key, Section
+from specwatch.config import result
+from specwatch.config.file_kinds import ExistingFile
+from specwatch.config.kinds import POSITIVE, Duration, Flag, Name, Size, Text, Url
+from specwatch.config.label_kinds import LabelMatchers, LabelNames
+from specwatch.config.mapping_kinds import StringMap
+from specwatch.config.nodes import Key, Section
 
 TARGET = Section(
     "targets",

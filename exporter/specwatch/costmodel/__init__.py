@@ -12,14 +12,14 @@ validates names against the presets defined here). Modules, in the order they bu
 - ``roofline``   CostModel: step time of the target, draft time, spec step time
 - ``search``     the one bisection
 - ``breakeven``  break-even, expected speedup, best K, max speculative batch, schedules, config
-- ``build``      build_cost_model (named parameters) and cost_model_from_config (a Config)
+- ``build``      build_cost_model (named parameters; specwatch.config.cost_model builds one from a Config)
 
 The model and its calibration are documented in docs/costmodel.md.
 """
 
 from __future__ import annotations
 
-from .breakeven import (
+from specwatch.costmodel.breakeven import (
     MAX_BATCH_LIMIT,
     ZERO_K_BAND_SLOWDOWN,
     ZERO_K_BAND_SPEEDUP,
@@ -32,8 +32,8 @@ from .breakeven import (
     position_rates_from_alpha,
     recommend_schedule,
 )
-from .build import DEFAULT_DRAFT_K, build_cost_model, cost_model_from_config
-from .draft import (
+from specwatch.costmodel.build import DEFAULT_DRAFT_K, build_cost_model
+from specwatch.costmodel.draft import (
     DEFAULT_DRAFT_FIXED_SECONDS,
     DEFAULT_DRAFT_MODEL,
     DRAFT_METHODS,
@@ -46,22 +46,10 @@ from .draft import (
     draft_head_kv_bytes_per_token,
     draft_head_params,
 )
-from .errors import CostModelError
-from .hardware import (
-    COMPUTE_DTYPE,
-    DEFAULT_HARDWARE,
-    HARDWARE_PRESETS,
-    HardwareSpec,
-    hardware_from,
-)
-from .model_presets import (
-    DEFAULT_MODEL,
-    MODEL_HF_CONFIGS,
-    MODEL_PRESETS,
-    MODEL_SOURCES,
-    model_from,
-)
-from .models import (
+from specwatch.costmodel.errors import CostModelError
+from specwatch.costmodel.hardware import COMPUTE_DTYPE, DEFAULT_HARDWARE, HARDWARE_PRESETS, HardwareSpec, hardware_from
+from specwatch.costmodel.model_presets import DEFAULT_MODEL, MODEL_HF_CONFIGS, MODEL_PRESETS, MODEL_SOURCES, model_from
+from specwatch.costmodel.models import (
     DTYPE_BYTES,
     ModelSpec,
     model_spec_from_hf_config,
@@ -69,8 +57,8 @@ from .models import (
     model_total_weight_bytes,
     model_weight_bytes,
 )
-from .profile import Profile, StepTimeCurve, parse_profile
-from .roofline import (
+from specwatch.costmodel.profile import Profile, StepTimeCurve, parse_profile
+from specwatch.costmodel.roofline import (
     DEFAULT_ALLREDUCE_SECONDS_PER_LAYER,
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_MBU,
@@ -79,7 +67,7 @@ from .roofline import (
     CostModel,
     max_concurrency_by_memory,
 )
-from .search import last_true, solve_increasing
+from specwatch.costmodel.search import last_true, solve_increasing
 
 __all__ = [
     "COMPUTE_DTYPE",
@@ -116,7 +104,6 @@ __all__ = [
     "breakeven_acceptance_rate",
     "build_cost_model",
     "canonical_method",
-    "cost_model_from_config",
     "draft_cost_for",
     "draft_head_kv_bytes_per_token",
     "draft_head_params",

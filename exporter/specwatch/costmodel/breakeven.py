@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from .roofline import CostModel
-from .search import last_true, solve_increasing
+from specwatch.costmodel.roofline import CostModel
+from specwatch.costmodel.search import last_true, solve_increasing
 
 
 def breakeven_acceptance_rate(cm: CostModel, batch: float, k: float) -> float:

@@ -1,31 +1,27 @@
 """The one way to build a CostModel from user-facing settings.
 
 ``build_cost_model`` takes every setting as a named parameter; the sidecar reaches it through
-``cost_model_from_config`` and the lesson commands and the simulator call it directly, so all of
+``specwatch.config.cost_model`` and the lesson commands and the simulator call it directly, so all of
 them get the same numbers for the same inputs. Bad inputs raise CostModelError naming the key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from .draft import draft_cost_for
-from .errors import CostModelError
-from .hardware import DEFAULT_HARDWARE, hardware_from
-from .model_presets import model_from
-from .models import HF_CONFIG_KEY
-from .profile import StepTimeCurve
-from .roofline import (
+from specwatch.costmodel.draft import draft_cost_for
+from specwatch.costmodel.errors import CostModelError
+from specwatch.costmodel.hardware import DEFAULT_HARDWARE, hardware_from
+from specwatch.costmodel.model_presets import model_from
+from specwatch.costmodel.models import HF_CONFIG_KEY
+from specwatch.costmodel.profile import StepTimeCurve
+from specwatch.costmodel.roofline import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_MBU,
     DEFAULT_MFU,
     DEFAULT_OVERHEAD_SECONDS,
     CostModel,
 )
-
-if TYPE_CHECKING:  # config imports this package to validate preset names
-    from ..config import Config
 
 #: Draft length assumed when none is configured (spreads the per-proposal draft cost).
 DEFAULT_DRAFT_K = 3
@@ -100,32 +96,4 @@ def build_cost_model(
         context_tokens=float(context_tokens),
         draft=draft,
         profile=profile,
-    )
-
-
-def cost_model_from_config(cfg: Config) -> CostModel:
-    """The sidecar's CostModel: ``build_cost_model`` with the values of a loaded Config."""
-    hw, m, d = cfg.hardware, cfg.model, cfg.draft
-    return build_cost_model(
-        hardware=hw.preset,
-        bandwidth_bytes_per_second=hw.bandwidth_bytes_per_second,
-        flops=hw.flops,
-        mbu=hw.mbu,
-        mfu=hw.mfu,
-        overhead_seconds=hw.overhead_seconds,
-        tensor_parallel=cfg.tensor_parallel or 1,
-        model=m.preset,
-        model_config=m.hf_config,
-        model_params=m.params,
-        model_layers=m.layers,
-        model_kv_heads=m.kv_heads,
-        model_head_dim=m.head_dim,
-        dtype=m.dtype or "bf16",
-        context_tokens=m.context_tokens,
-        draft_method=d.method or "auto",
-        draft_cost_per_token=d.cost_per_token,
-        draft_k=d.k or DEFAULT_DRAFT_K,
-        profile=cfg.profile,
-        draft_model=d.model if d.model_hf_config is None else None,
-        draft_model_config=d.model_hf_config,
     )

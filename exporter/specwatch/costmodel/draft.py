@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import CostModelError
-from .model_presets import MODEL_PRESETS
-from .models import ModelSpec
+from specwatch.costmodel.errors import CostModelError
+from specwatch.costmodel.model_presets import MODEL_PRESETS
+from specwatch.costmodel.models import ModelSpec
 
 DRAFT_METHODS = ("auto", "ngram", "eagle", "eagle3", "mtp", "draft_model", "medusa", "suffix")
 #: vLLM method names that cost like another: ngram_gpu (0.20+) is n-gram lookup on the GPU.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .errors import CostModelError
+from specwatch.costmodel.errors import CostModelError
 
 
 @dataclass(frozen=True)

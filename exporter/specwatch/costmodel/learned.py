@@ -29,7 +29,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from .observation import (
+from specwatch.costmodel.observation import (
     StepObservation,
     deltas_by_kind,
     model_step_seconds,
@@ -37,7 +37,7 @@ from .observation import (
     prior_step_seconds,
     spec_extra_seconds,
 )
-from .roofline import CostModel
+from specwatch.costmodel.roofline import CostModel
 
 # The pipeline reads a window's point through this module (learned.observation_from_deltas, ...).
 __all__ = [

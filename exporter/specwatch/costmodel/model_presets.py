@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .errors import CostModelError
-from .models import ModelSpec, model_spec_from_hf_config, model_spec_from_params
+from specwatch.costmodel.errors import CostModelError
+from specwatch.costmodel.models import ModelSpec, model_spec_from_hf_config, model_spec_from_params
 
 
 def _llama(

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .roofline import CostModel
+from specwatch.costmodel.roofline import CostModel
 
 #: A window must cover at least this many engine steps to be a point.
 MIN_STEPS_PER_POINT = 20.0

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeGuard, runtime_checkable
 
-from .errors import CostModelError
+from specwatch.costmodel.errors import CostModelError
 
 PROFILE_KEY = "profile"
 

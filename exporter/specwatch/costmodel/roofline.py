@@ -21,17 +21,11 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import TypeVar
 
-from .draft import (
-    DRAFT_METHODS,
-    METHOD_ALIASES,
-    NGRAM_FRACTION_OF_VERIFY,
-    DraftCost,
-    draft_cost_for,
-)
-from .errors import CostModelError
-from .hardware import COMPUTE_DTYPE, HardwareSpec
-from .models import DTYPE_BYTES, ModelSpec, model_total_weight_bytes, model_weight_bytes
-from .profile import RelativeStepTimeCurve, StepTimeCurve
+from specwatch.costmodel.draft import DRAFT_METHODS, METHOD_ALIASES, NGRAM_FRACTION_OF_VERIFY, DraftCost, draft_cost_for
+from specwatch.costmodel.errors import CostModelError
+from specwatch.costmodel.hardware import COMPUTE_DTYPE, HardwareSpec
+from specwatch.costmodel.models import DTYPE_BYTES, ModelSpec, model_total_weight_bytes, model_weight_bytes
+from specwatch.costmodel.profile import RelativeStepTimeCurve, StepTimeCurve
 
 # Efficiency defaults, calibrated against the SpecDecode-Bench fitted step model for Llama-3.1-8B
 # on H100; docs/costmodel.md ("Defaults and why") shows the derivation and tests/test_costmodel.py

@@ -26,7 +26,7 @@ good poll's lines with new values, only the values are converted and checked (`L
 - checks.py    the semantic checks: counters, gauges, histogram buckets
 """
 
-from .samples import (
+from specwatch.exposition.samples import (
     MAX_LABEL_VALUE_LENGTH,
     MAX_LABELS_PER_SERIES,
     MAX_SELECTED_SERIES,
@@ -36,8 +36,8 @@ from .samples import (
     Labels,
     Sample,
 )
-from .selector import Selector
-from .syntax import TYPE_PREFIX
+from specwatch.exposition.selector import Selector
+from specwatch.exposition.syntax import TYPE_PREFIX
 
 __all__ = [
     "MAX_LABELS_PER_SERIES",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .samples import ExpositionError, Labels, Sample, Series
+from specwatch.exposition.samples import ExpositionError, Labels, Sample, Series
 
 
 def bucket_bound(name: str, labels: Labels) -> tuple[float, str]:

@@ -11,8 +11,8 @@ from functools import partial
 from operator import itemgetter
 from typing import TypeVar
 
-from .samples import SKIP, Family, Labels, Sample, Series
-from .syntax import TYPE_PREFIX, Line
+from specwatch.exposition.samples import SKIP, Family, Labels, Sample, Series
+from specwatch.exposition.syntax import TYPE_PREFIX, Line
 
 _T = TypeVar("_T")
 

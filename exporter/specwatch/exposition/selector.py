@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from .checks import bucket_bound, validate_histogram, validate_values
-from .lastpoll import LastPoll
-from .samples import (
+from specwatch.exposition.checks import bucket_bound, validate_histogram, validate_values
+from specwatch.exposition.lastpoll import LastPoll
+from specwatch.exposition.samples import (
     MAX_SELECTED_SERIES,
     SERIES_CACHE_SIZE,
     SKIP,
@@ -17,15 +17,7 @@ from .samples import (
     Sample,
     Series,
 )
-from .syntax import (
-    TYPE_PREFIX,
-    Line,
-    every_line,
-    line_finder,
-    parse_labels,
-    parse_value,
-    suffixes,
-)
+from specwatch.exposition.syntax import TYPE_PREFIX, Line, every_line, line_finder, parse_labels, parse_value, suffixes
 
 
 class Selector:

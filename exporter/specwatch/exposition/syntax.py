@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .samples import (
-    MAX_LABEL_VALUE_LENGTH,
-    MAX_LABELS_PER_SERIES,
-    ExpositionError,
-    Labels,
-)
+from specwatch.exposition.samples import MAX_LABEL_VALUE_LENGTH, MAX_LABELS_PER_SERIES, ExpositionError, Labels
 
 TYPE_PREFIX = "# TYPE "
 _WS = r"[^\S\n]"  # whitespace inside one line, as str.split() sees it (\n ends the line)

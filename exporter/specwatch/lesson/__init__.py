@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from . import breakeven, memory, plan, simulate
-from .breakeven import breakeven_rows, breakeven_table, cmd_breakeven
-from .memory import cmd_memory, memory_report, memory_text
-from .options import cost_model_from_flags, target_options
-from .plan import Rollout, cmd_plan, plan_markdown
-from .simulate import (
+from specwatch.lesson import breakeven, memory, plan, simulate
+from specwatch.lesson.breakeven import breakeven_rows, breakeven_table, cmd_breakeven
+from specwatch.lesson.memory import cmd_memory, memory_report, memory_text
+from specwatch.lesson.options import cost_model_from_flags, target_options
+from specwatch.lesson.plan import Rollout, cmd_plan, plan_markdown
+from specwatch.lesson.simulate import (
     SimulationGrid,
     alpha_for_speedup,
     cmd_simulate,

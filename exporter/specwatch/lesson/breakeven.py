@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
-from .. import costmodel as cmod
-from .options import (
+from specwatch import costmodel as cmod
+from specwatch.lesson.options import (
     SMALL_TARGET,
     check_fractions,
     cost_model_from_flags,

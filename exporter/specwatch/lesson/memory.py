@@ -7,8 +7,8 @@ import argparse
 import sys
 from typing import IO, Any
 
-from .. import costmodel as cmod
-from .options import (
+from specwatch import costmodel as cmod
+from specwatch.lesson.options import (
     DTYPE_CHOICES,
     LESSON_TARGET,
     cost_model_from_flags,

@@ -16,7 +16,7 @@ from typing import IO, Any, NoReturn
 
 import yaml
 
-from .. import costmodel as cmod
+from specwatch import costmodel as cmod
 
 DTYPE_CHOICES = ["bf16", "fp8", "int8", "int4"]
 #: name=share:alpha traffic classes (shares normalised to 1).

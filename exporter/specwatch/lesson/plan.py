@@ -8,9 +8,9 @@ import sys
 from dataclasses import dataclass
 from typing import IO
 
-from .. import costmodel as cmod
-from ..schedule import complete_speculative_config, speculative_config
-from .options import (
+from specwatch import costmodel as cmod
+from specwatch.engines.vllm_schedule import complete_speculative_config, speculative_config
+from specwatch.lesson.options import (
     DEFAULT_TRAFFIC,
     LESSON_TARGET,
     Traffic,

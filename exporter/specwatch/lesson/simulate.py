@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
-from .. import costmodel as cmod
-from .options import (
+from specwatch import costmodel as cmod
+from specwatch.lesson.options import (
     DEFAULT_TRAFFIC,
     LESSON_TARGET,
     Traffic,

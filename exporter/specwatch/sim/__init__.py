@@ -9,11 +9,11 @@ h = serve("alpha-drop", speed=20)    # loopback HTTP server, h.url is .../metric
 record("alpha-drop", "out.jsonl", poll_interval=5.0)   # a `specwatch record` recording, no HTTP
 """
 
-from .cli import add_parsers
-from .engine import EPOCH_BASE, Simulator, crossings
-from .record import record
-from .scenario import Scenario, ScenarioError, list_scenarios, load_scenario
-from .server import SimServer, serve
+from specwatch.sim.cli import add_parsers
+from specwatch.sim.engine import EPOCH_BASE, Simulator, crossings
+from specwatch.sim.record import record
+from specwatch.sim.scenario import Scenario, ScenarioError, list_scenarios, load_scenario
+from specwatch.sim.server import SimServer, serve
 
 __all__ = [
     "EPOCH_BASE",

@@ -22,10 +22,10 @@ import math
 import random
 from typing import Any
 
-from .exposition import render
-from .histograms import engine_histograms
-from .scenario import Event, RoutePhase, Scenario, load_scenario, unconditional
-from .steptime import StepTimer
+from specwatch.sim.exposition import render
+from specwatch.sim.histograms import engine_histograms
+from specwatch.sim.scenario import Event, RoutePhase, Scenario, load_scenario, unconditional
+from specwatch.sim.steptime import StepTimer
 
 EPOCH_BASE = 1_790_000_000.0  # fixed epoch of sim time 0 for deterministic recordings
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client.utils import floatToGoString
 
-from .histograms import (
+from specwatch.sim.histograms import (
     HTTP_FEW_BUCKETS,
     HTTP_HIGHR_BUCKETS,
     ITER_BUCKETS_V0,
@@ -43,8 +43,8 @@ from .histograms import (
 )
 
 if TYPE_CHECKING:
-    from .engine import Engine, Route, Simulator
-    from .scenario import Scenario
+    from specwatch.sim.engine import Engine, Route, Simulator
+    from specwatch.sim.scenario import Scenario
 
 #: prometheus_client's own float formatting (its function is unannotated).
 _fmt: Callable[[float], str] = floatToGoString

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 
-from .engine import Simulator
-from .scenario import Scenario, load_scenario
+from specwatch.sim.engine import Simulator
+from specwatch.sim.scenario import Scenario, load_scenario
 
 
 def record(

@@ -54,7 +54,7 @@ from typing import Any
 
 import yaml
 
-from .. import units
+from specwatch.base import units
 
 SCHEMAS = ("v1", "v1-legacy-itl", "v0")
 EVENT_TYPES = ("restart", "spec_off", "spec_on", "schema")

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .. import costmodel
-from ..costmodel.breakeven import first_drop_best
+from specwatch import costmodel
+from specwatch.costmodel.breakeven import first_drop_best
 
 if TYPE_CHECKING:
-    from .scenario import Scenario, StepCurve
+    from specwatch.sim.scenario import Scenario, StepCurve
 
 
 class StepTimer:

@@ -1,0 +1,2 @@
+"""What every layer may use: durations and sizes (units), NaN-safe JSON (jsonsafe), logging setup
+(logsetup) and the deadline-guarded HTTP connection both sources poll through (httpconn)."""

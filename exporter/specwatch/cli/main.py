@@ -1,0 +1,212 @@
+"""Command line: run, demo, record, replay, backtest, check-config, and the lesson's calculators."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from specwatch import __version__
+from specwatch.config import Config, ConfigError, load
+
+EXIT_CONFIG = 2
+
+# Modules that contribute subcommands through add_parsers(subparsers). Imported only when the
+# command is not one of this module's own, so `specwatch replay` does not load the simulator,
+# the lesson tools or the HTTP server (start-up is part of every replay's cost).
+SUBCOMMAND_MODULES = ("specwatch.lesson", "specwatch.sim", "specwatch.cli.demo", "specwatch.fleet.backtest")
+CORE_COMMANDS = ("run", "check-config", "record", "replay")
+
+
+def _load_config(args: argparse.Namespace, **overrides: object) -> Config:
+    return load(getattr(args, "config", None), overrides=overrides)
+
+
+def _sidecar_mode(args: argparse.Namespace) -> bool:
+    """Sidecar mode (the chart sets SPECWATCH_MODE=sidecar on the container it adds to vLLM's pod):
+    a config problem must never stop the process, or the pod loses Ready and leaves its Service."""
+    return bool(args.sidecar) or os.environ.get("SPECWATCH_MODE", "").strip().lower() == "sidecar"
+
+
+def _alert_window_override(args: argparse.Namespace) -> dict[str, object] | None:
+    """--alert-window sets alerting.window (flags beat SPECWATCH_ALERTING__WINDOW, which beats the file)."""
+    from specwatch.config import parse_duration
+
+    if not args.alert_window:
+        return None
+    return {"window": parse_duration(args.alert_window, "--alert-window")}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from specwatch.base.logsetup import configure_logging
+    from specwatch.config import from_mapping
+    from specwatch.serve.reload import ConfigSource
+    from specwatch.serve.service import Service
+
+    # vLLM's multiprocess mode variable must never reach this process's prometheus_client.
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    overrides = {
+        "listen": args.listen,
+        "targets": [{"url": args.target}] if args.target else None,
+        "alerting": _alert_window_override(args),
+    }
+    source = ConfigSource(args.config, lambda path: load(path, overrides=overrides))
+    try:
+        config, error = source.load(), None
+    except ConfigError as exc:
+        if not _sidecar_mode(args):
+            raise
+        # Stay up on the listen address from the command line (the chart passes it), report the
+        # error on /metrics and wait for a good config.
+        config = from_mapping({}, environ={}, overrides={"listen": args.listen} if args.listen else None)
+        error = str(exc)
+    configure_logging(config.log.format, config.log.level)
+    # Service warns (at start and on reload) when alerting.window is not among the windows.
+    try:
+        return Service(
+            config,
+            source=source,
+            config_error=error,
+            on_log_config=lambda c: configure_logging(c.log.format, c.log.level),
+        ).run_forever()
+    except OSError as exc:  # the listen address is taken or not ours to bind: one line, like a bad key
+        print(f"specwatch: config error: listen {config.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from specwatch.serve.reload import alert_window_warning
+
+    config = load(args.file, overrides={"alerting": _alert_window_override(args)})
+    if warning := alert_window_warning(config):
+        print(f"specwatch: warning: {args.file}: {warning}", file=sys.stderr)
+    if config.prometheus is not None:
+        from specwatch.sidecar.scrape import redact_url
+
+        source = f"fleet mode: every replica from {redact_url(config.prometheus.url)}"
+    else:
+        source = f"{len(config.targets)} target(s)"
+    print(
+        f"{args.file}: OK ({source}, {len(config.routes)} route(s), "
+        f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s)"
+    )
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from specwatch.base.logsetup import configure_logging
+    from specwatch.config import parse_duration
+    from specwatch.sidecar.record import record
+
+    config = _load_config(args)
+    duration = parse_duration(args.duration, "--duration")
+    configure_logging(config.log.format, config.log.level)
+    with open(args.out, "w", encoding="utf-8") as out:
+        lines = record(config, out, duration)
+    print(f"wrote {lines} polls to {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from specwatch.sidecar.replay import RecordingError, replay_to
+
+    config = _load_config(args)
+    # No logging set-up: nothing on the replay path logs, and structlog's import is a third of
+    # a short replay's start-up.
+    try:
+        with open(args.recording, encoding="utf-8") as handle:
+            replay_to(config, handle, sys.stdout, learn_targets=args.config is None)
+    except FileNotFoundError:
+        print(f"specwatch: recording not found: {args.recording}", file=sys.stderr)
+        return EXIT_CONFIG
+    except RecordingError as exc:
+        print(f"specwatch: {args.recording}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return 0
+
+
+def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specwatch",
+        description=(
+            "Observability sidecar for vLLM speculative decoding: rolling acceptance rate, ITL tails, "
+            "break-even at the live batch size, and what to change."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"specwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser(
+        "run",
+        help="run the sidecar: poll vLLM /metrics (or, with prometheus: set, read every "
+        "replica from Prometheus: fleet mode) and serve specwatch metrics",
+    )
+    run.add_argument(
+        "--config",
+        help="YAML config (README: Configuration); every key optional. Reloaded on SIGHUP and when the file changes",
+    )
+    run.add_argument("--listen", help="override listen, e.g. :9474 or 127.0.0.1:9474")
+    run.add_argument("--target", help="override the first target's URL, e.g. http://127.0.0.1:8000/metrics")
+    run.add_argument(
+        "--alert-window",
+        help="override alerting.window, the window the alert rules read (default 5m); "
+        "a warning is logged at start when it is not among the config's windows",
+    )
+    run.add_argument(
+        "--sidecar",
+        action="store_true",
+        help="sidecar mode (also SPECWATCH_MODE=sidecar): never exit on a bad or missing config; "
+        "serve /healthz and /metrics and report the error until the config is fixed",
+    )
+    run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser("check-config", help="validate a config file and exit (status 2 when invalid)")
+    check.add_argument("file")
+    check.add_argument(
+        "--alert-window",
+        help="override alerting.window, the window the alert rules read "
+        "(default 5m): warn when it is not among the config's windows",
+    )
+    check.set_defaults(func=cmd_check_config)
+
+    rec = sub.add_parser("record", help="record polls of the configured targets as JSON lines")
+    rec.add_argument("--config")
+    rec.add_argument("--out", required=True)
+    rec.add_argument("--duration", required=True, help="e.g. 10m")
+    rec.set_defaults(func=cmd_record)
+
+    rep = sub.add_parser(
+        "replay", help="evaluate a recording exactly as the live sidecar would; one JSON line per evaluation"
+    )
+    rep.add_argument("--config")
+    rep.add_argument("recording")
+    rep.set_defaults(func=cmd_replay)
+
+    for name in subcommand_modules:
+        importlib.import_module(name).add_parsers(sub)
+    return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first argument that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(() if _command(words) in CORE_COMMANDS else SUBCOMMAND_MODULES)
+    args = parser.parse_args(words)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"specwatch: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

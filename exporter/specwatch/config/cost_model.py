@@ -1,0 +1,36 @@
+"""A loaded Config as a CostModel: the config is the only package that knows both (the cost model
+takes named parameters and never reads a Config)."""
+
+from __future__ import annotations
+
+from specwatch.config.result import Config
+from specwatch.costmodel import CostModel
+from specwatch.costmodel.build import DEFAULT_DRAFT_K, build_cost_model
+
+
+def cost_model_from_config(cfg: Config) -> CostModel:
+    """The sidecar's CostModel: ``build_cost_model`` with the values of a loaded Config."""
+    hw, m, d = cfg.hardware, cfg.model, cfg.draft
+    return build_cost_model(
+        hardware=hw.preset,
+        bandwidth_bytes_per_second=hw.bandwidth_bytes_per_second,
+        flops=hw.flops,
+        mbu=hw.mbu,
+        mfu=hw.mfu,
+        overhead_seconds=hw.overhead_seconds,
+        tensor_parallel=cfg.tensor_parallel or 1,
+        model=m.preset,
+        model_config=m.hf_config,
+        model_params=m.params,
+        model_layers=m.layers,
+        model_kv_heads=m.kv_heads,
+        model_head_dim=m.head_dim,
+        dtype=m.dtype or "bf16",
+        context_tokens=m.context_tokens,
+        draft_method=d.method or "auto",
+        draft_cost_per_token=d.cost_per_token,
+        draft_k=d.k or DEFAULT_DRAFT_K,
+        profile=cfg.profile,
+        draft_model=d.model if d.model_hf_config is None else None,
+        draft_model_config=d.model_hf_config,
+    )

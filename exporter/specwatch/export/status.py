@@ -1,0 +1,145 @@
+"""The /api/v1/status JSON document: one per mode, built from the state the poller published.
+
+Sidecar mode: every target's health and every route's windows. Fleet mode: the query source's
+health, one entry per replica and route, and the fleet rows. Both serve the same per-window record
+(window_status), a `specwatch replay` line plus what only the status page shows. Non-finite floats
+become null (jsonsafe) when the document is encoded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from specwatch import __version__
+from specwatch.base.jsonsafe import json_safe
+from specwatch.config import Config
+from specwatch.fleet.evaluator import FleetState, replica_name
+from specwatch.sidecar.scrape import redact_url
+from specwatch.sidecar.state import State
+from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
+
+
+def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
+    """One window of one route on /api/v1/status (either mode)."""
+    record = evaluation_record(evaluation)
+    record.pop("route"), record.pop("window")
+    record.update(
+        {
+            "acceptance_margin": evaluation.value("acceptance_margin"),
+            "max_speculative_batch_size": evaluation.value("max_speculative_batch_size"),
+            "position_acceptance_rates": evaluation.position_rates,
+            "itl_per_token_mean_seconds": evaluation.stats.itl_per_token_mean_seconds,
+            "recommended_config": evaluation.recommended_config,
+            "candidate_verdict": getattr(evaluation.assessment, "candidate", None),
+            "samples": evaluation.stats.samples,
+        }
+    )
+    if evaluation.config_check is not None:
+        record["config_check"] = evaluation.config_check.as_dict()
+    if record["recommended_config"] is not None:
+        record["recommended_speculative_config_flag"] = (
+            "--speculative-config '" + json.dumps(record["recommended_config"], separators=(",", ":")) + "'"
+        )
+    return record
+
+
+def _windows(evaluations: Iterable[RouteEvaluation]) -> dict[str, dict[str, Any]]:
+    """A route's windows, keyed by window label."""
+    return {e.stats.window: window_status(e) for e in evaluations}
+
+
+def status_document(state: State, config: Config) -> dict[str, Any]:
+    """Sidecar mode: every target's health and every route's windows."""
+    routes = [
+        {
+            "route": route.route,
+            "target": route.target,
+            "model_name": route.model_name,
+            "schema": route.schema,
+            "method": route.method,
+            "spec_present": route.spec_present,
+            "configured_k": route.configured_k,
+            "expects_speculation": route.expects_speculation,
+            "baseline_itl_p99_seconds": route.baseline_itl_p99_seconds,
+            "windows": _windows(route.evaluations),
+            "grading": route.grading.as_dict() if route.grading is not None else None,
+        }
+        for route in state.routes
+    ]
+    targets = [
+        {
+            "name": t.name,
+            "url": redact_url(t.url),
+            "up": t.up,
+            "last_success": t.last_success,
+            "scrape_duration_seconds": t.scrape_duration,
+            "errors": dict(t.errors),
+            "counter_resets": t.resets,
+            "schema": t.schema,
+            "polls": t.polls,
+        }
+        for t in state.targets
+    ]
+    return {
+        "version": __version__,
+        "t": state.t,
+        "targets": targets,
+        "routes": routes,
+        "windows": list(config.window_labels),
+    }
+
+
+def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
+    """Fleet mode: the query source's health, one entry per replica and route (nothing from a failed
+    poll or for a stale replica, as on /metrics), and the fleet rows."""
+    prometheus = {
+        "url": redact_url(config.prometheus.url) if config.prometheus else None,
+        "up": state.up,
+        "last_success": state.last_success,
+        "query_duration_seconds": state.query_duration,
+        "queries": state.queries,
+        "queries_per_poll": state.queries_per_poll,
+        "errors": dict(state.errors),
+        "stale_replicas": state.stale_replicas,
+    }
+    routes = [
+        {
+            "route": r.route,
+            "target": replica_name(r.replica),
+            "replica": dict(r.replica),
+            "model_name": r.model_name,
+            "method": r.method,
+            "windows": _windows(r.evaluations),
+        }
+        for r in state.routes
+        if state.up and not r.stale and r.evaluations
+    ]
+    fleet = [
+        {
+            "route": row.route,
+            "window": row.window,
+            "replicas": row.replicas,
+            "verdicts": dict(row.verdicts),
+            "acceptance_rate": row.acceptance_rate,
+            "losing_token_share": row.losing_token_share,
+            "generation_tokens": row.generation_tokens,
+        }
+        for row in state.fleet
+    ]
+    return {
+        "version": __version__,
+        "mode": "fleet",
+        "t": state.t,
+        "prometheus": prometheus,
+        "routes": routes,
+        "fleet": fleet,
+        "windows": list(config.window_labels),
+    }
+
+
+def encode_status(state: State, fleet: FleetState | None, config: Config) -> bytes:
+    """The document of the running mode as the bytes /api/v1/status serves (NaN and inf as null)."""
+    document = status_document(state, config) if fleet is None else fleet_status_document(fleet, config)
+    return json.dumps(json_safe(document), allow_nan=False, default=str).encode()

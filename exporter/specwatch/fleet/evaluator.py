@@ -1,0 +1,314 @@
+"""Fleet mode: the evaluator and the poll. One poll = the constant query set against the query API
+(promql, promsource) -> per (replica, route, window) data (fleet_windows) -> the same derivations,
+cost model, verdicts and hysteresis as the sidecar -> a FleetState to serve (fleet_state).
+
+The sidecar's own per-route evaluation (evaluation.evaluate_route: cost class, guard, assessment,
+hold, draft.config check, advice) runs per replica: the break-even is nonlinear in the batch, so
+a fleet-average batch would decide wrongly. As the sidecar's Pipeline does, it assesses through an
+exact-key memo (decide_cache.AssessmentCache), and a replica window whose data did not change since
+the last poll keeps its derivations (only their time moves): both give the very values a fresh
+computation gives.
+
+Freshness: a replica whose newest sample is older than two scrape intervals (or that Prometheus
+marked stale) is stale: its values are not served and its verdicts do not move; it is counted.
+A failed poll (any query failing, or an answer that is not the query API's) serves nothing and
+moves nothing; it is counted by reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import structlog
+
+from specwatch import costmodel
+from specwatch.config import Config, ConfigError, PrometheusConfig
+from specwatch.config.cost_model import cost_model_from_config
+from specwatch.engines.vllm import RouteMatcher
+from specwatch.engines.vllm_schedule import schedule_from_config
+from specwatch.fleet import queries as promql
+from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
+from specwatch.fleet.grouping import (
+    ReplicaKey,
+    RouteData,
+    RouteKey,
+    WindowGrouper,
+    newest_samples,
+    replica_name,
+    window_view,
+)
+from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState, fleet_record, fleet_rows, replica_record
+from specwatch.verdict import decide
+from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route
+from specwatch.verdict.memo import DEFAULT_SIZE, AssessmentCache
+from specwatch.windows.derive import WindowStats, window_stats
+
+log = structlog.get_logger("specwatch.fleet")
+
+
+@dataclass
+class _Record:
+    method: str = "auto:unknown"
+    verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
+    advice: dict[str, decide.Assessment] = field(default_factory=dict)
+    last_sample: float | None = None
+    model_name: str = ""
+    evaluations: tuple[RouteEvaluation, ...] = ()
+    stale: bool = False
+    seen_poll: int = 0
+    # Per window label: the data and derivations of the last evaluation, reused while unchanged.
+    derived: dict[str, tuple[RouteData, WindowStats]] = field(default_factory=dict)
+
+
+class FleetEvaluator:
+    """Pure evaluation state (no I/O): feed it one poll's answers at a time."""
+
+    def __init__(self, config: Config, cost_model: costmodel.CostModel | None = None):
+        if config.prometheus is None:
+            raise ConfigError("prometheus", "required for fleet mode and backtest (url, selector, replica_labels)")
+        self.config = config
+        self.source: PrometheusConfig = config.prometheus
+        source = self.source
+        self.cost_model = cost_model if cost_model is not None else cost_model_from_config(config)
+        self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
+        self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
+        self.queries = promql.query_set(config.windows, config.window_labels, source.matchers, source.replica_labels)
+        # One grouper per window: each keeps its label sets' plans from poll to poll.
+        self._groupers = {label: WindowGrouper(source.replica_labels, self.matchers) for label in config.window_labels}
+        # The sidecar's exact-key assessment memo, sized each poll to hold every replica window.
+        self._assessments = AssessmentCache()
+        self._records: dict[RouteKey, _Record] = {}
+        self._polls = 0
+        self._t: float | None = None
+        self._up: bool | None = None
+        self._last_success: float | None = None
+        self._duration: float | None = None
+        self._errors = dict.fromkeys(QUERY_ERROR_REASONS, 0)
+        self._stale_evaluations = 0
+        self._fleet: tuple[FleetRow, ...] = ()
+        self._failing: str | None = None
+        self.sent_queries = 0
+
+    def reconfigure(self, config: Config) -> list[str]:
+        """Take a reloaded config with the same Prometheus source, routes and windows (otherwise
+        build a new FleetEvaluator): verdicts are kept, what came from the old config is derived
+        again (the stated schedule, the cost model). Returns what was rebuilt."""
+        if config.fleet_shape() != self.config.fleet_shape():
+            raise ValueError("the Prometheus source, routes or windows changed: build a new FleetEvaluator")
+        old = self.config
+        self.config = config
+        self._schedule = schedule_from_config(config.draft.config)
+        self._assessments = AssessmentCache()
+        for record in self._records.values():
+            record.derived.clear()  # window stats derived with the old draft.k hint
+        if config.cost_inputs() != old.cost_inputs():
+            self.cost_model = cost_model_from_config(config)
+            return ["cost_model"]
+        return []
+
+    # -- input -----------------------------------------------------------------------------
+    def record_error(self, now: float, reason: str, message: str = "", duration: float | None = None) -> None:
+        """A failed poll: nothing moves, nothing is served until the next good one."""
+        self._errors[reason if reason in self._errors else "invalid"] += 1
+        self._up = False
+        self._t = now
+        self._duration = duration
+        if self._failing != reason:  # log once per failure episode and reason
+            log.warning("prometheus_query_failed", reason=reason, message=message)
+            self._failing = reason
+
+    def group(self, windows: Mapping[str, Iterable[Sample] | Vector]) -> dict[str, dict[RouteKey, RouteData]]:
+        """Each window's answer grouped per (replica, route); nothing moves yet. Raises
+        PromQueryError("invalid") for an answer with a malformed series."""
+        return {label: self._groupers[label].group(windows.get(label, ())) for label in self.config.window_labels}
+
+    def evaluate(
+        self,
+        now: float,
+        windows: Mapping[str, Iterable[Sample] | Vector],
+        freshness: Iterable[Sample],
+        duration: float | None = None,
+    ) -> list[tuple[ReplicaKey, RouteEvaluation]]:
+        """One poll: `windows` maps each window label to its query's samples."""
+        return self.evaluate_grouped(now, self.group(windows), freshness, duration)
+
+    def evaluate_grouped(
+        self,
+        now: float,
+        by_window: Mapping[str, Mapping[RouteKey, RouteData]],
+        freshness: Iterable[Sample],
+        duration: float | None = None,
+    ) -> list[tuple[ReplicaKey, RouteEvaluation]]:
+        """One poll on answers already grouped (group)."""
+        if self._failing is not None:
+            log.info("prometheus_query_recovered", after=self._failing)
+            self._failing = None
+        self._polls += 1
+        self._up = True
+        self._t = now
+        self._last_success = now
+        self._duration = duration
+        newest = newest_samples(freshness, self.source.replica_labels)
+        keys = sorted({key for grouped in by_window.values() for key in grouped})
+        # One entry per replica window (an unchanged one asks again next poll), plus slack.
+        self._assessments.size = len(keys) * len(by_window) + DEFAULT_SIZE
+        longest = max(self.config.windows)
+        out: list[tuple[ReplicaKey, RouteEvaluation]] = []
+        for key in keys:
+            replica, route = key
+            record = self._records.get(key)
+            if record is None:
+                record = self._records[key] = _Record()
+            record.seen_poll = self._polls
+            samples_longest = max((g[key].samples for g in by_window.values() if key in g), default=0)
+            interval = self.source.scrape_interval or (longest / samples_longest if samples_longest else longest)
+            last_sample = newest.get(replica)
+            record.stale = last_sample is None or now - last_sample > 2 * interval
+            if record.stale:
+                self._stale_evaluations += 1
+                continue
+            fresh = record.last_sample is None or last_sample > record.last_sample  # type: ignore[operator]
+            record.last_sample = last_sample
+            evaluations = self._evaluate_route(record, replica, route, by_window, now, interval, fresh)
+            record.evaluations = evaluations
+            out.extend((replica, e) for e in evaluations)
+        for record in self._records.values():
+            if record.seen_poll != self._polls:
+                record.stale = True  # gone from every window: its last values must not be served
+        self._expire()
+        self._fleet = fleet_rows(out)
+        return out
+
+    def _evaluate_route(
+        self,
+        record: _Record,
+        replica: ReplicaKey,
+        route: str,
+        by_window: Mapping[str, Mapping[RouteKey, RouteData]],
+        now: float,
+        interval: float,
+        fresh: bool,
+    ) -> tuple[RouteEvaluation, ...]:
+        windows: list[WindowEntry] = []
+        derived = record.derived
+        for width, label in zip(self.config.windows, self.config.window_labels, strict=True):
+            data = by_window[label].get((replica, route))
+            if data is None:
+                derived.pop(label, None)
+                continue
+            record.model_name = data.model_name
+            span = min(width, (data.samples - 1) * interval)
+            view = window_view(data, replica, now, span)
+            if view is None:
+                derived.pop(label, None)
+                continue
+            previous = derived.get(label)
+            if previous is not None and previous[0] == data and previous[1].span_seconds == view.span_seconds:
+                # The same window data: window_stats would give the same values but for the time.
+                stats = dataclasses.replace(previous[1], t=now)
+            else:
+                stats = window_stats(view, route, label, now, configured_k_hint=self.config.draft.k)
+            derived[label] = (data, stats)
+            windows.append((width, label, view, stats))
+        # Exactly the sidecar's per-route evaluation, per replica.
+        return evaluate_route(
+            self.config,
+            self.cost_model,
+            self._schedule,
+            record,
+            windows,
+            now,
+            fresh=fresh,
+            assess=self._assessments.assess,
+        )
+
+    def _expire(self) -> None:
+        ttl = self.config.route_ttl_polls
+        for key in [k for k, r in self._records.items() if self._polls - r.seen_poll >= ttl]:
+            del self._records[key]
+
+    # -- output ----------------------------------------------------------------------------
+    def state(self) -> FleetState:
+        routes = tuple(
+            ReplicaRouteState(replica, route, r.model_name, r.method, r.stale, r.evaluations)
+            for (replica, route), r in sorted(self._records.items())
+        )
+        return FleetState(
+            self.source.replica_labels,
+            self._t,
+            self._up,
+            self._last_success,
+            self._duration,
+            self.sent_queries,
+            self.queries.count,
+            dict(self._errors),
+            sum(1 for r in routes if r.stale),
+            self._stale_evaluations,
+            routes,
+            self._fleet if self._up else (),
+            {r.name: r.baseline_itl_p99_seconds for r in self.config.routes if r.baseline_itl_p99_seconds is not None},
+        )
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector held off for one poll. Decoding and grouping a 1,000-replica
+    answer allocates ~200,000 acyclic containers; with the collector on, that burst sets off
+    collections that walk every live object (the evaluator's state included) again and again,
+    which cost about as much as the decoding itself. Whatever the poll leaves is collected as
+    usual afterwards, in one pass."""
+    if not gc.isenabled():  # someone else holds it off: leave it so
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+class FleetSource:
+    """The I/O edge: one poll = the constant query set against the query API, then evaluate."""
+
+    def __init__(self, evaluator: FleetEvaluator, client: PromClient | None = None):
+        self.evaluator = evaluator
+        self.client = client or PromClient(evaluator.source)
+
+    def poll(self, now: float | None = None) -> list[tuple[ReplicaKey, RouteEvaluation]] | None:
+        with collector_paused():
+            return self._poll(time.time() if now is None else now)
+
+    def _poll(self, now: float) -> list[tuple[ReplicaKey, RouteEvaluation]] | None:
+        start = time.monotonic()
+        queries = self.evaluator.queries
+        try:
+            windows = {label: self.client.query_vector(expr, now) for label, _, expr in queries.windows}
+            freshness = self.client.query(queries.freshness, now).samples
+            grouped = self.evaluator.group(windows)  # a malformed answer fails the poll here, before anything moves
+        except PromQueryError as exc:
+            self.evaluator.sent_queries = self.client.queries
+            self.evaluator.record_error(now, exc.reason, str(exc), time.monotonic() - start)
+            return None
+        self.evaluator.sent_queries = self.client.queries
+        return self.evaluator.evaluate_grouped(now, grouped, freshness, time.monotonic() - start)
+
+
+# The fleet's public names in one place (service.py, backtest and fleet_metrics import them here
+# or from the stage modules).
+__all__ = [
+    "FleetEvaluator",
+    "FleetRow",
+    "FleetSource",
+    "FleetState",
+    "ReplicaKey",
+    "ReplicaRouteState",
+    "collector_paused",
+    "fleet_record",
+    "replica_name",
+    "replica_record",
+]

@@ -1,0 +1,293 @@
+"""Fleet mode, first stage: one window query's answer -> per (replica, route) window data -> the
+sidecar's WindowView.
+
+The maths is not re-implemented here: each replica's window is handed on as a window.WindowView
+whose increases are the query's per-series increases, keyed exactly as the sidecar keys its
+counters (series_key below, the one place that knows the key layout), so derive.window_stats
+reads it as it reads its own.
+
+Speed: a 1,000-replica answer holds ~32,000 series per window, and the same label sets come back
+poll after poll. WindowGrouper therefore resolves each label set once (its replica, routes, counter
+key, position or bucket bound) and keeps that plan between polls; a poll then costs one dict
+lookup and one float per series. The plans are a pure function of the label set and the config,
+so the grouped increases are the same as resolving every series afresh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from specwatch.engines.vllm import (
+    K_ACCEPTED,
+    K_DRAFT_TOKENS,
+    K_DRAFTS,
+    K_GEN,
+    K_ITL_BUCKET,
+    K_ITL_COUNT,
+    K_ITL_SUM,
+    K_POS,
+    K_STEPS,
+    SCHEMA_V1,
+    SCHEMA_V1_LEGACY_ITL,
+    RouteMatcher,
+    RouteSnapshot,
+    SeriesKey,
+)
+from specwatch.fleet import queries as promql
+from specwatch.fleet.client import PromQueryError, Sample, Vector
+from specwatch.windows.window import Entry, WindowView
+
+ReplicaKey = tuple[tuple[str, str], ...]  # the replica labels, in configured order
+RouteKey = tuple[ReplicaKey, str]  # (replica, route)
+
+_FAMILY_KIND = {
+    promql.DRAFTS: K_DRAFTS,
+    promql.DRAFT_TOKENS: K_DRAFT_TOKENS,
+    promql.ACCEPTED: K_ACCEPTED,
+    promql.ACCEPTED_PER_POS: K_POS,
+    promql.GENERATION: K_GEN,
+    promql.ITL_BUCKET: K_ITL_BUCKET,
+    promql.ITL_SUM: K_ITL_SUM,
+    promql.ITL_COUNT: K_ITL_COUNT,
+    promql.STEPS: K_STEPS,
+}
+_SPEC_KINDS = {K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_POS}
+
+
+# -- the key layout shared with vllm.py (re-point here when the key type changes) ---------------
+def series_id(engine: str | None, model_name: str | None) -> str:
+    """One engine's series of a route, as vllm.snapshots names it."""
+    engine = engine or "0"
+    return f"{engine}/{model_name}" if model_name else engine
+
+
+def series_key(kind: str, series: str, detail: float | None = None) -> SeriesKey:
+    """The RouteSnapshot.counters / WindowView key of one canonical series."""
+    return SeriesKey(kind, series, detail)
+
+
+def replica_name(replica: ReplicaKey) -> str:
+    return "/".join(value for _, value in replica) or "-"
+
+
+@dataclass
+class RouteData:
+    """One (replica, route)'s answer for one window, in the sidecar's key layout. Equal data give
+    equal derivations (the evaluator reuses a replica's stats while its window is unchanged)."""
+
+    route: str
+    model_name: str
+    increases: dict[SeriesKey, float] = field(default_factory=dict)
+    running: dict[str, float] = field(default_factory=dict)
+    samples: int = 0
+    engines: set[str] = field(default_factory=set)
+    positions: set[int] = field(default_factory=set)
+    spec: bool = False
+    legacy_itl: bool = False
+
+
+def routes_for(labels: Mapping[str, str], matchers: Sequence[RouteMatcher]) -> list[tuple[str, str]]:
+    """(route, model_name) pairs a series belongs to: configured matchers, else one route per model."""
+    model = labels.get("model_name", "")
+    if matchers:
+        return [(m.route, m.match.get("model_name", model)) for m in matchers if m.matches(labels)]
+    return [(model or "default", model)]
+
+
+class _Identity:
+    """One (replica, model, engine) of an answer: every family and bucket of it shares its routes.
+    `targets` are this poll's RouteData of those routes (resolved on its first series of a poll)."""
+
+    __slots__ = ("poll", "replica", "routes", "series", "targets")
+
+    def __init__(self, replica: ReplicaKey, series: str, routes: list[tuple[str, str]]) -> None:
+        self.replica = replica
+        self.series = series
+        self.routes = routes
+        self.poll = -1
+        self.targets: list[RouteData] = []
+
+
+# What a label set contributes: nothing (no family label), only its identity (an unknown family,
+# an unreadable position or bound), a counter increase, the running gauge's mean, or the count.
+_NO_FAMILY, _IDENTITY_ONLY, _COUNTER, _RUNNING, _SAMPLES = range(5)
+
+
+# A label set's plan: (action, identity, counter key, position of K_POS, spec family, legacy ITL).
+_Plan = tuple[int, _Identity | None, SeriesKey, int | None, bool, bool]
+_NO_KEY = SeriesKey("", "")
+_NOTHING: _Plan = (_NO_FAMILY, None, _NO_KEY, None, False, False)
+
+
+class WindowGrouper:
+    """Groups one window's answers poll after poll, keeping each label set's plan in between."""
+
+    def __init__(self, replica_labels: tuple[str, ...], matchers: Sequence[RouteMatcher]) -> None:
+        self.replica_labels = replica_labels
+        self.matchers = tuple(matchers)
+        self._names = (*replica_labels, "model_name", "engine")
+        self._defaults = (*("" for _ in replica_labels), "\0", "")
+        self._plans: dict[tuple[object, ...], _Plan] = {}
+        self._identities: dict[tuple[object, ...], _Identity] = {}
+        self._polls = 0
+
+    def group(self, samples: Iterable[Sample] | Vector) -> dict[RouteKey, RouteData]:
+        """One window query's series -> per (replica, route) increases keyed as the sidecar keys them.
+        A Vector's labels and values are read here, in the same pass (PromQueryError "invalid" for
+        a malformed series, as PromClient.query raises)."""
+        self._polls += 1
+        out: dict[RouteKey, RouteData] = {}
+        try:
+            if isinstance(samples, Vector):
+                seen = self._add_raw(out, samples.items)
+            else:
+                seen = self._add_samples(out, samples)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            raise PromQueryError("invalid", f"malformed vector sample ({type(exc).__name__})") from None
+        if len(self._plans) > 2 * seen + 1024:  # replicas come and go: forget label sets gone for good
+            self._plans.clear()
+            self._identities.clear()
+        return out
+
+    def _add_samples(self, out: dict[RouteKey, RouteData], samples: Iterable[Sample]) -> int:
+        return self._add_raw(out, [{"metric": labels, "value": (None, value)} for labels, value in samples])
+
+    def _add_raw(self, out: dict[RouteKey, RouteData], items: Sequence[object]) -> int:
+        """The query API's series as decoded: {"metric": {...}, "value": [t, "v"]} (inlined _add)."""
+        poll = self._polls
+        plans = self._plans
+        isfinite = math.isfinite
+        for item in items:
+            labels = item["metric"]  # type: ignore[index]
+            value = float(item["value"][1])  # type: ignore[index]  # Prometheus writes "NaN", "+Inf", "-Inf"
+            # Names too: a missing label must not alias another. (A non-object fails here: invalid.)
+            label_set = (*labels, *labels.values())
+            plan = plans.get(label_set)
+            if plan is None:
+                if not isinstance(labels, Mapping):
+                    raise TypeError("series labels are not an object")
+                plan = plans[label_set] = self._plan(labels)
+            action, identity, key, position, spec, legacy = plan
+            if identity is None or not isfinite(value):
+                continue
+            if identity.poll != poll:
+                identity.poll = poll
+                identity.targets = [self._data(out, identity.replica, r, m) for r, m in identity.routes]
+            if action == _COUNTER:
+                increase = value if value > 0.0 else 0.0  # max(value, 0.0), the same sums
+                for data in identity.targets:
+                    increases = data.increases
+                    increases[key] = increases.get(key, 0.0) + increase
+                    if spec:
+                        data.spec = True
+                    if position is not None:
+                        data.positions.add(position)
+                    else:
+                        data.engines.add(identity.series)
+                    if legacy:
+                        data.legacy_itl = True
+            elif action == _RUNNING:
+                series = identity.series
+                for data in identity.targets:
+                    data.running[series] = data.running.get(series, 0.0) + value
+                    data.engines.add(series)
+            elif action == _SAMPLES:
+                for data in identity.targets:
+                    data.samples = max(data.samples, int(value))
+        return len(items)
+
+    @staticmethod
+    def _data(out: dict[RouteKey, RouteData], replica: ReplicaKey, route: str, model: str) -> RouteData:
+        data = out.get((replica, route))
+        if data is None:
+            data = out[(replica, route)] = RouteData(route, model)
+        return data
+
+    def _plan(self, labels: Mapping[str, str]) -> _Plan:
+        family = labels.get(promql.FAMILY_LABEL)
+        if family is None:
+            return _NOTHING
+        name = tuple(map(labels.get, self._names, self._defaults))
+        identity = self._identities.get(name)
+        if identity is None:
+            replica: ReplicaKey = tuple(zip(self.replica_labels, name[:-2], strict=False))
+            series = series_id(labels.get("engine"), labels.get("model_name"))
+            identity = self._identities[name] = _Identity(replica, series, routes_for(labels, self.matchers))
+        if family == promql.RUNNING_MEAN:
+            return (_RUNNING, identity, _NO_KEY, None, False, False)
+        if family == promql.SAMPLES:
+            return (_SAMPLES, identity, _NO_KEY, None, False, False)
+        kind = _FAMILY_KIND.get(family)
+        if kind is None:
+            return (_IDENTITY_ONLY, identity, _NO_KEY, None, False, False)
+        detail: float | int | None = None
+        if kind == K_POS:
+            try:
+                detail = int(labels.get("position", ""))
+            except (TypeError, ValueError):
+                return (_IDENTITY_ONLY, identity, _NO_KEY, None, False, False)
+        elif kind == K_ITL_BUCKET:
+            try:
+                detail = float(labels["le"])
+            except (KeyError, TypeError, ValueError):
+                return (_IDENTITY_ONLY, identity, _NO_KEY, None, False, False)
+        return (
+            _COUNTER,
+            identity,
+            series_key(kind, identity.series, detail),
+            int(detail) if kind == K_POS and detail is not None else None,
+            kind in _SPEC_KINDS,
+            promql.SCHEMA_LABEL in labels,
+        )
+
+
+def group_window(
+    samples: Iterable[Sample] | Vector, replica_labels: tuple[str, ...], matchers: Sequence[RouteMatcher]
+) -> dict[RouteKey, RouteData]:
+    """One window query's samples grouped without keeping plans (WindowGrouper keeps them)."""
+    return WindowGrouper(replica_labels, matchers).group(samples)
+
+
+class _FleetView(WindowView):
+    """A window whose first entry holds no counters: its increases are the last entry's values
+    (what WindowView.increases computes key by key), handed over as one copy."""
+
+    def increases(self) -> dict[SeriesKey, float]:
+        return dict(self.last.totals)
+
+
+def window_view(data: RouteData, replica: ReplicaKey, now: float, span: float) -> WindowView | None:
+    """A WindowView the sidecar's derivations read exactly as they read their own: increases from
+    the first to the last entry, `samples` entries, and the running gauge's mean over them."""
+    if data.samples < 2:
+        return None  # like the sidecar: a ratio needs two samples
+    schema = SCHEMA_V1_LEGACY_ITL if data.legacy_itl else SCHEMA_V1
+    snapshot = RouteSnapshot(
+        t=now,
+        target=replica_name(replica),
+        route=data.route,
+        model_name=data.model_name,
+        schema=schema,
+        spec_present=data.spec,
+        engines=tuple(sorted(data.engines)),
+        configured_k=(max(data.positions) + 1) if data.positions else None,
+        counters=data.increases,
+        created={},
+        running=data.running,
+    )
+    first = Entry(now - span, {}, snapshot)  # a key missing from `first` counts from 0
+    last = Entry(now, data.increases, snapshot)
+    middle = (Entry(now - span / 2, {}, snapshot),) * (data.samples - 2)
+    return _FleetView(first, last, (first, *middle, last))
+
+
+def newest_samples(freshness: Iterable[Sample], replica_labels: tuple[str, ...]) -> dict[ReplicaKey, float]:
+    """Each replica's newest sample time from the freshness query."""
+    newest: dict[ReplicaKey, float] = {}
+    for sample in freshness:
+        replica = tuple((name, sample.labels.get(name, "")) for name in replica_labels)
+        if math.isfinite(sample.value):
+            newest[replica] = max(newest.get(replica, -math.inf), sample.value)
+    return newest

@@ -1,0 +1,364 @@
+"""`specwatch run`: the Service that owns the poll loop, the config it runs, and the HTTP server.
+
+The poller is the only writer: each tick it polls every target, feeds the Pipeline, evaluates,
+renders /metrics once, and swaps one immutable published view (http_server.Published, its JSON
+status from status.py). HTTP handlers (http_server.py) only read that view, so a scrape does no
+I/O towards vLLM and takes no lock. Target, schema and verdict changes are logged once each
+(change_log.py), not once per poll.
+
+The config is reloaded in place, by the poll thread between two ticks, on SIGHUP and when the
+config file changes (reload.py: how a change is noticed and what it invalidates). A bad new config
+is refused with one log line and the running one is kept. Only what changed is rebuilt: windows and
+verdicts survive a reload that leaves targets and windows alone. In sidecar mode the process never
+exits on a config problem: it serves /healthz and /metrics and reports the error until a good
+config arrives.
+
+Fleet mode (`prometheus:` set): each tick is one FleetSource.poll instead of the target polls, and
+/metrics and /api/v1/status serve the fleet state; everything else (server, reload, health) is the
+same. A reload may switch modes: the registry serves whichever mode the running config is in.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import structlog
+from prometheus_client import generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from specwatch import __version__
+from specwatch.config import Config, ConfigError
+from specwatch.export.collector import SpecwatchCollector
+from specwatch.export.fleet_collector import FleetCollector
+from specwatch.export.status import encode_status
+from specwatch.fleet.evaluator import FleetEvaluator, FleetSource, FleetState, replica_name
+from specwatch.serve.change_log import ChangeLog
+from specwatch.serve.http_server import CappedHTTPServer, Published, handler_for
+from specwatch.serve.reload import ConfigSource, ReloadCollector, ReloadStatus, warn_about_alert_window
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sidecar.scrape import ScrapeError, Scraper, ScrapeResult, redact_url, steady_clock
+from specwatch.sidecar.state import State
+
+__all__ = ["Service"]
+
+log = structlog.get_logger("specwatch")
+
+
+class _ModeCollector(Collector):
+    """The sidecar's families or fleet mode's (the same names): one registry serves either mode."""
+
+    def __init__(self, sidecar: Collector, fleet: Collector, fleet_mode: Callable[[], bool]):
+        self._sidecar, self._fleet, self._fleet_mode = sidecar, fleet, fleet_mode
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        return (self._fleet if self._fleet_mode() else self._sidecar).collect()
+
+
+class Service:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Callable[[], float] | None = None,
+        source: ConfigSource | None = None,
+        config_error: str | None = None,
+        on_log_config: Callable[[Config], None] | None = None,
+    ):
+        """config_error: the config could not be loaded (sidecar mode). `config` is then only a
+        fallback that gives the listen address; nothing is polled until a good config arrives."""
+        self.config = config
+        self.clock: Callable[[], float] = clock or steady_clock()
+        self.source = source
+        self._on_log_config = on_log_config
+        self.active = config_error is None
+        self.reload_status = ReloadStatus(config_error, time.time())
+        self.pipeline = Pipeline(config)
+        self.scrapers = self._scrapers_for(config)
+        # Fleet mode: one FleetSource instead of the scrapers (which are then none).
+        self.fleet = FleetSource(FleetEvaluator(config)) if self.active and config.prometheus else None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._reload_requested = False
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(
+            _ModeCollector(
+                SpecwatchCollector(lambda: self._rendering_state),
+                FleetCollector(lambda: self._rendering_fleet),
+                lambda: self._rendering_fleet is not None,
+            )
+        )
+        self.registry.register(ReloadCollector(lambda: self.reload_status))
+        self._rendering_state: State = self.pipeline.state()
+        self._rendering_fleet: FleetState | None = None
+        self._changes = ChangeLog()
+        self.published = self._publish(ready=False)
+        self.httpd: CappedHTTPServer | None = None
+        self._pool = ThreadPoolExecutor(max_workers=max(len(config.targets), 1), thread_name_prefix="specwatch-fetch")
+        self._poll_thread: threading.Thread | None = None
+        if config_error is None:
+            warn_about_alert_window(config)
+        else:
+            log.error(
+                "config_error",
+                error=config_error,
+                action="serving /healthz and /metrics; nothing is "
+                "polled until the config file is fixed (reloaded on change or SIGHUP)",
+            )
+
+    @staticmethod
+    def _scrapers_for(config: Config) -> dict[str, Scraper]:
+        return {
+            t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers) for t in config.targets
+        }
+
+    # -- reload ----------------------------------------------------------------------------------
+    def request_reload(self) -> None:
+        """Safe from a signal handler: the poll thread does the work before its next tick."""
+        self._reload_requested = True
+        self._wake.set()
+
+    def _reload_if_due(self) -> None:
+        forced, self._reload_requested = self._reload_requested, False
+        file_changed = self.source is not None and self.source.changed()
+        if not (forced or file_changed) or self.source is None:
+            return
+        try:
+            new = self.source.load()
+        except ConfigError as exc:
+            self.reload_status = ReloadStatus(str(exc), time.time(), self.reload_status.success_timestamp)
+            # One line per refused change; the config that runs is not touched.
+            log.error(
+                "config_reload_failed",
+                error=str(exc),
+                trigger="signal" if forced else "file",
+                kept="previous config" if self.active else "no config (nothing polled)",
+            )
+            return
+        self.apply(new, trigger="signal" if forced else "file")
+
+    def apply(self, new: Config, *, trigger: str = "api") -> None:
+        """Swap to a validated config, rebuilding only what it changes."""
+        old = self.config
+        if new.listen != old.listen and self.httpd is not None:
+            log.warning("config_listen_needs_restart", running=old.listen, configured=new.listen)
+            new = replace(new, listen=old.listen)
+        rebuilt: list[str] = []
+        if not self.active or new.pipeline_shape() != old.pipeline_shape():
+            self.pipeline = Pipeline(new)  # new targets, routes or windows: history starts afresh
+            rebuilt.append("pipeline")
+            self._changes.clear()
+        else:
+            rebuilt += self.pipeline.reconfigure(new)  # windows and verdicts are kept
+        if not self.active or new.targets != old.targets:
+            for scraper in self.scrapers.values():
+                scraper.close()
+            self.scrapers = self._scrapers_for(new)
+            if len(new.targets) != len(old.targets):
+                self._pool.shutdown(wait=False)
+                self._pool = ThreadPoolExecutor(
+                    max_workers=max(len(new.targets), 1), thread_name_prefix="specwatch-fetch"
+                )
+            rebuilt.append("scrapers")
+        rebuilt += self._apply_fleet(new, old)
+        if new.log != old.log and self._on_log_config is not None:
+            self._on_log_config(new)
+        if not self.active or (new.windows, new.alerting) != (old.windows, old.alerting):
+            warn_about_alert_window(new)
+        self.config = new
+        self.active = True
+        self.reload_status = ReloadStatus(None, time.time())
+        log.info(
+            "config_reloaded",
+            trigger=trigger,
+            rebuilt=rebuilt,
+            windows=list(new.window_labels),
+            targets=[t.name for t in new.targets],
+            mode="fleet" if new.prometheus else "sidecar",
+        )
+        self.published = self._publish(ready=self.published.ready and "pipeline" not in rebuilt)
+
+    def _apply_fleet(self, new: Config, old: Config) -> list[str]:
+        """Fleet mode's part of a reload (entering or leaving it included); what was rebuilt."""
+        if self.fleet is not None and new.prometheus is not None and new.fleet_shape() == old.fleet_shape():
+            return self.fleet.evaluator.reconfigure(new)  # verdicts are kept
+        if self.fleet is None and new.prometheus is None:
+            return []
+        if self.fleet is not None:
+            self.fleet.client.close()
+        self.fleet = FleetSource(FleetEvaluator(new)) if new.prometheus is not None else None
+        if (old.prometheus is None) != (new.prometheus is None) and self.active:
+            log.warning(
+                "config_mode_switched",
+                mode="fleet" if new.prometheus else "sidecar",
+                note="windows and verdicts start afresh",
+            )
+        return ["fleet"]
+
+    # -- polling ---------------------------------------------------------------------------------
+    def _fetch(self, name: str) -> tuple[float, ScrapeResult | ScrapeError]:
+        started = self.clock()
+        try:
+            return started, self.scrapers[name].fetch()
+        except ScrapeError as exc:
+            # Returned, not raised: drop the traceback and context, whose frames would keep the failed
+            # body (up to max_bytes of a gzip bomb) alive until the next poll.
+            exc.__context__ = None
+            return started, exc.with_traceback(None)
+
+    def poll_once(self) -> None:
+        if self.fleet is not None:
+            self._poll_fleet(self.fleet)
+            return
+        # Targets are fetched in parallel (a hung one must not delay the others past the interval),
+        # then ingested in config order by this one thread, the only writer of the pipeline.
+        if len(self.config.targets) > 1:
+            results = list(self._pool.map(self._fetch, [t.name for t in self.config.targets]))
+        else:
+            results = [self._fetch(self.config.targets[0].name)]
+        for target, (now, result) in zip(self.config.targets, results, strict=True):
+            if isinstance(result, ScrapeError):
+                exc = result
+                self.pipeline.ingest_error(target.name, now, exc.reason)
+                self._changes.target_down(target.name, "target_down", exc.reason, str(exc))
+                continue
+            outcome = self.pipeline.ingest(target.name, now, result.text, result.duration)
+            if not outcome.ok:
+                self._changes.target_down(target.name, "target_rejected", outcome.reason, outcome.message or "")
+                continue
+            self._changes.info(
+                ("target", target.name),
+                ("up",),
+                "target_up",
+                target=target.name,
+                duration_seconds=round(result.duration, 4),
+            )
+            self._changes.info(
+                ("schema", target.name),
+                outcome.schema,
+                "schema_detected",
+                target=target.name,
+                schema=outcome.schema,
+                routes=list(outcome.routes),
+            )
+            if outcome.resets:
+                log.info("counter_reset", target=target.name, routes=outcome.resets)
+        for evaluation in self.pipeline.evaluate(self.clock()):
+            self._changes.verdict(("verdict", evaluation.stats.route, evaluation.stats.window), evaluation)
+        self.published = self._publish(ready=True)
+
+    def _poll_fleet(self, fleet: FleetSource) -> None:
+        """Fleet mode's tick: the constant query set, then every replica's evaluation. A failed query
+        is counted and logged once by the evaluator; nothing is served from it."""
+        for replica, evaluation in fleet.poll(self.clock()) or ():
+            key = ("verdict", replica, evaluation.stats.route, evaluation.stats.window)
+            self._changes.verdict(key, evaluation, replica=replica_name(replica))
+        self.published = self._publish(ready=True)
+
+    def _publish(self, *, ready: bool) -> Published:
+        state = self.pipeline.state()
+        self._rendering_state = state
+        fleet = self._rendering_fleet = self.fleet.evaluator.state() if self.fleet is not None else None
+        metrics = generate_latest(self.registry)
+        return Published(state, metrics, encode_status(state, fleet, self.config), ready, time.monotonic())
+
+    def _poll_loop(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self._reload_if_due()
+                if self.active:
+                    self.poll_once()
+                else:
+                    self.published = self._publish(ready=False)  # alive, waiting for a good config
+            except Exception as exc:
+                # A bug, not a target fault (those are handled above). Log it once per kind and do
+                # not refresh the liveness tick: if it persists, /healthz fails and the pod restarts.
+                if self._changes.changed(("poll_failed",), repr(exc)[:200]):
+                    log.exception("poll_failed")
+            # Without a config, tick every second: the file is checked once per tick.
+            interval = self.config.poll_interval if self.active else 1.0
+            next_tick += interval
+            now = time.monotonic()
+            if next_tick < now:  # overran: skip missed ticks rather than bunch polls together
+                next_tick = now + interval - ((now - next_tick) % interval)
+            self._wake.wait(max(0.0, next_tick - now))
+            if self._wake.is_set():
+                self._wake.clear()
+                next_tick = time.monotonic()  # reload (or stop) now, then poll on a fresh schedule
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        host, port = self.config.listen_address
+        self.httpd = CappedHTTPServer((host, port), handler_for(self))
+        threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="specwatch-http", daemon=True
+        ).start()
+        self._poll_thread = threading.Thread(target=self._poll_loop, name="specwatch-poll", daemon=True)
+        self._poll_thread.start()
+        prometheus = self.config.prometheus
+        log.info(
+            "started",
+            version=__version__,
+            listen=f"{host}:{self.port}",
+            mode="fleet" if prometheus else "sidecar",
+            prometheus=redact_url(prometheus.url) if prometheus else None,
+            targets=[t.name for t in self.config.targets],
+            poll_interval=self.config.poll_interval,
+            windows=list(self.config.window_labels),
+            config=self.source.path if self.source else None,
+            config_ok=self.active,
+        )
+        if self.pipeline.rests_on_defaults():
+            info = self.pipeline.cost_model_info()
+            log.warning(
+                "cost_model_defaults",
+                hardware=info.hardware,
+                model=info.model,
+                message="no hardware or model configured: verdicts rest on assumed defaults until the "
+                "step-time curve is learned (set hardware/model, or a profile)",
+            )
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1] if self.httpd else 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+        if self._poll_thread is not None:
+            self._poll_thread.join(timeout=1.5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for scraper in self.scrapers.values():
+            scraper.close()
+        if self.fleet is not None:
+            self.fleet.client.close()
+
+    def run_forever(self) -> int:
+        stop_signal = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            stop_signal.set()
+            self._stop.set()
+            self._wake.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: self.request_reload())
+        self.start()
+        while not stop_signal.wait(0.2):
+            pass
+        self.stop()
+        log.info("stopped", reason="signal")
+        return 0

@@ -1,0 +1,73 @@
+"""What the pipeline shows the outside: an immutable State per evaluation, rendered by the
+collector (/metrics) and the status API. Built by `Pipeline.state()`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from specwatch.costmodel import learned
+from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.verdict.grading import Grading
+
+
+@dataclass(frozen=True)
+class RouteState:
+    route: str
+    target: str
+    model_name: str
+    method: str
+    schema: str
+    spec_present: bool
+    configured_k: int | None
+    expects_speculation: bool
+    baseline_itl_p99_seconds: float | None
+    mirrored: Mapping[str, float]
+    positions: tuple[tuple[int, float], ...]
+    itl_buckets: tuple[tuple[float, float], ...]
+    itl_sum: float
+    itl_count: float
+    evaluations: tuple[RouteEvaluation, ...]
+    # False when the route was missing from its target's latest good poll (e.g. vLLM restarted
+    # with another --served-model-name): its values are then not served, but kept for its return.
+    current: bool = True
+    # The latest change of K or method and how the server did after it (grading.py).
+    grading: Grading | None = None
+    # The learned step-time fit of the route (None: learning off, a profile set, or no window yet).
+    fit: learned.FitSummary | None = None
+
+
+@dataclass(frozen=True)
+class TargetState:
+    name: str
+    url: str
+    up: bool | None
+    last_success: float | None
+    scrape_duration: float | None
+    errors: Mapping[str, int]
+    resets: int
+    schema: str | None
+    polls: int
+
+
+@dataclass(frozen=True)
+class State:
+    t: float | None
+    targets: tuple[TargetState, ...]
+    routes: tuple[RouteState, ...]
+    evaluated: bool
+    # Configured routes that matched nothing yet: (route, target, expects_speculation). A route
+    # whose match is wrong must still be visible, or SpecDecodeMetricsMissing could never fire.
+    unmatched_routes: tuple[tuple[str, str, bool], ...] = ()
+    # What the verdicts rest on (specwatch_cost_model_info).
+    cost_model: CostModelInfo | None = None
+
+
+@dataclass(frozen=True)
+class CostModelInfo:
+    source: str  # default | preset | profile | learned
+    hardware: str
+    model: str
+    dtype: str
+    tensor_parallel: int
+    method: str

@@ -1,0 +1,259 @@
+"""Verdicts: is speculation paying at the live batch size, and what to change.
+
+Pure: takes a CostModel, one window's WindowStats and the decision settings, returns numbers.
+The hold (a new verdict must stay the candidate for ``decision.hold``, a time) lives in
+``next_verdict``. The rules and their hysteresis are explained in docs/costmodel.md ("Verdicts").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+from specwatch import costmodel as cmod
+from specwatch.engines.vllm_schedule import (
+    SCHEDULE_KEY,
+    SpeculativeConfigValue,
+    complete_speculative_config,
+    k_at_batch,
+    speculative_config,
+)
+from specwatch.windows.derive import WindowStats
+
+if TYPE_CHECKING:
+    from specwatch.config import DecisionConfig
+
+VERDICTS = ("spec_off", "insufficient_data", "keep", "shorten", "disable")
+#: What to do with the recommendation: nothing (keep), paste ``recommended_config`` (a complete
+#: --speculative-config), merge ``config_changes`` into yours (the drafter's model path is unknown),
+#: or remove --speculative-config (disable).
+ACTIONS = ("no_change", "apply", "merge", "remove_speculative_config")
+
+#: Largest batch the recommended V1 schedule covers when the server's max_num_seqs is unknown
+#: (the range used in vLLM's dynamic speculative decoding docs).
+DEFAULT_SCHEDULE_MAX_BATCH = 512
+
+#: Keys to merge into ``--speculative-config``.
+SpeculativeConfig = dict[str, SpeculativeConfigValue]
+
+#: What a ``num_speculative_tokens_per_batch_size`` schedule costs in vLLM today; reported with
+#: every recommendation that contains one (status JSON ``notes``, docs/runbook.md).
+SCHEDULE_NOTES = (
+    (
+        "num_speculative_tokens_per_batch_size makes vLLM capture piecewise instead of full CUDA graphs: "
+        "steps can be a little slower than with a fixed num_speculative_tokens at the same batch."
+    ),
+    (
+        "vLLM ignores the schedule with data parallelism (data_parallel_size > 1): use a fixed "
+        "num_speculative_tokens there."
+    ),
+    (
+        "A hard cut from K >= 2 to K = 0 at a batch threshold has been reported to collapse throughput: "
+        "this schedule steps K down and keeps K >= 1 wherever that loses less than a K = 0 band."
+    ),
+)
+ZERO_BAND_NOTE = (
+    "A K = 0 band is not free: its steps ran about 10 % slower than a server without speculation "
+    "(216 vs 239 tokens/s measured at concurrency 16). If the server lives in that band, remove "
+    "--speculative-config instead."
+)
+MERGE_NOTE = (
+    "The drafter's model path is not known to specwatch (vLLM does not export it): merge "
+    "config_changes into your --speculative-config; pasted alone vLLM refuses it."
+)
+
+
+@dataclass(frozen=True)
+class Assessment:
+    candidate: str  # one of VERDICTS, before the hold
+    breakeven_acceptance_rate: float | None = None
+    acceptance_margin: float | None = None  # alpha − break-even
+    expected_speedup: float | None = None
+    recommended_draft_length: int | None = None  # K the recommendation gives at the live batch; 0 = disable
+    max_speculative_batch_size: int | None = None
+    recommended_config: dict[str, object] | None = None  # a complete --speculative-config (action apply)
+    config_changes: SpeculativeConfig | None = None  # the keys that change (actions apply and merge)
+    action: str | None = None  # one of ACTIONS; None without a verdict
+    notes: tuple[str, ...] = ()
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def extend_position_rates(rates: Sequence[float], k: int) -> tuple[float, ...]:
+    """Per-position rates up to position ``k``: positions no draft reached in the window (a
+    schedule proposed fewer tokens) continue the last measured conditional rate p_i/p_{i-1}."""
+    p = [float(x) for x in rates[:k]]
+    if not p or len(p) >= k:
+        return tuple(p)
+    ratio = p[-1] / p[-2] if len(p) >= 2 and p[-2] > 0 else p[-1]
+    ratio = min(max(ratio, 0.0), 1.0)
+    while len(p) < k:
+        p.append(p[-1] * ratio)
+    return tuple(p)
+
+
+def assess(
+    cm: cmod.CostModel,
+    stats: WindowStats,
+    decision: DecisionConfig,
+    method: str | None,
+    previous_verdict: str | None,
+    max_batch: int = DEFAULT_SCHEDULE_MAX_BATCH,
+    config_method: str | None = "same",
+    base_config: Mapping[str, object] | None = None,
+) -> Assessment:
+    """Assess one route/window. ``decision`` gives min_drafts and margin. ``previous_verdict`` is
+    the verdict in effect, which sets the side of the hysteresis band. ``config_method`` is the
+    vLLM method the recommended config names ("same" = ``method``, None = unknown: the answer is
+    then keys to merge). ``base_config``: the --speculative-config the server runs with, if stated.
+
+    The verdict and the recommended config come from the same numbers and always agree: disable
+    recommends removing --speculative-config, keep recommends no change, shorten a config whose K
+    at the live batch is the recommended draft length (``verdict_agrees_with_config``)."""
+    drafts = _finite(stats.drafts)
+    alpha = _finite(stats.acceptance_rate)
+    if not stats.spec_present:
+        return Assessment(candidate="spec_off")
+    if drafts is not None and drafts <= 0:
+        # Configured but not drafting: while tokens are generated that is speculation switched off
+        # (e.g. a num_speculative_tokens_per_batch_size band with K=0); an idle server says nothing.
+        generated = _finite(stats.generation_tokens) or 0.0
+        return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data")
+    k = _finite(stats.draft_length)
+    batch = _finite(stats.batch_size)
+    # V0 has no draft counter (drafts is None) and reports lifetime acceptance: no guard to apply.
+    too_few = drafts is not None and drafts < decision.min_drafts
+    if too_few or alpha is None or k is None or k <= 0 or batch is None:
+        # Too few drafts (or a missing input): a verdict here would be noise, so no gauges either.
+        return Assessment(candidate="insufficient_data")
+
+    margin = float(decision.margin or 0.0)
+    cm = cm.with_method(method).with_coverage(_finite(stats.draft_coverage))
+    b = max(batch, 1.0)  # drafts were verified, so at least one request was decoding
+    breakeven = cmod.breakeven_acceptance_rate(cm, b, k)
+    speedup = cmod.expected_speedup(cm, b, k, alpha)
+
+    # Window size of the config = configured K (number of `position` labels), else measured K.
+    k_window = stats.configured_k or max(1, math.ceil(k - 1e-9))
+    rates = stats.position_rates
+    if rates:
+        p = extend_position_rates(rates, k_window)
+    else:
+        # No per-position counters (V0 schema): i.i.d. rates that reproduce alpha at K.
+        p = cmod.position_rates_from_alpha(alpha, k_window)
+    best_k = cmod.best_draft_length(cm, b, p)
+    b_max = cmod.max_speculative_batch_size(cm, k, alpha)
+
+    # Hysteresis: once disabled, speculation must clear the line by `margin` to come back;
+    # otherwise it must fall `margin` below it to be disabled.
+    line = breakeven + margin if previous_verdict == "disable" else breakeven - margin
+    # The same band in speedup units (dS/dalpha = K·T_base/T_spec) for the shorten decision.
+    band = margin * cm.draft_coverage * k * cm.base_step_time(b) / cm.spec_step_time(b, k)
+    s_best = cmod.expected_speedup_for_positions(cm, b, p[:best_k]) if best_k > 0 else 1.0
+    s_now = cmod.expected_speedup_for_positions(cm, b, p[:k_window]) if p else speedup
+    # The same hysteresis in speedup units: leaving disable needs 1 + band, entering it 1 - band.
+    speed_line = 1.0 + band if previous_verdict == "disable" else 1.0 - band
+    if best_k == 0:
+        # No draft length pays: disable, unless alpha at the measured K is still inside the band.
+        candidate = "disable" if (alpha < line or speedup < speed_line) else "keep"
+    elif best_k < k_window and (alpha < line or previous_verdict == "shorten" or s_best - s_now > band):
+        # Below the line at K but a shorter draft pays: the actionable verdict is shorten, and the
+        # recommended config says so (disable would contradict it).
+        candidate = "shorten"
+    elif alpha < line:
+        candidate = "disable"
+    else:
+        candidate = "keep"
+
+    verdict = partial(
+        Assessment,
+        candidate=candidate,
+        breakeven_acceptance_rate=breakeven,
+        acceptance_margin=alpha - breakeven,
+        expected_speedup=speedup,
+        max_speculative_batch_size=b_max,
+    )
+    if candidate == "disable":
+        return verdict(recommended_draft_length=0, action="remove_speculative_config")
+    if candidate == "keep":
+        return verdict(recommended_draft_length=k_window, action="no_change")
+
+    # shorten: a batch schedule only where vLLM can apply it (V1 schema: 0.24+ has
+    # num_speculative_tokens_per_batch_size; one engine: vLLM ignores it with DP > 1).
+    cover = max(int(max_batch), math.ceil(b))
+    if stats.schema == "v1" and (stats.engines or 1) <= 1:
+        schedule = cmod.recommend_schedule(cm, p, cover, live_batch=b, zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP)
+    else:
+        schedule = [[1, cover, best_k]]
+    named = method if config_method == "same" else config_method
+    changes = speculative_config(named, max(kk for _, _, kk in schedule), schedule)
+    complete = complete_speculative_config(changes, named, base_config)
+    notes: list[str] = []
+    if SCHEDULE_KEY in changes:
+        notes.extend(SCHEDULE_NOTES)
+        if any(kk == 0 for _, _, kk in schedule):
+            notes.append(ZERO_BAND_NOTE)
+    if complete is None:
+        notes.append(MERGE_NOTE)
+    return verdict(
+        recommended_draft_length=k_at_batch(changes, b),
+        recommended_config=complete,
+        config_changes=changes,
+        action="apply" if complete is not None else "merge",
+        notes=tuple(notes),
+    )
+
+
+def verdict_agrees_with_config(assessment: Assessment, batch: float, current_k: int) -> bool:
+    """The invariant ``assess`` keeps: what the verdict says is what the config does at ``batch``."""
+    a = assessment
+    if a.candidate == "disable":
+        return (
+            a.recommended_config is None
+            and a.config_changes is None
+            and a.recommended_draft_length == 0
+            and a.action == "remove_speculative_config"
+        )
+    if a.candidate == "keep":
+        return (
+            a.recommended_config is None
+            and a.config_changes is None
+            and a.action == "no_change"
+            and a.recommended_draft_length == current_k
+        )
+    if a.candidate == "shorten":
+        if a.config_changes is None or a.recommended_draft_length is None:
+            return False
+        k_live = k_at_batch(a.config_changes, batch)
+        complete_ok = a.recommended_config is None or k_at_batch(a.recommended_config, batch) == k_live
+        return 1 <= k_live == a.recommended_draft_length < current_k and complete_ok
+    return a.recommended_config is None and a.config_changes is None and a.action is None
+
+
+@dataclass(frozen=True)
+class VerdictState:
+    current: str
+    pending: str | None = None
+    pending_since: float | None = None  # time of the first evaluation that gave ``pending``
+
+
+def next_verdict(state: VerdictState | None, candidate: str, hold_seconds: float, now: float) -> VerdictState:
+    """Apply the hold, a time: the first evaluation takes effect at once; later a different
+    candidate takes effect once it has been the candidate for ``hold_seconds`` without a break
+    (a different candidate restarts the clock, the current one clears it). A time, not a count of
+    evaluations, so that a hold means the same at any poll interval."""
+    if candidate not in VERDICTS:
+        raise ValueError(f"unknown verdict {candidate!r}")
+    if state is None:
+        return VerdictState(candidate)
+    if candidate == state.current:
+        return VerdictState(state.current)
+    since = state.pending_since if candidate == state.pending and state.pending_since is not None else now
+    if now - since >= hold_seconds:
+        return VerdictState(candidate)
+    return VerdictState(state.current, candidate, since)

@@ -1,0 +1,335 @@
+"""One route's windows -> its evaluations: the stage between the window statistics and the outputs,
+shared by the sidecar's Pipeline and fleet mode.
+
+`evaluate_route` resolves the drafter's cost class, applies the sample guard, assesses each window
+(the cost model's break-even, best K, largest speculative batch), moves the verdict through its
+hold and checks the stated --speculative-config. A `RouteEvaluation` is the result, read through
+typed accessors (absent below the guard); `evaluation_record` is its replay line / status entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, get_args
+
+from specwatch import costmodel
+from specwatch.config import Config, DecisionConfig
+from specwatch.engines.vllm import SCHEMA_V0, RouteSnapshot
+from specwatch.engines.vllm_schedule import SpeculativeSchedule
+from specwatch.verdict import decide
+from specwatch.verdict.config_check import ConfigCheck, check_draft_length
+from specwatch.windows.derive import WindowStats, with_drafter
+from specwatch.windows.window import WindowView
+
+#: The numeric values of an evaluation by name, as exported (RouteEvaluation.value).
+NumericValue = Literal[
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "draft_length",
+    "batch_size",
+    "itl_p50_seconds",
+    "itl_p99_seconds",
+    "itl_per_token_mean_seconds",
+    "breakeven_acceptance_rate",
+    "acceptance_margin",
+    "expected_speedup",
+    "recommended_draft_length",
+    "max_speculative_batch_size",
+]
+NUMERIC_VALUES: frozenset[str] = frozenset(get_args(NumericValue))
+
+
+@dataclass(frozen=True)
+class RouteEvaluation:
+    """One route-window's evaluation. Read its values through the accessors below: a ratio derived
+    from the target is absent (None) below the sample guard, and so is every assessed value."""
+
+    stats: WindowStats
+    assessment: decide.Assessment | None
+    verdict: str | None
+    guard_passed: bool
+    # The observed draft length against the stated draft.config (None: no config, or no answer).
+    config_check: ConfigCheck | None = None
+    # The assessment behind the verdict in effect (the current one, or the one that set the verdict
+    # while a new candidate waits out the hold): the recommendation always belongs to the verdict.
+    advice: decide.Assessment | None = None
+
+    # -- target-derived ratios: absent below the sample guard ---------------------------------
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.stats.acceptance_rate if self.guard_passed else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return self.stats.mean_acceptance_length if self.guard_passed else None
+
+    @property
+    def draft_length(self) -> float | None:
+        return self.stats.draft_length if self.guard_passed else None
+
+    @property
+    def position_rates(self) -> tuple[float, ...] | None:
+        return self.stats.position_rates if self.guard_passed else None
+
+    # -- measured without a guard ---------------------------------------------------------------
+    @property
+    def batch_size(self) -> float | None:
+        return self.stats.batch_size
+
+    @property
+    def itl_p50_seconds(self) -> float | None:
+        return self.stats.itl_p50_seconds
+
+    @property
+    def itl_p99_seconds(self) -> float | None:
+        return self.stats.itl_p99_seconds
+
+    @property
+    def itl_per_token_mean_seconds(self) -> float | None:
+        return self.stats.itl_per_token_mean_seconds
+
+    # -- the assessment (now) and the advice (behind the verdict in effect) -------------------------
+    @property
+    def assessed(self) -> decide.Assessment | None:
+        """The current assessment, None below the sample guard."""
+        return self.assessment if self.guard_passed else None
+
+    @property
+    def advised(self) -> decide.Assessment | None:
+        """The assessment behind the verdict in effect, None below the sample guard."""
+        return self.advice if self.guard_passed else None
+
+    @property
+    def breakeven_acceptance_rate(self) -> float | None:
+        return None if (a := self.assessed) is None else a.breakeven_acceptance_rate
+
+    @property
+    def acceptance_margin(self) -> float | None:
+        return None if (a := self.assessed) is None else a.acceptance_margin
+
+    @property
+    def expected_speedup(self) -> float | None:
+        return None if (a := self.assessed) is None else a.expected_speedup
+
+    @property
+    def max_speculative_batch_size(self) -> int | None:
+        return None if (a := self.assessed) is None else a.max_speculative_batch_size
+
+    @property
+    def recommended_draft_length(self) -> int | None:
+        return None if (a := self.advised) is None else a.recommended_draft_length
+
+    @property
+    def recommended_config(self) -> dict[str, object] | None:
+        return None if (a := self.advised) is None else a.recommended_config
+
+    def value(self, name: NumericValue) -> float | None:
+        """A numeric value by name, as exported (the accessor of that name; the K and batch values
+        are ints). Non-numeric values have only their accessors: position_rates, recommended_config."""
+        if name not in NUMERIC_VALUES:
+            raise ValueError(f"{name!r} is not a numeric value of an evaluation")
+        number: float | None = getattr(self, name)
+        return number
+
+
+#: Share of request-steps carrying a draft above which the drafter is taken to draft every step:
+#: model-based drafters propose at every decode step; n-gram lookup misses leave ~30 % of them
+#: undrafted on real traffic (0.70-0.72 on the real vLLM run).
+FULL_COVERAGE = 0.98
+#: Methods whose drafts are short by themselves (lookup runs out of context), not only by a schedule.
+VARIABLE_LENGTH_METHODS = ("ngram", "ngram_gpu", "suffix")
+
+
+def resolve_method(
+    configured: str, stats: WindowStats, *, min_drafts: float = 0.0, schedule_ks: Sequence[int] | None = None
+) -> str | None:
+    """vLLM exports no speculative method. With `auto`, infer the cost class from the drafts:
+    n-gram/suffix lookup often proposes fewer than K tokens (3.4 of 4 on a real run) and leaves
+    request-steps undrafted; model-based drafters propose the K they are given at every step. The
+    result names its origin: "auto:ngram" or "auto:eagle3". None = this window is no evidence
+    (fewer than ``min_drafts`` drafts, K=1, no drafts): the caller keeps what it had (sticky).
+
+    A schedule shortens a model-based drafter's mean draft length too. With a known schedule
+    (``schedule_ks``, its K values) a mean below every K it gives is n-gram; a mean inside its range
+    is n-gram only if request-steps went undrafted. Without one, a mean below K with every
+    request-step drafted is a model-based drafter under a schedule nobody told us about."""
+    if configured != "auto":
+        return configured
+    if stats.draft_length is None or not stats.configured_k or stats.configured_k < 2:
+        return None  # with K=1 every drafter proposes exactly one token: no evidence
+    if stats.drafts is not None and stats.drafts < max(min_drafts, 1.0):
+        return None  # a handful of drafts (2-4 when traffic stops) says nothing about the drafter
+    k, mean = stats.configured_k, stats.draft_length
+    fully_drafted = stats.draft_coverage is not None and stats.draft_coverage >= FULL_COVERAGE
+    if schedule_ks:
+        positive = [min(int(x), k) for x in schedule_ks if x > 0]
+        if positive and mean < 0.98 * min(positive):
+            return "auto:ngram"
+        if mean < 0.98 * k and stats.draft_coverage is not None and not fully_drafted:
+            return None  # a K=0 band or lookup misses: cannot tell, keep the last answer
+        return "auto:eagle3"
+    if mean < 0.98 * k and not fully_drafted:
+        return "auto:ngram"
+    return "auto:eagle3"
+
+
+def scheduled_ks(schedule: SpeculativeSchedule | None) -> tuple[int, ...] | None:
+    """The K values of a stated batch schedule (3- or 5-item bands); None without one."""
+    return schedule.k_values if schedule is not None and schedule.has_schedule else None
+
+
+WindowEntry = tuple[float, str, WindowView, WindowStats]  # (width s, label, view, its stats)
+
+
+class AssessFunction(Protocol):
+    """decide.assess, or a memo of it with the same answers (decide_cache.AssessmentCache.assess)."""
+
+    def __call__(
+        self,
+        cm: costmodel.CostModel,
+        stats: WindowStats,
+        decision: DecisionConfig,
+        method: str | None,
+        previous_verdict: str | None,
+        *,
+        config_method: str | None = ...,
+        base_config: Mapping[str, object] | None = ...,
+    ) -> decide.Assessment: ...
+
+
+class RouteMemory(Protocol):
+    """What one route keeps between evaluations: the sidecar's per-route record, or fleet mode's
+    per replica and route."""
+
+    method: str
+    verdicts: dict[str, decide.VerdictState]
+    advice: dict[str, decide.Assessment]
+
+
+def passes_guard(stats: WindowStats, latest: RouteSnapshot, min_drafts: float) -> bool:
+    """The sample guard behind every target-derived ratio and assessment."""
+    if latest.schema == SCHEMA_V0:
+        return stats.acceptance_rate is not None  # V0 values are lifetime, over every draft so far
+    return stats.drafts is not None and stats.drafts >= min_drafts
+
+
+def update_route_method(
+    config: Config, memory: RouteMemory, windows: Sequence[WindowEntry], schedule: SpeculativeSchedule | None
+) -> str:
+    """One cost class per route, from the longest window with enough drafts (stable across
+    windows); kept while no window is evidence (speculation idle or off). Idempotent for the same
+    windows: the sidecar resolves it before learning, evaluate_route again for fleet mode."""
+    configured = config.draft.method
+    if configured != "auto":
+        memory.method = configured
+    schedule_ks = scheduled_ks(schedule)
+    for _, _, _, stats in sorted(windows, key=lambda w: -w[0]):
+        resolved = resolve_method(configured, stats, min_drafts=config.decision.min_drafts, schedule_ks=schedule_ks)
+        if resolved is not None:
+            memory.method = resolved
+            break
+    return memory.method
+
+
+def evaluate_route(
+    config: Config,
+    cost_model: costmodel.CostModel,
+    schedule: SpeculativeSchedule | None,
+    memory: RouteMemory,
+    windows: Sequence[WindowEntry],
+    now: float,
+    *,
+    fresh: bool,
+    assess: AssessFunction = decide.assess,
+    method: str | None = None,
+) -> tuple[RouteEvaluation, ...]:
+    """One route's windows -> its evaluations, the same in sidecar and fleet mode: one cost class
+    from the longest window with enough drafts, the sample guard, the assessment, the hold, the
+    stated config's check and the advice behind the verdict in effect. Verdicts move only when
+    ``fresh`` (a new snapshot arrived): a failing target never moves one. ``assess`` may be a memo
+    of decide.assess (decide_cache.AssessmentCache.assess): the same answer for the same inputs.
+    ``method``: what update_route_method returned for these windows, when the caller already
+    resolved it (it is idempotent); None resolves it here."""
+    configured = config.draft.method
+    # The --speculative-config the server runs with, when the user stated it (draft.config).
+    stated = getattr(config.draft, "config", None)
+    base_config: Mapping[str, object] | None = stated if isinstance(stated, Mapping) else None
+    schedule_ks = scheduled_ks(schedule)
+    decision = config.decision
+    # Half a poll of slack: evaluations are one poll interval apart, give or take scheduling.
+    hold = max(decision.hold_seconds(config.poll_interval) - 0.5 * config.poll_interval, 0.0)
+    if method is None:
+        method = update_route_method(config, memory, windows, schedule)
+    cost_class = method.split(":")[-1]
+    # The recommended config names a method only when it is known: configured, or inferred
+    # n-gram (self-contained); an inferred model-based drafter's method and path are not.
+    config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
+    variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
+    evaluations: list[RouteEvaluation] = []
+    for _, label, view, measured in windows:
+        stats = with_drafter(measured, variable_length=variable_length, schedule_ks=schedule_ks)
+        guard = passes_guard(stats, view.last.snapshot, decision.min_drafts)
+        previous = memory.verdicts.get(label)
+        assessment = assess(
+            cost_model,
+            stats,
+            decision,
+            cost_class,
+            previous.current if previous else None,
+            config_method=config_method,
+            base_config=base_config,
+        )
+        if fresh or previous is None:
+            state = decide.next_verdict(previous, assessment.candidate, hold, now)
+            memory.verdicts[label] = state
+        else:
+            state = previous  # no new data: a failing target never moves a verdict
+        check = None
+        if schedule is not None and stats.spec_present:
+            check = check_draft_length(
+                schedule,
+                batch_size=stats.batch_size,
+                drafts=stats.drafts,
+                observed_k=stats.draft_length,
+                min_drafts=decision.min_drafts,
+            )
+        if assessment.candidate == state.current:
+            memory.advice[label] = assessment
+        advice = memory.advice.get(label)
+        if advice is not None and advice.candidate != state.current:
+            advice = None
+        evaluations.append(RouteEvaluation(stats, assessment, state.current, guard, config_check=check, advice=advice))
+    return tuple(evaluations)
+
+
+def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
+    """One replay line / status entry (keys listed in docs/architecture.md, null where there is no value)."""
+    stats = evaluation.stats
+    assessment = evaluation.advised
+    breakeven = evaluation.breakeven_acceptance_rate
+    return {
+        "t": stats.t,
+        "route": stats.route,
+        "window": stats.window,
+        "acceptance_rate": evaluation.acceptance_rate,
+        "mean_acceptance_length": evaluation.mean_acceptance_length,
+        "draft_length": evaluation.draft_length,
+        "batch_size": stats.batch_size,
+        "itl_p50_seconds": stats.itl_p50_seconds,
+        "itl_p99_seconds": stats.itl_p99_seconds,
+        "breakeven_acceptance_rate": breakeven,
+        "speculation_cannot_pay": None if breakeven is None else breakeven >= 1.0,
+        "expected_speedup": evaluation.expected_speedup,
+        "recommended_draft_length": evaluation.recommended_draft_length,
+        "verdict": evaluation.verdict,
+        "drafts": stats.drafts,
+        # A complete --speculative-config vLLM accepts as pasted (null: nothing to apply, or the
+        # drafter's model path is unknown, then merge `merge_into_your_speculative_config`).
+        "recommended_config": None if assessment is None else assessment.recommended_config,
+        "merge_into_your_speculative_config": (
+            assessment.config_changes if assessment is not None and assessment.action == "merge" else None
+        ),
+        "recommended_action": None if assessment is None else assessment.action,
+        "notes": [] if assessment is None else list(assessment.notes),
+    }
