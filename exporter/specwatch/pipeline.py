@@ -8,6 +8,7 @@ replay from a recording.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import costmodel
@@ -112,6 +113,7 @@ class IngestResult:
     resets: int = 0
     schema: str | None = None
     routes: tuple[str, ...] = ()
+    dropped: Mapping[str, int] = field(default_factory=dict)  # this poll's, past the bounds (vllm.DROPPED_KINDS)
 
 
 _LEARN_KINDS = {
@@ -218,7 +220,7 @@ class Pipeline:
             record.resets += 1  # one restart of vLLM resets every route: count it once per poll
         record.schema = schema
         self._expire_routes(record)
-        return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps))
+        return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps), dropped=dropped)
 
     def position_limit(self) -> int:
         """The first `position` a payload may not carry under the current config (the stated K:
