@@ -37,6 +37,7 @@ HEALTH = frozenset(
         "specwatch_target_up",
         "specwatch_scrape_duration_seconds",
         "specwatch_scrape_errors_total",
+        "specwatch_payload_dropped_total",
         "specwatch_target_restarts_total",
         "specwatch_last_scrape_success_timestamp_seconds",
         "specwatch_build_info",

@@ -5,8 +5,9 @@ and the V0 engine's gauges. Counters keep one series per (engine[, position | le
 window can apply the Prometheus reset rule per series before summing over engines.
 docs/architecture.md §5 lists each name per vLLM version and its quirks.
 
-A little over 400 lines on purpose: the name table, the snapshot types and the per-target
-grouping with its remembered plan are one concern (families -> snapshots) and share its helpers.
+About 500 lines on purpose: the name table, the snapshot types, the per-target grouping with its
+remembered plan and the bounds on what a payload may make of them (positions, routes, engines) are
+one concern (families -> snapshots) and share its helpers.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from specwatch.exposition import Family, Labels, Sample, Selector
+from specwatch.exposition import ExpositionError, Family, Labels, Sample, Selector
 from specwatch.exposition.lastpoll import picker
 
 DRAFTS = "vllm:spec_decode_num_drafts"
@@ -146,7 +147,10 @@ def _per_position(name: str, labels: Mapping[str, str], series: str) -> SeriesKe
 
 def _itl_part(name: str, labels: Mapping[str, str], series: str) -> SeriesKey | None:
     if name.endswith("_bucket"):
-        return SeriesKey(K_ITL_BUCKET, series, float(labels["le"]))
+        le = float(labels["le"])
+        # le="-Inf" bounds no latency (it counts nothing a valid histogram can hold): dropped, or it
+        # would be exported as a second `+Inf` bucket.
+        return SeriesKey(K_ITL_BUCKET, series, le) if le != -math.inf else None
     if name.endswith("_sum"):
         return SeriesKey(K_ITL_SUM, series)
     return SeriesKey(K_ITL_COUNT, series)  # _count, and _created (whose reset group is the histogram)
@@ -212,6 +216,7 @@ class _RoutePlan:
     engines: set[str] = field(default_factory=set)
     positions: set[int] = field(default_factory=set)
     spec: bool = False
+    admitted: set[str] = field(default_factory=set)  # series kept (at most MAX_ENGINES_PER_ROUTE)
 
 
 @dataclass(frozen=True)
@@ -220,10 +225,47 @@ class _Plan:
 
     parts: tuple[tuple[str, bool], ...]  # (family, its _created samples?) in the order values are read
     routes: tuple[_RoutePlan, ...]
+    dropped: Mapping[str, int]  # routes and engines past the bounds, left out of `routes`
 
 
 #: Distinct (family, sample) placements a Grouping remembers: 16 DP engines of vLLM have ~900.
 PLACEMENT_CACHE_SIZE = 4096
+#: ... and the label characters they may hold together (a sample's labels are bounded one by one
+#: by the parser; this bounds what stays remembered across polls of ever-new long labels).
+PLACEMENT_CACHE_CHARS = 4 << 20
+
+# Bounds on what a payload controls (docs/architecture.md §2, "Bounds"). Constants, not config
+# keys: each is far above anything vLLM produces, and a payload past one is broken or hostile.
+#: Draft positions accepted without a stated K: `position` < 64. vLLM sets no maximum on
+#: num_speculative_tokens, but real K's stay far below (suffix decoding's default tree depth is 24)
+#: and the config's own `draft.k` stops at 64. Past the limit the payload is rejected (`invalid`):
+#: every position up to the largest is a draft length K the verdict rests on.
+MAX_DRAFT_POSITIONS = 64
+#: With a stated K (draft.config's num_speculative_tokens, else draft.k) positions up to K + slack
+#: pass: a K raised on the server before the config keeps its metrics (the config check flags it).
+POSITION_SLACK = 8
+#: ... however large the stated K: per-position work stays small.
+POSITION_CEILING = 1024
+#: Routes one target's payload may create (one per model_name when no route is configured; one
+#: vLLM process serves one model name). Routes past it, in payload order, are dropped and counted.
+MAX_ROUTES_PER_TARGET = 64
+#: Engines (the `engine` label, data-parallel ranks; "engine/model" series of a route spanning
+#: models) one route keeps: per payload, engines past it (in payload order) are dropped and
+#: counted; across polls, the pipeline forgets the least recently seen ones past it. 64 DP ranks
+#: of full vLLM metrics already come near the parser's MAX_SELECTED_SERIES.
+MAX_ENGINES_PER_ROUTE = 64
+#: The names of Grouping.dropped (and of specwatch_payload_dropped_total's `limit`).
+DROPPED_KINDS = ("routes", "engines")
+
+
+def position_limit(stated_k: int | None) -> int:
+    """The first `position` a payload may not carry: MAX_DRAFT_POSITIONS, or K + POSITION_SLACK
+    (at most POSITION_CEILING) for a stated K."""
+    if stated_k is None:
+        return MAX_DRAFT_POSITIONS
+    return min(stated_k + POSITION_SLACK, POSITION_CEILING)
+
+
 _RUNNING_SOURCE, _V0_SOURCE = -1, -2
 
 
@@ -238,13 +280,24 @@ class Grouping:
     """
 
     def __init__(
-        self, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = "", selector: Selector | None = None
+        self,
+        matchers: Iterable[RouteMatcher] | None = None,
+        route_prefix: str = "",
+        selector: Selector | None = None,
+        *,
+        max_position: int = MAX_DRAFT_POSITIONS,
     ) -> None:
         self.matchers = tuple(matchers or ())
         self.route_prefix = route_prefix
         # Each target its own selector: the parser's memory of the last poll is per target.
         self.selector = selector if selector is not None else Selector(FAMILIES)
+        self.max_position = max_position  # a `position` at or past it rejects the payload
+        # What the last parse left out past the bounds (DROPPED_KINDS -> count), and whether it
+        # worked out a new plan (False: the same series, routes and engines as the poll before).
+        self.dropped: Mapping[str, int] = dict.fromkeys(DROPPED_KINDS, 0)
+        self.replanned = True
         self._placements: dict[tuple[int, str, Labels], _Placement] = {}
+        self._placement_chars = 0
         self._shape: object | None = None
         self._plan: _Plan | None = None
         # For the plan of a parser shape: the schema, and where each value the plan reads sits
@@ -258,6 +311,14 @@ class Grouping:
             return tuple((m.route, m.match.get("model_name", model)) for m in self.matchers if m.matches(labels))
         return ((self.route_prefix + (model or "default"), model),)
 
+    def set_position_limit(self, max_position: int) -> None:
+        """A new bound on `position` (the stated K changed): placements and plan are worked out anew."""
+        if max_position != self.max_position:
+            self.max_position = max_position
+            self._placements.clear()
+            self._placement_chars = 0
+            self._shape, self._plan, self._pick_values = None, None, None
+
     def _place(self, source: int, sample: Sample) -> _Placement:
         cache_key = (source, sample.name, sample.labels)
         placed = self._placements.get(cache_key)
@@ -268,22 +329,51 @@ class Grouping:
         if source >= 0:
             counter_source = COUNTER_SOURCES[source]
             key = counter_source.key_of(sample.name, labels, engine)
+            if key is not None and key.counter == K_POS and not 0 <= int(key.sub or 0) < self.max_position:
+                # Checked once per distinct series (placements are remembered); never cached.
+                raise ExpositionError(
+                    "invalid",
+                    f"{ACCEPTED_PER_POS} has position={labels['position'][:24]!r}: draft positions stop "
+                    f"before {self.max_position} (docs/architecture.md, Bounds)",
+                )
             routes = self._routes(_without(labels, counter_source.unmatched_labels)) if key is not None else ()
         else:
             key, routes = None, self._routes(labels)
         placed = _Placement(key, engine, routes)
-        if len(self._placements) >= PLACEMENT_CACHE_SIZE:
+        chars = sum(len(k) + len(v) for k, v in sample.labels)
+        if len(self._placements) >= PLACEMENT_CACHE_SIZE or self._placement_chars + chars > PLACEMENT_CACHE_CHARS:
             self._placements.clear()  # bounded, whatever targets send
+            self._placement_chars = 0
         self._placements[cache_key] = placed
+        self._placement_chars += chars
         return placed
 
     def _make_plan(self, families: Mapping[str, Family], schema: str) -> _Plan:
         parts: list[tuple[str, bool]] = []
         plans: dict[str, _RoutePlan] = {}
         position = 0
+        # Routes come from the payload only without matchers (the config bounds those it names).
+        route_cap = MAX_ROUTES_PER_TARGET if not self.matchers else None
+        dropped_routes: set[str] = set()
+        dropped_engines: set[tuple[str, str]] = set()
 
-        def plans_for(routes: tuple[Route, ...]) -> list[_RoutePlan]:
-            return [plans.get(route) or plans.setdefault(route, _RoutePlan(route, model)) for route, model in routes]
+        def plans_for(routes: tuple[Route, ...], series: str) -> list[_RoutePlan]:
+            """The plans of the routes a sample of `series` feeds, within the bounds."""
+            out = []
+            for route, model in routes:
+                p = plans.get(route)
+                if p is None:
+                    if route_cap is not None and len(plans) >= route_cap:
+                        dropped_routes.add(route)
+                        continue
+                    p = plans[route] = _RoutePlan(route, model)
+                if series not in p.admitted:
+                    if len(p.admitted) >= MAX_ENGINES_PER_ROUTE:
+                        dropped_engines.add((route, series))
+                        continue
+                    p.admitted.add(series)
+                out.append(p)
+            return out
 
         def read(family: str, created: bool, samples: tuple[Sample, ...]) -> Iterator[tuple[int, Sample]]:
             nonlocal position
@@ -300,7 +390,7 @@ class Grouping:
                 key, _, routes = self._place(index, s)
                 if key is None:
                     continue
-                for p in plans_for(routes):
+                for p in plans_for(routes, key.series):
                     p.counters.append((key, at))
                     if source.names_engines:
                         p.engines.add(key.series)
@@ -311,22 +401,24 @@ class Grouping:
             for at, s in read(name, True, fam.created):
                 key, _, routes = self._place(index, s)
                 if key is not None:
-                    for p in plans_for(routes):
+                    for p in plans_for(routes, key.series):
                         p.created.append((reset_group(key), at))
         running = families.get(RUNNING)
         if running is not None:
             for at, s in read(RUNNING, False, running.samples):
                 _, engine, routes = self._place(_RUNNING_SOURCE, s)
-                for p in plans_for(routes):
+                for p in plans_for(routes, engine):
                     p.running.append((engine, at))
                     p.engines.add(engine)
         for gauge, attr in ((V0_ACCEPTANCE_RATE, "v0_rate"), (V0_EFFICIENCY, "v0_eff")):
             v0_family = families.get(gauge)
             if v0_family is not None:
                 for at, s in read(gauge, False, v0_family.samples):
-                    for p in plans_for(self._place(_V0_SOURCE, s).routes):
+                    _, engine, routes = self._place(_V0_SOURCE, s)
+                    for p in plans_for(routes, engine):
                         p.v0.append((attr, at))
-        return _Plan(tuple(parts), tuple(plans.values()))
+        dropped = {"routes": len(dropped_routes), "engines": len(dropped_engines)}
+        return _Plan(tuple(parts), tuple(plans.values()), dropped)
 
     def snapshots(
         self, families: Mapping[str, Family], *, t: float, target: str, shape: object | None = None
@@ -336,10 +428,13 @@ class Grouping:
         schema = detect_schema(families)
         if shape is not None and shape is self._shape and self._plan is not None:
             plan = self._plan
+            self.replanned = False
         else:
             plan = self._make_plan(families, schema)
             self._shape, self._plan = (shape, plan) if shape is not None else (None, None)
             self._plan_schema, self._pick_values = schema, None
+            self.replanned = True
+        self.dropped = plan.dropped
         values = [
             s.value
             for name, created in plan.parts
@@ -396,6 +491,7 @@ class Grouping:
                     self._pick_values = picker(
                         tuple(i for name, created in self._plan.parts for i in shape.positions(name, created))
                     )
+                self.replanned, self.dropped = False, self._plan.dropped
                 return self._emit(self._plan, self._pick_values(values), self._plan_schema, t, target)
             families = shape.families_of(values)
         return self.snapshots(families, t=t, target=target, shape=shape)

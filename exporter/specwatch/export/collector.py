@@ -270,6 +270,12 @@ class SpecwatchCollector(Collector):
             "Failed polls of the target by reason (timeout, connect, http_status, too_large, parse, invalid).",
             labels=["target", "reason"],
         )
+        dropped = CounterMetricFamily(
+            "specwatch_payload_dropped",
+            "Routes and engines the target's payloads carried past specwatch's bounds, dropped, summed over polls "
+            "(limit: routes = routes per target, engines = engines per route).",
+            labels=["target", "limit"],
+        )
         resets = CounterMetricFamily(
             "specwatch_target_restarts",
             "Polls in which the target's counters were seen to restart (value drop or new _created), i.e. vLLM restarts.",
@@ -287,10 +293,12 @@ class SpecwatchCollector(Collector):
                 duration.add_metric([target.name], target.scrape_duration)
             for reason, count in sorted(target.errors.items()):
                 errors.add_metric([target.name, reason], count)
+            for limit, count in sorted(target.dropped.items()):
+                dropped.add_metric([target.name, limit], count)
             resets.add_metric([target.name], target.resets)
             if target.last_success is not None:
                 last.add_metric([target.name], target.last_success)
-        yield from (up, duration, errors, resets, last)
+        yield from (up, duration, errors, dropped, resets, last)
 
     def _routes(self, state: State) -> Iterable[Metric]:
         info = GaugeMetricFamily(

@@ -76,6 +76,7 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
             "last_success": t.last_success,
             "scrape_duration_seconds": t.scrape_duration,
             "errors": dict(t.errors),
+            "dropped": dict(t.dropped),
             "counter_resets": t.resets,
             "schema": t.schema,
             "polls": t.polls,

@@ -61,10 +61,13 @@ def validate_histogram(family: str, parts: list[tuple[Series, float]]) -> None:
         if not buckets or not math.isinf(buckets[-1][0]):
             raise ExpositionError("invalid", f"{family}{dict(key)} has no +Inf bucket")
         previous = 0.0
+        previous_bound = math.nan
         for bound, value in buckets:
             if not (value >= previous) or math.isinf(value):
                 raise ExpositionError("invalid", f"{family}{dict(key)} buckets are not cumulative at le={bound}")
-            previous = value
+            if bound == previous_bound:  # e.g. le="1" and le="1.0", or "+Inf" and "Inf": one bucket twice
+                raise ExpositionError("invalid", f"{family}{dict(key)} has two buckets with le={bound}")
+            previous, previous_bound = value, bound
         if group.count is None or group.sum is None:
             raise ExpositionError("invalid", f"{family}{dict(key)} lacks _count or _sum")
         if group.count != buckets[-1][1]:

@@ -9,6 +9,7 @@ from specwatch.exposition.checks import bucket_bound, validate_histogram, valida
 from specwatch.exposition.lastpoll import LastPoll
 from specwatch.exposition.samples import (
     MAX_SELECTED_SERIES,
+    SERIES_CACHE_CHARS,
     SERIES_CACHE_SIZE,
     SKIP,
     ExpositionError,
@@ -40,6 +41,8 @@ class Selector:
         self._prefixes = tuple(sorted(self.families))
         self._first_line_starts = (*self._prefixes, TYPE_PREFIX)
         self._series: dict[str, Series] = {}
+        self._series_chars = 0  # characters of the series texts in _series
+        self._keys_chars = 0  # ... and of those that made the keys in _keys
         self._keys: dict[tuple[str, Labels], int] = {}
         self._last: LastPoll | None = None
         # The layout of the last parse's families when it was read from a remembered poll: two
@@ -117,9 +120,10 @@ class Selector:
         prefixes = self._prefixes
         type_names = self._type_names
         cache = self._series
-        if len(self._keys) > SERIES_CACHE_SIZE:
+        if len(self._keys) > SERIES_CACHE_SIZE or self._keys_chars > SERIES_CACHE_CHARS:
             cache.clear()  # bounded, whatever targets send; only here, so keys stay unique within a parse
             self._keys.clear()
+            self._series_chars = self._keys_chars = 0
         count = 0
         new_sample = tuple.__new__  # Sample(...) without the Python-level __new__ of a NamedTuple
         for lineno, (head, rest, line) in enumerate(lines, 1):
@@ -207,13 +211,18 @@ class Selector:
                 if end != len(head):
                     raise ExpositionError("parse", "unexpected text after the labels", lineno)
                 labels = tuple(sorted(parsed))  # label order is not significant in the format
-            key = self._keys.setdefault((name, labels), len(self._keys))
+            known = len(self._keys)
+            key = self._keys.setdefault((name, labels), known)
+            if key == known:
+                self._keys_chars += len(head)  # about the characters of its labels
             group, bound, le_error = labels, math.nan, ""
             if suffix == "_bucket":
                 group = tuple(kv for kv in labels if kv[0] != "le")
                 bound, le_error = bucket_bound(name, labels)
             series = Series(name, family, suffix, labels, key, group, bound, le_error)
-        if len(self._series) >= SERIES_CACHE_SIZE:
+        if len(self._series) >= SERIES_CACHE_SIZE or self._series_chars + len(head) > SERIES_CACHE_CHARS:
             self._series.clear()  # bounded, whatever a target sends
+            self._series_chars = 0
         self._series[head] = series
+        self._series_chars += len(head)
         return series

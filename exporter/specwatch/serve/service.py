@@ -234,6 +234,10 @@ class Service:
             if not outcome.ok:
                 self._changes.target_down(target.name, "target_rejected", outcome.reason, outcome.message or "")
                 continue
+            over = tuple(sorted((k, n) for k, n in outcome.dropped.items() if n)) or None
+            if self._changes.changed(("dropped", target.name), over) and over:
+                # Once per change: routes or engines past specwatch's bounds (docs/architecture.md §2).
+                log.warning("payload_over_bounds", target=target.name, dropped=dict(over))
             self._changes.info(
                 ("target", target.name),
                 ("up",),

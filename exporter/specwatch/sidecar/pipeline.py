@@ -8,6 +8,7 @@ replay from a recording.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specwatch import costmodel
@@ -15,6 +16,7 @@ from specwatch.config import Config, HardwareConfig, RouteConfig
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.costmodel import learned
 from specwatch.engines.vllm import (
+    DROPPED_KINDS,
     K_ACCEPTED,
     K_DRAFT_TOKENS,
     K_DRAFTS,
@@ -25,8 +27,12 @@ from specwatch.engines.vllm import (
     K_POS,
     K_PROMPT,
     K_STEPS,
+    MAX_ENGINES_PER_ROUTE,
+    MAX_ROUTES_PER_TARGET,
     Grouping,
     RouteMatcher,
+    RouteSnapshot,
+    position_limit,
 )
 from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.exposition import ExpositionError
@@ -54,6 +60,8 @@ class _TargetRecord:
     last_success: float | None = None
     scrape_duration: float | None = None
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_REASONS, 0))
+    # Routes and engines its payloads carried past the bounds (vllm.DROPPED_KINDS), over all polls.
+    dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROPPED_KINDS, 0))
     resets: int = 0
     schema: str | None = None
     polls: int = 0
@@ -80,6 +88,17 @@ class _RouteRecord:
     # The cost model over the learner's current curve: one object while the curve is unchanged, so
     # the assessment memo (keyed on the model) and the model's own memos serve every poll.
     learned_model: costmodel.CostModel | None = None
+    # The series (engines) the window remembers, least recently seen first, and those of the last
+    # snapshot: past MAX_ENGINES_PER_ROUTE the oldest gone ones are forgotten (_track_series).
+    series_order: dict[str, None] = field(default_factory=dict)
+    series_now: frozenset[str] = frozenset()
+    # What forgotten series had added to the exported mirrors, by (counter, position): kept so the
+    # exported counters never go down when their series leave the window.
+    retired: dict[tuple[str, float | None], float] = field(default_factory=dict)
+
+
+#: Mirrors exported by state(): a forgotten series' part stays in them (_RouteRecord.retired).
+_EXPORTED_MIRRORS = frozenset({K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_GEN, K_POS, K_ITL_SUM, K_ITL_COUNT})
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,7 @@ class IngestResult:
     resets: int = 0
     schema: str | None = None
     routes: tuple[str, ...] = ()
+    dropped: Mapping[str, int] = field(default_factory=dict)  # this poll's, past the bounds (vllm.DROPPED_KINDS)
 
 
 _LEARN_KINDS = {
@@ -135,6 +155,8 @@ class Pipeline:
         self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
         self._labelled_for: Config | None = None
         self._labelled_windows: tuple[tuple[float, str], ...] = ()
+        self._limit_for: Config | None = None
+        self._position_limit = position_limit(None)
 
     def reconfigure(self, config: Config) -> list[str]:
         """Take a reloaded config with the same targets, routes and windows (otherwise build a new
@@ -187,8 +209,12 @@ class Pipeline:
     def ingest(self, target: str, t: float, text: str, duration: float | None = None) -> IngestResult:
         """Parse one payload; on any error the windows are left exactly as they were."""
         record = self._targets[target]
+        grouping = record.grouping
+        limit = self.position_limit()
+        if grouping.max_position != limit:
+            grouping.set_position_limit(limit)
         try:
-            snaps = record.grouping.parse(text, t=t, target=target)
+            snaps = grouping.parse(text, t=t, target=target)
         except ExpositionError as exc:
             self.ingest_error(target, t, exc.reason, duration)
             return IngestResult(False, exc.reason, str(exc))
@@ -199,21 +225,76 @@ class Pipeline:
         self._t = t
         resets = 0
         schema = snaps[0].schema if snaps else record.schema
+        dropped = grouping.dropped
+        if dropped["routes"] or dropped["engines"]:
+            for kind, count in dropped.items():
+                record.dropped[kind] += count
+        replanned = grouping.replanned  # False: the same series per route as the last poll
         for snap in snaps:
             route = self._routes.get(snap.route)
+            new = route is None
             if route is None:
+                if not record.matchers:
+                    self._make_room(record, snaps)
                 route = self._routes[snap.route] = _RouteRecord(
                     RouteWindow(max(self.config.windows)), target, record.polls
                 )
             if route.window.ingest(snap):
                 resets += 1
+            if replanned or new:
+                self._track_series(route, snap)
             route.last_seen_poll = record.polls
             route.fresh = True
         if resets:
             record.resets += 1  # one restart of vLLM resets every route: count it once per poll
         record.schema = schema
         self._expire_routes(record)
-        return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps))
+        return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps), dropped=dropped)
+
+    def position_limit(self) -> int:
+        """The first `position` a payload may not carry under the current config (the stated K:
+        draft.config's num_speculative_tokens, else draft.k; vllm.position_limit)."""
+        config = self.config
+        if self._limit_for is not config:  # the config can be replaced (reload)
+            schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
+            stated = schedule.num_speculative_tokens if schedule is not None else config.draft.k
+            self._position_limit, self._limit_for = position_limit(stated), config
+        return self._position_limit
+
+    def _make_room(self, record: _TargetRecord, snaps: list[RouteSnapshot]) -> None:
+        """Before a new route of a target that already has MAX_ROUTES_PER_TARGET: forget its routes
+        missing from this poll, least recently seen first (a payload holds at most that many)."""
+        mine = [(r.last_seen_poll, n) for n, r in self._routes.items() if r.target == record.name]
+        excess = len(mine) + 1 - MAX_ROUTES_PER_TARGET
+        if excess <= 0:
+            return
+        current = {s.route for s in snaps}
+        for _, name in sorted(x for x in mine if x[1] not in current)[:excess]:
+            del self._routes[name]
+
+    def _track_series(self, route: _RouteRecord, snap: RouteSnapshot) -> None:
+        """Keep the series a route's window remembers to MAX_ENGINES_PER_ROUTE: past it, those gone
+        longest from the payload are forgotten (their part of the exported mirrors is kept)."""
+        now = frozenset(key.series for key in snap.counters)
+        if now == route.series_now:
+            return
+        order = route.series_order
+        for series in sorted(route.series_now - now) + sorted(now - route.series_now):
+            order.pop(series, None)
+            order[series] = None  # gone just now, or back: the most recently seen
+        route.series_now = now
+        excess = len(order) - MAX_ENGINES_PER_ROUTE
+        if excess <= 0:
+            return
+        victims = [series for series in order if series not in now][:excess]
+        retired = route.retired
+        for key, value in route.window.totals.items():
+            if key.series in victims and key.counter in _EXPORTED_MIRRORS:
+                held = (key.counter, key.sub)
+                retired[held] = retired.get(held, 0.0) + value
+        route.window.forget(victims)
+        for series in victims:
+            del order[series]
 
     def _expire_routes(self, record: _TargetRecord) -> None:
         ttl = self.config.route_ttl_polls
@@ -336,7 +417,16 @@ class Pipeline:
     def state(self) -> State:
         targets = tuple(
             TargetState(
-                r.name, r.url, r.up, r.last_success, r.scrape_duration, dict(r.errors), r.resets, r.schema, r.polls
+                r.name,
+                r.url,
+                r.up,
+                r.last_success,
+                r.scrape_duration,
+                dict(r.errors),
+                r.resets,
+                r.schema,
+                r.polls,
+                dict(r.dropped),
             )
             for r in self._targets.values()
         )
@@ -359,6 +449,15 @@ class Pipeline:
                     positions[key.position] = positions.get(key.position, 0.0) + value
                 elif kind == K_ITL_BUCKET and (key[1], key[2]) in current_les:
                     buckets[key.le] = buckets.get(key.le, 0.0) + value
+                elif kind == K_ITL_SUM:
+                    itl_sum += value
+                elif kind == K_ITL_COUNT:
+                    itl_count += value
+            for (kind, sub), value in route.retired.items():  # forgotten series (_track_series)
+                if kind in mirrored:
+                    mirrored[kind] += value
+                elif kind == K_POS:
+                    positions[int(sub or 0)] = positions.get(int(sub or 0), 0.0) + value
                 elif kind == K_ITL_SUM:
                     itl_sum += value
                 elif kind == K_ITL_COUNT:

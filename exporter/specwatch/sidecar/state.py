@@ -4,7 +4,7 @@ collector (/metrics) and the status API. Built by `Pipeline.state()`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specwatch.costmodel import learned
 from specwatch.verdict.evaluation import RouteEvaluation
@@ -48,6 +48,8 @@ class TargetState:
     resets: int
     schema: str | None
     polls: int
+    # Routes and engines its payloads carried past specwatch's bounds, dropped (vllm.DROPPED_KINDS).
+    dropped: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

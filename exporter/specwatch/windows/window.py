@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from itertools import islice
 
@@ -164,6 +164,17 @@ class RouteWindow:
                 for key in [k for k in self.totals if reset_group(k) == group]:
                     del self.totals[key]
             self._le_sets[engine] = frozen
+
+    def forget(self, series: Collection[str]) -> None:
+        """Drop every mirror, last value, `_created` and bucket layout of these series (engines gone
+        from the payload, past the pipeline's bound on engines per route). Entries already kept
+        hold them until they leave the horizon; a series seen again starts anew (first sighting)."""
+        gone = set(series)
+        for held in (self.totals, self._raw, self._created):
+            for key in [k for k in held if k.series in gone]:
+                del held[key]
+        for name in gone:
+            self._le_sets.pop(name, None)
 
     def _prune(self, now: float) -> None:
         while self.entries and self.entries[0].t < now - self.horizon:
