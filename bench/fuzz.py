@@ -3,9 +3,9 @@
     python bench/fuzz.py --seconds 120            # atheris (libFuzzer) if installed, else Hypothesis
     python bench/fuzz.py --seconds 60 --engine hypothesis
 
-Inputs are bytes turned into payloads by tests/reliability/fuzzcheck.py (structure-aware mutations
+Inputs are bytes turned into payloads by tests/system/reliability/fuzzcheck.py (structure-aware mutations
 of the real vLLM fixtures in tests/fixtures/vllm-cpu-real, or raw bytes); the oracle is fuzzcheck.check.
-A finding is written to tests/reliability/corpus/ (crash-*), where tests/reliability/test_fuzz_corpus.py
+A finding is written to tests/system/reliability/corpus/ (crash-*), where tests/system/reliability/test_fuzz_corpus.py
 replays it on every test run. Exit status 0 = no finding within the budget.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-CORPUS = ROOT / "tests" / "reliability" / "corpus"
+CORPUS = ROOT / "tests" / "system" / "reliability" / "corpus"
 
 
 def run_atheris(seconds: int, workdir: Path) -> int:
@@ -28,7 +28,7 @@ def run_atheris(seconds: int, workdir: Path) -> int:
 
     with atheris.instrument_imports(include=["specwatch"]):
         pass
-    from reliability.fuzzcheck import check, seed_payloads, text_from_bytes
+    from system.reliability.fuzzcheck import check, seed_payloads, text_from_bytes
 
     payloads = seed_payloads()
     if not payloads:
@@ -63,7 +63,8 @@ def run_atheris(seconds: int, workdir: Path) -> int:
 def run_hypothesis(seconds: int) -> int:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-    from reliability.fuzzcheck import check, seed_payloads, text_from_bytes
+
+    from system.reliability.fuzzcheck import check, seed_payloads, text_from_bytes
 
     payloads = seed_payloads()
     deadline = time.monotonic() + seconds

@@ -7,7 +7,7 @@ Both print one JSON document: polls, verdict changes after the first verdict, RS
 after warm-up and their drift, series counts, scrape errors; exit status 1 if the soak criteria
 fail (any verdict change, RSS drift over 10 %, series growth, any scrape error in live mode).
 
-replay: the simulator renders the scenario (tests/reliability/soak-noisy-stable.yaml) poll by poll
+replay: the simulator renders the scenario (tests/system/reliability/soak-noisy-stable.yaml) poll by poll
 in the recording format of `sim.record` ({"t", "target", "text"} lines), streamed into
 specwatch.sidecar.replay.replay() instead of a ~1 GB file; RSS is this process's, sampled every simulated hour.
 live: `specwatch run` as a subprocess polling `sim.serve("steady")` on loopback (70B, EAGLE-3 K=3,
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = ROOT / "tests" / "reliability" / "soak-noisy-stable.yaml"
+SCENARIO = ROOT / "tests" / "system" / "reliability" / "soak-noisy-stable.yaml"
 RSS_TOLERANCE = 0.10
 
 

@@ -1,0 +1,560 @@
+"""Verdicts: sample guard, hysteresis margin, hold, and the numbers behind them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from specwatch import costmodel as cmod
+from specwatch.config import ConfigError, DecisionConfig, from_mapping
+from specwatch.config.cost_model import cost_model_from_config
+from specwatch.engines.vllm_schedule import k_at_batch
+from specwatch.export.collector import registry_for
+from specwatch.export.status import status_document
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.verdict import decide
+from specwatch.verdict.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
+from specwatch.verdict.evaluation import evaluation_record, resolve_method
+from specwatch.windows.derive import WindowStats
+
+DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
+# Decision logic on the plain roofline (no fitted fixed costs of speculation): the scenarios below
+# were laid out on it, and the calibration has its own tests (tests/test_calibration.py).
+CM = cmod.CostModel(
+    cmod.HARDWARE_PRESETS["h100-sxm"],
+    cmod.MODEL_PRESETS["llama-3.1-8b"],
+    context_tokens=1024,
+    draft=replace(cmod.draft_cost_for("eagle3", cmod.MODEL_PRESETS["llama-3.1-8b"]), fixed_seconds=0.0),
+    verify_overhead_seconds=0.0,
+    verify_seconds_per_request=0.0,
+)
+
+
+def stats(alpha=0.6, k=3, batch=8.0, drafts=2000.0, rates=None, configured_k=None, spec_present=True):
+    """A window whose counters are consistent: Σp_i = K·alpha, tau = 1 + K·alpha."""
+    if rates is None and alpha is not None:
+        rates = cmod.position_rates_from_alpha(alpha, k)
+    return WindowStats(
+        route="chat",
+        window="1m",
+        t=100.0,
+        samples=13,
+        span_seconds=60.0,
+        spec_present=spec_present,
+        drafts=drafts,
+        draft_tokens=None if drafts is None else drafts * k,
+        accepted_tokens=None if drafts is None or alpha is None else drafts * k * alpha,
+        acceptance_rate=alpha,
+        mean_acceptance_length=None if alpha is None else 1 + k * alpha,
+        draft_length=float(k),
+        configured_k=configured_k or k,
+        position_rates=None if rates is None else tuple(rates),
+        batch_size=batch,
+    )
+
+
+def test_verdict_names_are_the_design_contract():
+    assert VERDICTS == ("spec_off", "insufficient_data", "keep", "shorten", "disable")
+
+
+def test_no_spec_families_or_no_drafts_while_generating_is_spec_off_with_every_gauge_absent():
+    generating_without_drafts = dataclasses.replace(stats(drafts=0.0), generation_tokens=5000.0)
+    for s in (stats(spec_present=False), generating_without_drafts):
+        a = assess(CM, s, DECISION, "eagle3", None)
+        assert a.candidate == "spec_off"
+        assert all(getattr(a, f) is None for f in Assessment.__dataclass_fields__ if f not in ("candidate", "notes"))
+
+
+def test_an_idle_server_with_speculation_configured_is_insufficient_data_not_spec_off():
+    idle = dataclasses.replace(stats(drafts=0.0), generation_tokens=0.0)
+    assert assess(CM, idle, DECISION, "eagle3", None).candidate == "insufficient_data"
+
+
+def test_fewer_drafts_than_the_guard_is_insufficient_data_with_every_gauge_absent():
+    a = assess(CM, stats(drafts=499.0), DECISION, "eagle3", None)
+    assert a.candidate == "insufficient_data"
+    assert all(getattr(a, f) is None for f in Assessment.__dataclass_fields__ if f not in ("candidate", "notes"))
+    assert assess(CM, stats(drafts=500.0), DECISION, "eagle3", None).candidate != "insufficient_data"
+
+
+def test_missing_batch_size_is_insufficient_data_not_a_guess():
+    assert assess(CM, stats(batch=None), DECISION, "eagle3", None).candidate == "insufficient_data"
+
+
+def test_v0_target_without_draft_counter_is_assessed_from_its_acceptance():
+    s = replace(stats(alpha=0.6), drafts=None, draft_tokens=None, accepted_tokens=None)
+    assert assess(CM, s, DECISION, "eagle3", None).candidate == "keep"
+
+
+def test_high_alpha_at_small_batch_keeps_speculation_with_the_model_numbers():
+    a = assess(CM, stats(alpha=0.6, batch=8), DECISION, "eagle3", None)
+    be = cmod.breakeven_acceptance_rate(CM, 8, 3)
+    assert a.candidate == "keep"
+    assert a.breakeven_acceptance_rate == pytest.approx(be)
+    assert a.acceptance_margin == pytest.approx(0.6 - be)
+    assert a.expected_speedup == pytest.approx(cmod.expected_speedup(CM, 8, 3, 0.6))
+    assert a.recommended_draft_length == 3
+    assert a.max_speculative_batch_size == cmod.max_speculative_batch_size(CM, 3, 0.6)
+    # keep = nothing to change on the server: no config to paste.
+    assert a.action == "no_change" and a.recommended_config is None and a.config_changes is None
+
+
+def test_alpha_below_breakeven_at_high_batch_with_no_paying_draft_length_is_disable():
+    a = assess(CM, stats(alpha=0.05, batch=256), DECISION, "eagle3", None)
+    assert a.candidate == "disable"
+    assert a.recommended_draft_length == 0
+    # Still worth it at small batches at most: the schedule then ends with K=0 at the live batch.
+    sched = (a.recommended_config or {}).get("num_speculative_tokens_per_batch_size", [[1, 512, 0]])
+    assert next(k for lo, hi, k in sched if lo <= 256 <= hi) == 0
+    assert a.expected_speedup < 1
+
+
+def test_below_breakeven_at_k_while_a_shorter_draft_pays_is_shorten_not_disable():
+    """The verdict and the recommended config must agree: if K'=1 still pays, say shorten."""
+    be = cmod.breakeven_acceptance_rate(CM, 256, 3)
+    a = assess(CM, stats(alpha=be - 0.1, batch=256), DECISION, "eagle3", None)
+    assert a.acceptance_margin == pytest.approx(-0.1) and a.expected_speedup < 1
+    assert a.recommended_draft_length >= 1
+    assert a.candidate == "shorten"
+    assert (
+        cmod.expected_speedup_for_positions(
+            CM, 256, cmod.position_rates_from_alpha(be - 0.1, 3)[: a.recommended_draft_length]
+        )
+        > 1
+    )
+
+
+def test_margin_keeps_a_verdict_from_flapping_around_the_line():
+    # K=1: no shorter draft exists, so the line between keep and disable is the only decision.
+    b = 160
+    be = cmod.breakeven_acceptance_rate(CM, b, 1)
+    just_below, just_above = be - 0.01, be + 0.01  # inside the ±0.02 band
+    # Coming from keep, slightly below the line is not yet disable ...
+    assert assess(CM, stats(alpha=just_below, k=1, batch=b), DECISION, "eagle3", "keep").candidate == "keep"
+    # ... and coming from disable, slightly above is not yet back on.
+    assert assess(CM, stats(alpha=just_above, k=1, batch=b), DECISION, "eagle3", "disable").candidate == "disable"
+    # Outside the band both directions move.
+    assert assess(CM, stats(alpha=be - 0.03, k=1, batch=b), DECISION, "eagle3", "keep").candidate == "disable"
+    assert assess(CM, stats(alpha=be + 0.03, k=1, batch=b), DECISION, "eagle3", "disable").candidate == "keep"
+
+
+def test_a_weak_tail_position_recommends_shorten_with_a_config_for_the_live_batch():
+    rates = (0.8, 0.6, 0.05, 0.01)  # positions 2 and 3 rarely survive
+    alpha = sum(rates) / 4
+    a = assess(CM, stats(alpha=alpha, k=4, batch=96, rates=rates), DECISION, "eagle3", "keep")
+    assert a.candidate == "shorten"
+    assert 0 < a.recommended_draft_length < 4
+    # One band over every batch is written as a plain num_speculative_tokens.
+    changes = a.config_changes
+    sched = changes.get("num_speculative_tokens_per_batch_size", [[1, 512, changes["num_speculative_tokens"]]])
+    assert sched[0][0] == 1
+    band = next(k for lo, hi, k in sched if lo <= 96 <= hi)
+    assert band == a.recommended_draft_length
+    # num_speculative_tokens is the schedule's maximum (vLLM clamps every band to it).
+    assert changes["num_speculative_tokens"] == max(k for _, _, k in sched) <= 4
+    json.dumps(changes)
+
+
+def test_the_config_names_no_method_it_only_guessed_and_no_schedule_vllm_cannot_apply():
+    rates = (0.8, 0.6, 0.05, 0.01)
+    s = stats(alpha=sum(rates) / 4, k=4, batch=96, rates=rates)
+    guessed = assess(CM, s, DECISION, "eagle3", "keep", config_method=None)
+    assert "method" not in guessed.config_changes and guessed.recommended_config is None
+    assert guessed.action == "merge"
+    assert assess(CM, s, DECISION, "mtp", "keep", config_method="mtp").recommended_config["method"] == "mtp"
+    for unusable in (replace(s, engines=2), replace(s, schema="v1-legacy-itl")):  # DP > 1, or older than 0.24
+        a = assess(CM, unusable, DECISION, "eagle3", "keep")
+        assert "num_speculative_tokens_per_batch_size" not in a.config_changes
+        assert a.config_changes["num_speculative_tokens"] == a.recommended_draft_length
+
+
+def test_cost_uses_measured_draft_length_not_configured_k():
+    # n-gram drafted 3.4 tokens on average with K=4 configured (real vLLM run).
+    s = replace(stats(alpha=0.3, k=4, batch=64), draft_length=3.4)
+    a = assess(CM, s, DECISION, "ngram", None)
+    ng = CM.with_method("ngram")
+    assert a.breakeven_acceptance_rate == pytest.approx(cmod.breakeven_acceptance_rate(ng, 64, 3.4))
+
+
+def test_method_selects_the_draft_cost():
+    s = stats(alpha=0.5, batch=32)
+    eagle = assess(CM, s, DECISION, "eagle3", None).breakeven_acceptance_rate
+    ngram = assess(CM, s, DECISION, "ngram", None).breakeven_acceptance_rate
+    draft_model = assess(CM, s, DECISION, "draft_model", None).breakeven_acceptance_rate
+    assert ngram < eagle < draft_model
+
+
+def test_hopeless_acceptance_everywhere_recommends_removing_the_config():
+    a = assess(CM, stats(alpha=0.005, batch=4), DECISION, "eagle3", None)
+    assert a.candidate == "disable" and a.recommended_draft_length == 0
+    assert a.recommended_config is None
+
+
+def test_first_evaluation_takes_effect_immediately():
+    assert next_verdict(None, "keep", hold_seconds=30.0, now=0.0) == VerdictState("keep")
+
+
+def test_a_new_verdict_takes_effect_only_after_it_held_for_the_hold_time():
+    s = VerdictState("keep")
+    s = next_verdict(s, "disable", hold_seconds=30.0, now=100.0)
+    assert s.current == "keep" and s.pending == "disable" and s.pending_since == 100.0
+    s = next_verdict(s, "disable", hold_seconds=30.0, now=120.0)
+    assert s.current == "keep" and s.pending_since == 100.0
+    s = next_verdict(s, "disable", hold_seconds=30.0, now=130.0)
+    assert s == VerdictState("disable")
+
+
+def test_an_interrupted_streak_restarts_the_hold_clock():
+    s = next_verdict(VerdictState("keep"), "disable", hold_seconds=10.0, now=0.0)
+    s = next_verdict(s, "shorten", hold_seconds=10.0, now=5.0)
+    assert s.current == "keep" and s.pending == "shorten" and s.pending_since == 5.0
+    s = next_verdict(s, "keep", hold_seconds=10.0, now=8.0)  # back to the current verdict clears the pending one
+    assert s == VerdictState("keep")
+
+
+def test_a_zero_hold_switches_at_once():
+    assert next_verdict(VerdictState("keep"), "disable", hold_seconds=0.0, now=1.0) == VerdictState("disable")
+
+
+def test_a_hold_of_n_polls_behaves_as_the_former_count_of_evaluations():
+    """Compatibility: an integer hold counts polls; N evaluations span N - 1 poll intervals."""
+    for polls, interval in ((1, 5.0), (2, 2.0), (3, 5.0)):
+        hold = DecisionConfig(hold=polls).hold_seconds(interval)
+        s, switched_at = VerdictState("keep"), None
+        for i in range(10):
+            s = next_verdict(s, "disable", hold_seconds=hold, now=100.0 + i * interval)
+            if s.current == "disable":
+                switched_at = i + 1  # evaluations seen
+                break
+        assert switched_at == polls
+
+
+def test_hold_is_a_time_so_fast_polls_no_longer_flap_within_seconds():
+    """Real vLLM, 2 s polls, hold 2: shorten -> disable -> shorten within 40 s. With hold 30s a
+    candidate that alternates every few polls never takes effect."""
+    config = from_mapping({"poll_interval": "2s", "windows": ["10s"], "decision": {"hold": "30s"}}, environ={})
+    hold = config.decision.hold_seconds(config.poll_interval)
+    assert hold == 30.0
+    s = VerdictState("shorten")
+    for i, candidate in enumerate(["disable"] * 6 + ["shorten"] * 2 + ["disable"] * 6 + ["shorten"] * 3):
+        s = next_verdict(s, candidate, hold_seconds=hold, now=2.0 * i)
+        assert s.current == "shorten"
+    legacy = from_mapping({"poll_interval": "2s", "windows": ["10s"], "decision": {"hold": 2}}, environ={})
+    assert legacy.decision.hold_seconds(legacy.poll_interval) == 2.0
+
+
+def test_hold_accepts_a_duration_or_a_whole_number_of_polls_and_names_the_key_otherwise():
+    assert from_mapping({"decision": {"hold": "1m"}}, environ={}).decision.hold == 60.0
+    assert from_mapping({"decision": {"hold": 3}}, environ={}).decision.hold == 3
+    assert from_mapping({}, environ={"SPECWATCH_DECISION__HOLD": "45s"}).decision.hold == 45.0
+    for bad in (2.5, "soon", 0, True):
+        with pytest.raises(ConfigError) as exc:
+            from_mapping({"decision": {"hold": bad}}, environ={})
+        assert exc.value.key == "decision.hold"
+
+
+def test_unknown_verdict_is_rejected():
+    with pytest.raises(ValueError):
+        next_verdict(None, "maybe", hold_seconds=0.0, now=0.0)
+
+
+# ------------------------------------------------------------------------------------------
+# Advice found wrong on a real vLLM (regressions)
+# ------------------------------------------------------------------------------------------
+
+
+def vllm_accepts(config: dict) -> str | None:
+    """vLLM 0.32's SpeculativeConfig checks a pasted --speculative-config makes (vllm/config/speculative.py,
+    __post_init__ and _verify_args): None if accepted, else vLLM's error."""
+    method, model = config.get("method"), config.get("model")
+    k = config.get("num_speculative_tokens")
+    if method is None:
+        method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
+    if model is None and k is not None and method not in ("mtp", "ngram", "[ngram]", "ngram_gpu", "suffix"):
+        return "num_speculative_tokens was provided but without speculative model."
+    if not isinstance(k, int) or k <= 0:
+        return "num_speculative_tokens must be provided and > 0"
+    if method in ("ngram", "ngram_gpu"):
+        lo, hi = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
+        lo, hi = lo or hi or 5, hi or lo or 5
+        if lo > hi:
+            return "prompt_lookup_min must be <= prompt_lookup_max"
+    for band in config.get("num_speculative_tokens_per_batch_size") or []:
+        if len(band) != 3 or band[0] > band[1]:
+            return "schedule bands are (range_start, range_end, num_speculative_tokens)"
+    return None
+
+
+WEAK_TAIL = (0.8, 0.6, 0.05, 0.01)
+
+
+def weak_tail_stats(**kw):
+    return replace(stats(alpha=sum(WEAK_TAIL) / 4, k=4, batch=96, rates=WEAK_TAIL), **kw)
+
+
+def test_the_flag_for_an_inferred_ngram_drafter_is_complete_and_accepted_by_vllm_as_pasted():
+    a = assess(CM, weak_tail_stats(), DECISION, "ngram", "keep", config_method="ngram")
+    assert a.candidate == "shorten" and a.action == "apply"
+    assert vllm_accepts(a.recommended_config) is None
+    assert a.recommended_config["method"] == "ngram"
+    assert {"prompt_lookup_max", "prompt_lookup_min"} <= set(a.recommended_config)
+    # The bug: the same keys without method, as printed before, are refused.
+    partial = {
+        k: v for k, v in a.recommended_config.items() if k not in ("method", "prompt_lookup_max", "prompt_lookup_min")
+    }
+    assert vllm_accepts(partial) == "num_speculative_tokens was provided but without speculative model."
+
+
+def test_an_unknown_model_based_drafter_gets_keys_to_merge_not_a_partial_flag():
+    a = assess(CM, weak_tail_stats(), DECISION, "eagle3", "keep", config_method=None)
+    assert a.recommended_config is None and a.action == "merge"
+    assert a.config_changes["num_speculative_tokens"] >= 1 and "method" not in a.config_changes
+    assert any("merge" in note for note in a.notes)
+
+
+def test_the_users_stated_config_is_completed_keeping_its_model_path_and_ngram_window():
+    eagle = {
+        "method": "eagle3",
+        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 4,
+        "num_speculative_tokens_per_batch_size": [[1, 512, 4]],
+    }
+    a = assess(CM, weak_tail_stats(), DECISION, "eagle3", "keep", config_method="eagle3", base_config=eagle)
+    assert a.action == "apply" and vllm_accepts(a.recommended_config) is None
+    assert a.recommended_config["model"] == eagle["model"]
+    assert a.recommended_config["num_speculative_tokens"] == a.config_changes["num_speculative_tokens"]
+    ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 7, "prompt_lookup_min": 3}
+    b = assess(CM, weak_tail_stats(engines=2), DECISION, "ngram", "keep", config_method="ngram", base_config=ngram)
+    assert (b.recommended_config["prompt_lookup_max"], b.recommended_config["prompt_lookup_min"]) == (7, 3)
+    assert "num_speculative_tokens_per_batch_size" not in b.recommended_config  # none where vLLM ignores it
+
+
+def test_disable_recommends_removing_speculation_even_where_small_batches_would_still_draft():
+    """K=0 at the live batch: a K=0 band runs slower than no speculation, so remove the config."""
+    a = assess(CM, stats(alpha=0.05, batch=256), DECISION, "eagle3", None)
+    assert cmod.recommend_schedule(CM.with_method("eagle3"), cmod.position_rates_from_alpha(0.05, 3), 512)[0][2] > 0
+    assert a.candidate == "disable" and a.action == "remove_speculative_config"
+    assert a.recommended_config is None and a.config_changes is None and a.recommended_draft_length == 0
+
+
+def test_a_schedule_prefers_k1_to_a_k0_band_that_costs_more_than_k1_loses():
+    cm = CM.with_method("eagle3")
+    p = (0.3, 0.1, 0.03, 0.01)
+    plain = cmod.recommend_schedule(cm, p, 512)
+    priced = cmod.recommend_schedule(cm, p, 512, zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP)
+    zero_from = next(lo for lo, _hi, k in plain if k == 0)
+    k_priced = next(k for lo, hi, k in priced if lo <= zero_from <= hi)
+    assert k_priced == 1  # just past the old cliff K=1 still beats a K=0 band (~10 % slower than no spec)
+    assert cmod.expected_speedup_for_positions(cm, zero_from, p[:1]) > cmod.ZERO_K_BAND_SPEEDUP
+
+
+def test_a_recommended_schedule_says_what_it_costs_in_vllm_today():
+    a = assess(CM, weak_tail_stats(), DECISION, "ngram", "keep", config_method="ngram")
+    assert "num_speculative_tokens_per_batch_size" in a.config_changes
+    text = " ".join(a.notes)
+    assert "piecewise" in text and "data parallel" in text and "collapse throughput" in text
+    unscheduled = assess(CM, weak_tail_stats(engines=2), DECISION, "ngram", "keep", config_method="ngram")
+    assert not any("piecewise" in n for n in unscheduled.notes)
+
+
+BUMPY = cmod.Profile(points=((1, 0.004), (5, 0.004), (6, 0.008), (12, 0.0082), (40, 0.016)))
+
+
+def bumpy_model():
+    m = cmod.MODEL_PRESETS["llama-3.1-8b"]
+    return cmod.CostModel(
+        cmod.HARDWARE_PRESETS["h100-sxm"], m, context_tokens=0.0, profile=BUMPY, draft=cmod.draft_cost_for("ngram", m)
+    )
+
+
+def test_shorten_and_the_schedule_agree_at_the_live_batch_on_a_non_monotone_profile():
+    """Best K is 0 at batch 5 but 1 at batch 8 on this measured curve: the old monotone cap wrote
+    K=0 from batch 5 on while the verdict said shorten to K=1 at batch 8."""
+    cm, rates = bumpy_model(), (0.5, 0.2, 0.05, 0.01)
+    assert cmod.best_draft_length(cm, 5, rates) == 0 and cmod.best_draft_length(cm, 8, rates) >= 1
+    a = assess(
+        cm, stats(alpha=sum(rates) / 4, k=4, batch=8, rates=rates), DECISION, "ngram", "keep", config_method="ngram"
+    )
+    assert a.candidate == "shorten"
+    assert k_at_batch(a.recommended_config, 8) == a.recommended_draft_length >= 1
+    assert decide.verdict_agrees_with_config(a, 8, 4)
+
+
+@pytest.mark.parametrize("cm", [CM, bumpy_model()], ids=["roofline", "bumpy-profile"])
+def test_verdict_and_recommended_config_agree_over_a_grid(cm):
+    method = "ngram" if cm.profile is not None else "eagle3"
+    tails = [None, (0.9, 0.7, 0.3, 0.05), (0.6, 0.2, 0.05, 0.0), (0.95, 0.9, 0.85, 0.8)]
+    checked = set()
+    for alpha in (0.02, 0.1, 0.3, 0.5, 0.7, 0.9):
+        for batch in (1, 3, 8, 24, 96, 256):
+            for rates in tails:
+                r = rates if rates is not None else cmod.position_rates_from_alpha(alpha, 4)
+                a_win = sum(r) / 4 if rates is not None else alpha
+                for previous in (None, "keep", "shorten", "disable"):
+                    for config_method in ("same", None):
+                        a = assess(
+                            cm,
+                            stats(alpha=a_win, k=4, batch=batch, rates=r),
+                            DECISION,
+                            method,
+                            previous,
+                            config_method=config_method,
+                        )
+                        assert decide.verdict_agrees_with_config(a, batch, 4), (alpha, batch, rates, previous, a)
+                        if a.recommended_config is not None:
+                            assert vllm_accepts(a.recommended_config) is None
+                        checked.add(a.candidate)
+    assert {"keep", "shorten", "disable"} <= checked
+
+
+# ------------------------------------------------------------------------------------------
+# The live pipeline on real vLLM 0.32 payloads (n-gram, K=4)
+# ------------------------------------------------------------------------------------------
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "vllm-0.32-cpu"
+IDLE = (FIXTURES / "ngram-00-idle.prom").read_text()
+AFTER_C1 = (FIXTURES / "ngram-01-c1-quiet.prom").read_text()
+
+
+def bumped(text: str, drafts: float, per_draft: int) -> str:
+    """The payload with ``drafts`` more drafts of ``per_draft`` tokens, every token accepted."""
+
+    def add(name: str, extra: float, body: str, labels: str = "") -> str:
+        pattern = re.compile(
+            rf'^({re.escape(name)}{{engine="0",model_name="tiny-llama"{labels}}}) (\S+)$', re.MULTILINE
+        )
+        return pattern.sub(lambda m: f"{m.group(1)} {float(m.group(2)) + extra}", body)
+
+    text = add("vllm:spec_decode_num_drafts_total", drafts, text)
+    text = add("vllm:spec_decode_num_draft_tokens_total", drafts * per_draft, text)
+    text = add("vllm:spec_decode_num_accepted_tokens_total", drafts * per_draft, text)
+    for i in range(per_draft):
+        text = add("vllm:spec_decode_num_accepted_tokens_per_pos_total", drafts, text, f',position="{i}"')
+    return text
+
+
+def pipeline_for(**raw):
+    base = {"poll_interval": "5s", "windows": ["30s", "2m"], "decision": {"min_drafts": 500, "hold": 2}}
+    return Pipeline(from_mapping({**base, **raw}, environ={}))
+
+
+def test_the_inferred_method_does_not_flip_on_a_handful_of_drafts_when_traffic_stops():
+    """Real run: auto:ngram became auto:eagle3 on windows of 2-4 drafts after the load ended."""
+    p = pipeline_for()
+    p.ingest("vllm", 0.0, IDLE)
+    p.ingest("vllm", 10.0, AFTER_C1)
+    p.evaluate(10.0)
+    assert p.state().routes[0].method == "auto:ngram"
+    for i in range(1, 40):  # the tail: three 4-token drafts every 5 s, far below min_drafts
+        t = 10.0 + 5 * i
+        p.ingest("vllm", t, bumped(AFTER_C1, 3 * i, 4))
+        p.evaluate(t)
+        assert p.state().routes[0].method == "auto:ngram", t
+
+
+def test_method_inference_needs_enough_drafts_and_tells_a_schedule_from_ngram_misses():
+    s = replace(stats(alpha=0.7, k=4, drafts=3.0), draft_length=4.0, draft_coverage=1.0)
+    assert resolve_method("auto", s, min_drafts=500) is None  # no evidence: the caller keeps its answer
+    short = replace(stats(alpha=0.7, k=4, drafts=5000.0), draft_length=3.0)
+    # Every request-step drafted, mean 3 of 4: a model-based drafter under a schedule, not n-gram.
+    assert resolve_method("auto", replace(short, draft_coverage=1.0), min_drafts=500) == "auto:eagle3"
+    assert resolve_method("auto", replace(short, draft_coverage=0.71), min_drafts=500) == "auto:ngram"
+    # With the schedule known ([[1, 4, 4], [5, 32, 2]]) a mean inside its K range is no n-gram sign ...
+    assert (
+        resolve_method("auto", replace(short, draft_coverage=1.0), min_drafts=500, schedule_ks=(4, 2)) == "auto:eagle3"
+    )
+    # ... but a mean below every K it gives is.
+    assert (
+        resolve_method("auto", replace(short, draft_length=1.6, draft_coverage=0.7), min_drafts=500, schedule_ks=(4, 2))
+        == "auto:ngram"
+    )
+    assert resolve_method("eagle3", s, min_drafts=500) == "eagle3"
+
+
+def test_status_serves_no_alpha_batch_or_verdict_while_vllm_is_down_and_recovers_after():
+    p = pipeline_for()
+    p.ingest("vllm", 0.0, IDLE)
+    p.ingest("vllm", 10.0, AFTER_C1)
+    p.evaluate(10.0)
+    config = p.config
+    windows = status_document(p.state(), config)["routes"][0]["windows"]
+    assert windows["2m"]["acceptance_rate"] is not None and windows["2m"]["verdict"] is not None
+    p.ingest_error("vllm", 15.0, "connect")
+    p.evaluate(15.0)
+    down = status_document(p.state(), config)
+    assert down["targets"][0]["up"] is False
+    assert down["routes"][0]["windows"] == {}  # as /metrics: absent, never stale
+    p.ingest("vllm", 20.0, AFTER_C1)
+    p.evaluate(20.0)
+    assert status_document(p.state(), config)["routes"][0]["windows"]["2m"]["verdict"] is not None
+
+
+def test_a_breakeven_above_one_is_exported_capped_with_a_cannot_pay_series_and_kept_raw_in_status():
+    p = pipeline_for(draft={"method": "eagle3", "cost_per_token": 5.0})  # a drafter costing 5 steps per token
+    p.ingest("vllm", 0.0, IDLE)
+    p.ingest("vllm", 10.0, AFTER_C1)
+    [evaluation, *_] = [e for e in p.evaluate(10.0) if e.stats.window == "2m"]
+    raw = evaluation_record(evaluation)
+    assert raw["breakeven_acceptance_rate"] > 1 and raw["speculation_cannot_pay"] is True
+    text = generate_latest(registry_for(p.state)).decode()
+    samples = {
+        (s.name, s.labels.get("window")): s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+    }
+    assert samples[("specwatch_breakeven_acceptance_rate", "2m")] == 1.0
+    assert samples[("specwatch_speculation_cannot_pay", "2m")] == 1.0
+
+
+def test_replay_lines_carry_the_complete_recommended_config():
+    p = pipeline_for(windows=["30s", "2m"])
+    p.ingest("vllm", 0.0, IDLE)
+    p.ingest("vllm", 10.0, AFTER_C1)
+    evaluation = next(e for e in p.evaluate(10.0) if e.stats.window == "2m")
+    advice = assess(CM, weak_tail_stats(), DECISION, "ngram", "keep", config_method="ngram")
+    record = evaluation_record(replace(evaluation, assessment=advice, advice=advice, verdict="shorten"))
+    assert record["recommended_config"] == advice.recommended_config and record["recommended_action"] == "apply"
+    assert vllm_accepts(record["recommended_config"]) is None
+    json.dumps(record)
+
+
+# ------------------------------------------------------------------------------------------
+# Cost model inputs behind the advice
+# ------------------------------------------------------------------------------------------
+
+CPU_PROFILE = str(FIXTURES / "stepprofile-nospec.yaml")
+
+
+def test_with_a_profile_the_draft_cost_is_a_roofline_ratio_not_a_roofline_draft_over_a_measured_step():
+    """profile: + no hardware: the draft's H100 roofline step was divided by the CPU profile's step."""
+    plain = from_mapping({"draft": {"method": "draft_model"}}, environ={})
+    profiled = from_mapping({"draft": {"method": "draft_model"}, "profile": CPU_PROFILE}, environ={})
+    cm_plain, cm_prof = cost_model_from_config(plain), cost_model_from_config(profiled)
+    assert cm_prof.draft_cost_per_token() == pytest.approx(cm_plain.draft_cost_per_token())
+    # Drafting K tokens costs K·c of the profile's own step.
+    assert cm_prof.draft_time(1, 4) == pytest.approx(4 * cm_plain.draft_cost_per_token() * cm_prof.base_step_time(1))
+    assert cmod.breakeven_acceptance_rate(cm_prof, 1, 4) < 1.0
+
+
+def test_the_draft_model_is_named_by_a_preset_or_its_config_json(tmp_path):
+    def cost(draft: dict) -> float:
+        config = from_mapping({"draft": {"method": "draft_model", **draft}}, base_dir=str(tmp_path), environ={})
+        return cost_model_from_config(config).draft_cost_per_token()
+
+    default = cost({})
+    assert cost({"model": "llama-3.2-1b"}) == pytest.approx(default)
+    assert cost({"model": "llama-3.2-3b"}) > default
+    (tmp_path / "draft.json").write_text(json.dumps(cmod.MODEL_HF_CONFIGS["llama-3.2-3b"]))
+    assert cost({"model": "draft.json"}) == pytest.approx(cost({"model": "llama-3.2-3b"}))
+    # The drafter survives a method inferred later (with_method) instead of falling back to 1B.
+    config = from_mapping({"draft": {"model": "llama-3.2-3b"}}, environ={})
+    inferred = cost_model_from_config(config).with_method("draft_model")
+    assert inferred.draft_cost_per_token() == pytest.approx(cost({"model": "llama-3.2-3b"}))
+    with pytest.raises(ConfigError) as exc:
+        from_mapping({"draft": {"model": "gpt-17"}}, environ={})
+    assert exc.value.key == "draft.model"
