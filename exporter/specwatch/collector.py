@@ -275,6 +275,11 @@ class SpecwatchCollector(Collector):
             "Polls in which the target's counters were seen to restart (value drop or new _created), i.e. vLLM restarts.",
             labels=["target"],
         )
+        dips = CounterMetricFamily(
+            "specwatch_target_dips",
+            "Polls in which a counter of the target read below its highest value without a restart (same _created, or a drop within noise without _created): clamped, not a restart.",
+            labels=["target"],
+        )
         last = GaugeMetricFamily(
             "specwatch_last_scrape_success_timestamp_seconds",
             "Unix time of the last successful poll of the target.",
@@ -288,9 +293,10 @@ class SpecwatchCollector(Collector):
             for reason, count in sorted(target.errors.items()):
                 errors.add_metric([target.name, reason], count)
             resets.add_metric([target.name], target.resets)
+            dips.add_metric([target.name], target.dips)
             if target.last_success is not None:
                 last.add_metric([target.name], target.last_success)
-        yield from (up, duration, errors, resets, last)
+        yield from (up, duration, errors, resets, dips, last)
 
     def _routes(self, state: State) -> Iterable[Metric]:
         info = GaugeMetricFamily(

@@ -59,6 +59,7 @@ class _TargetRecord:
     scrape_duration: float | None = None
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_REASONS, 0))
     resets: int = 0
+    dips: int = 0  # polls with a counter below its base that was no restart (window.py: clamped)
     schema: str | None = None
     polls: int = 0
 
@@ -139,6 +140,8 @@ class Pipeline:
         self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
         self._labelled_for: Config | None = None
         self._labelled_windows: tuple[tuple[float, str], ...] = ()
+        # Windows of the pipeline this one replaced (reload), by route: their mirrors continue.
+        self._adopted: dict[str, tuple[str, RouteWindow, bool]] = {}  # route: (target, window, same series)
 
     def add_target(self, name: str, url: str = "") -> None:
         """A target learnt from a recording (replay without a config): routes named as live."""
@@ -168,23 +171,52 @@ class Pipeline:
         record.last_success = t
         record.scrape_duration = duration
         self._t = t
-        resets = 0
+        resets = dipped = 0
         schema = snaps[0].schema if snaps else record.schema
         for snap in snaps:
             route = self._routes.get(snap.route)
             if route is None:
                 route = self._routes[snap.route] = _RouteRecord(
-                    RouteWindow(max(self.config.windows)), target, record.polls
+                    self._new_window(snap.route, target), target, record.polls
                 )
             if route.window.ingest(snap):
                 resets += 1
+            dipped += route.window.last_dips
             route.last_seen_poll = record.polls
             route.fresh = True
         if resets:
             record.resets += 1  # one restart of vLLM resets every route: count it once per poll
+        if dipped:
+            record.dips += 1  # counted like restarts: polls, not series
         record.schema = schema
         self._expire_routes(record)
         return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps))
+
+    def _new_window(self, route: str, target: str) -> RouteWindow:
+        window = RouteWindow(max(self.config.windows))
+        adopted = self._adopted.pop(route, None)
+        if adopted is not None and adopted[0] == target:
+            window.adopt(adopted[1], baseline=adopted[2])
+        return window
+
+    def adopt_counters(self, old: Pipeline) -> Pipeline:
+        """After a reload built this pipeline in place of `old`: the exported counters continue where
+        old's left off (they never go down), for every route whose target name still exists. The
+        windows and verdicts start afresh. A route that reads the same series (same target URL, same
+        route config) also keeps its counter bases, so the first poll counts its real increase."""
+        for name, route in old._routes.items():
+            target = self._targets.get(route.target)
+            previous = old._targets.get(route.target)
+            if target is None or previous is None:
+                continue
+            same_series = target.url == previous.url and self._route_configs.get(name) == old._route_configs.get(name)
+            self._adopted[name] = (route.target, route.window, same_series)
+        for name, target in self._targets.items():
+            if (previous := old._targets.get(name)) is not None:
+                target.errors = {k: target.errors.get(k, 0) + v for k, v in previous.errors.items()}
+                target.resets += previous.resets
+                target.dips += previous.dips
+        return self
 
     def _expire_routes(self, record: _TargetRecord) -> None:
         ttl = self.config.route_ttl_polls
@@ -305,7 +337,16 @@ class Pipeline:
     def state(self) -> State:
         targets = tuple(
             TargetState(
-                r.name, r.url, r.up, r.last_success, r.scrape_duration, dict(r.errors), r.resets, r.schema, r.polls
+                r.name,
+                r.url,
+                r.up,
+                r.last_success,
+                r.scrape_duration,
+                dict(r.errors),
+                r.resets,
+                r.schema,
+                r.polls,
+                r.dips,
             )
             for r in self._targets.values()
         )
@@ -314,24 +355,25 @@ class Pipeline:
             latest = route.window.latest
             if latest is None:
                 continue
-            totals = route.window.totals
+            # The route's own mirrors (window.RouteWindow.mirror), already summed over its engines and
+            # never taken back when one departs; the ITL buckets of the current layout only.
             mirrored = {K_DRAFTS: 0.0, K_DRAFT_TOKENS: 0.0, K_ACCEPTED: 0.0, K_GEN: 0.0}
             positions: dict[int, float] = {}
             buckets: dict[float, float] = {}
-            current_les = {(k[1], k[2]) for k in latest.counters if k[0] == K_ITL_BUCKET}
+            current_les = {k[2] for k in latest.counters if k[0] == K_ITL_BUCKET}
             itl_sum = itl_count = 0.0
-            for key, value in totals.items():
-                kind = key[0]
+            for (kind, sub), value in route.window.mirror.items():
                 if kind in mirrored:
                     mirrored[kind] += value
+                elif sub is None:
+                    if kind == K_ITL_SUM:
+                        itl_sum += value
+                    elif kind == K_ITL_COUNT:
+                        itl_count += value
                 elif kind == K_POS:
-                    positions[key.position] = positions.get(key.position, 0.0) + value
-                elif kind == K_ITL_BUCKET and (key[1], key[2]) in current_les:
-                    buckets[key.le] = buckets.get(key.le, 0.0) + value
-                elif kind == K_ITL_SUM:
-                    itl_sum += value
-                elif kind == K_ITL_COUNT:
-                    itl_count += value
+                    positions[int(sub)] = positions.get(int(sub), 0.0) + value
+                elif kind == K_ITL_BUCKET and sub in current_les:
+                    buckets[float(sub)] = buckets.get(float(sub), 0.0) + value
             config = self._route_configs.get(name)
             current = route.last_seen_poll == self._targets[route.target].polls
             serving = current and self._targets[route.target].up is not False

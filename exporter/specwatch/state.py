@@ -48,6 +48,8 @@ class TargetState:
     resets: int
     schema: str | None
     polls: int
+    # Polls in which a counter read below its base without restarting (clamped, docs/architecture.md §3).
+    dips: int = 0
 
 
 @dataclass(frozen=True)
