@@ -204,13 +204,18 @@ class Pipeline:
         old's left off (they never go down), for every route whose target name still exists. The
         windows and verdicts start afresh. A route that reads the same series (same target URL, same
         route config) also keeps its counter bases, so the first poll counts its real increase."""
-        for name, route in old._routes.items():
-            target = self._targets.get(route.target)
-            previous = old._targets.get(route.target)
+        # Routes old had adopted itself and not seen since (two reloads between polls), then its own.
+        windows = {name: (t, w, same) for name, (t, w, same) in old._adopted.items()}
+        windows |= {name: (r.target, r.window, True) for name, r in old._routes.items()}
+        for name, (target_name, window, same) in windows.items():
+            target = self._targets.get(target_name)
+            previous = old._targets.get(target_name)
             if target is None or previous is None:
                 continue
-            same_series = target.url == previous.url and self._route_configs.get(name) == old._route_configs.get(name)
-            self._adopted[name] = (route.target, route.window, same_series)
+            same_series = (
+                same and target.url == previous.url and self._route_configs.get(name) == old._route_configs.get(name)
+            )
+            self._adopted[name] = (target_name, window, same_series)
         for name, target in self._targets.items():
             if (previous := old._targets.get(name)) is not None:
                 target.errors = {k: target.errors.get(k, 0) + v for k, v in previous.errors.items()}

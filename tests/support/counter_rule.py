@@ -31,4 +31,3 @@ def poll_increases(values: Iterable[float], counts: bool = True) -> list[float]:
             out.append(value)  # a restart from 0
             base = value
     return out
-
