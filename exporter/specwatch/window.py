@@ -116,6 +116,7 @@ class RouteWindow:
         # The route's exported counters: per (counter, sub), every poll's deltas summed over its
         # series. Only ever added to, so they never decrease (an engine departing takes nothing back).
         self.mirror: dict[MirrorKey, float] = {}
+        self._mirror_keys: dict[SeriesKey, MirrorKey] = {}  # each series' key in the mirror
         self.resets = 0
         self.dips = 0  # polls with a series below its base that was no restart (clamped)
         self.last_dips = 0  # such series in the last ingested poll
@@ -178,11 +179,11 @@ class RouteWindow:
                 dips = [key for key in dips if key.series not in broken]
         totals = self.totals
         mirror = self.mirror
+        mirror_keys = self._mirror_keys
         for key, delta in deltas.items():
             totals[key] = totals.get(key, 0.0) + delta
             if delta:
-                mkey = (key[0], key[2])
-                mirror[mkey] = mirror.get(mkey, 0.0) + delta  # deltas are >= 0: it never goes down
+                mirror[mirror_keys[key]] += delta  # deltas are >= 0: it never goes down
         base = dict(counters)
         for key in dips:
             base[key] = raw[key]  # the high-water mark stays the base: the recovery is counted once
@@ -227,7 +228,7 @@ class RouteWindow:
         mirror = self.mirror
         new = set()
         for key in counters:
-            mkey = (key[0], key[2])
+            mkey = self._mirror_keys[key] = (key[0], key[2])
             if mkey not in mirror:
                 if key[0] == K_ITL_BUCKET:
                     new.add(key.le)
@@ -248,6 +249,7 @@ class RouteWindow:
         target (same URL and matchers), so its bases are kept too and the first poll after the
         reload counts its real increase; else every series counts from its first sighting."""
         self.mirror = dict(old.mirror)
+        self._mirror_keys = dict(old._mirror_keys)
         if baseline:
             self._raw = dict(old._raw)
             self._created = dict(old._created)
