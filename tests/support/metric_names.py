@@ -39,6 +39,7 @@ HEALTH = frozenset(
         "specwatch_scrape_errors_total",
         "specwatch_payload_dropped_total",
         "specwatch_target_restarts_total",
+        "specwatch_target_dips_total",
         "specwatch_last_scrape_success_timestamp_seconds",
         "specwatch_build_info",
         "specwatch_route_info",

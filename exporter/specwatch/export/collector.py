@@ -281,6 +281,11 @@ class SpecwatchCollector(Collector):
             "Polls in which the target's counters were seen to restart (value drop or new _created), i.e. vLLM restarts.",
             labels=["target"],
         )
+        dips = CounterMetricFamily(
+            "specwatch_target_dips",
+            "Polls in which a counter of the target read below its highest value without a restart (same _created, or a drop within noise without _created): clamped, not a restart.",
+            labels=["target"],
+        )
         last = GaugeMetricFamily(
             "specwatch_last_scrape_success_timestamp_seconds",
             "Unix time of the last successful poll of the target.",
@@ -296,9 +301,10 @@ class SpecwatchCollector(Collector):
             for limit, count in sorted(target.dropped.items()):
                 dropped.add_metric([target.name, limit], count)
             resets.add_metric([target.name], target.resets)
+            dips.add_metric([target.name], target.dips)
             if target.last_success is not None:
                 last.add_metric([target.name], target.last_success)
-        yield from (up, duration, errors, dropped, resets, last)
+        yield from (up, duration, errors, dropped, resets, dips, last)
 
     def _routes(self, state: State) -> Iterable[Metric]:
         info = GaugeMetricFamily(

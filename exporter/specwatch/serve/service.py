@@ -153,7 +153,7 @@ class Service:
             new = replace(new, listen=old.listen)
         rebuilt: list[str] = []
         if not self.active or new.pipeline_shape() != old.pipeline_shape():
-            self.pipeline = Pipeline(new)  # new targets, routes or windows: history starts afresh
+            self.pipeline = Pipeline(new).adopt_counters(self.pipeline)  # windows start afresh, counters continue
             rebuilt.append("pipeline")
             self._changes.clear()
         else:

@@ -63,6 +63,7 @@ class _TargetRecord:
     # Routes and engines its payloads carried past the bounds (vllm.DROPPED_KINDS), over all polls.
     dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROPPED_KINDS, 0))
     resets: int = 0
+    dips: int = 0  # polls with a counter below its base that was no restart (window.py: clamped)
     schema: str | None = None
     polls: int = 0
 
@@ -94,11 +95,6 @@ class _RouteRecord:
     series_now: frozenset[str] = frozenset()
     # What forgotten series had added to the exported mirrors, by (counter, position): kept so the
     # exported counters never go down when their series leave the window.
-    retired: dict[tuple[str, float | None], float] = field(default_factory=dict)
-
-
-#: Mirrors exported by state(): a forgotten series' part stays in them (_RouteRecord.retired).
-_EXPORTED_MIRRORS = frozenset({K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_GEN, K_POS, K_ITL_SUM, K_ITL_COUNT})
 
 
 @dataclass(frozen=True)
@@ -157,6 +153,9 @@ class Pipeline:
         self._labelled_windows: tuple[tuple[float, str], ...] = ()
         self._limit_for: Config | None = None
         self._position_limit = position_limit(None)
+
+        # Windows of the pipeline this one replaced (reload), by route: their mirrors continue.
+        self._adopted: dict[str, tuple[str, RouteWindow, bool]] = {}  # route: (target, window, same series)
 
     def reconfigure(self, config: Config) -> list[str]:
         """Take a reloaded config with the same targets, routes and windows (otherwise build a new
@@ -223,7 +222,7 @@ class Pipeline:
         record.last_success = t
         record.scrape_duration = duration
         self._t = t
-        resets = 0
+        resets = dipped = 0
         schema = snaps[0].schema if snaps else record.schema
         dropped = grouping.dropped
         if dropped["routes"] or dropped["engines"]:
@@ -237,16 +236,19 @@ class Pipeline:
                 if not record.matchers:
                     self._make_room(record, snaps)
                 route = self._routes[snap.route] = _RouteRecord(
-                    RouteWindow(max(self.config.windows)), target, record.polls
+                    self._new_window(snap.route, target), target, record.polls
                 )
             if route.window.ingest(snap):
                 resets += 1
             if replanned or new:
                 self._track_series(route, snap)
+            dipped += route.window.last_dips
             route.last_seen_poll = record.polls
             route.fresh = True
         if resets:
             record.resets += 1  # one restart of vLLM resets every route: count it once per poll
+        if dipped:
+            record.dips += 1  # counted like restarts: polls, not series
         record.schema = schema
         self._expire_routes(record)
         return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps), dropped=dropped)
@@ -274,7 +276,7 @@ class Pipeline:
 
     def _track_series(self, route: _RouteRecord, snap: RouteSnapshot) -> None:
         """Keep the series a route's window remembers to MAX_ENGINES_PER_ROUTE: past it, those gone
-        longest from the payload are forgotten (their part of the exported mirrors is kept)."""
+        longest from the payload are forgotten (the route's mirror keeps their part)."""
         now = frozenset(key.series for key in snap.counters)
         if now == route.series_now:
             return
@@ -287,14 +289,41 @@ class Pipeline:
         if excess <= 0:
             return
         victims = [series for series in order if series not in now][:excess]
-        retired = route.retired
-        for key, value in route.window.totals.items():
-            if key.series in victims and key.counter in _EXPORTED_MIRRORS:
-                held = (key.counter, key.sub)
-                retired[held] = retired.get(held, 0.0) + value
         route.window.forget(victims)
         for series in victims:
             del order[series]
+
+    def _new_window(self, route: str, target: str) -> RouteWindow:
+        window = RouteWindow(max(self.config.windows))
+        adopted = self._adopted.pop(route, None)
+        if adopted is not None and adopted[0] == target:
+            window.adopt(adopted[1], baseline=adopted[2])
+        return window
+
+    def adopt_counters(self, old: Pipeline) -> Pipeline:
+        """After a reload built this pipeline in place of `old`: the exported counters continue where
+        old's left off (they never go down), for every route whose target name still exists. The
+        windows and verdicts start afresh. A route that reads the same series (same target URL, same
+        route config) also keeps its counter bases, so the first poll counts its real increase."""
+        # Routes old had adopted itself and not seen since (two reloads between polls), then its own.
+        windows = {name: (t, w, same) for name, (t, w, same) in old._adopted.items()}
+        windows |= {name: (r.target, r.window, True) for name, r in old._routes.items()}
+        for name, (target_name, window, same) in windows.items():
+            target = self._targets.get(target_name)
+            previous = old._targets.get(target_name)
+            if target is None or previous is None:
+                continue
+            same_series = (
+                same and target.url == previous.url and self._route_configs.get(name) == old._route_configs.get(name)
+            )
+            self._adopted[name] = (target_name, window, same_series)
+        for name, target in self._targets.items():
+            if (previous := old._targets.get(name)) is not None:
+                target.errors = {k: target.errors.get(k, 0) + v for k, v in previous.errors.items()}
+                target.resets += previous.resets
+                target.dips += previous.dips
+                target.dropped = {k: target.dropped.get(k, 0) + v for k, v in previous.dropped.items()}
+        return self
 
     def _expire_routes(self, record: _TargetRecord) -> None:
         ttl = self.config.route_ttl_polls
@@ -427,6 +456,7 @@ class Pipeline:
                 r.schema,
                 r.polls,
                 dict(r.dropped),
+                r.dips,
             )
             for r in self._targets.values()
         )
@@ -435,33 +465,25 @@ class Pipeline:
             latest = route.window.latest
             if latest is None:
                 continue
-            totals = route.window.totals
+            # The route's own mirrors (window.RouteWindow.mirror), already summed over its engines and
+            # never taken back when one departs; the ITL buckets of the current layout only.
             mirrored = {K_DRAFTS: 0.0, K_DRAFT_TOKENS: 0.0, K_ACCEPTED: 0.0, K_GEN: 0.0}
             positions: dict[int, float] = {}
             buckets: dict[float, float] = {}
-            current_les = {(k[1], k[2]) for k in latest.counters if k[0] == K_ITL_BUCKET}
+            current_les = {k[2] for k in latest.counters if k[0] == K_ITL_BUCKET}
             itl_sum = itl_count = 0.0
-            for key, value in totals.items():
-                kind = key[0]
+            for (kind, sub), value in route.window.mirror.items():
                 if kind in mirrored:
                     mirrored[kind] += value
+                elif sub is None:
+                    if kind == K_ITL_SUM:
+                        itl_sum += value
+                    elif kind == K_ITL_COUNT:
+                        itl_count += value
                 elif kind == K_POS:
-                    positions[key.position] = positions.get(key.position, 0.0) + value
-                elif kind == K_ITL_BUCKET and (key[1], key[2]) in current_les:
-                    buckets[key.le] = buckets.get(key.le, 0.0) + value
-                elif kind == K_ITL_SUM:
-                    itl_sum += value
-                elif kind == K_ITL_COUNT:
-                    itl_count += value
-            for (kind, sub), value in route.retired.items():  # forgotten series (_track_series)
-                if kind in mirrored:
-                    mirrored[kind] += value
-                elif kind == K_POS:
-                    positions[int(sub or 0)] = positions.get(int(sub or 0), 0.0) + value
-                elif kind == K_ITL_SUM:
-                    itl_sum += value
-                elif kind == K_ITL_COUNT:
-                    itl_count += value
+                    positions[int(sub)] = positions.get(int(sub), 0.0) + value
+                elif kind == K_ITL_BUCKET and sub in current_les:
+                    buckets[float(sub)] = buckets.get(float(sub), 0.0) + value
             config = self._route_configs.get(name)
             current = route.last_seen_poll == self._targets[route.target].polls
             serving = current and self._targets[route.target].up is not False

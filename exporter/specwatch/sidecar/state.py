@@ -50,6 +50,8 @@ class TargetState:
     polls: int
     # Routes and engines its payloads carried past specwatch's bounds, dropped (vllm.DROPPED_KINDS).
     dropped: Mapping[str, int] = field(default_factory=dict)
+    # Polls in which a counter read below its base without restarting (clamped, docs/architecture.md §3).
+    dips: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,18 @@
 """Rolling windows of route snapshots, with counter deltas that survive vLLM restarts.
 
-Each ingested snapshot is folded into a reset-aware running total per series (the "mirror"):
-the Prometheus rule (a value below its predecessor restarted from 0, so the new value is the
-increase), plus a changed `_created` timestamp counts as a reset, and a histogram resets as a
-whole. A window's increase is then the difference of two mirrors, so evaluating a 5m window
-costs O(series), not O(series x snapshots). The mirrors are also what the sidecar exports as
-its own monotonic counters.
+Each ingested snapshot is folded into a reset-aware running total per series (the "mirror").
+A changed `_created` timestamp is a restart (vLLM's counters are monotonic per process and
+`_created` names the process), and a histogram resets as a whole. A value below its base (the
+highest value seen since the process started) is a *dip*, not a restart, when the series'
+`_created` is present and unchanged, or, without `_created`, when the drop is within measurement
+noise (`dip_tolerance`): the dip adds 0 and the base stays, so the recovery is not counted twice.
+Only a larger drop without `_created` is a restart (Prometheus's rule: the new value is the
+increase). A window's increase is then the difference of two mirrors, so evaluating a 5m window
+costs O(series), not O(series x snapshots).
+
+The route's exported counters are `RouteWindow.mirror`: this poll's deltas summed over the
+route's series, added up and never taken back, so they cannot decrease when an engine departs,
+a histogram is re-laid out, or a reload rebuilds the pipeline (`RouteWindow.adopt`).
 """
 
 from __future__ import annotations
@@ -23,11 +30,35 @@ from specwatch.engines.vllm import (
     K_DRAFTS,
     K_ITL,
     K_ITL_BUCKET,
+    K_ITL_SUM,
     K_POS,
     RouteSnapshot,
     SeriesKey,
     reset_group,
 )
+
+#: Without `_created` a drop is a restart only when it is beyond measurement noise. A restarted
+#: process counts from 0, so its first value is what it counted since it started (about one poll's
+#: increase); it lands within DIP_RELATIVE of the old value only if the old process counted its
+#: whole lifetime in about one poll, i.e. lived one poll. Noise, on the other hand, is tiny relative
+#: to a lifetime value: a float `_sum` summed in another order across processes moves by a few ULP
+#: (n processes: <= n * 2**-53 relative, so 1e-3 covers any realistic n), and a count can read one
+#: below (DIP_COUNTS, whatever the value). The two errors are not symmetric: a restart taken for a
+#: dip loses at most about one poll's increase, once; a dip taken for a restart adds the series'
+#: whole lifetime to one poll (alpha 0.8 read as 0.1, a verdict flipped). Hence a tolerance that
+#: clamps all noise and misses only restarts of one-poll-old processes.
+DIP_RELATIVE = 1e-3
+DIP_COUNTS = 1.0
+
+
+def dip_tolerance(key: SeriesKey, base: float) -> float:
+    """The largest drop below `base` that a series without `_created` may show and still be the same
+    process: DIP_RELATIVE of its value, and at least DIP_COUNTS for a count (not for `_sum`, in seconds)."""
+    return max(DIP_RELATIVE * base, 0.0 if key.counter == K_ITL_SUM else DIP_COUNTS)
+
+
+#: Key of a route-level mirror: (canonical counter, sub), summed over the route's engines and models.
+MirrorKey = tuple[str, float | None]
 
 
 @dataclass(frozen=True)
@@ -82,21 +113,29 @@ class RouteWindow:
         self._created: dict[SeriesKey, float] = {}
         self._le_sets: dict[str, frozenset[float]] = {}  # ITL bucket bounds per series
         self.totals: dict[SeriesKey, float] = {}
+        # The route's exported counters: per (counter, sub), every poll's deltas summed over its
+        # series. Only ever added to, so they never decrease (an engine departing takes nothing back).
+        self.mirror: dict[MirrorKey, float] = {}
+        self._mirror_keys: dict[SeriesKey, MirrorKey] = {}  # each series' key in the mirror
         self.resets = 0
+        self.dips = 0  # polls with a series below its base that was no restart (clamped)
+        self.last_dips = 0  # such series in the last ingested poll
         # Entries are in time order (ingest drops any snapshot not after the last) unless a time
         # was NaN, which compares false with everything: then view() looks at every entry.
         self._unordered = False
 
     def ingest(self, snap: RouteSnapshot) -> bool:
-        """Fold a new snapshot in; return True when it showed a counter reset."""
+        """Fold a new snapshot in; return True when it showed a counter reset. `last_dips` is then
+        the number of series that dipped below their base without a restart (clamped)."""
         if self.entries and snap.t <= self.entries[-1].t:
             return False  # out-of-order or duplicate time: ignore rather than corrupt deltas
         self._unordered = self._unordered or math.isnan(snap.t)
         reset_groups: set[SeriesKey] = set()
-        raw = self._raw
+        raw = self._raw  # per series: its base, the highest value seen since its process started
         counters = snap.counters
+        below: list[SeriesKey] = []  # series below their base: a dip or a restart, told apart below
         # Deltas as if nothing reset (the usual poll), found in the same pass as the drops; a
-        # reset below recomputes them by the full rule.
+        # reset below overwrites those of its groups.
         deltas: dict[SeriesKey, float] = {}
         if raw:
             for key, value in counters.items():
@@ -105,11 +144,11 @@ class RouteWindow:
                     deltas[key] = 0.0  # first sighting: its history before we started is not ours to count
                 else:
                     if value < previous:
-                        reset_groups.add(reset_group(key))
+                        below.append(key)
                     deltas[key] = value - previous
             for group, created in snap.created.items():
-                previous = self._created.get(group)
-                if previous is not None and created != previous:
+                previous_created = self._created.get(group)
+                if previous_created is not None and created != previous_created:
                     reset_groups.add(group)
         else:
             deltas = dict.fromkeys(counters, 0.0)
@@ -117,37 +156,104 @@ class RouteWindow:
         # same series as the last poll have the same layouts (each was recorded from that poll).
         if counters.keys() != raw.keys():
             self._relayout(counters, reset_groups)
+            self._seed_mirror(counters)
+        dips = self._classify_drops(below, snap, reset_groups) if below else []
+        for key in dips:
+            deltas[key] = 0.0
         if reset_groups:
-            deltas = {}
             for key, value in counters.items():
-                previous = raw.get(key)
                 if reset_group(key) in reset_groups:
                     deltas[key] = value
-                elif previous is None:
-                    deltas[key] = 0.0
-                else:
-                    deltas[key] = value - previous
         if raw and not snap.created:
             # Without _created (multiprocess vLLM) a restart can hide: counters that grew past their
             # old values within one poll show no drop. The interval then breaks vLLM's identities
             # (accepted <= draft tokens, drafts <= draft tokens, accepted at a position <= drafts), so
             # the engine restarted: count its values from 0, all together, like a visible reset.
-            for engine in _broken_engines(deltas, _one_step_slack(snap, self.latest)):
-                for key, value in snap.counters.items():
+            broken = _broken_engines(deltas, _one_step_slack(snap, self.latest))
+            for engine in broken:
+                for key, value in counters.items():
                     if key.series == engine:
                         reset_groups.add(reset_group(key))
                         deltas[key] = value
+            if broken:
+                dips = [key for key in dips if key.series not in broken]
         totals = self.totals
+        mirror = self.mirror
+        mirror_keys = self._mirror_keys
         for key, delta in deltas.items():
             totals[key] = totals.get(key, 0.0) + delta
-        self._raw = dict(snap.counters)
+            if delta:
+                mirror[mirror_keys[key]] += delta  # deltas are >= 0: it never goes down
+        base = dict(counters)
+        for key in dips:
+            base[key] = raw[key]  # the high-water mark stays the base: the recovery is counted once
+        self._raw = base
         self._created.update(snap.created)
         self.entries.append(Entry(snap.t, dict(totals), snap))
         self._times.append(snap.t)
         self._prune(snap.t)
+        self.last_dips = len(dips)
+        if dips:
+            self.dips += 1
         if reset_groups:
             self.resets += 1
         return bool(reset_groups)
+
+    def _classify_drops(
+        self, below: list[SeriesKey], snap: RouteSnapshot, reset_groups: set[SeriesKey]
+    ) -> list[SeriesKey]:
+        """Of the series below their base, return the dips (clamped); add the restarts to reset_groups.
+        With the same `_created` as the last poll the process is the same, so any drop is a dip;
+        without it, a drop within dip_tolerance is. A dip in a group that restarts is no dip."""
+        raw, counters, created = self._raw, snap.counters, snap.created
+        dips = []
+        for key in below:
+            group = reset_group(key)
+            if group in reset_groups:
+                continue
+            stamp = created.get(group)
+            base = raw[key]
+            if (stamp is not None and stamp == self._created.get(group)) or base - counters[key] <= dip_tolerance(
+                key, base
+            ):
+                dips.append(key)
+            else:
+                reset_groups.add(group)
+        return [key for key in dips if reset_group(key) not in reset_groups]
+
+    def _seed_mirror(self, counters: Mapping[SeriesKey, float]) -> None:
+        """Give the route's mirror every (counter, sub) of the poll, at 0; but a bucket bound it has not
+        had yet starts at the mirror of the next lower bound (0 below all), so the exported
+        histogram stays cumulative when a layout changes."""
+        mirror = self.mirror
+        new = set()
+        for key in counters:
+            mkey = self._mirror_keys[key] = (key[0], key[2])
+            if mkey not in mirror:
+                if key[0] == K_ITL_BUCKET:
+                    new.add(key.le)
+                else:
+                    mirror[mkey] = 0.0
+        if not new:
+            return
+        known = sorted((float(sub), v) for (kind, sub), v in mirror.items() if kind == K_ITL_BUCKET and sub is not None)
+        for le in sorted(new):
+            at = bisect_left(known, (float(le), -math.inf))
+            value = known[at - 1][1] if at else 0.0
+            mirror[(K_ITL_BUCKET, le)] = value
+            known.insert(at, (float(le), value))
+
+    def adopt(self, old: RouteWindow, *, baseline: bool) -> None:
+        """Continue the exported mirrors of `old` (the same route before a reload rebuilt the
+        pipeline), so they never go down. baseline: the route reads the same series of the same
+        target (same URL and matchers), so its bases are kept too and the first poll after the
+        reload counts its real increase; else every series counts from its first sighting."""
+        self.mirror = dict(old.mirror)
+        self._mirror_keys = dict(old._mirror_keys)
+        if baseline:
+            self._raw = dict(old._raw)
+            self._created = dict(old._created)
+            self._le_sets = dict(old._le_sets)
 
     def _relayout(self, counters: Mapping[SeriesKey, float], reset_groups: set[SeriesKey]) -> None:
         """Record each engine's ITL bucket bounds; a changed layout resets that histogram."""
@@ -166,11 +272,11 @@ class RouteWindow:
             self._le_sets[engine] = frozen
 
     def forget(self, series: Collection[str]) -> None:
-        """Drop every mirror, last value, `_created` and bucket layout of these series (engines gone
+        """Drop every total, last value, `_created` and bucket layout of these series (engines gone
         from the payload, past the pipeline's bound on engines per route). Entries already kept
         hold them until they leave the horizon; a series seen again starts anew (first sighting)."""
         gone = set(series)
-        for held in (self.totals, self._raw, self._created):
+        for held in (self.totals, self._raw, self._created, self._mirror_keys):
             for key in [k for k in held if k.series in gone]:
                 del held[key]
         for name in gone:

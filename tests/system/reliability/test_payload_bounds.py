@@ -266,7 +266,8 @@ def test_engine_ids_that_never_repeat_are_forgotten_and_the_exported_mirrors_nev
         assert len({k.series for k in window._created}) <= MAX_ENGINES_PER_ROUTE
         assert len(window._le_sets) <= MAX_ENGINES_PER_ROUTE
         assert len(route.series_order) <= MAX_ENGINES_PER_ROUTE
-        assert len(route.retired) <= 3 + 4  # one per exported counter (and position)
+        assert len(window._mirror_keys) <= 16 * MAX_ENGINES_PER_ROUTE  # each remembered series once
+        assert len(window.mirror) <= 64  # the route mirror: one per (counter, position or bound)
         (state,) = pipeline.state().routes
         mirrored.append(state.mirrored["drafts"])
     # The oldest engines expired first.

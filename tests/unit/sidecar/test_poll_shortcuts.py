@@ -80,11 +80,12 @@ class ReferenceWindow(RouteWindow):
         self._unordered = self._unordered or math.isnan(snap.t)
         reset_groups = set()
         raw = self._raw
+        below = []
         if raw:
             for key, value in snap.counters.items():
                 previous = raw.get(key)
                 if previous is not None and value < previous:
-                    reset_groups.add(reset_group(key))
+                    below.append(key)
             for group, created in snap.created.items():
                 previous = self._created.get(group)
                 if previous is not None and created != previous:
@@ -103,6 +104,15 @@ class ReferenceWindow(RouteWindow):
                 for key in [k for k in self.totals if reset_group(k) == group]:
                     del self.totals[key]
             self._le_sets[engine] = frozen
+        # A drop is a dip (no restart) with the same _created, or without it within noise (0.1 %, one
+        # count; the ITL sum only the 0.1 %); else it restarts its group (docs/architecture.md §3).
+        for key in below:
+            group = reset_group(key)
+            same_process = group in snap.created and snap.created[group] == self._created.get(group)
+            noise = max(1e-3 * raw[key], 0.0 if key.counter == K_ITL_SUM else 1.0)
+            if not same_process and raw[key] - snap.counters[key] > noise:
+                reset_groups.add(group)
+        dips = [key for key in below if reset_group(key) not in reset_groups]
         deltas = {}
         for key, value in snap.counters.items():
             previous = raw.get(key)
@@ -110,6 +120,8 @@ class ReferenceWindow(RouteWindow):
                 deltas[key] = value
             elif previous is None:
                 deltas[key] = 0.0  # first sighting: its history before we started is not ours to count
+            elif key in dips:
+                deltas[key] = 0.0
             else:
                 deltas[key] = value - previous
         if raw and not snap.created:
@@ -118,19 +130,29 @@ class ReferenceWindow(RouteWindow):
             # (accepted <= draft tokens, drafts <= draft tokens, accepted at a position <= drafts), so
             # the engine restarted: count its values from 0, all together, like a visible reset.
             for engine in _broken_engines(deltas, _one_step_slack(snap, self.latest)):
+                dips = [key for key in dips if key.series != engine]
                 for key, value in snap.counters.items():
                     if key.series == engine:
                         reset_groups.add(reset_group(key))
                         deltas[key] = value
+        # The route's mirror: every (counter, sub) seen, a new bucket bound from the next lower one.
+        for key in sorted(snap.counters, key=lambda k: (k.counter, -math.inf if k.sub is None else k.sub)):
+            mkey = (key.counter, key.sub)
+            if mkey not in self.mirror:
+                lower = [le for (c, le) in self.mirror if c == K_ITL_BUCKET == key.counter and le < key.sub]
+                self.mirror[mkey] = self.mirror[(K_ITL_BUCKET, max(lower))] if lower else 0.0
         totals = self.totals
         for key, delta in deltas.items():
             totals[key] = totals.get(key, 0.0) + delta
-        self._raw = dict(snap.counters)
+            self.mirror[(key.counter, key.sub)] += delta
+        self._raw = {**snap.counters, **{key: raw[key] for key in dips}}
         self._created.update(snap.created)
         self.entries.append(Entry(snap.t, dict(totals), snap))
         self._prune(snap.t)
         if reset_groups:
             self.resets += 1
+        if dips:
+            self.dips += 1
         return bool(reset_groups)
 
     def _prune(self, now: float) -> None:
@@ -319,7 +341,7 @@ def _random_snapshots(rng, polls):
 
 
 def _window_state(w):
-    return (w.totals, [(e.t, e.totals) for e in w.entries], w.resets, w._le_sets, w._raw, w._created)
+    return (w.totals, [(e.t, e.totals) for e in w.entries], w.resets, w._le_sets, w._raw, w._created, w.dips, w.mirror)
 
 
 def test_window_ingest_and_window_stats_equal_the_plain_computation_on_random_sequences():

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from specwatch.engines.vllm import RouteSnapshot, SeriesKey
 from specwatch.windows.derive import drafts_reaching_positions, histogram_quantile, position_rates
 from specwatch.windows.window import RouteWindow
+from support.counter_rule import noise, poll_increases
 
 
 def snap(t, counters, created=None, schema="v1"):
@@ -94,7 +95,10 @@ def test_a_series_born_inside_the_window_counts_from_its_first_sighting():
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 50), st.booleans()), min_size=2, max_size=40))
 def test_window_increase_with_random_resets_equals_the_prometheus_increase_rule(steps):
-    """Without _created, the only reset signal is a drop: exactly Prometheus's increase()."""
+    """Without _created, the only reset signal is a drop: Prometheus's increase(), except that a drop
+    within noise (0.1 %, at least one count) is a dip, not a restart (docs/architecture.md §3). A
+    restart that lands within one count of the old value is then missed: it loses at most that
+    poll's increase, where taking a dip for a restart would add the lifetime value."""
     w = RouteWindow(10_000)
     value, values = 0.0, []
     for i, (inc, restart) in enumerate(steps):
@@ -102,8 +106,10 @@ def test_window_increase_with_random_resets_equals_the_prometheus_increase_rule(
         values.append(value)
         w.ingest(snap(float(i), {SeriesKey("c", "0"): value}))
     increase = w.view(float(len(steps) - 1), 10_000).increase(SeriesKey("c", "0"))
-    assert increase == prometheus_increase(values)
+    assert increase == sum(poll_increases(values))
     assert increase >= 0
+    if all(b >= a or b < a - noise(a) for a, b in itertools.pairwise(values)):
+        assert increase == prometheus_increase(values)  # no drop near the noise: exactly Prometheus's
 
 
 @settings(max_examples=150, deadline=None)
