@@ -19,25 +19,7 @@ line to its section (here or in one of the two modules above); regenerate the ch
 section is a dataclass plus a `Section(...)` entry (and a field of that type in `Config`); a rule
 that spans keys goes into config/parse.py (`_build`).
 
-Why a table in the package and not pydantic v2 + pydantic-settings (measured 2026-11-30 on the
-shared 2-core machine, Python 3.11, pydantic 2.14.4, pydantic-settings 2.16.3, pydantic-core 2.50.5;
-fresh process each, median of 7, peak RSS from ru_maxrss):
-
-    python -c pass                              11.8 MiB
-    import specwatch.config (+ load defaults)   14.3 MiB (17.0 MiB)
-    sidecar imports (specwatch.serve.service) + load  34.2 MiB
-    ... + pydantic, equivalent models            44.3 MiB  (+10.1 MiB, +30 %)
-    ... + pydantic + pydantic-settings + models  45.7 MiB  (+11.5 MiB, +34 %)
-    import pydantic_settings alone              +22 MiB over bare Python, 250-480 ms import
-    sidecar start-up (quietest run)             395 ms -> 762 ms with pydantic + settings + models
-
-This package in the same measurement: import 14.9 MiB, + load 17.3 MiB, sidecar 34.4 MiB (the
-hand-written module it replaces: 14.3, 17.0, 34.2 MiB).
-
-The replay benchmark peaks at 31 MB in total; a third more memory and a few hundred ms of start-up
-for a file read once is not worth a fifth runtime dependency, and pydantic would still need the
-same cross-key rules, the chart-specific schema tweaks and the "key: reason" error lines written
-by hand. The package's own kinds (config/kinds.py) and walker (config/parse.py) do it with PyYAML.
+Why a table and not pydantic: docs/design-notes.md ("The config schema is a table").
 """
 
 from __future__ import annotations
