@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from specwatch.engines.vllm import (
     K_ACCEPTED,
@@ -167,20 +167,30 @@ def v0_draft_length(acceptance: float, efficiency: float, max_k: int = 16) -> in
 _NOTHING_BEFORE: dict[SeriesKey, float] = {}
 
 
-def window_stats(
-    view: WindowView, route: str, window: str, now: float, *, configured_k_hint: int | None = None
-) -> WindowStats:
-    """Everything specwatch derives from one route's window of snapshots."""
-    latest = view.last.snapshot
+@dataclass
+class _WindowSums:
+    """One window's increases, summed over its series: what every derived value is made of."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    gen: float = 0.0
+    itl_sum: float = 0.0
+    itl_count_by_engine: dict[str, float] = field(default_factory=dict)
+    steps_by_engine: dict[str, float] = field(default_factory=dict)
+    accepted_by_position: dict[int, float] = field(default_factory=dict)
+    itl_buckets: dict[float, float] = field(default_factory=dict)
+
+
+def _window_sums(view: WindowView) -> _WindowSums:
+    """view.increases() folded into one loop over the window's series (this loop is hot: no
+    intermediate dict, no property calls, the most frequent kind, ITL buckets, tested first). A
+    view class with its own increases() (fleet mode's) is read through it: each increase then
+    comes as `last` with nothing before it."""
+    sums = _WindowSums()
+    itl_buckets, pos = sums.itl_buckets, sums.accepted_by_position
+    itl_count_by_engine, steps_by_engine = sums.itl_count_by_engine, sums.steps_by_engine
     drafts = draft_tokens = accepted = gen = itl_sum = 0.0
-    itl_count_by_engine: dict[str, float] = {}
-    steps_by_engine: dict[str, float] = {}
-    pos: dict[int, float] = {}
-    itl_buckets: dict[float, float] = {}
-    # view.increases() folded into the one loop over the window's series (this loop is hot: no
-    # intermediate dict, no property calls, the most frequent kind, ITL buckets, tested first). A
-    # view class with its own increases() (fleet mode's) is read through it: each increase then
-    # comes as `last` with nothing before it.
     if type(view).increases is WindowView.increases:
         first, series_values = view.first.totals, view.last.totals.items()
     else:
@@ -209,33 +219,48 @@ def window_stats(
             itl_count_by_engine[series] = itl_count_by_engine.get(series, 0.0) + delta
         elif kind == K_STEPS:
             steps_by_engine[series] = steps_by_engine.get(series, 0.0) + delta
+    sums.drafts, sums.draft_tokens, sums.accepted, sums.gen, sums.itl_sum = drafts, draft_tokens, accepted, gen, itl_sum
+    return sums
 
+
+def _batch_size(view: WindowView, sums: _WindowSums) -> float | None:
+    """Requests decoded per engine step, per engine, then the mean over engines; without step
+    counts, the running-requests gauge's mean over the window's snapshots."""
+    steps, counts = sums.steps_by_engine, sums.itl_count_by_engine
+    per_engine = [counts.get(e, 0.0) / s for e, s in steps.items() if s > 0]
+    if per_engine:
+        return sum(per_engine) / len(per_engine)
+    gauges = [sum(e.snapshot.running.values()) / len(e.snapshot.running) for e in view.entries if e.snapshot.running]
+    return sum(gauges) / len(gauges) if gauges else None
+
+
+def _itl_quantiles(itl_buckets: dict[float, float]) -> tuple[float | None, float | None]:
+    """(P50, P99) of the window's ITL histogram, as histogram_quantile gives them."""
+    if not itl_buckets:
+        return None, None
+    buckets = sorted(itl_buckets.items())
+    if buckets[-1][1] <= 0:
+        return None, None
+    merged = _merged_buckets(buckets)  # once for both quantiles
+    return _finite(_quantile(0.5, merged)), _finite(_quantile(0.99, merged))
+
+
+def window_stats(
+    view: WindowView, route: str, window: str, now: float, *, configured_k_hint: int | None = None
+) -> WindowStats:
+    """Everything specwatch derives from one route's window of snapshots."""
+    latest = view.last.snapshot
+    sums = _window_sums(view)
+    drafts, draft_tokens, accepted, gen = sums.drafts, sums.draft_tokens, sums.accepted, sums.gen
     draft_coverage = None
-    request_steps = sum(itl_count_by_engine.values())
+    request_steps = sum(sums.itl_count_by_engine.values())
     if latest.spec_present and drafts > 0 and request_steps > 0 and latest.schema != SCHEMA_V0:
         draft_coverage = min(drafts / request_steps, 1.0)
-
-    # Batch: requests decoded per engine step, per engine, then the mean over engines.
-    batch_size = None
-    per_engine = [itl_count_by_engine.get(e, 0.0) / s for e, s in steps_by_engine.items() if s > 0]
-    if per_engine:
-        batch_size = sum(per_engine) / len(per_engine)
-    else:
-        gauges = [
-            sum(e.snapshot.running.values()) / len(e.snapshot.running) for e in view.entries if e.snapshot.running
-        ]
-        if gauges:
-            batch_size = sum(gauges) / len(gauges)
-
-    itl_p50 = itl_p99 = itl_per_token = None
-    if itl_buckets:
-        buckets = sorted(itl_buckets.items())
-        if buckets[-1][1] > 0:
-            merged = _merged_buckets(buckets)  # once for both quantiles
-            itl_p50 = _finite(_quantile(0.5, merged))
-            itl_p99 = _finite(_quantile(0.99, merged))
-    if gen > 0 and (itl_count_by_engine or itl_sum):
-        itl_per_token = itl_sum / gen
+    batch_size = _batch_size(view, sums)
+    itl_p50, itl_p99 = _itl_quantiles(sums.itl_buckets)
+    itl_per_token = None
+    if gen > 0 and (sums.itl_count_by_engine or sums.itl_sum):
+        itl_per_token = sums.itl_sum / gen
     configured_k = latest.configured_k or configured_k_hint
     engines = max(len(latest.engines), 1)
     if latest.spec_present and latest.schema != SCHEMA_V0:
@@ -251,6 +276,7 @@ def window_stats(
         by_position: tuple[float, ...] | None = None
         if drafts > 0 and consistent:
             k = latest.configured_k
+            pos = sums.accepted_by_position
             by_position = tuple([pos.get(i, 0.0) for i in range(k)]) if k else None
             mean_length = 1.0 + accepted / drafts
             draft_length = draft_tokens / drafts
