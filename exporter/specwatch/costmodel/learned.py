@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 
 from specwatch.costmodel.observation import (
     StepObservation,
-    deltas_by_kind,
     model_step_seconds,
     observation_from_deltas,
     prior_step_seconds,
@@ -45,7 +44,6 @@ __all__ = [
     "LearnedStepCurve",
     "StepObservation",
     "StepTimeLearner",
-    "deltas_by_kind",
     "fit_summary",
     "learned_cost_model",
     "model_step_seconds",

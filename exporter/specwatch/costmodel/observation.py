@@ -12,9 +12,7 @@ the ratio of the two. Pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 from specwatch.costmodel.roofline import CostModel
 
@@ -100,16 +98,3 @@ def spec_extra_seconds(model: CostModel, obs: StepObservation) -> float:
 def prior_step_seconds(prior: CostModel, obs: StepObservation) -> float:
     """What the prior predicts for the step the observation measured."""
     return model_step_seconds(prior, obs)
-
-
-_Key = TypeVar("_Key", bound=tuple[object, ...])
-
-
-def deltas_by_kind(increases: Mapping[_Key, float], kinds: Mapping[str, str]) -> dict[str, float]:
-    """Sum a window's counter increases by series kind (``kinds`` maps a key's first element to a name)."""
-    out = dict.fromkeys(kinds.values(), 0.0)
-    for key, delta in increases.items():
-        name = kinds.get(str(key[0]))
-        if name is not None:
-            out[name] += delta
-    return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import NamedTuple
 
 from specwatch.exposition import ExpositionError, Family, Labels, Sample, Selector
@@ -52,37 +53,50 @@ SCHEMA_V1 = "v1"
 SCHEMA_V1_LEGACY_ITL = "v1-legacy-itl"
 SCHEMA_V0 = "v0"
 
-# Canonical counters: the `counter` of a SeriesKey.
-K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_POS, K_GEN = "drafts", "draft_tokens", "accepted", "pos", "gen"
-K_ITL_BUCKET, K_ITL_SUM, K_ITL_COUNT, K_STEPS = "itl_bucket", "itl_sum", "itl_count", "steps"
-K_ITL = "itl"  # the reset group (and `_created`) of one engine's whole ITL histogram
-_ITL_PARTS = (K_ITL_BUCKET, K_ITL_SUM, K_ITL_COUNT)
-K_PROMPT = "prompt"  # prefill tokens: the learned step-time curve counts them per step
+
+class Counter(StrEnum):
+    """The canonical counters of a route, whatever the engine or the source calls them: the
+    `counter` of a SeriesKey, the family tag of fleet mode's queries and what the learner reads."""
+
+    DRAFTS = "drafts"
+    DRAFT_TOKENS = "draft_tokens"
+    ACCEPTED = "accepted"
+    POS = "pos"  # accepted tokens at one draft position (SeriesKey.sub = the position)
+    GEN = "gen"  # generated output tokens
+    ITL_BUCKET = "itl_bucket"  # SeriesKey.sub = the bucket's upper bound `le`
+    ITL_SUM = "itl_sum"
+    ITL_COUNT = "itl_count"
+    STEPS = "steps"  # engine steps (the iteration-tokens histogram's count)
+    ITL = "itl"  # the reset group (and `_created`) of one engine's whole ITL histogram
+    PROMPT = "prompt"  # prefill tokens: the learned step-time curve counts them per step
+
+
+_ITL_PARTS = (Counter.ITL_BUCKET, Counter.ITL_SUM, Counter.ITL_COUNT)
 
 
 class SeriesKey(NamedTuple):
-    """One counter series of a route, e.g. SeriesKey(K_POS, "0", 2): engine 0's accepted tokens at
+    """One counter series of a route, e.g. SeriesKey(Counter.POS, "0", 2): engine 0's accepted tokens at
     position 2. Deltas are taken per series, before any sum over engines or positions."""
 
-    counter: str  # canonical counter: K_DRAFTS, K_POS, K_ITL_BUCKET, ...
+    counter: str  # a Counter: DRAFTS, POS, ITL_BUCKET, ...
     series: str  # the engine, or "engine/model" when a route spans several models
-    sub: float | None = None  # the position of K_POS, the upper bound `le` of K_ITL_BUCKET
+    sub: float | None = None  # the position of Counter.POS, the upper bound `le` of Counter.ITL_BUCKET
 
     @property
     def position(self) -> int:
-        assert self.counter == K_POS and self.sub is not None
+        assert self.counter == Counter.POS and self.sub is not None
         return int(self.sub)
 
     @property
     def le(self) -> float:
-        assert self.counter == K_ITL_BUCKET and self.sub is not None
+        assert self.counter == Counter.ITL_BUCKET and self.sub is not None
         return float(self.sub)
 
 
 def reset_group(key: SeriesKey) -> SeriesKey:
     """Series that reset together: a histogram resets as a whole (per engine)."""
     if key.counter in _ITL_PARTS:
-        return SeriesKey(K_ITL, key.series)
+        return SeriesKey(Counter.ITL, key.series)
     return key
 
 
@@ -140,7 +154,7 @@ def _plain(counter: str) -> Callable[[str, Mapping[str, str], str], SeriesKey | 
 
 def _per_position(name: str, labels: Mapping[str, str], series: str) -> SeriesKey | None:
     try:
-        return SeriesKey(K_POS, series, int(labels.get("position", "")))
+        return SeriesKey(Counter.POS, series, int(labels.get("position", "")))
     except ValueError:
         return None
 
@@ -150,15 +164,15 @@ def _itl_part(name: str, labels: Mapping[str, str], series: str) -> SeriesKey | 
         le = float(labels["le"])
         # le="-Inf" bounds no latency (it counts nothing a valid histogram can hold): dropped, or it
         # would be exported as a second `+Inf` bucket.
-        return SeriesKey(K_ITL_BUCKET, series, le) if le != -math.inf else None
+        return SeriesKey(Counter.ITL_BUCKET, series, le) if le != -math.inf else None
     if name.endswith("_sum"):
-        return SeriesKey(K_ITL_SUM, series)
-    return SeriesKey(K_ITL_COUNT, series)  # _count, and _created (whose reset group is the histogram)
+        return SeriesKey(Counter.ITL_SUM, series)
+    return SeriesKey(Counter.ITL_COUNT, series)  # _count, and _created (whose reset group is the histogram)
 
 
 def _engine_steps(name: str, labels: Mapping[str, str], series: str) -> SeriesKey | None:
     # Only the observation count matters: one observation per engine step.
-    return SeriesKey(K_STEPS, series) if name.endswith(("_count", "_created")) else None
+    return SeriesKey(Counter.STEPS, series) if name.endswith(("_count", "_created")) else None
 
 
 @dataclass(frozen=True)
@@ -175,11 +189,13 @@ class CounterSource:
 
 COUNTER_SOURCES = (
     # V0's spec counters are sums of running totals (vLLM PR #15415): unusable, so not in_v0.
-    CounterSource((DRAFTS,), _plain(K_DRAFTS), shows_speculation=True, names_engines=True, in_v0=False),
-    CounterSource((DRAFT_TOKENS,), _plain(K_DRAFT_TOKENS), shows_speculation=True, names_engines=True, in_v0=False),
-    CounterSource((ACCEPTED,), _plain(K_ACCEPTED), shows_speculation=True, names_engines=True, in_v0=False),
-    CounterSource((GENERATION,), _plain(K_GEN), shows_speculation=False, names_engines=True, in_v0=True),
-    CounterSource((PROMPT,), _plain(K_PROMPT), shows_speculation=False, names_engines=True, in_v0=True),
+    CounterSource((DRAFTS,), _plain(Counter.DRAFTS), shows_speculation=True, names_engines=True, in_v0=False),
+    CounterSource(
+        (DRAFT_TOKENS,), _plain(Counter.DRAFT_TOKENS), shows_speculation=True, names_engines=True, in_v0=False
+    ),
+    CounterSource((ACCEPTED,), _plain(Counter.ACCEPTED), shows_speculation=True, names_engines=True, in_v0=False),
+    CounterSource((GENERATION,), _plain(Counter.GEN), shows_speculation=False, names_engines=True, in_v0=True),
+    CounterSource((PROMPT,), _plain(Counter.PROMPT), shows_speculation=False, names_engines=True, in_v0=True),
     CounterSource((ACCEPTED_PER_POS,), _per_position, shows_speculation=True, names_engines=False, in_v0=False),
     CounterSource(
         (ITL, ITL_LEGACY), _itl_part, shows_speculation=False, names_engines=True, in_v0=True, unmatched_labels=("le",)
@@ -329,7 +345,7 @@ class Grouping:
         if source >= 0:
             counter_source = COUNTER_SOURCES[source]
             key = counter_source.key_of(sample.name, labels, engine)
-            if key is not None and key.counter == K_POS and not 0 <= int(key.sub or 0) < self.max_position:
+            if key is not None and key.counter == Counter.POS and not 0 <= int(key.sub or 0) < self.max_position:
                 # Checked once per distinct series (placements are remembered); never cached.
                 raise ExpositionError(
                     "invalid",
@@ -396,7 +412,7 @@ class Grouping:
                         p.engines.add(key.series)
                     if source.shows_speculation:
                         p.spec = True
-                    if key.counter == K_POS:
+                    if key.counter == Counter.POS:
                         p.positions.add(key.position)
             for at, s in read(name, True, fam.created):
                 key, _, routes = self._place(index, s)

@@ -20,7 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
-from specwatch.engines.vllm import K_ACCEPTED, K_DRAFT_TOKENS, K_DRAFTS, K_GEN
+from specwatch.engines.vllm import Counter
 from specwatch.sidecar.state import State
 from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
@@ -31,10 +31,10 @@ ROUTE_LABELS = ["route", "target"]
 MIRRORED_NOTE = ", mirrored monotonic across vLLM restarts."
 # (canonical counter, metric name, help before MIRRORED_NOTE)
 MIRRORED_COUNTERS = (
-    (K_DRAFTS, "specwatch_drafts", "vLLM speculative drafts"),
-    (K_DRAFT_TOKENS, "specwatch_draft_tokens", "Proposed draft tokens"),
-    (K_ACCEPTED, "specwatch_accepted_tokens", "Accepted draft tokens"),
-    (K_GEN, "specwatch_generation_tokens", "Generated output tokens"),
+    (Counter.DRAFTS, "specwatch_drafts", "vLLM speculative drafts"),
+    (Counter.DRAFT_TOKENS, "specwatch_draft_tokens", "Proposed draft tokens"),
+    (Counter.ACCEPTED, "specwatch_accepted_tokens", "Accepted draft tokens"),
+    (Counter.GEN, "specwatch_generation_tokens", "Generated output tokens"),
 )
 # Per route (labels route, target): (metric name, help).
 ROUTE_GAUGES = (
@@ -347,11 +347,11 @@ class SpecwatchCollector(Collector):
             if route.target in down or not route.current:
                 continue
             if route.spec_present:
-                for kind in (K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED):
+                for kind in (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED):
                     counters[kind].add_metric(labels, route.mirrored[kind])
                 for position, value in route.positions:
                     by_position.add_metric(labels + [str(position)], value)
-            counters[K_GEN].add_metric(labels, route.mirrored[K_GEN])
+            counters[Counter.GEN].add_metric(labels, route.mirrored[Counter.GEN])
             if route.itl_buckets:
                 itl.add_metric(labels, [(_fmt_le(b), v) for b, v in route.itl_buckets], route.itl_sum)
             grading = route.grading

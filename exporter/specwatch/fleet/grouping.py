@@ -19,22 +19,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specwatch.engines.vllm import (
-    K_ACCEPTED,
-    K_DRAFT_TOKENS,
-    K_DRAFTS,
-    K_GEN,
-    K_ITL_BUCKET,
-    K_ITL_COUNT,
-    K_ITL_SUM,
-    K_POS,
-    K_STEPS,
-    SCHEMA_V1,
-    SCHEMA_V1_LEGACY_ITL,
-    RouteMatcher,
-    RouteSnapshot,
-    SeriesKey,
-)
+from specwatch.engines.vllm import SCHEMA_V1, SCHEMA_V1_LEGACY_ITL, Counter, RouteMatcher, RouteSnapshot, SeriesKey
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import PromQueryError, Sample, Vector
 from specwatch.windows.window import Entry, WindowView
@@ -43,17 +28,17 @@ ReplicaKey = tuple[tuple[str, str], ...]  # the replica labels, in configured or
 RouteKey = tuple[ReplicaKey, str]  # (replica, route)
 
 _FAMILY_KIND = {
-    promql.DRAFTS: K_DRAFTS,
-    promql.DRAFT_TOKENS: K_DRAFT_TOKENS,
-    promql.ACCEPTED: K_ACCEPTED,
-    promql.ACCEPTED_PER_POS: K_POS,
-    promql.GENERATION: K_GEN,
-    promql.ITL_BUCKET: K_ITL_BUCKET,
-    promql.ITL_SUM: K_ITL_SUM,
-    promql.ITL_COUNT: K_ITL_COUNT,
-    promql.STEPS: K_STEPS,
+    promql.DRAFTS: Counter.DRAFTS,
+    promql.DRAFT_TOKENS: Counter.DRAFT_TOKENS,
+    promql.ACCEPTED: Counter.ACCEPTED,
+    promql.ACCEPTED_PER_POS: Counter.POS,
+    promql.GENERATION: Counter.GEN,
+    promql.ITL_BUCKET: Counter.ITL_BUCKET,
+    promql.ITL_SUM: Counter.ITL_SUM,
+    promql.ITL_COUNT: Counter.ITL_COUNT,
+    promql.STEPS: Counter.STEPS,
 }
-_SPEC_KINDS = {K_DRAFTS, K_DRAFT_TOKENS, K_ACCEPTED, K_POS}
+_SPEC_KINDS = {Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.POS}
 
 
 # -- the key layout shared with vllm.py (re-point here when the key type changes) ---------------
@@ -115,7 +100,7 @@ class _Identity:
 _NO_FAMILY, _IDENTITY_ONLY, _COUNTER, _RUNNING, _SAMPLES = range(5)
 
 
-# A label set's plan: (action, identity, counter key, position of K_POS, spec family, legacy ITL).
+# A label set's plan: (action, identity, counter key, position of Counter.POS, spec family, legacy ITL).
 _Plan = tuple[int, _Identity | None, SeriesKey, int | None, bool, bool]
 _NO_KEY = SeriesKey("", "")
 _NOTHING: _Plan = (_NO_FAMILY, None, _NO_KEY, None, False, False)
@@ -223,12 +208,12 @@ class WindowGrouper:
         if kind is None:
             return (_IDENTITY_ONLY, identity, _NO_KEY, None, False, False)
         detail: float | int | None = None
-        if kind == K_POS:
+        if kind == Counter.POS:
             try:
                 detail = int(labels.get("position", ""))
             except (TypeError, ValueError):
                 return (_IDENTITY_ONLY, identity, _NO_KEY, None, False, False)
-        elif kind == K_ITL_BUCKET:
+        elif kind == Counter.ITL_BUCKET:
             try:
                 detail = float(labels["le"])
             except (KeyError, TypeError, ValueError):
@@ -237,7 +222,7 @@ class WindowGrouper:
             _COUNTER,
             identity,
             series_key(kind, identity.series, detail),
-            int(detail) if kind == K_POS and detail is not None else None,
+            int(detail) if kind == Counter.POS and detail is not None else None,
             kind in _SPEC_KINDS,
             promql.SCHEMA_LABEL in labels,
         )

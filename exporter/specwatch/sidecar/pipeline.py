@@ -17,18 +17,9 @@ from specwatch.config.cost_model import cost_model_from_config
 from specwatch.costmodel import learned
 from specwatch.engines.vllm import (
     DROPPED_KINDS,
-    K_ACCEPTED,
-    K_DRAFT_TOKENS,
-    K_DRAFTS,
-    K_GEN,
-    K_ITL_BUCKET,
-    K_ITL_COUNT,
-    K_ITL_SUM,
-    K_POS,
-    K_PROMPT,
-    K_STEPS,
     MAX_ENGINES_PER_ROUTE,
     MAX_ROUTES_PER_TARGET,
+    Counter,
     Grouping,
     RouteMatcher,
     RouteSnapshot,
@@ -42,7 +33,7 @@ from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_
 from specwatch.verdict.grading import AdviceGrader
 from specwatch.verdict.memo import AssessmentCache
 from specwatch.windows.derive import window_stats
-from specwatch.windows.window import RouteWindow
+from specwatch.windows.window import RouteWindow, increases_by_counter
 
 __all__ = ["Pipeline"]
 
@@ -108,14 +99,15 @@ class IngestResult:
     dropped: Mapping[str, int] = field(default_factory=dict)  # this poll's, past the bounds (vllm.DROPPED_KINDS)
 
 
-_LEARN_KINDS = {
-    K_ITL_SUM: "itl_sum",
-    K_ITL_COUNT: "itl_count",
-    K_STEPS: "steps",
-    K_DRAFT_TOKENS: "draft_tokens",
-    K_DRAFTS: "drafts",
-    K_PROMPT: "prompt",
-}
+#: What the learner reads of a window: a step's time, its requests and its drafting.
+_LEARNED_COUNTERS = (
+    Counter.ITL_SUM,
+    Counter.ITL_COUNT,
+    Counter.STEPS,
+    Counter.DRAFT_TOKENS,
+    Counter.DRAFTS,
+    Counter.PROMPT,
+)
 
 
 #: Asked every poll (learning auto): built once, not a HardwareConfig per question.
@@ -400,9 +392,15 @@ class Pipeline:
                 view = None
                 route.learned_until = None  # the point lost its start (gap, restart): begin anew
             if view is not None:
-                d = learned.deltas_by_kind(view.increases(), _LEARN_KINDS)
+                d = increases_by_counter(view.increases(), _LEARNED_COUNTERS)
                 obs = learned.observation_from_deltas(
-                    view.last.t, d["itl_sum"], d["itl_count"], d["steps"], d["draft_tokens"], d["drafts"], d["prompt"]
+                    view.last.t,
+                    d[Counter.ITL_SUM],
+                    d[Counter.ITL_COUNT],
+                    d[Counter.STEPS],
+                    d[Counter.DRAFT_TOKENS],
+                    d[Counter.DRAFTS],
+                    d[Counter.PROMPT],
                 )
                 if obs is not None:
                     route.learner.add(obs)
@@ -467,22 +465,27 @@ class Pipeline:
                 continue
             # The route's own mirrors (window.RouteWindow.mirror), already summed over its engines and
             # never taken back when one departs; the ITL buckets of the current layout only.
-            mirrored = {K_DRAFTS: 0.0, K_DRAFT_TOKENS: 0.0, K_ACCEPTED: 0.0, K_GEN: 0.0}
+            mirrored: dict[str, float] = {
+                Counter.DRAFTS: 0.0,
+                Counter.DRAFT_TOKENS: 0.0,
+                Counter.ACCEPTED: 0.0,
+                Counter.GEN: 0.0,
+            }
             positions: dict[int, float] = {}
             buckets: dict[float, float] = {}
-            current_les = {k[2] for k in latest.counters if k[0] == K_ITL_BUCKET}
+            current_les = {k[2] for k in latest.counters if k[0] == Counter.ITL_BUCKET}
             itl_sum = itl_count = 0.0
             for (kind, sub), value in route.window.mirror.items():
                 if kind in mirrored:
                     mirrored[kind] += value
                 elif sub is None:
-                    if kind == K_ITL_SUM:
+                    if kind == Counter.ITL_SUM:
                         itl_sum += value
-                    elif kind == K_ITL_COUNT:
+                    elif kind == Counter.ITL_COUNT:
                         itl_count += value
-                elif kind == K_POS:
+                elif kind == Counter.POS:
                     positions[int(sub)] = positions.get(int(sub), 0.0) + value
-                elif kind == K_ITL_BUCKET and sub in current_les:
+                elif kind == Counter.ITL_BUCKET and sub in current_les:
                     buckets[float(sub)] = buckets.get(float(sub), 0.0) + value
             config = self._route_configs.get(name)
             current = route.last_seen_poll == self._targets[route.target].polls

@@ -34,20 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from specwatch.engines.vllm import (
-    K_ACCEPTED,
-    K_DRAFT_TOKENS,
-    K_DRAFTS,
-    K_GEN,
-    K_ITL_BUCKET,
-    K_ITL_COUNT,
-    K_ITL_SUM,
-    K_POS,
-    K_STEPS,
-    SCHEMA_V0,
-    RouteSnapshot,
-    SeriesKey,
-)
+from specwatch.engines.vllm import SCHEMA_V0, Counter, RouteSnapshot, SeriesKey
 from specwatch.windows.window import WindowView
 
 
@@ -199,25 +186,25 @@ def _window_sums(view: WindowView) -> _WindowSums:
         before = first.get(key)
         delta = last if before is None or last < before else last - before
         kind, series, sub = key
-        if kind == K_ITL_BUCKET:
+        if kind == Counter.ITL_BUCKET:
             le = float(sub)  # type: ignore[arg-type]  # key.le
             itl_buckets[le] = itl_buckets.get(le, 0.0) + delta
-        elif kind == K_POS:
+        elif kind == Counter.POS:
             position = int(sub)  # type: ignore[arg-type]  # key.position
             pos[position] = pos.get(position, 0.0) + delta
-        elif kind == K_DRAFTS:
+        elif kind == Counter.DRAFTS:
             drafts += delta
-        elif kind == K_DRAFT_TOKENS:
+        elif kind == Counter.DRAFT_TOKENS:
             draft_tokens += delta
-        elif kind == K_ACCEPTED:
+        elif kind == Counter.ACCEPTED:
             accepted += delta
-        elif kind == K_GEN:
+        elif kind == Counter.GEN:
             gen += delta
-        elif kind == K_ITL_SUM:
+        elif kind == Counter.ITL_SUM:
             itl_sum += delta
-        elif kind == K_ITL_COUNT:
+        elif kind == Counter.ITL_COUNT:
             itl_count_by_engine[series] = itl_count_by_engine.get(series, 0.0) + delta
-        elif kind == K_STEPS:
+        elif kind == Counter.STEPS:
             steps_by_engine[series] = steps_by_engine.get(series, 0.0) + delta
     sums.drafts, sums.draft_tokens, sums.accepted, sums.gen, sums.itl_sum = drafts, draft_tokens, accepted, gen, itl_sum
     return sums

@@ -20,22 +20,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
 
-from specwatch.engines.vllm import (
-    K_ACCEPTED,
-    K_DRAFT_TOKENS,
-    K_DRAFTS,
-    K_ITL,
-    K_ITL_BUCKET,
-    K_ITL_SUM,
-    K_POS,
-    RouteSnapshot,
-    SeriesKey,
-    reset_group,
-)
+from specwatch.engines.vllm import Counter, RouteSnapshot, SeriesKey, reset_group
 
 #: Without `_created` a drop is a restart only when it is beyond measurement noise. A restarted
 #: process counts from 0, so its first value is what it counted since it started (about one poll's
@@ -54,7 +43,7 @@ DIP_COUNTS = 1.0
 def dip_tolerance(key: SeriesKey, base: float) -> float:
     """The largest drop below `base` that a series without `_created` may show and still be the same
     process: DIP_RELATIVE of its value, and at least DIP_COUNTS for a count (not for `_sum`, in seconds)."""
-    return max(DIP_RELATIVE * base, 0.0 if key.counter == K_ITL_SUM else DIP_COUNTS)
+    return max(DIP_RELATIVE * base, 0.0 if key.counter == Counter.ITL_SUM else DIP_COUNTS)
 
 
 #: Key of a route-level mirror: (canonical counter, sub), summed over the route's engines and models.
@@ -230,17 +219,19 @@ class RouteWindow:
         for key in counters:
             mkey = self._mirror_keys[key] = (key[0], key[2])
             if mkey not in mirror:
-                if key[0] == K_ITL_BUCKET:
+                if key[0] == Counter.ITL_BUCKET:
                     new.add(key.le)
                 else:
                     mirror[mkey] = 0.0
         if not new:
             return
-        known = sorted((float(sub), v) for (kind, sub), v in mirror.items() if kind == K_ITL_BUCKET and sub is not None)
+        known = sorted(
+            (float(sub), v) for (kind, sub), v in mirror.items() if kind == Counter.ITL_BUCKET and sub is not None
+        )
         for le in sorted(new):
             at = bisect_left(known, (float(le), -math.inf))
             value = known[at - 1][1] if at else 0.0
-            mirror[(K_ITL_BUCKET, le)] = value
+            mirror[(Counter.ITL_BUCKET, le)] = value
             known.insert(at, (float(le), value))
 
     def adopt(self, old: RouteWindow, *, baseline: bool) -> None:
@@ -259,13 +250,13 @@ class RouteWindow:
         """Record each engine's ITL bucket bounds; a changed layout resets that histogram."""
         le_sets: dict[str, set[float]] = {}
         for key in counters:
-            if key.counter == K_ITL_BUCKET:
+            if key.counter == Counter.ITL_BUCKET:
                 le_sets.setdefault(key.series, set()).add(key.le)
         for engine, les in le_sets.items():
             frozen = frozenset(les)
             previous_les = self._le_sets.get(engine)
             if previous_les is not None and previous_les != frozen:
-                group = SeriesKey(K_ITL, engine)
+                group = SeriesKey(Counter.ITL, engine)
                 reset_groups.add(group)
                 for key in [k for k in self.totals if reset_group(k) == group]:
                     del self.totals[key]
@@ -334,11 +325,11 @@ def _broken_engines(deltas: Mapping[SeriesKey, float], slack: float = 0.0) -> se
     """Engines whose deltas over one poll are impossible for one vLLM process (it restarted),
     beyond what one half-applied step can explain."""
     broken = set()
-    engines = {key.series for key in deltas if key.counter == K_DRAFT_TOKENS}
+    engines = {key.series for key in deltas if key.counter == Counter.DRAFT_TOKENS}
     for engine in engines:
-        tokens = deltas[SeriesKey(K_DRAFT_TOKENS, engine)]
-        drafts = deltas.get(SeriesKey(K_DRAFTS, engine))
-        accepted = deltas.get(SeriesKey(K_ACCEPTED, engine))
+        tokens = deltas[SeriesKey(Counter.DRAFT_TOKENS, engine)]
+        drafts = deltas.get(SeriesKey(Counter.DRAFTS, engine))
+        accepted = deltas.get(SeriesKey(Counter.ACCEPTED, engine))
         if (
             tokens < -slack
             or (accepted is not None and accepted > tokens + slack)
@@ -347,7 +338,16 @@ def _broken_engines(deltas: Mapping[SeriesKey, float], slack: float = 0.0) -> se
             broken.add(engine)
             continue
         if drafts is not None and any(
-            key.counter == K_POS and key.series == engine and d > drafts + slack for key, d in deltas.items()
+            key.counter == Counter.POS and key.series == engine and d > drafts + slack for key, d in deltas.items()
         ):
             broken.add(engine)
     return broken
+
+
+def increases_by_counter(increases: Mapping[SeriesKey, float], counters: Iterable[str]) -> dict[str, float]:
+    """A window's increases summed over series and subs, for each of ``counters``."""
+    out = dict.fromkeys(counters, 0.0)
+    for key, delta in increases.items():
+        if key.counter in out:
+            out[key.counter] += delta
+    return out

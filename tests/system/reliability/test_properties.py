@@ -21,17 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from specwatch.config import from_mapping
-from specwatch.engines.vllm import (
-    K_ACCEPTED,
-    K_DRAFT_TOKENS,
-    K_DRAFTS,
-    K_GEN,
-    K_POS,
-    SELECTOR,
-    RouteSnapshot,
-    SeriesKey,
-    parse_payload,
-)
+from specwatch.engines.vllm import SELECTOR, Counter, RouteSnapshot, SeriesKey, parse_payload
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.windows.derive import window_stats
@@ -132,7 +122,7 @@ def test_window_increase_with_random_resets_equals_prometheus_increase(events, w
     for i, (n, restart) in enumerate(events):
         value = (0.0 if restart else value) + n
         values.append(value)
-        window.ingest(_snap(float(i), {SeriesKey(K_DRAFTS, "0"): value}))
+        window.ingest(_snap(float(i), {SeriesKey(Counter.DRAFTS, "0"): value}))
     now = float(min(end, len(events) - 1))
     view = window.view(now, float(width_polls))
     chosen = [i for i in range(len(events)) if now - width_polls <= i <= now]
@@ -140,12 +130,12 @@ def test_window_increase_with_random_resets_equals_prometheus_increase(events, w
         assert view is None
         return
     per_poll = poll_increases(values)
-    assert view.increase(SeriesKey(K_DRAFTS, "0")) == sum(per_poll[i] for i in chosen[1:])
+    assert view.increase(SeriesKey(Counter.DRAFTS, "0")) == sum(per_poll[i] for i in chosen[1:])
     if all(b >= a or b < a - noise(a) for a, b in itertools.pairwise(values)):
         expected = 0.0  # no drop within noise: exactly Prometheus's rule
         for a, b in itertools.pairwise(chosen):
             expected += values[b] - values[a] if values[b] >= values[a] else values[b]
-        assert view.increase(SeriesKey(K_DRAFTS, "0")) == expected
+        assert view.increase(SeriesKey(Counter.DRAFTS, "0")) == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -159,14 +149,16 @@ def test_window_increase_with_created_timestamps_equals_the_true_event_count(eve
             value, created = 0.0, float(i)  # a restart is visible through _created even if the value rose
         value += n
         true_after.append(n)
-        window.ingest(_snap(float(i), {SeriesKey(K_DRAFTS, "0"): value}, {SeriesKey(K_DRAFTS, "0"): created}))
+        window.ingest(
+            _snap(float(i), {SeriesKey(Counter.DRAFTS, "0"): value}, {SeriesKey(Counter.DRAFTS, "0"): created})
+        )
     now = float(len(events) - 1)
     view = window.view(now, float(width_polls))
     chosen = [i for i in range(len(events)) if now - width_polls <= i <= now]
     if view is None:
         assert len(chosen) < 2
         return
-    assert view.increase(SeriesKey(K_DRAFTS, "0")) == sum(true_after[i] for i in chosen[1:])
+    assert view.increase(SeriesKey(Counter.DRAFTS, "0")) == sum(true_after[i] for i in chosen[1:])
 
 
 K = 4
@@ -187,12 +179,12 @@ def traffic(draw):
 def _fold(state, drafts, accepted, restart):
     if restart:
         state = dict.fromkeys(state, 0.0)
-    state[SeriesKey(K_DRAFTS, "0")] += drafts
-    state[SeriesKey(K_DRAFT_TOKENS, "0")] += drafts * K
-    state[SeriesKey(K_ACCEPTED, "0")] += sum(accepted)
-    state[SeriesKey(K_GEN, "0")] += sum(accepted) + drafts
+    state[SeriesKey(Counter.DRAFTS, "0")] += drafts
+    state[SeriesKey(Counter.DRAFT_TOKENS, "0")] += drafts * K
+    state[SeriesKey(Counter.ACCEPTED, "0")] += sum(accepted)
+    state[SeriesKey(Counter.GEN, "0")] += sum(accepted) + drafts
     for i in range(K):
-        state[SeriesKey(K_POS, "0", i)] += sum(1 for a in accepted if a > i)
+        state[SeriesKey(Counter.POS, "0", i)] += sum(1 for a in accepted if a > i)
     return state
 
 
@@ -201,11 +193,11 @@ def _fold(state, drafts, accepted, restart):
 def test_ratios_stay_in_0_1_across_restarts_with_and_without_created(polls, with_created, width):
     window = RouteWindow(horizon_seconds=300)
     state = {
-        SeriesKey(K_DRAFTS, "0"): 0.0,
-        SeriesKey(K_DRAFT_TOKENS, "0"): 0.0,
-        SeriesKey(K_ACCEPTED, "0"): 0.0,
-        SeriesKey(K_GEN, "0"): 0.0,
-        **{SeriesKey(K_POS, "0", i): 0.0 for i in range(K)},
+        SeriesKey(Counter.DRAFTS, "0"): 0.0,
+        SeriesKey(Counter.DRAFT_TOKENS, "0"): 0.0,
+        SeriesKey(Counter.ACCEPTED, "0"): 0.0,
+        SeriesKey(Counter.GEN, "0"): 0.0,
+        **{SeriesKey(Counter.POS, "0", i): 0.0 for i in range(K)},
     }
     created = 0.0
     for i, (drafts, accepted, restart) in enumerate(polls):

@@ -13,22 +13,7 @@ import pytest
 from specwatch.config import from_mapping
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.engines import vllm
-from specwatch.engines.vllm import (
-    K_ACCEPTED,
-    K_DRAFT_TOKENS,
-    K_DRAFTS,
-    K_GEN,
-    K_ITL,
-    K_ITL_BUCKET,
-    K_ITL_COUNT,
-    K_ITL_SUM,
-    K_POS,
-    K_STEPS,
-    Grouping,
-    RouteSnapshot,
-    SeriesKey,
-    reset_group,
-)
+from specwatch.engines.vllm import Counter, Grouping, RouteSnapshot, SeriesKey, reset_group
 from specwatch.exposition.lastpoll import picker
 from specwatch.exposition.syntax import line_finder
 from specwatch.verdict.evaluation import evaluate_route, update_route_method
@@ -93,13 +78,13 @@ class ReferenceWindow(RouteWindow):
         # A histogram whose bucket layout changed restarts as a whole, and so does its mirror.
         le_sets = {}
         for key in snap.counters:
-            if key.counter == K_ITL_BUCKET:
+            if key.counter == Counter.ITL_BUCKET:
                 le_sets.setdefault(key.series, set()).add(key.le)
         for engine, les in le_sets.items():
             frozen = frozenset(les)
             previous_les = self._le_sets.get(engine)
             if previous_les is not None and previous_les != frozen:
-                group = SeriesKey(K_ITL, engine)
+                group = SeriesKey(Counter.ITL, engine)
                 reset_groups.add(group)
                 for key in [k for k in self.totals if reset_group(k) == group]:
                     del self.totals[key]
@@ -109,7 +94,7 @@ class ReferenceWindow(RouteWindow):
         for key in below:
             group = reset_group(key)
             same_process = group in snap.created and snap.created[group] == self._created.get(group)
-            noise = max(1e-3 * raw[key], 0.0 if key.counter == K_ITL_SUM else 1.0)
+            noise = max(1e-3 * raw[key], 0.0 if key.counter == Counter.ITL_SUM else 1.0)
             if not same_process and raw[key] - snap.counters[key] > noise:
                 reset_groups.add(group)
         dips = [key for key in below if reset_group(key) not in reset_groups]
@@ -139,8 +124,8 @@ class ReferenceWindow(RouteWindow):
         for key in sorted(snap.counters, key=lambda k: (k.counter, -math.inf if k.sub is None else k.sub)):
             mkey = (key.counter, key.sub)
             if mkey not in self.mirror:
-                lower = [le for (c, le) in self.mirror if c == K_ITL_BUCKET == key.counter and le < key.sub]
-                self.mirror[mkey] = self.mirror[(K_ITL_BUCKET, max(lower))] if lower else 0.0
+                lower = [le for (c, le) in self.mirror if c == Counter.ITL_BUCKET == key.counter and le < key.sub]
+                self.mirror[mkey] = self.mirror[(Counter.ITL_BUCKET, max(lower))] if lower else 0.0
         totals = self.totals
         for key, delta in deltas.items():
             totals[key] = totals.get(key, 0.0) + delta
@@ -167,23 +152,23 @@ def reference_window_stats(view, route, window, now, *, configured_k_hint=None):
     itl_count_by_engine, steps_by_engine, pos, itl_buckets = {}, {}, {}, {}
     for key, delta in view.increases().items():
         kind = key[0]
-        if kind == K_DRAFTS:
+        if kind == Counter.DRAFTS:
             drafts += delta
-        elif kind == K_DRAFT_TOKENS:
+        elif kind == Counter.DRAFT_TOKENS:
             draft_tokens += delta
-        elif kind == K_ACCEPTED:
+        elif kind == Counter.ACCEPTED:
             accepted += delta
-        elif kind == K_POS:
+        elif kind == Counter.POS:
             pos[key.position] = pos.get(key.position, 0.0) + delta
-        elif kind == K_GEN:
+        elif kind == Counter.GEN:
             gen += delta
-        elif kind == K_ITL_BUCKET:
+        elif kind == Counter.ITL_BUCKET:
             itl_buckets[key.le] = itl_buckets.get(key.le, 0.0) + delta
-        elif kind == K_ITL_SUM:
+        elif kind == Counter.ITL_SUM:
             itl_sum += delta
-        elif kind == K_ITL_COUNT:
+        elif kind == Counter.ITL_COUNT:
             itl_count_by_engine[key[1]] = itl_count_by_engine.get(key[1], 0.0) + delta
-        elif kind == K_STEPS:
+        elif kind == Counter.STEPS:
             steps_by_engine[key[1]] = steps_by_engine.get(key[1], 0.0) + delta
     draft_coverage = None
     request_steps = sum(itl_count_by_engine.values())
@@ -301,20 +286,20 @@ def _random_snapshots(rng, polls):
                 layout[e] = rng.choice(LAYOUTS)
             drafts = rng.randint(0, 50)
             steps = {
-                SeriesKey(K_DRAFTS, e): drafts,
-                SeriesKey(K_DRAFT_TOKENS, e): drafts * rng.choice((2, 3, 4)),
-                SeriesKey(K_ACCEPTED, e): rng.randint(0, drafts * 2),
-                SeriesKey(K_GEN, e): rng.randint(0, 300),
-                SeriesKey(K_ITL_SUM, e): rng.random(),
-                SeriesKey(K_ITL_COUNT, e): rng.randint(0, 300),
-                SeriesKey(K_STEPS, e): rng.randint(0, 100),
+                SeriesKey(Counter.DRAFTS, e): drafts,
+                SeriesKey(Counter.DRAFT_TOKENS, e): drafts * rng.choice((2, 3, 4)),
+                SeriesKey(Counter.ACCEPTED, e): rng.randint(0, drafts * 2),
+                SeriesKey(Counter.GEN, e): rng.randint(0, 300),
+                SeriesKey(Counter.ITL_SUM, e): rng.random(),
+                SeriesKey(Counter.ITL_COUNT, e): rng.randint(0, 300),
+                SeriesKey(Counter.STEPS, e): rng.randint(0, 100),
             }
             for position in range(3):
-                steps[SeriesKey(K_POS, e, float(position))] = rng.randint(0, drafts)
+                steps[SeriesKey(Counter.POS, e, float(position))] = rng.randint(0, drafts)
             cumulative = 0
             for le in layout[e]:
                 cumulative += rng.randint(0, 40)
-                steps[SeriesKey(K_ITL_BUCKET, e, le)] = cumulative
+                steps[SeriesKey(Counter.ITL_BUCKET, e, le)] = cumulative
             for key, step in steps.items():
                 if rng.random() < 0.03:
                     continue  # a series missing from this poll
@@ -333,7 +318,7 @@ def _random_snapshots(rng, polls):
                 engines=engines,
                 configured_k=k,
                 counters=counters,
-                created={SeriesKey(K_ITL, e): c for e, c in created.items()} if with_created else {},
+                created={SeriesKey(Counter.ITL, e): c for e, c in created.items()} if with_created else {},
                 running={e: float(rng.randint(0, 16)) for e in engines} if rng.random() < 0.8 else {},
             )
         )
