@@ -44,7 +44,7 @@ from .window import RouteWindow
 
 __all__ = ["Pipeline"]
 
-ERROR_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "invalid")
+ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid")
 
 
 @dataclass
