@@ -205,10 +205,13 @@ class CappedHTTPServer:
                         conn: _Connection = key.data
                         if conn.sock.fileno() < 0:
                             continue  # closed earlier in this batch (evicted)
-                        if mask & selectors.EVENT_READ:
-                            self._on_readable(conn)
-                        if mask & selectors.EVENT_WRITE and conn.sock.fileno() in self._conns:
-                            self._on_writable(conn)
+                        try:
+                            if mask & selectors.EVENT_READ:
+                                self._on_readable(conn)
+                            if mask & selectors.EVENT_WRITE and conn.sock.fileno() in self._conns:
+                                self._on_writable(conn)
+                        except Exception:  # noqa: BLE001 - one connection's failure must not stop the front
+                            self._close(conn)
                 now = time.monotonic()
                 if now - last_sweep >= SWEEP_INTERVAL:
                     last_sweep = now
