@@ -6,7 +6,8 @@
     python -m bench --markdown out.md   # the tables as markdown too (docs/benchmarks.md is built from them)
 
 Parts: parse (1), replay (2), http (3), detection (4, 5: delay, false changes, ITL accuracy), scaling (6),
-evaluate (7: one route-window through derive, cost model and verdict).
+evaluate (7: one route-window through derive, cost model and verdict), attack (8: the HTTP front under
+hostile clients: a scraper's success and peak RSS).
 fleet (fleet mode's CPU and queries per poll vs replicas; needs prometheus and promtool).
 Recordings and simulator payloads are cached in bench/.cache/ (gitignored); delete it to rebuild.
 """
@@ -23,8 +24,19 @@ from pathlib import Path
 
 from .common import REPO, machine
 
-PARTS = ("parse", "evaluate", "scaling", "replay", "http", "detection", "fleet")
-TABLE_KEYS = ("parse_cost", "evaluate", "scaling", "replay", "http", "detection", "false_changes", "accuracy", "fleet")
+PARTS = ("parse", "evaluate", "scaling", "replay", "http", "attack", "detection", "fleet")
+TABLE_KEYS = (
+    "parse_cost",
+    "evaluate",
+    "scaling",
+    "replay",
+    "http",
+    "attack",
+    "detection",
+    "false_changes",
+    "accuracy",
+    "fleet",
+)
 
 
 def main(argv=None) -> int:
@@ -69,13 +81,14 @@ def main(argv=None) -> int:
         results["parts"][name] = {"seconds": round(time.monotonic() - t0, 1), **data}
         return data
 
-    from . import detection, evaluate, fleet, http_latency, parse_cost, replay_proc
+    from . import detection, evaluate, fleet, http_attack, http_latency, parse_cost, replay_proc
 
     part("parse", lambda: parse_cost.run_parse_cost(args.smoke))
     part("evaluate", lambda: evaluate.run_evaluate(args.smoke))
     part("scaling", lambda: parse_cost.run_scaling(args.smoke))
     replay_data = part("replay", lambda: replay_proc.run_replay(args.smoke))
     part("http", lambda: http_latency.run_http(args.smoke))
+    part("attack", lambda: http_attack.run_attack(args.smoke))
     stable_output = (replay_data or {}).get("specwatch_output")
     part("detection", lambda: detection.run_detection(args.smoke, stable_output))
     part("fleet", lambda: fleet.run_fleet(args.smoke))

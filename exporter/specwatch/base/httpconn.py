@@ -14,7 +14,9 @@ scraper (scrape.py, vLLM's /metrics) and fleet mode's query client (promsource.p
   the server closed is noticed before it is used.
 
 Failures are raised as the caller's own error class (a TransferError with a reason): `timeout`,
-`connect`, or `invalid` (a request that cannot be sent).
+`connect`, `tls` (the TLS handshake or session failed: an untrusted or expired certificate, a
+name mismatch, no common protocol; a certificate problem is not a network one), or `invalid` (a
+request that cannot be sent).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ from collections.abc import Iterator, Mapping
 from urllib.parse import unquote, urlsplit
 
 CHUNK = 64 * 1024
+
+
+def tls_failure(exc: ssl.SSLError) -> str:
+    """A short, credential-free description of a TLS failure (the certificate check's own words)."""
+    detail = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or type(exc).__name__
+    return f"TLS failed: {type(exc).__name__}: {str(detail)[:200]}"
 
 
 class TransferError(Exception):
@@ -148,6 +156,8 @@ class DeadlineConnection:
             conn.connect()
         except TimeoutError:
             raise self._error("timeout", "connect timed out") from None
+        except ssl.SSLError as exc:  # an OSError too: caught first, a certificate is not the network
+            raise self._error("tls", tls_failure(exc)) from None
         except OSError as exc:
             raise self._error("connect", f"cannot connect: {type(exc).__name__}") from None
         with self._lock:
@@ -166,6 +176,8 @@ class DeadlineConnection:
             return conn.getresponse()
         except TimeoutError:
             raise self._error("timeout", "no answer in time") from None
+        except ssl.SSLError as exc:
+            raise self._error("tls", tls_failure(exc)) from None
         except (http.client.HTTPException, OSError) as exc:
             raise self._error("connect", f"connection failed: {type(exc).__name__}") from None
         except ValueError as exc:  # e.g. a header value with a line break
@@ -183,6 +195,8 @@ class DeadlineConnection:
                 chunk = response.read1(size)
             except TimeoutError as exc:
                 raise self._error("timeout", f"read timed out: {type(exc).__name__}") from None
+            except ssl.SSLError as exc:
+                raise self._error("tls", tls_failure(exc)) from None
             except (http.client.HTTPException, OSError, ValueError) as exc:
                 raise self._error("connect", f"connection broken while reading: {type(exc).__name__}") from None
             if not chunk:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from specwatch import __version__
-from specwatch.config import Config, ConfigError, load
+
+if TYPE_CHECKING:
+    from specwatch.config import Config
 
 EXIT_CONFIG = 2
 
@@ -19,8 +24,25 @@ EXIT_CONFIG = 2
 SUBCOMMAND_MODULES = ("specwatch.lesson", "specwatch.sim", "specwatch.cli.demo", "specwatch.fleet.backtest")
 CORE_COMMANDS = ("run", "check-config", "record", "replay")
 
+# SIGHUPs that arrived before `specwatch run`'s service installed its own handler. The default
+# action of SIGHUP is to terminate, so `run` installs this one first thing in main(), before any
+# slow import or config load (this module imports the config package lazily for that reason); the
+# service replays a queued one as a reload once it runs.
+EARLY_SIGHUPS: list[int] = []
+
+
+def _queue_sighup(signum: int, _frame: object) -> None:
+    EARLY_SIGHUPS.append(signum)
+
+
+def _install_early_sighup() -> None:
+    with contextlib.suppress(ValueError, AttributeError, OSError):  # not the main thread, or no SIGHUP
+        signal.signal(signal.SIGHUP, _queue_sighup)
+
 
 def _load_config(args: argparse.Namespace, **overrides: object) -> Config:
+    from specwatch.config import load
+
     return load(getattr(args, "config", None), overrides=overrides)
 
 
@@ -41,7 +63,7 @@ def _alert_window_override(args: argparse.Namespace) -> dict[str, object] | None
 
 def cmd_run(args: argparse.Namespace) -> int:
     from specwatch.base.logsetup import configure_logging
-    from specwatch.config import from_mapping
+    from specwatch.config import ConfigError, from_mapping, load
     from specwatch.serve.reload import ConfigSource
     from specwatch.serve.service import Service
 
@@ -70,13 +92,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             source=source,
             config_error=error,
             on_log_config=lambda c: configure_logging(c.log.format, c.log.level),
-        ).run_forever()
+        ).run_forever(reload_pending=lambda: bool(EARLY_SIGHUPS))
     except OSError as exc:  # the listen address is taken or not ours to bind: one line, like a bad key
         print(f"specwatch: config error: listen {config.listen}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CONFIG
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    from specwatch.config import load
     from specwatch.serve.reload import alert_window_warning
 
     config = load(args.file, overrides={"alerting": _alert_window_override(args)})
@@ -197,6 +220,10 @@ def _command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
+    if _command(words) == "run":
+        _install_early_sighup()  # before anything slow: a SIGHUP must never kill a starting sidecar
+    from specwatch.config import ConfigError
+
     parser = build_parser(() if _command(words) in CORE_COMMANDS else SUBCOMMAND_MODULES)
     args = parser.parse_args(words)
     try:

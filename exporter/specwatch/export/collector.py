@@ -267,7 +267,7 @@ class SpecwatchCollector(Collector):
         )
         errors = CounterMetricFamily(
             "specwatch_scrape_errors",
-            "Failed polls of the target by reason (timeout, connect, http_status, too_large, parse, invalid).",
+            "Failed polls of the target by reason (timeout, connect, tls, http_status, too_large, parse, invalid).",
             labels=["target", "reason"],
         )
         dropped = CounterMetricFamily(

@@ -15,6 +15,7 @@ Every failure is a PromQueryError with one reason from QUERY_ERROR_REASONS, so t
 it, log it once, keep its last good state and never serve a number from a partial answer:
 - timeout: the whole-request deadline passed (connect, server evaluation, or a dripping body);
 - connect: no connection, or the connection broke;
+- tls: the TLS handshake failed (an untrusted or expired certificate, a name mismatch);
 - http_4xx / http_5xx: the API refused (a bad query, a tenant limit, a redirect) or failed;
 - too_large: the decoded answer is over `max_bytes`;
 - warnings: the answer is partial (Thanos/Mimir `warnings`, e.g. a store was unreachable);
@@ -36,7 +37,7 @@ from urllib.parse import urlencode, urlsplit
 from specwatch.base.httpconn import DeadlineConnection, TransferError
 from specwatch.config import PrometheusConfig
 
-QUERY_ERROR_REASONS = ("timeout", "connect", "http_4xx", "http_5xx", "too_large", "warnings", "limit", "invalid")
+QUERY_ERROR_REASONS = ("timeout", "connect", "tls", "http_4xx", "http_5xx", "too_large", "warnings", "limit", "invalid")
 
 #: Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS_PER_SERIES = 11_000

@@ -1,18 +1,41 @@
-"""The hardened HTTP side of `specwatch run`: a capped threading server and the read-only handler.
+"""The hardened HTTP side of `specwatch run`: an event-loop server and the read-only handler.
 
 Handlers only read the immutable view the poller published last (Published), so a scrape does no
-I/O towards vLLM and takes no lock. An idle or slow client costs one thread of its own: connections
-are capped (more are refused, never queued behind slow ones) and idle sockets time out. Request
-bodies are never read, and a request carrying one closes its keep-alive connection.
+I/O towards vLLM and takes no lock. The whole front is one thread with a selector (epoll), so a
+held connection costs a few KiB and no thread; a few hostile clients on the pod network can neither
+exhaust its memory nor lock a scraper or the kubelet's probes out:
+
+- a request head is read by the loop, non-blocking, into a buffer bounded in *total* bytes
+  (MAX_HEAD_BYTES: 414 or 431 past it, then close), not per line as http.server bounds it;
+- the whole head has a deadline (HEAD_TIMEOUT) from accept or from the end of the previous
+  response: a slowloris dripping a byte per second is cut there, not kept alive by every byte as
+  a per-recv timeout is. An idle keep-alive connection is the same wait (nothing is pending);
+- when slots get scarce (SCARCE_FRACTION of MAX_CONNECTIONS in use) idle and half-sent
+  connections get SCARCE_HEAD_TIMEOUT instead; when they are all taken, a new connection evicts
+  the one that has waited longest without a complete request, so a holder of every slot cannot
+  lock anybody out: a real request completes in a millisecond, an attacker's never does;
+- only a complete head is handed to the handler (http.server's parser and limits, through a
+  buffer), which runs in the loop: serving a published view is a few tens of microseconds;
+- the response is written non-blocking from the published bytes themselves (no copy per
+  connection) with a deadline (WRITE_TIMEOUT); while it is pending nothing more is read, so a
+  pipelining client that never reads holds at most one response and one head;
+- kernel socket buffers are capped per connection (SO_SNDBUF / SO_RCVBUF).
+
+Request bodies are never read, and a request carrying one closes its keep-alive connection.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
+import re
+import selectors
 import socket
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -21,8 +44,30 @@ from specwatch import __version__
 from specwatch.config import Config
 from specwatch.sidecar.state import State
 
-MAX_CONNECTIONS = 64  # concurrent HTTP connections; more are refused, never queued behind slow ones
-CLIENT_SOCKET_TIMEOUT = 5.0  # an idle client is dropped after this (connections are capped)
+MAX_CONNECTIONS = 512  # open connections; past it a new one evicts the longest waiter, never queues
+MAX_HEAD_BYTES = 16 * 1024  # a whole request head (request line and headers); a scrape's is ~200 B
+HEAD_TIMEOUT = 5.0  # seconds from accept (or the previous response) to a complete request head
+SCARCE_FRACTION = 0.75  # past this share of MAX_CONNECTIONS in use, waiting connections get...
+SCARCE_HEAD_TIMEOUT = 1.0  # ...this instead of HEAD_TIMEOUT
+WRITE_TIMEOUT = 10.0  # seconds for a client to take a whole response
+RECV_CHUNK = 8192
+SOCKET_BUFFER = 64 * 1024  # SO_SNDBUF / SO_RCVBUF per connection (the kernel doubles it)
+SWEEP_INTERVAL = 0.1  # how often deadlines are checked
+ACCEPT_BATCH = 64  # connections accepted per readiness of the listening socket
+CLIENT_SOCKET_TIMEOUT = HEAD_TIMEOUT  # the former name (an idle client is dropped after this)
+
+_BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head: a line ending, then an empty line
+
+
+def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
+    """The index just past a complete request head in `buffer`, or -1. A head is a request line
+    and headers up to an empty line (CRLF or bare LF, as http.server accepts); an empty first line
+    is a head of its own (the handler answers it by closing). `start`: where the last search
+    stopped, so a head dripped a byte at a time is not searched again from its start."""
+    if buffer[:1] == b"\n" or buffer[:2] == b"\r\n":
+        return 1 if buffer[:1] == b"\n" else 2
+    match = _BLANK_LINE.search(buffer, max(start - 2, 0))
+    return match.end() if match else -1
 
 
 @dataclass(frozen=True)
@@ -46,35 +91,309 @@ class PublishedView(Protocol):
     def config(self) -> Config: ...
 
 
-class CappedHTTPServer(ThreadingHTTPServer):
-    """A ThreadingHTTPServer that refuses connections beyond MAX_CONNECTIONS; IPv6 when the host is."""
+class _Output:
+    """The handler's wfile: keeps what is written (the published bytes themselves, not copies)."""
 
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
+    def __init__(self) -> None:
+        self.chunks: list[bytes | memoryview] = []
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+    def write(self, data: bytes) -> int:
+        if data:
+            self.chunks.append(data)
+        return len(data)
+
+    def flush(self) -> None:
+        return None
+
+
+class BufferedRequestHandler(BaseHTTPRequestHandler):
+    """One complete request head, read by the server's loop, through http.server's own parser and
+    limits. `request` is the head's bytes; what the handler writes is kept in `wfile.chunks`."""
+
+    wfile: Any
+    request: bytes
+
+    def setup(self) -> None:
+        self.rfile = io.BytesIO(self.request)
+        self.wfile = _Output()
+
+    def handle(self) -> None:
+        self.close_connection = True  # unless the request is a keep-alive one (parse_request)
+        self.handle_one_request()
+
+    def finish(self) -> None:
+        return None
+
+
+class _Connection:
+    """One client connection as the loop sees it. `since`: when its current wait began (accept or
+    the end of the previous response, or the start of the pending response)."""
+
+    __slots__ = ("address", "close_after", "events", "inbuf", "out", "scanned", "since", "sock")
+
+    def __init__(self, sock: socket.socket, address: Any, now: float):
+        self.sock = sock
+        self.address = address
+        self.inbuf = bytearray()
+        self.scanned = 0
+        self.out: list[bytes | memoryview] = []
+        self.since = now
+        self.close_after = False
+        self.events = selectors.EVENT_READ
+
+    def rank(self) -> tuple[int, float]:
+        """Eviction order: idle first, then half-sent heads, then pending responses; oldest first."""
+        if self.out:
+            return (2, self.since)
+        return (1 if self.inbuf else 0, self.since)
+
+
+class CappedHTTPServer:
+    """The HTTP front: one thread, one selector; IPv6 when the host is. The interface the service
+    and the tests use is socketserver's: serve_forever(poll_interval), shutdown(), server_close(),
+    server_address. Counters (accepted, evicted, timed_out, refused_heads, peak_buffered) are
+    plain attributes, read by the tests and the benchmark."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BufferedRequestHandler],
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         host = address[0]
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # over the cap: refuse instead of queueing behind slow clients
-            return
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.handler = handler
+        self.max_connections = max_connections
+        self.socket = socket.socket(self.address_family, socket.SOCK_STREAM)
         try:
-            super().process_request(request, client_address)
-        except Exception:
-            self._slots.release()
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(1024)
+            self.socket.setblocking(False)
+        except OSError:
+            self.socket.close()
             raise
+        self.server_address: tuple[Any, ...] = self.socket.getsockname()
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self.socket, selectors.EVENT_READ, None)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
+        self._conns: dict[int, _Connection] = {}
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self.accepted = self.evicted = self.timed_out = self.refused_heads = self.requests = 0
+        self.peak_buffered = 0  # the most bytes of request head ever buffered for one connection
+        self.peak_connections = 0
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    # -- socketserver's interface --------------------------------------------------------------
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._stopped.clear()
+        last_sweep = time.monotonic()
         try:
-            super().process_request_thread(request, client_address)
+            while not self._stopping:
+                for key, mask in self._selector.select(min(poll_interval, SWEEP_INTERVAL)):
+                    if key.data is None:
+                        self._accept()
+                    elif key.data is self._wake_r:
+                        with contextlib.suppress(OSError):
+                            self._wake_r.recv(4096)
+                    else:
+                        conn: _Connection = key.data
+                        if conn.sock.fileno() < 0:
+                            continue  # closed earlier in this batch (evicted)
+                        try:
+                            if mask & selectors.EVENT_READ:
+                                self._on_readable(conn)
+                            if mask & selectors.EVENT_WRITE and conn.sock.fileno() in self._conns:
+                                self._on_writable(conn)
+                        except Exception:  # noqa: BLE001 - one connection's failure must not stop the front
+                            self._close(conn)
+                now = time.monotonic()
+                if now - last_sweep >= SWEEP_INTERVAL:
+                    last_sweep = now
+                    self._sweep(now)
         finally:
-            self._slots.release()
+            self._stopping = False
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop serve_forever and wait for it (as socketserver's does)."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        for conn in list(self._conns.values()):
+            self._close(conn)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(self.socket)
+        self.socket.close()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM) and self._conns:
+                    self._evict()  # out of descriptors: make room; the next readiness retries
+                return
+            if len(self._conns) >= self.max_connections:
+                self._evict()
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+                if self.address_family in (socket.AF_INET, socket.AF_INET6):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn = _Connection(sock, address, time.monotonic())
+                self._conns[sock.fileno()] = conn
+                self._selector.register(sock, selectors.EVENT_READ, conn)
+            except OSError:
+                self._conns.pop(sock.fileno(), None)
+                sock.close()
+                continue
+            self.accepted += 1
+            self.peak_connections = max(self.peak_connections, len(self._conns))
+
+    def _evict(self) -> None:
+        """Close the connection that has waited longest without a complete request (idle ones first)."""
+        victim = min(self._conns.values(), key=_Connection.rank, default=None)
+        if victim is not None:
+            self.evicted += 1
+            self._close(victim)
+
+    def _close(self, conn: _Connection) -> None:
+        fd = conn.sock.fileno()
+        if self._conns.get(fd) is conn:
+            del self._conns[fd]
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(conn.sock)
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_WR)
+        conn.sock.close()
+        conn.inbuf = bytearray()
+        conn.out = []
+
+    def _set_events(self, conn: _Connection, events: int) -> None:
+        if conn.events != events:
+            conn.events = events
+            self._selector.modify(conn.sock, events, conn)
+
+    def _on_readable(self, conn: _Connection) -> None:
+        try:
+            # Never more than one byte past the head limit: the buffer is bounded, not per read.
+            data = conn.sock.recv(max(min(RECV_CHUNK, MAX_HEAD_BYTES + 1 - len(conn.inbuf)), 1))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        conn.inbuf += data
+        self.peak_buffered = max(self.peak_buffered, len(conn.inbuf))
+        self._serve(conn)
+
+    def _serve(self, conn: _Connection) -> None:
+        """Answer every complete head buffered (pipelining), one at a time, while nothing is pending."""
+        while not conn.out:
+            end = head_end(conn.inbuf, conn.scanned)
+            if end < 0 or end > MAX_HEAD_BYTES:
+                if len(conn.inbuf) <= MAX_HEAD_BYTES and end < 0:
+                    conn.scanned = len(conn.inbuf)
+                    return  # wait for more of the head (within its deadline)
+                self.refused_heads += 1
+                first_line_done = b"\n" in conn.inbuf[: MAX_HEAD_BYTES + 1]
+                self._answer_error(conn, 431 if first_line_done else 414)
+                return
+            head = bytes(conn.inbuf[:end])
+            del conn.inbuf[:end]
+            conn.scanned = 0
+            self._handle(conn, head)
+            if conn.sock.fileno() not in self._conns:
+                return
+        # A response is pending: stop reading until it is taken (bounded input per connection).
+
+    def _handle(self, conn: _Connection, head: bytes) -> None:
+        self.requests += 1
+        try:
+            handler = self.handler(head, conn.address, self)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - a bug in a handler must not take the loop down with it
+            self._close(conn)
+            return
+        self._respond(conn, handler.wfile.chunks, close=bool(handler.close_connection))
+
+    def _answer_error(self, conn: _Connection, code: int) -> None:
+        reason = "Request Header Fields Too Large" if code == 431 else "URI Too Long"
+        body = f"{reason}: a request head is at most {MAX_HEAD_BYTES} bytes\n".encode()
+        head = (
+            f"HTTP/1.1 {code} {reason}\r\nServer: specwatch/{__version__}\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        conn.inbuf = bytearray()
+        self._respond(conn, [head, body], close=True)
+
+    def _respond(self, conn: _Connection, chunks: list[bytes | memoryview], *, close: bool) -> None:
+        conn.out = [memoryview(c) for c in chunks if len(c)]
+        conn.close_after = close
+        conn.since = time.monotonic()
+        if close:
+            conn.inbuf = bytearray()  # nothing after a closing request is parsed (a body, a smuggled one)
+        self._flush(conn)
+
+    def _on_writable(self, conn: _Connection) -> None:
+        self._flush(conn)
+        if not conn.out and conn.sock.fileno() in self._conns:
+            self._serve(conn)  # the next pipelined request, if one is buffered
+
+    def _flush(self, conn: _Connection) -> None:
+        while conn.out:
+            try:
+                sent = conn.sock.sendmsg(conn.out[:16])
+            except (BlockingIOError, InterruptedError):
+                self._set_events(conn, selectors.EVENT_WRITE)
+                return
+            except OSError:
+                self._close(conn)
+                return
+            while sent and conn.out:
+                first = conn.out[0]
+                if sent >= len(first):
+                    sent -= len(first)
+                    conn.out.pop(0)
+                else:
+                    conn.out[0] = first[sent:]
+                    sent = 0
+        if conn.close_after:
+            self._close(conn)
+            return
+        conn.since = time.monotonic()  # the wait for the next request starts now
+        self._set_events(conn, selectors.EVENT_READ)
+
+    def _sweep(self, now: float) -> None:
+        scarce = len(self._conns) >= SCARCE_FRACTION * self.max_connections
+        head_timeout = SCARCE_HEAD_TIMEOUT if scarce else HEAD_TIMEOUT
+        for conn in list(self._conns.values()):
+            limit = WRITE_TIMEOUT if conn.out else head_timeout
+            if now - conn.since > limit:
+                self.timed_out += 1
+                self._close(conn)
 
 
 LANDING = b"""<!doctype html><html><head><title>specwatch</title></head><body>
@@ -83,14 +402,12 @@ LANDING = b"""<!doctype html><html><head><title>specwatch</title></head><body>
 <li><a href="/healthz">/healthz</a></li><li><a href="/readyz">/readyz</a></li></ul></body></html>"""
 
 
-def handler_for(service: PublishedView) -> type[BaseHTTPRequestHandler]:
+def handler_for(service: PublishedView) -> type[BufferedRequestHandler]:
     """The request handler class serving `service`'s published view."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(BufferedRequestHandler):
         server_version = f"specwatch/{__version__}"
-        timeout = CLIENT_SOCKET_TIMEOUT
         protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # keep-alive: headers and body are two writes; Nagle + delayed ACK = +40 ms
 
         def log_message(self, *args: Any) -> None:  # access logs would be one line per scrape
             return

@@ -3,27 +3,66 @@ last load is reported.
 
 The poll thread reloads between two ticks, on SIGHUP and when the config file changes (a Kubernetes
 ConfigMap update is an atomic symlink swap, so the file's identity and content are polled; no
-inotify). ConfigSource notices a change; Config's *_shape and cost_inputs keys tell Service.apply
-and each evaluator's reconfigure() which parts of their state a new config invalidates;
-ReloadStatus and ReloadCollector export the outcome under the names Prometheus uses for its own
-reloads.
+inotify). The file is only ever read when it is a regular file of at most MAX_CONFIG_BYTES,
+opened non-blocking: a FIFO, a device or a socket at the path would block the poll thread on open
+or read (and /metrics would serve frozen numbers), so it is refused as a failed reload instead.
+ConfigSource notices a change; Config's *_shape and cost_inputs keys tell Service.apply and each
+evaluator's reconfigure() which parts of their state a new config invalidates; ReloadStatus and
+ReloadCollector export the outcome under the names Prometheus uses for its own reloads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Callable, Iterable
 
 import structlog
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from specwatch.config import Config, format_duration
+from specwatch.config import Config, ConfigError, format_duration
 
 log = structlog.get_logger("specwatch")
 
 FileIdentity = tuple[int, int, int, int]  # (device, inode, mtime ns, size) of the resolved file
+MAX_CONFIG_BYTES = 4 * 2**20  # a config is a few KiB; a bigger file is refused, not read
+
+
+def read_regular(path: str) -> bytes:
+    """The bytes of `path` if it is a regular file of at most MAX_CONFIG_BYTES, else ConfigError.
+    Opened with O_NONBLOCK, so a FIFO (which blocks open until a writer comes) cannot wedge the
+    caller; the type is checked on the opened descriptor, so a swap after a stat cannot fool it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise ConfigError("config", f"file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = (
+                "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) else "not a file"
+            )
+            raise ConfigError("config", f"{path} is not a regular file ({kind}): refused, reading it could block")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError("config", f"{path} is {st.st_size} bytes, over {MAX_CONFIG_BYTES}: refused")
+        chunks, size = [], 0
+        while size <= MAX_CONFIG_BYTES:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError("config", f"{path} grew over {MAX_CONFIG_BYTES} bytes: refused")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 class ConfigSource:
@@ -52,9 +91,8 @@ class ConfigSource:
         if self.path is None:
             return None
         try:
-            with open(self.path, "rb") as handle:
-                return hashlib.sha256(handle.read()).hexdigest()
-        except OSError:
+            return hashlib.sha256(read_regular(self.path)).hexdigest()
+        except ConfigError:
             return None
 
     def changed(self) -> bool:
@@ -71,6 +109,8 @@ class ConfigSource:
         return True
 
     def load(self) -> Config:
+        if self.path is not None:
+            read_regular(self.path)  # refuses a FIFO, device or huge file before the loader opens it
         return self._load(self.path)
 
 

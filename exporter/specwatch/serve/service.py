@@ -349,7 +349,9 @@ class Service:
         if self.fleet is not None:
             self.fleet.client.close()
 
-    def run_forever(self) -> int:
+    def run_forever(self, reload_pending: Callable[[], bool] | None = None) -> int:
+        """Serve until SIGTERM or SIGINT. reload_pending: whether a SIGHUP arrived before this
+        installed its handler (cli.py queues those); it is then done as a reload after start."""
         stop_signal = threading.Event()
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -360,6 +362,8 @@ class Service:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGHUP, lambda _signum, _frame: self.request_reload())
+        if reload_pending is not None and reload_pending():
+            self.request_reload()  # a SIGHUP queued during start-up: reload once the loop runs
         self.start()
         while not stop_signal.wait(0.2):
             pass

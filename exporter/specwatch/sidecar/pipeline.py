@@ -37,7 +37,7 @@ from specwatch.windows.window import RouteWindow, increases_by_counter
 
 __all__ = ["Pipeline"]
 
-ERROR_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "invalid")
+ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid")
 
 
 @dataclass

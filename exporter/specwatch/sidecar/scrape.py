@@ -40,7 +40,7 @@ def steady_clock() -> Callable[[], float]:
 
 
 class ScrapeError(TransferError):
-    """A failed poll; `reason` is one of timeout, connect, http_status, too_large, invalid."""
+    """A failed poll; `reason` is one of timeout, connect, tls, http_status, too_large, invalid."""
 
 
 @dataclass(frozen=True)

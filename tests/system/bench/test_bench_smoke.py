@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-TABLES = ("parse_cost", "evaluate", "scaling", "replay", "http", "detection", "false_changes", "accuracy")
+TABLES = ("parse_cost", "evaluate", "scaling", "replay", "http", "attack", "detection", "false_changes", "accuracy")
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None or shutil.which("promtool") is None,
