@@ -113,7 +113,7 @@ def _target_lines(state: State, watch: TargetWatch | None) -> list[str]:
             )
             lines.append(
                 f"target {target.name} DOWN: last error {last} ({failed} failed of {target.polls} polls); "
-                "the table keeps the last evaluations and no verdict moves while it is down"
+                "no evaluation while it is down, and no verdict moves"
             )
     return lines
 
