@@ -181,8 +181,8 @@ def render_table(
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     if not rows and not faults:
         lines.append("(waiting for two polls...)")
-    for route, text in configs.items():
-        lines.append(f"--speculative-config for {route}: {text}")
+    for name, text in configs.items():
+        lines.append(f"--speculative-config for {name}: {text}")
     return "\n".join(lines)
 
 
