@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import structlog
 
 TESTS = Path(__file__).resolve().parent
 # Test helpers live in tests/support (import as `support.<module>`): a conftest is not importable
@@ -32,3 +33,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.system)
         elif path in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults():
+    """Commands run in-process configure structlog for the whole process (a level filter, a
+    stream): each test starts and ends with structlog's defaults, so log assertions never depend
+    on which test ran before."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()

@@ -12,14 +12,24 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from specwatch.base.logsetup import configure_logging
-from specwatch.config import from_mapping, parse_duration
+from specwatch.config import Config, ConfigError, from_mapping, parse_duration
+from specwatch.lesson.options import port as port_type
+from specwatch.lesson.options import positive
 
 if TYPE_CHECKING:
-    from specwatch.sidecar.state import State
+    from specwatch.sidecar.state import State, TargetState
+    from specwatch.sim.scenario import Scenario
     from specwatch.verdict.evaluation import RouteEvaluation
+
+#: ANSI: cursor home, clear screen (a TTY redraws the table in place).
+CLEAR = "\x1b[H\x1b[2J"
+#: Demo config keys and the flags that set them (an error names the flag).
+FLAG_KEYS = {"windows": "--windows", "poll_interval": "--poll-interval", "listen": "--port"}
 
 
 def _fmt(value: Any, spec: str = ".3f") -> str:
@@ -49,23 +59,100 @@ def _recommendation(evaluation: RouteEvaluation) -> str:
     return text if advice.action == "apply" else f"merge {text}"
 
 
-def render_table(state: State, sim_truth: dict[str, Any] | None = None, sim_time: float | None = None) -> str:
+def _action(recommendation: str) -> str:
+    """The table's short action column: the full --speculative-config is printed once below it."""
+    if recommendation.startswith("merge "):
+        return "merge (below)"
+    if recommendation.startswith("{"):
+        return "apply (below)"
+    return recommendation
+
+
+@dataclass
+class Pending:
+    """When each route-window's pending candidate verdict was first seen (wall time)."""
+
+    hold_seconds: float = 0.0
+    since: dict[tuple[str, str, str], float] = field(default_factory=dict)
+
+    def describe(self, route: str, window: str, candidate: str | None, verdict: str | None, now: float) -> str:
+        if candidate is None or candidate == verdict:
+            for key in [k for k in self.since if k[:2] == (route, window)]:
+                del self.since[key]
+            return "-"
+        key = (route, window, candidate)
+        first = self.since.setdefault(key, now)
+        for other in [k for k in self.since if k[:2] == (route, window) and k != key]:
+            del self.since[other]
+        return f"{candidate} {min(now - first, self.hold_seconds):.0f}/{self.hold_seconds:.0f}s"
+
+
+@dataclass
+class TargetWatch:
+    """The last error reason of each target: the reason whose count rose since the last frame."""
+
+    counts: dict[str, Mapping[str, int]] = field(default_factory=dict)
+    last: dict[str, str] = field(default_factory=dict)
+
+    def update(self, targets: tuple[TargetState, ...]) -> None:
+        for target in targets:
+            before = self.counts.get(target.name, {})
+            rose = [reason for reason, n in target.errors.items() if n > before.get(reason, 0)]
+            if rose:
+                self.last[target.name] = rose[0]
+            self.counts[target.name] = dict(target.errors)
+
+
+def _target_lines(state: State, watch: TargetWatch | None) -> list[str]:
+    lines = []
+    for target in state.targets:
+        if target.up is False:
+            failed = sum(target.errors.values())
+            last = (watch.last.get(target.name) if watch else None) or (
+                max(target.errors, key=lambda r: target.errors[r]) if target.errors else "unknown"
+            )
+            lines.append(
+                f"target {target.name} DOWN: last error {last} ({failed} failed of {target.polls} polls); "
+                "no evaluation while it is down, and no verdict moves"
+            )
+    return lines
+
+
+def render_table(
+    state: State,
+    sim_truth: dict[str, Any] | None = None,
+    sim_time: float | None = None,
+    *,
+    pending: Pending | None = None,
+    watch: TargetWatch | None = None,
+    now: float | None = None,
+) -> str:
+    """One frame: the simulated time and the truth, target faults, the table, then each route's
+    full --speculative-config once (rows stay narrow)."""
     header = (
         "route",
         "window",
         "alpha",
         "break-even",
         "batch",
-        "ITL p50 ms",
-        "ITL p99 ms",
+        "ITL p50 ms/step",
+        "ITL p99 ms/step",
         "speedup",
         "verdict",
+        "pending (held/hold)",
         "--speculative-config",
     )
+    now = time.monotonic() if now is None else now
+    pending = pending or Pending()
     rows = []
+    configs: dict[str, str] = {}
     for route in state.routes:
         for evaluation in route.evaluations:
             stats = evaluation.stats
+            recommendation = _recommendation(evaluation)
+            if recommendation.startswith(("merge ", "{")):
+                configs[route.route] = f"{recommendation} (verdict {evaluation.verdict}, window {stats.window})"
+            candidate = evaluation.assessment.candidate if evaluation.assessment is not None else None
             rows.append(
                 (
                     route.route,
@@ -77,31 +164,75 @@ def render_table(state: State, sim_truth: dict[str, Any] | None = None, sim_time
                     _fmt(stats.itl_p99_seconds and stats.itl_p99_seconds * 1000, ".1f"),
                     _fmt(evaluation.value("expected_speedup"), ".2f"),
                     evaluation.verdict or "-",
-                    _recommendation(evaluation),
+                    pending.describe(route.route, stats.window, candidate, evaluation.verdict, now),
+                    _action(recommendation),
                 )
             )
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = []
     if sim_time is not None:
-        lines.append(f"simulated time {sim_time:7.1f}s" + (f"  truth: {_truth_line(sim_truth)}" if sim_truth else ""))
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+        lines.append(f"simulated time {sim_time:7.1f}s" + (f"  phase {sim_truth['phase']}" if sim_truth else ""))
+    if sim_truth:
+        lines.append(f"truth: {_truth_line(sim_truth)}")
+    faults = _target_lines(state, watch)
+    lines += faults
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-    if not rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if not rows and not faults:
         lines.append("(waiting for two polls...)")
+    for name, text in configs.items():
+        lines.append(f"--speculative-config for {name}: {text}")
     return "\n".join(lines)
 
 
 def _truth_line(truth: dict[str, Any]) -> str:
+    """The simulator's true parameters and the verdict they call for (engine.truth())."""
     parts = []
-    if "phase" in truth:
-        parts.append(f"phase={truth['phase']}")
     for route, values in (truth.get("routes") or {}).items():
         if isinstance(values, dict):
-            alpha = values.get("acceptance_rate") or values.get("alpha")
-            batch = values.get("batch") or values.get("batch_size")
-            parts.append(f"{route}: alpha={_fmt(alpha)} batch={_fmt(batch, '.0f')}")
-    return " ".join(parts)
+            alpha = values.get("acceptance_rate", values.get("alpha"))
+            batch = values.get("batch", values.get("batch_size"))
+            text = f"{route}: alpha {_fmt(alpha)} batch {_fmt(batch, '.0f')}"
+            if "breakeven_acceptance_rate" in values:
+                text += f" break-even {_fmt_breakeven(values['breakeven_acceptance_rate'])}"
+            if values.get("verdict"):
+                text += f" -> true verdict {values['verdict']}"
+            parts.append(text)
+    return "; ".join(parts)
+
+
+def breakeven_line(truth: dict[str, Any]) -> str:
+    """The break-even the cost model gives at the scenario's start, per route: printed under the
+    scenario's description in place of any hand-typed number."""
+    parts = []
+    for route, values in (truth.get("routes") or {}).items():
+        be = values.get("breakeven_acceptance_rate")
+        if be is not None:
+            parts.append(
+                f"{route} {_fmt_breakeven(be)} at batch {values.get('nominal_batch', values.get('batch')):.0f}, "
+                f"K={values.get('k')}"
+            )
+    return "break-even from the cost model at the start: " + ("; ".join(parts) or "speculation off")
+
+
+def demo_config(
+    scenario: Scenario, *, target_url: str, port: int, poll_interval: float, windows: tuple[str, ...]
+) -> Config:
+    """The sidecar config of the demo. The alert rules read the longest demo window, so the
+    "alerting.window is not among windows" warning (true for a 5m default) does not apply."""
+    from specwatch.sim.sidecar_config import sidecar_config_for
+
+    raw = sidecar_config_for(
+        scenario, target_url=target_url, listen=f"127.0.0.1:{port}", poll_interval=poll_interval, windows=windows
+    )
+    try:
+        longest = max(windows, key=lambda w: parse_duration(w, "--windows"))
+        raw["alerting"] = {"window": longest}
+        return from_mapping(raw)
+    except ConfigError as exc:
+        flag = FLAG_KEYS.get(exc.key.split("[")[0])
+        raise argparse.ArgumentTypeError(f"{flag or exc.key}: {exc.reason}") from None
 
 
 def run_demo(
@@ -115,47 +246,88 @@ def run_demo(
     refresh: float,
     out: TextIO,
     seed: int = 0,
+    tty: bool | None = None,
 ) -> int:
     from specwatch import sim
     from specwatch.serve.service import Service
-    from specwatch.sim.sidecar_config import sidecar_config_for
+    from specwatch.sim.scenario import ScenarioError
 
-    configure_logging("json", "warning")
-    scenario = sim.load_scenario(scenario_name)
-    handle = sim.serve(scenario, host="127.0.0.1", port=0, speed=speed, seed=seed)
-    config = from_mapping(
-        sidecar_config_for(
-            scenario, target_url=handle.url, listen=f"127.0.0.1:{port}", poll_interval=poll_interval, windows=windows
-        )
-    )
-    service = Service(config)
-    stop = threading.Event()
+    tty = out.isatty() if tty is None else tty
+    if not windows:
+        raise argparse.ArgumentTypeError("--windows: give at least one window, e.g. 5s,15s")
     try:
-        service.start()
-        base = f"http://127.0.0.1:{service.port}"
-        out.write(f"specwatch demo: scenario {scenario.name!r} at {speed:g}x ({scenario.description.strip()})\n")
-        out.write(f"simulated vLLM: {handle.url}\nsidecar: {base}/metrics  {base}/api/v1/status\n")
-        out.write("Ctrl-C to stop.\n\n")
-        out.flush()
-        end = time.monotonic() + duration if duration else None
+        scenario = sim.load_scenario(scenario_name)
+    except ScenarioError as exc:
+        raise argparse.ArgumentTypeError(f"--scenario {scenario_name}: {exc}") from None
+    configure_logging("json", "warning")
+    handle = sim.serve(scenario, host="127.0.0.1", port=0, speed=speed, seed=seed)
+    service = None
+    try:
+        config = demo_config(scenario, target_url=handle.url, port=port, poll_interval=poll_interval, windows=windows)
+        service = Service(config)
+        try:
+            service.start()
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"--port {port}: {exc.strerror or exc} (0 picks a free port)") from None
+        return _show(
+            service, handle, scenario, config, speed=speed, duration=duration, refresh=refresh, out=out, tty=tty
+        )
+    finally:
+        if service is not None:
+            service.stop()
+        handle.stop()
+
+
+def _show(
+    service: Any,
+    handle: Any,
+    scenario: Scenario,
+    config: Config,
+    *,
+    speed: float,
+    duration: float | None,
+    refresh: float,
+    out: TextIO,
+    tty: bool,
+) -> int:
+    base = f"http://127.0.0.1:{service.port}"
+    intro = [
+        f"specwatch demo: scenario {scenario.name!r} at {speed:g}x, windows {', '.join(config.window_labels)} "
+        f"(wall time), poll every {config.poll_interval:g}s, verdict hold {config.decision.hold_seconds(config.poll_interval):g}s",
+        "  " + " ".join(scenario.description.split()),
+        "  " + breakeven_line(handle.truth()),
+        f"simulated vLLM: {handle.url}",
+        f"sidecar: {base}/metrics  {base}/api/v1/status",
+        "ITL is vLLM's histogram: one sample per engine step (a step carries 1 + accepted tokens).",
+        "Ctrl-C to stop.",
+        "",
+    ]
+    out.write("\n".join(intro) + "\n")
+    out.flush()
+    pending = Pending(hold_seconds=config.decision.hold_seconds(config.poll_interval))
+    watch = TargetWatch()
+    stop = threading.Event()
+    end = time.monotonic() + duration if duration else None
+    reason = "the scenario ended"
+    try:
         while not stop.is_set():
             wait = refresh if end is None else min(refresh, max(0.0, end - time.monotonic()))
             if stop.wait(wait):
                 break
-            truth = handle.truth() if hasattr(handle, "truth") else None
-            sim_time = handle.sim_time() if callable(getattr(handle, "sim_time", None)) else None
-            out.write(render_table(service.published.state, truth, sim_time) + "\n\n")
+            state = service.published.state
+            watch.update(state.targets)
+            sim_time = handle.sim_time()
+            frame = render_table(state, handle.truth(), sim_time, pending=pending, watch=watch)
+            out.write((CLEAR + "\n".join(intro) + "\n" + frame + "\n") if tty else frame + "\n\n")
             out.flush()
             if end is not None and time.monotonic() >= end:
+                reason = "--duration reached"
                 break
-            if sim_time is not None and sim_time >= scenario.duration and end is None:
+            if end is None and sim_time >= scenario.duration:
                 break
     except KeyboardInterrupt:
-        pass
-    finally:
-        service.stop()
-        handle.stop()
-    out.write("demo finished.\n")
+        reason = "interrupted"
+    out.write(f"demo finished ({reason}).\n")
     return 0
 
 
@@ -180,7 +352,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     demo = subparsers.add_parser("demo", help="run the built-in simulated vLLM and the sidecar, and print a live table")
     demo.add_argument("--scenario", default="alpha-drop", help="simulator scenario (default alpha-drop)")
     demo.add_argument(
-        "--speed", type=float, default=10.0, help="simulation speed-up (default 10x: the story in about a minute)"
+        "--speed", type=positive, default=10.0, help="simulation speed-up (default 10x: the story in about a minute)"
     )
     demo.add_argument(
         "--duration", default=None, help="stop after this wall time, e.g. 20s (default: the scenario's end)"
@@ -190,6 +362,6 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         "--windows", default="5s,15s", help="sidecar windows in wall time (default 5s,15s: 50 s and 150 s simulated)"
     )
     demo.add_argument("--refresh", default="5s", help="table refresh interval (default 5s)")
-    demo.add_argument("--port", type=int, default=0, help="sidecar port on 127.0.0.1 (default: a free port)")
+    demo.add_argument("--port", type=port_type, default=0, help="sidecar port on 127.0.0.1 (default: a free port)")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=cmd_demo)

@@ -12,11 +12,25 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from specwatch import __version__
+from specwatch.cli.args import CliParser, fail, subparser_for
 
 if TYPE_CHECKING:
-    from specwatch.config import Config
+    from specwatch.config import Config, ConfigError
 
 EXIT_CONFIG = 2
+#: Ran, but produced nothing useful (a recording of errors only, a replay without evaluations).
+EXIT_NOTHING = 1
+EXIT_INTERRUPTED = 130
+
+#: Config keys that a flag sets: an error in one names the flag the user typed, not the key.
+FLAG_KEYS = {
+    "listen": "--listen",
+    "targets": "--target",
+    "targets[0]": "--target",
+    "targets[0].url": "--target",
+    "alerting": "--alert-window",
+    "alerting.window": "--alert-window",
+}
 
 # Modules that contribute subcommands through add_parsers(subparsers). Imported only when the
 # command is not one of this module's own, so `specwatch replay` does not load the simulator,
@@ -56,7 +70,7 @@ def _alert_window_override(args: argparse.Namespace) -> dict[str, object] | None
     """--alert-window sets alerting.window (flags beat SPECWATCH_ALERTING__WINDOW, which beats the file)."""
     from specwatch.config import parse_duration
 
-    if not args.alert_window:
+    if args.alert_window is None:
         return None
     return {"window": parse_duration(args.alert_window, "--alert-window")}
 
@@ -93,9 +107,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             config_error=error,
             on_log_config=lambda c: configure_logging(c.log.format, c.log.level),
         ).run_forever(reload_pending=lambda: bool(EARLY_SIGHUPS))
-    except OSError as exc:  # the listen address is taken or not ours to bind: one line, like a bad key
-        print(f"specwatch: config error: listen {config.listen}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_CONFIG
+    except OSError as exc:  # the listen address is taken or not ours to bind: a bad value, like a bad key
+        where = f"--listen {args.listen}" if args.listen else f"listen {config.listen}"
+        fail("specwatch run", f"{where}: {exc.strerror or exc}")
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -119,17 +133,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from specwatch.base.logsetup import configure_logging
-    from specwatch.config import parse_duration
-    from specwatch.sidecar.record import record
+    from specwatch.cli.record import record_command
 
-    config = _load_config(args)
-    duration = parse_duration(args.duration, "--duration")
-    configure_logging(config.log.format, config.log.level)
-    with open(args.out, "w", encoding="utf-8") as out:
-        lines = record(config, out, duration)
-    print(f"wrote {lines} polls to {args.out}", file=sys.stderr)
-    return 0
+    return record_command(args, _load_config(args))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -140,18 +146,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
     # a short replay's start-up.
     try:
         with open(args.recording, encoding="utf-8") as handle:
-            replay_to(config, handle, sys.stdout, learn_targets=args.config is None)
+            count = replay_to(config, handle, sys.stdout, learn_targets=args.config is None)
     except FileNotFoundError:
-        print(f"specwatch: recording not found: {args.recording}", file=sys.stderr)
-        return EXIT_CONFIG
+        fail("specwatch replay", f"recording not found: {args.recording}")
+    except IsADirectoryError:
+        fail("specwatch replay", f"{args.recording}: is a directory, not a recording")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail("specwatch replay", f"{args.recording}: cannot read: {getattr(exc, 'strerror', None) or exc}")
     except RecordingError as exc:
-        print(f"specwatch: {args.recording}: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        fail("specwatch replay", f"{args.recording}: {exc}")
+    if count == 0:
+        print(
+            f"specwatch replay: no evaluations: {args.recording} holds no successful poll "
+            "(only errors, or empty); an evaluation needs two polls of a target",
+            file=sys.stderr,
+        )
+        return EXIT_NOTHING
     return 0
 
 
 def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="specwatch",
         description=(
             "Observability sidecar for vLLM speculative decoding: rolling acceptance rate, ITL tails, "
@@ -197,8 +212,13 @@ def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argp
 
     rec = sub.add_parser("record", help="record polls of the configured targets as JSON lines")
     rec.add_argument("--config")
-    rec.add_argument("--out", required=True)
+    rec.add_argument("--out", required=True, help="recording to write (JSON lines); its directory must exist")
     rec.add_argument("--duration", required=True, help="e.g. 10m")
+    rec.add_argument(
+        "--progress-every",
+        default="10s",
+        help="print a progress line on stderr this often (default 10s; 0 for none)",
+    )
     rec.set_defaults(func=cmd_record)
 
     rep = sub.add_parser(
@@ -218,6 +238,23 @@ def _command(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _flag_given(args: argparse.Namespace, flag: str) -> str | None:
+    value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+    return None if value is None else str(value)
+
+
+def config_error(prog: str, args: argparse.Namespace, exc: ConfigError) -> None:
+    """A ConfigError in the words the user typed: a flag as the flag (``--listen x: ...``), an
+    environment variable by its name (config/env.py puts it in the key), else the config key."""
+    if exc.key.startswith("--"):  # raised for a flag already (parse_duration(text, "--duration"))
+        fail(prog, f"{exc.key}: {exc.reason}")
+    flag = FLAG_KEYS.get(exc.key)
+    given = _flag_given(args, flag) if flag else None
+    if flag and given is not None:
+        fail(prog, f"{flag} {given}: {exc.reason}")
+    fail(prog, str(exc), label="config error")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if _command(words) == "run":
@@ -226,13 +263,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser(() if _command(words) in CORE_COMMANDS else SUBCOMMAND_MODULES)
     args = parser.parse_args(words)
+    command = subparser_for(parser, args.command)
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"specwatch: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except KeyboardInterrupt:
-        return 130
+        config_error(command.prog, args, exc)
+    except argparse.ArgumentTypeError as exc:  # a bad value found after parsing (lesson, sim, demo)
+        command.error(str(exc))
+    except KeyboardInterrupt:  # a command with work to keep says what it kept; the rest stop quietly
+        print(f"{command.prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0  # not reached: config_error and error exit
 
 
 if __name__ == "__main__":

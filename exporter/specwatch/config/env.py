@@ -7,11 +7,13 @@ their own variable (SPECWATCH_TARGET_URL), and aliases kept from earlier release
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specwatch.config.kinds import Kind
+from specwatch.config import kinds
+from specwatch.config.kinds import ConfigError, Context, Kind
 from specwatch.config.nodes import ENV_PREFIX, Items, Key, Section
 from specwatch.config.schema import SCHEMA
 
@@ -50,14 +52,51 @@ def derived_name(path: tuple[str | int, ...]) -> str:
 
 ENV_BINDINGS: tuple[EnvBinding, ...] = tuple(_bindings(SCHEMA, ()))
 
+#: SPECWATCH_* variables that are not config keys (read by the CLI itself).
+OTHER_VARIABLES = frozenset({"SPECWATCH_MODE"})
+KNOWN_VARIABLES = frozenset(b.name for b in ENV_BINDINGS) | OTHER_VARIABLES
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path).lstrip(".")
+
+
+def check_misspelled(environ: Mapping[str, str]) -> None:
+    """A SPECWATCH_* variable that is one typo away from a known one is an error, as an unknown
+    YAML key is. Variables far from every name are left alone: tools of their own (test
+    harnesses, wrappers) share the prefix."""
+    for name in environ:
+        if not name.startswith(ENV_PREFIX) or name in KNOWN_VARIABLES:
+            continue
+        near = difflib.get_close_matches(name, sorted(KNOWN_VARIABLES), n=1, cutoff=0.85)
+        if near:
+            raise ConfigError(f"environment variable {name}", f"not a specwatch variable; did you mean {near[0]}?")
+
+
+def _checked(binding: EnvBinding, value: object, environ: Mapping[str, str]) -> None:
+    """Parse a variable's value on its own, so a bad one is reported under the variable's name
+    (the user never wrote the key it sets). Kinds that read files are checked later, where the
+    config file's directory is known."""
+    if binding.kind is None or type(binding.kind).__module__ != kinds.__name__:
+        return
+    try:
+        binding.kind.parse(value, binding.name, Context(environ=environ))
+    except ConfigError as exc:
+        raise ConfigError(
+            f"environment variable {binding.name}", f"{exc.reason} (it sets {_dotted(binding.path)})"
+        ) from None
+
 
 def apply_env(raw: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """A copy of raw with every SPECWATCH_* variable that is set written into it."""
+    check_misspelled(environ)
     result = dict(raw)
     for binding in ENV_BINDINGS:
         if binding.name in environ:
             text = environ[binding.name]
-            _set(result, binding.path, binding.kind.from_env(text) if binding.kind else text)
+            value = binding.kind.from_env(text) if binding.kind else text
+            _checked(binding, value, environ)
+            _set(result, binding.path, value)
     return result
 
 

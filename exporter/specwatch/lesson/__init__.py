@@ -8,6 +8,7 @@ has a report function with explicit parameters and a ``cmd_*`` that reads the fl
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from specwatch.lesson import breakeven, memory, plan, simulate
@@ -34,7 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specwatch-lesson")
     add_parsers(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except argparse.ArgumentTypeError as exc:  # a bad value found after parsing (options.UsageError)
+        prog = f"specwatch-lesson {args.command}"
+        print(f"{prog}: error: {exc}\n{prog}: see '{prog} --help'", file=sys.stderr)
+        return 2
     return code
 
 

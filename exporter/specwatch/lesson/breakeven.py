@@ -17,6 +17,7 @@ from specwatch.lesson.options import (
     ints,
     load_profile,
     rounded,
+    schema_type,
     target_options,
     with_draft_k,
 )
@@ -95,7 +96,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--method", choices=list(cmod.DRAFT_METHODS), default=None, help="drafter (auto = eagle3)")
     p.add_argument(
-        "--draft-cost", type=float, default=None, help="draft cost per drafted token, fraction of a plain target step"
+        "--draft-cost",
+        type=schema_type("draft.cost_per_token"),
+        default=None,
+        help="draft cost per drafted token, fraction of a plain target step",
     )
     p.add_argument("--k", type=ints, required=True, help="draft length K (or a comma list)")
     p.add_argument("--batch", type=ints, required=True, help="comma list of batch sizes, e.g. 1,8,64,256")

@@ -14,6 +14,8 @@ from specwatch.lesson.options import (
     cost_model_from_flags,
     emit_json,
     load_json,
+    number,
+    positive_int,
     rounded,
     target_options,
 )
@@ -174,7 +176,9 @@ def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     cm = cost_model_from_flags(args, LESSON_TARGET)
     if args.draft_model_config:
-        draft = cmod.model_spec_from_hf_config(load_json(args.draft_model_config), name=args.draft_model_config)
+        draft = cmod.model_spec_from_hf_config(
+            load_json(args.draft_model_config, "--draft-model-config"), name=args.draft_model_config
+        )
     else:
         draft = cmod.MODEL_PRESETS[args.draft_model]
     rep = memory_report(
@@ -207,11 +211,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     m.add_argument("--draft-dtype", choices=DTYPE_CHOICES, default="bf16")
     m.add_argument(
         "--draft-vocab",
-        type=int,
+        type=positive_int,
         default=cmod.EAGLE3_DRAFT_VOCAB,
         help=f"EAGLE-3 draft vocabulary ({cmod.EAGLE3_DRAFT_VOCAB})",
     )
-    m.add_argument("--concurrency", type=int, default=64)
-    m.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    m.add_argument("--concurrency", type=positive_int, default=64)
+    m.add_argument(
+        "--gpu-memory-utilization",
+        type=number(minimum=0, maximum=1, exclusive_minimum=True),
+        default=0.9,
+        help="fraction of GPU memory vLLM may use, in (0, 1] (0.9)",
+    )
     m.add_argument("--format", choices=["table", "json"], default="table")
     m.set_defaults(func=cmd_memory)

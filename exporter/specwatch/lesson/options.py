@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any, NoReturn
@@ -17,10 +16,78 @@ from typing import IO, Any, NoReturn
 import yaml
 
 from specwatch import costmodel as cmod
+from specwatch.config.kinds import ConfigError, Context, Kind, Number
+from specwatch.config.nodes import Items, Key, Section
+from specwatch.config.schema import SCHEMA
+
+#: A bad value found after parsing: ``specwatch <cmd>: error: <message>`` and exit 2 (the CLI prints it).
+UsageError = argparse.ArgumentTypeError
 
 DTYPE_CHOICES = ["bf16", "fp8", "int8", "int4"]
-#: name=share:alpha traffic classes (shares normalised to 1).
+#: name=share:alpha traffic classes (shares add up to 1).
 Traffic = list[tuple[str, float, float]]
+
+
+def schema_kind(dotted: str) -> Kind:
+    """The kind (with its bounds) of a config key, e.g. ``decision.margin``: a flag for the same
+    quantity accepts exactly what the config file accepts."""
+    node: Section | Key | Items = SCHEMA
+    for step in dotted.split("."):
+        keys = node.keys if isinstance(node, Section) else node.item.keys if isinstance(node, Items) else ()
+        found = next((n for n in keys if n.name == step), None)
+        if found is None:
+            raise KeyError(dotted)
+        node = found
+    if not isinstance(node, Key):
+        raise KeyError(dotted)
+    return node.kind
+
+
+def schema_type(dotted: str, kind: Kind | None = None) -> Any:
+    """An argparse type checking the value against the config key ``dotted`` (its bounds, its units)."""
+    checked = kind or schema_kind(dotted)
+
+    def parse(text: str) -> Any:
+        try:
+            return checked.parse(text, dotted, Context())
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(f"{exc.reason} (as config key {dotted})") from None
+
+    parse.__name__ = dotted.rsplit(".", 1)[-1]
+    return parse
+
+
+def number(
+    *,
+    integer: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+    exclusive_maximum: bool = False,
+) -> Any:
+    """An argparse type for a bounded number of a flag the config schema does not have."""
+    kind = Number(
+        minimum=minimum,
+        maximum=maximum,
+        exclusive_minimum=exclusive_minimum,
+        exclusive_maximum=exclusive_maximum,
+        integer=integer,
+    )
+
+    def parse(text: str) -> Any:
+        try:
+            return kind.parse(text, "", Context())
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(exc.reason) from None
+
+    return parse
+
+
+positive_int = number(integer=True, minimum=1)
+non_negative_int = number(integer=True, minimum=0)
+positive = number(minimum=0, exclusive_minimum=True)
+non_negative = number(minimum=0)
+port = number(integer=True, minimum=0, maximum=65535)
 
 
 def floats(text: str) -> list[float]:
@@ -41,9 +108,8 @@ def ints(text: str) -> list[int]:
 
 
 def usage_error(message: str) -> NoReturn:
-    """A bad flag value: one line on stderr naming the flag, exit status 2 (as for a bad config)."""
-    print(f"specwatch: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    """A bad flag value: the CLI prints ``specwatch <cmd>: error: <message>`` and exits 2."""
+    raise UsageError(message)
 
 
 def check_fractions(flag: str, values: float | Sequence[float] | None) -> None:
@@ -73,7 +139,7 @@ def load_profile(path: str | None) -> cmod.Profile | None:
 
 
 def traffic(text: str) -> Traffic:
-    """``chat=0.7:0.7,code=0.3:0.4`` -> [(name, share, alpha)]; shares are normalised."""
+    """``chat=0.7:0.7,code=0.3:0.4`` -> [(name, share, alpha)]; the shares must add up to 1."""
     out = []
     for part in text.split(","):
         if not part.strip():
@@ -89,6 +155,12 @@ def traffic(text: str) -> Traffic:
     if not out:
         raise argparse.ArgumentTypeError("traffic: at least one name=share:alpha")
     total = sum(s for _, s, _ in out)
+    if abs(total - 1.0) > 0.01:
+        # Shares of 0.7 + 0.5 are a typo, not a mix: renormalising would hide it.
+        raise argparse.ArgumentTypeError(f"traffic shares add up to {total:g}, not 1: {text!r}")
+    names = [n for n, _, _ in out]
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"traffic: a route name appears twice in {text!r}")
     return [(n, s / total, a) for n, s, a in out]
 
 
@@ -116,24 +188,36 @@ def target_options(defaults: ModelDefaults, role: str = "model") -> argparse.Arg
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group(f"hardware (default: {defaults.hardware})")
     g.add_argument("--hardware", choices=sorted(cmod.HARDWARE_PRESETS), default=None, help="GPU preset")
-    g.add_argument("--bandwidth", type=float, default=None, help="HBM bytes/s (instead of --hardware)")
-    g.add_argument("--flops", type=float, default=None, help="peak bf16 FLOP/s (instead of --hardware)")
+    g.add_argument(
+        "--bandwidth",
+        type=schema_type("hardware.bandwidth_bytes_per_second"),
+        default=None,
+        help="HBM bytes/s (instead of --hardware)",
+    )
+    g.add_argument(
+        "--flops", type=schema_type("hardware.flops"), default=None, help="peak bf16 FLOP/s (instead of --hardware)"
+    )
     mg = p.add_mutually_exclusive_group()
     mg.add_argument("--model-config", help="HF config.json of the target")
     mg.add_argument(
         "--model", choices=sorted(cmod.MODEL_PRESETS), default=None, help=f"{role} preset ({defaults.model})"
     )
-    mg.add_argument("--params", type=float, help="target parameter count (dense)")
+    mg.add_argument("--params", type=schema_type("model.params"), help="target parameter count (dense)")
     p.add_argument(
         "--dtype",
         choices=DTYPE_CHOICES,
         default=None,
         help=f"{'target weights' if role == 'target' else 'weight dtype'} ({defaults.dtype})",
     )
-    p.add_argument("--tp", type=int, default=None, help=f"tensor parallel size ({defaults.tensor_parallel})")
+    p.add_argument(
+        "--tp",
+        type=schema_type("tensor_parallel"),
+        default=None,
+        help=f"tensor parallel size ({defaults.tensor_parallel})",
+    )
     p.add_argument(
         "--context",
-        type=int,
+        type=schema_type("model.context_tokens"),
         default=defaults.context_tokens,
         help=f"context tokens per request ({defaults.context_tokens})",
     )
@@ -145,11 +229,11 @@ def load_json(path: str, flag: str = "--model-config") -> dict[str, Any]:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except OSError as exc:
-        raise SystemExit(f"error: {flag} {path}: {exc.strerror or exc}") from None
+        usage_error(f"{flag} {path}: {exc.strerror or exc}")
     except json.JSONDecodeError as exc:
-        raise SystemExit(f"error: {flag} {path}: not JSON ({exc})") from None
+        usage_error(f"{flag} {path}: not JSON ({exc})")
     if not isinstance(data, dict):
-        raise SystemExit(f"error: {flag} {path}: expected a JSON object")
+        usage_error(f"{flag} {path}: expected a JSON object")
     return data
 
 
@@ -164,10 +248,10 @@ def cost_model_from_flags(
 ) -> cmod.CostModel:
     """The CostModel of the ``target_options`` flags; a bad value exits with one error line."""
     hardware, bandwidth, flops = args.hardware, args.bandwidth, args.flops
-    if hardware is None and not (bandwidth or flops):
+    if hardware is None and bandwidth is None and flops is None:
         hardware = defaults.hardware
-    if hardware is None and not (bandwidth and flops):
-        raise SystemExit("error: give --hardware, or both --bandwidth and --flops")
+    if hardware is None and (bandwidth is None or flops is None):
+        usage_error("give --hardware, or both --bandwidth and --flops")
     model_config = load_json(args.model_config) if args.model_config else None
     model = args.model
     if model_config is None and model is None and args.params is None:
@@ -177,7 +261,7 @@ def cost_model_from_flags(
             hardware=hardware,
             bandwidth_bytes_per_second=bandwidth,
             flops=flops,
-            tensor_parallel=args.tp or defaults.tensor_parallel,
+            tensor_parallel=args.tp if args.tp is not None else defaults.tensor_parallel,
             model=model if model_config is None else None,
             model_config=model_config,
             model_params=args.params,
@@ -189,7 +273,7 @@ def cost_model_from_flags(
             profile=profile,
         )
     except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
+        usage_error(str(exc))
 
 
 def with_draft_k(cm: cmod.CostModel, k: int) -> cmod.CostModel:

@@ -16,6 +16,8 @@ from specwatch.lesson.options import (
     Traffic,
     cost_model_from_flags,
     describe,
+    positive_int,
+    schema_type,
     target_options,
     traffic,
 )
@@ -199,16 +201,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         parents=[target_options(LESSON_TARGET)],
         description="Staged speculative-decoding rollout plan with numbers from the cost model.",
     )
-    pl.add_argument("--prompt-tokens", type=int, default=1024, help="prompt length for the TTFT estimate (1024)")
+    pl.add_argument(
+        "--prompt-tokens", type=positive_int, default=1024, help="prompt length for the TTFT estimate (1024)"
+    )
     pl.add_argument("--method", choices=[m for m in cmod.DRAFT_METHODS if m != "auto"], default="eagle3")
-    pl.add_argument("--draft-cost", type=float, default=None)
-    pl.add_argument("--k", type=int, default=3, help="num_speculative_tokens (3)")
+    pl.add_argument("--draft-cost", type=schema_type("draft.cost_per_token"), default=None)
+    pl.add_argument("--k", type=schema_type("draft.k"), default=3, help="num_speculative_tokens (3)")
     pl.add_argument(
         "--traffic", type=traffic, default=traffic(DEFAULT_TRAFFIC), help=f"name=share:alpha,... ({DEFAULT_TRAFFIC})"
     )
-    pl.add_argument("--concurrency", type=int, default=64, help="target concurrency (64)")
-    pl.add_argument("--max-batch", type=int, default=512, help="largest batch the schedule covers (512)")
-    pl.add_argument("--margin", type=float, default=0.02, help="alpha margin above break-even (0.02)")
-    pl.add_argument("--min-drafts", type=int, default=500)
-    pl.add_argument("--hold", type=int, default=2)
+    pl.add_argument("--concurrency", type=positive_int, default=64, help="target concurrency (64)")
+    pl.add_argument("--max-batch", type=positive_int, default=512, help="largest batch the schedule covers (512)")
+    pl.add_argument(
+        "--margin", type=schema_type("decision.margin"), default=0.02, help="alpha margin above break-even (0.02)"
+    )
+    pl.add_argument("--min-drafts", type=schema_type("decision.min_drafts"), default=500)
+    pl.add_argument("--hold", type=positive_int, default=2, help="evaluations a new verdict must hold (2)")
     pl.set_defaults(func=cmd_plan)

@@ -6,7 +6,8 @@ import argparse
 import math
 import random
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
@@ -21,11 +22,19 @@ from specwatch.lesson.options import (
     emit_json,
     floats,
     ints,
+    non_negative,
+    number,
+    positive_int,
     rounded,
+    schema_type,
     target_options,
     traffic,
+    usage_error,
     with_draft_k,
 )
+
+#: A grid progress report: cells done, cells in all.
+Progress = Callable[[int, int], None]
 
 #: The lesson's draft length for its exercises.
 LESSON_K = 5
@@ -109,9 +118,10 @@ class SimulationGrid:
     seed: int = 0
 
 
-def _grid_rows(cm: cmod.CostModel, grid: SimulationGrid) -> list[dict[str, Any]]:
+def _grid_rows(cm: cmod.CostModel, grid: SimulationGrid, progress: Progress | None = None) -> list[dict[str, Any]]:
     rng = random.Random(grid.seed)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    cells = len(grid.batches) * len(grid.ks) * len(grid.alphas)
     models = {k: with_draft_k(cm, k) for k in grid.ks}  # a row does not depend on the other K values
     for b in grid.batches:
         for k in grid.ks:
@@ -131,6 +141,8 @@ def _grid_rows(cm: cmod.CostModel, grid: SimulationGrid) -> list[dict[str, Any]]
                         **{key: rounded(v, 6 if key.startswith("itl") else 4) for key, v in sim.items()},
                     }
                 )
+                if progress is not None:
+                    progress(len(rows), cells)
     return rows
 
 
@@ -184,11 +196,17 @@ def _itl_diagnosis(cm: cmod.CostModel, itl_mean_change: float, itl_p99_change: f
 
 
 def simulate_report(
-    cm: cmod.CostModel, grid: SimulationGrid, mix: Traffic, *, itl_mean_change: float, itl_p99_change: float
+    cm: cmod.CostModel,
+    grid: SimulationGrid,
+    mix: Traffic,
+    *,
+    itl_mean_change: float,
+    itl_p99_change: float,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The grid plus the lesson's answers: alpha for 2x/3x, overhead sensitivity, blended traffic
     and the mean-vs-P99 ITL diagnosis."""
-    rows = _grid_rows(cm, grid)
+    rows = _grid_rows(cm, grid, progress)
     answers: dict[str, Any] = {}
     answers["alpha_for_speedup_at_k5"] = [
         {
@@ -280,9 +298,54 @@ def simulate_text(rep: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def implied_alpha(itl_mean_change: float, itl_p99_change: float) -> float:
+    """The acceptance rate at K=5 that a mean and a P99 ITL change imply (see _itl_diagnosis)."""
+    return ((1 + itl_p99_change) / (1 + itl_mean_change) - 1) / LESSON_K
+
+
+def check_itl_changes(itl_mean_change: float, itl_p99_change: float) -> None:
+    """The diagnosis reads a P99 (per step) that rose by the verify overhead and a per-token mean
+    that moved by less: changes that imply a negative overhead or an acceptance rate outside
+    [0, 1] describe no speculative server, and the canned explanation would contradict them."""
+    if itl_p99_change < 0:
+        usage_error(
+            f"--itl-p99-change {itl_p99_change:g}: with speculation the per-step P99 cannot fall "
+            "(it rises by the verify overhead); give the observed change, >= 0"
+        )
+    alpha = implied_alpha(itl_mean_change, itl_p99_change)
+    if not 0.0 <= alpha <= 1.0:
+        usage_error(
+            f"--itl-mean-change {itl_mean_change:g} with --itl-p99-change {itl_p99_change:g} implies an "
+            f"acceptance rate of {alpha:.3f} at K={LESSON_K}, outside [0, 1]: the mean per-token ITL must "
+            "change by no more than the P99 (and fall by at most the speculative speedup)"
+        )
+
+
+class _GridProgress:
+    """Progress on stderr for a grid that runs longer than a couple of seconds."""
+
+    def __init__(self, err: IO[str], every: float = 2.0) -> None:
+        self.err, self.every = err, every
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, done: int, cells: int) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every or done == cells:
+            return
+        self.last = now
+        elapsed = now - self.start
+        left = elapsed / done * (cells - done)
+        print(
+            f"specwatch simulate: {done}/{cells} cells, {elapsed:.0f}s so far, about {left:.0f}s left",
+            file=self.err,
+            flush=True,
+        )
+
+
 def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     check_fractions("--alphas", args.alphas)
+    check_itl_changes(args.itl_mean_change, args.itl_p99_change)
     draft_cost = args.draft_cost
     if draft_cost is None and args.method is None:
         # The lesson's epsilon: total draft+verify overhead at batch 1 for K=5.
@@ -300,13 +363,22 @@ def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         seed=args.seed,
     )
     rep = simulate_report(
-        cm, grid, args.traffic, itl_mean_change=args.itl_mean_change, itl_p99_change=args.itl_p99_change
+        cm,
+        grid,
+        args.traffic,
+        itl_mean_change=args.itl_mean_change,
+        itl_p99_change=args.itl_p99_change,
+        progress=_GridProgress(sys.stderr),
     )
     if args.format == "json":
         emit_json(rep, out)
     else:
         out.write(simulate_text(rep))
     return 0
+
+
+#: A relative change: -0.25 is 25% lower; below -1 a latency would be negative.
+_change = number(minimum=-1, exclusive_minimum=True)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -324,19 +396,24 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         help="use this drafter's modelled cost instead of --overhead",
     )
-    s.add_argument("--draft-cost", type=float, default=None, help="draft cost per drafted token (overrides --overhead)")
+    s.add_argument(
+        "--draft-cost",
+        type=schema_type("draft.cost_per_token"),
+        default=None,
+        help="draft cost per drafted token (overrides --overhead)",
+    )
     s.add_argument(
         "--overhead",
-        type=float,
+        type=non_negative,
         default=0.15,
         help="lesson's epsilon: draft overhead at batch 1 for K=5 (0.15); batch growth comes from the model",
     )
     s.add_argument("--alphas", type=floats, default=[0.3, 0.5, 0.7], help="alpha grid (0.3,0.5,0.7)")
     s.add_argument("--k", type=ints, default=[1, 3, 5], help="K grid (1,3,5)")
     s.add_argument("--batch", type=ints, default=[1, 64, 256], help="batch sizes (1,64,256)")
-    s.add_argument("--tokens", type=int, default=256, help="output tokens per request (256)")
-    s.add_argument("--requests", type=int, default=32, help="requests simulated per cell (32)")
-    s.add_argument("--jitter", type=float, default=0.05, help="lognormal sigma of step time (0.05)")
+    s.add_argument("--tokens", type=positive_int, default=256, help="output tokens per request (256)")
+    s.add_argument("--requests", type=positive_int, default=32, help="requests simulated per cell (32)")
+    s.add_argument("--jitter", type=non_negative, default=0.05, help="lognormal sigma of step time (0.05)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument(
         "--traffic",
@@ -344,7 +421,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=traffic(DEFAULT_TRAFFIC),
         help="name=share:alpha,... for the blended-alpha exercise",
     )
-    s.add_argument("--itl-mean-change", type=float, default=-0.25, help="observed mean ITL change (-0.25)")
-    s.add_argument("--itl-p99-change", type=float, default=0.15, help="observed P99 ITL change (+0.15)")
+    s.add_argument("--itl-mean-change", type=_change, default=-0.25, help="observed mean ITL change (-0.25)")
+    s.add_argument("--itl-p99-change", type=_change, default=0.15, help="observed P99 ITL change (+0.15)")
     s.add_argument("--format", choices=["table", "json"], default="table")
     s.set_defaults(func=cmd_simulate)

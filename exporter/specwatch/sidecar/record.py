@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Any
 
 from specwatch.config import Config
 from specwatch.sidecar.scrape import ScrapeError, Scraper, steady_clock
@@ -22,7 +22,10 @@ def record(
     *,
     clock: Callable[[], float] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    on_poll: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
+    """Poll every target each poll_interval for ``duration`` seconds; the number of lines written.
+    ``on_poll`` sees each line as written (the CLI's progress and its exit status)."""
     clock = clock or steady_clock()
     scrapers = {
         t.name: Scraper(t.url, timeout=t.timeout, max_bytes=t.max_bytes, headers=t.headers) for t in config.targets
@@ -41,6 +44,8 @@ def record(
                     entry = {"t": t, "target": target.name, "error": exc.reason}
                 out.write(json.dumps(entry) + "\n")
                 lines += 1
+                if on_poll is not None:
+                    on_poll(entry)
             out.flush()
             next_tick += config.poll_interval
             sleep(max(0.0, min(next_tick, end) - time.monotonic()))

@@ -54,6 +54,12 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def run(args: argparse.Namespace) -> int:
+    """A bad scenario, flag value or port raises argparse.ArgumentTypeError: the CLI prints
+    ``specwatch sim: error: ...`` and exits 2."""
+    if not args.speed > 0:
+        raise argparse.ArgumentTypeError(f"--speed {args.speed:g}: must be > 0")
+    if not 0 <= args.port <= 65535:
+        raise argparse.ArgumentTypeError(f"--port {args.port}: must be in 0..65535")
     try:
         if args.list:
             for name in list_scenarios():
@@ -77,9 +83,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {n} polls of scenario {sc.name!r} to {args.record}", file=sys.stderr)
             return 0
         return _serve(sc, args, duration)
-    except (ScenarioError, ValueError, OSError) as exc:
-        print(f"specwatch sim: {exc}", file=sys.stderr)
-        return 2
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{getattr(exc, 'filename', None) or ''} {exc.strerror or exc}".strip()
+        ) from None
+    except (ScenarioError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _serve(sc: Scenario, args: argparse.Namespace, duration: float | None) -> int:
@@ -128,5 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] != "sim":
         argv = ["sim"] + argv
     args = parser.parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except argparse.ArgumentTypeError as exc:
+        print(f"specwatch sim: error: {exc}\nspecwatch sim: see 'specwatch sim --help'", file=sys.stderr)
+        return 2
     return code

