@@ -40,6 +40,7 @@ from .fleet_state import (
     replica_record,
 )
 from .fleet_windows import (
+    PlanCache,
     ReplicaKey,
     RouteData,
     RouteKey,
@@ -83,7 +84,10 @@ class FleetEvaluator:
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
         self.queries = promql.query_set(config.windows, config.window_labels, source.matchers, source.replica_labels)
         # One grouper per window: each keeps its label sets' plans from poll to poll.
-        self._groupers = {label: WindowGrouper(source.replica_labels, self.matchers) for label in config.window_labels}
+        plans = PlanCache()  # the windows' answers hold the same label sets: planned once
+        self._groupers = {
+            label: WindowGrouper(source.replica_labels, self.matchers, plans) for label in config.window_labels
+        }
         # The sidecar's exact-key assessment memo, sized each poll to hold every replica window.
         self._assessments = AssessmentCache()
         self._records: dict[RouteKey, _Record] = {}
