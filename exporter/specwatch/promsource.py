@@ -126,15 +126,14 @@ def label_set(key: bytes) -> dict[str, str]:
 # Prometheus writes a vector answer as exactly
 #   {"status":"success","data":{"resultType":"vector","result":[ITEM,ITEM,...]}[,"warnings":[...]]...}
 # with ITEM = {"metric":{"name":"value",...},"value":[1700000000.123,"42"]}. An ITEM of that shape
-# is matched in the bytes (a JSON string without raw control characters; a value string of
-# printable ASCII without escapes, which float() reads as it reads the decoded str); the label
-# set's text is validated by json.loads when first seen (label_set / the grouper's plans).
+# is matched in the bytes: a label set without braces in it, a JSON number, a value string of
+# printable ASCII without escapes (which float() reads as it reads the decoded str). A label
+# set's text is checked to be a JSON object by json.loads when first seen (it is then interned):
+# a JSON parse is deterministic, so a text that is a whole object is where the item's parse ends it.
 _HEAD = b'{"status":"success","data":{"resultType":"vector","result":'
 _PREFIX = _HEAD + b"["
-_STR = rb'"(?:[^"\\\x00-\x1f]|\\[^\x00-\x1f])*"'
 _ITEM = re.compile(
-    rb'\{"metric":(\{(?:' + _STR + rb":" + _STR + rb"(?:," + _STR + rb":" + _STR + rb")*)?\})"
-    rb',"value":\[-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?,"([ !#-\[\]-~]*)"\]\}'
+    rb'\{"metric":(\{[^{}]*\}),"value":\[-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?,"([ !#-\[\]-~]*)"\]\}'
 )
 _ITEM_END = b'"]}'  # where a fast-shape item may end: without one, the item has not all arrived
 _ODD_AFTER = 256 * 1024  # an unmatched item this long is read by json (one of Prometheus's is ~200 B)
@@ -214,7 +213,13 @@ class VectorDecoder:
                 self._state, self._parts, self._after_item = _ODD_STATE, [buf[pos:]], False
                 return b""
             key = m.group(1)
-            append_key(intern.setdefault(key, key))
+            known = intern.get(key)
+            if known is None:
+                if not _is_label_set(key):  # not what it seems (a brace in a string): json reads it
+                    self._state, self._parts, self._after_item = _ODD_STATE, [buf[pos:]], False
+                    return b""
+                known = intern[key] = key
+            append_key(known)
             append_value(value)
             pos = m.end()
             state = _SEP_STATE
@@ -275,6 +280,15 @@ class VectorDecoder:
 
 
 _JSON = json.JSONDecoder()
+
+
+def _is_label_set(text: bytes) -> bool:
+    """Whether a matched label set's text is a JSON object (checked once per label set: the
+    interned ones are known): then it is also where json's parse of the item ends it."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return False
 
 
 def _skip_ws(text: str, pos: int) -> int:
