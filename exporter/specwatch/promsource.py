@@ -34,8 +34,8 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import os
 import re
-import secrets
 import time
 from array import array
 from collections.abc import Callable, Iterator, Mapping
@@ -139,7 +139,7 @@ _ITEM_END = b'"]}'  # where a fast-shape item may end: without one, the item has
 _ODD_AFTER = 256 * 1024  # an unmatched item this long is read by json (one of Prometheus's is ~200 B)
 # Stands for the streamed result when the rest of the envelope is decoded: a random string, so an
 # answer cannot forge it (an answer that overrides "data" or "result" is read as json.loads reads it).
-_STREAMED = "specwatch-streamed-" + secrets.token_hex(8)
+_STREAMED = "specwatch-streamed-" + os.urandom(8).hex()  # (secrets would load OpenSSL: +4 MiB RSS)
 _PREFIX_STATE, _ITEM_STATE, _SEP_STATE, _ODD_STATE, _TAIL_STATE, _WHOLE_STATE = range(6)
 
 
