@@ -1,14 +1,20 @@
-"""Fleet mode: specwatch CPU and queries per evaluation for 10, 100 and 1,000 replicas.
+"""Fleet mode: specwatch CPU, memory and queries per poll for 100, 1,000 and 5,000 replicas.
 
 A simulated vLLM (scenario steady) is recorded every SCRAPE seconds; the recording is written as
 OpenMetrics once per replica (instance label r0000..), backfilled into a TSDB with promtool, and
-served by a real Prometheus on loopback. One FleetSource then polls it: CPU is this process's CPU
-time for one poll (HTTP, JSON decoding, grouping, derivations, cost model, verdicts for every
-replica, route and window); Prometheus's own CPU is not counted. Goal: 1,000 replicas in under
-1 s of specwatch CPU per poll, and the same number of queries per poll at every size.
+served by a real Prometheus on loopback. A child process (imports, one FleetSource, nothing else)
+then polls it, so its peak RSS (VmHWM) is fleet mode's alone: CPU is that process's CPU time for
+one poll (HTTP, JSON decoding, grouping, derivations, cost model, verdicts for every replica,
+route and window); Prometheus's own CPU is not counted. The per-replica memory cost is the
+least-squares slope of peak RSS over the sizes. Goals: 1,000 replicas in under 1 s of specwatch
+CPU per poll, the same number of queries per poll at every size, and a peak RSS that fits the
+chart's memory limit at the replica count docs/fleet.md gives for it.
 
-    PYTHONPATH=exporter python -m bench --only fleet            # 10, 100 and 1,000 replicas
-    PYTHONPATH=exporter python -m bench.fleet [--replicas 10,100,1000] [--repeat 5]
+    PYTHONPATH=exporter python -m bench --only fleet            # 100, 1,000 and 5,000 replicas
+    PYTHONPATH=exporter python -m bench.fleet [--replicas 100,1000,5000] [--repeat 5] [--records PATH]
+
+--records PATH writes every poll's evaluation records and fleet rows per size (PATH.<n>.jsonl):
+the same TSDB gives the same answers, so two versions of specwatch can be compared record by record.
 """
 
 from __future__ import annotations
@@ -26,12 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
-
 from specwatch import config as config_mod
 from specwatch.fleet import FleetEvaluator, FleetSource, fleet_record, replica_record
 from specwatch.promsource import PromClient, Vector
-from specwatch.sim.record import record
 
 from .common import Table
 
@@ -98,6 +101,8 @@ def measure(replicas: int, recording: Path, work: Path, repeat: int, records: Pa
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
+    import requests  # here, not in the polling child: its peak RSS is fleet mode's alone
+
     try:
         for _ in range(300):
             try:
@@ -235,6 +240,8 @@ def run_fleet(
     with tempfile.TemporaryDirectory(prefix="specwatch-fleet-bench-") as tmp:
         work = Path(tmp)
         recording = work / "steady.jsonl"
+        from specwatch.sim.record import record
+
         record("steady", recording, poll_interval=SCRAPE, seed=1, duration=DURATION)
         for n in replicas:
             row = measure(n, recording, work, repeat, records.with_suffix(f".{n}.jsonl") if records else None)
