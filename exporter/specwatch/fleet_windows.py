@@ -16,7 +16,7 @@ Memory: the plans are the one thing kept per series between polls, so they are s
 A streamed answer's series (promsource.Vector, packed) are keyed by their label set's JSON text,
 the client's interned bytes object (no per-series label strings or tuples are kept), and the
 windows' groupers share one PlanCache: the 1m and 5m answers hold the same label sets, planned
-once, with one SeriesKey and one _Identity each.
+once, with one _Identity each, and a SeriesKey shared by every replica (it names the engine).
 """
 
 from __future__ import annotations
@@ -133,11 +133,13 @@ class PlanCache:
     windows: a plan is a pure function of the label set, the replica labels and the matchers.
     Keys: a packed series' label-set text (bytes), or a decoded one's names + values (a tuple)."""
 
-    __slots__ = ("calls", "identities", "plans", "seen")
+    __slots__ = ("calls", "identities", "plans", "seen", "series_keys")
 
     def __init__(self) -> None:
         self.plans: dict[object, _Plan] = {}
         self.identities: dict[tuple[object, ...], _Identity] = {}
+        # One SeriesKey per (counter, engine, position or bound): the same for every replica.
+        self.series_keys: dict[SeriesKey, SeriesKey] = {}
         self.calls = 0  # group() calls, all groupers: an _Identity's targets are one call's
         self.seen: dict[int, int] = {}  # each grouper's last answer size
 
@@ -148,6 +150,10 @@ class PlanCache:
         if len(self.plans) > 2 * sum(self.seen.values()) + 1024:
             self.plans.clear()
             self.identities.clear()
+            self.series_keys.clear()
+
+    def series_key(self, key: SeriesKey) -> SeriesKey:
+        return self.series_keys.setdefault(key, key)
 
 
 class WindowGrouper:
@@ -291,7 +297,7 @@ class WindowGrouper:
         return (
             _COUNTER,
             identity,
-            series_key(kind, identity.series, detail),
+            self._cache.series_key(series_key(kind, identity.series, detail)),
             int(detail) if kind == K_POS and detail is not None else None,
             kind in _SPEC_KINDS,
             promql.SCHEMA_LABEL in labels,
