@@ -205,6 +205,7 @@ class WindowGrouper:
                 labels = json.loads(key)  # validated here, once per label set (ValueError: invalid)
                 if not isinstance(labels, Mapping):
                     raise TypeError("series labels are not an object")
+                hash(tuple(labels.values()))  # a list or object as a label value: invalid, as _raw_plans finds
                 plan = plans[key] = self._plan(labels)
             out.append(plan)
         return out

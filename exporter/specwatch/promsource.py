@@ -161,11 +161,22 @@ class VectorDecoder:
         self._buf = b""
         self._parts: list[bytes] = []  # the rest, kept whole (an odd item on, the tail, or all)
         self._after_item = False  # in _ODD_STATE: the rest starts after an item (a "," or "]" next)
+        self._waiting: list[bytes] = []  # an item begun, its end not arrived: its chunks so far
+        self._waited = 0
+        self._last = b""  # the last two bytes waiting
 
     def feed(self, chunk: bytes) -> None:
         if self._state >= _ODD_STATE:
             self._parts.append(chunk)
             return
+        if self._waiting:  # an item's start without its end: scan again only once an end may be here
+            tail = self._last + chunk
+            self._last = tail[-2:]
+            self._waiting.append(chunk)
+            self._waited += len(chunk)
+            if tail.find(_ITEM_END) < 0 and self._waited < _ODD_AFTER:
+                return  # (so a long item dripping in small chunks costs one scan, not one per chunk)
+            chunk, self._waiting, self._waited = b"".join(self._waiting), [], 0
         buf = self._buf + chunk if self._buf else chunk
         pos = 0
         if self._state == _PREFIX_STATE:
@@ -204,7 +215,9 @@ class VectorDecoder:
             m = match(buf, pos)
             if m is None:
                 if buf.find(_ITEM_END, pos) < 0 and end - pos < _ODD_AFTER:
-                    break  # not all here yet
+                    self._state, self._waiting, self._waited = state, [buf[pos:]], end - pos
+                    self._last = buf[-2:]
+                    return b""  # not all here yet
                 self._state, self._parts, self._after_item = _ODD_STATE, [buf[pos:]], False
                 return b""
             try:
@@ -235,7 +248,7 @@ class VectorDecoder:
             self._read_odd(b"".join(self._parts))
         elif state != _TAIL_STATE:  # the body ended inside the result (or " ]"): json decides
             self._after_item = state == _SEP_STATE
-            self._read_odd(self._buf)
+            self._read_odd(b"".join(self._waiting) or self._buf)
         # The envelope without the streamed result: the same checks as on the whole answer.
         data = PromClient._decode(200, _HEAD + json.dumps(_STREAMED).encode() + b"".join(self._parts))
         if data.get("resultType") == "vector" and data.get("result") == _STREAMED:

@@ -98,6 +98,8 @@ HOSTILE = {
     "number value": (OK % '[{"metric":{"pod":"p"},"value":[1,5]}]').encode(),
     "string value": (OK % '[{"metric":{"pod":"p"},"value":"x1"}]').encode(),
     "number label": (OK % '[{"metric":{"pod":1},"value":[1,"2"]}]').encode(),
+    "list label": (OK % '[{"metric":{"pod":"p","x":["a"]},"value":[1,"2"]}]').encode(),
+    "object label": (OK % '[{"metric":{"pod":"p","x":{"a":"b"}},"value":[1,"2"]}]').encode(),
     "duplicate label": (OK % '[{"metric":{"pod":"a","pod":"b"},"value":[1,"2"]}]').encode(),
     "extra field": (OK % '[{"metric":{"pod":"p"},"value":[1,"2"],"x":{}}]').encode(),
     "data given twice": (OK % f"[{ITEM}]").encode()[:-1]
@@ -142,6 +144,39 @@ def test_an_answer_streams_as_json_loads_reads_it(name: str) -> None:
     expected = reference(body)
     for chunk in _chunkings(body) if len(body) < 10_000 else (64 * 1024, len(body)):
         assert streamed(body, chunk) == expected, (name, chunk)
+
+
+def _grouped(vector: Vector | str) -> object:
+    if isinstance(vector, str):
+        return vector
+    try:
+        return WindowGrouper(("pod",), []).group(vector)
+    except PromQueryError as error:
+        return error.reason
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_an_answer_streamed_groups_as_json_loads_reads_it(name: str) -> None:
+    body = HOSTILE[name]
+    try:
+        old: Vector | str = _vector(PromClient._decode(200, body))
+    except PromQueryError as error:
+        old = error.reason
+    decoder = VectorDecoder()
+    for i in range(0, len(body), 7):
+        decoder.feed(body[i : i + 7])
+    try:
+        new: Vector | str = decoder.finish()
+    except PromQueryError as error:
+        new = error.reason
+    assert _grouped(new) == _grouped(old)
+
+
+@pytest.mark.parametrize("name", ["long label", "long odd label"])
+def test_a_long_item_dripping_byte_by_byte_is_scanned_once_it_may_have_ended(name: str) -> None:
+    """Not once per chunk: 300,000 one-byte chunks would copy and rescan ~45 GB."""
+    body = HOSTILE[name]
+    assert streamed(body, 1) == reference(body)
 
 
 def test_prometheus_answers_stream_packed_and_interned() -> None:
