@@ -119,7 +119,8 @@ class FleetEvaluator:
         """Each window's answer grouped per (replica, route); nothing moves yet. Raises
         PromQueryError("invalid") for an answer with a malformed series."""
         answers = [windows.get(label, ()) for label in self.config.window_labels]
-        self._grouped_series = sum(len(a) if isinstance(a, Sized) else 0 for a in answers)
+        sized = all(isinstance(a, Sized) for a in answers)  # (an iterator's count is unknown: None)
+        self._grouped_series = sum(len(a) for a in answers if isinstance(a, Sized)) if sized else None
         return {
             label: self._groupers[label].group(a) for label, a in zip(self.config.window_labels, answers, strict=True)
         }
