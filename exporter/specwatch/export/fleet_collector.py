@@ -81,6 +81,11 @@ class FleetCollector(Collector):
             state.last_success,
         )
         yield _gauge(
+            "specwatch_prometheus_answer_series",
+            "Series in the last successful poll's window answers (0: the selector matches nothing).",
+            state.series,
+        )
+        yield _gauge(
             "specwatch_stale_replicas",
             "Replica routes whose newest sample is older than two scrape intervals (values not served).",
             state.stale_replicas,

@@ -104,6 +104,7 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         "queries_per_poll": state.queries_per_poll,
         "errors": dict(state.errors),
         "stale_replicas": state.stale_replicas,
+        "series": state.series,  # in the last good poll's window answers; 0: the selector matches nothing
     }
     routes = [
         {

@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import gc
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
 
 import structlog
@@ -34,6 +34,7 @@ from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
 from specwatch.fleet.grouping import (
+    PlanCache,
     ReplicaKey,
     RouteData,
     RouteKey,
@@ -79,7 +80,10 @@ class FleetEvaluator:
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
         self.queries = promql.query_set(config.windows, config.window_labels, source.matchers, source.replica_labels)
         # One grouper per window: each keeps its label sets' plans from poll to poll.
-        self._groupers = {label: WindowGrouper(source.replica_labels, self.matchers) for label in config.window_labels}
+        plans = PlanCache()  # the windows' answers hold the same label sets: planned once
+        self._groupers = {
+            label: WindowGrouper(source.replica_labels, self.matchers, plans) for label in config.window_labels
+        }
         # The sidecar's exact-key assessment memo, sized each poll to hold every replica window.
         self._assessments = AssessmentCache()
         self._records: dict[RouteKey, _Record] = {}
@@ -93,6 +97,8 @@ class FleetEvaluator:
         self._fleet: tuple[FleetRow, ...] = ()
         self._failing: str | None = None
         self.sent_queries = 0
+        self._grouped_series: int | None = None  # series in the answers group() last read
+        self._series: int | None = None  # ... in the last successful poll's (0: the selector matched nothing)
 
     def reconfigure(self, config: Config) -> list[str]:
         """Take a reloaded config with the same Prometheus source, routes and windows (otherwise
@@ -125,7 +131,12 @@ class FleetEvaluator:
     def group(self, windows: Mapping[str, Iterable[Sample] | Vector]) -> dict[str, dict[RouteKey, RouteData]]:
         """Each window's answer grouped per (replica, route); nothing moves yet. Raises
         PromQueryError("invalid") for an answer with a malformed series."""
-        return {label: self._groupers[label].group(windows.get(label, ())) for label in self.config.window_labels}
+        answers = [windows.get(label, ()) for label in self.config.window_labels]
+        sized = all(isinstance(a, Sized) for a in answers)  # (an iterator's count is unknown: None)
+        self._grouped_series = sum(len(a) for a in answers if isinstance(a, Sized)) if sized else None
+        return {
+            label: self._groupers[label].group(a) for label, a in zip(self.config.window_labels, answers, strict=True)
+        }
 
     def evaluate(
         self,
@@ -153,6 +164,8 @@ class FleetEvaluator:
         self._t = now
         self._last_success = now
         self._duration = duration
+        self._note_series(self._grouped_series)
+        self._grouped_series = None
         newest = newest_samples(freshness, self.source.replica_labels)
         keys = sorted({key for grouped in by_window.values() for key in grouped})
         # One entry per replica window (an unchanged one asks again next poll), plus slack.
@@ -227,6 +240,17 @@ class FleetEvaluator:
             assess=self._assessments.assess,
         )
 
+    def _note_series(self, series: int | None) -> None:
+        """An answer with no series at all is a success that serves nothing: most often a selector
+        that matches no vLLM series. Said once per such episode (and served: FleetState.series)."""
+        if series == 0 and self._series != 0:
+            log.warning(
+                "prometheus_selector_matches_nothing",
+                selector=self.source.selector,
+                message="the window queries answered no series: check prometheus.selector and the job's labels",
+            )
+        self._series = series
+
     def _expire(self) -> None:
         ttl = self.config.route_ttl_polls
         for key in [k for k, r in self._records.items() if self._polls - r.seen_poll >= ttl]:
@@ -252,6 +276,7 @@ class FleetEvaluator:
             routes,
             self._fleet if self._up else (),
             {r.name: r.baseline_itl_p99_seconds for r in self.config.routes if r.baseline_itl_p99_seconds is not None},
+            self._series,
         )
 
 

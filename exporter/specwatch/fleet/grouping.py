@@ -11,10 +11,17 @@ poll after poll. WindowGrouper therefore resolves each label set once (its repli
 key, position or bucket bound) and keeps that plan between polls; a poll then costs one dict
 lookup and one float per series. The plans are a pure function of the label set and the config,
 so the grouped increases are the same as resolving every series afresh.
+
+Memory: the plans are the one thing kept per series between polls, so they are small and shared.
+A streamed answer's series (promsource.Vector, packed) are keyed by their label set's JSON text,
+the client's interned bytes object (no per-series label strings or tuples are kept), and the
+windows' groupers share one PlanCache: the 1m and 5m answers hold the same label sets, planned
+once, with one _Identity each, and a SeriesKey shared by every replica (it names the engine).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -106,47 +113,95 @@ _NO_KEY = SeriesKey("", "")
 _NOTHING: _Plan = (_NO_FAMILY, None, _NO_KEY, None, False, False)
 
 
-class WindowGrouper:
-    """Groups one window's answers poll after poll, keeping each label set's plan in between."""
+class PlanCache:
+    """Label-set plans (and the identities they name) shared by the groupers of one config's
+    windows: a plan is a pure function of the label set, the replica labels and the matchers.
+    Keys: a packed series' label-set text (bytes), or a decoded one's names + values (a tuple)."""
 
-    def __init__(self, replica_labels: tuple[str, ...], matchers: Sequence[RouteMatcher]) -> None:
+    __slots__ = ("calls", "identities", "plans", "seen", "series_keys")
+
+    def __init__(self) -> None:
+        self.plans: dict[object, _Plan] = {}
+        self.identities: dict[tuple[object, ...], _Identity] = {}
+        # One SeriesKey per (counter, engine, position or bound): the same for every replica.
+        self.series_keys: dict[SeriesKey, SeriesKey] = {}
+        self.calls = 0  # group() calls, all groupers: an _Identity's targets are one call's
+        self.seen: dict[int, int] = {}  # each grouper's last answer size
+
+    def forget_gone(self, grouper: int, seen: int) -> None:
+        """Replicas come and go: forget label sets gone for good (every window's answer holds
+        about the same ones, so the sum of the last answers bounds what is still asked)."""
+        self.seen[grouper] = seen
+        if len(self.plans) > 2 * sum(self.seen.values()) + 1024:
+            self.plans.clear()
+            self.identities.clear()
+            self.series_keys.clear()
+
+    def series_key(self, key: SeriesKey) -> SeriesKey:
+        return self.series_keys.setdefault(key, key)
+
+
+class WindowGrouper:
+    """Groups one window's answers poll after poll, keeping each label set's plan in between
+    (in `plans`, shared with the other windows' groupers of the same replica labels and matchers)."""
+
+    def __init__(
+        self, replica_labels: tuple[str, ...], matchers: Sequence[RouteMatcher], plans: PlanCache | None = None
+    ) -> None:
         self.replica_labels = replica_labels
         self.matchers = tuple(matchers)
         self._names = (*replica_labels, "model_name", "engine")
         self._defaults = (*("" for _ in replica_labels), "\0", "")
-        self._plans: dict[tuple[object, ...], _Plan] = {}
-        self._identities: dict[tuple[object, ...], _Identity] = {}
-        self._polls = 0
+        self._cache = plans if plans is not None else PlanCache()
+        self._plans = self._cache.plans
+        self._identities = self._cache.identities
 
     def group(self, samples: Iterable[Sample] | Vector) -> dict[RouteKey, RouteData]:
         """One window query's series -> per (replica, route) increases keyed as the sidecar keys them.
         A Vector's labels and values are read here, in the same pass (PromQueryError "invalid" for
         a malformed series, as PromClient.query raises)."""
-        self._polls += 1
+        self._cache.calls += 1
         out: dict[RouteKey, RouteData] = {}
         try:
-            if isinstance(samples, Vector):
-                seen = self._add_raw(out, samples.items)
+            if isinstance(samples, Vector) and samples.keys is not None and samples.values is not None:
+                seen = len(samples.keys)
+                self._apply(out, self._packed_plans(samples.keys), samples.values)
             else:
-                seen = self._add_samples(out, samples)
+                items = (
+                    samples.items
+                    if isinstance(samples, Vector)
+                    else [{"metric": labels, "value": (None, value)} for labels, value in samples]
+                )
+                seen = len(items)
+                self._apply(out, *self._raw_plans(items))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             raise PromQueryError("invalid", f"malformed vector sample ({type(exc).__name__})") from None
-        if len(self._plans) > 2 * seen + 1024:  # replicas come and go: forget label sets gone for good
-            self._plans.clear()
-            self._identities.clear()
+        self._cache.forget_gone(id(self), seen)
         return out
 
-    def _add_samples(self, out: dict[RouteKey, RouteData], samples: Iterable[Sample]) -> int:
-        return self._add_raw(out, [{"metric": labels, "value": (None, value)} for labels, value in samples])
-
-    def _add_raw(self, out: dict[RouteKey, RouteData], items: Sequence[object]) -> int:
-        """The query API's series as decoded: {"metric": {...}, "value": [t, "v"]} (inlined _add)."""
-        poll = self._polls
+    def _packed_plans(self, keys: list[bytes]) -> list[_Plan]:
+        """A streamed answer's plans: one dict lookup per series (its label set's interned text)."""
         plans = self._plans
-        isfinite = math.isfinite
+        get = plans.get
+        out = []
+        for key in keys:
+            plan = get(key)
+            if plan is None:
+                labels = json.loads(key)  # validated here, once per label set (ValueError: invalid)
+                if not isinstance(labels, Mapping):
+                    raise TypeError("series labels are not an object")
+                hash(tuple(labels.values()))  # a list or object as a label value: invalid, as _raw_plans finds
+                plan = plans[key] = self._plan(labels)
+            out.append(plan)
+        return out
+
+    def _raw_plans(self, items: Sequence[object]) -> tuple[list[_Plan], list[float]]:
+        """The query API's series as decoded: {"metric": {...}, "value": [t, "v"]}."""
+        plans = self._plans
+        out, values = [], []
         for item in items:
             labels = item["metric"]  # type: ignore[index]
-            value = float(item["value"][1])  # type: ignore[index]  # Prometheus writes "NaN", "+Inf", "-Inf"
+            values.append(float(item["value"][1]))  # type: ignore[index]  # Prometheus writes "NaN", "+Inf", "-Inf"
             # Names too: a missing label must not alias another. (A non-object fails here: invalid.)
             label_set = (*labels, *labels.values())
             plan = plans.get(label_set)
@@ -154,6 +209,14 @@ class WindowGrouper:
                 if not isinstance(labels, Mapping):
                     raise TypeError("series labels are not an object")
                 plan = plans[label_set] = self._plan(labels)
+            out.append(plan)
+        return out, values
+
+    def _apply(self, out: dict[RouteKey, RouteData], plans: Sequence[_Plan], values: Iterable[float]) -> None:
+        """Each series' value added where its plan says (one pass, inlined)."""
+        poll = self._cache.calls
+        isfinite = math.isfinite
+        for plan, value in zip(plans, values, strict=True):
             action, identity, key, position, spec, legacy = plan
             if identity is None or not isfinite(value):
                 continue
@@ -181,7 +244,6 @@ class WindowGrouper:
             elif action == _SAMPLES:
                 for data in identity.targets:
                     data.samples = max(data.samples, int(value))
-        return len(items)
 
     @staticmethod
     def _data(out: dict[RouteKey, RouteData], replica: ReplicaKey, route: str, model: str) -> RouteData:
@@ -221,7 +283,7 @@ class WindowGrouper:
         return (
             _COUNTER,
             identity,
-            series_key(kind, identity.series, detail),
+            self._cache.series_key(series_key(kind, identity.series, detail)),
             int(detail) if kind == Counter.POS and detail is not None else None,
             kind in _SPEC_KINDS,
             promql.SCHEMA_LABEL in labels,

@@ -55,6 +55,9 @@ class FleetState:
     fleet: tuple[FleetRow, ...]
     # Configured spec-off ITL P99 baselines by route name (exported per replica, as the sidecar does).
     baselines: Mapping[str, float] = field(default_factory=dict)
+    # Series in the last successful poll's window answers (None before one): 0 means the selector
+    # matched nothing (logged once as prometheus_selector_matches_nothing).
+    series: int | None = None
 
 
 def fleet_rows(evaluations: Sequence[tuple[ReplicaKey, RouteEvaluation]]) -> tuple[FleetRow, ...]:
