@@ -11,7 +11,6 @@ sidecar, the fleet Deployment's strategy, and the packaged chart rendering from 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import shutil
@@ -246,10 +245,16 @@ def test_post_renderer_script_as_helm3_runs_it(shape, tmp_path):
 
 def test_post_renderer_refuses_a_missing_patch_and_unknown_arguments(tmp_path):
     bad = subprocess.run(
-        ["sh", str(POST_RENDERER), f"--patch={tmp_path / 'nope.yaml'}"], input="", capture_output=True, text=True
+        ["sh", str(POST_RENDERER), f"--patch={tmp_path / 'nope.yaml'}"],
+        input="",
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert bad.returncode == 2 and "cannot read the patch" in bad.stderr
-    unknown = subprocess.run(["sh", str(POST_RENDERER), "--frobnicate"], input="", capture_output=True, text=True)
+    unknown = subprocess.run(
+        ["sh", str(POST_RENDERER), "--frobnicate"], input="", capture_output=True, text=True, check=False
+    )
     assert unknown.returncode == 2 and "unknown argument" in unknown.stderr
 
 
