@@ -211,6 +211,19 @@ def test_kustomize_component_adds_specwatch_to_the_vllm_deployment_only(shape, t
     assert sidecar["image"] == f"specwatch/specwatch:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
 
 
+@pytest.mark.parametrize("shape", sorted(VLLM_DEPLOYMENTS))
+def test_kustomize_with_the_native_sidecar_patch_leaves_containers_alone(shape, tmp_path):
+    kubectl = need_kubectl()
+    original = load(VLLM_DEPLOYMENTS[shape])
+    (tmp_path / "vllm.yaml").write_text(yaml.safe_dump(original))
+    (tmp_path / "specwatch-patch.yaml").write_text(notes_patch_text({"sidecar": {"native": True}}))
+    target = {"group": "apps", "kind": "Deployment", "name": ".*-deployment-vllm"}
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": ["vllm.yaml"], "patches": [{"path": "specwatch-patch.yaml", "target": target}]})
+    )
+    assert_injected(yaml.safe_load(run([kubectl, "kustomize", str(tmp_path)])), original, native=True)
+
+
 def helm_rendered_vllm_release(shape: str) -> str:
     """What Helm hands a post-renderer: the release's manifests, with its `# Source:` comments."""
     service = {
