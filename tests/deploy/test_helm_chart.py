@@ -1147,7 +1147,9 @@ def test_host_chart_includes_the_sidecar_named_templates_from_the_dependency(tmp
 
 
 def strategic_merge(base: dict, patch: dict) -> dict:
-    """Strategic-merge semantics for what the patch touches: maps merge, containers/volumes merge by name."""
+    """Strategic-merge semantics for what the patch touches: maps merge, containers/volumes merge by name.
+    An emulation (it keeps the base's order; the real merge puts new items first): the real
+    `kubectl patch` and `kubectl kustomize` run in tests/deploy/test_chart_injection.py."""
     out = copy.deepcopy(base)
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -1249,7 +1251,8 @@ def test_notes_print_a_patch_that_adds_a_valid_sidecar_to_an_existing_vllm_deplo
         {"imagePullSecrets": [{"name": "specwatch-registry"}], "extraVolumeMounts": []},
     )
     patch = sidecar_patch(chart, values)
-    assert "metadata" not in patch["spec"]["template"], "no pod annotation: a config change must not roll vLLM"
+    # Only the static default-container annotation: nothing that changes with the config rolls vLLM.
+    assert patch["spec"]["template"]["metadata"] == {"annotations": {"kubectl.kubernetes.io/default-container": "vllm"}}
     patched = strategic_merge(vllm, patch)
     assert validation_errors(patched) == []
     spec = patched["spec"]["template"]["spec"]

@@ -201,6 +201,11 @@ bad config, and --listen on the command line so the liveness probe finds it even
 {{- define "specwatch.sidecarContainer" -}}
 {{- $sidecar := eq .Values.mode "sidecar" }}
 name: {{ .Values.sidecar.containerName }}
+{{- if and $sidecar .Values.sidecar.native }}
+{{- /* A native sidecar (Kubernetes >= 1.29): an init container that keeps running, started before and
+       stopped after the pod's containers. Valid only under initContainers. */}}
+restartPolicy: Always
+{{- end }}
 image: {{ include "specwatch.image" . | quote }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
 args:
@@ -269,6 +274,8 @@ of those variables changes the pod template, so prefer the ConfigMap (patch) whe
 {{- define "specwatch.sidecarContainerEnvOnly" -}}
 {{- $c := include "specwatch.sidecarContainer" . | fromYaml }}
 {{- $_ := unset $c "volumeMounts" }}
+{{- /* extraContainers go to the pod's containers, where restartPolicy is refused. */}}
+{{- $_ := unset $c "restartPolicy" }}
 {{- $args := list }}
 {{- $skip := false }}
 {{- range $c.args }}
@@ -311,8 +318,85 @@ of those variables changes the pod template, so prefer the ConfigMap (patch) whe
 {{- end }}
 {{- end }}
 
+{{/*
+The complete strategic-merge patch for the vLLM Deployment (NOTES prints it; the kustomize Component
+and the post-renderer ship it for release "specwatch" with the default values):
+- metadata.name: kustomize needs one and ignores it when the patch has a `target`; `kubectl patch`
+  needs the Deployment's own name (sidecar.vllmDeployment).
+- the vLLM container is named first in `containers` with nothing but its name: a strategic merge puts
+  a container that is new to the list ahead of the existing ones, so listing vLLM first keeps it first
+  (and the default of `kubectl logs` / `exec`), and merging a bare name changes nothing in it. The
+  default-container annotation says the same to kubectl. Both are static: a config change never
+  changes the pod template.
+- sidecar.native puts specwatch in initContainers (restartPolicy: Always) and leaves containers alone.
+*/}}
+{{- define "specwatch.sidecarPatch" -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Values.sidecar.vllmDeployment | default "vllm-deployment" }}
+spec:
+  template:
+    metadata:
+      annotations:
+        kubectl.kubernetes.io/default-container: {{ .Values.sidecar.vllmContainerName }}
+    spec:
+      {{- with .Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- if .Values.sidecar.native }}
+      initContainers:
+        - {{ include "specwatch.sidecarContainer" . | indent 10 | trim }}
+      {{- else }}
+      containers:
+        - name: {{ .Values.sidecar.vllmContainerName }}
+        - {{ include "specwatch.sidecarContainer" . | indent 10 | trim }}
+      {{- end }}
+      volumes:
+        {{- include "specwatch.sidecarVolumes" . | nindent 8 }}
+{{- end }}
+
+{{/*
+A resource quantity as a plain number, so "200m" equals "0.2" and "128Mi" equals "134217728"
+(requests and limits that Kubernetes reads as equal must compare equal here).
+*/}}
+{{- define "specwatch.quantity" -}}
+{{- $s := toString . }}
+{{- $number := regexFind "^[0-9]*\\.?[0-9]+([eE][-+]?[0-9]+)?" $s }}
+{{- $suffix := trimPrefix $number $s }}
+{{- $scale := dict "" 1.0 "m" 0.001 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 }}
+{{- if and $number (hasKey $scale $suffix) }}
+{{- printf "%.12g" (mulf (float64 $number) (get $scale $suffix)) }}
+{{- else }}
+{{- $s }}
+{{- end }}
+{{- end }}
+
+{{/*
+Sidecar mode: the container must not change the vLLM pod's QoS class. A pod is Guaranteed only when
+every container has cpu and memory limits and requests equal to them (a missing request defaults to
+the limit), so anything else turns a Guaranteed vLLM pod Burstable and costs its integer-CPU container
+its exclusive cores under the static CPU manager.
+*/}}
+{{- define "specwatch.validateGuaranteed" -}}
+{{- if and (eq .Values.mode "sidecar") (not .Values.sidecar.allowNonGuaranteedResources) }}
+{{- $limits := (.Values.resources | default dict).limits | default dict }}
+{{- $requests := (.Values.resources | default dict).requests | default dict }}
+{{- range $key := list "cpu" "memory" }}
+{{- if not (index $limits $key) }}
+{{- fail (printf "resources.limits.%s is not set: in sidecar mode a container without cpu and memory limits turns a Guaranteed vLLM pod Burstable (it loses its exclusive CPUs). Set resources.requests == resources.limits for cpu and memory, or sidecar.allowNonGuaranteedResources=true if the vLLM pod is not Guaranteed anyway" $key) }}
+{{- end }}
+{{- if and (index $requests $key) (ne (include "specwatch.quantity" (index $requests $key)) (include "specwatch.quantity" (index $limits $key))) }}
+{{- fail (printf "resources.requests.%s=%v differs from resources.limits.%s=%v: in sidecar mode that turns a Guaranteed vLLM pod Burstable (it loses its exclusive CPUs). Set them equal, or sidecar.allowNonGuaranteedResources=true if the vLLM pod is not Guaranteed anyway" $key (index $requests $key) $key (index $limits $key)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Checks that depend on more than one value (the schema checks single values). */}}
 {{- define "specwatch.validate" -}}
+{{- include "specwatch.validateGuaranteed" . }}
 {{- $windows := .Values.config.windows | default (list "1m" "5m") }}
 {{- $alertWindow := include "specwatch.alertWindow" . }}
 {{- if and .Values.prometheusRule.enabled (not (has $alertWindow $windows)) }}
