@@ -1459,3 +1459,26 @@ def test_real_exporter_started_like_the_chart_container_passes_the_probes_and_th
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _fleet_container(objects: list[dict]) -> dict:
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.parametrize(("replicas", "memory"), [(1000, "127Mi"), (100, "71Mi"), (5000, "377Mi")])
+def test_fleet_mode_sizes_its_memory_from_the_replicas_it_reads(chart, replicas, memory):
+    """64 MiB + 64 KiB per replica (1.5x the 42 KiB per replica measured by bench/fleet.py)."""
+    values = {**PROMETHEUS, "prometheus": {"expectedReplicas": replicas}}
+    resources = _fleet_container(render(chart, values))["resources"]
+    assert resources["limits"]["memory"] == resources["requests"]["memory"] == memory
+    assert resources["limits"]["cpu"] == resources["requests"]["cpu"]
+
+
+def test_fleet_mode_takes_explicit_resources_and_other_modes_keep_theirs(chart):
+    explicit = {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}
+    fleet = _fleet_container(render(chart, {**PROMETHEUS, "prometheus": {"resources": explicit}}))
+    assert fleet["resources"] == explicit
+    standalone = {"mode": "standalone", "config": {"targets": [{"name": "a", "url": "http://vllm-0:8000/metrics"}]}}
+    assert _fleet_container(render(chart, standalone))["resources"]["limits"]["memory"] == "128Mi"

@@ -246,7 +246,7 @@ readinessProbe:
   {{- toYaml .Values.readinessProbe | nindent 2 }}
 {{- end }}
 resources:
-  {{- toYaml .Values.resources | nindent 2 }}
+  {{- toYaml (include "specwatch.resources" . | fromYaml) | nindent 2 }}
 securityContext:
   {{- toYaml .Values.securityContext | nindent 2 }}
 volumeMounts:
@@ -410,5 +410,26 @@ its exclusive cores under the static CPU manager.
 {{- end }}
 {{- if and (eq .Values.mode "sidecar") .Values.networkPolicy.enabled }}
 {{- fail "networkPolicy needs mode=standalone or mode=prometheus: in sidecar mode a NetworkPolicy selects the whole vLLM pod and would cut its serving traffic; allow the specwatch port in the vLLM chart's own policy instead" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The container's resources: `resources`, except in fleet mode, where memory follows the fleet's size
+(64 MiB + 64 KiB per expected replica, docs/fleet.md) unless prometheus.resources is set.
+*/}}
+{{- define "specwatch.resources" -}}
+{{- if and (eq .Values.mode "prometheus") (not .Values.prometheus.resources) }}
+{{- $mib := add 64 (div (add (mul 64 (int .Values.prometheus.expectedReplicas)) 1023) 1024) }}
+{{- $cpu := .Values.resources.limits.cpu | default "200m" }}
+requests:
+  cpu: {{ $cpu | quote }}
+  memory: {{ printf "%dMi" $mib | quote }}
+limits:
+  cpu: {{ $cpu | quote }}
+  memory: {{ printf "%dMi" $mib | quote }}
+{{- else if and (eq .Values.mode "prometheus") .Values.prometheus.resources }}
+{{- toYaml .Values.prometheus.resources }}
+{{- else }}
+{{- toYaml .Values.resources }}
 {{- end }}
 {{- end }}
