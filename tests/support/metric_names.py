@@ -43,6 +43,7 @@ HEALTH = frozenset(
         "specwatch_last_scrape_success_timestamp_seconds",
         "specwatch_build_info",
         "specwatch_route_info",
+        "specwatch_poll_errors_total",
     }
 )
 #: Config reloads, under the names Prometheus uses for its own (reload.ReloadCollector).

@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import structlog
 from prometheus_client import generate_latest
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
@@ -97,6 +97,8 @@ class Service:
             )
         )
         self.registry.register(ReloadCollector(lambda: self.reload_status))
+        self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
+        self.registry.register(PollErrorsCollector(lambda: self.poll_errors))
         self._rendering_state: State = self.pipeline.state()
         self._rendering_fleet: FleetState | None = None
         self._changes = ChangeLog()
@@ -283,11 +285,8 @@ class Service:
                     self.poll_once()
                 else:
                     self.published = self._publish(ready=False)  # alive, waiting for a good config
-            except Exception as exc:
-                # A bug, not a target fault (those are handled above). Log it once per kind and do
-                # not refresh the liveness tick: if it persists, /healthz fails and the pod restarts.
-                if self._changes.changed(("poll_failed",), repr(exc)[:200]):
-                    log.exception("poll_failed")
+            except Exception as exc:  # noqa: BLE001 - a bug, not a target fault: recovered here
+                self._recover(exc)
             # Without a config, tick every second: the file is checked once per tick.
             interval = self.config.poll_interval if self.active else 1.0
             next_tick += interval
@@ -298,6 +297,24 @@ class Service:
             if self._wake.is_set():
                 self._wake.clear()
                 next_tick = time.monotonic()  # reload (or stop) now, then poll on a fresh schedule
+
+    def _recover(self, exc: Exception) -> None:
+        """A poll-loop bug (target faults never get here): count it, log it once per kind, and start
+        the windows afresh from the running config, keeping the exported counters, so a half-applied
+        poll can neither repeat the fault forever nor serve numbers from it. No kubelet restart is
+        needed (in sidecar mode one would make the vLLM pod NotReady), and /healthz keeps ticking."""
+        self.poll_errors += 1
+        if self._changes.changed(("poll_failed",), repr(exc)[:200]):
+            log.exception("poll_failed", recovery="windows restarted from the running config")
+        try:
+            if self.active:
+                self.pipeline = Pipeline(self.config).adopt_counters(self.pipeline)
+                if self.fleet is not None:
+                    self.fleet.client.close()
+                    self.fleet = FleetSource(FleetEvaluator(self.config))
+            self.published = self._publish(ready=self.published.ready)
+        except Exception:  # the rebuild itself failed: /healthz goes stale, alerts fire
+            log.exception("poll_recovery_failed")
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -370,3 +387,22 @@ class Service:
         self.stop()
         log.info("stopped", reason="signal")
         return 0
+
+
+class PollErrorsCollector(Collector):
+    """specwatch_poll_errors_total: poll-loop bugs, each recovered in process."""
+
+    def __init__(self, count: Callable[[], int]):
+        self._count = count
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "specwatch_poll_errors",
+            "Poll-loop failures that were not target faults (a bug): each is logged and the loop recovers "
+            "in process, restarting its windows from the running config (exported counters continue).",
+        )
+        family.add_metric([], float(self._count()))
+        yield family

@@ -231,7 +231,9 @@ ports:
   - name: {{ .Values.portName }}
     containerPort: {{ .Values.containerPort }}
     protocol: TCP
-{{- if .Values.livenessProbe.enabled }}
+{{- $liveness := .Values.livenessProbe.enabled }}
+{{- if kindIs "invalid" $liveness }}{{ $liveness = not $sidecar }}{{ end }}
+{{- if $liveness }}
 livenessProbe:
   httpGet:
     path: /healthz
