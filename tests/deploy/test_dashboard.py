@@ -239,7 +239,15 @@ def test_series_overrides_match_a_legend_of_their_panel(dash):
 
 def test_rows_are_the_six_the_issue_names_in_order_plus_fleet_mode(dash):
     rows = [p["title"] for p in dash["panels"] if p["type"] == "row"]
-    assert rows == ["Verdict", "Acceptance", "Latency", "Load", "Fleet", "Fleet mode: query source and fleet rows", "Health"]
+    assert rows == [
+        "Verdict",
+        "Acceptance",
+        "Latency",
+        "Load",
+        "Fleet",
+        "Fleet mode: query source and fleet rows",
+        "Health",
+    ]
     # Every row has panels under it.
     titles = [p["type"] for p in dash["panels"]]
     for i, t in enumerate(titles):
@@ -479,7 +487,7 @@ def test_fleet_mode_row_reads_the_source_health_and_the_fleet_rows(dash):
     assert read == FLEET_MODE, read
     for p in row:
         for t in p["targets"]:
-            assert 'namespace=~' not in t["expr"] and 'pod=~' not in t["expr"], (p["title"], t["expr"])
+            assert "namespace=~" not in t["expr"] and "pod=~" not in t["expr"], (p["title"], t["expr"])
             assert 'cluster=~"$cluster"' in t["expr"], (p["title"], t["expr"])
 
 
