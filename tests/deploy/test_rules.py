@@ -382,13 +382,13 @@ MUTATIONS = [
         "fleet counts of two clusters merge",
     ),
     (
-        "specwatch-fleet.yaml",
+        "specwatch-alerts.yaml",
         "specwatch_prometheus_up == 0\n",
         "specwatch_prometheus_up == 2\n",
         "fleet-mode query failure does not fire",
     ),
     (
-        "specwatch-fleet.yaml",
+        "specwatch-alerts.yaml",
         "(changes(specwatch_prometheus_last_success_timestamp_seconds[15m]) > 0)",
         "(changes(specwatch_prometheus_last_success_timestamp_seconds[15m]) >= 0)",
         "a full outage fires the intermittent-errors alert too",
