@@ -42,6 +42,10 @@ PANEL_RUNBOOKS = {
     "Target up": ("SpecDecodeTargetDown",),
     "Since last good poll": ("SpecDecodeTargetDown",),
     "Sidecar and routes": ("SpecDecodeMetricsMissing", "SpecwatchConfigReloadFailed"),
+    "Query source up": ("SpecwatchPrometheusDown",),
+    "Since last good query poll": ("SpecwatchPrometheusDown",),
+    "Query errors by reason": ("SpecwatchPrometheusQueryErrors",),
+    "Stale replicas": ("SpecwatchStaleReplicas",),
 }
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -680,12 +684,96 @@ def health_row() -> list[tuple[dict, int, int]]:
     return [(up, 5, 5), (age, 5, 5), (info, 14, 5), (errors, 8, 7), (resets, 8, 7), (duration, 8, 7)]
 
 
+# Fleet mode (docs/fleet.md): the query source's health on specwatch's own target, and the fleet rows
+# per route. They carry specwatch's pod labels, not the replicas', so only cluster, route and window apply.
+SOURCE = 'cluster=~"$cluster"'
+FLEETMODE = SOURCE + ', route=~"$route", window="$window"'
+FLEETMODE_NOTE = "Fleet mode only (one specwatch reading every replica from Prometheus); empty in sidecar mode."
+
+
+def fleet_mode_row() -> list[tuple[dict, int, int]]:
+    up = stat(
+        "Query source up",
+        FLEETMODE_NOTE + " 1 if the last poll's queries all succeeded (SpecwatchPrometheusDown). While it is 0 "
+        "specwatch serves no per-replica gauge and every other panel goes empty.",
+        [target("A", f"specwatch_prometheus_up{{{SOURCE}}}", "{{pod}}", instant=True)],
+        mappings=value_mappings([("0", "down", "red"), ("1", "up", "green")]),
+        thresh=thresholds((None, "red"), (1, "green")),
+        color_mode="background",
+    )
+    age = stat(
+        "Since last good query poll",
+        FLEETMODE_NOTE + " Seconds since the last successful poll of the query API.",
+        [
+            target(
+                "A",
+                f"time() - specwatch_prometheus_last_success_timestamp_seconds{{{SOURCE}}}",
+                "{{pod}}",
+                instant=True,
+            )
+        ],
+        unit="s",
+        decimals=0,
+        thresh=thresholds((None, "green"), (60, "yellow"), (300, "red")),
+    )
+    stale = stat(
+        "Stale replicas",
+        FLEETMODE_NOTE + " Replica routes left out because their newest sample is older than two scrape "
+        "intervals (SpecwatchStaleReplicas).",
+        [target("A", f"specwatch_stale_replicas{{{SOURCE}}}", "{{pod}}", instant=True)],
+        decimals=0,
+        thresh=thresholds((None, "green"), (1, "red")),
+    )
+    errors = timeseries(
+        "Query errors by reason",
+        FLEETMODE_NOTE + " Failed polls of the query API per second, by reason (docs/fleet.md, Faults; "
+        "SpecwatchPrometheusQueryErrors).",
+        [
+            target(
+                "A",
+                f"sum by (cluster, pod, reason) (rate(specwatch_prometheus_query_errors_total{{{SOURCE}}}"
+                f"[$__rate_interval]))",
+                "{{reason}} {{pod}}",
+            )
+        ],
+        unit="reqps",
+        min_=0,
+    )
+    alpha = timeseries(
+        "Fleet-mode acceptance rate α per route",
+        FLEETMODE_NOTE + " Token-weighted α over the route's replicas (Σ accepted / Σ proposed), $window window.",
+        [target("A", f"specwatch_fleet_acceptance_rate{{{FLEETMODE}}}", "α {{route}}")],
+        unit="percentunit",
+        min_=0,
+        max_=1,
+    )
+    losing = timeseries(
+        "Decode tokens on losing replicas",
+        FLEETMODE_NOTE + " Share of the route's decode tokens served by replicas where speculation loses "
+        "(expected speedup < 1).",
+        [target("A", f"specwatch_fleet_losing_token_share{{{FLEETMODE}}}", "{{route}}")],
+        unit="percentunit",
+        min_=0,
+        max_=1,
+    )
+    verdicts = timeseries(
+        "Replicas per verdict",
+        FLEETMODE_NOTE + " Number of the route's replicas per current verdict.",
+        [target("A", f"sum by (route, verdict) (specwatch_fleet_replicas{{{FLEETMODE}}})", "{{route}} {{verdict}}")],
+        unit="short",
+        min_=0,
+        decimals=0,
+    )
+    return [(up, 6, 5), (age, 6, 5), (stale, 6, 5), (errors, 6, 5), (alpha, 8, 8), (losing, 8, 8), (verdicts, 8, 8)]
+
+
 ROWS = [
     ("Verdict", verdict_row),
     ("Acceptance", acceptance_row),
     ("Latency", latency_row),
     ("Load", load_row),
     ("Fleet", fleet_row),
+    ("Fleet mode: query source and fleet rows", fleet_mode_row),
     ("Health", health_row),
 ]
 
@@ -769,7 +857,7 @@ def variables() -> list[dict]:
             "cluster",
             "Cluster",
             "label_values(specwatch_build_info, cluster)",
-            multi=False,
+            multi=True,
             include_all=True,
             description="Cluster (the `cluster` label of a multi-cluster Prometheus, "
             "Thanos or Mimir). Empty with one cluster: All matches series without the label.",
@@ -777,15 +865,16 @@ def variables() -> list[dict]:
         query_var(
             "namespace",
             "Namespace",
-            'label_values(specwatch_build_info{cluster=~"$cluster"}, namespace)',
-            multi=False,
-            include_all=False,
-            description="Kubernetes namespace of the specwatch sidecars.",
+            'label_values(specwatch_route_info{cluster=~"$cluster"}, namespace)',
+            multi=True,
+            include_all=True,
+            description="Kubernetes namespace of the vLLM replicas (from the route series, not specwatch's own pod: "
+            "in fleet mode specwatch runs in another namespace, e.g. monitoring).",
         ),
         query_var(
             "pod",
             "Pod",
-            'label_values(specwatch_build_info{cluster=~"$cluster", namespace=~"$namespace"}, pod)',
+            'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace"}, pod)',
             multi=True,
             include_all=True,
             description="Pods running specwatch: the vLLM pods (sidecar mode) or the exporter (standalone).",
@@ -793,7 +882,7 @@ def variables() -> list[dict]:
         query_var(
             "target",
             "Target",
-            'label_values(specwatch_target_up{cluster=~"$cluster", namespace=~"$namespace", pod=~"$pod"}, target)',
+            'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", pod=~"$pod"}, target)',
             multi=True,
             include_all=True,
             description="vLLM endpoint polled by specwatch (one per sidecar; many per standalone exporter).",
@@ -902,7 +991,7 @@ def build() -> dict:
         "version": 1,
         "fiscalYearStartMonth": 0,
         "liveNow": False,
-        "links": [link("specwatch runbook", RUNBOOK, tooltip="What each specwatch alert means and what to do")],
+        "links": [link("specwatch runbook", f"{RUNBOOK}#", tooltip="What each specwatch alert means and what to do")],
         "annotations": {"list": annotations()},
         "templating": {"list": variables()},
         "panels": layout(),

@@ -35,6 +35,21 @@ GENERATOR = ROOT / "dashboards" / "generate.py"
 SCHEMAS = ROOT / "tests" / "schemas" / "grafana"
 
 WINDOW_SENTINEL = "__window_variable__"
+# Fleet mode's own series (specwatch/export/fleet_collector.py): the query source's health and the fleet
+# rows per route, on specwatch's own target (its pod's labels, not a replica's): filtered by cluster,
+# and the fleet rows by route and window.
+FLEET_MODE = frozenset(
+    {
+        "specwatch_prometheus_up",
+        "specwatch_prometheus_last_success_timestamp_seconds",
+        "specwatch_prometheus_query_errors_total",
+        "specwatch_stale_replicas",
+        "specwatch_fleet_acceptance_rate",
+        "specwatch_fleet_losing_token_share",
+        "specwatch_fleet_replicas",
+    }
+)
+FLEET_MODE_ROW = "Fleet mode: query source and fleet rows"
 
 
 # ---- helpers shared with the live test ------------------------------------------------------------
@@ -222,9 +237,17 @@ def test_series_overrides_match_a_legend_of_their_panel(dash):
 # ---- content the issue asks for -----------------------------------------------------------------
 
 
-def test_rows_are_the_six_the_issue_names_in_order(dash):
+def test_rows_are_the_six_the_issue_names_in_order_plus_fleet_mode(dash):
     rows = [p["title"] for p in dash["panels"] if p["type"] == "row"]
-    assert rows == ["Verdict", "Acceptance", "Latency", "Load", "Fleet", "Health"]
+    assert rows == [
+        "Verdict",
+        "Acceptance",
+        "Latency",
+        "Load",
+        "Fleet",
+        "Fleet mode: query source and fleet rows",
+        "Health",
+    ]
     # Every row has panels under it.
     titles = [p["type"] for p in dash["panels"]]
     for i, t in enumerate(titles):
@@ -249,7 +272,11 @@ def test_variables_cluster_namespace_pod_target_model_route_window_with_window_d
     assert v["window"]["current"]["value"] == "5m" and not v["window"]["multi"]
     # cluster is optional: All (.*) also matches series without a cluster label (one Prometheus per cluster)
     assert v["cluster"]["includeAll"] and v["cluster"]["allValue"] == ".*"
-    for name in ("pod", "target", "model_name", "route"):
+    # the replicas' namespace, not specwatch's own pod's (fleet mode runs in e.g. monitoring): never from
+    # specwatch_build_info below cluster, and multi-select with All
+    for name in ("namespace", "pod", "target", "model_name", "route"):
+        assert "specwatch_build_info" not in v[name]["query"], name
+    for name in ("cluster", "namespace", "pod", "target", "model_name", "route"):
         assert v[name]["multi"] and v[name]["includeAll"] and v[name]["allValue"] == ".*", name
     for name in ("cluster", "namespace", "pod", "target", "model_name", "route", "window"):
         q = v[name]["query"]
@@ -266,7 +293,7 @@ def test_every_per_sidecar_selector_filters_cluster_and_route_series_filter_targ
         for sel in selectors(substitute(expr, STATIC_VALUES)):
             names = {n for n, _, _ in matchers(sel)}
             assert "cluster" in names, f"{title}/{ref}: {sel.name}"
-            if "route" in names and ":" not in sel.name:
+            if "route" in names and ":" not in sel.name and sel.name not in FLEET_MODE:
                 assert "target" in names, f"{title}/{ref}: {sel.name}"
 
 
@@ -275,13 +302,14 @@ def test_per_sidecar_legends_name_route_pod_and_target_so_standalone_mode_stays_
     for p in panels(dash):
         for t in p.get("targets", []):
             legend = t["legendFormat"]
-            if "{{route}}" in legend and ":" not in t["expr"].split("{")[0]:
+            if "{{route}}" in legend and ":" not in t["expr"].split("{")[0] and "specwatch_fleet_" not in t["expr"]:
                 assert "{{pod}}" in legend and "{{target}}" in legend, (p["title"], legend)
 
 
 def test_dashboard_ships_like_a_mixin_utc_and_not_editable_with_runbook_links(dash):
     assert dash["timezone"] == "utc" and dash["editable"] is False
-    assert any(link["url"].endswith("docs/runbook.md") for link in dash["links"])
+    # one base for every runbook link, the chart's prometheusRule.runbookUrl default (it rewrites it)
+    assert any(link["url"].endswith("docs/runbook.md#") for link in dash["links"])
     linked = {p["title"]: [link["url"] for link in p.get("links", [])] for p in panels(dash)}
     anchors = {u.split("#", 1)[1] for urls in linked.values() for u in urls}
     assert {a.lower() for a in alert_names()} <= anchors | {"specdecodeexporterdown"}, anchors
@@ -415,6 +443,8 @@ def test_every_selector_filters_namespace_and_pod_or_is_a_fleet_rule(dash):
     for title, ref, expr in queries(dash):
         for sel in selectors(substitute(expr, STATIC_VALUES)):
             names = {n for n, _, _ in matchers(sel)}
+            if sel.name in FLEET_MODE:
+                continue  # specwatch's own pod: only cluster (test_fleet_mode_row_reads_the_source_health...)
             need = {"namespace", "route"} if ":" in sel.name else {"namespace", "pod"}
             if not need <= names:
                 bad.append(f"{title}/{ref}: {sel.name}")
@@ -451,8 +481,28 @@ def test_counters_are_only_read_through_a_range_function(dash):
     ]
 
 
+def test_fleet_mode_row_reads_the_source_health_and_the_fleet_rows(dash):
+    row = [p for p in panels(dash) if _row(dash, p["title"]) == FLEET_MODE_ROW]
+    read = {s.name for p in row for t in p["targets"] for s in selectors(substitute(t["expr"], STATIC_VALUES))}
+    assert read == FLEET_MODE, read
+    for p in row:
+        for t in p["targets"]:
+            assert "namespace=~" not in t["expr"] and "pod=~" not in t["expr"], (p["title"], t["expr"])
+            assert 'cluster=~"$cluster"' in t["expr"], (p["title"], t["expr"])
+
+
+def _row(dash, title):
+    row = None
+    for p in dash["panels"]:
+        if p["type"] == "row":
+            row = p["title"]
+        elif p["title"] == title:
+            return row
+    return None
+
+
 def test_every_metric_a_query_names_is_exported_by_the_sidecar_or_recorded_by_rules(dash):
-    known = EXPORTED | recorded_names()
+    known = EXPORTED | recorded_names() | FLEET_MODE
     unknown = sorted(
         {
             f"{title}/{ref}: {s.name}"

@@ -35,7 +35,22 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian p
 
 # What rules may read: what the sidecar exports (tests/support/metric_names.py) and Prometheus's own `up`.
 PROMETHEUS_OWN = {"up"}
-CONTRACT = EXPORTED | PROMETHEUS_OWN
+# Fleet mode's own health (specwatch/export/fleet_collector.py, docs/fleet.md) and kube-state-metrics'
+# pod phase (SpecDecodeExporterDown leaves Pending pods out; without kube-state-metrics it joins nothing).
+FLEET_HEALTH = {
+    "specwatch_prometheus_up",
+    "specwatch_prometheus_last_success_timestamp_seconds",
+    "specwatch_prometheus_query_errors_total",
+    "specwatch_stale_replicas",
+}
+KUBE_STATE_METRICS = {"kube_pod_status_phase"}
+CONTRACT = EXPORTED | PROMETHEUS_OWN | FLEET_HEALTH | KUBE_STATE_METRICS
+# The label every aggregation and join keeps (kubernetes-mixin's clusterLabel; the chart's
+# prometheusRule.clusterLabel renames it and prometheusRule.additionalAggregationLabels extends it).
+CLUSTER = "cluster"
+DASHBOARD_URL = "https://grafana.example.com/d/specwatch/specwatch?orgId=1"
+# Shared causes (one ConfigMap, one --speculative-config): one alert per job (and route), not per pod.
+AGGREGATED = {"SpecDecodeMetricsMissing", "SpecDecodeConfigMismatch", "SpecwatchConfigReloadFailed"}
 
 ALERTS = {
     "spec-decode": {
@@ -47,6 +62,7 @@ ALERTS = {
     },
     "specwatch-health": {"SpecDecodeTargetDown", "SpecDecodeExporterDown", "SpecwatchConfigReloadFailed"},
     "specwatch-config-check": {"SpecDecodeConfigMismatch"},
+    "specwatch-fleet": {"SpecwatchPrometheusDown", "SpecwatchPrometheusQueryErrors", "SpecwatchStaleReplicas"},
 }
 # Recording rules in the alerts file: replica counts per route for the fleet alert. They count the
 # per-replica margin gauge (window pinned), which is the only place a verdict per replica exists.
@@ -172,7 +188,7 @@ def test_recording_rule_names_follow_level_metric_operations_with_level_matching
         level = rule["record"].split(":")[0]
         node = promql_parser.parse(rule["expr"])
         if type(node).__name__ == "AggregateExpr":
-            kept = sorted(node.modifier.labels)
+            kept = sorted(set(node.modifier.labels) - {CLUSTER})
             assert level.split("_") == sorted(kept, key=level.split("_").index), (rule["record"], kept)
 
 
@@ -199,6 +215,7 @@ def test_every_alert_has_one_plain_for_severity_summary_description_and_runbook_
         ann = rule["annotations"]
         assert ann["summary"].strip().endswith(".") and ann["summary"][0].isalpha(), ann["summary"]
         assert ann["runbook_url"] == RUNBOOK_URL + name.lower()
+        assert ann["dashboard_url"].startswith(DASHBOARD_URL), (name, ann["dashboard_url"])
         assert ann["description"].strip()
         if name in PERFORMANCE_ALERTS:
             for needle in (
@@ -217,10 +234,31 @@ def test_every_alert_has_one_plain_for_severity_summary_description_and_runbook_
 
 def test_template_queries_of_route_series_key_on_job_instance_target_and_route():
     # one specwatch in prometheus/fleet mode exports every replica: without target, `first` picks any
+    # (aggregated alerts list their replicas by (cluster, namespace, job, route) and then key on target)
     for name, rule in alerts().items():
         for query in template_queries(rule["annotations"]["description"]):
             if 'route="' in query and not query.startswith("namespace_route:"):
-                assert 'target="' in query, (name, query)
+                assert 'target="' in query or name in AGGREGATED, (name, query)
+
+
+def test_every_aggregation_join_and_template_query_keeps_the_cluster_label():
+    """Two clusters under one ruler stay apart (rules/tests/clusters.yaml shows it on data)."""
+    for where, expr in every_expression():
+        for clause in re.findall(r"\b(?:by|on) \(([^)]*)\)", expr):
+            if clause and not where.endswith(("description", "summary")):
+                assert clause.split(", ")[0] == CLUSTER, (where, clause)
+    for name, rule in alerts().items():
+        for query in template_queries(rule["annotations"]["description"]):
+            if "{" in query:
+                assert f'{CLUSTER}="x"' in query, (name, query)
+
+
+def test_shared_cause_alerts_fire_once_per_job_and_keep_no_per_pod_label():
+    for name in AGGREGATED:
+        expr = alerts()[name]["expr"]
+        node = promql_parser.parse(expr)
+        assert type(node).__name__ == "AggregateExpr", name
+        assert list(node.modifier.labels)[:3] == [CLUSTER, "namespace", "job"], (name, node.modifier.labels)
 
 
 def test_every_alert_quoting_the_recommendation_renders_it_by_action_with_one_template():
@@ -272,33 +310,33 @@ MUTATIONS = [
     ),
     (
         "specwatch-alerts.yaml",
-        "< on (job, instance, target, route) group_left ()",
-        "< on (job, instance, target, route)",
+        "< on (cluster, job, instance, target, route) group_left ()",
+        "< on (cluster, job, instance, target, route)",
         "one-to-one join drops the alert's namespace/pod/target/window",
     ),
     (
         "specwatch-alerts.yaml",
-        "< on (job, instance, target, route) group_left ()",
-        "< on (job, instance, route) group_left ()",
+        "< on (cluster, job, instance, target, route) group_left ()",
+        "< on (cluster, job, instance, route) group_left ()",
         "fleet mode: the replicas one specwatch exports share job/instance, only target tells them apart",
     ),
     (
         "specwatch-alerts.yaml",
-        "unless on (job, instance, target, route)",
-        "unless on (job, instance, route)",
+        "unless on (cluster, job, instance, target, route)\n            specwatch_drafts_total",
+        "unless on (cluster, job, instance, route)\n            specwatch_drafts_total",
         "fleet mode: one replica's drafts hide another replica's missing metrics",
     ),
     ("specwatch-alerts.yaml", ") >= 1\n", ") >= 0\n", "K'=0 reported as a shorter draft"),
     (
         "specwatch-alerts.yaml",
-        "(specwatch_target_up == 1)",
-        "(specwatch_target_up >= 0)",
+        "\n            (specwatch_target_up == 1)",
+        "\n            (specwatch_target_up >= 0)",
         "missing-metrics fires on a down target",
     ),
     (
         "specwatch-alerts.yaml",
-        "and on (job, instance, target)\n          (specwatch_target_up == 1)",
-        "and on (job, instance)\n          (max by (job, instance) (specwatch_target_up) == 1)",
+        "and on (cluster, job, instance, target)\n            (specwatch_target_up == 1)",
+        "and on (cluster, job, instance)\n            (max by (cluster, job, instance) (specwatch_target_up) == 1)",
         "missing-metrics fires for a down target of a sidecar whose other target is up",
     ),
     (
@@ -315,6 +353,48 @@ MUTATIONS = [
     ),
     (
         "specwatch-alerts.yaml",
+        '            unless on (cluster, namespace, pod)\n          (kube_pod_status_phase{phase="Pending"} == 1)\n',
+        "",
+        "a cold start that pulls the vLLM image for 25 minutes fires ExporterDown",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        '            up{endpoint="http-specwatch"} == 0\n',
+        '            up{job=~".*specwatch.*"} == 0\n',
+        "a release named without 'specwatch' (fullnameOverride) is never matched",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "count by (cluster, namespace, job) (specwatch_config_last_reload_successful == 0)",
+        "specwatch_config_last_reload_successful == 0",
+        "40 sidecars of one bad ConfigMap fire 40 alerts",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "count by (cluster, namespace, job) (specwatch_config_last_reload_successful == 0)",
+        "count by (namespace, job) (specwatch_config_last_reload_successful == 0)",
+        "two clusters under one ruler merge into one alert",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'count by (cluster, namespace, route) (specwatch_acceptance_margin{window="5m"} < 0)',
+        'count by (namespace, route) (specwatch_acceptance_margin{window="5m"} < 0)',
+        "fleet counts of two clusters merge",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "specwatch_prometheus_up == 0\n",
+        "specwatch_prometheus_up == 2\n",
+        "fleet-mode query failure does not fire",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "(changes(specwatch_prometheus_last_success_timestamp_seconds[15m]) > 0)",
+        "(changes(specwatch_prometheus_last_success_timestamp_seconds[15m]) >= 0)",
+        "a full outage fires the intermittent-errors alert too",
+    ),
+    (
+        "specwatch-alerts.yaml",
         "severity: warning\n        annotations:\n          summary: specwatch cannot read",
         "severity: critical\n        annotations:\n          summary: specwatch cannot read",
         "target down pages",
@@ -323,14 +403,14 @@ MUTATIONS = [
     ("specwatch-alerts.yaml", ") >= 0.25", ") >= 0", "fleet alert fires for a route with no replica below"),
     (
         "specwatch-alerts.yaml",
-        'count by (namespace, route) (specwatch_acceptance_margin{window="5m"} < 0)',
-        "count by (namespace, route) (specwatch_acceptance_margin < 0)",
+        'count by (cluster, namespace, route) (specwatch_acceptance_margin{window="5m"} < 0)',
+        "count by (cluster, namespace, route) (specwatch_acceptance_margin < 0)",
         "fleet count reads every window",
     ),
     (
         "specwatch-recording.yaml",
-        "sum by (namespace, route) (rate(specwatch_accepted_tokens_total[5m]))",
-        "avg by (namespace, route) (rate(specwatch_accepted_tokens_total[5m]))",
+        "sum by (cluster, namespace, route) (rate(specwatch_accepted_tokens_total[5m]))",
+        "avg by (cluster, namespace, route) (rate(specwatch_accepted_tokens_total[5m]))",
         "averaging across pods",
     ),
     (

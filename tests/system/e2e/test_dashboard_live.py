@@ -11,6 +11,12 @@ What it proves:
 
 The sidecar polls two targets: the simulator, and a closed loopback port (so the Health row's
 target-down and poll-error panels have something to show, as they would in an incident).
+
+Fleet-shaped too: Prometheus also scrapes the simulator as job `vllm`, and a second specwatch in fleet
+mode (namespace monitoring, as the README's `-n monitoring` install) reads it back from that
+Prometheus and is scraped with honor_labels. So the "Fleet mode" row (query source health,
+specwatch_fleet_*) must return data, with the variables as Grafana sets them: namespace, pod and
+cluster on "All".
 """
 
 from __future__ import annotations
@@ -161,7 +167,23 @@ def stack(tmp_path_factory):
         sidecar = f"http://127.0.0.1:{sidecar_port}"
         wait_http(sidecar + "/metrics", 30, procs[-1], side_log)
 
-        prom_port = free_port()
+        prom_port, fleet_port = free_port(), free_port()
+        # fleet mode: the same deployment read back from Prometheus (docs/fleet.md)
+        fleet_cfg = {k: v for k, v in cfg.items() if k not in ("targets", "listen")}
+        fleet_cfg["listen"] = f"127.0.0.1:{fleet_port}"
+        fleet_cfg["routes"] = [
+            {"name": m, "match": {"model_name": m}, "baseline_itl_p99_seconds": 0.05} for m in models
+        ]
+        fleet_cfg["poll_interval"] = 2.0
+        fleet_cfg["prometheus"] = {
+            "url": f"http://127.0.0.1:{prom_port}",
+            "selector": '{job="vllm"}',
+            "replica_labels": ["namespace", "pod"],
+            "timeout": "1500ms",
+            "scrape_interval": "1s",
+        }
+        fleet_config = tmp / "specwatch-fleet.yaml"
+        fleet_config.write_text(yaml.safe_dump(fleet_cfg), encoding="utf-8")
         rules_dir = tmp / "rules"
         rules_dir.mkdir()
         prom_cfg = tmp / "prometheus.yml"
@@ -172,6 +194,26 @@ def stack(tmp_path_factory):
                     "rule_files": [str(p) for p in shortened_rules(rules_dir)],
                     "scrape_configs": [
                         {
+                            "job_name": "vllm",
+                            "static_configs": [
+                                {
+                                    "targets": [urllib.parse.urlsplit(metrics_url).netloc],
+                                    "labels": {"namespace": NAMESPACE, "pod": POD},
+                                }
+                            ],
+                            "metrics_path": urllib.parse.urlsplit(metrics_url).path,
+                        },
+                        {
+                            "job_name": "specwatch-fleet",
+                            "honor_labels": True,
+                            "static_configs": [
+                                {
+                                    "targets": [f"127.0.0.1:{fleet_port}"],
+                                    "labels": {"namespace": "monitoring", "pod": "specwatch-fleet-0"},
+                                }
+                            ],
+                        },
+                        {
                             "job_name": "specwatch",
                             "static_configs": [
                                 {
@@ -179,7 +221,7 @@ def stack(tmp_path_factory):
                                     "labels": {"namespace": NAMESPACE, "pod": POD},
                                 }
                             ],
-                        }
+                        },
                     ],
                 }
             ),
@@ -202,6 +244,13 @@ def stack(tmp_path_factory):
         )
         prom = f"http://127.0.0.1:{prom_port}"
         wait_http(prom + "/-/ready", 30, procs[-1], prom_log)
+        fleet_log = tmp / "specwatch-fleet.log"
+        procs.append(
+            subprocess.Popen(
+                sidecar_command(fleet_config), stdout=fleet_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
+            )
+        )
+        wait_http(f"http://127.0.0.1:{fleet_port}/metrics", 30, procs[-1], fleet_log)
         yield Stack(
             prom=prom, sidecar=sidecar, routes=models, tmp=tmp, started=time.monotonic(), started_wall=time.time()
         )
@@ -248,7 +297,7 @@ def resolve_variables(stack: Stack) -> tuple[dict[str, str], dict[str, list[str]
         found[var["name"]] = sorted({s[label] for s in body["data"] if label in s})
         if var["name"] == "window":
             values["window"] = var["current"]["value"]  # the dashboard's default, 5m
-        elif var.get("includeAll") and var["name"] in ("pod", "cluster"):
+        elif var.get("includeAll") and var["name"] in ("pod", "cluster", "namespace"):
             values[var["name"]] = var["allValue"]  # "All" (no cluster label here: one cluster)
         elif var.get("multi"):
             values[var["name"]] = "(" + "|".join(grafana_regex_escape(v) for v in found[var["name"]]) + ")"
@@ -314,6 +363,24 @@ def test_every_panel_query_returns_data_with_its_legend_labels(stack, live):
     print(f"\n{len(panel_targets())} panel queries answered with data; variables {values}")
 
 
+def test_fleet_mode_row_answers_with_every_variable_on_all(stack, live):
+    """The Fleet mode row in a fleet-shaped stack, namespace/pod/cluster on All (.*), and on one namespace."""
+    dash = load_dashboard()
+    row, fleet = None, []
+    for p in dash["panels"]:
+        if p["type"] == "row":
+            row = p["title"]
+        elif row.startswith("Fleet mode"):
+            fleet += [(p["title"], t) for t in p["targets"]]
+    assert len(fleet) == 7, fleet
+    values, _ = live
+    assert values["namespace"] == values["pod"] == values["cluster"] == ".*", values
+    problems = [p for title, t in fleet if (p := check_target(stack, values, title, t))]
+    picked = dict(values, namespace=grafana_regex_escape(NAMESPACE))  # one namespace picked: the row ignores it
+    problems += [p for title, t in fleet if (p := check_target(stack, picked, title, t))]
+    assert problems == [], "\n".join(problems)
+
+
 def test_alert_annotation_returns_firing_alerts_of_rules(stack, live):
     values, _ = live
     ann = next(a for a in load_dashboard()["annotations"]["list"] if a.get("expr") and "ALERTS" in a["expr"])
@@ -339,9 +406,13 @@ LOAD_PANEL = "Live batch size vs largest batch where speculation pays"
 
 
 def panel_values(stack: Stack, values: dict[str, str], title: str, ref: str) -> dict[float, float]:
-    """The one series a panel target draws for the single route and pod, over the whole run."""
+    """The one series a panel target draws for the single route and pod, over the whole run.
+
+    The sidecar's target picked (target=vllm): fleet mode exports the same replica again, as target
+    llm/vllm-0, from Prometheus's copy, which lags the sidecar by a scrape.
+    """
     (t,) = [t for p in panels(load_dashboard()) if p["title"] == title for t in p["targets"] if t["refId"] == ref]
-    expr = substitute(t["expr"], values, rate_interval=RATE_INTERVAL)
+    expr = substitute(t["expr"], dict(values, target=grafana_regex_escape("vllm")), rate_interval=RATE_INTERVAL)
     body = prom_get(stack, "/api/v1/query_range", query=expr, start=stack.started_wall - 5, end=time.time(), step=1)
     assert body["status"] == "success", body
     result = body["data"]["result"]
