@@ -1,0 +1,130 @@
+"""Engine priors (costmodel/engine_priors.py): the table is what the fit finds, the doc's numbers are
+what the leave-one-source-out run computes, and prior_for falls back as documented."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from specwatch.costmodel import draft, roofline
+from specwatch.costmodel.engine_priors import ENGINE_PRIORS, GENERIC, POOLED, prior_for
+
+ROOT = Path(__file__).parents[3]
+FIT_SCRIPT = ROOT / "tests/fixtures/calibration/fit_engine_priors.py"
+DOC = ROOT / "docs/costmodel-engine-priors.md"
+
+
+@cache
+def fit_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fit_engine_priors", FIT_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve their module by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@cache
+def reports() -> tuple[Any, ...]:
+    fe = fit_module()
+    rows, _ = fe.reduced_cases()
+    return tuple(fe.report(rows))
+
+
+def test_generic_is_todays_constants() -> None:
+    assert GENERIC.verify_overhead_seconds == roofline.DEFAULT_VERIFY_OVERHEAD_SECONDS
+    assert GENERIC.verify_seconds_per_request == roofline.DEFAULT_VERIFY_SECONDS_PER_REQUEST
+    assert GENERIC.draft_fixed_seconds == draft.DEFAULT_DRAFT_FIXED_SECONDS
+    assert ENGINE_PRIORS["generic"] is GENERIC
+    assert tuple(fit_module().GENERIC) == (
+        GENERIC.verify_overhead_seconds,
+        GENERIC.verify_seconds_per_request,
+        GENERIC.draft_fixed_seconds,
+    )
+
+
+def test_table_is_what_the_fit_finds() -> None:
+    fe = fit_module()
+    steps = (fe.STEP_V, fe.STEP_Q, fe.STEP_P)
+    by_family = {rep.family: rep for rep in reports()}
+    for family in (*fe.FAMILIES, "pooled"):
+        rep = by_family[family]
+        prior = ENGINE_PRIORS[family]
+        table = (prior.verify_overhead_seconds, prior.verify_seconds_per_request, prior.draft_fixed_seconds)
+        for got, want, step in zip(table, rep.params, steps, strict=True):
+            assert abs(got - want) <= step / 2 + 1e-12, (family, table, rep.params)
+        # the entry says whether it is its own fit or the pooled one
+        assert ("own fit" in prior.source) == (rep.own and family != "pooled"), (family, prior.source)
+
+
+def test_fits_respect_bounds_and_decompose_exactly() -> None:
+    fe = fit_module()
+    rows, _ = fe.reduced_cases()
+    for rep in reports():
+        v, q, p = rep.params
+        assert v >= 0 and q >= 0 and p >= 0
+    pooled = next(r for r in reports() if r.family == "pooled")
+    fe.check_decomposition(rows, *pooled.params)
+
+
+def test_doc_table_is_the_computed_loso() -> None:
+    """docs/costmodel-engine-priors.md carries the table the LOSO run prints, line for line."""
+    doc = DOC.read_text()
+    for line in fit_module().markdown_table(reports()):
+        assert line in doc, f"docs/costmodel-engine-priors.md lacks (or has a stale) line:\n{line}"
+
+
+def test_every_row_has_a_fate() -> None:
+    fe = fit_module()
+    cases, skipped = fe.classify()
+    assert len(cases) + len(skipped) == len(fe.V1_ROWS) + len(fe.V2_ROWS)
+    assert all(s.reason for s in skipped)
+    assert all(c.tau_source for c in cases)
+    assert {s.fate for s in skipped} <= {"excluded", "other-metric"}
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "family"),
+    [
+        ("vllm", "0.10.1", "vllm-v1"),
+        ("vLLM", "v0.8.0", "vllm-v1"),
+        ("vllm", "0.7.3", "vllm-v0"),
+        ("vllm", "v0.6", "vllm-v0"),
+        ("vllm", None, "vllm-v1"),
+        ("vllm", "main", "vllm-v1"),
+        ("vllm-v0", None, "vllm-v0"),
+        ("vllm-v1", "0.5", "vllm-v1"),  # an explicit family wins over the version
+        ("SGLang", "0.4.4", "sglang"),
+        ("TensorRT-LLM", None, "trtllm"),
+        ("trt-llm", "1.0", "trtllm"),
+        ("llama.cpp", "b4000", "llamacpp"),
+        (" ik_llama.cpp ", None, "llamacpp"),
+        ("pooled", None, "pooled"),
+        ("generic", None, "generic"),
+        ("mystery-engine", "1.0", "generic"),
+        ("", None, "generic"),
+        (None, None, "generic"),
+        (None, "0.10.1", "generic"),
+    ],
+)
+def test_prior_for(engine: str | None, version: str | None, family: str) -> None:
+    assert prior_for(engine, version) is ENGINE_PRIORS[family]
+
+
+def test_fallback_families_carry_the_pooled_values() -> None:
+    for family in ("vllm-v0", "sglang", "trtllm", "llamacpp"):
+        prior = ENGINE_PRIORS[family]
+        assert "pooled" in prior.source
+        assert (prior.verify_overhead_seconds, prior.verify_seconds_per_request, prior.draft_fixed_seconds) == (
+            POOLED.verify_overhead_seconds,
+            POOLED.verify_seconds_per_request,
+            POOLED.draft_fixed_seconds,
+        )
+    for key, prior in ENGINE_PRIORS.items():
+        assert prior.engine == key
