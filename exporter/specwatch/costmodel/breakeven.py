@@ -9,7 +9,6 @@ model-based drafters). Derivations: docs/costmodel.md.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator, Sequence
 
 from specwatch.costmodel.roofline import CostModel

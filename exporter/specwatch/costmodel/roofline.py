@@ -53,6 +53,7 @@ DEFAULT_CONTEXT_TOKENS = 2048
 #: Bound of the step_times memo: a long-lived model sees new batches and coverages every poll.
 _MEMO_LIMIT = 4096
 
+
 @dataclass(frozen=True)
 class CostModel:
     hardware: HardwareSpec
@@ -79,6 +80,7 @@ class CostModel:
     # with_method's models, one per draft method at most: the same derived model (and memo) for
     # every assessment of a route whose drafter differs from the configured one.
     _by_method: dict[str, CostModel] = field(default_factory=dict, init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
             raise CostModelError("model.dtype", f"dtype must be one of {', '.join(DTYPE_BYTES)}")

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from specwatch import costmodel as cmod
@@ -68,7 +69,7 @@ def builders() -> Iterator[tuple[str, Callable[[], CostModel]]]:
 BUILDS = [build for _, build in builders()]
 
 
-@settings(max_examples=150, deadline=None)
+@hypothesis_settings(max_examples=150, deadline=None)
 @given(
     which=st.integers(0, len(MODELS)),
     method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model")),
