@@ -121,10 +121,14 @@ def max_speculative_batch_size(
     once verification leaves the memory-bound regime)."""
     if k is None or alpha is None or k <= 0:
         return None
-    k_, alpha_ = k, alpha
+    # pays(b) is expected_speedup(cm, b, k, alpha, coverage) > 1 with its constant gain taken out
+    # of the loop: the same operations in the same order.
+    gain = cm.tokens_per_step(k, alpha, coverage)
+    k_ = k
 
     def pays(b: int) -> bool:
-        return expected_speedup(cm, b, k_, alpha_, coverage) > 1.0
+        base, spec = cm.step_times(b, k_, coverage)
+        return gain * base / spec > 1.0
 
     if not pays(1):
         return 0
