@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from specwatch.config import DecisionConfig
 
 #: The WindowStats fields ``decide.assess`` reads. The others (route, window, time, sample count,
-#: span, ITL, token totals) cannot change an assessment: tests/test_decide_cache.py changes each of
+#: span, ITL, token totals) cannot change an assessment: tests/unit/verdict/test_memo.py changes each of
 #: them and checks that assess gives the same answer, so a new input of assess fails that test
 #: until it is added here.
 ASSESS_INPUTS = (
