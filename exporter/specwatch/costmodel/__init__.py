@@ -65,6 +65,7 @@ from specwatch.costmodel.roofline import (
     DEFAULT_MFU,
     DEFAULT_OVERHEAD_SECONDS,
     CostModel,
+    draft_coverage,
     max_concurrency_by_memory,
 )
 from specwatch.costmodel.search import last_true, solve_increasing
@@ -105,6 +106,7 @@ __all__ = [
     "build_cost_model",
     "canonical_method",
     "draft_cost_for",
+    "draft_coverage",
     "draft_head_kv_bytes_per_token",
     "draft_head_params",
     "expected_speedup",

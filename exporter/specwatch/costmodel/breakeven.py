@@ -2,45 +2,52 @@
 length, the largest batch where speculation pays, the closed-loop speedup at a fixed concurrency,
 V1 batch schedules and the config to apply.
 
-Every function takes a CostModel and asks it only for ``base_step_time``, ``spec_step_time``,
-``tokens_per_step`` and ``draft_coverage``. Derivations: docs/costmodel.md.
+Every function takes a CostModel and asks it only for ``step_times`` (T_base and T_spec, memoised)
+and ``tokens_per_step``; ``coverage`` is the window's draft coverage (roofline.draft_coverage, 1 for
+model-based drafters). Derivations: docs/costmodel.md.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from specwatch.costmodel.roofline import CostModel
 from specwatch.costmodel.search import last_true, solve_increasing
 
 
-def breakeven_acceptance_rate(cm: CostModel, batch: float, k: float) -> float:
-    """alpha*(B, K) = (T_spec/T_base − 1)/K: the vLLM acceptance rate at which speedup is 1.
+def breakeven_acceptance_rate(cm: CostModel, batch: float, k: float, coverage: float = 1.0) -> float:
+    """alpha*(B, K) = (T_spec/T_base − 1)/(coverage·K): the vLLM acceptance rate at which speedup is 1.
     Values >= 1 mean speculation cannot pay at this batch size."""
     if k <= 0:
         raise ValueError("k must be > 0")
-    return (cm.spec_step_time(batch, k) / cm.base_step_time(batch) - 1.0) / (k * cm.draft_coverage)
+    base, spec = cm.step_times(batch, k, coverage)
+    return (spec / base - 1.0) / (k * coverage)
 
 
-def expected_speedup(cm: CostModel, batch: float, k: float, alpha: float) -> float:
-    """Decode throughput with speculation over without: (1 + K·alpha)·T_base/T_spec. Exact for
-    vLLM V1's alpha (tokens per spec step = 1 + K·alpha, no i.i.d. assumption)."""
+def expected_speedup(cm: CostModel, batch: float, k: float, alpha: float, coverage: float = 1.0) -> float:
+    """Decode throughput with speculation over without: (1 + coverage·K·alpha)·T_base/T_spec. Exact
+    for vLLM V1's alpha (tokens per spec step = 1 + K·alpha, no i.i.d. assumption)."""
     if k <= 0:
         return 1.0
-    return cm.tokens_per_step(k, alpha) * cm.base_step_time(batch) / cm.spec_step_time(batch, k)
+    base, spec = cm.step_times(batch, k, coverage)
+    return cm.tokens_per_step(k, alpha, coverage) * base / spec
 
 
-def expected_speedup_for_positions(cm: CostModel, batch: float, position_rates: Sequence[float]) -> float:
+def expected_speedup_for_positions(
+    cm: CostModel, batch: float, position_rates: Sequence[float], coverage: float = 1.0
+) -> float:
     """Speedup when drafting len(p) tokens with unconditional per-position rates p_i."""
     k = len(position_rates)
     if k == 0:
         return 1.0
-    gained = 1.0 + cm.draft_coverage * float(sum(position_rates))
-    return gained * cm.base_step_time(batch) / cm.spec_step_time(batch, k)
+    gained = 1.0 + coverage * float(sum(position_rates))
+    base, spec = cm.step_times(batch, k, coverage)
+    return gained * base / spec
 
 
-def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[float], floor: float = 1.0) -> int:
+def best_draft_length(
+    cm: CostModel, batch: float, position_rates: Sequence[float], floor: float = 1.0, coverage: float = 1.0
+) -> int:
     """Best K' in 0..len(p) (0 = disable). Truncating a chain draft keeps p_0..p_{K'-1}, so
     speedup(K') uses the first K' rates.
 
@@ -50,43 +57,17 @@ def best_draft_length(cm: CostModel, batch: float, position_rates: Sequence[floa
     of K'=0: 1 for a server without speculation, less for a K=0 band of a schedule (which still
     pays for speculation being configured, see ZERO_K_BAND_SLOWDOWN).
     """
-    if not position_rates:
-        return 0
-    return _best_in_row(cm, batch, _tokens_per_step_by_k(cm, position_rates), floor)
+    return first_drop_best(_scan_speedups(cm, batch, position_rates, coverage), floor)
 
 
-def _tokens_per_step_by_k(cm: CostModel, position_rates: Sequence[float]) -> list[float]:
-    """1 + coverage·(p_0 + ... + p_{K'-1}) for K' = 1..len(p), summed in that order."""
-    coverage = cm.draft_coverage
+def _scan_speedups(cm: CostModel, batch: float, position_rates: Sequence[float], coverage: float) -> Iterator[float]:
+    """The speedup at K' = 1, 2, ..., len(p), lazily: (1 + coverage·(p_0 + ... + p_{K'-1}))·T_base/T_spec(K'),
+    the gain summed in that order."""
     tau = 1.0
-    out = []
-    for rate in position_rates:
+    for kk, rate in enumerate(position_rates, start=1):
         tau += coverage * float(rate)
-        out.append(tau)
-    return out
-
-
-def _best_in_row(cm: CostModel, batch: float, gains: Sequence[float], floor: float) -> int:
-    """first_drop_best over the speedups gains[K'-1]·T_base/T_spec(K') at K' = 1, 2, ..., inlined
-    over the batch's spec_step_row (a schedule asks this for dozens of batches per assessment):
-    the same operations in the same order, so the same K' bit for bit (tests/test_costmodel_memo.py
-    compares it with first_drop_best)."""
-    row = cm.spec_step_row(batch)
-    base = row[0]
-    best_k, best_s = 0, float(floor)
-    prev = -math.inf
-    for kk, tau in enumerate(gains, start=1):
-        if kk == len(row):
-            # Not append(): a slice assignment puts the value at index kk even if another scan
-            # of the same row got there first (rows only grow; the value is the same).
-            row[kk : kk + 1] = [cm.spec_step_time(batch, kk)]
-        s = tau * base / row[kk]
-        if s < prev:
-            break
-        if s > best_s:
-            best_k, best_s = kk, s
-        prev = s
-    return best_k
+        base, spec = cm.step_times(batch, kk, coverage)
+        yield tau * base / spec
 
 
 def first_drop_best(speedups: Iterable[float], floor: float = 1.0) -> int:
@@ -131,7 +112,7 @@ MAX_BATCH_LIMIT = 1024
 
 
 def max_speculative_batch_size(
-    cm: CostModel, k: float | None, alpha: float | None, limit: int = MAX_BATCH_LIMIT
+    cm: CostModel, k: float | None, alpha: float | None, limit: int = MAX_BATCH_LIMIT, coverage: float = 1.0
 ) -> int | None:
     """Largest integer batch at which (k, alpha) still gives speedup > 1.
 
@@ -140,17 +121,14 @@ def max_speculative_batch_size(
     once verification leaves the memory-bound regime)."""
     if k is None or alpha is None or k <= 0:
         return None
-    # pays(b) is expected_speedup(cm, b, k, alpha) > 1 with its constant factor taken out of
-    # the loop: the same operations in the same order.
-    gain = cm.tokens_per_step(k, alpha)
-    terms = cm.step_time_pairs(k)  # the searched batches' step times are the same poll after poll
+    # pays(b) is expected_speedup(cm, b, k, alpha, coverage) > 1 with its constant gain taken out
+    # of the loop: the same operations in the same order.
+    gain = cm.tokens_per_step(k, alpha, coverage)
     k_ = k
 
     def pays(b: int) -> bool:
-        pair = terms.get(b)
-        if pair is None:
-            pair = terms[b] = (cm.base_step_time(b), cm.spec_step_time(b, k_))
-        return gain * pair[0] / pair[1] > 1.0
+        base, spec = cm.step_times(b, k_, coverage)
+        return gain * base / spec > 1.0
 
     if not pays(1):
         return 0
@@ -179,6 +157,7 @@ def recommend_schedule(
     *,
     live_batch: float | None = None,
     zero_band_speedup: float = 1.0,
+    coverage: float = 1.0,
 ) -> list[list[int]]:
     """V1 ``num_speculative_tokens_per_batch_size``: ``[[lo, hi, K], ...]`` covering 1..max_batch,
     inclusive ranges, first range starting at 1, K non-increasing in batch, K = 0 disables.
@@ -192,20 +171,19 @@ def recommend_schedule(
     if max_batch < 1:
         raise ValueError("max_batch must be >= 1")
     p = tuple(position_rates)
-    gains = _tokens_per_step_by_k(cm, p)  # best_draft_length's, the same for every batch
     cache: dict[int, int] = {}
 
     def best(b: int) -> int:
         k = cache.get(b)
         if k is None:
-            k = cache[b] = _best_in_row(cm, b, gains, zero_band_speedup) if p else 0
+            k = cache[b] = best_draft_length(cm, b, p, zero_band_speedup, coverage)
         return k
 
     top = int(max_batch)
     anchor = min(max(round(live_batch or 1), 1), top)
     if live_batch is not None:
         # The live batch's band gets the best K' at the measured (fractional) batch itself.
-        cache[anchor] = best_draft_length(cm, max(float(live_batch), 1.0), p, floor=zero_band_speedup)
+        cache[anchor] = best_draft_length(cm, max(float(live_batch), 1.0), p, zero_band_speedup, coverage)
 
     # best K' falls with batch (verification cost rises), so evaluate the ends of a range and
     # split it only where they differ: O(bands · log max_batch) evaluations instead of max_batch.
@@ -241,7 +219,9 @@ def recommend_schedule(
     return bands
 
 
-def closed_loop_speedup(model: CostModel, concurrency: float, batch: float, k: float, alpha: float) -> float:
+def closed_loop_speedup(
+    model: CostModel, concurrency: float, batch: float, k: float, alpha: float, coverage: float = 1.0
+) -> float:
     """Throughput with speculation over without at a fixed number of concurrent requests (what a
     benchmark at concurrency C measures), from a spec-on window alone.
 
@@ -253,8 +233,8 @@ def closed_loop_speedup(model: CostModel, concurrency: float, batch: float, k: f
     With C = B (nobody waits outside decode) it is the same-batch speedup."""
     b = max(float(batch), 1e-9)
     c = max(float(concurrency), b)
-    per_step = model.tokens_per_step(k, alpha)
-    t_spec = model.spec_step_time(max(b, 1.0), k)
+    per_step = model.tokens_per_step(k, alpha, coverage)
+    t_spec = model.spec_step_time(max(b, 1.0), k, coverage)
     outside = (c - b) / b * t_spec / per_step
     b_plain = b
     for _ in range(50):  # a contraction: T_base grows slower than linearly in B here

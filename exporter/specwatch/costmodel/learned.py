@@ -279,7 +279,8 @@ class StepTimeLearner:
         xs = [merged[i].log_tokens for i in order]
         ws = [merged[i].weight for i in order]
         # Non-decreasing step time in tokens: pool adjacent violators on T = ratio × prior.
-        ts = [math.exp(merged[i].log_ratio) * self.prior.base_step_time(2.0**x) for i, x in zip(order, xs, strict=True)]
+        priors = [self.prior.base_step_time(2.0**x) for x in xs]  # the prior's step at each bin
+        ts = [math.exp(merged[i].log_ratio) * t for i, t in zip(order, priors, strict=True)]
         blocks: list[list[float]] = []  # [weighted T sum, weight, first index, last index]
         for j, (tv, w) in enumerate(zip(ts, ws, strict=True)):
             blocks.append([tv * w, w, j, j])
@@ -301,10 +302,10 @@ class StepTimeLearner:
         # In-sample residual: each bin's spread around its mean plus its mean's distance from the
         # fitted (monotone) curve, weighted; reported as a ratio (exp(rms of log) − 1).
         square = 0.0
-        for i, x, tv, w in zip(order, xs, fitted, ws, strict=True):
+        for i, prior_t, tv, w in zip(order, priors, fitted, ws, strict=True):
             b = merged[i]
             spread = max(b.log_ratio_sq - b.log_ratio * b.log_ratio, 0.0)
-            offset = b.log_ratio - math.log(tv / self.prior.base_step_time(2.0**x))
+            offset = b.log_ratio - math.log(tv / prior_t)
             square += w * (spread + offset * offset)
         residual = math.exp(math.sqrt(square / sum(ws))) - 1.0
         self._curve = LearnedStepCurve(

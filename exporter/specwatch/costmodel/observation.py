@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specwatch.costmodel.roofline import CostModel
+from specwatch.costmodel.roofline import CostModel, draft_coverage
 
 #: A window must cover at least this many engine steps to be a point.
 MIN_STEPS_PER_POINT = 20.0
@@ -89,10 +89,10 @@ def spec_extra_seconds(model: CostModel, obs: StepObservation) -> float:
     if not (obs.draft_length > 0 and obs.draft_coverage > 0):
         return 0.0
     b = max(obs.batch, 1.0)
-    m = model.with_coverage(obs.draft_coverage)
-    verify = b * (1 + m.draft_coverage * obs.draft_length)
+    c = draft_coverage(obs.draft_coverage)
+    verify = b * (1 + c * obs.draft_length)
     context = b * model.context_tokens
-    return m.spec_step_time(b, obs.draft_length) - m.step_time(verify, context)
+    return model.spec_step_time(b, obs.draft_length, c) - model.step_time(verify, context)
 
 
 def prior_step_seconds(prior: CostModel, obs: StepObservation) -> float:

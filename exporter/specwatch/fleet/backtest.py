@@ -165,11 +165,12 @@ class Summary:
         best_k = assessment.recommended_draft_length if assessment is not None else None
         if not best_k:
             return 1.0 / now
-        cm = self.evaluator.cost_model.with_method(None).with_coverage(stats.draft_coverage)
+        cm = self.evaluator.cost_model.with_method(None)
         rates = stats.position_rates or costmodel.position_rates_from_alpha(
             stats.acceptance_rate or 0.0, max(best_k, stats.configured_k or best_k)
         )
-        followed = costmodel.expected_speedup_for_positions(cm, max(stats.batch_size, 1.0), rates[:best_k])
+        coverage = costmodel.draft_coverage(stats.draft_coverage)
+        followed = costmodel.expected_speedup_for_positions(cm, max(stats.batch_size, 1.0), rates[:best_k], coverage)
         return max(followed, 1.0) / now if followed > 0 else 1.0
 
     def record(self) -> dict[str, Any]:

@@ -133,10 +133,11 @@ def assess(
         return Assessment(candidate="insufficient_data")
 
     margin = float(decision.margin or 0.0)
-    cm = cm.with_method(method).with_coverage(_finite(stats.draft_coverage))
+    cm = cm.with_method(method)
+    c = cmod.draft_coverage(_finite(stats.draft_coverage))
     b = max(batch, 1.0)  # drafts were verified, so at least one request was decoding
-    breakeven = cmod.breakeven_acceptance_rate(cm, b, k)
-    speedup = cmod.expected_speedup(cm, b, k, alpha)
+    breakeven = cmod.breakeven_acceptance_rate(cm, b, k, c)
+    speedup = cmod.expected_speedup(cm, b, k, alpha, c)
 
     # Window size of the config = configured K (number of `position` labels), else measured K.
     k_window = stats.configured_k or max(1, math.ceil(k - 1e-9))
@@ -146,16 +147,17 @@ def assess(
     else:
         # No per-position counters (V0 schema): i.i.d. rates that reproduce alpha at K.
         p = cmod.position_rates_from_alpha(alpha, k_window)
-    best_k = cmod.best_draft_length(cm, b, p)
-    b_max = cmod.max_speculative_batch_size(cm, k, alpha)
+    best_k = cmod.best_draft_length(cm, b, p, coverage=c)
+    b_max = cmod.max_speculative_batch_size(cm, k, alpha, coverage=c)
 
     # Hysteresis: once disabled, speculation must clear the line by `margin` to come back;
     # otherwise it must fall `margin` below it to be disabled.
     line = breakeven + margin if previous_verdict == "disable" else breakeven - margin
     # The same band in speedup units (dS/dalpha = K·T_base/T_spec) for the shorten decision.
-    band = margin * cm.draft_coverage * k * cm.base_step_time(b) / cm.spec_step_time(b, k)
-    s_best = cmod.expected_speedup_for_positions(cm, b, p[:best_k]) if best_k > 0 else 1.0
-    s_now = cmod.expected_speedup_for_positions(cm, b, p[:k_window]) if p else speedup
+    t_base, t_spec = cm.step_times(b, k, c)
+    band = margin * c * k * t_base / t_spec
+    s_best = cmod.expected_speedup_for_positions(cm, b, p[:best_k], c) if best_k > 0 else 1.0
+    s_now = cmod.expected_speedup_for_positions(cm, b, p[:k_window], c) if p else speedup
     # The same hysteresis in speedup units: leaving disable needs 1 + band, entering it 1 - band.
     speed_line = 1.0 + band if previous_verdict == "disable" else 1.0 - band
     if best_k == 0:
@@ -187,7 +189,9 @@ def assess(
     # num_speculative_tokens_per_batch_size; one engine: vLLM ignores it with DP > 1).
     cover = max(int(max_batch), math.ceil(b))
     if stats.schema == "v1" and (stats.engines or 1) <= 1:
-        schedule = cmod.recommend_schedule(cm, p, cover, live_batch=b, zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP)
+        schedule = cmod.recommend_schedule(
+            cm, p, cover, live_batch=b, zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP, coverage=c
+        )
     else:
         schedule = [[1, cover, best_k]]
     named = method if config_method == "same" else config_method

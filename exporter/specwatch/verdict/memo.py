@@ -1,6 +1,6 @@
 """Exact-key memo of ``decide.assess``: an unchanged window is not assessed twice.
 
-An assessment is a pure function of the cost model (and the generation of its step-time curve),
+An assessment is a pure function of the cost model (a new curve is a new model),
 a few WindowStats fields and the decision settings. Quiet targets, a target that stopped answering
 (its windows are re-evaluated with no new data), and 1m/5m windows holding the same polls ask the
 same question poll after poll; the answer is kept in a bounded LRU and returned as is. Keys are
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from specwatch.config import DecisionConfig
 
 #: The WindowStats fields ``decide.assess`` reads. The others (route, window, time, sample count,
-#: span, ITL, token totals) cannot change an assessment: tests/test_decide_cache.py changes each of
+#: span, ITL, token totals) cannot change an assessment: tests/unit/verdict/test_memo.py changes each of
 #: them and checks that assess gives the same answer, so a new input of assess fails that test
 #: until it is added here.
 ASSESS_INPUTS = (
@@ -80,7 +80,7 @@ class AssessmentCache:
             self._memo.clear()
             self._model = cm
         stated = None if base_config is None else json.dumps(base_config, sort_keys=True, default=repr)
-        key: _Key = (cm.curve_version, stats_key(stats), decision, method, previous_verdict, config_method, stated)
+        key: _Key = (stats_key(stats), decision, method, previous_verdict, config_method, stated)
         memo = self._memo
         hit = memo.get(key)
         if hit is not None:

@@ -176,17 +176,17 @@ def predict(profile: dict, model_dir: Path, spec: dict) -> dict:
         # Share of request-steps that carried a draft, as the live sidecar measures it
         # (Δdrafts / ΔITL count = (tokens per request-step − 1) / (tau − 1)).
         coverage = (s["tokens_per_step_per_request"] - 1) / (s["tau"] - 1) if s["tau"] > 1 else 1.0
-        mc = m.with_coverage(coverage)
+        c = cm.draft_coverage(coverage)
         out[c] = {
             "batch": b,
             "k_mean": k,
             "alpha": a,
             "draft_coverage": min(coverage, 1.0),
-            "predicted_speedup": cm.expected_speedup(mc, b, k, a),
+            "predicted_speedup": cm.expected_speedup(m, b, k, a, c),
             "predicted_speedup_without_coverage": cm.expected_speedup(m, b, k, a),
-            "breakeven_alpha": cm.breakeven_acceptance_rate(mc, b, k),
-            "t_base": mc.base_step_time(b),
-            "t_spec": mc.spec_step_time(b, k),
+            "breakeven_alpha": cm.breakeven_acceptance_rate(m, b, k, c),
+            "t_base": m.base_step_time(b),
+            "t_spec": m.spec_step_time(b, k, c),
         }
     return out
 
@@ -297,10 +297,10 @@ def specwatch_view(recording: Path, model_dir: Path, phases: dict) -> dict:
         }
         if advice and rates and st.batch_size:
             b = max(st.batch_size, 1.0)
-            cm = pipe.cost_model.with_method("ngram").with_coverage(st.draft_coverage)
+            cm, c = pipe.cost_model.with_method("ngram"), cmod.draft_coverage(st.draft_coverage)
             k_new = k_at_batch(advice, round(b))
-            s_now = cmod.expected_speedup_for_positions(cm, b, rates[:k_now])
-            s_new = cmod.expected_speedup_for_positions(cm, b, rates[:k_new]) if k_new > 0 else 1.0
+            s_now = cmod.expected_speedup_for_positions(cm, b, rates[:k_now], c)
+            s_new = cmod.expected_speedup_for_positions(cm, b, rates[:k_new], c) if k_new > 0 else 1.0
             row.update(recommended_k=k_new, predicted_change=s_new / s_now)
         out["phases"][c] = row
     return out

@@ -16,23 +16,27 @@ CM = cost_model_from_config(from_mapping({"draft": {"method": "ngram"}}, environ
 
 
 def test_undrafted_steps_gain_nothing_and_cost_nothing():
-    full, partial = CM, CM.with_coverage(0.7)
     for batch in (1, 16, 128):
-        assert costmodel.expected_speedup(partial, batch, 4, 0.8) < costmodel.expected_speedup(full, batch, 4, 0.8)
-        assert partial.spec_step_time(batch, 4) <= full.spec_step_time(batch, 4)
+        assert costmodel.expected_speedup(CM, batch, 4, 0.8, 0.7) < costmodel.expected_speedup(CM, batch, 4, 0.8)
+        assert CM.spec_step_time(batch, 4, 0.7) <= CM.spec_step_time(batch, 4)
         # A speculative step pays its fixed costs whether or not every request drafted, so fewer
         # drafted requests must each be accepted more: the bar rises, by at most 1/coverage.
-        full_be = costmodel.breakeven_acceptance_rate(full, batch, 4)
-        partial_be = costmodel.breakeven_acceptance_rate(partial, batch, 4)
+        full_be = costmodel.breakeven_acceptance_rate(CM, batch, 4)
+        partial_be = costmodel.breakeven_acceptance_rate(CM, batch, 4, 0.7)
         assert full_be < partial_be <= full_be / 0.7 + 1e-9
-        s = costmodel.expected_speedup(partial, batch, 4, costmodel.breakeven_acceptance_rate(partial, batch, 4))
+        s = costmodel.expected_speedup(CM, batch, 4, partial_be, 0.7)
         assert s == pytest.approx(1.0, abs=1e-9)
 
 
 def test_coverage_of_a_model_drafter_is_one_and_changes_nothing():
-    assert CM.with_coverage(None) is CM
-    assert CM.with_coverage(1.0).draft_coverage == 1.0
-    assert costmodel.expected_speedup(CM.with_coverage(1.0), 8, 4, 0.6) == costmodel.expected_speedup(CM, 8, 4, 0.6)
+    for unknown in (None, 0.0, -1.0, float("nan")):
+        assert costmodel.draft_coverage(unknown) == 1.0
+    assert costmodel.draft_coverage(1.7) == costmodel.draft_coverage(float("inf")) == 1.0
+    assert costmodel.draft_coverage(0.7) == 0.7
+    assert costmodel.expected_speedup(CM, 8, 4, 0.6, 1.0) == costmodel.expected_speedup(CM, 8, 4, 0.6)
+    for outside in (0.0, -0.5, 1.5, float("nan")):
+        with pytest.raises(costmodel.CostModelError):
+            CM.spec_step_time(8, 4, outside)
 
 
 def test_coverage_on_the_real_ngram_server_is_drafts_over_request_steps():

@@ -63,7 +63,7 @@ def test_spec_on_steps_alone_give_the_counterfactual_plain_step_by_the_method_cl
     # n-gram: the prior charges only the fixed costs of a spec step; the rest is the target.
     learner = learned.StepTimeLearner(PRIOR, min_points=3)
     for i, b in enumerate((1, 4, 16, 1, 4, 16)):
-        prior_share = PRIOR.with_coverage(0.8).spec_step_time(b, 3) / PRIOR.step_time(b * 3.4, b * 512)
+        prior_share = PRIOR.spec_step_time(b, 3, 0.8) / PRIOR.step_time(b * 3.4, b * 512)
         learner.add(obs(10.0 * i, b, slow_server(b * 3.4) * prior_share, k=3, coverage=0.8))
     model = learned.learned_cost_model(PRIOR, learner.curve())
     assert model.step_time(4 * 3.4, 4 * 512) == pytest.approx(slow_server(4 * 3.4), rel=0.05)
@@ -154,11 +154,11 @@ def real_vllm_predictions() -> dict[int, tuple[float, float, float]]:
             results["spec"]["phases"][str(conc)]["client"]["tokens_per_second"]
             / results["nospec"]["phases"][str(conc)]["client"]["tokens_per_second"]
         )
-        m = model.with_method("ngram").with_coverage(coverage)
+        m, c = model.with_method("ngram"), costmodel.draft_coverage(coverage)
         out[conc] = (
             measured,
-            breakeven.closed_loop_speedup(m, conc, server["batch"], server["k_mean"], server["alpha"]),
-            costmodel.expected_speedup(m, server["batch"], server["k_mean"], server["alpha"]),
+            breakeven.closed_loop_speedup(m, conc, server["batch"], server["k_mean"], server["alpha"], c),
+            costmodel.expected_speedup(m, server["batch"], server["k_mean"], server["alpha"], c),
         )
     return out
 
