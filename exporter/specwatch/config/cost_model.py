@@ -33,4 +33,6 @@ def cost_model_from_config(cfg: Config) -> CostModel:
         profile=cfg.profile,
         draft_model=d.model if d.model_hf_config is None else None,
         draft_model_config=d.model_hf_config,
+        engine=cfg.engine.name,
+        engine_version=cfg.engine.version,
     )

@@ -70,6 +70,13 @@ class DraftConfig:
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    # None: the generic fixed costs of speculation; a name picks its engine's (costmodel.engine_priors).
+    name: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
 class DecisionConfig:
     min_drafts: int = 500
     margin: float = 0.02
@@ -146,6 +153,7 @@ class Config:
     tensor_parallel: int = 1
     model: ModelConfig = ModelConfig()
     draft: DraftConfig = DraftConfig()
+    engine: EngineConfig = EngineConfig()
     # The measured step-time profile (costmodel.parse_profile) and the file it came from.
     profile: Profile | None = None
     profile_path: str | None = None
@@ -178,4 +186,12 @@ class Config:
 
     def cost_inputs(self) -> tuple[object, ...]:
         """What the cost model is built from: a change here rebuilds it (verdicts are kept)."""
-        return (self.hardware, self.model, self.draft, self.profile, self.profile_path, self.tensor_parallel)
+        return (
+            self.hardware,
+            self.model,
+            self.draft,
+            self.engine,
+            self.profile,
+            self.profile_path,
+            self.tensor_parallel,
+        )

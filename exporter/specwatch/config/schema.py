@@ -30,7 +30,7 @@ from specwatch.config import result
 from specwatch.config.file_kinds import StepTimeProfile
 from specwatch.config.kinds import Choice, Duration, DurationList, HoldTime, Listen, Number
 from specwatch.config.nodes import Items, Key, Section
-from specwatch.config.schema_costmodel import DRAFT, HARDWARE, LEARNING, MODEL
+from specwatch.config.schema_costmodel import DRAFT, ENGINE, HARDWARE, LEARNING, MODEL
 from specwatch.config.schema_sources import PROMETHEUS, ROUTE, TARGET
 
 
@@ -118,6 +118,7 @@ SCHEMA = Section(
         Key("tensor_parallel", Number(minimum=1, maximum=64, integer=True), "GPUs per model replica", example=4),
         MODEL,
         DRAFT,
+        ENGINE,
         Key(
             "profile",
             StepTimeProfile(),

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from specwatch.config import result
 from specwatch.config.file_kinds import JsonFile, ModelRef
-from specwatch.config.kinds import FRACTION, POSITIVE, Choice, Duration, Flag, Number
+from specwatch.config.kinds import FRACTION, POSITIVE, Choice, Duration, Flag, Name, Number
 from specwatch.config.mapping_kinds import SpeculativeConfig
 from specwatch.config.nodes import Key, Section
 from specwatch.costmodel import DRAFT_METHODS, DTYPE_BYTES, HARDWARE_PRESETS, METHOD_ALIASES, MODEL_PRESETS
+from specwatch.costmodel.engine_priors import ENGINE_NAMES
 
 
 def hardware_presets() -> tuple[str, ...]:
@@ -127,6 +128,30 @@ DRAFT = Section(
             "length is checked against its K (and num_speculative_tokens_per_batch_size schedule)",
             example='{"method":"eagle3","num_speculative_tokens":4,'
             '"num_speculative_tokens_per_batch_size":[[1,16,4],[17,512,2]]}',
+            nullable=True,
+        ),
+    ),
+)
+
+
+ENGINE = Section(
+    "engine",
+    result.EngineConfig,
+    shorthand="name",
+    doc="the serving engine, whose fixed costs of speculation the cost model charges (docs/costmodel.md)",
+    keys=(
+        Key(
+            "name",
+            Choice(lambda: ENGINE_NAMES),
+            "engine family; null: the generic fixed costs (the per-engine fits are not yet validated out of sample)",
+            example="vllm",
+            nullable=True,
+        ),
+        Key(
+            "version",
+            Name(),
+            "engine version (vLLM below 0.8 is the V0 engine); null: the current one",
+            example="0.11.0",
             nullable=True,
         ),
     ),

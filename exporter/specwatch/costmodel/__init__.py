@@ -46,6 +46,7 @@ from specwatch.costmodel.draft import (
     draft_head_kv_bytes_per_token,
     draft_head_params,
 )
+from specwatch.costmodel.engine_priors import ENGINE_NAMES, ENGINE_PRIORS, EnginePrior, prior_for
 from specwatch.costmodel.errors import CostModelError
 from specwatch.costmodel.hardware import COMPUTE_DTYPE, DEFAULT_HARDWARE, HARDWARE_PRESETS, HardwareSpec, hardware_from
 from specwatch.costmodel.model_presets import DEFAULT_MODEL, MODEL_HF_CONFIGS, MODEL_PRESETS, MODEL_SOURCES, model_from
@@ -85,6 +86,8 @@ __all__ = [
     "DRAFT_METHODS",
     "DTYPE_BYTES",
     "EAGLE3_DRAFT_VOCAB",
+    "ENGINE_NAMES",
+    "ENGINE_PRIORS",
     "HARDWARE_PRESETS",
     "MAX_BATCH_LIMIT",
     "METHOD_ALIASES",
@@ -97,6 +100,7 @@ __all__ = [
     "CostModel",
     "CostModelError",
     "DraftCost",
+    "EnginePrior",
     "HardwareSpec",
     "ModelSpec",
     "Profile",
@@ -123,6 +127,7 @@ __all__ = [
     "parse_profile",
     "per_token_rate_from_alpha",
     "position_rates_from_alpha",
+    "prior_for",
     "recommend_schedule",
     "solve_increasing",
 ]

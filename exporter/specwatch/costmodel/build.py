@@ -8,8 +8,10 @@ them get the same numbers for the same inputs. Bad inputs raise CostModelError n
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from specwatch.costmodel.draft import draft_cost_for
+from specwatch.costmodel.engine_priors import prior_for
 from specwatch.costmodel.errors import CostModelError
 from specwatch.costmodel.hardware import DEFAULT_HARDWARE, hardware_from
 from specwatch.costmodel.model_presets import model_from
@@ -50,6 +52,8 @@ def build_cost_model(
     profile: StepTimeCurve | None = None,
     draft_model: str | None = None,
     draft_model_config: Mapping[str, object] | None = None,
+    engine: str | None = None,
+    engine_version: str | None = None,
 ) -> CostModel:
     """A CostModel for one target on one GPU set.
 
@@ -65,6 +69,10 @@ def build_cost_model(
       priced by the roofline, relative to the target's roofline step (docs/costmodel.md, "Draft cost").
     draft_model / draft_model_config: the drafter of ``draft_method: draft_model`` (preset name, or a
       Hugging Face config.json dict); neither = llama-3.2-1b.
+    engine / engine_version: the serving engine, whose fixed costs of speculation (per verify step,
+      per request, per drafting pass) come from engine_priors.prior_for; None: the generic constants
+      (the per-engine fits are not yet validated out of sample: docs/costmodel.md, "Priors per
+      engine"). ``draft_cost_per_token`` replaces them all.
 
     Raises CostModelError whose ``key`` is the config key at fault.
     """
@@ -85,6 +93,9 @@ def build_cost_model(
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
             raise CostModelError("draft.model", str(exc)) from exc
     draft = draft_cost_for(draft_method, spec, draft_cost_per_token, draft_k, draft_model=drafter)
+    prior = prior_for(engine, engine_version)
+    if draft.fixed_seconds > 0:  # only a draft head pays a fixed cost per drafting pass
+        draft = replace(draft, fixed_seconds=prior.draft_fixed_seconds)
     return CostModel(
         hardware=hw,
         model=spec,
@@ -96,4 +107,6 @@ def build_cost_model(
         context_tokens=float(context_tokens),
         draft=draft,
         profile=profile,
+        verify_overhead_seconds=prior.verify_overhead_seconds,
+        verify_seconds_per_request=prior.verify_seconds_per_request,
     )

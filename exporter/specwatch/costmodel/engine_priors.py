@@ -126,6 +126,9 @@ _ALIASES = {
     "llama-server": "llamacpp",
 }
 
+#: The names a user may give (config `engine.name`, the lesson's --engine): families and products.
+ENGINE_NAMES = ("vllm", "vllm-v0", "vllm-v1", "sglang", "trtllm", "llamacpp", "generic")
+
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)")
 #: vLLM's V1 engine became the default in 0.8.0.
 _VLLM_V1_FROM = (0, 8)

@@ -221,6 +221,13 @@ def target_options(defaults: ModelDefaults, role: str = "model") -> argparse.Arg
         default=defaults.context_tokens,
         help=f"context tokens per request ({defaults.context_tokens})",
     )
+    p.add_argument(
+        "--engine",
+        choices=cmod.ENGINE_NAMES,
+        default=None,
+        help="serving engine whose fixed costs of speculation to charge (default: the generic ones)",
+    )
+    p.add_argument("--engine-version", default=None, help="engine version (vLLM below 0.8: the V0 engine)")
     return p
 
 
@@ -271,6 +278,8 @@ def cost_model_from_flags(
             draft_cost_per_token=draft_cost_per_token,
             draft_k=draft_k,
             profile=profile,
+            engine=getattr(args, "engine", None),
+            engine_version=getattr(args, "engine_version", None),
         )
     except ValueError as exc:
         usage_error(str(exc))

@@ -725,3 +725,25 @@ def test_the_readme_shows_the_prometheus_section_commented_out_and_it_loads_unco
     config = from_mapping(raw, base_dir=str(tmp_path), environ={"TENANT": "tenant-a"})
     assert config.prometheus.selector == '{namespace="llm", job="vllm"}'
     assert config.prometheus.headers == {"X-Scope-OrgID": "tenant-a"}
+
+
+def test_engine_picks_its_fixed_costs_of_speculation_and_null_keeps_the_generic_ones():
+    from specwatch.config.cost_model import cost_model_from_config
+    from specwatch.costmodel.engine_priors import ENGINE_PRIORS, GENERIC
+
+    default = cost_model_from_config(from_mapping({}, environ={}))
+    assert (default.verify_overhead_seconds, default.verify_seconds_per_request) == (
+        GENERIC.verify_overhead_seconds,
+        GENERIC.verify_seconds_per_request,
+    )
+    vllm = cost_model_from_config(from_mapping({"engine": "vllm", "draft": {"method": "eagle3"}}, environ={}))
+    prior = ENGINE_PRIORS["vllm-v1"]
+    assert vllm.verify_overhead_seconds == prior.verify_overhead_seconds
+    assert vllm.verify_seconds_per_request == prior.verify_seconds_per_request
+    assert vllm.draft.fixed_seconds == prior.draft_fixed_seconds
+    v0 = from_mapping({"engine": {"name": "vllm", "version": "0.6.3"}}, environ={})
+    assert cost_model_from_config(v0).verify_overhead_seconds == ENGINE_PRIORS["vllm-v0"].verify_overhead_seconds
+    ngram = cost_model_from_config(from_mapping({"engine": "vllm", "draft": {"method": "ngram"}}, environ={}))
+    assert ngram.draft.fixed_seconds == 0.0  # only a draft head pays per drafting pass
+    with pytest.raises(ConfigError, match=r"^engine: expected one of vllm, "):
+        from_mapping({"engine": "vlm"}, environ={})
