@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             source=source,
             config_error=error,
             on_log_config=lambda c: configure_logging(c.log.format, c.log.level),
-        ).run_forever(reload_pending=lambda: bool(EARLY_SIGHUPS))
+        ).run_forever(reload_pending=lambda: bool(EARLY_SIGHUPS), sidecar=_sidecar_mode(args))
     except OSError as exc:  # the listen address is taken or not ours to bind: a bad value, like a bad key
         where = f"--listen {args.listen}" if args.listen else f"listen {config.listen}"
         fail("specwatch run", f"{where}: {exc.strerror or exc}")

@@ -163,6 +163,9 @@ class Config:
     alerting: AlertingConfig = AlertingConfig()
     # Routes not seen for this many polls are dropped (label churn must not grow memory).
     route_ttl_polls: int = 60
+    # Sidecar mode: seconds to keep polling and serving after SIGTERM while vLLM drains (its pod got
+    # the same signal); the kubelet's grace period bounds it from outside anyway.
+    shutdown_drain: float = 600.0
     # Fleet mode when set (targets is then empty); None: sidecar mode, polling targets.
     prometheus: PrometheusConfig | None = None
 

@@ -137,6 +137,13 @@ SCHEMA = Section(
             "routes unseen for this many polls are dropped",
             example=120,
         ),
+        Key(
+            "shutdown_drain",
+            Duration(),
+            "sidecar mode: after SIGTERM keep polling and serving while vLLM drains, until every target has "
+            "stopped answering or this long (then exit); 0s exits at once",
+            example="5m",
+        ),
         PROMETHEUS,
     ),
 )

@@ -98,6 +98,7 @@ class Service:
         )
         self.registry.register(ReloadCollector(lambda: self.reload_status))
         self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
+        self._failed_polls: dict[str, int] = {}  # consecutive failed polls per target (the drain)
         self.registry.register(PollErrorsCollector(lambda: self.poll_errors))
         self._rendering_state: State = self.pipeline.state()
         self._rendering_fleet: FleetState | None = None
@@ -229,9 +230,11 @@ class Service:
         for target, (now, result) in zip(self.config.targets, results, strict=True):
             if isinstance(result, ScrapeError):
                 exc = result
+                self._failed_polls[target.name] = self._failed_polls.get(target.name, 0) + 1
                 self.pipeline.ingest_error(target.name, now, exc.reason)
                 self._changes.target_down(target.name, "target_down", exc.reason, str(exc))
                 continue
+            self._failed_polls[target.name] = 0
             outcome = self.pipeline.ingest(target.name, now, result.text, result.duration)
             if not outcome.ok:
                 self._changes.target_down(target.name, "target_rejected", outcome.reason, outcome.message or "")
@@ -366,15 +369,16 @@ class Service:
         if self.fleet is not None:
             self.fleet.client.close()
 
-    def run_forever(self, reload_pending: Callable[[], bool] | None = None) -> int:
+    def run_forever(self, reload_pending: Callable[[], bool] | None = None, *, sidecar: bool = False) -> int:
         """Serve until SIGTERM or SIGINT. reload_pending: whether a SIGHUP arrived before this
-        installed its handler (cli.py queues those); it is then done as a reload after start."""
-        stop_signal = threading.Event()
+        installed its handler (cli.py queues those); it is then done as a reload after start.
+        sidecar: SIGTERM comes to the whole vLLM pod at once and vLLM drains for minutes, so keep
+        polling and serving (the last windows reach Prometheus) until every target has stopped
+        answering, or `shutdown_drain` has passed; a second signal exits at once."""
+        signals = threading.Semaphore(0)
 
         def on_signal(signum: int, _frame: object) -> None:
-            stop_signal.set()
-            self._stop.set()
-            self._wake.set()
+            signals.release()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
@@ -382,11 +386,30 @@ class Service:
         if reload_pending is not None and reload_pending():
             self.request_reload()  # a SIGHUP queued during start-up: reload once the loop runs
         self.start()
-        while not stop_signal.wait(0.2):
+        while not signals.acquire(timeout=0.2):
             pass
+        reason = "signal"
+        drain = self.config.shutdown_drain if sidecar and self.active and self.config.prometheus is None else 0.0
+        if drain > 0:
+            log.info("draining", until="every target stopped answering", at_most_seconds=drain)
+            deadline = time.monotonic() + drain
+            while not self._targets_gone():
+                if signals.acquire(timeout=0.2):
+                    reason = "second signal"
+                    break
+                if time.monotonic() >= deadline:
+                    reason = "drain timeout"
+                    break
+            else:
+                reason = "targets gone"
         self.stop()
-        log.info("stopped", reason="signal")
+        log.info("stopped", reason=reason)
         return 0
+
+    def _targets_gone(self) -> bool:
+        """Every target's last two polls failed (vLLM has exited), or there is none to wait for."""
+        targets = self.published.state.targets
+        return all(t.up is False and self._failed_polls.get(t.name, 0) >= 2 for t in targets)
 
 
 class PollErrorsCollector(Collector):
