@@ -44,8 +44,10 @@ class ChangeLog:
             log.info(event, **fields)
 
     def target_down(self, target: str, event: str, reason: str | None, error: str) -> None:
-        """A target went down (unreachable) or was rejected (a payload not read), or its reason changed."""
-        self.info(("target", target), ("down", reason), event, target=target, reason=reason, error=error[:200])
+        """A target went down (unreachable) or was rejected (a payload not read), or its reason
+        changed: a warning, since nothing of that target is served until it is back."""
+        if self.changed(("target", target), ("down", reason)):
+            log.warning(event, target=target, reason=reason, error=error[:200])
 
     def verdict(self, key: tuple[object, ...], evaluation: RouteEvaluation, **where: str) -> None:
         """A window's verdict changed (`where`: the replica, in fleet mode)."""

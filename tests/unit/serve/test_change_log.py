@@ -15,6 +15,7 @@ def test_a_repeated_state_is_logged_once_and_a_change_again():
         changes.info(("target", "vllm"), ("up",), "target_up", target="vllm")
         changes.target_down("vllm", "target_down", "timeout", "x" * 500)
     assert [entry["event"] for entry in logs] == ["target_down", "target_up", "target_down"]
+    assert [entry["log_level"] for entry in logs] == ["warning", "info", "warning"]  # down is worth a look
     assert len(logs[-1]["error"]) == 200  # a long error is cut, never a whole payload
 
 
