@@ -48,3 +48,15 @@ def test_every_product_exception_to_the_complexity_and_import_rules_is_still_nee
         found.setdefault(path, set()).add(finding["code"])
     unneeded = {path: sorted(set(codes) - found.get(path, set())) for path, codes in exceptions.items()}
     assert {path: codes for path, codes in unneeded.items() if codes} == {}
+
+
+def test_the_package_import_graph_has_no_cycle_not_even_a_type_only_one():
+    grimp = pytest.importorskip("grimp")  # import-linter's graph builder, in the test extra
+    graph = grimp.build_graph("specwatch")
+    cycles = sorted(
+        (module, imported)
+        for module in graph.modules
+        for imported in graph.find_modules_directly_imported_by(module)
+        if graph.chain_exists(importer=imported, imported=module)
+    )
+    assert cycles == []

@@ -10,10 +10,10 @@ record("alpha-drop", "out.jsonl", poll_interval=5.0)   # a `specwatch record` re
 """
 
 from specwatch.sim.cli import add_parsers
-from specwatch.sim.engine import EPOCH_BASE, Simulator, crossings
 from specwatch.sim.record import record
 from specwatch.sim.scenario import Scenario, ScenarioError, list_scenarios, load_scenario
 from specwatch.sim.server import SimServer, serve
+from specwatch.sim.simulator import EPOCH_BASE, Simulator, crossings
 
 __all__ = [
     "EPOCH_BASE",

@@ -12,10 +12,10 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from specwatch.sim.engine import crossings
 from specwatch.sim.record import record
 from specwatch.sim.scenario import Scenario, ScenarioError, list_scenarios, load_scenario, parse_duration
 from specwatch.sim.server import serve
+from specwatch.sim.simulator import crossings
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from prometheus_client.utils import floatToGoString
 
+from specwatch.sim.engine import Engine, Route
 from specwatch.sim.histograms import (
     HTTP_FEW_BUCKETS,
     HTTP_HIGHR_BUCKETS,
@@ -41,10 +42,7 @@ from specwatch.sim.histograms import (
     Hist,
     buckets_1_2_5,
 )
-
-if TYPE_CHECKING:
-    from specwatch.sim.engine import Engine, Route, Simulator
-    from specwatch.sim.scenario import Scenario
+from specwatch.sim.scenario import Scenario
 
 #: prometheus_client's own float formatting (its function is unannotated).
 _fmt: Callable[[float], str] = floatToGoString
@@ -55,6 +53,17 @@ Version = tuple[int, ...]
 SUCCESS_REASONS_V1 = ("stop", "length", "abort", "error", "repetition")
 SUCCESS_REASONS_LEGACY = ("stop", "length", "abort")
 VERSION = {"v1": (0, 33, 0), "v1-legacy-itl": (0, 10, 1)}
+
+
+class RenderedSimulator(Protocol):
+    """What rendering reads of a simulator (simulator.Simulator): its scenario, clock and routes."""
+
+    scenario: Scenario
+    epoch: float
+    now: float
+    process_start: float
+    spec_enabled: bool
+    routes: dict[str, Route]
 
 
 def _labels(d: Labels) -> str:
@@ -130,7 +139,7 @@ class _Out:
         return "\n".join(self.lines) + "\n"
 
 
-def render(sim: Simulator, schema: str) -> str:
+def render(sim: RenderedSimulator, schema: str) -> str:
     sc = sim.scenario
     out = _Out(created=not sc.multiprocess and schema != "v0", epoch=sim.epoch)
     if not sc.multiprocess:
@@ -143,7 +152,7 @@ def render(sim: Simulator, schema: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-def _process_families(out: _Out, sim: Simulator) -> None:
+def _process_families(out: _Out, sim: RenderedSimulator) -> None:
     up = max(0.0, sim.now - sim.process_start)
     steps = sum(e.steps for r in sim.routes.values() for e in r.engines)
     cpu = 12.0 + sum(e.c["cpu_seconds"] for r in sim.routes.values() for e in r.engines)
@@ -210,14 +219,14 @@ class _SpecCounts(NamedTuple):
     per_pos: list[int]
 
 
-def _engines(sim: Simulator) -> Iterator[tuple[dict[str, str], Engine]]:
+def _engines(sim: RenderedSimulator) -> Iterator[tuple[dict[str, str], Engine]]:
     """(labels, engine) for every engine of every route, in child-creation order."""
     for r in sim.routes.values():
         for e in r.engines:
             yield {"engine": str(e.index), "model_name": r.name}, e
 
 
-def _merged_spec(sim: Simulator) -> Iterator[tuple[dict[str, str], _SpecCounts, float]]:
+def _merged_spec(sim: RenderedSimulator) -> Iterator[tuple[dict[str, str], _SpecCounts, float]]:
     """vLLM < 0.11 with DP: all engines' spec counters recorded under the first engine's label."""
     for r in sim.routes.values():
         es = r.engines
@@ -233,7 +242,7 @@ def _merged_spec(sim: Simulator) -> Iterator[tuple[dict[str, str], _SpecCounts, 
         )
 
 
-def _render_v1(out: _Out, sim: Simulator, ver: Version) -> None:
+def _render_v1(out: _Out, sim: RenderedSimulator, ver: Version) -> None:
     sc = sim.scenario
     eng = list(_engines(sim))
 
@@ -581,7 +590,7 @@ def _per_bucket(h: Hist, bounds: Sequence[float]) -> Iterator[tuple[float, int]]
         prev = n
 
 
-def _http_families(out: _Out, sim: Simulator) -> None:
+def _http_families(out: _Out, sim: RenderedSimulator) -> None:
     """prometheus-fastapi-instrumentator's families; labelled children appear after the 1st request."""
     es = [e for r in sim.routes.values() for e in r.engines]
     n = sum(e.c["http_requests"] for e in es)
@@ -643,7 +652,7 @@ def _http_families(out: _Out, sim: Simulator) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-def _render_v0(out: _Out, sim: Simulator) -> None:
+def _render_v0(out: _Out, sim: RenderedSimulator) -> None:
     """V0 engine: one stat logger per server, `model_name` only; DP engines are summed."""
     sc = sim.scenario
     routes = list(sim.routes.values())

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 
-from specwatch.sim.engine import Simulator
 from specwatch.sim.scenario import Scenario, load_scenario
+from specwatch.sim.simulator import Simulator
 
 
 def record(

@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Any
 
-from specwatch.sim.engine import Simulator
 from specwatch.sim.scenario import FAULT_KINDS, Fault, Scenario, load_scenario
+from specwatch.sim.simulator import Simulator
 
 try:  # the content type a 0.0.4 text exposition is served with
     from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as CONTENT_TYPE

@@ -12,8 +12,8 @@ from specwatch import costmodel
 from specwatch.cli.demo import CLEAR, breakeven_line, demo_config, render_table
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.sidecar.state import State, TargetState
-from specwatch.sim.engine import Simulator
 from specwatch.sim.scenario import list_scenarios, load_scenario
+from specwatch.sim.simulator import Simulator
 
 NUMBER = re.compile(r"~?(0\.\d+)")
 
