@@ -62,8 +62,11 @@ class Series:
                 del col[: len(col) - self._cap]
 
     def last_t(self) -> float | None:
+        return self.t_at(-1)
+
+    def t_at(self, index: int) -> float | None:
         t = self._cols[0]
-        return t[-1] if t else None
+        return t[index] if -len(t) <= index < len(t) else None
 
     def column(self, name: str, since: float = -math.inf) -> list[tuple[float, float]]:
         """(t, value) for the points at or after `since`; absent values are NaN (gaps)."""
@@ -91,6 +94,7 @@ class PageHistory:
         self._pending: dict[SeriesKey, tuple[str, float]] = {}  # candidate != verdict: (candidate, since)
         self.errors: dict[str, LastError] = {}  # target (or "prometheus") -> its last error
         self._counts: dict[str, Mapping[str, int]] = {}
+        self._noted: set[str] = set()  # targets whose error (with its message) was noted since the last record
         self._records = 0
         self.dropped_series = 0  # route-windows seen that got no history (MAX_SERIES reached)
 
@@ -101,16 +105,20 @@ class PageHistory:
         if fleet is not None:
             self._note_counts("prometheus", fleet.errors, fleet.t)
             if fleet.up:
-                items = [(replica_name(r.replica), e) for r in fleet.routes if not r.stale for e in r.evaluations]
+                items = [
+                    (replica_name(r.replica), r.route, e) for r in fleet.routes if not r.stale for e in r.evaluations
+                ]
                 self._record_evaluations(items)
-            return
-        for target in state.targets:
-            self._note_counts(target.name, target.errors, state.t)
-        self._record_evaluations((r.target, e) for r in state.routes if r.current for e in r.evaluations)
+        else:
+            for target in state.targets:
+                self._note_counts(target.name, target.errors, state.t)
+            self._record_evaluations((r.target, r.route, e) for r in state.routes if r.current for e in r.evaluations)
+        self._noted.clear()
 
     def note_error(self, target: str, t: float, reason: str | None, message: str) -> None:
         """A target's failed poll, with the message the page shows (bounded to 300 characters)."""
         self.errors[target] = LastError(t, reason or "invalid", message[:300])
+        self._noted.add(target)
 
     def _note_counts(self, name: str, counts: Mapping[str, int], t: float | None) -> None:
         """A reason whose count went up since the last record is the last error (when nobody
@@ -118,7 +126,7 @@ class PageHistory:
         before = self._counts.get(name)
         if before is not None and t is not None:
             for reason, n in counts.items():
-                if n > before.get(reason, 0) and (name not in self.errors or self.errors[name].t < t):
+                if n > before.get(reason, 0) and name not in self._noted:
                     self.errors[name] = LastError(t, reason, "")
         self._counts[name] = dict(counts)
         if len(self._counts) > 4 * self.max_series:  # target churn: forget, at worst a reason is missed
@@ -126,10 +134,10 @@ class PageHistory:
         if len(self.errors) > 4 * self.max_series:
             self.errors.clear()
 
-    def _record_evaluations(self, items: Iterable[tuple[str, RouteEvaluation]]) -> None:
+    def _record_evaluations(self, items: Iterable[tuple[str, str, RouteEvaluation]]) -> None:
         seen: set[SeriesKey] = set()
-        for where, e in items:
-            key = (where, e.stats.route, e.stats.window)
+        for where, route, e in items:
+            key = (where, route, e.stats.window)
             seen.add(key)
             self._hold(key, e)
             series = self._series.get(key)
@@ -143,9 +151,10 @@ class PageHistory:
             last = series.last_t()
             if last is not None and t < last:
                 continue  # an older evaluation (never expected): the series stays in time order
-            replace_last = last is not None and len(series) > 1 and t - last < self.step
-            if last is not None and t == last:
-                replace_last = True  # the same evaluation published again (a reload)
+            # Points stay at least a step apart but the newest: it replaces the last one while that
+            # is within a step of the point before it (and the same evaluation published again).
+            anchor = series.t_at(-2)
+            replace_last = t == last or (anchor is not None and t - anchor < self.step)
             values = (
                 float(t),
                 _num(e.acceptance_rate),
