@@ -19,11 +19,11 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from specwatch.fleet.evaluator import FleetState, replica_name
+from specwatch.fleet.evaluator import FleetState, ReplicaRouteState, replica_name
 from specwatch.sidecar.state import State
 from specwatch.verdict.evaluation import RouteEvaluation
 
-__all__ = ["COLUMNS", "MAX_SERIES", "LastError", "PageHistory", "Series", "SeriesKey"]
+__all__ = ["COLUMNS", "MAX_SERIES", "LastError", "PageHistory", "Series", "SeriesKey", "fleet_order"]
 
 #: The values kept per point, in this order (t: the evaluation time, seconds).
 COLUMNS = ("t", "alpha", "breakeven", "speedup", "itl_p50", "itl_p99")
@@ -82,6 +82,19 @@ class LastError:
     t: float  # the poll's time (the state's clock)
     reason: str
     message: str
+
+
+def fleet_order(fleet: FleetState) -> list[ReplicaRouteState]:
+    """The replica-routes served (none from a failed poll, none stale), grouped by route in order of
+    first appearance: the order the page shows them in and the history fills its series in, so the
+    series cap never leaves a plotted replica without its history."""
+    if not fleet.up:
+        return []
+    groups: dict[str, list[ReplicaRouteState]] = {}
+    for r in fleet.routes:
+        if not r.stale and r.evaluations:
+            groups.setdefault(r.route, []).append(r)
+    return [r for group in groups.values() for r in group]
 
 
 class PageHistory:

@@ -37,7 +37,7 @@ from typing import Any
 
 from specwatch import __version__
 from specwatch.config import Config
-from specwatch.export.history import PageHistory, SeriesKey
+from specwatch.export.history import PageHistory, SeriesKey, fleet_order
 from specwatch.export.status import window_status
 from specwatch.fleet.evaluator import FleetRow, FleetState, ReplicaRouteState, replica_name
 from specwatch.sidecar.scrape import redact_url
@@ -65,6 +65,7 @@ ANSWERS = {
 # Plot geometry (px): width, height and the margins around the plotting area.
 W, H, ML, MR, MT, MB = 460, 160, 46, 10, 10, 22
 PW, PH = W - ML - MR, H - MT - MB
+COLUMN_PX = 2  # one plotted point per this many pixels (an hour at 5 s is 720 points on 404 px)
 
 STYLE = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1280px;padding:12px 20px;
@@ -144,28 +145,34 @@ def _table(head: Sequence[str], rows: Iterable[str], left: int = 1) -> str:
 
 # ---- plots -------------------------------------------------------------------------------------
 def _polylines(points: Sequence[tuple[float, float]], t0: float, span: float, ymax: float, peak: bool) -> list[str]:
-    """The `points` attribute of each gap-free run, at most one point per pixel column (the mean,
-    or the peak for a tail), clamped to the plotting area."""
-    columns: dict[int, list[float]] = {}
-    order: list[int] = []
-    for t, v in points:
-        x = round(ML + (t - t0) / span * PW)
-        if x < ML:
-            continue
-        if x not in columns:
-            columns[x] = []
-            order.append(x)
-        columns[x].append(v)
+    """The `points` attribute of each gap-free run, at most one point per COLUMN_PX pixels (the
+    mean, or the peak for a tail), clamped to the plotting area. One pass over time-ordered points."""
+    scale = PW / span / COLUMN_PX
     runs: list[list[str]] = [[]]
-    for x in order:
-        values = [v for v in columns[x] if math.isfinite(v)]
-        if not values:
-            if runs[-1]:
-                runs.append([])
+    column, total, count, top, gap = -1, 0.0, 0, -math.inf, False
+
+    def close() -> None:
+        if count:
+            v = top if peak else total / count
+            y = MT + PH - min(max(v / ymax, 0.0), 1.0) * PH
+            runs[-1].append(f"{ML + column * COLUMN_PX},{y:.1f}")
+        elif gap and runs[-1]:
+            runs.append([])
+
+    for t, v in points:
+        c = round((t - t0) * scale)
+        if c < 0:
             continue
-        v = max(values) if peak else sum(values) / len(values)
-        y = MT + PH - min(max(v / ymax, 0.0), 1.0) * PH
-        runs[-1].append(f"{x},{y:.1f}")
+        if c != column:
+            close()
+            column, total, count, top, gap = c, 0.0, 0, -math.inf, False
+        if math.isfinite(v):  # absent (NaN) is a gap
+            total += v
+            count += 1
+            top = max(top, v)
+        else:
+            gap = True
+    close()
     return [" ".join(run) for run in runs if run]
 
 
@@ -533,10 +540,10 @@ def prometheus_section(fleet: FleetState, config: Config, history: PageHistory) 
 
 def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple[str, list[str | None]]:
     window = _chart_window(config)
-    live: list[ReplicaRouteState] = [r for r in fleet.routes if fleet.up and not r.stale and r.evaluations]
-    by_route: dict[str, list[ReplicaRouteState]] = defaultdict(list)
+    live = fleet_order(fleet)
+    by_route: dict[str, list[ReplicaRouteState]] = {}
     for r in live:
-        by_route[r.route].append(r)
+        by_route.setdefault(r.route, []).append(r)
     rows_by_route: dict[str, list[FleetRow]] = defaultdict(list)
     for row in fleet.fleet:
         rows_by_route[row.route].append(row)
@@ -547,7 +554,7 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
     )
     answer += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
     sections, shown = [], 0
-    for route, replicas in sorted(by_route.items()):
+    for route, replicas in by_route.items():
         if shown >= MAX_ROUTES:
             break
         part = [f'<section class="route" id="r{shown}"><h2>{esc(route)}</h2>']
