@@ -79,6 +79,7 @@ class Published:
     status: bytes
     ready: bool
     last_tick: float  # monotonic time of the last loop tick (liveness)
+    page: bytes = b""  # `/` (export/page.py), rendered once per poll; empty: the static LANDING
 
 
 class PublishedView(Protocol):
@@ -450,7 +451,7 @@ def handler_for(service: PublishedView) -> type[BufferedRequestHandler]:
                     200 if published.ready else 503, b"ready\n" if published.ready else b"starting\n", "text/plain"
                 )
             elif path == "/":
-                self._send(200, LANDING, "text/html; charset=utf-8")
+                self._send(200, published.page or LANDING, "text/html; charset=utf-8")
             else:
                 self._send(404, b"not found\n", "text/plain")
 

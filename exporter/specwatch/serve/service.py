@@ -36,6 +36,8 @@ from specwatch import __version__
 from specwatch.config import Config, ConfigError
 from specwatch.export.collector import SpecwatchCollector
 from specwatch.export.fleet_collector import FleetCollector
+from specwatch.export.history import PageHistory
+from specwatch.export.page import render_page
 from specwatch.export.status import encode_status
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource, FleetState, replica_name
 from specwatch.serve.change_log import ChangeLog
@@ -103,6 +105,7 @@ class Service:
         self._rendering_state: State = self.pipeline.state()
         self._rendering_fleet: FleetState | None = None
         self._changes = ChangeLog()
+        self.page_history = PageHistory()  # the page's last hour per route-window (bounded)
         self.published = self._publish(ready=False)
         self.httpd: CappedHTTPServer | None = None
         self._pool = ThreadPoolExecutor(max_workers=max(len(config.targets), 1), thread_name_prefix="specwatch-fetch")
@@ -232,11 +235,13 @@ class Service:
                 exc = result
                 self._failed_polls[target.name] = self._failed_polls.get(target.name, 0) + 1
                 self.pipeline.ingest_error(target.name, now, exc.reason)
+                self.page_history.note_error(target.name, now, exc.reason, str(exc))
                 self._changes.target_down(target.name, "target_down", exc.reason, str(exc))
                 continue
             self._failed_polls[target.name] = 0
             outcome = self.pipeline.ingest(target.name, now, result.text, result.duration)
             if not outcome.ok:
+                self.page_history.note_error(target.name, now, outcome.reason, outcome.message or "")
                 self._changes.target_down(target.name, "target_rejected", outcome.reason, outcome.message or "")
                 continue
             over = tuple(sorted((k, n) for k, n in outcome.dropped.items() if n)) or None
@@ -277,7 +282,20 @@ class Service:
         self._rendering_state = state
         fleet = self._rendering_fleet = self.fleet.evaluator.state() if self.fleet is not None else None
         metrics = generate_latest(self.registry)
-        return Published(state, metrics, encode_status(state, fleet, self.config), ready, time.monotonic())
+        status = encode_status(state, fleet, self.config)
+        return Published(state, metrics, status, ready, time.monotonic(), self._render_page(state, fleet))
+
+    def _render_page(self, state: State, fleet: FleetState | None) -> bytes:
+        """`/`, once per publish (never per request). A bug in the page must not cost the poll its
+        windows (_recover): it is logged once and `/` falls back to the static landing page."""
+        try:
+            self.page_history.record(state, fleet)
+            error = self.reload_status.error
+            return render_page(state, fleet, self.config, self.page_history, config_error=error, polling=self.active)
+        except Exception as exc:  # logged below: the page is an extra, /metrics and the verdicts go on
+            if self._changes.changed(("page_failed",), repr(exc)[:200]):
+                log.exception("page_render_failed")
+            return b""
 
     def _poll_loop(self) -> None:
         next_tick = time.monotonic()

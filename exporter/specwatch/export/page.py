@@ -1,0 +1,631 @@
+"""The page at `/`: the answer to "is speculative decoding paying for itself at the live batch size?"
+for a person who opens the sidecar's port before they ever wire Grafana.
+
+Pure: a published State (or FleetState), the running Config and the PageHistory -> the HTML bytes.
+The poller renders it once per poll (service.py `_publish`), so serving it is handing out bytes, as
+for /metrics; a request never renders anything.
+
+It shows what /api/v1/status holds (the same per-window records, status.window_status): per route
+and window alpha, break-even, margin, batch, expected speedup, the verdict and the candidate verdict
+with its hold, the recommended --speculative-config to paste, target health with the last error,
+and what the cost model assumed; plus two server-side SVG plots per route over the last hour
+(alpha against break-even, ITL P50/P99) in the window the alert rules read.
+
+Choices:
+- Inline SVG drawn here, no JavaScript at all: the page must work air-gapped (no CDN, nothing
+  fetched), stay small, and a browser draws polylines with nothing to load. A Content-Security-
+  Policy meta tag (default-src 'none', inline styles only) makes any script or external fetch
+  impossible even if escaping were ever wrong.
+- It refreshes itself with <meta http-equiv="refresh"> every poll interval: the page is rebuilt per
+  poll anyway, so reloading it is exactly as fresh as polling /api/v1/status from a script would be,
+  with no client code to keep in step with the JSON.
+- Everything from a target, a route match or Prometheus (label values are attacker-controlled) is
+  HTML-escaped, in text and attributes alike. Absent values are "—", never 0.
+- Bounded: at most MAX_ROUTES route sections ("and N more"), plots for the first MAX_PLOTTED of
+  them, at most one plotted point per pixel column; a page is some tens of kB at most.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from specwatch import __version__
+from specwatch.config import Config
+from specwatch.export.history import PageHistory, SeriesKey, fleet_order
+from specwatch.export.status import window_status
+from specwatch.fleet.evaluator import FleetRow, FleetState, ReplicaRouteState, replica_name
+from specwatch.sidecar.scrape import redact_url
+from specwatch.sidecar.state import State, TargetState
+from specwatch.verdict.evaluation import RouteEvaluation
+
+__all__ = ["MAX_PLOTTED", "MAX_ROUTES", "render_page"]
+
+MAX_ROUTES = 50  # route sections on the page (fleet mode: replica-routes); the rest are counted
+MAX_PLOTTED = 12  # of those, the first ones get the two plots
+MAX_TARGETS = 50
+MAX_FLEET_ROWS = 100
+DASH = "—"
+QUESTION = "Is vLLM's speculative decoding paying for itself at the live batch size?"
+
+#: What each verdict answers, in words.
+ANSWERS = {
+    "keep": "paying for itself",
+    "shorten": "pays only with a shorter draft",
+    "disable": "not paying: turn it off",
+    "spec_off": "speculation is off",
+    "insufficient_data": "not enough drafts yet",
+}
+
+# Plot geometry (px): width, height and the margins around the plotting area.
+W, H, ML, MR, MT, MB = 460, 160, 46, 10, 10, 22
+PW, PH = W - ML - MR, H - MT - MB
+COLUMN_PX = 2  # one plotted point per this many pixels (an hour at 5 s is 720 points on 404 px)
+
+STYLE = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1280px;padding:12px 20px;
+color:#1c2430;background:#fbfbfc}
+h1{font-size:20px;margin:4px 0}h2{font-size:17px;margin:22px 0 4px}h3{font-size:14px;margin:12px 0 4px}
+.q{font-size:16px;margin:2px 0 6px}.meta,.small{color:#5b6573;font-size:12.5px}
+table{border-collapse:collapse;margin:4px 0 8px}th,td{padding:3px 8px;border-bottom:1px solid #e3e6ea;
+text-align:right;white-space:nowrap}th{background:#f0f2f5;font-weight:600}td.l,th.l{text-align:left}
+.v{font-weight:600;border-radius:3px;padding:1px 6px}
+.v-keep{background:#d7f2dc;color:#14532d}.v-shorten{background:#fdf0c4;color:#713f12}
+.v-disable{background:#fbd5d5;color:#7f1d1d}.v-spec_off,.v-insufficient_data,.v-none{background:#e6e8ec;color:#374151}
+.down{color:#b91c1c;font-weight:600}.up{color:#15803d;font-weight:600}
+.err{color:#7f1d1d;font-family:ui-monospace,monospace;font-size:12px;white-space:normal;max-width:520px;text-align:left}
+pre{background:#f0f2f5;padding:6px 8px;margin:2px 0 6px;white-space:pre-wrap;word-break:break-all;font-size:12.5px}
+.warn{background:#fff4d6;border-left:4px solid #e0a100;padding:6px 10px}
+.bad{background:#fde2e2;border-left:4px solid #c62828;padding:6px 10px}
+.route{border-top:2px solid #d6dbe1;margin-top:16px}.plots{display:flex;flex-wrap:wrap;gap:12px}
+svg{background:#fff;border:1px solid #e3e6ea}svg text{font:10.5px system-ui,sans-serif;fill:#5b6573}
+svg .grid{stroke:#eceef1}svg .t{font-weight:600;fill:#1c2430}
+polyline{fill:none;stroke-width:1.6}.alpha{stroke:#1f6feb}.breakeven{stroke:#d1242f;stroke-dasharray:5 3}
+.p99{stroke:#8250df}.p50{stroke:#1a7f37}line.key{stroke-width:2.5}
+"""
+
+
+# ---- formatting --------------------------------------------------------------------------------
+def esc(value: object) -> str:
+    """Any value as HTML text or attribute content (quotes escaped too)."""
+    return html.escape(str(value), quote=True)
+
+
+def _finite(x: object) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def num(x: object, fmt: str = ".3f", suffix: str = "") -> str:
+    """A number as text; absent (None, NaN, inf, not a number) is the dash, never 0."""
+    v = _finite(x)
+    return DASH if v is None else f"{v:{fmt}}{suffix}"
+
+
+def ms(seconds: object) -> str:
+    v = _finite(seconds)
+    return DASH if v is None else f"{v * 1000:.1f} ms"
+
+
+def ago(then: float | None, now: float | None) -> str:
+    if then is None or now is None:
+        return DASH
+    d = max(now - then, 0.0)
+    if d < 120:
+        return f"{d:.0f} s ago"
+    if d < 7200:
+        return f"{d / 60:.0f} min ago"
+    return f"{d / 3600:.1f} h ago"
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def badge(verdict: str | None) -> str:
+    name = verdict if verdict in ANSWERS else "none"
+    return f'<span class="v v-{name}">{esc(verdict or "no verdict")}</span>'
+
+
+def td(text: str, cls: str = "") -> str:
+    """A cell of already-escaped text."""
+    return f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>"
+
+
+def _table(head: Sequence[str], rows: Iterable[str], left: int = 1) -> str:
+    cells = "".join(f'<th class="l">{h}</th>' if i < left else f"<th>{h}</th>" for i, h in enumerate(head))
+    return f"<table><thead><tr>{cells}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+# ---- plots -------------------------------------------------------------------------------------
+def _polylines(points: Sequence[tuple[float, float]], t0: float, span: float, ymax: float, peak: bool) -> list[str]:
+    """The `points` attribute of each gap-free run, at most one point per COLUMN_PX pixels (the
+    mean, or the peak for a tail), clamped to the plotting area. One pass over time-ordered points."""
+    scale = PW / span / COLUMN_PX
+    runs: list[list[str]] = [[]]
+    column, total, count, top, gap = -1, 0.0, 0, -math.inf, False
+
+    def close() -> None:
+        if count:
+            v = top if peak else total / count
+            y = MT + PH - min(max(v / ymax, 0.0), 1.0) * PH
+            runs[-1].append(f"{ML + column * COLUMN_PX},{y:.1f}")
+        elif gap and runs[-1]:
+            runs.append([])
+
+    for t, v in points:
+        c = round((t - t0) * scale)
+        if c < 0:
+            continue
+        if c != column:
+            close()
+            column, total, count, top, gap = c, 0.0, 0, -math.inf, False
+        if math.isfinite(v):  # absent (NaN) is a gap
+            total += v
+            count += 1
+            top = max(top, v)
+        else:
+            gap = True
+    close()
+    return [" ".join(run) for run in runs if run]
+
+
+def _nice(x: float) -> float:
+    """The smallest 1-2-5 step number at or above x."""
+    if x <= 0 or not math.isfinite(x):
+        return 1.0
+    exp = 10.0 ** math.floor(math.log10(x))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * exp >= x:
+            return m * exp
+    return 10 * exp
+
+
+def chart(
+    title: str,
+    lines: Sequence[tuple[str, str, Sequence[tuple[float, float]], bool]],
+    *,
+    t_end: float | None,
+    span: float,
+    ymax: float,
+    ylabel: Any,
+) -> str:
+    """An inline SVG line plot. lines: (legend, css class, (t, value) points, plot the peak)."""
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
+        f'aria-label="{esc(title)}"><title>{esc(title)}</title>'
+    ]
+    for i in range(3):
+        y = MT + PH - i * PH / 2
+        parts.append(f'<line class="grid" x1="{ML}" x2="{W - MR}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        parts.append(f'<text x="{ML - 4}" y="{y + 3.5:.1f}" text-anchor="end">{esc(ylabel(ymax * i / 2))}</text>')
+    parts.append(f'<text x="{ML}" y="{H - 6}">−{esc(duration(span))}</text>')
+    parts.append(f'<text x="{W - MR}" y="{H - 6}" text-anchor="end">now</text>')
+    drawn = 0
+    legend_x = ML + 60
+    for label, cls, points, peak in lines:
+        if t_end is not None:
+            for run in _polylines(points, t_end - span, span, ymax, peak):
+                parts.append(f'<polyline class="{cls}" points="{run}"/>')
+                drawn += 1
+        parts.append(f'<line class="{cls} key" x1="{legend_x}" x2="{legend_x + 14}" y1="{H - 10}" y2="{H - 10}"/>')
+        parts.append(f'<text x="{legend_x + 17}" y="{H - 6}">{esc(label)}</text>')
+        legend_x += 24 + 6 * len(label)
+    parts.append(f'<text class="t" x="{ML + 6}" y="{MT + 12}">{esc(title)}</text>')
+    if not drawn:
+        parts.append(f'<text x="{ML + PW / 2}" y="{MT + PH / 2}" text-anchor="middle">no data yet</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def plots(history: PageHistory, key: SeriesKey, poll_interval: float) -> str:
+    """Alpha against break-even and the ITL tails of one route-window over the last hour."""
+    series = history.series(key)
+    t_end = series.last_t() if series is not None else None
+    since = -math.inf if t_end is None else t_end - history.horizon
+
+    def col(name: str) -> list[tuple[float, float]]:
+        return series.column(name, since) if series is not None else []
+
+    first = col("t")
+    # The span drawn: what there is, at least ten polls, at most the horizon.
+    span = history.horizon
+    if t_end is not None and first:
+        span = min(max(t_end - first[0][0], 10 * poll_interval, 60.0), history.horizon)
+    alpha, breakeven = col("alpha"), col("breakeven")
+    p50, p99 = col("itl_p50"), col("itl_p99")
+    peak = max((v for _, v in p99 + p50 if math.isfinite(v)), default=0.0)
+    window = key[2]
+    return (
+        '<div class="plots">'
+        + chart(
+            f"acceptance rate α vs break-even ({window})",
+            [("α", "alpha", alpha, False), ("break-even", "breakeven", breakeven, False)],
+            t_end=t_end,
+            span=span,
+            ymax=1.0,
+            ylabel=lambda v: f"{v:.1f}",
+        )
+        + chart(
+            f"inter-token latency ({window})",
+            [("P99", "p99", p99, True), ("P50", "p50", p50, False)],
+            t_end=t_end,
+            span=span,
+            ymax=_nice(peak * 1.1) if peak > 0 else 0.1,
+            ylabel=lambda v: f"{v:.2g} s" if v >= 1 else f"{v * 1000:.0f} ms",
+        )
+        + "</div>"
+    )
+
+
+# ---- the parts ---------------------------------------------------------------------------------
+def _hold_text(record: Mapping[str, Any], since: float | None, now: float | None, hold: float) -> str:
+    candidate = record.get("candidate_verdict")
+    if candidate is None or candidate == record.get("verdict"):
+        return DASH
+    waited = DASH if since is None or now is None else duration(max(now - since, 0.0))
+    return f"{badge(candidate)} <span class=small>for {esc(waited)} of a {esc(duration(hold))} hold</span>"
+
+
+WINDOW_HEAD = (
+    "window",
+    "verdict",
+    "candidate (hold)",
+    "α",
+    "break-even",
+    "margin",
+    "batch",
+    "max spec. batch",
+    "expected speedup",
+    "ITL P50",
+    "ITL P99",
+    "drafts",
+)
+
+
+def windows_table(
+    where: str, evaluations: Sequence[RouteEvaluation], history: PageHistory, config: Config, now: float | None
+) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """One route's windows as a table, and the records (window, window_status) behind it."""
+    hold = config.decision.hold_seconds(config.poll_interval)
+    rows, records = [], []
+    for e in evaluations:
+        record = window_status(e)
+        records.append((e.stats.window, record))
+        since = history.candidate_since((where, e.stats.route, e.stats.window))
+        cannot_pay = record.get("speculation_cannot_pay")
+        breakeven = num(record["breakeven_acceptance_rate"]) + (" (cannot pay)" if cannot_pay else "")
+        speedup = num(record["expected_speedup"], ".2f", "×")
+        rows.append(
+            "<tr>"
+            + td(esc(e.stats.window), "l")
+            + td(badge(record["verdict"]), "l")
+            + td(_hold_text(record, since, now, hold), "l")
+            + td(num(record["acceptance_rate"]))
+            + td(breakeven)
+            + td(num(record["acceptance_margin"], "+.3f"))
+            + td(num(record["batch_size"], ".1f"))
+            + td(num(record["max_speculative_batch_size"], ".0f"))
+            + td(speedup)
+            + td(ms(record["itl_p50_seconds"]))
+            + td(ms(record["itl_p99_seconds"]))
+            + td(num(record["drafts"], ".0f"))
+            + "</tr>"
+        )
+    return _table(WINDOW_HEAD, rows, left=3), records
+
+
+def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """What to do, per distinct recommendation (windows that agree share one), and the notes."""
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for window, r in records:
+        action = r.get("recommended_action")
+        if r.get("recommended_speculative_config_flag"):
+            text = f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
+        elif r.get("merge_into_your_speculative_config"):
+            merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
+            text = f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
+        elif action == "remove_speculative_config":
+            text = "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
+        elif action == "no_change":
+            text = "no change: keep the --speculative-config you run"
+        else:
+            continue
+        grouped[text].append(window)
+    out = []
+    if grouped:
+        out.append("<h3>Recommended <code>--speculative-config</code></h3>")
+        out += [
+            f"<div><span class=small>window {esc(', '.join(ws))}:</span> {text}</div>" for text, ws in grouped.items()
+        ]
+    notes = sorted({str(n) for _, r in records for n in r.get("notes") or ()})
+    if notes:
+        out.append("<ul class=small>" + "".join(f"<li>{esc(n)}</li>" for n in notes[:10]) + "</ul>")
+    return "".join(out)
+
+
+def _chart_window(config: Config) -> str:
+    """The window plotted: the one the alert rules read, else the first."""
+    labels = list(config.window_labels)
+    if config.alerting.window in config.windows:
+        return labels[list(config.windows).index(config.alerting.window)]
+    return labels[0] if labels else ""
+
+
+def _headline(evaluations: Sequence[RouteEvaluation], window: str) -> RouteEvaluation | None:
+    return next((e for e in evaluations if e.stats.window == window), evaluations[0] if evaluations else None)
+
+
+def answer_line(e: RouteEvaluation | None) -> str:
+    """The one-line answer for a route, in its headline window."""
+    if e is None:
+        return f"{badge(None)} no window evaluated yet"
+    words = ANSWERS.get(e.verdict or "", "no verdict yet")
+    facts = (
+        f"α {num(e.acceptance_rate)} vs break-even {num(e.breakeven_acceptance_rate)} at batch "
+        f"{num(e.batch_size, '.1f')}, expected speedup {num(e.expected_speedup, '.2f', '×')} ({esc(e.stats.window)})"
+    )
+    return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>"
+
+
+def targets_section(state: State, history: PageHistory) -> str:
+    rows = []
+    for t in state.targets[:MAX_TARGETS]:
+        rows.append(_target_row(t, state.t, history))
+    more = len(state.targets) - MAX_TARGETS
+    tail = f"<p class=small>and {more} more targets</p>" if more > 0 else ""
+    head = ("target", "URL", "health", "last success", "scrape", "polls", "errors", "last error")
+    return "<h2>Targets</h2>" + _table(head, rows, left=3) + tail
+
+
+def _errors_text(errors: Mapping[str, int]) -> str:
+    return ", ".join(f"{esc(k)} {n}" for k, n in errors.items() if n) or DASH
+
+
+def _last_error(name: str, history: PageHistory, now: float | None) -> str:
+    err = history.errors.get(name)
+    if err is None:
+        return DASH
+    message = f": {esc(err.message)}" if err.message else ""
+    return f"<b>{esc(err.reason)}</b>{message} <span class=small>({esc(ago(err.t, now))})</span>"
+
+
+def _health(up: bool | None) -> str:
+    if up is None:
+        return '<span class="small">not polled yet</span>'
+    return '<span class="up">up</span>' if up else '<span class="down">down</span>'
+
+
+def _target_row(t: TargetState, now: float | None, history: PageHistory) -> str:
+    return (
+        "<tr>"
+        + td(esc(t.name), "l")
+        + td(esc(redact_url(t.url)), "l")
+        + td(_health(t.up), "l")
+        + td(esc(ago(t.last_success, now)))
+        + td(ms(t.scrape_duration))
+        + td(str(t.polls))
+        + td(_errors_text(t.errors))
+        + td(_last_error(t.name, history, now), "err")
+        + "</tr>"
+    )
+
+
+def cost_model_section(state: State, config: Config) -> str:
+    info = state.cost_model
+    if info is None:
+        return ""
+    rows = [
+        ("source", info.source),
+        ("hardware", info.hardware),
+        ("model", info.model),
+        ("dtype", info.dtype),
+        ("tensor parallel", info.tensor_parallel),
+        ("drafter cost class", info.method),
+        ("hold", duration(config.decision.hold_seconds(config.poll_interval))),
+        ("min drafts per window", num(config.decision.min_drafts, ".0f")),
+    ]
+    body = "".join(f"<tr>{td(esc(k), 'l')}{td(esc(v), 'l')}</tr>" for k, v in rows)
+    warn = ""
+    if info.source == "default":
+        warn = (
+            '<p class="warn">No hardware or model configured: the break-even rests on assumed defaults '
+            "until the step-time curve is learned (set hardware/model, or a profile).</p>"
+        )
+    return f"<h2>What the cost model assumed</h2>{warn}<table><tbody>{body}</tbody></table>"
+
+
+def _more(shown: int, total: int, what: str) -> str:
+    more = total - shown
+    return (
+        f'<p class="warn">and {more} more {what} not shown (all are on /api/v1/status and /metrics)</p>'
+        if more > 0
+        else ""
+    )
+
+
+# ---- the modes ---------------------------------------------------------------------------------
+def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[str, list[str | None]]:
+    window = _chart_window(config)
+    routes = [r for r in state.routes if r.current]
+    shown = routes[:MAX_ROUTES]
+    answers, sections = [], []
+    for i, route in enumerate(shown):
+        headline = _headline(route.evaluations, window)
+        answers.append(
+            f"<tr>{td(f'<a href=#r{i}>{esc(route.route)}</a>', 'l')}{td(esc(route.target), 'l')}"
+            f"{td(answer_line(headline), 'l')}</tr>"
+        )
+        table, records = windows_table(route.target, route.evaluations, history, config, state.t)
+        meta = (
+            f"target {esc(route.target)} · model_name {esc(route.model_name)} · method {esc(route.method)} · "
+            f"K {num(route.configured_k, '.0f')} · schema {esc(route.schema)}"
+            + (
+                f" · spec-off ITL P99 baseline {ms(route.baseline_itl_p99_seconds)}"
+                if route.baseline_itl_p99_seconds
+                else ""
+            )
+        )
+        plot = plots(history, (route.target, route.route, window), config.poll_interval) if i < MAX_PLOTTED else ""
+        sections.append(
+            f'<section class="route" id="r{i}"><h2>{esc(route.route)} {badge(headline.verdict if headline else None)}</h2>'
+            f"<p class=meta>{meta}</p>{table}{recommendations(records)}{plot}</section>"
+        )
+    unmatched = ""
+    if state.unmatched_routes:
+        items = "".join(f"<li>{esc(r)} (target {esc(t)})</li>" for r, t, _ in state.unmatched_routes[:MAX_ROUTES])
+        unmatched = f'<div class="warn">Configured routes that match nothing yet:<ul>{items}</ul></div>'
+    answer = (
+        "<h2>The answer, per route</h2>"
+        + (_table(("route", "target", "verdict"), answers, left=3) if answers else "<p>No route seen yet.</p>")
+        + _more(len(shown), len(routes), "routes")
+        + unmatched
+    )
+    body = answer + targets_section(state, history) + cost_model_section(state, config) + "".join(sections)
+    body += _more(len(shown), len(routes), "routes")
+    verdicts = [_headline(r.evaluations, window) for r in routes]
+    return body, [e.verdict if e else None for e in verdicts]
+
+
+def _fleet_row(row: FleetRow) -> str:
+    verdicts = ", ".join(f"{esc(v)} {n}" for v, n in row.verdicts.items() if n) or DASH
+    return (
+        "<tr>"
+        + td(esc(row.route), "l")
+        + td(esc(row.window), "l")
+        + td(str(row.replicas))
+        + td(verdicts, "l")
+        + td(num(row.acceptance_rate))
+        + td(num(None if row.losing_token_share is None else 100 * row.losing_token_share, ".1f", " %"))
+        + td(num(row.generation_tokens, ".0f"))
+        + "</tr>"
+    )
+
+
+def prometheus_section(fleet: FleetState, config: Config, history: PageHistory) -> str:
+    url = redact_url(config.prometheus.url) if config.prometheus else DASH
+    cells = (
+        td(esc(url), "l")
+        + td(_health(fleet.up), "l")
+        + td(esc(ago(fleet.last_success, fleet.t)))
+        + td(ms(fleet.query_duration))
+        + td(str(fleet.queries_per_poll))
+        + td(str(fleet.stale_replicas))
+        + td(num(fleet.series, ".0f"))
+        + td(_errors_text(fleet.errors))
+        + td(_last_error("prometheus", history, fleet.t), "err")
+    )
+    head = (
+        "Prometheus",
+        "health",
+        "last success",
+        "query",
+        "queries/poll",
+        "stale replicas",
+        "series",
+        "errors",
+        "last error",
+    )
+    zero = ""
+    if fleet.series == 0:
+        zero = '<p class="warn">The selector matches no series: check prometheus.selector.</p>'
+    return "<h2>Query source</h2>" + _table(head, [f"<tr>{cells}</tr>"], left=2) + zero
+
+
+def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple[str, list[str | None]]:
+    window = _chart_window(config)
+    live = fleet_order(fleet)
+    by_route: dict[str, list[ReplicaRouteState]] = {}
+    for r in live:
+        by_route.setdefault(r.route, []).append(r)
+    rows_by_route: dict[str, list[FleetRow]] = defaultdict(list)
+    for row in fleet.fleet:
+        rows_by_route[row.route].append(row)
+    fleet_rows = [_fleet_row(row) for row in fleet.fleet[:MAX_FLEET_ROWS]]
+    fleet_head = ("route", "window", "replicas", "verdicts", "α (token-weighted)", "tokens where speedup < 1", "tokens")
+    answer = "<h2>The fleet, per route</h2>" + (
+        _table(fleet_head, fleet_rows, left=2) if fleet_rows else "<p>No replica evaluated yet.</p>"
+    )
+    answer += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
+    sections, shown = [], 0
+    for route, replicas in by_route.items():
+        if shown >= MAX_ROUTES:
+            break
+        part = [f'<section class="route" id="r{shown}"><h2>{esc(route)}</h2>']
+        if rows_by_route.get(route):
+            part.append(
+                "<h3>Fleet rows</h3>" + _table(fleet_head, [_fleet_row(r) for r in rows_by_route[route]], left=2)
+            )
+        for r in replicas:
+            if shown >= MAX_ROUTES:
+                part.append(_more(replicas.index(r), len(replicas), f"replicas of {esc(route)}"))
+                break
+            name = replica_name(r.replica)
+            headline = _headline(r.evaluations, window)
+            labels = " · ".join(f"{esc(k)} {esc(v)}" for k, v in r.replica)
+            table, records = windows_table(name, r.evaluations, history, config, fleet.t)
+            plot = plots(history, (name, r.route, window), config.poll_interval) if shown < MAX_PLOTTED else ""
+            part.append(
+                f"<h3>replica {esc(name)} {badge(headline.verdict if headline else None)}</h3>"
+                f"<p class=meta>{labels} · model_name {esc(r.model_name)} · method {esc(r.method)}</p>"
+                f"{table}{recommendations(records)}{plot}"
+            )
+            shown += 1
+        part.append("</section>")
+        sections.append("".join(part))
+    body = prometheus_section(fleet, config, history) + answer + "".join(sections)
+    body += _more(shown, len(live), "replica-routes")
+    verdicts = [e.verdict if (e := _headline(r.evaluations, window)) else None for r in live]
+    return body, verdicts
+
+
+def render_page(
+    state: State,
+    fleet: FleetState | None,
+    config: Config,
+    history: PageHistory,
+    *,
+    now: float | None = None,
+    config_error: str | None = None,
+    polling: bool = True,
+) -> bytes:
+    """The whole page as served at `/` (UTF-8). `now`: the wall time shown as "updated";
+    config_error: the last config load failed (`polling`: a previous good config still runs)."""
+    refresh = max(1, math.ceil(config.poll_interval))
+    if fleet is None:
+        body, verdicts = sidecar_body(state, config, history)
+        mode = "sidecar"
+    else:
+        body, verdicts = fleet_body(fleet, config, history)
+        mode = "fleet"
+    counts: dict[str, int] = defaultdict(int)
+    for v in verdicts:
+        counts[v or "no verdict"] += 1
+    title = "specwatch: " + (", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no routes yet")
+    updated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(time.time() if now is None else now))
+    banner = ""
+    if config_error:
+        what = "the running config is kept" if polling else "nothing is polled until it is fixed"
+        banner = f'<p class="bad">Config error ({what}): {esc(config_error[:500])}</p>'
+    head = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        "img-src data:; base-uri 'none'; form-action 'none'\">"
+        f'<meta http-equiv="refresh" content="{refresh}">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
+    )
+    header = (
+        f"<header><h1>specwatch</h1><p class=q>{esc(QUESTION)}</p><p class=meta>{mode} mode · specwatch "
+        f"{esc(__version__)} · polls every {esc(duration(config.poll_interval))} · this page refreshes every "
+        f"{refresh} s · updated {esc(updated)} · plots: window {esc(_chart_window(config))}, last hour · "
+        '<a href="/metrics">/metrics</a> · <a href="/api/v1/status">/api/v1/status</a> · '
+        '<a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p></header>'
+    )
+    return (head + header + banner + body + "</body></html>").encode()

@@ -1,0 +1,190 @@
+"""The page at `/` in a real browser: simulator → `specwatch run` (a real process) → headless Chromium.
+
+What it proves, on the accelerated `alpha-drop` scenario (acceptance 0.80 → 0.15 at sim t=240 s,
+the true verdict keep → disable):
+- the rendered DOM (`--dump-dom`) shows the route's verdict, alpha, break-even and recommended
+  config, the two plots have data (SVG polyline points), and a target that is down is shown down
+  with its last error;
+- the page follows the verdict: loaded again while the scenario runs, its verdict text changes
+  from keep to disable without anything but the poll loop re-rendering it;
+- the page asks for nothing but itself (no script, no external URL; a CSP that forbids both).
+
+Screenshots (before and after the change) are kept under a temp dir, printed; set
+SPECWATCH_SCREENSHOT_DIR to choose it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from support.loopback import free_port, stop_process, wait_http
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[3]
+SCENARIO = "alpha-drop"
+SPEED = 20  # 240 sim s (the drop) is 12 s of wall time
+WINDOWS = ("15s", "1m")  # the 15 s window spans 300 sim s: it sees the drop within seconds
+DEADLINE_S = 90
+
+
+def chromium(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def dump_dom(url: str) -> str:
+    proc = chromium(["--virtual-time-budget=300", "--dump-dom", url])
+    assert proc.returncode == 0 and "<html" in proc.stdout, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def screenshot(url: str, out: Path) -> Path:
+    proc = chromium(["--window-size=1400,1300", "--virtual-time-budget=300", f"--screenshot={out}", url])
+    assert proc.returncode == 0 and out.exists() and out.stat().st_size > 10_000, proc.stderr[-2000:]
+    return out
+
+
+def answer_verdict(dom: str, route: str) -> str | None:
+    """The verdict of `route` in the page's answer table."""
+    m = re.search(
+        rf'<a href="#r\d+">{re.escape(route)}</a></td><td class="l">[^<]*</td><td class="l"><span class="v v-(\w+)"',
+        dom,
+    )
+    return m.group(1) if m else None
+
+
+def route_section(dom: str) -> str:
+    return dom.split('<section class="route"', 1)[1]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    if not shutil.which("chromium"):
+        pytest.skip("Debian package `chromium` is not installed")
+    from specwatch.sim import serve
+    from specwatch.sim.scenario import load_scenario
+    from specwatch.sim.sidecar_config import sidecar_config_for
+
+    tmp = tmp_path_factory.mktemp("live-page")
+    sim = serve(SCENARIO, host="127.0.0.1", port=0, speed=SPEED, seed=0)
+    proc = None
+    try:
+        metrics_url = sim.url if sim.url.endswith("/metrics") else sim.url.rstrip("/") + "/metrics"
+        port, dead = free_port(), free_port()  # nothing listens on `dead`
+        cfg = sidecar_config_for(
+            load_scenario(SCENARIO),
+            target_url=metrics_url,
+            listen=f"127.0.0.1:{port}",
+            poll_interval=1.0,
+            windows=WINDOWS,
+            min_drafts=50,
+            hold=1,
+        )
+        # the --speculative-config vLLM runs with, so the recommendation is a complete one to paste
+        cfg["draft"]["config"] = {"method": cfg["draft"]["method"], "model": "drafter", "num_speculative_tokens": 3}
+        cfg["targets"][0]["timeout"] = "900ms"
+        cfg["targets"].append({"name": "vllm-gone", "url": f"http://127.0.0.1:{dead}/metrics", "timeout": "500ms"})
+        config = tmp / "specwatch.yaml"
+        config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "exporter"), os.environ.get("PYTHONPATH")]))
+        )
+        log = tmp / "sidecar.log"
+        cmd = [sys.executable, "-c", "import sys; from specwatch.cli.main import main; sys.exit(main())"]
+        proc = subprocess.Popen(
+            [*cmd, "run", "--config", str(config)], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
+        )
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/readyz", 30, proc, log)
+        keep = os.environ.get("SPECWATCH_SCREENSHOT_DIR")
+        shots = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="specwatch-live-page-"))
+        shots.mkdir(parents=True, exist_ok=True)
+        print(f"\nlive page screenshots: {shots}")
+        yield base, shots
+    finally:
+        if proc is not None:
+            stop_process(proc)
+        sim.stop()
+
+
+def _status_verdict(base: str) -> tuple[str | None, str | None]:
+    doc = requests.get(base + "/api/v1/status", timeout=5).json()
+    routes = doc["routes"]
+    if not routes:
+        return None, None
+    return routes[0]["route"], routes[0]["windows"].get(WINDOWS[0], {}).get("verdict")
+
+
+def test_the_page_shows_the_answer_and_follows_the_verdict(live):
+    base, shots = live
+    deadline = time.monotonic() + DEADLINE_S
+    route, verdict = None, None
+    while time.monotonic() < deadline and verdict != "keep":
+        time.sleep(0.5)
+        route, verdict = _status_verdict(base)
+    assert verdict == "keep", f"no keep verdict before the drop (got {verdict!r})"
+
+    dom = dump_dom(base + "/")
+    assert answer_verdict(dom, route) == "keep"
+    section = route_section(dom)
+    table = section.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    first = table.split("</tr>", 1)[0]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", first)
+    assert cells[0] == WINDOWS[0] and "v-keep" in cells[1]
+    alpha, breakeven = float(cells[3]), float(cells[4].split()[0])  # numbers, not the dash
+    assert alpha > breakeven, (alpha, breakeven)
+    assert "Recommended <code>--speculative-config</code>" in section
+    assert "--speculative-config '{" in section or "no change" in section
+    points = re.findall(r'<polyline class="(alpha|breakeven|p50|p99)" points="([^"]+)"', section)
+    assert {cls for cls, _ in points} >= {"alpha", "breakeven", "p99"}, points
+    assert all(len(p.split()) >= 2 for _, p in points)
+    targets = dom.split("<h2>Targets</h2>", 1)[1].split("</table>", 1)[0]
+    gone = targets.split("vllm-gone", 1)[1].split("</tr>", 1)[0]
+    assert '<span class="down">down</span>' in gone and "<b>connect</b>" in gone
+    # Nothing but itself: no script, no external URL, and a CSP forbidding both.
+    assert "<script" not in dom and not re.search(r'(src|href)="(https?:)?//', dom)
+    assert "default-src 'none'" in dom and 'http-equiv="refresh" content="1"' in dom
+    screenshot(base + "/", shots / "live-page-keep.png")
+
+    # The drop: the same URL, loaded again, shows the new verdict.
+    changed = None
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        dom = dump_dom(base + "/")
+        changed = answer_verdict(dom, route)
+        if changed not in (None, "keep"):
+            break
+    assert changed == "disable", f"the page's verdict never changed from keep (last {changed!r})"
+    section = route_section(dom)
+    assert "remove --speculative-config" in section
+    screenshot(base + "/", shots / "live-page-disable.png")

@@ -1,0 +1,274 @@
+"""The page at `/` (export/page.py) and its history (export/history.py), from real states.
+
+States come from the real Pipeline fed the simulator's payloads (no I/O), or from a real Service
+polling a closed port (a down target); fleet mode's from a FleetState built in-process around
+those evaluations (the fleet's own types; fleet_rows as the evaluator builds them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+
+import pytest
+
+from specwatch import sim
+from specwatch.config import from_mapping
+from specwatch.export import page as page_mod
+from specwatch.export.history import PageHistory
+from specwatch.export.page import DASH, MAX_ROUTES, num, render_page
+from specwatch.fleet.state import FleetState, ReplicaRouteState, fleet_rows
+from specwatch.serve.service import Service
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.sidecar_config import sidecar_config_for
+
+EVIL = '<script>alert("x")</script>'
+POLL = 5.0
+
+
+def _config(scenario: sim.Scenario, url: str = "http://127.0.0.1:1/metrics", min_drafts: int = 50, hold: int = 2):
+    raw = sidecar_config_for(
+        scenario,
+        target_url=url,
+        listen="127.0.0.1:0",
+        poll_interval=POLL,
+        windows=("1m", "5m"),
+        min_drafts=min_drafts,
+        hold=hold,
+    )
+    return from_mapping(raw, environ={})
+
+
+def _run(scenario_name: str, polls: int, *, rename=None, config=None):
+    """Feed `polls` polls of the scenario into a real Pipeline, recording every published state
+    into a PageHistory as the service does. `rename`: payload text -> text (hostile labels)."""
+    scenario = sim.load_scenario(scenario_name)
+    config = config or _config(scenario)
+    pipeline, history = Pipeline(config), PageHistory()
+    simulator = sim.Simulator(scenario, seed=1)
+    state = pipeline.state()
+    for i in range(1, polls + 1):
+        t = POLL * i
+        simulator.advance_to(t)
+        text = simulator.render()
+        pipeline.ingest("vllm", t, rename(text) if rename else text, duration=0.01)
+        pipeline.evaluate(t)
+        state = pipeline.state()
+        history.record(state)
+    return config, state, history
+
+
+@pytest.fixture(scope="module")
+def alpha_drop():
+    return _run("alpha-drop", 80)
+
+
+def _text(page: bytes) -> str:
+    """The page's visible text, roughly (tags dropped, entities left)."""
+    return re.sub(r"<[^>]+>", " ", page.decode())
+
+
+def test_the_page_shows_each_windows_verdict_numbers_config_and_plots(alpha_drop):
+    config, state, history = alpha_drop
+    page = render_page(state, None, config, history, now=0.0)
+    html = page.decode()
+    route = state.routes[0]
+    for e in route.evaluations:
+        assert f"{e.acceptance_rate:.3f}" in html
+        assert f"{e.breakeven_acceptance_rate:.3f}" in html
+        assert f"{e.expected_speedup:.2f}×" in html
+        assert f"v-{e.verdict}" in html
+    assert "remove --speculative-config" in html  # alpha-drop ends in disable
+    assert "What the cost model assumed" in html and "h100-sxm" in html
+    polylines = re.findall(r'<polyline class="(\w+)" points="([^"]+)"', html)
+    assert {cls for cls, _ in polylines} == {"alpha", "breakeven", "p50", "p99"}
+    assert all(len(points.split()) > 10 for cls, points in polylines if cls == "alpha")
+    # Air-gapped: nothing is fetched, no script runs, and the CSP forbids both.
+    assert "<script" not in html and "src=" not in html and 'http-equiv="refresh" content="5"' in html
+    assert "default-src 'none'" in html
+    assert re.findall(r'href="([^"#]+)"', html) == ["/metrics", "/api/v1/status", "/healthz", "/readyz"]
+
+
+def test_the_plot_draws_alpha_falling_below_break_even(alpha_drop):
+    """The picture tells the alpha-drop story: α starts above break-even and ends below it."""
+    config, state, history = alpha_drop
+    svg = page_mod.plots(history, ("vllm", state.routes[0].route, "5m"), config.poll_interval)
+
+    def ys(cls):
+        run = re.findall(rf'<polyline class="{cls}" points="([^"]+)"', svg)[-1].split()
+        return [float(p.split(",")[1]) for p in run]  # SVG y grows downwards
+
+    alpha, breakeven = ys("alpha"), ys("breakeven")
+    assert alpha[-1] > breakeven[-1]  # below break-even at the end
+    assert min(alpha) < min(breakeven)  # above it earlier
+
+
+def test_a_hostile_model_name_is_escaped_everywhere():
+    config, state, history = _run(
+        "alpha-drop",
+        20,
+        rename=lambda t: t.replace('model_name="llama-70b"', 'model_name="' + EVIL.replace('"', '\\"') + '"'),
+    )
+    assert state.routes and state.routes[0].route == EVIL
+    html = render_page(state, None, config, history).decode()
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+    # and in fleet mode, where replica label values come from Prometheus
+    fleet = _fleet(state, replicas=[(("namespace", "llm"), ("pod", f'a"><img src=x onerror={EVIL}>'))])
+    html = render_page(state, fleet, _fleet_config(config), PageHistory()).decode()
+    assert "<script" not in html and "<img" not in html and "onerror=&lt;script" in html
+
+
+def test_absent_values_are_a_dash_never_zero():
+    assert num(None) == DASH and num(float("nan")) == DASH and num(float("inf")) == DASH and num("0.5") == DASH
+    assert num(0.0) == "0.000"
+    # Two polls: every window is below the sample guard, so no alpha, break-even or speedup yet.
+    config, state, history = _run("alpha-drop", 2, config=_config(sim.load_scenario("alpha-drop"), min_drafts=10**9))
+    html = render_page(state, None, config, history).decode()
+    row = re.search(r"<tbody><tr><td class=\"l\">1m</td>(.*?)</tr>", html).group(1)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+    alpha, breakeven, margin, _, _, speedup = cells[2:8]
+    assert alpha == breakeven == margin == speedup == DASH
+    assert "0.000" not in html and "0.00×" not in html
+    # The plots have nothing to draw where there is nothing (NaN is a gap, not a zero).
+    assert 'class="alpha" points' not in html
+
+
+def test_a_down_target_is_shown_down_with_its_last_error():
+    scenario = sim.load_scenario("steady")
+    service = Service(_config(scenario, url="http://127.0.0.1:1/metrics"))  # nothing listens on port 1
+    try:
+        service.poll_once()
+        html = service.published.page.decode()
+    finally:
+        service.stop()
+    targets = html.split("<h2>Targets</h2>", 1)[1].split("</table>", 1)[0]
+    assert '<span class="down">down</span>' in targets
+    assert "<b>connect</b>:" in targets  # the reason, then the message
+    assert "connect 1" in targets  # the error counts
+    assert "Connection refused" in targets or "refused" in targets.lower()
+
+
+def test_the_page_is_bounded_in_routes_and_says_how_many_more(alpha_drop):
+    config, state, history = alpha_drop
+    route = state.routes[0]
+    many = tuple(dataclasses.replace(route, route=f"route-{i}") for i in range(MAX_ROUTES + 25))
+    big = dataclasses.replace(state, routes=many)
+    started = time.perf_counter()
+    page = render_page(big, None, config, history)
+    took = time.perf_counter() - started
+    html = page.decode()
+    assert html.count('<section class="route"') == MAX_ROUTES
+    assert "and 25 more routes not shown" in html
+    assert len(page) < 400_000, len(page)
+    assert took < 0.5, took
+
+
+def test_the_history_is_bounded_in_series_and_points():
+    history = PageHistory(max_points=100, max_series=3)
+    _, state, _ = _run("steady", 30)
+    route = state.routes[0]
+    for i in range(1000):  # 1000 polls, 3 hours at the given step
+        t = 100.0 + i * history.step
+        routes = tuple(
+            dataclasses.replace(
+                route,
+                route=f"r{j}",
+                evaluations=tuple(
+                    dataclasses.replace(e, stats=dataclasses.replace(e.stats, t=t, route=f"r{j}"))
+                    for e in route.evaluations
+                ),
+            )
+            for j in range(4)
+        )
+        history.record(dataclasses.replace(state, routes=routes, t=t))
+    assert len(history) == 3 and history.dropped_series > 0
+    for key in history:
+        series = history.series(key)
+        assert len(series) <= 100 + 100 // 8
+        assert series.column("t")[-1][0] == 100.0 + 999 * history.step
+    # A faster poll than the step is thinned: the newest point replaces the last one inside it.
+    fast = PageHistory(max_points=10, horizon=100.0)
+    for i in range(50):
+        t = 1000.0 + i  # 1 s apart, step 10 s
+        evaluations = tuple(dataclasses.replace(e, stats=dataclasses.replace(e.stats, t=t)) for e in route.evaluations)
+        fast.record(dataclasses.replace(state, routes=(dataclasses.replace(route, evaluations=evaluations),), t=t))
+    series = fast.series(next(iter(fast)))
+    assert 5 <= len(series) <= 12 and series.last_t() == 1049.0
+
+
+def test_the_candidate_verdict_is_shown_with_its_hold():
+    scenario = sim.load_scenario("alpha-drop")
+    raw_hold = _config(scenario, hold=100)  # 100 evaluations: a hold of 99 polls, over 8 minutes
+    config, state, history = _run("alpha-drop", 80, config=raw_hold)
+    e = next(e for e in state.routes[0].evaluations if e.stats.window == "1m")
+    assert e.verdict == "keep" and e.assessment.candidate == "disable"  # still held
+    html = render_page(state, None, config, history).decode()
+    assert re.search(r'v-disable">disable</span> <span class=small>for \d+ (s|min) of a 8 min hold', html)
+
+
+def _fleet_config(_config=None):
+    """Fleet mode's config for the same deployment (as tests/system/e2e/test_dashboard_live.py writes it)."""
+    raw = sidecar_config_for(
+        sim.load_scenario("alpha-drop"),
+        target_url="http://127.0.0.1:1/metrics",
+        listen="127.0.0.1:0",
+        poll_interval=POLL,
+        windows=("1m", "5m"),
+        min_drafts=50,
+    )
+    raw.pop("targets")
+    raw["prometheus"] = {
+        "url": "http://prom.example:9090",
+        "selector": '{job="vllm"}',
+        "replica_labels": ["namespace", "pod"],
+    }
+    return from_mapping(raw, environ={})
+
+
+def _fleet(state, replicas, *, up=True):
+    route = state.routes[0]
+    routes = tuple(
+        ReplicaRouteState(replica, route.route, route.model_name, route.method, False, route.evaluations)
+        for replica in replicas
+    )
+    rows = fleet_rows([(r.replica, e) for r in routes for e in r.evaluations])
+    return FleetState(
+        ("namespace", "pod"),
+        state.t,
+        up,
+        state.t,
+        0.02,
+        12,
+        3,
+        {"timeout": 0, "http_status": 0},
+        0,
+        0,
+        routes,
+        rows,
+        series=42,
+    )
+
+
+def test_the_fleet_page_shows_each_replica_and_the_fleet_rows(alpha_drop):
+    config, state, _ = alpha_drop
+    replicas = [(("namespace", "llm"), ("pod", f"vllm-{i}")) for i in range(3)]
+    fleet = _fleet(state, replicas)
+    history = PageHistory()
+    history.record(state, fleet)
+    html = render_page(state, fleet, _fleet_config(config), history).decode()
+    assert "fleet mode" in html and "Query source" in html and "http://prom.example:9090" in html
+    for i in range(3):
+        assert f"replica llm/vllm-{i}" in html or f"vllm-{i}" in html
+    fleet_table = html.split("<h2>The fleet, per route</h2>", 1)[1].split("</table>", 1)[0]
+    assert fleet_table.count("<tr>") == 1 + 2  # head + one row per window
+    assert "disable 3" in fleet_table  # three replicas, each disable
+    assert html.count('<polyline class="alpha"') >= 3
+    # Prometheus down: shown down with its last error reason; no replica served from a failed poll.
+    down = dataclasses.replace(fleet, up=False, errors={"timeout": 1, "http_status": 0}, t=fleet.t + 5)
+    history.record(state, down)
+    html = render_page(state, down, _fleet_config(config), history).decode()
+    source = html.split("<h2>Query source</h2>", 1)[1].split("</table>", 1)[0]
+    assert '<span class="down">down</span>' in source and "<b>timeout</b>" in source
+    assert "replica llm/vllm-0" not in html
