@@ -106,12 +106,15 @@ def comma_list(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Duration(Kind):
+    allow_zero: bool = False  # 0s means "off" (shutdown_drain)
+
     def parse(self, value: object, key: str, ctx: Context) -> float:
-        return float(parse_duration(value, key))
+        return float(_unit(lambda: units.parse_duration(value, key, allow_zero=self.allow_zero)))
 
     def json_schema(self) -> JsonSchema:
-        # pattern applies to strings only, exclusiveMinimum to numbers only (bare seconds).
-        return {"type": ["string", "number"], "pattern": units.DURATION_PATTERN, "exclusiveMinimum": 0}
+        # pattern applies to strings only, the minimum to numbers only (bare seconds).
+        bound = {"minimum": 0} if self.allow_zero else {"exclusiveMinimum": 0}
+        return {"type": ["string", "number"], "pattern": units.DURATION_PATTERN, **bound}
 
 
 @dataclass(frozen=True)

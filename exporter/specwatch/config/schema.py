@@ -139,7 +139,7 @@ SCHEMA = Section(
         ),
         Key(
             "shutdown_drain",
-            Duration(),
+            Duration(allow_zero=True),
             "sidecar mode: after SIGTERM keep polling and serving while vLLM drains, until every target has "
             "stopped answering or this long (then exit); 0s exits at once",
             example="5m",

@@ -19,7 +19,11 @@ PAYLOAD = (fixture_path("vllm-cpu-real") / "003.prom").read_bytes()
 
 
 def _config(url: str, drain: str = "2m") -> dict:
-    return {"poll_interval": "1s", "targets": [{"name": "vllm", "url": url, "timeout": "500ms"}], "shutdown_drain": drain}
+    return {
+        "poll_interval": "1s",
+        "targets": [{"name": "vllm", "url": url, "timeout": "500ms"}],
+        "shutdown_drain": drain,
+    }
 
 
 @pytest.fixture

@@ -387,7 +387,12 @@ def test_sidecar_mode_stays_up_on_a_bad_config_and_recovers_when_it_is_fixed(tmp
         assert "specwatch_target_up{" not in metrics  # nothing is polled without a config
 
         configmap.publish(
-            {"listen": f"127.0.0.1:{port}", "poll_interval": "300ms", "targets": [{"name": "vllm", "url": server.url}]}
+            {
+                "listen": f"127.0.0.1:{port}",
+                "poll_interval": "300ms",
+                "targets": [{"name": "vllm", "url": server.url}],
+                "shutdown_drain": "0s",  # exit at SIGTERM, vLLM still up (tests/system/reliability/test_drain.py)
+            }
         )
         wait_for(lambda: 'specwatch_target_up{target="vllm"} 1.0' in requests.get(base + "/metrics", timeout=2).text)
         assert (
