@@ -9,7 +9,9 @@ become null (jsonsafe) when the document is encoded.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from specwatch import __version__
@@ -50,6 +52,17 @@ def _windows(evaluations: Iterable[RouteEvaluation]) -> dict[str, dict[str, Any]
     return {e.stats.window: window_status(e) for e in evaluations}
 
 
+def iso_time(t: float | None) -> str | None:
+    """Unix seconds as ISO 8601 UTC (`t` fields stay Unix seconds for programs)."""
+    if t is None or not math.isfinite(t):
+        return None
+    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _age(now: float | None, then: float | None) -> float | None:
+    return None if now is None or then is None else round(max(now - then, 0.0), 3)
+
+
 def status_document(state: State, config: Config) -> dict[str, Any]:
     """Sidecar mode: every target's health and every route's windows."""
     routes = [
@@ -74,6 +87,8 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
             "url": redact_url(t.url),
             "up": t.up,
             "last_success": t.last_success,
+            "last_success_time": iso_time(t.last_success),
+            "last_success_age_seconds": _age(state.t, t.last_success),
             "scrape_duration_seconds": t.scrape_duration,
             "errors": dict(t.errors),
             "dropped": dict(t.dropped),
@@ -86,6 +101,7 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
     return {
         "version": __version__,
         "t": state.t,
+        "time": iso_time(state.t),
         "targets": targets,
         "routes": routes,
         "windows": list(config.window_labels),
@@ -134,6 +150,7 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         "version": __version__,
         "mode": "fleet",
         "t": state.t,
+        "time": iso_time(state.t),
         "prometheus": prometheus,
         "routes": routes,
         "fleet": fleet,

@@ -80,6 +80,7 @@ class Published:
     ready: bool
     last_tick: float  # monotonic time of the last loop tick (liveness)
     page: bytes = b""  # `/` (export/page.py), rendered once per poll; empty: the static LANDING
+    not_ready: bytes = b"starting\n"  # /readyz's body while not ready: starting, or the config error
 
 
 class PublishedView(Protocol):
@@ -448,7 +449,9 @@ def handler_for(service: PublishedView) -> type[BufferedRequestHandler]:
                 self._send(503 if stale else 200, b"stalled\n" if stale else b"ok\n", "text/plain")
             elif path == "/readyz":
                 self._send(
-                    200 if published.ready else 503, b"ready\n" if published.ready else b"starting\n", "text/plain"
+                    200 if published.ready else 503,
+                    b"ready\n" if published.ready else published.not_ready,
+                    "text/plain",
                 )
             elif path == "/":
                 self._send(200, published.page or LANDING, "text/html; charset=utf-8")

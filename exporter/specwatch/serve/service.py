@@ -283,7 +283,9 @@ class Service:
         fleet = self._rendering_fleet = self.fleet.evaluator.state() if self.fleet is not None else None
         metrics = generate_latest(self.registry)
         status = encode_status(state, fleet, self.config)
-        return Published(state, metrics, status, ready, time.monotonic(), self._render_page(state, fleet))
+        error = self.reload_status.error if not self.active else None
+        not_ready = f"config error: {error}\n".encode() if error else b"starting\n"
+        return Published(state, metrics, status, ready, time.monotonic(), self._render_page(state, fleet), not_ready)
 
     def _render_page(self, state: State, fleet: FleetState | None) -> bytes:
         """`/`, once per publish (never per request). A bug in the page must not cost the poll its

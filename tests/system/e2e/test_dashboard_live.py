@@ -107,6 +107,7 @@ def shortened_rules(dest: Path) -> list[Path]:
 class Stack:
     prom: str
     sidecar: str
+    fleet: str  # the fleet-mode specwatch reading the same deployment back from Prometheus
     routes: list[str]
     tmp: Path
     started: float  # time.monotonic() when Prometheus became ready
@@ -252,7 +253,13 @@ def stack(tmp_path_factory):
         )
         wait_http(f"http://127.0.0.1:{fleet_port}/metrics", 30, procs[-1], fleet_log)
         yield Stack(
-            prom=prom, sidecar=sidecar, routes=models, tmp=tmp, started=time.monotonic(), started_wall=time.time()
+            prom=prom,
+            sidecar=sidecar,
+            fleet=f"http://127.0.0.1:{fleet_port}",
+            routes=models,
+            tmp=tmp,
+            started=time.monotonic(),
+            started_wall=time.time(),
         )
     finally:
         for p in reversed(procs):
@@ -626,3 +633,25 @@ def test_key_queries_render_as_nontrivial_graphs_in_prometheus(stack, live, tmp_
         report[name] = {"png": str(shot), "bytes": len(data), "plotted_pixels": plotted}
         assert plotted > max(1000, 3 * baseline), f"{name}: only {plotted} coloured pixels ({shot})"
     print("\nscreenshots:", json.dumps(report, indent=1))
+
+
+def test_the_fleet_modes_live_page_in_a_browser_shows_the_fleet_rows_and_every_replicas_verdict(stack, live):
+    """`/` of the fleet-mode specwatch, as headless Chromium renders it: the query source, a fleet
+    row per route and window, and each replica-route's verdict with plotted points (the sidecar's
+    page is tests/system/e2e/test_live_page.py)."""
+    if not shutil.which("chromium"):
+        pytest.skip("Debian package `chromium` is not installed")
+    from system.e2e.test_live_page import dump_dom
+
+    deadline = time.monotonic() + 60
+    while True:
+        dom = dump_dom(stack.fleet + "/")
+        if "<polyline" in dom and "No replica evaluated yet" not in dom:
+            break
+        assert time.monotonic() < deadline, dom[-3000:]
+        time.sleep(2)
+    assert "fleet mode" in dom and "Query source" in dom and "The fleet, per route" in dom
+    for route in stack.routes:
+        assert route in dom
+    assert re.search(r'class="v v-(keep|shorten|disable|insufficient_data)"', dom), "a replica's verdict"
+    assert "<script" not in dom and "http://cdn" not in dom

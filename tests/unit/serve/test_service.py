@@ -385,6 +385,8 @@ def test_sidecar_mode_stays_up_on_a_bad_config_and_recovers_when_it_is_fixed(tmp
         metrics = requests.get(base + "/metrics", timeout=2).text
         assert metric_value(metrics, "specwatch_config_last_reload_successful") == 0.0
         assert "specwatch_target_up{" not in metrics  # nothing is polled without a config
+        readyz = requests.get(base + "/readyz", timeout=2)
+        assert readyz.status_code == 503 and readyz.text.startswith("config error: "), readyz.text
 
         configmap.publish(
             {
