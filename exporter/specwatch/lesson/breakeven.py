@@ -9,10 +9,12 @@ from typing import IO
 
 from specwatch import costmodel as cmod
 from specwatch.lesson.options import (
-    SMALL_TARGET,
+    FORMATS,
+    LESSON_TARGET,
     check_fractions,
     cost_model_from_flags,
     describe,
+    emit_csv,
     emit_json,
     ints,
     load_profile,
@@ -73,7 +75,7 @@ def cmd_breakeven(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     check_fractions("--alpha", args.alpha)
     cm = cost_model_from_flags(
         args,
-        SMALL_TARGET,
+        LESSON_TARGET,
         draft_method=args.method,
         draft_cost_per_token=args.draft_cost,
         draft_k=args.k[0],
@@ -82,6 +84,8 @@ def cmd_breakeven(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     rows = breakeven_rows(cm, args.batch, args.k, args.alpha)
     if args.format == "json":
         emit_json(rows, out)
+    elif args.format == "csv":
+        emit_csv(rows, out)
     else:
         out.write(breakeven_table(cm, rows, args.alpha))
     return 0
@@ -91,7 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = subparsers.add_parser(
         "breakeven",
         help="break-even acceptance rate vs batch size",
-        parents=[target_options(SMALL_TARGET)],
+        parents=[target_options(LESSON_TARGET)],
         description="Break-even vLLM acceptance rate alpha*(B, K) and the speedup at --alpha.",
     )
     p.add_argument("--method", choices=list(cmod.DRAFT_METHODS), default=None, help="drafter (auto = eagle3)")
@@ -110,5 +114,5 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="FILE",
         help="measured spec-off step-time profile (YAML, the sidecar's `profile:` format)",
     )
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(func=cmd_breakeven)

@@ -10,8 +10,10 @@ from typing import IO, Any
 from specwatch import costmodel as cmod
 from specwatch.lesson.options import (
     DTYPE_CHOICES,
+    FORMATS,
     LESSON_TARGET,
     cost_model_from_flags,
+    emit_csv,
     emit_json,
     load_json,
     number,
@@ -192,6 +194,8 @@ def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     )
     if args.format == "json":
         emit_json(rep, out)
+    elif args.format == "csv":
+        emit_csv([{"component": name, **fields} for name, fields in rep["components"].items()], out)
     else:
         out.write(memory_text(rep))
     # Exit 1 when a configuration does not fit, so a script can tell (the report says which).
@@ -222,5 +226,5 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=0.9,
         help="fraction of GPU memory vLLM may use, in (0, 1] (0.9)",
     )
-    m.add_argument("--format", choices=["table", "json"], default="table")
+    m.add_argument("--format", choices=FORMATS, default="table")
     m.set_defaults(func=cmd_memory)

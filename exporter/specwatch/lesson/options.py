@@ -7,9 +7,10 @@ live sidecar uses, so ``specwatch breakeven`` and the sidecar agree for the same
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any, NoReturn
 
@@ -178,8 +179,7 @@ class ModelDefaults:
     hardware: str = cmod.DEFAULT_HARDWARE
 
 
-#: The single-GPU 8B default of `breakeven`, and the lesson's 70B fp8 on 4 GPUs of the others.
-SMALL_TARGET = ModelDefaults()
+#: Every lesson command's default target: the lesson's 70B fp8 on 4 GPUs (printed in each header).
 LESSON_TARGET = ModelDefaults(model="llama-3.3-70b", dtype="fp8", tensor_parallel=4)
 
 
@@ -305,6 +305,35 @@ def rounded(x: float | None, nd: int = 4) -> float | None:
 
 def emit_json(obj: object, out: IO[str]) -> None:
     out.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def _flat(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """One CSV row: nested mappings as dotted columns, lists joined with ';'."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = ";".join("" if v is None else str(v) for v in value)
+        else:
+            out[name] = "" if value is None else value
+    return out
+
+
+def emit_csv(rows: Sequence[Mapping[str, Any]], out: IO[str]) -> None:
+    """The rows of a command's table as CSV, one header line (the union of the rows' columns)."""
+    flat = [_flat(row) for row in rows]
+    columns: list[str] = []
+    for row in flat:
+        columns += [c for c in row if c not in columns]
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(flat)
+
+
+#: --format of every lesson command that prints a table.
+FORMATS = ("table", "json", "csv")
 
 
 def describe(cm: cmod.CostModel) -> dict[str, Any]:

@@ -14,11 +14,13 @@ from typing import IO, Any
 from specwatch import costmodel as cmod
 from specwatch.lesson.options import (
     DEFAULT_TRAFFIC,
+    FORMATS,
     LESSON_TARGET,
     Traffic,
     check_fractions,
     cost_model_from_flags,
     describe,
+    emit_csv,
     emit_json,
     floats,
     ints,
@@ -372,6 +374,8 @@ def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     )
     if args.format == "json":
         emit_json(rep, out)
+    elif args.format == "csv":
+        emit_csv(rep["grid"], out)
     else:
         out.write(simulate_text(rep))
     return 0
@@ -423,5 +427,5 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     s.add_argument("--itl-mean-change", type=_change, default=-0.25, help="observed mean ITL change (-0.25)")
     s.add_argument("--itl-p99-change", type=_change, default=0.15, help="observed P99 ITL change (+0.15)")
-    s.add_argument("--format", choices=["table", "json"], default="table")
+    s.add_argument("--format", choices=FORMATS, default="table")
     s.set_defaults(func=cmd_simulate)

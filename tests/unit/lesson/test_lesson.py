@@ -59,7 +59,7 @@ def check_golden(name: str, text: str) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def test_breakeven_json_matches_golden_for_default_h100_llama8b():
+def test_breakeven_json_matches_golden_for_the_lessons_default_target():
     rc, out = run(["breakeven", "--k", "3", "--batch", "1,8,64,256", "--alpha", "0.6", "--format", "json"])
     assert rc == 0
     check_golden("breakeven_default.json", out)
@@ -106,7 +106,11 @@ def test_breakeven_json_matches_golden_for_70b_fp8_tp4_from_a_config_file(tmp_pa
 
 def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
     _rc, out = run(
-        ["breakeven", "--k", "3", "--batch", "48", "--alpha", "0.55", "--context", "2048", "--format", "json"]
+        [
+            "breakeven",
+            *("--model", "llama-3.1-8b", "--dtype", "bf16", "--tp", "1"),  # the sidecar's own default target
+            *("--k", "3", "--batch", "48", "--alpha", "0.55", "--context", "2048", "--format", "json"),
+        ]
     )
     row = json.loads(out)[0]
     # The sidecar path: config -> cost_model_from_config -> decide.assess on a window.
