@@ -83,7 +83,7 @@ def cmd_breakeven(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     )
     rows = breakeven_rows(cm, args.batch, args.k, args.alpha)
     if args.format == "json":
-        emit_json(rows, out)
+        emit_json({"assumptions": describe(cm), "rows": rows}, out)  # what the table's header says
     elif args.format == "csv":
         emit_csv(rows, out)
     else:

@@ -254,6 +254,7 @@ def simulate_text(rep: dict[str, Any]) -> str:
             f"{d['context_tokens_per_request']} ctx, draft cost {d['draft_cost_per_token']} of a step per token, "
             f"seed {rep['seed']}, {rep['requests']}x{rep['tokens_per_request']} tokens"
         ),
+        *([f"# draft cost from {rep['draft_cost_source']}"] if rep.get("draft_cost_source") else []),
         (
             f"{'B':>4} {'K':>2} {'alpha':>5} {'a*':>6} {'S(model)':>8} {'S(sim)':>7} "
             f"{'ITL/tok off':>11} {'on':>8} {'P50 off':>8} {'on':>8} {'P99 off':>8} {'on':>8}  (ms)"
@@ -349,9 +350,14 @@ def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     check_fractions("--alphas", args.alphas)
     check_itl_changes(args.itl_mean_change, args.itl_p99_change)
     draft_cost = args.draft_cost
+    source = "--draft-cost" if draft_cost is not None else f"--method {args.method}: priced as breakeven does"
     if draft_cost is None and args.method is None:
         # The lesson's epsilon: total draft+verify overhead at batch 1 for K=5.
         draft_cost = args.overhead / 5.0
+        source = (
+            f"the lesson's epsilon (--overhead {args.overhead:g} / K=5); breakeven prices the drafter by its "
+            "method instead: pass --method to compare the two"
+        )
     cm = cost_model_from_flags(
         args, LESSON_TARGET, draft_method=args.method, draft_cost_per_token=draft_cost, draft_k=max(args.k)
     )
@@ -372,6 +378,7 @@ def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         itl_p99_change=args.itl_p99_change,
         progress=_GridProgress(sys.stderr),
     )
+    rep["draft_cost_source"] = source
     if args.format == "json":
         emit_json(rep, out)
     elif args.format == "csv":

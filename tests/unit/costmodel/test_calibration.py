@@ -116,6 +116,6 @@ def test_breakeven_command_prints_the_calibrated_speedup_of_a_held_out_row():
         text=True,
         check=True,
     )
-    (line,) = json.loads(out.stdout)
+    (line,) = json.loads(out.stdout)["rows"]
     assert line["expected_speedup"] == pytest.approx(predicted_speedup(row), abs=1e-3)
     assert abs(line["expected_speedup"] / float(row["speedup"]) - 1.0) <= MAX_HELD_OUT_ERROR

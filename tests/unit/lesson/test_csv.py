@@ -20,7 +20,7 @@ def _run(capsys, *argv: str) -> str:
 @pytest.mark.parametrize(
     ("argv", "rows_of"),
     [
-        (("breakeven", "--k", "2,3", "--batch", "1,64", "--alpha", "0.7"), lambda doc: doc),
+        (("breakeven", "--k", "2,3", "--batch", "1,64", "--alpha", "0.7"), lambda doc: doc["rows"]),
         (
             ("simulate", "--alphas", "0.5,0.8", "--k", "2", "--batch", "1,16", "--requests", "8"),
             lambda doc: doc["grid"],

@@ -63,7 +63,9 @@ def test_breakeven_json_matches_golden_for_the_lessons_default_target():
     rc, out = run(["breakeven", "--k", "3", "--batch", "1,8,64,256", "--alpha", "0.6", "--format", "json"])
     assert rc == 0
     check_golden("breakeven_default.json", out)
-    rows = json.loads(out)
+    doc = json.loads(out)
+    assert doc["assumptions"]["model"] == "llama-3.3-70b" and doc["assumptions"]["tensor_parallel"] == 4
+    rows = doc["rows"]
     assert [r["batch"] for r in rows] == [1, 8, 64, 256]
     assert set(rows[0]) == {"batch", "k", "breakeven_acceptance_rate", "expected_speedup"}
 
@@ -96,7 +98,7 @@ def test_breakeven_json_matches_golden_for_70b_fp8_tp4_from_a_config_file(tmp_pa
     )
     assert rc == 0
     check_golden("breakeven_70b_fp8_tp4.json", out)
-    rows = json.loads(out)
+    rows = json.loads(out)["rows"]
     assert all(r["expected_speedup"] is None for r in rows)  # no --alpha given
     # The lesson's 0.45-0.55 band at 256 concurrent is the plain roofline's (tests/test_costmodel.py);
     # with the fixed costs fitted on published speedups the line sits higher (docs/costmodel.md).
@@ -112,7 +114,7 @@ def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
             *("--k", "3", "--batch", "48", "--alpha", "0.55", "--context", "2048", "--format", "json"),
         ]
     )
-    row = json.loads(out)[0]
+    row = json.loads(out)["rows"][0]
     # The sidecar path: config -> cost_model_from_config -> decide.assess on a window.
     cm = cost_model_from_config(Config(model=ModelConfig(context_tokens=2048), draft=DraftConfig(k=3)))
     stats = WindowStats(
@@ -155,7 +157,7 @@ def test_breakeven_raw_bandwidth_and_flops_and_draft_cost_flags():
             "json",
         ]
     )
-    assert json.loads(out)[0]["breakeven_acceptance_rate"] == pytest.approx(0.05, abs=1e-4)
+    assert json.loads(out)["rows"][0]["breakeven_acceptance_rate"] == pytest.approx(0.05, abs=1e-4)
 
 
 def test_breakeven_table_has_a_row_per_batch_and_k():
@@ -400,7 +402,7 @@ def test_plan_and_memory_reports_called_directly_match_the_commands():
 @pytest.mark.parametrize(
     "command, numbers",
     [
-        (["breakeven", "--k", "3", "--batch", "1,64", "--format", "json"], lambda rep: rep),
+        (["breakeven", "--k", "3", "--batch", "1,64", "--format", "json"], lambda rep: rep["rows"]),
         (["memory", "--format", "json"], lambda rep: rep["components"]),
     ],
 )
@@ -435,7 +437,7 @@ def test_a_k_row_of_breakeven_is_the_same_whichever_other_k_values_are_asked_for
     _rc, with_five = run(
         ["breakeven", "--method", method, "--k", "3,5", "--batch", "1,64", "--alpha", "0.6", "--format", "json"]
     )
-    assert json.loads(alone) == [r for r in json.loads(with_five) if r["k"] == 3]
+    assert json.loads(alone)["rows"] == [r for r in json.loads(with_five)["rows"] if r["k"] == 3]
 
 
 def test_simulate_rows_for_a_k_do_not_depend_on_the_other_k_values():
@@ -518,7 +520,7 @@ def test_breakeven_with_the_sidecars_profile_gives_the_sidecars_numbers(tmp_path
             "json",
         ]
     )
-    row = json.loads(out)[0]
+    row = json.loads(out)["rows"][0]
     config = from_mapping({"profile": str(path), "draft": {"method": "ngram", "k": 3}}, environ={})
     stats = WindowStats(
         route="r",
