@@ -317,7 +317,11 @@ def _show(
             state = service.published.state
             watch.update(state.targets)
             sim_time = handle.sim_time()
-            frame = render_table(state, handle.truth(), sim_time, pending=pending, watch=watch)
+            _text, truth, faults = handle.snapshot()
+            frame = render_table(state, truth, sim_time, pending=pending, watch=watch)
+            if faults:  # what the simulator is doing to its /metrics right now (scenario faults)
+                kinds = ", ".join(sorted({f.kind for f in faults}))
+                frame = frame.replace("\n", f"\nsimulator injecting: {kinds}\n", 1)
             out.write((CLEAR + "\n".join(intro) + "\n" + frame + "\n") if tty else frame + "\n\n")
             out.flush()
             if end is not None and time.monotonic() >= end:
