@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from specwatch import costmodel as cmod
 from specwatch.engines.vllm_schedule import (
@@ -97,6 +97,93 @@ def extend_position_rates(rates: Sequence[float], k: int) -> tuple[float, ...]:
     return tuple(p)
 
 
+def _no_verdict(stats: WindowStats, decision: DecisionConfig) -> Assessment | None:
+    """The assessment when the window cannot carry a verdict (speculation off, idle, too few drafts
+    or a missing input); None when it can."""
+    drafts = _finite(stats.drafts)
+    if not stats.spec_present:
+        return Assessment(candidate="spec_off")
+    if drafts is not None and drafts <= 0:
+        # Configured but not drafting: while tokens are generated that is speculation switched off
+        # (e.g. a num_speculative_tokens_per_batch_size band with K=0); an idle server says nothing.
+        generated = _finite(stats.generation_tokens) or 0.0
+        return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data")
+    k, batch = _finite(stats.draft_length), _finite(stats.batch_size)
+    # V0 has no draft counter (drafts is None) and reports lifetime acceptance: no guard to apply.
+    too_few = drafts is not None and drafts < decision.min_drafts
+    if too_few or _finite(stats.acceptance_rate) is None or k is None or k <= 0 or batch is None:
+        # Too few drafts (or a missing input): a verdict here would be noise, so no gauges either.
+        return Assessment(candidate="insufficient_data")
+    return None
+
+
+def _candidate(
+    *,
+    alpha: float,
+    speedup: float,
+    line: float,
+    speed_line: float,
+    band: float,
+    best_k: int,
+    k_window: int,
+    s_best: float,
+    s_now: float,
+    previous_verdict: str | None,
+) -> str:
+    """keep / shorten / disable from the window's numbers, with the hysteresis lines."""
+    if best_k == 0:
+        # No draft length pays: disable, unless alpha at the measured K is still inside the band.
+        return "disable" if (alpha < line or speedup < speed_line) else "keep"
+    if best_k < k_window and (alpha < line or previous_verdict == "shorten" or s_best - s_now > band):
+        # Below the line at K but a shorter draft pays: the actionable verdict is shorten, and the
+        # recommended config says so (disable would contradict it).
+        return "shorten"
+    return "disable" if alpha < line else "keep"
+
+
+class _ShortenAdvice(NamedTuple):
+    recommended_draft_length: int
+    recommended_config: dict[str, object] | None
+    config_changes: SpeculativeConfig
+    action: str
+    notes: tuple[str, ...]
+
+
+def _shorten_advice(
+    cm: cmod.CostModel,
+    stats: WindowStats,
+    p: Sequence[float],
+    best_k: int,
+    *,
+    batch: float,
+    coverage: float,
+    max_batch: int,
+    named: str | None,
+    base_config: Mapping[str, object] | None,
+) -> _ShortenAdvice:
+    """The config a shorten verdict recommends: a batch schedule where vLLM can apply it (V1 schema:
+    0.24+ has num_speculative_tokens_per_batch_size; one engine: vLLM ignores it with DP > 1)."""
+    cover = max(int(max_batch), math.ceil(batch))
+    if stats.schema == "v1" and (stats.engines or 1) <= 1:
+        schedule = cmod.recommend_schedule(
+            cm, p, cover, live_batch=batch, zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP, coverage=coverage
+        )
+    else:
+        schedule = [[1, cover, best_k]]
+    changes = speculative_config(named, max(kk for _, _, kk in schedule), schedule)
+    complete = complete_speculative_config(changes, named, base_config)
+    notes: list[str] = []
+    if SCHEDULE_KEY in changes:
+        notes.extend(SCHEDULE_NOTES)
+        if any(kk == 0 for _, _, kk in schedule):
+            notes.append(ZERO_BAND_NOTE)
+    if complete is None:
+        notes.append(MERGE_NOTE)
+    return _ShortenAdvice(
+        k_at_batch(changes, batch), complete, changes, "apply" if complete is not None else "merge", tuple(notes)
+    )
+
+
 def assess(
     cm: cmod.CostModel,
     stats: WindowStats,
@@ -115,22 +202,14 @@ def assess(
     The verdict and the recommended config come from the same numbers and always agree: disable
     recommends removing --speculative-config, keep recommends no change, shorten a config whose K
     at the live batch is the recommended draft length (``verdict_agrees_with_config``)."""
-    drafts = _finite(stats.drafts)
-    alpha = _finite(stats.acceptance_rate)
-    if not stats.spec_present:
-        return Assessment(candidate="spec_off")
-    if drafts is not None and drafts <= 0:
-        # Configured but not drafting: while tokens are generated that is speculation switched off
-        # (e.g. a num_speculative_tokens_per_batch_size band with K=0); an idle server says nothing.
-        generated = _finite(stats.generation_tokens) or 0.0
-        return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data")
-    k = _finite(stats.draft_length)
-    batch = _finite(stats.batch_size)
-    # V0 has no draft counter (drafts is None) and reports lifetime acceptance: no guard to apply.
-    too_few = drafts is not None and drafts < decision.min_drafts
-    if too_few or alpha is None or k is None or k <= 0 or batch is None:
-        # Too few drafts (or a missing input): a verdict here would be noise, so no gauges either.
-        return Assessment(candidate="insufficient_data")
+    early = _no_verdict(stats, decision)
+    if early is not None:
+        return early
+    alpha, k, batch = (
+        float(stats.acceptance_rate or 0.0),
+        float(stats.draft_length or 0.0),
+        float(stats.batch_size or 0.0),
+    )
 
     margin = float(decision.margin or 0.0)
     cm = cm.with_method(method)
@@ -160,18 +239,18 @@ def assess(
     s_now = cmod.expected_speedup_for_positions(cm, b, p[:k_window], c) if p else speedup
     # The same hysteresis in speedup units: leaving disable needs 1 + band, entering it 1 - band.
     speed_line = 1.0 + band if previous_verdict == "disable" else 1.0 - band
-    if best_k == 0:
-        # No draft length pays: disable, unless alpha at the measured K is still inside the band.
-        candidate = "disable" if (alpha < line or speedup < speed_line) else "keep"
-    elif best_k < k_window and (alpha < line or previous_verdict == "shorten" or s_best - s_now > band):
-        # Below the line at K but a shorter draft pays: the actionable verdict is shorten, and the
-        # recommended config says so (disable would contradict it).
-        candidate = "shorten"
-    elif alpha < line:
-        candidate = "disable"
-    else:
-        candidate = "keep"
-
+    candidate = _candidate(
+        alpha=alpha,
+        speedup=speedup,
+        line=line,
+        speed_line=speed_line,
+        band=band,
+        best_k=best_k,
+        k_window=k_window,
+        s_best=s_best,
+        s_now=s_now,
+        previous_verdict=previous_verdict,
+    )
     verdict = partial(
         Assessment,
         candidate=candidate,
@@ -184,32 +263,16 @@ def assess(
         return verdict(recommended_draft_length=0, action="remove_speculative_config")
     if candidate == "keep":
         return verdict(recommended_draft_length=k_window, action="no_change")
-
-    # shorten: a batch schedule only where vLLM can apply it (V1 schema: 0.24+ has
-    # num_speculative_tokens_per_batch_size; one engine: vLLM ignores it with DP > 1).
-    cover = max(int(max_batch), math.ceil(b))
-    if stats.schema == "v1" and (stats.engines or 1) <= 1:
-        schedule = cmod.recommend_schedule(
-            cm, p, cover, live_batch=b, zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP, coverage=c
-        )
-    else:
-        schedule = [[1, cover, best_k]]
     named = method if config_method == "same" else config_method
-    changes = speculative_config(named, max(kk for _, _, kk in schedule), schedule)
-    complete = complete_speculative_config(changes, named, base_config)
-    notes: list[str] = []
-    if SCHEDULE_KEY in changes:
-        notes.extend(SCHEDULE_NOTES)
-        if any(kk == 0 for _, _, kk in schedule):
-            notes.append(ZERO_BAND_NOTE)
-    if complete is None:
-        notes.append(MERGE_NOTE)
+    advice = _shorten_advice(
+        cm, stats, p, best_k, batch=b, coverage=c, max_batch=max_batch, named=named, base_config=base_config
+    )
     return verdict(
-        recommended_draft_length=k_at_batch(changes, b),
-        recommended_config=complete,
-        config_changes=changes,
-        action="apply" if complete is not None else "merge",
-        notes=tuple(notes),
+        recommended_draft_length=advice.recommended_draft_length,
+        recommended_config=advice.recommended_config,
+        config_changes=advice.config_changes,
+        action=advice.action,
+        notes=advice.notes,
     )
 
 
