@@ -243,13 +243,29 @@ def _merged_spec(sim: RenderedSimulator) -> Iterator[tuple[dict[str, str], _Spec
 
 
 def _render_v1(out: _Out, sim: RenderedSimulator, ver: Version) -> None:
-    sc = sim.scenario
+    """vLLM V1's families in its own order: speculation, scheduler and token counters, request
+    histograms, the cache config, then the HTTP server's."""
     eng = list(_engines(sim))
+    _spec_families(out, sim, eng, ver)
+    _scheduler_and_token_families(out, sim, eng, ver)
+    _request_histograms(out, sim.scenario, eng, ver)
+    sc = sim.scenario
+    out.simple(
+        "vllm:cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        "gauge",
+        [(_cache_config(sc, lab["engine"], ver), 1.0) for lab, _ in eng],
+    )
+    _http_families(out, sim)
 
-    def per(key: str) -> list[tuple[Labels, float, float]]:
-        return [(lab, e.c[key], e.created) for lab, e in eng]
 
-    zero: list[tuple[Labels, float, float]] = [(lab, 0.0, e.created) for lab, e in eng]
+def _zero(eng: list[tuple[dict[str, str], Engine]]) -> list[tuple[Labels, float, float]]:
+    return [(lab, 0.0, e.created) for lab, e in eng]
+
+
+def _spec_families(out: _Out, sim: RenderedSimulator, eng: list[tuple[dict[str, str], Engine]], ver: Version) -> None:
+    """The spec-decode counters (merged under the first engine before 0.11) and the MFU estimates."""
+    zero = _zero(eng)
     spec: list[tuple[dict[str, str], _SpecCounts, float]]
 
     if sim.spec_enabled:
@@ -289,6 +305,17 @@ def _render_v1(out: _Out, sim: RenderedSimulator, ver: Version) -> None:
         out.counter(
             "vllm:estimated_write_bytes_per_gpu", f"Estimated number of bytes written to memory per GPU {desc}", zero
         )
+
+
+def _scheduler_and_token_families(
+    out: _Out, sim: RenderedSimulator, eng: list[tuple[dict[str, str], Engine]], ver: Version
+) -> None:
+    """Running/waiting gauges, cache and preemption counters, prompt and generation tokens."""
+    zero = _zero(eng)
+
+    def per(key: str) -> list[tuple[Labels, float, float]]:
+        return [(lab, e.c[key], e.created) for lab, e in eng]
+
     out.simple(
         "vllm:num_requests_running",
         "Number of requests in model execution batches.",
@@ -425,6 +452,9 @@ def _render_v1(out: _Out, sim: RenderedSimulator, ver: Version) -> None:
             ],
         )
 
+
+def _request_histograms(out: _Out, sc: Scenario, eng: list[tuple[dict[str, str], Engine]], ver: Version) -> None:
+    """The per-request and per-step histograms, each engine's own."""
     tok = buckets_1_2_5(sc.max_model_len)
 
     def hist(name: str, help_: str, key: str, bounds: Sequence[float]) -> None:
@@ -496,13 +526,6 @@ def _render_v1(out: _Out, sim: RenderedSimulator, ver: Version) -> None:
             "kv_computed",
             tok,
         )
-    out.simple(
-        "vllm:cache_config_info",
-        "Information of the LLMEngine CacheConfig",
-        "gauge",
-        [(_cache_config(sc, lab["engine"], ver), 1.0) for lab, _ in eng],
-    )
-    _http_families(out, sim)
 
 
 def _kv_usage(e: Engine) -> float:
