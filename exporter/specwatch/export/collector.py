@@ -36,10 +36,17 @@ MIRRORED_COUNTERS = (
     (Counter.ACCEPTED, "specwatch_accepted_tokens", "Accepted draft tokens"),
     (Counter.GEN, "specwatch_generation_tokens", "Generated output tokens"),
 )
+# The same families in both modes (fleet mode adds its replica labels): one name and help each.
+ROUTE_INFO = (
+    "specwatch_route_info",
+    "Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.",
+    ["route", "target", "model_name", "method", "schema"],
+)
+BASELINE_GAUGE = ("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route.")
 # Per route (labels route, target): (metric name, help).
 ROUTE_GAUGES = (
     ("specwatch_route_expects_speculation", "1 if the route is configured to run speculative decoding."),
-    ("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route."),
+    BASELINE_GAUGE,
 )
 FIT_GAUGES = (
     (
@@ -307,11 +314,8 @@ class SpecwatchCollector(Collector):
         yield from (up, duration, errors, dropped, resets, dips, last)
 
     def _routes(self, state: State) -> Iterable[Metric]:
-        info = GaugeMetricFamily(
-            "specwatch_route_info",
-            "Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.",
-            labels=["route", "target", "model_name", "method", "schema"],
-        )
+        name, text, labels = ROUTE_INFO
+        info = GaugeMetricFamily(name, text, labels=labels)
         expects, baseline = (GaugeMetricFamily(name, text, labels=ROUTE_LABELS) for name, text in ROUTE_GAUGES)
         counters = {
             kind: CounterMetricFamily(name, text + MIRRORED_NOTE + CACHE_NOTE, labels=ROUTE_LABELS)

@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from specwatch import __version__
-from specwatch.export.collector import WindowFamilies
+from specwatch.export.collector import BASELINE_GAUGE, ROUTE_INFO, WindowFamilies
 from specwatch.fleet.client import QUERY_ERROR_REASONS
 from specwatch.fleet.grouping import replica_name
 from specwatch.fleet.state import FleetState
@@ -100,16 +100,9 @@ class FleetCollector(Collector):
         with_instance = "instance" not in state.replica_labels
         extra = [*state.replica_labels, *(["instance"] if with_instance else [])]
         per_window = WindowFamilies(["route", "target", "window", *extra], FLEET_NOTE)
-        info = GaugeMetricFamily(
-            "specwatch_route_info",
-            "Route metadata: model, speculative method, vLLM metric schema.",
-            labels=["route", "target", "model_name", "method", "schema", *extra],
-        )
-        baseline = GaugeMetricFamily(
-            "specwatch_baseline_itl_p99_seconds",
-            "Configured spec-off P99 ITL baseline of the route.",
-            labels=["route", "target", *extra],
-        )
+        name, text, labels = ROUTE_INFO
+        info = GaugeMetricFamily(name, text, labels=[*labels, *extra])
+        baseline = GaugeMetricFamily(*BASELINE_GAUGE, labels=["route", "target", *extra])
         if state.up:
             for route in state.routes:
                 if route.stale or not route.evaluations:
