@@ -195,19 +195,27 @@ class RouteWindow:
         With the same `_created` as the last poll the process is the same, so any drop is a dip;
         without it, a drop within dip_tolerance is. A dip in a group that restarts is no dip."""
         raw, counters, created = self._raw, snap.counters, snap.created
-        dips = []
+        dips, unstamped = [], []
         for key in below:
             group = reset_group(key)
             if group in reset_groups:
                 continue
             stamp = created.get(group)
-            base = raw[key]
-            if (stamp is not None and stamp == self._created.get(group)) or base - counters[key] <= dip_tolerance(
-                key, base
-            ):
-                dips.append(key)
+            if stamp is not None and stamp == self._created.get(group):
+                dips.append(key)  # the same process: any drop is a dip
+            elif stamp is None and raw[key] - counters[key] <= dip_tolerance(key, raw[key]):
+                unstamped.append(key)
             else:
                 reset_groups.add(group)
+        # Without `_created`, a restart is the whole process's: once one counter of an engine drops
+        # past the tolerance, every drop of that engine in this poll is the same restart (a small
+        # counter's one-count drop there is a restart, not noise).
+        restarted = {group.series for group in reset_groups}
+        for key in unstamped:
+            if key.series in restarted:
+                reset_groups.add(reset_group(key))
+            else:
+                dips.append(key)
         return [key for key in dips if reset_group(key) not in reset_groups]
 
     def _seed_mirror(self, counters: Mapping[SeriesKey, float]) -> None:

@@ -91,12 +91,20 @@ class ReferenceWindow(RouteWindow):
             self._le_sets[engine] = frozen
         # A drop is a dip (no restart) with the same _created, or without it within noise (0.1 %, one
         # count; the ITL sum only the 0.1 %); else it restarts its group (docs/architecture.md §3).
+        # Without _created, once one counter of an engine restarted, its other drops are that restart.
+        unstamped_small = []
         for key in below:
             group = reset_group(key)
             same_process = group in snap.created and snap.created[group] == self._created.get(group)
             noise = max(1e-3 * raw[key], 0.0 if key.counter == Counter.ITL_SUM else 1.0)
             if not same_process and raw[key] - snap.counters[key] > noise:
                 reset_groups.add(group)
+            elif not same_process and group not in snap.created:
+                unstamped_small.append(key)
+        restarted = {group.series for group in reset_groups}
+        for key in unstamped_small:
+            if key.series in restarted:
+                reset_groups.add(reset_group(key))
         dips = [key for key in below if reset_group(key) not in reset_groups]
         deltas = {}
         for key, value in snap.counters.items():
