@@ -176,17 +176,17 @@ def predict(profile: dict, model_dir: Path, spec: dict) -> dict:
         # Share of request-steps that carried a draft, as the live sidecar measures it
         # (Δdrafts / ΔITL count = (tokens per request-step − 1) / (tau − 1)).
         coverage = (s["tokens_per_step_per_request"] - 1) / (s["tau"] - 1) if s["tau"] > 1 else 1.0
-        c = cm.draft_coverage(coverage)
+        cov = cm.draft_coverage(coverage)
         out[c] = {
             "batch": b,
             "k_mean": k,
             "alpha": a,
             "draft_coverage": min(coverage, 1.0),
-            "predicted_speedup": cm.expected_speedup(m, b, k, a, c),
+            "predicted_speedup": cm.expected_speedup(m, b, k, a, cov),
             "predicted_speedup_without_coverage": cm.expected_speedup(m, b, k, a),
-            "breakeven_alpha": cm.breakeven_acceptance_rate(m, b, k, c),
+            "breakeven_alpha": cm.breakeven_acceptance_rate(m, b, k, cov),
             "t_base": m.base_step_time(b),
-            "t_spec": m.spec_step_time(b, k, c),
+            "t_spec": m.spec_step_time(b, k, cov),
         }
     return out
 
