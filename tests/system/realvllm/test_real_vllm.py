@@ -144,8 +144,13 @@ class StatusSampler:
     def _loop(self):
         while not self._stop:
             try:
-                st, m = self.sc.status(), self.sc.metrics()
-                self.rows.append((time.time(), st, m))
+                # /api/v1/status and /metrics are two requests: keep a pair only when no poll was
+                # published between them (the status before and after carry the same time).
+                for _ in range(3):
+                    st, m = self.sc.status(), self.sc.metrics()
+                    if self.sc.status().get("t") == st.get("t"):
+                        self.rows.append((time.time(), st, m))
+                        break
             except Exception:  # noqa: BLE001 - counted; the sidecar must not be down, checked by tests
                 self.errors += 1
             time.sleep(POLL)
