@@ -19,10 +19,11 @@ import stat
 from collections.abc import Callable, Iterable
 
 import structlog
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from specwatch.config import Config, ConfigError, format_duration
+from specwatch.export import contract
 
 log = structlog.get_logger("specwatch")
 
@@ -134,20 +135,9 @@ class ReloadCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         status = self._status()
-        ok = GaugeMetricFamily(
-            "specwatch_config_last_reload_successful",
-            "1 if the last config load (start, SIGHUP or file change) succeeded, 0 if it was refused "
-            "(the previous config, or none in sidecar mode, keeps running).",
-        )
-        ok.add_metric([], 1.0 if status.successful else 0.0)
-        yield ok
+        yield contract.single("specwatch_config_last_reload_successful", 1.0 if status.successful else 0.0)
         if status.success_timestamp is not None:
-            when = GaugeMetricFamily(
-                "specwatch_config_last_reload_success_timestamp_seconds",
-                "Unix time of the last successful config load.",
-            )
-            when.add_metric([], status.success_timestamp)
-            yield when
+            yield contract.single("specwatch_config_last_reload_success_timestamp_seconds", status.success_timestamp)
 
 
 def alert_window_warning(config: Config) -> str | None:

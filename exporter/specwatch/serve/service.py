@@ -29,11 +29,12 @@ from dataclasses import replace
 
 import structlog
 from prometheus_client import generate_latest
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
 from specwatch.config import Config, ConfigError
+from specwatch.export import contract
 from specwatch.export.collector import SpecwatchCollector
 from specwatch.export.fleet_collector import FleetCollector
 from specwatch.export.history import PageHistory
@@ -442,10 +443,4 @@ class PollErrorsCollector(Collector):
         return []
 
     def collect(self) -> Iterable[Metric]:
-        family = CounterMetricFamily(
-            "specwatch_poll_errors",
-            "Poll-loop failures that were not target faults (a bug): each is logged and the loop recovers "
-            "in process, restarting its windows from the running config (exported counters continue).",
-        )
-        family.add_metric([], float(self._count()))
-        yield family
+        yield contract.single("specwatch_poll_errors", float(self._count()))

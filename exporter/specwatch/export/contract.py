@@ -1,0 +1,245 @@
+"""The metric contract, declared once: every family specwatch exports, with its type, HELP, labels
+and the modes that export it. The collectors (sidecar, fleet, the service's own) build their
+families from this table and only fill in samples; the README's metric list is generated from it
+and the tests check the docs against it.
+
+One row per family, in export order: its name without `specwatch_`; its type; the modes that export
+it (sidecar, fleet or both); its labels, the row's key before `/` and the family's own after it (in
+fleet mode the replica's labels go between, on the families keyed by `target`); for a per-window
+gauge filled from an evaluation, the RouteEvaluation value it exports; its HELP after `|`, where
+{window}, {mirrored}, {fleet} and {query_reasons} stand for the notes below. Adding a family is one
+row here (and, unless it is such a derived gauge, the line in its collector that fills it).
+
+`python -m specwatch.export.contract README.md [--check]` writes (or checks) the README's metric list.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from specwatch.config.generated import regenerate
+from specwatch.fleet.client import QUERY_ERROR_REASONS
+from specwatch.verdict.evaluation import NUMERIC_VALUES, NumericValue
+
+Mode = Literal["sidecar", "fleet"]
+Type = Literal["gauge", "counter", "histogram"]
+MODES: dict[str, frozenset[Mode]] = {
+    "sidecar": frozenset({"sidecar"}),
+    "fleet": frozenset({"fleet"}),
+    "both": frozenset({"sidecar", "fleet"}),
+}
+ROUTE = ("route", "target")
+WINDOW = ("route", "target", "window")
+NOTES = {
+    "window": " Computed by specwatch at its last poll (cached between polls).",
+    "mirrored": ", mirrored monotonic across vLLM restarts."
+    " Computed by specwatch from its own polls of vLLM (cached between polls).",
+    "fleet": " Computed by specwatch from Prometheus (fleet mode).",
+    "query_reasons": ", ".join(QUERY_ERROR_REASONS),
+}
+_TYPES: dict[str, type[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]] = {
+    "gauge": GaugeMetricFamily,
+    "counter": CounterMetricFamily,
+    "histogram": HistogramMetricFamily,
+}
+
+_ROWS = """
+name                                         type      modes   labels                                value                      | help
+build_info                                   gauge     both    version                               -                          | specwatch build information.
+cost_model_info                              gauge     sidecar source,hardware,model,dtype,tp,method -                          | What the verdicts rest on: source default (nothing configured), preset, profile or learned (the step-time curve fitted from vLLM's own metrics), with the hardware, model, dtype, tensor parallel size and draft method assumed.
+step_time_fit_points                         gauge     sidecar route,target                          -                          | Windows behind the route's learned step-time curve (exponentially forgotten).
+step_time_fit_residual_ratio                 gauge     sidecar route,target                          -                          | Spread of the measured step times around the route's learned curve: exp(weighted RMS of log(measured/fitted)) - 1, over the forgotten points.
+step_time_predicted_seconds                  gauge     sidecar route,target                          -                          | Engine step time the cost model in use predicts at the route's last measured load.
+step_time_observed_seconds                   gauge     sidecar route,target                          -                          | Mean engine step time measured at that load (ITL sum / ITL count).
+target_up                                    gauge     sidecar target                                -                          | 1 if the last poll of the vLLM target succeeded and parsed, else 0.
+scrape_duration_seconds                      gauge     sidecar target                                -                          | Duration of the last poll of the target.
+scrape_errors                                counter   sidecar target/reason                         -                          | Failed polls of the target by reason (timeout, connect, tls, http_status, too_large, parse, invalid).
+payload_dropped                              counter   sidecar target/limit                          -                          | Routes and engines the target's payloads carried past specwatch's bounds, dropped, summed over polls (limit: routes = routes per target, engines = engines per route).
+target_restarts                              counter   sidecar target                                -                          | Polls in which the target's counters were seen to restart (value drop or new _created), i.e. vLLM restarts.
+target_dips                                  counter   sidecar target                                -                          | Polls in which a counter of the target read below its highest value without a restart (same _created, or a drop within noise without _created): clamped, not a restart.
+last_scrape_success_timestamp_seconds        gauge     sidecar target                                -                          | Unix time of the last successful poll of the target.
+prometheus_up                                gauge     fleet   -                                     -                          | 1 if the last poll's queries all succeeded, else 0.
+prometheus_queries                           counter   fleet   -                                     -                          | Queries sent to the Prometheus query API.
+prometheus_queries_per_poll                  gauge     fleet   -                                     -                          | Queries per evaluation (windows + 1; independent of the number of replicas).
+prometheus_query_errors                      counter   fleet   -/reason                              -                          | Failed polls of the query API by reason ({query_reasons}).
+prometheus_query_duration_seconds            gauge     fleet   -                                     -                          | Duration of the last poll's queries.
+prometheus_last_success_timestamp_seconds    gauge     fleet   -                                     -                          | Unix time (evaluation time) of the last successful poll.
+prometheus_answer_series                     gauge     fleet   -                                     -                          | Series in the last successful poll's window answers (0: the selector matches nothing).
+stale_replicas                               gauge     fleet   -                                     -                          | Replica routes whose newest sample is older than two scrape intervals (values not served).
+stale_replica_evaluations                    counter   fleet   -                                     -                          | Evaluations skipped because the replica was stale.
+route_info                                   gauge     both    route,target/model_name,method,schema -                          | Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.
+route_expects_speculation                    gauge     sidecar route,target                          -                          | 1 if the route is configured to run speculative decoding.
+baseline_itl_p99_seconds                     gauge     both    route,target                          -                          | Configured spec-off P99 ITL baseline of the route.
+drafts                                       counter   sidecar route,target                          -                          | vLLM speculative drafts{mirrored}
+draft_tokens                                 counter   sidecar route,target                          -                          | Proposed draft tokens{mirrored}
+accepted_tokens                              counter   sidecar route,target                          -                          | Accepted draft tokens{mirrored}
+generation_tokens                            counter   sidecar route,target                          -                          | Generated output tokens{mirrored}
+accepted_tokens_by_position                  counter   sidecar route,target/position                 -                          | Drafts whose token at this position was accepted{mirrored}
+itl_seconds                                  histogram sidecar route,target                          -                          | vLLM's per-step inter-token latency histogram (its buckets){mirrored}
+acceptance_rate                              gauge     both    route,target,window                   acceptance_rate            | Accepted / proposed draft tokens over the window (alpha).{window}
+mean_acceptance_length                       gauge     both    route,target,window                   mean_acceptance_length     | Tokens emitted per speculative step over the window, bonus token included (tau).{window}
+draft_length                                 gauge     both    route,target,window                   draft_length               | Mean proposed draft length K over the window (draft tokens / drafts).{window}
+batch_size                                   gauge     both    route,target,window                   batch_size                 | Live batch size per engine over the window (requests decoded per engine step).{window}
+itl_p50_seconds                              gauge     both    route,target,window                   itl_p50_seconds            | P50 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics).{window}
+itl_p99_seconds                              gauge     both    route,target,window                   itl_p99_seconds            | P99 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics).{window}
+itl_per_token_mean_seconds                   gauge     both    route,target,window                   itl_per_token_mean_seconds | Mean inter-token latency per generated token over the window (ITL sum / generation tokens).{window}
+breakeven_acceptance_rate                    gauge     both    route,target,window                   breakeven_acceptance_rate  | Acceptance rate at which speculation exactly pays at the live batch size and K (cost model), capped at 1: at 1 no acceptance rate pays (see specwatch_speculation_cannot_pay; the uncapped value is in /api/v1/status).{window}
+acceptance_margin                            gauge     both    route,target,window                   acceptance_margin          | Acceptance rate minus the break-even acceptance rate.{window}
+expected_speedup                             gauge     both    route,target,window                   expected_speedup           | Expected decode speedup of speculation at the live batch size (cost model; 1 = break-even).{window}
+recommended_draft_length                     gauge     both    route,target,window                   recommended_draft_length   | Draft length the recommendation gives at the live batch size: the current K for keep, 0 for disable.{window}
+max_speculative_batch_size                   gauge     both    route,target,window                   max_speculative_batch_size | Largest batch size at which the current acceptance rate still pays.{window}
+speculation_cannot_pay                       gauge     both    route,target,window                   -                          | 1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0.{window}
+position_acceptance_rate                     gauge     both    route,target,window/position          -                          | Share of drafts whose token at this position was accepted, over the window (p_i).{window}
+window_drafts                                gauge     both    route,target,window                   -                          | Speculative drafts in the window (the sample behind the ratios).{window}
+verdict                                      gauge     both    route,target,window/verdict           -                          | 1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.
+recommended_config_info                      gauge     both    route,target,window/config,action     -                          | What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.
+speculative_config_mismatch                  gauge     both    route,target,window                   -                          | 1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts.{window}
+configured_draft_length                      gauge     both    route,target,window                   -                          | Draft length K the stated draft.config gives at the live batch size.{window}
+advice_predicted_gain_ratio                  gauge     sidecar route,target                          -                          | After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.
+advice_measured_gain_ratio                   gauge     sidecar route,target                          -                          | After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).
+fleet_acceptance_rate                        gauge     fleet   route,window                          -                          | Token-weighted acceptance rate of the route over its replicas (sum accepted / sum proposed).{fleet}
+fleet_losing_token_share                     gauge     fleet   route,window                          -                          | Share of the route's decode tokens served by replicas where speculation loses (expected speedup < 1).{fleet}
+fleet_replicas                               gauge     fleet   route,window/verdict                  -                          | Replicas of the route per current verdict.{fleet}
+poll_errors                                  counter   both    -                                     -                          | Poll-loop failures that were not target faults (a bug): each is logged and the loop recovers in process, restarting its windows from the running config (exported counters continue).
+config_last_reload_successful                gauge     both    -                                     -                          | 1 if the last config load (start, SIGHUP or file change) succeeded, 0 if it was refused (the previous config, or none in sidecar mode, keeps running).
+config_last_reload_success_timestamp_seconds gauge     both    -                                     -                          | Unix time of the last successful config load.
+"""
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    type: Type
+    help: str
+    modes: frozenset[Mode]
+    key: tuple[str, ...] = ()
+    own: tuple[str, ...] = ()
+    value: NumericValue | None = None
+
+    def labels(self, replica: Sequence[str] = ()) -> list[str]:
+        # Replica labels belong to what a replica exports, the rows keyed by target.
+        return [*self.key, *(replica if "target" in self.key else ()), *self.own]
+
+    def new(self, replica: Sequence[str] = ()) -> Metric:
+        return _TYPES[self.type](self.name, self.help, labels=self.labels(replica))
+
+    def sample_names(self) -> tuple[str, ...]:
+        if self.type == "counter":
+            return (self.name + "_total",)
+        if self.type == "histogram":
+            return tuple(f"{self.name}_{suffix}" for suffix in ("bucket", "sum", "count"))
+        return (self.name,)
+
+
+def _family(row: str) -> Family:
+    head, text = row.split(" | ", 1)
+    name, kind, modes, labels, value = head.split()
+    key, _, own = labels.partition("/")
+    if kind not in _TYPES or modes not in MODES or value not in (*NUMERIC_VALUES, "-"):
+        raise ValueError(f"metric contract row {name}: unknown type, modes or value")
+    return Family(
+        "specwatch_" + name,
+        cast(Type, kind),
+        text.format(**NOTES),
+        MODES[modes],
+        tuple(key.split(",")) if key != "-" else (),
+        tuple(own.split(",")) if own else (),
+        None if value == "-" else cast(NumericValue, value),
+    )
+
+
+FAMILIES = tuple(_family(row) for row in _ROWS.strip().splitlines()[1:])
+BY_NAME = {family.name: family for family in FAMILIES}
+#: The families filled from one evaluation of a route's window, in both modes.
+WINDOW_FAMILIES = tuple(family for family in FAMILIES if family.key == WINDOW)
+#: Filled by the service's own collectors; the sidecar's and the fleet's fill the others of their mode.
+SERVICE_FAMILIES = frozenset(
+    {
+        "specwatch_poll_errors",
+        "specwatch_config_last_reload_successful",
+        "specwatch_config_last_reload_success_timestamp_seconds",
+    }
+)
+
+
+class Families:
+    """Fresh families of one mode's collector, in table order, to be filled and then all yielded."""
+
+    def __init__(self, mode: Mode, replica: Sequence[str] = ()):
+        self._families = {
+            family.name: family.new(replica)
+            for family in FAMILIES
+            if mode in family.modes and family.name not in SERVICE_FAMILIES
+        }
+
+    def add(self, name: str, labels: Sequence[str], value: float | None) -> None:
+        """One sample; none while the value is unknown (absent, never 0)."""
+        if value is None:
+            return
+        family = self._families[name]
+        assert isinstance(family, GaugeMetricFamily | CounterMetricFamily), name
+        family.add_metric(labels, value)
+
+    def add_histogram(
+        self, name: str, labels: Sequence[str], buckets: Sequence[tuple[str, float]], total: float
+    ) -> None:
+        family = self._families[name]
+        assert isinstance(family, HistogramMetricFamily), name
+        family.add_metric(labels, buckets, total)
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._families.values())
+
+
+def single(name: str, value: float) -> Metric:
+    """An unlabelled family of the contract with its one sample."""
+    family = BY_NAME[name].new()
+    assert isinstance(family, GaugeMetricFamily | CounterMetricFamily), name
+    family.add_metric([], value)
+    return family
+
+
+def exported(mode: Mode) -> tuple[Family, ...]:
+    return tuple(family for family in FAMILIES if mode in family.modes)
+
+
+BEGIN, END = "<!-- metrics:begin -->", "<!-- metrics:end -->"
+
+
+def metric_table() -> str:
+    """The contract as the Markdown table the README carries between its metrics markers."""
+    rows = ["| name | type | labels | modes | help |", "|---|---|---|---|---|"]
+    for family in FAMILIES:
+        names = ", ".join(f"`{name}`" for name in family.sample_names())
+        labels = ", ".join(f"`{label}`" for label in family.labels()) or "—"
+        modes = ", ".join(mode for mode in ("sidecar", "fleet") if mode in family.modes)
+        rows.append(f"| {names} | {family.type} | {labels} | {modes} | {family.help.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def render(text: str) -> str:
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"markers {BEGIN} ... {END} not found")
+    return text[: start + len(BEGIN)] + "\n" + metric_table() + "\n" + text[end:]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return regenerate(
+        argv,
+        module="specwatch.export.contract",
+        description="README metric list",
+        file_arg="readme",
+        file_help="the README holding the metrics markers",
+        what="metric list",
+        render=render,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
