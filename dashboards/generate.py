@@ -96,6 +96,25 @@ def target(ref: str, expr: str, legend: str, *, instant: bool = False) -> dict:
     return t
 
 
+# The legend of a per-route series: unique in sidecar and in standalone mode.
+PER_ROUTE = "{{route}} · {{pod}} · {{target}}"
+
+
+def per_route(ref: str, metric: str, prefix: str = "", *, selector: str = WIN, instant: bool = False) -> dict:
+    """One route-window gauge per route and pod, its legend led by `prefix`."""
+    return target(ref, f"{metric}{{{selector}}}", prefix + PER_ROUTE, instant=instant)
+
+
+def route_rate(counter: str) -> str:
+    """The per-second rate of a mirrored counter, per route and pod."""
+    return f"sum by (cluster, namespace, pod, target, route) (rate({counter}{{{ROUTE}}}[$__rate_interval]))"
+
+
+def fleet_rule(ref: str, record: str, legend: str) -> dict:
+    """A series recorded by rules/specwatch-recording.yaml, per route over its pods."""
+    return target(ref, f"{record}{{{FLEET}}}", legend)
+
+
 def link(title: str, url: str, *, tooltip: str = "") -> dict:
     """An external link (dashboard and panel links share Grafana's DashboardLink model)."""
     return {
@@ -125,12 +144,14 @@ def value_mappings(pairs: list[tuple[str, str, str]]) -> list[dict]:
     ]
 
 
+def fixed(color: str) -> list[dict]:
+    """Override properties: a fixed colour."""
+    return [{"id": "color", "value": {"mode": "fixed", "fixedColor": color}}]
+
+
 def dashed(color: str) -> list[dict]:
     """Override properties: a dashed line in a fixed colour (reference lines: break-even, limits)."""
-    return [
-        {"id": "color", "value": {"mode": "fixed", "fixedColor": color}},
-        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
-    ]
+    return [*fixed(color), {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}]
 
 
 def by_prefix(prefix: str, props: list[dict]) -> dict:
@@ -253,6 +274,28 @@ def stat(
     }
 
 
+def share(title: str, description: str, targets: list[dict], **options: object) -> dict:
+    """A time series of shares (acceptance rates, token shares): 0 to 100 %."""
+    return timeseries(title, description, targets, unit="percentunit", min_=0, max_=1, **options)
+
+
+def up_stat(title: str, description: str, targets: list[dict]) -> dict:
+    """Up (green) or down (red) per series."""
+    return stat(
+        title,
+        description,
+        targets,
+        mappings=value_mappings([("0", "down", "red"), ("1", "up", "green")]),
+        thresh=thresholds((None, "red"), (1, "green")),
+        color_mode="background",
+    )
+
+
+def listing(title: str, description: str, targets: list[dict], *, value_size: int) -> dict:
+    """A stat that lists its series' names (the value itself is always 1)."""
+    return stat(title, description, targets, text_mode="name", color_mode="none", value_size=value_size)
+
+
 # --------------------------------------------------------------------------------------------------
 # Rows
 # --------------------------------------------------------------------------------------------------
@@ -272,7 +315,7 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "draft pays more); disable (best K' = 0 or expected speedup < 1); insufficient data (fewer drafts "
         "than the guard); spec off (no drafts seen). A new verdict only shows after it has held for `hold` "
         "evaluations.",
-        [target("A", verdict_expr, "{{route}} · {{pod}} · {{target}}", instant=True)],
+        [target("A", verdict_expr, PER_ROUTE, instant=True)],
         mappings=value_mappings([(str(i), text, color) for i, (_, text, color) in enumerate(VERDICTS, 1)]),
         color_mode="background",
         text_mode="value_and_name",
@@ -281,7 +324,7 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Expected speedup",
         "Modelled speedup of speculation over plain decoding at the live batch size and the measured "
         "acceptance: tau(K)·T(B)/T_spec(B, K). Below 1× speculation costs more than it saves.",
-        [target("A", f"specwatch_expected_speedup{{{WIN}}}", "{{route}} · {{pod}} · {{target}}", instant=True)],
+        [per_route("A", "specwatch_expected_speedup", instant=True)],
         unit="suffix:×",
         decimals=2,
         thresh=thresholds((None, "red"), (1.0, "yellow"), (1.1, "green")),
@@ -291,7 +334,7 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Measured acceptance rate minus the break-even acceptance rate for the live batch size and draft "
         "length, in percentage points. Negative: speculation is below break-even (the "
         "SpecDecodeBelowBreakeven alert). Yellow inside the default decision margin (0.02).",
-        [target("A", f"specwatch_acceptance_margin{{{WIN}}}", "{{route}} · {{pod}} · {{target}}", instant=True)],
+        [per_route("A", "specwatch_acceptance_margin", instant=True)],
         unit="percentunit",
         decimals=1,
         thresh=thresholds((None, "red"), (0.0, "yellow"), (0.02, "green")),
@@ -303,45 +346,33 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         'capped at 100 %: "no α pays?" says whether any acceptance rate pays at the live batch and K '
         "(specwatch_speculation_cannot_pay).",
         [
-            target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}} · {{target}}", instant=True),
-            target(
-                "B",
-                f"specwatch_breakeven_acceptance_rate{{{WIN}}}",
-                "α* {{route}} · {{pod}} · {{target}}",
-                instant=True,
-            ),
+            per_route("A", "specwatch_acceptance_rate", "α ", instant=True),
+            per_route("B", "specwatch_breakeven_acceptance_rate", "α* ", instant=True),
             # shifted to 2 (pays) / 3 (cannot pay), outside α's and α*'s [0, 1], so the panel-wide
             # mapping below only ever matches this flag (the strict dashboard schema takes no
             # per-field mappings override)
-            target(
-                "C",
-                f"specwatch_speculation_cannot_pay{{{WIN}}} + 2",
-                "no α pays? {{route}} · {{pod}} · {{target}}",
-                instant=True,
-            ),
+            target("C", f"specwatch_speculation_cannot_pay{{{WIN}}} + 2", "no α pays? " + PER_ROUTE, instant=True),
         ],
         unit="percentunit",
         decimals=1,
         color_mode="value",
         mappings=value_mappings([("2", "no", "green"), ("3", "yes: at this B and K", "red")]),
         thresh=thresholds((None, "green")),
-        overrides=[by_prefix("α* ", [{"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}])],
+        overrides=[by_prefix("α* ", fixed("red"))],
     )
     rec_k = stat(
         "Recommended K",
         "Draft length with the best modelled speedup at the live batch (from the per-position acceptance "
         "p_i); 0 means disable speculation. The measured mean draft length K is shown for comparison.",
         [
-            target(
-                "A", f"specwatch_recommended_draft_length{{{WIN}}}", "K' {{route}} · {{pod}} · {{target}}", instant=True
-            ),
-            target("B", f"specwatch_draft_length{{{WIN}}}", "K now {{route}} · {{pod}} · {{target}}", instant=True),
+            per_route("A", "specwatch_recommended_draft_length", "K' ", instant=True),
+            per_route("B", "specwatch_draft_length", "K now ", instant=True),
         ],
         decimals=1,
         mappings=value_mappings([("0", "0 (disable)", "red")]),
         thresh=thresholds((None, "text")),
     )
-    config = stat(
+    config = listing(
         "Recommended --speculative-config",
         "What to do with vLLM's `--speculative-config` for the verdict, by action: apply = the JSON is a "
         "complete flag to paste; merge = merge these keys (fewer `num_speculative_tokens`, a V1 "
@@ -352,33 +383,26 @@ def verdict_row() -> list[tuple[dict, int, int]]:
                 "A",
                 "max by (cluster, namespace, pod, target, route, action, config) "
                 f"(specwatch_recommended_config_info{{{WIN}}})",
-                "{{route}} · {{pod}} · {{target}}: {{action}} {{config}}",
+                PER_ROUTE + ": {{action}} {{config}}",
                 instant=True,
             )
         ],
-        text_mode="name",
-        color_mode="none",
         value_size=14,
     )
     return [(verdict, 6, 5), (speedup, 4, 5), (margin, 4, 5), (alpha_vs, 5, 5), (rec_k, 5, 5), (config, 24, 4)]
 
 
 def acceptance_row() -> list[tuple[dict, int, int]]:
-    alpha = timeseries(
+    alpha = share(
         "Acceptance rate α vs break-even α* ($window window)",
         "The picture behind SpecDecodeBelowBreakeven: measured α (solid) against the break-even α* for the "
         "live batch size and draft length (dashed red). α* rises as the batch grows, because a bigger decode "
         "batch already amortises the weight reads and verification costs more; once α falls below the red "
         "line, speculation slows the server down. Read it with the batch-size panel in the Load row.",
         [
-            target("A", f"specwatch_acceptance_rate{{{WIN}}}", "α {{route}} · {{pod}} · {{target}}"),
-            target(
-                "B", f"specwatch_breakeven_acceptance_rate{{{WIN}}}", "break-even α* {{route}} · {{pod}} · {{target}}"
-            ),
+            per_route("A", "specwatch_acceptance_rate", "α "),
+            per_route("B", "specwatch_breakeven_acceptance_rate", "break-even α* "),
         ],
-        unit="percentunit",
-        min_=0,
-        max_=1,
         overrides=[by_prefix("break-even α* ", dashed("red"))],
     )
     tau = timeseries(
@@ -388,34 +412,27 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "what the stated draft.config gives at the live batch (only when draft.config is set); K away "
         "from it is SpecDecodeConfigMismatch (a batch-size schedule ignored or dropped).",
         [
-            target("A", f"specwatch_mean_acceptance_length{{{WIN}}}", "τ {{route}} · {{pod}} · {{target}}"),
-            target("B", f"specwatch_draft_length{{{WIN}}}", "K {{route}} · {{pod}} · {{target}}"),
-            target("C", f"specwatch_configured_draft_length{{{WIN}}}", "configured K {{route}} · {{pod}} · {{target}}"),
+            per_route("A", "specwatch_mean_acceptance_length", "τ "),
+            per_route("B", "specwatch_draft_length", "K "),
+            per_route("C", "specwatch_configured_draft_length", "configured K "),
         ],
         unit="none",
         min_=0,
         decimals=2,
         overrides=[by_prefix("K ", dashed("purple")), by_prefix("configured K ", dashed("orange"))],
     )
-    pos = timeseries(
+    pos = share(
         "Per-position acceptance p_i",
         "Share of drafts whose position i was accepted (non-increasing in i). Where p_i is small, drafting "
         "position i costs more than it returns: the reason behind a shorter recommended K.",
-        [
-            target(
-                "A", f"specwatch_position_acceptance_rate{{{WIN}}}", "{{route}} · {{pod}} · {{target}} pos {{position}}"
-            )
-        ],
-        unit="percentunit",
-        min_=0,
-        max_=1,
+        [target("A", f"specwatch_position_acceptance_rate{{{WIN}}}", PER_ROUTE + " pos {{position}}")],
     )
     drafts = timeseries(
         "Drafts in window",
         f"Speculative steps (drafts) inside the window. Verdicts need at least `decision.min_drafts` drafts "
         f"(default {DEFAULT_MIN_DRAFTS}, dashed line); below it the verdict is insufficient data and the "
         f"derived gauges are absent.",
-        [target("A", f"specwatch_window_drafts{{{WIN}}}", "{{route}} · {{pod}} · {{target}}")],
+        [per_route("A", "specwatch_window_drafts")],
         unit="short",
         min_=0,
         decimals=0,
@@ -427,23 +444,16 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "From the mirrored vLLM counters: draft tokens proposed per second, split into accepted and "
         "rejected (proposed − accepted). Rejected tokens are verification work that produced nothing.",
         [
-            target(
-                "A",
-                f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
-                f"[$__rate_interval]))",
-                "accepted {{route}} · {{pod}} · {{target}}",
-            ),
+            target("A", route_rate("specwatch_accepted_tokens_total"), "accepted " + PER_ROUTE),
             target(
                 "B",
-                f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_draft_tokens_total{{{ROUTE}}}"
-                f"[$__rate_interval]))\n- sum by (cluster, namespace, pod, target, route) "
-                f"(rate(specwatch_accepted_tokens_total{{{ROUTE}}}[$__rate_interval]))",
-                "rejected {{route}} · {{pod}} · {{target}}",
+                route_rate("specwatch_draft_tokens_total") + "\n- " + route_rate("specwatch_accepted_tokens_total"),
+                "rejected " + PER_ROUTE,
             ),
         ],
         unit="short",
         min_=0,
-        overrides=[by_prefix("rejected ", [{"id": "color", "value": {"mode": "fixed", "fixedColor": "orange"}}])],
+        overrides=[by_prefix("rejected ", fixed("orange"))],
     )
     return [(alpha, 12, 9), (tau, 6, 9), (pos, 6, 9), (drafts, 12, 7), (tokens, 12, 7)]
 
@@ -455,13 +465,9 @@ def latency_row() -> list[tuple[dict, int, int]]:
         "(`routes[].baseline_itl_p99_seconds`), present only where configured; SpecDecodeITLP99Regression "
         "compares P99 against it.",
         [
-            target("A", f"specwatch_itl_p50_seconds{{{WIN}}}", "P50 {{route}} · {{pod}} · {{target}}"),
-            target("B", f"specwatch_itl_p99_seconds{{{WIN}}}", "P99 {{route}} · {{pod}} · {{target}}"),
-            target(
-                "C",
-                f"specwatch_baseline_itl_p99_seconds{{{ROUTE}}}",
-                "spec-off P99 baseline {{route}} · {{pod}} · {{target}}",
-            ),
+            per_route("A", "specwatch_itl_p50_seconds", "P50 "),
+            per_route("B", "specwatch_itl_p99_seconds", "P99 "),
+            per_route("C", "specwatch_baseline_itl_p99_seconds", "spec-off P99 baseline ", selector=ROUTE),
         ],
         unit="s",
         min_=0,
@@ -471,7 +477,7 @@ def latency_row() -> list[tuple[dict, int, int]]:
         "ITL per token (mean)",
         "Mean latency per generated token on the window: Δ ITL sum / Δ generation tokens. Speculation "
         "lowers it when it pays; compare with the per-step percentiles on the left.",
-        [target("A", f"specwatch_itl_per_token_mean_seconds{{{WIN}}}", "{{route}} · {{pod}} · {{target}}")],
+        [per_route("A", "specwatch_itl_per_token_mean_seconds")],
         unit="s",
         min_=0,
     )
@@ -485,12 +491,8 @@ def load_row() -> list[tuple[dict, int, int]]:
         "dashed red line is the largest batch at which the current α still pays; when B climbs above it, "
         "α has fallen below the (rising) break-even — the same moment the Acceptance row shows α crossing α*.",
         [
-            target("A", f"specwatch_batch_size{{{WIN}}}", "batch {{route}} · {{pod}} · {{target}}"),
-            target(
-                "B",
-                f"specwatch_max_speculative_batch_size{{{WIN}}}",
-                "max paying batch {{route}} · {{pod}} · {{target}}",
-            ),
+            per_route("A", "specwatch_batch_size", "batch "),
+            per_route("B", "specwatch_max_speculative_batch_size", "max paying batch "),
         ],
         unit="short",
         min_=0,
@@ -502,18 +504,8 @@ def load_row() -> list[tuple[dict, int, int]]:
         "Output tokens per second (vLLM counts accepted draft and bonus tokens as generated), and the part "
         "that came from accepted drafts.",
         [
-            target(
-                "A",
-                f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_generation_tokens_total{{{ROUTE}}}"
-                f"[$__rate_interval]))",
-                "generated {{route}} · {{pod}} · {{target}}",
-            ),
-            target(
-                "B",
-                f"sum by (cluster, namespace, pod, target, route) (rate(specwatch_accepted_tokens_total{{{ROUTE}}}"
-                f"[$__rate_interval]))",
-                "from accepted drafts {{route}} · {{pod}} · {{target}}",
-            ),
+            target("A", route_rate("specwatch_generation_tokens_total"), "generated " + PER_ROUTE),
+            target("B", route_rate("specwatch_accepted_tokens_total"), "from accepted drafts " + PER_ROUTE),
         ],
         unit="short",
         min_=0,
@@ -533,50 +525,42 @@ FLEET_NOTE = (
 
 
 def fleet_row() -> list[tuple[dict, int, int]]:
-    alpha = timeseries(
+    alpha = share(
         "Fleet acceptance rate α per route (all pods, 5m)",
         FLEET_NOTE + " α = Σ rate(accepted tokens) / Σ rate(draft tokens).",
-        [target("A", f"namespace_route:specwatch_acceptance_rate:ratio_rate5m{{{FLEET}}}", "α {{route}}")],
-        unit="percentunit",
-        min_=0,
-        max_=1,
+        [fleet_rule("A", "namespace_route:specwatch_acceptance_rate:ratio_rate5m", "α {{route}}")],
     )
     tau = timeseries(
         "Fleet τ and K per route",
         FLEET_NOTE + " τ = 1 + Σ accepted / Σ drafts; K = Σ draft tokens / Σ drafts.",
         [
-            target("A", f"namespace_route:specwatch_mean_acceptance_length:ratio_rate5m{{{FLEET}}}", "τ {{route}}"),
-            target("B", f"namespace_route:specwatch_draft_length:ratio_rate5m{{{FLEET}}}", "K {{route}}"),
+            fleet_rule("A", "namespace_route:specwatch_mean_acceptance_length:ratio_rate5m", "τ {{route}}"),
+            fleet_rule("B", "namespace_route:specwatch_draft_length:ratio_rate5m", "K {{route}}"),
         ],
         unit="none",
         min_=0,
         decimals=2,
         overrides=[by_prefix("K ", dashed("purple"))],
     )
-    pos = timeseries(
+    pos = share(
         "Fleet per-position acceptance p_i",
         FLEET_NOTE,
         [
-            target(
+            fleet_rule(
                 "A",
-                f"namespace_route_position:specwatch_position_acceptance_rate:ratio_rate5m{{{FLEET}}}",
+                "namespace_route_position:specwatch_position_acceptance_rate:ratio_rate5m",
                 "{{route}} pos {{position}}",
             )
         ],
-        unit="percentunit",
-        min_=0,
-        max_=1,
     )
     itl = timeseries(
         "Fleet ITL per step P50 / P99 and per-token mean",
         FLEET_NOTE + " Quantiles come from the mirrored vLLM ITL histogram summed over pods (per step, "
         "see the Latency row); the per-token mean is Σ ITL sum / Σ generated tokens.",
         [
-            target("A", f"namespace_route:specwatch_itl_seconds:p50_rate5m{{{FLEET}}}", "P50 {{route}}"),
-            target("B", f"namespace_route:specwatch_itl_seconds:p99_rate5m{{{FLEET}}}", "P99 {{route}}"),
-            target(
-                "C", f"namespace_route:specwatch_itl_per_token_seconds:ratio_rate5m{{{FLEET}}}", "per token {{route}}"
-            ),
+            fleet_rule("A", "namespace_route:specwatch_itl_seconds:p50_rate5m", "P50 {{route}}"),
+            fleet_rule("B", "namespace_route:specwatch_itl_seconds:p99_rate5m", "P99 {{route}}"),
+            fleet_rule("C", "namespace_route:specwatch_itl_per_token_seconds:ratio_rate5m", "per token {{route}}"),
         ],
         unit="s",
         min_=0,
@@ -586,10 +570,10 @@ def fleet_row() -> list[tuple[dict, int, int]]:
         "Fleet tokens/s per route",
         FLEET_NOTE,
         [
-            target("A", f"namespace_route:specwatch_generation_tokens:rate5m{{{FLEET}}}", "generated {{route}}"),
-            target("B", f"namespace_route:specwatch_draft_tokens:rate5m{{{FLEET}}}", "drafted {{route}}"),
-            target("C", f"namespace_route:specwatch_accepted_tokens:rate5m{{{FLEET}}}", "accepted {{route}}"),
-            target("D", f"namespace_route:specwatch_drafts:rate5m{{{FLEET}}}", "drafts {{route}}"),
+            fleet_rule("A", "namespace_route:specwatch_generation_tokens:rate5m", "generated {{route}}"),
+            fleet_rule("B", "namespace_route:specwatch_draft_tokens:rate5m", "drafted {{route}}"),
+            fleet_rule("C", "namespace_route:specwatch_accepted_tokens:rate5m", "accepted {{route}}"),
+            fleet_rule("D", "namespace_route:specwatch_drafts:rate5m", "drafts {{route}}"),
         ],
         unit="short",
         min_=0,
@@ -598,13 +582,10 @@ def fleet_row() -> list[tuple[dict, int, int]]:
 
 
 def health_row() -> list[tuple[dict, int, int]]:
-    up = stat(
+    up = up_stat(
         "Target up",
         "Whether the sidecar's last poll of each vLLM /metrics target succeeded (SpecDecodeTargetDown).",
         [target("A", f"specwatch_target_up{{{TARGET}}}", "{{pod}} · {{target}}", instant=True)],
-        mappings=value_mappings([("0", "down", "red"), ("1", "up", "green")]),
-        thresh=thresholds((None, "red"), (1, "green")),
-        color_mode="background",
     )
     age = stat(
         "Since last good poll",
@@ -622,7 +603,7 @@ def health_row() -> list[tuple[dict, int, int]]:
         decimals=0,
         thresh=thresholds((None, "green"), (30, "yellow"), (120, "red")),
     )
-    info = stat(
+    info = listing(
         "Sidecar and routes",
         "specwatch version per pod, and each route's target, vLLM model name, drafting method and metric "
         "schema (V1 / V0) as the sidecar detected them.",
@@ -640,8 +621,6 @@ def health_row() -> list[tuple[dict, int, int]]:
                 instant=True,
             ),
         ],
-        text_mode="name",
-        color_mode="none",
         value_size=12,
     )
     errors = timeseries(
@@ -692,14 +671,11 @@ FLEETMODE_NOTE = "Fleet mode only (one specwatch reading every replica from Prom
 
 
 def fleet_mode_row() -> list[tuple[dict, int, int]]:
-    up = stat(
+    up = up_stat(
         "Query source up",
         FLEETMODE_NOTE + " 1 if the last poll's queries all succeeded (SpecwatchPrometheusDown). While it is 0 "
         "specwatch serves no per-replica gauge and every other panel goes empty.",
         [target("A", f"specwatch_prometheus_up{{{SOURCE}}}", "{{pod}}", instant=True)],
-        mappings=value_mappings([("0", "down", "red"), ("1", "up", "green")]),
-        thresh=thresholds((None, "red"), (1, "green")),
-        color_mode="background",
     )
     age = stat(
         "Since last good query poll",
@@ -739,22 +715,16 @@ def fleet_mode_row() -> list[tuple[dict, int, int]]:
         unit="reqps",
         min_=0,
     )
-    alpha = timeseries(
+    alpha = share(
         "Fleet-mode acceptance rate α per route",
         FLEETMODE_NOTE + " Token-weighted α over the route's replicas (Σ accepted / Σ proposed), $window window.",
         [target("A", f"specwatch_fleet_acceptance_rate{{{FLEETMODE}}}", "α {{route}}")],
-        unit="percentunit",
-        min_=0,
-        max_=1,
     )
-    losing = timeseries(
+    losing = share(
         "Decode tokens on losing replicas",
         FLEETMODE_NOTE + " Share of the route's decode tokens served by replicas where speculation loses "
         "(expected speedup < 1).",
         [target("A", f"specwatch_fleet_losing_token_share{{{FLEETMODE}}}", "{{route}}")],
-        unit="percentunit",
-        min_=0,
-        max_=1,
     )
     verdicts = timeseries(
         "Replicas per verdict",
