@@ -1,15 +1,24 @@
 """Builders of the values many tests start from: a window's stats whose counters agree with each
-other, and one route-window's evaluation of it."""
+other, one route-window's evaluation of it, one poll's route snapshot, and the sidecar config of a
+simulated scenario."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from specwatch import costmodel as cmod
+from specwatch.config import Config, from_mapping
+from specwatch.engines.vllm import RouteSnapshot, SeriesKey
+from specwatch.sim.scenario import Scenario, load_scenario
+from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.decide import Assessment
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.windows.derive import WindowStats
+
+#: A target URL nothing listens on: the test feeds the pipeline itself.
+OFFLINE_URL = "http://127.0.0.1:1/metrics"
 
 
 def window_stats(
@@ -59,3 +68,42 @@ def route_evaluation(stats: WindowStats | None = None, verdict: str = "keep", gu
         action="no_change",
     )
     return RouteEvaluation(stats or window_stats(), assessment, verdict, guard, advice=assessment)
+
+
+def route_snapshot(
+    t: float, counters: dict[SeriesKey, float], created: dict[SeriesKey, float] | None = None, schema: str = "v1"
+) -> RouteSnapshot:
+    """One poll of route `r` (model `m`) on engine 0, with these counter values."""
+    return RouteSnapshot(
+        t=t,
+        target="vllm",
+        route="r",
+        model_name="m",
+        schema=schema,
+        spec_present=True,
+        engines=("0",),
+        configured_k=None,
+        counters=counters,
+        created=created or {},
+    )
+
+
+def scenario_raw_config(
+    scenario: Scenario | str,
+    *,
+    poll_interval: float = 5.0,
+    windows: tuple[str, ...] = ("1m", "5m"),
+    url: str = OFFLINE_URL,
+    **options: int,
+) -> dict[str, Any]:
+    """The sidecar config a user would write for a simulated scenario's deployment, as a mapping."""
+    if isinstance(scenario, str):
+        scenario = load_scenario(scenario)
+    return sidecar_config_for(
+        scenario, target_url=url, listen="127.0.0.1:0", poll_interval=poll_interval, windows=windows, **options
+    )
+
+
+def scenario_config(scenario: Scenario | str, **options: Any) -> Config:
+    """That config loaded, without the environment."""
+    return from_mapping(scenario_raw_config(scenario, **options), environ={})

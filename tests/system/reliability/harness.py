@@ -19,7 +19,7 @@ from specwatch.config import from_mapping
 from specwatch.serve import service as service_mod
 from specwatch.serve.http_server import CappedHTTPServer, handler_for
 from specwatch.sim import Simulator, load_scenario
-from specwatch.sim.sidecar_config import sidecar_config_for
+from support.builders import scenario_raw_config
 
 from .hostile import HostileServer, respond
 
@@ -62,14 +62,7 @@ class Sidecar:
         **overrides: Any,
     ):
         self.scenario = load_scenario(scenario)
-        raw = sidecar_config_for(
-            self.scenario,
-            target_url=url,
-            listen="127.0.0.1:0",
-            poll_interval=POLL,
-            windows=("1m", "5m"),
-            min_drafts=min_drafts,
-        )
+        raw = scenario_raw_config(self.scenario, url=url, poll_interval=POLL, min_drafts=min_drafts)
         raw["targets"][0].update(timeout=timeout, max_bytes=max_bytes)
         raw.update(overrides)
         self.config = from_mapping(raw, environ={})

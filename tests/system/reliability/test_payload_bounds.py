@@ -31,7 +31,7 @@ from specwatch.export.collector import registry_for
 from specwatch.exposition import SERIES_CACHE_SIZE, Selector
 from specwatch.exposition.samples import SERIES_CACHE_CHARS
 from specwatch.sidecar.pipeline import Pipeline
-from specwatch.sim.sidecar_config import sidecar_config_for
+from support.builders import scenario_raw_config
 from support.vllm_payloads import FakeVllm
 
 TARGET = "vllm"
@@ -144,9 +144,7 @@ def test_polls_with_a_huge_position_leave_the_verdicts_of_polls_that_failed():
     """The measured problem: position="1000" read as K = 1001 flipped keep -> shorten. Now such a
     poll is rejected, and the verdicts are exactly those of a run where the same polls failed."""
     scenario = sim.load_scenario("steady")
-    raw = sidecar_config_for(
-        scenario, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m",)
-    )
+    raw = scenario_raw_config(scenario, poll_interval=POLL, windows=("1m",))
     hostile, control = Pipeline(from_mapping(raw, environ={})), Pipeline(from_mapping(raw, environ={}))
     simulator = sim.Simulator(scenario, seed=1)
     seen: list[tuple[object, object]] = []

@@ -13,7 +13,7 @@ from specwatch.config import from_mapping
 from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim import Simulator, load_scenario
-from specwatch.sim.sidecar_config import sidecar_config_for
+from support.builders import scenario_raw_config
 
 from .harness import parse_metrics, value
 from .hostile import HostileServer, respond
@@ -29,9 +29,7 @@ def test_a_poll_loop_bug_is_counted_and_recovered_without_failing_liveness(monke
         return sim.render().encode()
 
     vllm = HostileServer(respond(200, payload))
-    raw = sidecar_config_for(
-        scenario, target_url=vllm.url, listen="127.0.0.1:0", poll_interval=1.0, windows=("1m",), min_drafts=10
-    )
+    raw = scenario_raw_config(scenario, url=vllm.url, poll_interval=1.0, windows=("1m",), min_drafts=10)
     service = Service(from_mapping(raw, environ={}), clock=lambda: sim.epoch + clock[0])
     failures = {"left": 2}
     evaluate = Pipeline.evaluate

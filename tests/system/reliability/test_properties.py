@@ -21,11 +21,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from specwatch.config import from_mapping
-from specwatch.engines.vllm import SELECTOR, Counter, RouteSnapshot, SeriesKey, parse_payload
+from specwatch.engines.vllm import SELECTOR, Counter, SeriesKey, parse_payload
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.windows.derive import window_stats
 from specwatch.windows.window import RouteWindow
+from support.builders import route_snapshot
 from support.counter_rule import noise, poll_increases
 from support.paths import fixture_path
 
@@ -94,19 +95,6 @@ def test_a_rejected_mutation_leaves_the_pipeline_windows_byte_identical(text):
 
 
 # -- reset-aware windows ---------------------------------------------------------------------
-def _snap(t, counters, created=None):
-    return RouteSnapshot(
-        t=t,
-        target="vllm",
-        route="r",
-        model_name="m",
-        schema="v1",
-        spec_present=True,
-        engines=("0",),
-        configured_k=None,
-        counters=counters,
-        created=created or {},
-    )
 
 
 steps = st.lists(st.tuples(st.integers(0, 1000), st.booleans()), min_size=2, max_size=60)
@@ -122,7 +110,7 @@ def test_window_increase_with_random_resets_equals_prometheus_increase(events, w
     for i, (n, restart) in enumerate(events):
         value = (0.0 if restart else value) + n
         values.append(value)
-        window.ingest(_snap(float(i), {SeriesKey(Counter.DRAFTS, "0"): value}))
+        window.ingest(route_snapshot(float(i), {SeriesKey(Counter.DRAFTS, "0"): value}))
     now = float(min(end, len(events) - 1))
     view = window.view(now, float(width_polls))
     chosen = [i for i in range(len(events)) if now - width_polls <= i <= now]
@@ -150,7 +138,7 @@ def test_window_increase_with_created_timestamps_equals_the_true_event_count(eve
         value += n
         true_after.append(n)
         window.ingest(
-            _snap(float(i), {SeriesKey(Counter.DRAFTS, "0"): value}, {SeriesKey(Counter.DRAFTS, "0"): created})
+            route_snapshot(float(i), {SeriesKey(Counter.DRAFTS, "0"): value}, {SeriesKey(Counter.DRAFTS, "0"): created})
         )
     now = float(len(events) - 1)
     view = window.view(now, float(width_polls))
@@ -205,7 +193,7 @@ def test_ratios_stay_in_0_1_across_restarts_with_and_without_created(polls, with
         if restart:
             created = t - 1.0
         state = _fold(state, drafts, accepted, restart)
-        window.ingest(_snap(t, dict(state), dict.fromkeys(state, created) if with_created else {}))
+        window.ingest(route_snapshot(t, dict(state), dict.fromkeys(state, created) if with_created else {}))
         view = window.view(t, width)
         if view is None:
             continue

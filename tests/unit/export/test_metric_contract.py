@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.serve.service import Service
-from specwatch.sim.sidecar_config import sidecar_config_for
+from support.builders import scenario_raw_config
 from support.metric_names import EXPORTED, GRADING, RELOAD, STEP_TIME_FIT
 from support.rule_files import all_rules, recorded_names, selectors
 
@@ -25,9 +25,7 @@ REPO = Path(__file__).resolve().parents[3]
 def exposition() -> set[str]:
     """Sample names of the real /metrics after the alpha-drop scenario, with a baseline configured."""
     scenario = sim.load_scenario("alpha-drop")
-    raw = sidecar_config_for(
-        scenario, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=5.0, windows=("1m", "5m")
-    )
+    raw = scenario_raw_config(scenario)
     route = scenario.model_names[0]
     raw["routes"] = [{"name": route, "match": {"model_name": route}, "baseline_itl_p99_seconds": 0.05}]
     # The speculative config vLLM runs with, so the config-check gauges are exported too.

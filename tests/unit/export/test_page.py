@@ -21,23 +21,14 @@ from specwatch.export.page import DASH, MAX_ROUTES, num, render_page
 from specwatch.fleet.state import FleetState, ReplicaRouteState, fleet_rows
 from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline
-from specwatch.sim.sidecar_config import sidecar_config_for
+from support.builders import OFFLINE_URL, scenario_config, scenario_raw_config
 
 EVIL = '<script>alert("x")</script>'
 POLL = 5.0
 
 
-def _config(scenario: sim.Scenario, url: str = "http://127.0.0.1:1/metrics", min_drafts: int = 50, hold: int = 2):
-    raw = sidecar_config_for(
-        scenario,
-        target_url=url,
-        listen="127.0.0.1:0",
-        poll_interval=POLL,
-        windows=("1m", "5m"),
-        min_drafts=min_drafts,
-        hold=hold,
-    )
-    return from_mapping(raw, environ={})
+def _config(scenario: sim.Scenario, url: str = OFFLINE_URL, min_drafts: int = 50, hold: int = 2):
+    return scenario_config(scenario, poll_interval=POLL, url=url, min_drafts=min_drafts, hold=hold)
 
 
 def _run(scenario_name: str, polls: int, *, rename=None, config=None):
@@ -210,14 +201,7 @@ def test_the_candidate_verdict_is_shown_with_its_hold():
 
 def _fleet_config(_config=None):
     """Fleet mode's config for the same deployment (as tests/system/e2e/test_dashboard_live.py writes it)."""
-    raw = sidecar_config_for(
-        sim.load_scenario("alpha-drop"),
-        target_url="http://127.0.0.1:1/metrics",
-        listen="127.0.0.1:0",
-        poll_interval=POLL,
-        windows=("1m", "5m"),
-        min_drafts=50,
-    )
+    raw = scenario_raw_config("alpha-drop", poll_interval=POLL, min_drafts=50)
     raw.pop("targets")
     raw["prometheus"] = {
         "url": "http://prom.example:9090",

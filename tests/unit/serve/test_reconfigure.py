@@ -13,7 +13,7 @@ from specwatch.config import from_mapping
 from specwatch.export.collector import registry_for
 from specwatch.serve.service import Service
 from specwatch.sim.scenario import parse_scenario
-from specwatch.sim.sidecar_config import sidecar_config_for
+from support.builders import scenario_raw_config
 
 SCENARIO = {
     "name": "k2-server",
@@ -30,9 +30,7 @@ SCENARIO = {
 
 def _config(k: int, **extra):
     sc = parse_scenario(SCENARIO)
-    raw = sidecar_config_for(
-        sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=5.0, windows=("1m",)
-    )
+    raw = scenario_raw_config(sc, windows=("1m",))
     raw["draft"]["config"] = {"method": "eagle3", "model": "/models/eagle3", "num_speculative_tokens": k}
     raw.update(extra)
     return sc, from_mapping(raw, environ={})

@@ -18,8 +18,8 @@ from specwatch.export.collector import registry_for
 from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
-from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.config_check import check_draft_length
+from support.builders import scenario_raw_config
 
 SCHEDULE = {
     "method": "eagle3",
@@ -155,9 +155,7 @@ def test_the_sidecar_exports_a_mismatch_while_the_simulated_server_ignores_its_s
             ],
         }
     )
-    raw = sidecar_config_for(
-        sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=5.0, windows=("1m", "2m")
-    )
+    raw = scenario_raw_config(sc, windows=("1m", "2m"))
     raw["draft"]["config"] = SCHEDULE
     config = from_mapping(raw, environ={})
     pipeline, simulator = Pipeline(config), sim.Simulator(sc, seed=2)

@@ -22,7 +22,7 @@ from specwatch.sidecar.pipeline import Pipeline
 from specwatch.verdict import decide
 from specwatch.verdict.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
 from specwatch.verdict.evaluation import evaluation_record, resolve_method
-from specwatch.windows.derive import WindowStats
+from support.builders import window_stats
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
 # Decision logic on the plain roofline (no fitted fixed costs of speculation): the scenarios below
@@ -37,64 +37,41 @@ CM = cmod.CostModel(
 )
 
 
-def stats(alpha=0.6, k=3, batch=8.0, drafts=2000.0, rates=None, configured_k=None, spec_present=True):
-    """A window whose counters are consistent: Σp_i = K·alpha, tau = 1 + K·alpha."""
-    if rates is None and alpha is not None:
-        rates = cmod.position_rates_from_alpha(alpha, k)
-    return WindowStats(
-        route="chat",
-        window="1m",
-        t=100.0,
-        samples=13,
-        span_seconds=60.0,
-        spec_present=spec_present,
-        drafts=drafts,
-        draft_tokens=None if drafts is None else drafts * k,
-        accepted_tokens=None if drafts is None or alpha is None else drafts * k * alpha,
-        acceptance_rate=alpha,
-        mean_acceptance_length=None if alpha is None else 1 + k * alpha,
-        draft_length=float(k),
-        configured_k=configured_k or k,
-        position_rates=None if rates is None else tuple(rates),
-        batch_size=batch,
-    )
-
-
 def test_verdict_names_are_the_design_contract():
     assert VERDICTS == ("spec_off", "insufficient_data", "keep", "shorten", "disable")
 
 
 def test_no_spec_families_or_no_drafts_while_generating_is_spec_off_with_every_gauge_absent():
-    generating_without_drafts = dataclasses.replace(stats(drafts=0.0), generation_tokens=5000.0)
-    for s in (stats(spec_present=False), generating_without_drafts):
+    generating_without_drafts = dataclasses.replace(window_stats(drafts=0.0), generation_tokens=5000.0)
+    for s in (window_stats(spec_present=False), generating_without_drafts):
         a = assess(CM, s, DECISION, "eagle3", None)
         assert a.candidate == "spec_off"
         assert all(getattr(a, f) is None for f in Assessment.__dataclass_fields__ if f not in ("candidate", "notes"))
 
 
 def test_an_idle_server_with_speculation_configured_is_insufficient_data_not_spec_off():
-    idle = dataclasses.replace(stats(drafts=0.0), generation_tokens=0.0)
+    idle = dataclasses.replace(window_stats(drafts=0.0), generation_tokens=0.0)
     assert assess(CM, idle, DECISION, "eagle3", None).candidate == "insufficient_data"
 
 
 def test_fewer_drafts_than_the_guard_is_insufficient_data_with_every_gauge_absent():
-    a = assess(CM, stats(drafts=499.0), DECISION, "eagle3", None)
+    a = assess(CM, window_stats(drafts=499.0), DECISION, "eagle3", None)
     assert a.candidate == "insufficient_data"
     assert all(getattr(a, f) is None for f in Assessment.__dataclass_fields__ if f not in ("candidate", "notes"))
-    assert assess(CM, stats(drafts=500.0), DECISION, "eagle3", None).candidate != "insufficient_data"
+    assert assess(CM, window_stats(drafts=500.0), DECISION, "eagle3", None).candidate != "insufficient_data"
 
 
 def test_missing_batch_size_is_insufficient_data_not_a_guess():
-    assert assess(CM, stats(batch=None), DECISION, "eagle3", None).candidate == "insufficient_data"
+    assert assess(CM, window_stats(batch=None), DECISION, "eagle3", None).candidate == "insufficient_data"
 
 
 def test_v0_target_without_draft_counter_is_assessed_from_its_acceptance():
-    s = replace(stats(alpha=0.6), drafts=None, draft_tokens=None, accepted_tokens=None)
+    s = replace(window_stats(alpha=0.6), drafts=None, draft_tokens=None, accepted_tokens=None)
     assert assess(CM, s, DECISION, "eagle3", None).candidate == "keep"
 
 
 def test_high_alpha_at_small_batch_keeps_speculation_with_the_model_numbers():
-    a = assess(CM, stats(alpha=0.6, batch=8), DECISION, "eagle3", None)
+    a = assess(CM, window_stats(alpha=0.6, batch=8), DECISION, "eagle3", None)
     be = cmod.breakeven_acceptance_rate(CM, 8, 3)
     assert a.candidate == "keep"
     assert a.breakeven_acceptance_rate == pytest.approx(be)
@@ -107,7 +84,7 @@ def test_high_alpha_at_small_batch_keeps_speculation_with_the_model_numbers():
 
 
 def test_alpha_below_breakeven_at_high_batch_with_no_paying_draft_length_is_disable():
-    a = assess(CM, stats(alpha=0.05, batch=256), DECISION, "eagle3", None)
+    a = assess(CM, window_stats(alpha=0.05, batch=256), DECISION, "eagle3", None)
     assert a.candidate == "disable"
     assert a.recommended_draft_length == 0
     # Still worth it at small batches at most: the schedule then ends with K=0 at the live batch.
@@ -119,7 +96,7 @@ def test_alpha_below_breakeven_at_high_batch_with_no_paying_draft_length_is_disa
 def test_below_breakeven_at_k_while_a_shorter_draft_pays_is_shorten_not_disable():
     """The verdict and the recommended config must agree: if K'=1 still pays, say shorten."""
     be = cmod.breakeven_acceptance_rate(CM, 256, 3)
-    a = assess(CM, stats(alpha=be - 0.1, batch=256), DECISION, "eagle3", None)
+    a = assess(CM, window_stats(alpha=be - 0.1, batch=256), DECISION, "eagle3", None)
     assert a.acceptance_margin == pytest.approx(-0.1) and a.expected_speedup < 1
     assert a.recommended_draft_length >= 1
     assert a.candidate == "shorten"
@@ -137,18 +114,20 @@ def test_margin_keeps_a_verdict_from_flapping_around_the_line():
     be = cmod.breakeven_acceptance_rate(CM, b, 1)
     just_below, just_above = be - 0.01, be + 0.01  # inside the ±0.02 band
     # Coming from keep, slightly below the line is not yet disable ...
-    assert assess(CM, stats(alpha=just_below, k=1, batch=b), DECISION, "eagle3", "keep").candidate == "keep"
+    assert assess(CM, window_stats(alpha=just_below, k=1, batch=b), DECISION, "eagle3", "keep").candidate == "keep"
     # ... and coming from disable, slightly above is not yet back on.
-    assert assess(CM, stats(alpha=just_above, k=1, batch=b), DECISION, "eagle3", "disable").candidate == "disable"
+    assert (
+        assess(CM, window_stats(alpha=just_above, k=1, batch=b), DECISION, "eagle3", "disable").candidate == "disable"
+    )
     # Outside the band both directions move.
-    assert assess(CM, stats(alpha=be - 0.03, k=1, batch=b), DECISION, "eagle3", "keep").candidate == "disable"
-    assert assess(CM, stats(alpha=be + 0.03, k=1, batch=b), DECISION, "eagle3", "disable").candidate == "keep"
+    assert assess(CM, window_stats(alpha=be - 0.03, k=1, batch=b), DECISION, "eagle3", "keep").candidate == "disable"
+    assert assess(CM, window_stats(alpha=be + 0.03, k=1, batch=b), DECISION, "eagle3", "disable").candidate == "keep"
 
 
 def test_a_weak_tail_position_recommends_shorten_with_a_config_for_the_live_batch():
     rates = (0.8, 0.6, 0.05, 0.01)  # positions 2 and 3 rarely survive
     alpha = sum(rates) / 4
-    a = assess(CM, stats(alpha=alpha, k=4, batch=96, rates=rates), DECISION, "eagle3", "keep")
+    a = assess(CM, window_stats(alpha=alpha, k=4, batch=96, rates=rates), DECISION, "eagle3", "keep")
     assert a.candidate == "shorten"
     assert 0 < a.recommended_draft_length < 4
     # One band over every batch is written as a plain num_speculative_tokens.
@@ -164,7 +143,7 @@ def test_a_weak_tail_position_recommends_shorten_with_a_config_for_the_live_batc
 
 def test_the_config_names_no_method_it_only_guessed_and_no_schedule_vllm_cannot_apply():
     rates = (0.8, 0.6, 0.05, 0.01)
-    s = stats(alpha=sum(rates) / 4, k=4, batch=96, rates=rates)
+    s = window_stats(alpha=sum(rates) / 4, k=4, batch=96, rates=rates)
     guessed = assess(CM, s, DECISION, "eagle3", "keep", config_method=None)
     assert "method" not in guessed.config_changes and guessed.recommended_config is None
     assert guessed.action == "merge"
@@ -177,14 +156,14 @@ def test_the_config_names_no_method_it_only_guessed_and_no_schedule_vllm_cannot_
 
 def test_cost_uses_measured_draft_length_not_configured_k():
     # n-gram drafted 3.4 tokens on average with K=4 configured (real vLLM run).
-    s = replace(stats(alpha=0.3, k=4, batch=64), draft_length=3.4)
+    s = replace(window_stats(alpha=0.3, k=4, batch=64), draft_length=3.4)
     a = assess(CM, s, DECISION, "ngram", None)
     ng = CM.with_method("ngram")
     assert a.breakeven_acceptance_rate == pytest.approx(cmod.breakeven_acceptance_rate(ng, 64, 3.4))
 
 
 def test_method_selects_the_draft_cost():
-    s = stats(alpha=0.5, batch=32)
+    s = window_stats(alpha=0.5, batch=32)
     eagle = assess(CM, s, DECISION, "eagle3", None).breakeven_acceptance_rate
     ngram = assess(CM, s, DECISION, "ngram", None).breakeven_acceptance_rate
     draft_model = assess(CM, s, DECISION, "draft_model", None).breakeven_acceptance_rate
@@ -192,7 +171,7 @@ def test_method_selects_the_draft_cost():
 
 
 def test_hopeless_acceptance_everywhere_recommends_removing_the_config():
-    a = assess(CM, stats(alpha=0.005, batch=4), DECISION, "eagle3", None)
+    a = assess(CM, window_stats(alpha=0.005, batch=4), DECISION, "eagle3", None)
     assert a.candidate == "disable" and a.recommended_draft_length == 0
     assert a.recommended_config is None
 
@@ -296,7 +275,7 @@ WEAK_TAIL = (0.8, 0.6, 0.05, 0.01)
 
 
 def weak_tail_stats(**kw):
-    return replace(stats(alpha=sum(WEAK_TAIL) / 4, k=4, batch=96, rates=WEAK_TAIL), **kw)
+    return replace(window_stats(alpha=sum(WEAK_TAIL) / 4, k=4, batch=96, rates=WEAK_TAIL), **kw)
 
 
 def test_the_flag_for_an_inferred_ngram_drafter_is_complete_and_accepted_by_vllm_as_pasted():
@@ -338,7 +317,7 @@ def test_the_users_stated_config_is_completed_keeping_its_model_path_and_ngram_w
 
 def test_disable_recommends_removing_speculation_even_where_small_batches_would_still_draft():
     """K=0 at the live batch: a K=0 band runs slower than no speculation, so remove the config."""
-    a = assess(CM, stats(alpha=0.05, batch=256), DECISION, "eagle3", None)
+    a = assess(CM, window_stats(alpha=0.05, batch=256), DECISION, "eagle3", None)
     assert cmod.recommend_schedule(CM.with_method("eagle3"), cmod.position_rates_from_alpha(0.05, 3), 512)[0][2] > 0
     assert a.candidate == "disable" and a.action == "remove_speculative_config"
     assert a.recommended_config is None and a.config_changes is None and a.recommended_draft_length == 0
@@ -380,7 +359,12 @@ def test_shorten_and_the_schedule_agree_at_the_live_batch_on_a_non_monotone_prof
     cm, rates = bumpy_model(), (0.5, 0.2, 0.05, 0.01)
     assert cmod.best_draft_length(cm, 5, rates) == 0 and cmod.best_draft_length(cm, 8, rates) >= 1
     a = assess(
-        cm, stats(alpha=sum(rates) / 4, k=4, batch=8, rates=rates), DECISION, "ngram", "keep", config_method="ngram"
+        cm,
+        window_stats(alpha=sum(rates) / 4, k=4, batch=8, rates=rates),
+        DECISION,
+        "ngram",
+        "keep",
+        config_method="ngram",
     )
     assert a.candidate == "shorten"
     assert k_at_batch(a.recommended_config, 8) == a.recommended_draft_length >= 1
@@ -401,7 +385,7 @@ def test_verdict_and_recommended_config_agree_over_a_grid(cm):
                     for config_method in ("same", None):
                         a = assess(
                             cm,
-                            stats(alpha=a_win, k=4, batch=batch, rates=r),
+                            window_stats(alpha=a_win, k=4, batch=batch, rates=r),
                             DECISION,
                             method,
                             previous,
@@ -460,9 +444,9 @@ def test_the_inferred_method_does_not_flip_on_a_handful_of_drafts_when_traffic_s
 
 
 def test_method_inference_needs_enough_drafts_and_tells_a_schedule_from_ngram_misses():
-    s = replace(stats(alpha=0.7, k=4, drafts=3.0), draft_length=4.0, draft_coverage=1.0)
+    s = replace(window_stats(alpha=0.7, k=4, drafts=3.0), draft_length=4.0, draft_coverage=1.0)
     assert resolve_method("auto", s, min_drafts=500) is None  # no evidence: the caller keeps its answer
-    short = replace(stats(alpha=0.7, k=4, drafts=5000.0), draft_length=3.0)
+    short = replace(window_stats(alpha=0.7, k=4, drafts=5000.0), draft_length=3.0)
     # Every request-step drafted, mean 3 of 4: a model-based drafter under a schedule, not n-gram.
     assert resolve_method("auto", replace(short, draft_coverage=1.0), min_drafts=500) == "auto:eagle3"
     assert resolve_method("auto", replace(short, draft_coverage=0.71), min_drafts=500) == "auto:ngram"

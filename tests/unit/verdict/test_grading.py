@@ -11,14 +11,13 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import sim
-from specwatch.config import from_mapping
 from specwatch.export.collector import registry_for
 from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
-from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.grading import AdviceGrader, summarize
 from specwatch.windows.derive import WindowStats
+from support.builders import scenario_config
 
 POLL = 5.0
 BEFORE, AFTER = 300.0, 360.0  # seconds of each phase
@@ -65,12 +64,7 @@ def scenario(k_after: int | None):
 def drive(sc, until: float, marks: tuple[float, ...] = ()):
     """Sidecar + simulator in virtual time; returns the pipeline, the config and the simulator's
     generated-token totals at `marks` (its true tokens/s)."""
-    config = from_mapping(
-        sidecar_config_for(
-            sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m", "4m")
-        ),
-        environ={},
-    )
+    config = scenario_config(sc, poll_interval=POLL, windows=("1m", "4m"))
     pipeline = Pipeline(config)
     simulator = sim.Simulator(sc, seed=1)
     generated = {}

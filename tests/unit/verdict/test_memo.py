@@ -17,10 +17,10 @@ from specwatch.config.cost_model import cost_model_from_config
 from specwatch.costmodel import learned
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
-from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict import decide
 from specwatch.verdict.memo import ASSESS_INPUTS, AssessmentCache
 from specwatch.windows.derive import WindowStats
+from support.builders import scenario_config, window_stats
 
 REAL_RECORDING = Path(__file__).parents[2] / "fixtures" / "vllm-0.32-cpu" / "ngram-recording.jsonl"
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
@@ -117,14 +117,7 @@ def test_replaying_the_real_vllm_recording_gives_the_same_verdicts_and_numbers_w
 def test_replaying_simulated_verdict_changes_gives_the_same_records_with_and_without_the_memo(scenario, tmp_path):
     path = tmp_path / "rec.jsonl"
     sim.record(scenario, path, poll_interval=10.0)
-    raw = sidecar_config_for(
-        sim.load_scenario(scenario),
-        target_url="http://127.0.0.1:1/metrics",
-        listen="127.0.0.1:0",
-        poll_interval=10.0,
-        windows=("1m", "5m"),
-    )
-    config = from_mapping(raw)
+    config = scenario_config(scenario, poll_interval=10.0)
     cached, uncached, cache = replay_both_ways(config, path.read_text().splitlines())
     assert cached == uncached
     assert cache.compared > 0
@@ -133,32 +126,16 @@ def test_replaying_simulated_verdict_changes_gives_the_same_records_with_and_wit
 
 
 def window(**changes) -> WindowStats:
-    rates = cmod.position_rates_from_alpha(0.6, 3)
-    base = WindowStats(
-        route="chat",
-        window="1m",
-        t=100.0,
-        samples=13,
-        span_seconds=60.0,
-        spec_present=True,
-        drafts=2000.0,
-        draft_tokens=6000.0,
-        accepted_tokens=3600.0,
-        acceptance_rate=0.6,
-        mean_acceptance_length=2.8,
-        draft_length=3.0,
-        configured_k=3,
-        position_rates=rates,
-        batch_size=48.0,
+    """A window with every field set, so a changed field shows in the memo's key."""
+    return window_stats(
+        batch=48.0,
         itl_p50_seconds=0.01,
         itl_p99_seconds=0.03,
         itl_per_token_mean_seconds=0.012,
         generation_tokens=9000.0,
         draft_coverage=0.9,
-        schema="v1",
-        engines=1,
+        **changes,
     )
-    return dataclasses.replace(base, **changes)
 
 
 def other_value(value: object) -> object:

@@ -10,12 +10,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.config import from_mapping
-from specwatch.engines.vllm import RouteSnapshot, SeriesKey
+from specwatch.engines.vllm import SeriesKey
 from specwatch.export.collector import registry_for
 from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
 from specwatch.windows.window import RouteWindow
+from support.builders import route_snapshot
 from support.vllm_payloads import FakeVllm
 
 D = SeriesKey("drafts", "0")
@@ -28,25 +29,12 @@ def bucket(le, engine="0"):
     return SeriesKey("itl_bucket", engine, le)
 
 
-def snap(t, counters, created=None):
-    return RouteSnapshot(
-        t=t,
-        target="vllm",
-        route="r",
-        model_name="m",
-        schema="v1",
-        spec_present=True,
-        engines=("0",),
-        configured_k=None,
-        counters=counters,
-        created=created or {},
-    )
-
-
 def feed(window, values, key=D, created=None):
     resets = []
     for i, v in enumerate(values):
-        resets.append(window.ingest(snap(float(i), {key: float(v)}, {key: created} if created is not None else None)))
+        resets.append(
+            window.ingest(route_snapshot(float(i), {key: float(v)}, {key: created} if created is not None else None))
+        )
     return resets
 
 
@@ -68,8 +56,8 @@ def test_any_drop_with_the_same_created_is_a_dip_because_created_names_the_proce
 
 def test_a_changed_created_is_still_a_restart_whatever_the_value():
     w = RouteWindow(600)
-    w.ingest(snap(0, {D: 100.0}, {D: 1.0}))
-    w.ingest(snap(5, {D: 99.0}, {D: 2.0}))  # one below, but a new process: it counted 99
+    w.ingest(route_snapshot(0, {D: 100.0}, {D: 1.0}))
+    w.ingest(route_snapshot(5, {D: 99.0}, {D: 2.0}))  # one below, but a new process: it counted 99
     assert w.view(5, 600).increase(D) == 99
     assert (w.resets, w.dips) == (1, 0)
 
@@ -92,26 +80,26 @@ def test_without_created_a_drop_beyond_noise_is_a_restart():
 def test_without_created_an_ulp_dip_of_the_itl_sum_leaves_the_histogram_alone():
     w = RouteWindow(600)
     base = {bucket(0.01): 5.0, bucket(math.inf): 10.0, C: 10.0, S: 0.3}
-    w.ingest(snap(0, base))
-    w.ingest(snap(5, {**base, S: math.nextafter(0.3, 0.0)}))  # summation order moved it one ULP
-    w.ingest(snap(10, {bucket(0.01): 6.0, bucket(math.inf): 12.0, C: 12.0, S: 0.35}))
+    w.ingest(route_snapshot(0, base))
+    w.ingest(route_snapshot(5, {**base, S: math.nextafter(0.3, 0.0)}))  # summation order moved it one ULP
+    w.ingest(route_snapshot(10, {bucket(0.01): 6.0, bucket(math.inf): 12.0, C: 12.0, S: 0.35}))
     view = w.view(10, 600)
     assert view.increase(C) == 2 and view.increase(bucket(math.inf)) == 2
     assert view.increase(S) == pytest.approx(0.05)
     assert (w.resets, w.dips) == (0, 1)
     # The same _sum drop beyond noise resets the whole histogram (Prometheus's rule, as a whole).
     w2 = RouteWindow(600)
-    w2.ingest(snap(0, base))
-    assert w2.ingest(snap(5, {**base, S: 0.1}))
+    w2.ingest(route_snapshot(0, base))
+    assert w2.ingest(route_snapshot(5, {**base, S: 0.1}))
     assert w2.view(5, 600).increase(C) == 10
 
 
 def test_with_created_a_1e6_dip_of_the_itl_sum_is_clamped_and_a_new_created_resets_the_histogram():
     w = RouteWindow(600)
     base = {bucket(math.inf): 10.0, C: 10.0, S: 0.3}
-    w.ingest(snap(0, base, {H: 1.0}))
-    assert not w.ingest(snap(5, {**base, S: 0.3 - 1e-6}, {H: 1.0}))
-    assert w.ingest(snap(10, {bucket(math.inf): 3.0, C: 3.0, S: 0.1}, {H: 2.0}))
+    w.ingest(route_snapshot(0, base, {H: 1.0}))
+    assert not w.ingest(route_snapshot(5, {**base, S: 0.3 - 1e-6}, {H: 1.0}))
+    assert w.ingest(route_snapshot(10, {bucket(math.inf): 3.0, C: 3.0, S: 0.1}, {H: 2.0}))
     assert w.view(10, 600).increase(C) == 3
 
 
@@ -126,22 +114,22 @@ def test_a_restart_after_a_dip_counts_from_zero():
 def test_the_route_mirror_keeps_a_departed_engines_contribution():
     w = RouteWindow(600)
     e0, e1 = SeriesKey("drafts", "0"), SeriesKey("drafts", "1")
-    w.ingest(snap(0, {e0: 10.0, e1: 100.0, bucket(math.inf, "1"): 5.0}))
-    w.ingest(snap(5, {e0: 20.0, e1: 150.0, bucket(math.inf, "1"): 9.0}))
-    w.ingest(snap(10, {e0: 30.0}))  # engine 1 scaled down
+    w.ingest(route_snapshot(0, {e0: 10.0, e1: 100.0, bucket(math.inf, "1"): 5.0}))
+    w.ingest(route_snapshot(5, {e0: 20.0, e1: 150.0, bucket(math.inf, "1"): 9.0}))
+    w.ingest(route_snapshot(10, {e0: 30.0}))  # engine 1 scaled down
     assert w.mirror[("drafts", None)] == 20 + 50
     assert w.mirror[("itl_bucket", math.inf)] == 4
-    w.ingest(snap(15, {e0: 40.0, e1: 7.0}))  # a new engine 1: counted from its first sighting
+    w.ingest(route_snapshot(15, {e0: 40.0, e1: 7.0}))  # a new engine 1: counted from its first sighting
     assert w.mirror[("drafts", None)] == 80
 
 
 def test_a_bucket_bound_new_to_the_route_starts_at_the_next_lower_bound_so_buckets_stay_cumulative():
     w = RouteWindow(600)
     old = {bucket(0.01): 50.0, bucket(0.025): 80.0, bucket(math.inf): 100.0, C: 100.0, S: 2.0}
-    w.ingest(snap(0, dict.fromkeys(old, 0.0), {H: 1.0}))
-    w.ingest(snap(5, old, {H: 1.0}))
+    w.ingest(route_snapshot(0, dict.fromkeys(old, 0.0), {H: 1.0}))
+    w.ingest(route_snapshot(5, old, {H: 1.0}))
     new = {bucket(0.01): 1.0, bucket(0.02): 2.0, bucket(0.025): 2.0, bucket(math.inf): 3.0, C: 3.0, S: 0.1}
-    w.ingest(snap(10, new, {H: 2.0}))  # vLLM upgraded: another layout
+    w.ingest(route_snapshot(10, new, {H: 2.0}))  # vLLM upgraded: another layout
     m = {le: w.mirror[("itl_bucket", le)] for le in (0.01, 0.02, 0.025, math.inf)}
     assert m == {0.01: 51.0, 0.02: 52.0, 0.025: 82.0, math.inf: 103.0}
     assert list(m.values()) == sorted(m.values())

@@ -12,22 +12,8 @@ from hypothesis import strategies as st
 from specwatch.engines.vllm import RouteSnapshot, SeriesKey
 from specwatch.windows.derive import drafts_reaching_positions, histogram_quantile, position_rates
 from specwatch.windows.window import RouteWindow
+from support.builders import route_snapshot
 from support.counter_rule import noise, poll_increases
-
-
-def snap(t, counters, created=None, schema="v1"):
-    return RouteSnapshot(
-        t=t,
-        target="vllm",
-        route="r",
-        model_name="m",
-        schema=schema,
-        spec_present=True,
-        engines=("0",),
-        configured_k=None,
-        counters=counters,
-        created=created or {},
-    )
 
 
 def prometheus_increase(values):
@@ -41,17 +27,17 @@ def prometheus_increase(values):
 def test_increase_follows_the_prometheus_reset_rule_when_the_counter_drops():
     w = RouteWindow(600)
     for t, v in enumerate([10, 20, 30, 5, 15]):
-        w.ingest(snap(t * 5.0, {SeriesKey("drafts", "0"): float(v)}))
+        w.ingest(route_snapshot(t * 5.0, {SeriesKey("drafts", "0"): float(v)}))
     view = w.view(20.0, 600)
     assert view.increase(SeriesKey("drafts", "0")) == prometheus_increase([10, 20, 30, 5, 15]) == 35
 
 
 def test_a_changed_created_timestamp_is_a_reset_even_when_the_value_did_not_drop():
     w = RouteWindow(600)
-    w.ingest(snap(0, {SeriesKey("drafts", "0"): 100.0}, {SeriesKey("drafts", "0"): 1000.0}))
-    w.ingest(snap(5, {SeriesKey("drafts", "0"): 110.0}, {SeriesKey("drafts", "0"): 1000.0}))
+    w.ingest(route_snapshot(0, {SeriesKey("drafts", "0"): 100.0}, {SeriesKey("drafts", "0"): 1000.0}))
+    w.ingest(route_snapshot(5, {SeriesKey("drafts", "0"): 110.0}, {SeriesKey("drafts", "0"): 1000.0}))
     # vLLM restarted and counted past the old value between two polls: only _created tells.
-    assert w.ingest(snap(10, {SeriesKey("drafts", "0"): 150.0}, {SeriesKey("drafts", "0"): 2000.0}))
+    assert w.ingest(route_snapshot(10, {SeriesKey("drafts", "0"): 150.0}, {SeriesKey("drafts", "0"): 2000.0}))
     assert w.view(10, 600).increase(SeriesKey("drafts", "0")) == 10 + 150
     assert w.resets == 1
 
@@ -60,11 +46,15 @@ def test_a_histogram_resets_as_a_whole_when_any_bucket_drops():
     w = RouteWindow(600)
     b = lambda le: SeriesKey("itl_bucket", "0", le)
     w.ingest(
-        snap(0, {b(0.01): 5.0, b(math.inf): 10.0, SeriesKey("itl_count", "0"): 10.0, SeriesKey("itl_sum", "0"): 1.0})
+        route_snapshot(
+            0, {b(0.01): 5.0, b(math.inf): 10.0, SeriesKey("itl_count", "0"): 10.0, SeriesKey("itl_sum", "0"): 1.0}
+        )
     )
     # Only the lowest bucket drops, the +Inf bucket and count rise: a restart all the same.
     w.ingest(
-        snap(5, {b(0.01): 1.0, b(math.inf): 12.0, SeriesKey("itl_count", "0"): 12.0, SeriesKey("itl_sum", "0"): 1.5})
+        route_snapshot(
+            5, {b(0.01): 1.0, b(math.inf): 12.0, SeriesKey("itl_count", "0"): 12.0, SeriesKey("itl_sum", "0"): 1.5}
+        )
     )
     view = w.view(5, 600)
     assert view.increase(b(0.01)) == 1.0
@@ -75,7 +65,7 @@ def test_a_histogram_resets_as_a_whole_when_any_bucket_drops():
 def test_window_spans_the_oldest_snapshot_at_or_after_now_minus_width():
     w = RouteWindow(600)
     for t in range(0, 100, 5):
-        w.ingest(snap(float(t), {SeriesKey("drafts", "0"): float(t * 2)}))
+        w.ingest(route_snapshot(float(t), {SeriesKey("drafts", "0"): float(t * 2)}))
     view = w.view(95, 60)
     assert view.first.t == 35 and view.last.t == 95
     assert view.increase(SeriesKey("drafts", "0")) == 120
@@ -84,9 +74,9 @@ def test_window_spans_the_oldest_snapshot_at_or_after_now_minus_width():
 
 def test_a_series_born_inside_the_window_counts_from_its_first_sighting():
     w = RouteWindow(600)
-    w.ingest(snap(0, {SeriesKey("drafts", "0"): 10.0}))
-    w.ingest(snap(5, {SeriesKey("drafts", "0"): 20.0, SeriesKey("drafts", "1"): 500.0}))  # engine 1 appears
-    w.ingest(snap(10, {SeriesKey("drafts", "0"): 30.0, SeriesKey("drafts", "1"): 520.0}))
+    w.ingest(route_snapshot(0, {SeriesKey("drafts", "0"): 10.0}))
+    w.ingest(route_snapshot(5, {SeriesKey("drafts", "0"): 20.0, SeriesKey("drafts", "1"): 500.0}))  # engine 1 appears
+    w.ingest(route_snapshot(10, {SeriesKey("drafts", "0"): 30.0, SeriesKey("drafts", "1"): 520.0}))
     view = w.view(10, 600)
     assert view.increase(SeriesKey("drafts", "1")) == 20
     assert view.increase(SeriesKey("drafts", "0")) == 20
@@ -104,7 +94,7 @@ def test_window_increase_with_random_resets_equals_the_prometheus_increase_rule(
     for i, (inc, restart) in enumerate(steps):
         value = (0.0 if restart else value) + inc
         values.append(value)
-        w.ingest(snap(float(i), {SeriesKey("c", "0"): value}))
+        w.ingest(route_snapshot(float(i), {SeriesKey("c", "0"): value}))
     increase = w.view(float(len(steps) - 1), 10_000).increase(SeriesKey("c", "0"))
     assert increase == sum(poll_increases(values))
     assert increase >= 0
@@ -124,7 +114,7 @@ def test_window_increase_with_created_timestamps_equals_the_true_number_of_event
         value += inc
         if i > 0:
             truth += inc
-        w.ingest(snap(float(i), {SeriesKey("c", "0"): value}, {SeriesKey("c", "0"): created}))
+        w.ingest(route_snapshot(float(i), {SeriesKey("c", "0"): value}, {SeriesKey("c", "0"): created}))
     assert w.view(float(len(steps) - 1), 10_000).increase(SeriesKey("c", "0")) == truth
 
 
