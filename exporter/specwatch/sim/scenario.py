@@ -1,4 +1,6 @@
-"""Scenario YAML: schema, validation and loading.
+"""Scenario YAML: schema, validation and loading. The schema is written with the config's nodes and
+kinds and checked by its parser (config/parse.py), so a bad scenario fails as a bad config does: one
+line naming the key (ScenarioError is a ConfigError).
 
 A scenario describes one simulated vLLM deployment over time:
 
@@ -48,13 +50,16 @@ expected:                     # documentation for benchmarks; checked by tests
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
 from specwatch.base import units
+from specwatch.config.kinds import Choice, ConfigError, Context, Duration, Flag, Kind, Number, Text
+from specwatch.config.nodes import FROM_RESULT, Items, Key, Section
+from specwatch.config.parse import parse_section
 
 SCHEMAS = ("v1", "v1-legacy-itl", "v0")
 EVENT_TYPES = ("restart", "spec_off", "spec_on", "schema")
@@ -71,7 +76,7 @@ FAULT_KINDS = (
 SCENARIO_DIR = os.path.join(os.path.dirname(__file__), "scenarios")
 
 
-class ScenarioError(ValueError):
+class ScenarioError(ConfigError):
     """A scenario file is invalid; the message names the offending key."""
 
 
@@ -80,7 +85,7 @@ def parse_duration(value: Any, key: str) -> float:
     try:
         return units.parse_duration(value, key, allow_zero=True)
     except units.UnitError as exc:
-        raise ScenarioError(str(exc)) from None
+        raise ScenarioError(exc.key, exc.reason) from None
 
 
 def iid_conditional_for_rate(rate: float, k: int) -> float:
@@ -171,24 +176,6 @@ class StepCurve:
     draft_seconds: float = 0.0
 
 
-_STEP_CURVE_KEYS = {f.name for f in dataclasses.fields(StepCurve)}
-
-
-def _step_curve(raw: Any) -> StepCurve | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise ScenarioError("step_time: expected a mapping")
-    unknown = set(raw) - _STEP_CURVE_KEYS
-    if unknown:
-        raise ScenarioError(f"step_time.{sorted(unknown)[0]}: unknown key")
-    required = ("fixed_seconds", "seconds_per_token", "knee_tokens", "seconds_per_token_after_knee")
-    for key in required:
-        if key not in raw:
-            raise ScenarioError(f"step_time.{key}: required")
-    return StepCurve(**{k: _num(v, f"step_time.{k}", lo=0) for k, v in raw.items()})
-
-
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     name: str
@@ -269,235 +256,216 @@ def _pad(acc: tuple[float, ...], n: int) -> tuple[float, ...]:
     return tuple(acc) + (acc[-1],) * (n - len(acc))
 
 
-_TOP_KEYS = {
-    "name",
-    "description",
-    "hardware",
-    "model",
-    "tensor_parallel",
-    "dtype",
-    "method",
-    "draft_cost_per_token",
-    "num_speculative_tokens",
-    "schema",
-    "multiprocess",
-    "engines",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-    "prompt_tokens",
-    "output_tokens",
-    "noise",
-    "routes",
-    "phases",
-    "events",
-    "faults",
-    "expected",
+class _Values(Kind):
+    """A mapping kept as written (`expected:`, documentation for the tests)."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, "expected a mapping")
+        return dict(value)
+
+
+class _Probabilities(Kind):
+    """A non-empty list of probabilities (`acceptance:` per position)."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[float, ...]:
+        if not isinstance(value, list) or not value:
+            raise ConfigError(key, "expected a non-empty list of probabilities")
+        return tuple(_PROBABILITY.parse(x, f"{key}[{i}]", ctx) for i, x in enumerate(value))
+
+
+class _Overrides(Kind):
+    """A phase's per-route overrides: model_name -> route parameters."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> dict[str, dict[str, Any]]:
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, "expected a mapping model_name -> parameters")
+        return {str(name): parse_section(_ROUTE_PARAMS, raw, f"{key}.{name}", ctx) for name, raw in value.items()}
+
+
+def _key(name: str, kind: Kind, default: Any = FROM_RESULT, **options: Any) -> Key:
+    return Key(name, kind, "", default=default, **options)
+
+
+_PROBABILITY = Number(minimum=0, maximum=1)
+_COUNT = Number(minimum=0)
+_ACCEPTANCE = ("alpha", "acceptance_rate", "acceptance")
+_LOAD = ("concurrency", "rate")
+_ROUTE_KEYS = (
+    _key("concurrency", _COUNT),
+    _key("rate", _COUNT),
+    _key("k", Number(minimum=0, integer=True)),
+    _key("alpha", _PROBABILITY),
+    _key("acceptance_rate", _PROBABILITY),
+    _key("acceptance", _Probabilities()),
+)
+_ROUTE_PARAMS = Section("route", dict, _ROUTE_KEYS, "")
+_ROUTE_PARAMS_NAMES = frozenset(node.name for node in _ROUTE_KEYS)
+_PHASE = Section(
+    "phase",
+    dict,
+    (
+        _key("name", Text()),
+        _key("duration", Duration(), required=True),
+        _key("ramp", Flag(), False),
+        _key("routes", _Overrides(), {}),
+        *_ROUTE_KEYS,
+    ),
+    "",
+)
+_EVENT = Section(
+    "event",
+    dict,
+    (
+        _key("at", Duration(allow_zero=True), 0.0),
+        _key("type", Choice(lambda: EVENT_TYPES), required=True),
+        _key("schema", Choice(lambda: SCHEMAS), None),
+    ),
+    "",
+)
+_FAULT = Section(
+    "fault",
+    dict,
+    (
+        _key("at", Duration(allow_zero=True), 0.0),
+        _key("duration", Duration(allow_zero=True), 10.0),
+        _key("kind", Choice(lambda: FAULT_KINDS), required=True),
+        _key("bytes", Number(minimum=0, integer=True)),
+        _key("labels", Number(minimum=0, integer=True)),
+        _key("chunk", Number(minimum=1, integer=True)),
+        _key("interval", _COUNT),
+        _key("fraction", _PROBABILITY),
+    ),
+    "",
+)
+_STEP_TIME = Section(
     "step_time",
-}
-_PHASE_KEYS = {"name", "duration", "ramp", "routes"} | {
-    "concurrency",
-    "rate",
-    "k",
-    "alpha",
-    "acceptance_rate",
-    "acceptance",
-}
-_ROUTE_PARAM_KEYS = {"concurrency", "rate", "k", "alpha", "acceptance_rate", "acceptance"}
-
-
-def _num(v: Any, key: str, lo: float | None = None, hi: float | None = None, integer: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
-        raise ScenarioError(f"{key}: expected a number, got {v!r}")
-    if integer and int(v) != v:
-        raise ScenarioError(f"{key}: expected an integer, got {v!r}")
-    if lo is not None and v < lo:
-        raise ScenarioError(f"{key}: must be >= {lo}, got {v!r}")
-    if hi is not None and v > hi:
-        raise ScenarioError(f"{key}: must be <= {hi}, got {v!r}")
-    return int(v) if integer else float(v)
-
-
-def _int(v: Any, key: str, lo: float | None = None, hi: float | None = None) -> int:
-    """``_num`` for a key that must be a whole number, typed as one."""
-    return int(_num(v, key, lo, hi, integer=True))
+    StepCurve,
+    tuple(_key(f.name, _COUNT, required=f.default is dataclasses.MISSING) for f in dataclasses.fields(StepCurve)),
+    "",
+    nullable=True,
+)
+_WHOLE = Number(minimum=1, integer=True)
+SCENARIO_SCHEMA = Section(
+    "scenario",
+    dict,
+    (
+        _key("name", Text(), ""),
+        _key("description", Text(), ""),
+        _key("hardware", Text(), "h100-sxm"),
+        _key("model", Text(), "llama-3.1-8b"),
+        _key("tensor_parallel", _WHOLE, 1),
+        _key("dtype", Text(), "bf16"),
+        _key("method", Text(), "eagle3"),
+        _key("draft_cost_per_token", _COUNT, None),
+        _key("num_speculative_tokens", Number(minimum=1, maximum=64, integer=True), 4),
+        _key("schema", Choice(lambda: SCHEMAS), "v1"),
+        _key("multiprocess", Flag(), False),
+        _key("engines", Number(minimum=1, maximum=64, integer=True), 1),
+        _key("max_num_seqs", _WHOLE, 256),
+        _key("max_num_batched_tokens", _WHOLE, 8192),
+        _key("max_model_len", Number(minimum=16, integer=True), 8192),
+        _key("prompt_tokens", _WHOLE, 512),
+        _key("output_tokens", Number(minimum=2, integer=True), 256),
+        _key("noise", _PROBABILITY, 0.03),
+        Items("routes", Section("route", dict, (_key("model_name", Text(), required=True),), ""), ""),
+        Items("phases", _PHASE, "", min_items=1, nullable=False),
+        Items("events", _EVENT, ""),
+        Items("faults", _FAULT, ""),
+        _key("expected", _Values(), {}),
+        _STEP_TIME,
+    ),
+    "",
+)
 
 
 def _resolve_route(raw: dict[str, Any], key: str, kmax: int) -> RoutePhase:
-    unknown = set(raw) - _ROUTE_PARAM_KEYS
-    if unknown:
-        raise ScenarioError(f"{key}.{sorted(unknown)[0]}: unknown key")
-    conc, rate = raw.get("concurrency"), raw.get("rate")
-    if conc is None and rate is None:
-        raise ScenarioError(f"{key}: needs `concurrency` or `rate`")
-    if conc is not None and rate is not None:
-        raise ScenarioError(f"{key}: `concurrency` and `rate` are exclusive")
-    if conc is not None:
-        conc = _num(conc, f"{key}.concurrency", lo=0)
-    if rate is not None:
-        rate = _num(rate, f"{key}.rate", lo=0)
-    k = _int(raw.get("k", kmax), f"{key}.k", lo=0, hi=kmax)
-    given = [x for x in ("alpha", "acceptance_rate", "acceptance") if x in raw]
-    if len(given) > 1:
-        raise ScenarioError(f"{key}: give only one of alpha, acceptance_rate, acceptance")
-    if not given:
-        raise ScenarioError(f"{key}: needs one of alpha, acceptance_rate, acceptance")
+    """One route's validated parameters as it runs them: one load, one acceptance, k <= K."""
+    if sum(x in raw for x in _LOAD) != 1:
+        raise ScenarioError(key, "needs `concurrency` or `rate` (exclusive)")
+    if sum(x in raw for x in _ACCEPTANCE) != 1:
+        raise ScenarioError(key, "needs one of alpha, acceptance_rate, acceptance")
+    k = raw.get("k", kmax)
+    if k > kmax:
+        raise ScenarioError(f"{key}.k", f"must be <= num_speculative_tokens ({kmax}), got {k}")
     n = max(kmax, 1)
     if "alpha" in raw:
-        c = _num(raw["alpha"], f"{key}.alpha", lo=0, hi=1)
-        acc = (c,) * n
+        acceptance = (raw["alpha"],) * n
     elif "acceptance_rate" in raw:
-        r = _num(raw["acceptance_rate"], f"{key}.acceptance_rate", lo=0, hi=1)
-        c = iid_conditional_for_rate(r, max(k, 1))
-        acc = (c,) * n
+        acceptance = (iid_conditional_for_rate(raw["acceptance_rate"], max(k, 1)),) * n
     else:
-        lst = raw["acceptance"]
-        if not isinstance(lst, list) or not lst:
-            raise ScenarioError(f"{key}.acceptance: expected a non-empty list of probabilities")
-        acc = tuple(_num(x, f"{key}.acceptance[{i}]", lo=0, hi=1) for i, x in enumerate(lst))
-        acc = _pad(acc, n)
-    return RoutePhase(concurrency=conc, rate=rate, k=k, acceptance=acc)
+        acceptance = _pad(raw["acceptance"], n)
+    return RoutePhase(concurrency=raw.get("concurrency"), rate=raw.get("rate"), k=k, acceptance=acceptance)
+
+
+def _phase(raw: dict[str, Any], key: str, start: float, names: list[str], kmax: int) -> Phase:
+    overrides = raw["routes"]
+    for name in overrides:
+        if name not in names:
+            raise ScenarioError(f"{key}.routes.{name}", "not a model_name in `routes`")
+    routes = {}
+    for name in names:
+        override = overrides.get(name, {})
+        # An override's load or acceptance replaces the phase's whole group.
+        merged = {
+            k: v
+            for k, v in raw.items()
+            if k in _ROUTE_PARAMS_NAMES
+            and not (k in _ACCEPTANCE and set(_ACCEPTANCE) & set(override))
+            and not (k in _LOAD and set(_LOAD) & set(override))
+        }
+        routes[name] = _resolve_route(
+            {**merged, **override}, f"{key}.routes.{name}" if name in overrides else key, kmax
+        )
+    return Phase(name=raw.get("name", ""), start=start, duration=raw["duration"], ramp=raw["ramp"], routes=routes)
+
+
+def _model_names(values: dict[str, Any]) -> list[str]:
+    names = [route["model_name"] for route in values.get("routes") or [{"model_name": values["model"]}]]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ScenarioError(f"routes[{i}].model_name", f"duplicate {name!r}")
+    return names
+
+
+# Keys parse_scenario builds from the parsed values rather than passing them through.
+_BUILT = frozenset({"name", "description", "routes", "phases", "events", "faults", "step_time"})
 
 
 def parse_scenario(data: Any, source: str = "") -> Scenario:
-    if not isinstance(data, dict):
-        raise ScenarioError("scenario: expected a mapping at the top level")
-    unknown = set(data) - _TOP_KEYS
-    if unknown:
-        raise ScenarioError(f"{sorted(unknown)[0]}: unknown key")
-    name = str(data.get("name") or os.path.splitext(os.path.basename(source))[0] or "scenario")
-    kmax = _int(data.get("num_speculative_tokens", 4), "num_speculative_tokens", lo=1, hi=64)
-    schema = data.get("schema", "v1")
-    if schema not in SCHEMAS:
-        raise ScenarioError(f"schema: must be one of {', '.join(SCHEMAS)}, got {schema!r}")
-    model = str(data.get("model", "llama-3.1-8b"))
-    routes_raw = data.get("routes") or [{"model_name": model}]
-    if not isinstance(routes_raw, list):
-        raise ScenarioError("routes: expected a list")
-    names = []
-    for i, r in enumerate(routes_raw):
-        if not isinstance(r, dict) or not r.get("model_name"):
-            raise ScenarioError(f"routes[{i}].model_name: required")
-        if set(r) - {"model_name"}:
-            raise ScenarioError(f"routes[{i}].{sorted(set(r) - {'model_name'})[0]}: unknown key")
-        if str(r["model_name"]) in names:
-            raise ScenarioError(f"routes[{i}].model_name: duplicate {r['model_name']!r}")
-        names.append(str(r["model_name"]))
-
-    phases_raw = data.get("phases")
-    if not isinstance(phases_raw, list) or not phases_raw:
-        raise ScenarioError("phases: expected a non-empty list")
+    """A scenario mapping, validated as the config is (config/parse.py): a ScenarioError names the key."""
+    if not isinstance(data, Mapping):
+        raise ScenarioError("scenario", "expected a mapping at the top level")
+    try:
+        values = parse_section(SCENARIO_SCHEMA, data, "", Context())
+    except ConfigError as exc:
+        raise ScenarioError(exc.key, exc.reason) from None
+    if "phases" not in values:
+        raise ScenarioError("phases", "required: a non-empty list")
+    names, kmax = _model_names(values), values["num_speculative_tokens"]
     phases, start = [], 0.0
-    for i, p in enumerate(phases_raw):
-        key = f"phases[{i}]"
-        if not isinstance(p, dict):
-            raise ScenarioError(f"{key}: expected a mapping")
-        unknown = set(p) - _PHASE_KEYS
-        if unknown:
-            raise ScenarioError(f"{key}.{sorted(unknown)[0]}: unknown key")
-        dur = parse_duration(p.get("duration", 0), f"{key}.duration")
-        if dur <= 0:
-            raise ScenarioError(f"{key}.duration: must be > 0")
-        base = {k: v for k, v in p.items() if k in _ROUTE_PARAM_KEYS}
-        overrides = p.get("routes") or {}
-        if not isinstance(overrides, dict):
-            raise ScenarioError(f"{key}.routes: expected a mapping model_name -> parameters")
-        for rn in overrides:
-            if rn not in names:
-                raise ScenarioError(f"{key}.routes.{rn}: not a model_name in `routes`")
-        resolved = {}
-        for rn in names:
-            merged = dict(base)
-            ov = overrides.get(rn) or {}
-            if any(x in ov for x in ("alpha", "acceptance_rate", "acceptance")):
-                for x in ("alpha", "acceptance_rate", "acceptance"):
-                    merged.pop(x, None)
-            if any(x in ov for x in ("concurrency", "rate")):
-                merged.pop("concurrency", None)
-                merged.pop("rate", None)
-            merged.update(ov)
-            resolved[rn] = _resolve_route(merged, f"{key}.routes.{rn}" if rn in overrides else key, kmax)
-        phases.append(
-            Phase(
-                name=str(p.get("name", f"phase-{i}")),
-                start=start,
-                duration=dur,
-                ramp=bool(p.get("ramp", False)),
-                routes=resolved,
-            )
-        )
-        start += dur
-
-    events = []
-    for i, e in enumerate(data.get("events") or []):
-        key = f"events[{i}]"
-        if not isinstance(e, dict):
-            raise ScenarioError(f"{key}: expected a mapping")
-        if set(e) - {"at", "type", "schema"}:
-            raise ScenarioError(f"{key}.{sorted(set(e) - {'at', 'type', 'schema'})[0]}: unknown key")
-        typ = e.get("type")
-        if typ not in EVENT_TYPES:
-            raise ScenarioError(f"{key}.type: must be one of {', '.join(EVENT_TYPES)}, got {typ!r}")
-        sch = e.get("schema")
-        if typ == "schema" and sch not in SCHEMAS:
-            raise ScenarioError(f"{key}.schema: must be one of {', '.join(SCHEMAS)}, got {sch!r}")
-        events.append(Event(at=parse_duration(e.get("at", 0), f"{key}.at"), type=typ, schema=sch))
-
-    faults = []
-    for i, f in enumerate(data.get("faults") or []):
-        key = f"faults[{i}]"
-        if not isinstance(f, dict):
-            raise ScenarioError(f"{key}: expected a mapping")
-        kind = f.get("kind")
-        if kind not in FAULT_KINDS:
-            raise ScenarioError(f"{key}.kind: must be one of {', '.join(FAULT_KINDS)}, got {kind!r}")
-        params = {k: v for k, v in f.items() if k not in ("at", "duration", "kind")}
-        for pk in params:
-            if pk not in ("bytes", "labels", "chunk", "interval", "fraction"):
-                raise ScenarioError(f"{key}.{pk}: unknown key")
-        faults.append(
-            Fault(
-                at=parse_duration(f.get("at", 0), f"{key}.at"),
-                duration=parse_duration(f.get("duration", "10s"), f"{key}.duration"),
-                kind=kind,
-                params=params,
-            )
-        )
-
-    expected = data.get("expected") or {}
-    if not isinstance(expected, dict):
-        raise ScenarioError("expected: expected a mapping")
-
+    for i, raw in enumerate(values["phases"]):
+        phases.append(_phase({"name": f"phase-{i}", **raw}, f"phases[{i}]", start, names, kmax))
+        start += phases[-1].duration
+    events = [Event(at=e["at"], type=e["type"], schema=e["schema"]) for e in values.get("events") or []]
+    for i, event in enumerate(events):
+        if event.type == "schema" and event.schema is None:
+            raise ScenarioError(f"events[{i}].schema", f"required for a schema event ({', '.join(SCHEMAS)})")
+    faults = [
+        Fault(at=f.pop("at"), duration=f.pop("duration"), kind=f.pop("kind"), params=f)
+        for f in values.get("faults") or []
+    ]
+    step_time = values.get("step_time")
     return Scenario(
-        name=name,
-        description=str(data.get("description", "")).strip(),
-        hardware=str(data.get("hardware", "h100-sxm")),
-        model=model,
-        tensor_parallel=_int(data.get("tensor_parallel", 1), "tensor_parallel", lo=1),
-        dtype=str(data.get("dtype", "bf16")),
-        method=str(data.get("method", "eagle3")),
-        draft_cost_per_token=(
-            None
-            if data.get("draft_cost_per_token") is None
-            else _num(data["draft_cost_per_token"], "draft_cost_per_token", lo=0)
-        ),
-        num_speculative_tokens=kmax,
-        schema=schema,
-        multiprocess=bool(data.get("multiprocess", False)),
-        engines=_int(data.get("engines", 1), "engines", lo=1, hi=64),
-        max_num_seqs=_int(data.get("max_num_seqs", 256), "max_num_seqs", lo=1),
-        max_num_batched_tokens=_int(data.get("max_num_batched_tokens", 8192), "max_num_batched_tokens", lo=1),
-        max_model_len=_int(data.get("max_model_len", 8192), "max_model_len", lo=16),
-        prompt_tokens=_int(data.get("prompt_tokens", 512), "prompt_tokens", lo=1),
-        output_tokens=_int(data.get("output_tokens", 256), "output_tokens", lo=2),
-        noise=_num(data.get("noise", 0.03), "noise", lo=0, hi=1),
+        **{k: v for k, v in values.items() if k not in _BUILT},
+        name=values["name"] or os.path.splitext(os.path.basename(source))[0] or "scenario",
+        description=values["description"].strip(),
         model_names=tuple(names),
         phases=tuple(phases),
         events=tuple(events),
         faults=tuple(faults),
-        expected=expected,
         source=source,
-        step_time=_step_curve(data.get("step_time")),
+        step_time=None if step_time is None else StepCurve(**step_time),
     )
 
 
@@ -515,12 +483,12 @@ def load_scenario(name_or_path: str | os.PathLike[str] | Scenario) -> Scenario:
         cand = os.path.join(SCENARIO_DIR, p + ".yaml")
         if not os.path.exists(cand):
             raise ScenarioError(
-                f"scenario {p!r}: no such file or shipped scenario (shipped: {', '.join(list_scenarios())})"
+                f"scenario {p!r}", f"no such file or shipped scenario (shipped: {', '.join(list_scenarios())})"
             )
         p = cand
     with open(p, encoding="utf-8") as fh:
         try:
             data = yaml.safe_load(fh)
         except yaml.YAMLError as exc:
-            raise ScenarioError(f"{p}: invalid YAML: {exc}") from None
+            raise ScenarioError(p, "invalid YAML: " + " ".join(str(exc).split())) from None
     return parse_scenario(data, source=p)

@@ -77,6 +77,20 @@ def test_bad_input_is_two_lines_and_exit_2(argv, needle, capsys):
     check_refused(argv, needle, capsys)
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("phases: [{duration: 1m, concurrency: 4, alpha: 2}]", "phases[0].alpha: must be <= 1"),
+        ("phases: [{duration: 1m, concurrency: 4, alpha: 0.5}]\nnoise: [", "invalid YAML"),
+    ],
+    ids=["bad-value", "bad-yaml"],
+)
+def test_a_bad_scenario_file_is_one_line_naming_the_key_and_exit_2(text, needle, tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    check_refused(["sim", "--scenario", str(path), "--crossings"], needle, capsys)
+
+
 def test_a_busy_port_names_the_flag(capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

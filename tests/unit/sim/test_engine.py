@@ -204,6 +204,19 @@ def test_truth_reports_breakeven_and_verdict_from_the_cost_model():
         ({"events": [{"at": "1s", "type": "explode"}]}, "events[0].type"),
         ({"faults": [{"at": "1s", "kind": "meteor"}]}, "faults[0].kind"),
         ({"bogus": 1}, "bogus"),
+        ({"phases": [{"duration": "1m", "concurrency": 1, "alpha": 0.5, "k": 9}]}, "phases[0].k"),
+        ({"phases": [{"duration": "1m", "rate": 1, "acceptance": [0.9, "most"]}]}, "phases[0].acceptance[1]"),
+        (
+            {"phases": [{"duration": "1m", "rate": 1, "alpha": 0.5, "routes": {"m": {"bogus": 1}}}]},
+            "phases[0].routes.m.bogus",
+        ),
+        ({"phases": [{"duration": "1m", "rate": 1, "alpha": 0.5, "routes": {"other": {}}}]}, "phases[0].routes.other"),
+        ({"routes": [{"model_name": "m"}, {"model_name": "m"}]}, "routes[1].model_name"),
+        ({"events": [{"at": "1s", "type": "schema"}]}, "events[0].schema"),
+        ({"faults": [{"at": "1s", "kind": "slow_drip", "chunk": 0}]}, "faults[0].chunk"),
+        ({"step_time": {"fixed_seconds": 0.01}}, "step_time.seconds_per_token"),
+        ({"engines": 65}, "engines"),
+        ({"phases": None}, "phases"),
     ],
 )
 def test_invalid_scenarios_are_rejected_naming_the_key(bad, key):
@@ -211,3 +224,10 @@ def test_invalid_scenarios_are_rejected_naming_the_key(bad, key):
 
     with pytest.raises(ScenarioError, match=key.replace("[", r"\[").replace("]", r"\]")):
         small(**bad)
+
+
+def test_a_scenario_without_phases_is_rejected_naming_phases():
+    from specwatch.sim import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"^phases: required"):
+        parse_scenario({"name": "t"})
