@@ -263,3 +263,16 @@ def test_replica_labels_go_only_to_what_a_replica_exports():
     assert contract.BY_NAME["specwatch_verdict"].labels(["pod"]) == ["route", "target", "window", "pod", "verdict"]
     assert contract.BY_NAME["specwatch_fleet_replicas"].labels(["pod"]) == ["route", "window", "verdict"]
     assert contract.BY_NAME["specwatch_prometheus_up"].labels(["pod"]) == []
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        "drafts_seen  gauges   sidecar route,target -               | Misspelt type.",
+        "drafts_seen  gauge    pods    route,target -               | Unknown mode.",
+        "drafts_seen  gauge    both    route,target acceptance_rat  | Not an evaluation value.",
+    ],
+)
+def test_a_table_row_with_an_unknown_type_mode_or_value_is_refused(row):
+    with pytest.raises(ValueError, match="drafts_seen"):
+        contract._family(row)
