@@ -37,6 +37,7 @@ from typing import Any
 
 from specwatch import __version__
 from specwatch.config import Config
+from specwatch.engines.advice import DEFAULT_ENGINE, VLLM_ENGINES
 from specwatch.export.history import PageHistory, SeriesKey, fleet_order
 from specwatch.export.status import window_status
 from specwatch.fleet.evaluator import FleetRow, FleetState, ReplicaRouteState, replica_name
@@ -290,13 +291,18 @@ WINDOW_HEAD = (
 
 
 def windows_table(
-    where: str, evaluations: Sequence[RouteEvaluation], history: PageHistory, config: Config, now: float | None
+    where: str,
+    evaluations: Sequence[RouteEvaluation],
+    history: PageHistory,
+    config: Config,
+    now: float | None,
+    engine: str = DEFAULT_ENGINE,
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """One route's windows as a table, and the records (window, window_status) behind it."""
     hold = config.decision.hold_seconds(config.poll_interval)
     rows, records = [], []
     for e in evaluations:
-        record = window_status(e)
+        record = window_status(e, engine)
         records.append((e.stats.window, record))
         since = history.candidate_since((where, e.stats.route, e.stats.window))
         cannot_pay = record.get("speculation_cannot_pay")
@@ -321,26 +327,37 @@ def windows_table(
     return _table(WINDOW_HEAD, rows, left=3), records
 
 
-def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    """What to do, per distinct recommendation (windows that agree share one), and the notes."""
+def _vllm_advice(r: Mapping[str, Any]) -> str | None:
+    action = r.get("recommended_action")
+    if r.get("recommended_speculative_config_flag"):
+        return f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
+    if r.get("merge_into_your_speculative_config"):
+        merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
+        return f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
+    if action == "remove_speculative_config":
+        return "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
+    return "no change: keep the --speculative-config you run" if action == "no_change" else None
+
+
+def _engine_advice(r: Mapping[str, Any]) -> str | None:
+    if r.get("recommended_command"):
+        return f"<pre>{esc(r['recommended_command'])}</pre>"
+    return "no change: keep the speculative settings you run" if r.get("recommended_action") == "no_change" else None
+
+
+def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]], engine: str = DEFAULT_ENGINE) -> str:
+    """What to do in ``engine``'s terms, per distinct recommendation (windows that agree share
+    one), and the notes."""
     grouped: dict[str, list[str]] = defaultdict(list)
+    vllm = engine in VLLM_ENGINES
     for window, r in records:
-        action = r.get("recommended_action")
-        if r.get("recommended_speculative_config_flag"):
-            text = f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
-        elif r.get("merge_into_your_speculative_config"):
-            merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
-            text = f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
-        elif action == "remove_speculative_config":
-            text = "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
-        elif action == "no_change":
-            text = "no change: keep the --speculative-config you run"
-        else:
-            continue
-        grouped[text].append(window)
+        text = _vllm_advice(r) if vllm else _engine_advice(r)
+        if text is not None:
+            grouped[text].append(window)
     out = []
     if grouped:
-        out.append("<h3>Recommended <code>--speculative-config</code></h3>")
+        heading = "<code>--speculative-config</code>" if vllm else f"speculative settings ({esc(engine)})"
+        out.append(f"<h3>Recommended {heading}</h3>")
         out += [
             f"<div><span class=small>window {esc(', '.join(ws))}:</span> {text}</div>" for text, ws in grouped.items()
         ]

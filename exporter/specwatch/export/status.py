@@ -17,14 +17,17 @@ from typing import Any
 from specwatch import __version__
 from specwatch.base.jsonsafe import json_safe
 from specwatch.config import Config
+from specwatch.engines.advice import DEFAULT_ENGINE, VLLM_ENGINES, advise
 from specwatch.fleet.evaluator import FleetState, replica_name
 from specwatch.sidecar.scrape import redact_url
 from specwatch.sidecar.state import State
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
 
 
-def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
-    """One window of one route on /api/v1/status (either mode)."""
+def window_status(evaluation: RouteEvaluation, engine: str = DEFAULT_ENGINE) -> dict[str, Any]:
+    """One window of one route on /api/v1/status (either mode). ``recommended_command`` and
+    ``recommended_flags`` give the advice in ``engine``'s terms; the vLLM fields stay for programs
+    that read them."""
     record = evaluation_record(evaluation)
     record.pop("route"), record.pop("window")
     record.update(
@@ -40,16 +43,21 @@ def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
     )
     if evaluation.config_check is not None:
         record["config_check"] = evaluation.config_check.as_dict()
+    if engine not in VLLM_ENGINES:  # the --speculative-config fields mean nothing to another engine
+        record["recommended_config"] = record["merge_into_your_speculative_config"] = None
     if record["recommended_config"] is not None:
         record["recommended_speculative_config_flag"] = (
             "--speculative-config '" + json.dumps(record["recommended_config"], separators=(",", ":")) + "'"
         )
+    advice = advise(evaluation.advised, engine)
+    record["recommended_command"] = None if advice is None else advice.command
+    record["recommended_flags"] = list(advice.flags) if advice is not None and advice.flags else None
     return record
 
 
-def _windows(evaluations: Iterable[RouteEvaluation]) -> dict[str, dict[str, Any]]:
+def _windows(evaluations: Iterable[RouteEvaluation], engine: str = DEFAULT_ENGINE) -> dict[str, dict[str, Any]]:
     """A route's windows, keyed by window label."""
-    return {e.stats.window: window_status(e) for e in evaluations}
+    return {e.stats.window: window_status(e, engine) for e in evaluations}
 
 
 def iso_time(t: float | None) -> str | None:
