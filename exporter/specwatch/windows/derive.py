@@ -35,7 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from specwatch.engines.series import POSITION_COUNTERS, Counter, RouteSnapshot, SeriesKey
+from specwatch.engines.series import DEFAULT_ENGINE, POSITION_COUNTERS, Counter, RouteSnapshot, SeriesKey
 from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.windows.window import WindowView
 
@@ -66,6 +66,7 @@ class WindowStats:
     engines: int = 1
     accepted_by_position: tuple[float, ...] | None = None  # Δaccepted per position (V1), for p_i
     drafted_by_position: tuple[float, ...] | None = None  # Δdraft tokens per position, where counted: p_i exact
+    engine: str = DEFAULT_ENGINE  # the serving engine spoken (RouteSnapshot.engine)
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -301,6 +302,7 @@ def window_stats(
             draft_coverage=draft_coverage,
             schema=latest.schema,
             engines=engines,
+            engine=latest.engine,
             accepted_by_position=by_position,
             drafted_by_position=drafted,
         )
@@ -320,6 +322,7 @@ def window_stats(
         draft_coverage=draft_coverage,
         schema=latest.schema,
         engines=engines,
+        engine=latest.engine,
     )
     if latest.schema == SCHEMA_V0:
         return _v0_acceptance(measured, latest, configured_k_hint)
