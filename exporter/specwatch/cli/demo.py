@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from specwatch.base.logsetup import configure_logging
 from specwatch.config import Config, ConfigError, from_mapping, parse_duration
-from specwatch.engines.advice import DEFAULT_ENGINE, advise
+from specwatch.engines.advice import advise
 from specwatch.lesson.options import port as port_type
 from specwatch.lesson.options import positive
 
@@ -45,10 +45,10 @@ def _fmt_breakeven(value: float | None) -> str:
     return "cannot pay" if value is not None and value >= 1.0 else _fmt(value)
 
 
-def _recommendation(evaluation: RouteEvaluation, engine: str = DEFAULT_ENGINE) -> str:
-    """What to do in ``engine``'s terms (vLLM: --speculative-config), by action, as the alert
-    descriptions render it."""
-    advice = advise(evaluation.advised, engine)
+def _recommendation(evaluation: RouteEvaluation) -> str:
+    """What to do in the route's engine's terms (vLLM: --speculative-config), by action, as the
+    alert descriptions render it."""
+    advice = advise(evaluation.advised, evaluation.stats.engine)
     if advice is None:
         return "-"
     if advice.action == "disable":

@@ -31,9 +31,8 @@ from typing import Protocol
 
 import yaml
 
+from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.engines.vllm_schedule import SCHEDULE_KEY
-
-DEFAULT_ENGINE = "vllm"
 
 #: The option of each engine that makes it choose K per step (a stated config's key, in that
 #: engine's own terms: vLLM's --speculative-config key, SGLang's server argument).

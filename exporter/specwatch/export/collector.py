@@ -19,8 +19,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
-from specwatch.engines.advice import DEFAULT_ENGINE, advise
-from specwatch.engines.vllm import Counter
+from specwatch.engines.advice import advise
+from specwatch.engines.series import Counter
 from specwatch.sidecar.state import State
 from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
@@ -39,8 +39,8 @@ MIRRORED_COUNTERS = (
 # The same families in both modes (fleet mode adds its replica labels): one name and help each.
 ROUTE_INFO = (
     "specwatch_route_info",
-    "Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.",
-    ["route", "target", "model_name", "method", "schema"],
+    "Route metadata: model, speculative method as configured, the metric schema and the serving engine spoken.",
+    ["route", "target", "model_name", "method", "schema", "engine"],
 )
 BASELINE_GAUGE = ("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route.")
 # Per route (labels route, target): (metric name, help).
@@ -175,7 +175,7 @@ class WindowFamilies:
             "Draft length K the stated draft.config gives at the live batch size." + note,
         )
 
-    def add(self, wlabels: list[str], evaluation: RouteEvaluation, engine: str = DEFAULT_ENGINE) -> None:
+    def add(self, wlabels: list[str], evaluation: RouteEvaluation) -> None:
         for name, field, _ in DERIVED_GAUGES:
             value = evaluation.value(field)
             if value is not None and math.isfinite(value):
@@ -196,7 +196,7 @@ class WindowFamilies:
         if evaluation.config_check is not None:
             self.mismatch.add_metric(wlabels, 1 if evaluation.config_check.mismatch else 0)
             self.configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
-        advice = advise(evaluation.advised, engine)  # in the route's engine's terms
+        advice = advise(evaluation.advised, evaluation.stats.engine)  # in the route's engine's terms
         if advice is not None:
             self.config.add_metric(wlabels + [advice.label, advice.export_action], 1)
 
@@ -342,7 +342,7 @@ class SpecwatchCollector(Collector):
             expects.add_metric([name, target], 1 if expected else 0)
         for route in state.routes:
             labels = [route.route, route.target]
-            info.add_metric([route.route, route.target, route.model_name, route.method, route.schema], 1)
+            info.add_metric([route.route, route.target, route.model_name, route.method, route.schema, route.engine], 1)
             expects.add_metric(labels, 1 if route.expects_speculation else 0)
             if route.baseline_itl_p99_seconds is not None:
                 baseline.add_metric(labels, route.baseline_itl_p99_seconds)

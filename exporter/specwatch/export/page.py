@@ -37,7 +37,8 @@ from typing import Any
 
 from specwatch import __version__
 from specwatch.config import Config
-from specwatch.engines.advice import DEFAULT_ENGINE, VLLM_ENGINES
+from specwatch.engines.advice import VLLM_ENGINES
+from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.export.history import PageHistory, SeriesKey, fleet_order
 from specwatch.export.status import window_status
 from specwatch.fleet.evaluator import FleetRow, FleetState, ReplicaRouteState, replica_name
@@ -291,18 +292,13 @@ WINDOW_HEAD = (
 
 
 def windows_table(
-    where: str,
-    evaluations: Sequence[RouteEvaluation],
-    history: PageHistory,
-    config: Config,
-    now: float | None,
-    engine: str = DEFAULT_ENGINE,
+    where: str, evaluations: Sequence[RouteEvaluation], history: PageHistory, config: Config, now: float | None
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """One route's windows as a table, and the records (window, window_status) behind it."""
     hold = config.decision.hold_seconds(config.poll_interval)
     rows, records = [], []
     for e in evaluations:
-        record = window_status(e, engine)
+        record = window_status(e)
         records.append((e.stats.window, record))
         since = history.candidate_since((where, e.stats.route, e.stats.window))
         cannot_pay = record.get("speculation_cannot_pay")
@@ -325,6 +321,11 @@ def windows_table(
             + "</tr>"
         )
     return _table(WINDOW_HEAD, rows, left=3), records
+
+
+def engine_of(evaluations: Sequence[RouteEvaluation]) -> str:
+    """The engine a route's windows were read from."""
+    return evaluations[0].stats.engine if evaluations else DEFAULT_ENGINE
 
 
 def _vllm_advice(r: Mapping[str, Any]) -> str | None:
@@ -492,7 +493,7 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
         plot = plots(history, (route.target, route.route, window), config.poll_interval) if i < MAX_PLOTTED else ""
         sections.append(
             f'<section class="route" id="r{i}"><h2>{esc(route.route)} {badge(headline.verdict if headline else None)}</h2>'
-            f"<p class=meta>{meta}</p>{table}{recommendations(records)}{plot}</section>"
+            f"<p class=meta>{meta}</p>{table}{recommendations(records, route.engine)}{plot}</section>"
         )
     unmatched = ""
     if state.unmatched_routes:
@@ -591,7 +592,7 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
             part.append(
                 f"<h3>replica {esc(name)} {badge(headline.verdict if headline else None)}</h3>"
                 f"<p class=meta>{labels} · model_name {esc(r.model_name)} · method {esc(r.method)}</p>"
-                f"{table}{recommendations(records)}{plot}"
+                f"{table}{recommendations(records, engine_of(r.evaluations))}{plot}"
             )
             shown += 1
         part.append("</section>")
