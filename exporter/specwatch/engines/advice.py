@@ -294,7 +294,7 @@ def _lmdeploy(rec: Recommendation, current: Mapping[str, object] | None) -> Engi
 RENDERERS = {"sglang": _sglang, "trtllm": _trtllm, "llamacpp": _llamacpp, "lmdeploy": _lmdeploy}
 #: Engines that read vLLM's --speculative-config (Ray Serve LLM passes it to its vLLM engines).
 VLLM_ENGINES = frozenset({"vllm", "ray-vllm"})
-ENGINES = (*sorted(VLLM_ENGINES), *RENDERERS)
+ADVISED_ENGINES = (*sorted(VLLM_ENGINES), *RENDERERS)
 
 
 def advise(
