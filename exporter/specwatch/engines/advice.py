@@ -157,12 +157,12 @@ def recommendation_of(assessed: Assessed | None) -> Recommendation | None:
     """The neutral recommendation of an assessment; None without a verdict to act on."""
     if assessed is None or assessed.action is None:
         return None
-    if assessed.candidate == "disable":
+    if assessed.action == "remove_speculative_config":
         return Recommendation("disable", 0)
     k = int(assessed.recommended_draft_length or 0)
-    if assessed.candidate != "shorten" or not assessed.config_changes:
+    if assessed.action == "no_change":
         return Recommendation("keep", k, k)
-    changes = assessed.config_changes
+    changes = assessed.config_changes or {}
     raw = changes.get(SCHEDULE_KEY)
     bands = tuple((int(b[0]), int(b[1]), int(b[2])) for b in raw) if isinstance(raw, list) else ()
     k_max = changes.get("num_speculative_tokens")
@@ -190,6 +190,7 @@ SWITCHES = frozenset({"--speculative-adaptive"})
 SGLANG_FLAGS = (
     "--speculative-algorithm",
     "--speculative-draft-model-path",
+    "--speculative-draft-model",
     "--speculative-num-steps",
     "--speculative-eagle-topk",
     "--speculative-num-draft-tokens",

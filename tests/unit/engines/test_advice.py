@@ -43,7 +43,7 @@ VLLM_FLAG = (
 )
 SGLANG_K2 = "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3"
 SGLANG_OFF = (
-    "remove --speculative-algorithm --speculative-draft-model-path --speculative-num-steps "
+    "remove --speculative-algorithm --speculative-draft-model-path --speculative-draft-model --speculative-num-steps "
     "--speculative-eagle-topk --speculative-num-draft-tokens --speculative-adaptive --speculative-adaptive-config"
 )
 LLAMACPP_OFF = (
