@@ -115,12 +115,21 @@ class EngineAdvice:
 
     @property
     def label(self) -> str:
-        """The advice on one line for the ``config`` label of specwatch_recommended_config_info:
-        the config (sorted JSON), the keys to merge, or the flags; empty for keep and disable."""
-        keys = self.config if self.config is not None else self.merge
-        if keys is not None:
-            return json.dumps(keys, separators=(",", ":"), sort_keys=True)
-        return shlex.join(self.flags)
+        """The advice on one line for the ``config`` label of specwatch_recommended_config_info,
+        which the alerts quote: vLLM's config or keys to merge as sorted JSON (the alert wraps it
+        in --speculative-config), empty for its keep and disable; another engine's flags, its YAML
+        section on one line (``speculative_config: {...}``), or what to remove, as they are."""
+        if self.engine in VLLM_ENGINES:
+            keys = self.config if self.config is not None else self.merge
+            return "" if keys is None else json.dumps(keys, separators=(",", ":"), sort_keys=True)
+        if self.config is not None:
+            return "; ".join(
+                f"{key}: " + yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip()
+                for key, value in self.config.items()
+            )
+        if self.flags:
+            return shlex.join(self.flags)
+        return (self.command or "") if self.action == "disable" else ""
 
     @property
     def export_action(self) -> str:

@@ -290,3 +290,16 @@ def test_each_engine_reads_only_its_own_adaptive_option():
     assert not adapts_draft_length({"enable_adaptive_verification": False})
     assert not adapts_draft_length({"enable_adaptive_verification": "true"})  # vLLM wants a boolean
     assert not adapts_draft_length(None)
+
+
+@pytest.mark.parametrize(("engine", "assessment", "command", "action"), [row for row in TABLE if row[0] != "vllm"])
+def test_another_engines_label_is_what_the_alerts_quote_as_is(engine, assessment, command, action):
+    """The alerts quote a label that is not a JSON object as it is: it must say what the status says."""
+    advice = advise(assessment, engine)
+    assert advice is not None
+    if command is None:
+        assert advice.label == ""
+    elif advice.config is not None:  # TensorRT-LLM: the same YAML on one line
+        assert "\n" not in advice.label and yaml.safe_load(advice.label) == yaml.safe_load(command)
+    else:
+        assert advice.label == command and not advice.label.startswith("{")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import yaml
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
@@ -31,6 +32,11 @@ APPLY = Assessment(
     recommended_config=COMPLETE,
     config_changes={"method": "eagle3", "num_speculative_tokens": 3, SCHEDULE_KEY: BANDS},
     action="apply",
+)
+DISABLE = Assessment("disable", recommended_draft_length=0, action="remove_speculative_config")
+LLAMACPP_OFF = (
+    "remove --spec-type --spec-draft-model -md --model-draft --spec-draft-n-max --spec-draft-n-min "
+    "--spec-draft-p-min --draft-p-min (serve without the draft model)"
 )
 MERGE = Assessment("shorten", recommended_draft_length=2, config_changes={"num_speculative_tokens": 2}, action="merge")
 
@@ -70,8 +76,14 @@ def test_the_config_info_metric_carries_the_engines_terms_and_vllms_sorted_json(
     assert config_info("vllm", MERGE) == [('{"num_speculative_tokens":2}', "merge")]
     # The drafter's path does not matter to a llama.cpp flag: the advice is complete there.
     assert config_info("llamacpp", MERGE) == [("--spec-draft-n-max 2", "apply")]
-    trtllm = json.loads(config_info("trtllm", APPLY)[0][0])
-    assert trtllm == {"speculative_config": {"max_draft_len": 3, "draft_len_schedule": {"16": 3, "512": 2}}}
+    # A line for the --config YAML, quoted as it is by the alerts (not as a --speculative-config).
+    (trtllm,) = config_info("trtllm", APPLY)
+    assert trtllm == ("speculative_config: {draft_len_schedule: {16: 3, 512: 2}, max_draft_len: 3}", "apply")
+    assert yaml.safe_load(trtllm[0]) == {
+        "speculative_config": {"max_draft_len": 3, "draft_len_schedule": {16: 3, 512: 2}}
+    }
+    assert config_info("llamacpp", DISABLE) == [(LLAMACPP_OFF, "remove_speculative_config")]
+    assert config_info("vllm", DISABLE) == [("", "remove_speculative_config")]
 
 
 def test_the_page_names_each_engines_settings():
