@@ -14,7 +14,8 @@ from specwatch.cli.demo import _recommendation
 from specwatch.config import from_mapping
 from specwatch.engines.vllm_schedule import SCHEDULE_KEY
 from specwatch.export.collector import WindowFamilies, registry_for
-from specwatch.export.page import recommendations
+from specwatch.export.history import PageHistory
+from specwatch.export.page import recommendations, render_page
 from specwatch.export.status import status_document, window_status
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
@@ -108,9 +109,9 @@ def test_the_demo_column_shows_the_engines_flags():
 LLAMACPP = FIXTURES / "engines" / "llamacpp"  # two polls: alpha 0.65, K 3, p_i 0.85/0.65/0.45, batch 4
 
 
-def llamacpp_status(cost_per_token: float) -> tuple[dict, bytes]:
-    """The status window and /metrics after replaying the llama.cpp fixture, with a drafter that
-    costs ``cost_per_token`` of a target step per drafted token."""
+def llamacpp_status(cost_per_token: float) -> tuple[dict, bytes, str]:
+    """The status window, /metrics and the page after replaying the llama.cpp fixture, with a
+    drafter that costs ``cost_per_token`` of a target step per drafted token."""
     config = from_mapping(
         {
             "poll_interval": "5s",
@@ -125,12 +126,16 @@ def llamacpp_status(cost_per_token: float) -> tuple[dict, bytes]:
     ]
     pipeline = Pipeline(config)
     list(replay(config, lines, pipeline))
-    window = status_document(pipeline.state(), config)["routes"][0]["windows"]["1m"]
-    return window, generate_latest(registry_for(pipeline.state))
+    state = pipeline.state()
+    window = status_document(state, config)["routes"][0]["windows"]["1m"]
+    history = PageHistory()
+    history.record(state)
+    page = render_page(state, None, config, history, now=1030.0).decode()
+    return window, generate_latest(registry_for(pipeline.state)), page
 
 
 def test_a_llamacpp_route_is_advised_in_llamacpp_flags_end_to_end():
-    window, metrics = llamacpp_status(0.5)  # the third position no longer pays: K 3 -> 2
+    window, metrics, page = llamacpp_status(0.5)  # the third position no longer pays: K 3 -> 2
     assert window["verdict"] == "shorten"
     assert window["recommended_command"] == "--spec-draft-n-max 2"
     assert window["recommended_flags"] == ["--spec-draft-n-max", "2"]
@@ -138,9 +143,11 @@ def test_a_llamacpp_route_is_advised_in_llamacpp_flags_end_to_end():
     assert window["recommended_config"] is None and "recommended_speculative_config_flag" not in window
     assert not any("vLLM" in note or "--speculative-config" in note for note in window["notes"])
     assert b'config="--spec-draft-n-max 2"' in metrics
+    assert "Recommended speculative settings (llamacpp)" in page and "<pre>--spec-draft-n-max 2</pre>" in page
+    assert "--speculative-config" not in page
 
 
 def test_a_llamacpp_route_disable_drops_the_draft_model():
-    window, _ = llamacpp_status(0.9)  # a drafter nearly as slow as the target: nothing pays
+    window, _, _ = llamacpp_status(0.9)  # a drafter nearly as slow as the target: nothing pays
     assert window["verdict"] == "disable" and window["recommended_action"] == "remove_speculative_config"
     assert window["recommended_command"].startswith("remove --spec-type --spec-draft-model -md --model-draft")
