@@ -164,8 +164,8 @@ def adaptive_note(current: Mapping[str, object] | None) -> str:
 
 def recommendation_of(assessed: Assessed | None) -> Recommendation | None:
     """The neutral recommendation of an assessment; None without a verdict to act on."""
-    if assessed is None or assessed.action is None:
-        return None
+    if assessed is None or assessed.action not in ("no_change", "apply", "merge", "remove_speculative_config"):
+        return None  # no verdict, or one that asks for something else than a config (a measurement)
     if assessed.action == "remove_speculative_config":
         return Recommendation("disable", 0)
     k = int(assessed.recommended_draft_length or 0)

@@ -7,6 +7,7 @@ fail on target data. Values that cannot be computed are omitted, never exported 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable
 
@@ -19,7 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
-from specwatch.engines.advice import advise
+from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.engines.series import Counter
 from specwatch.sidecar.state import State
 from specwatch.verdict.decide import VERDICTS
@@ -196,9 +197,15 @@ class WindowFamilies:
         if evaluation.config_check is not None:
             self.mismatch.add_metric(wlabels, 1 if evaluation.config_check.mismatch else 0)
             self.configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
-        advice = advise(evaluation.advised, evaluation.stats.engine)  # in the route's engine's terms
-        if advice is not None:
-            self.config.add_metric(wlabels + [advice.label, advice.export_action], 1)
+        advice = evaluation.advice if evaluation.guard_passed else None
+        if advice is not None and advice.action is not None:
+            keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+            text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
+            action = advice.action
+            if evaluation.stats.engine not in VLLM_ENGINES:  # in that engine's terms
+                rendered = advise(advice, evaluation.stats.engine)
+                text, action = (rendered.label, rendered.export_action) if rendered is not None else ("", action)
+            self.config.add_metric(wlabels + [text, action], 1)
 
     def families(self) -> tuple[Metric, ...]:
         return (

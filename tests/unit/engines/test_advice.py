@@ -117,6 +117,8 @@ def test_every_engine_specwatch_reads_gets_advice_in_its_terms():
 def test_no_verdict_to_act_on_gives_no_advice_in_any_engine():
     below_guard = Assessment(candidate="insufficient_data")
     assert all(advise(below_guard, engine) is None for engine in ADVISED_ENGINES)
+    measure = Assessment(candidate="undecided", action="measure")  # asks for a measurement, not a config
+    assert all(advise(measure, engine) is None for engine in ADVISED_ENGINES)
     assert advise(None) is None
 
 
