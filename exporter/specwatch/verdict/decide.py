@@ -253,10 +253,6 @@ def assess(
         s_now=s_now,
         previous_verdict=previous_verdict,
     )
-    # The engine picks K per step itself (adaptive verification): a shorter K is its call, not ours.
-    adaptive = (adaptive_note(base_config),) if adapts_draft_length(base_config) else ()
-    if adaptive and candidate == "shorten":
-        candidate = "keep"
     verdict = partial(
         Assessment,
         candidate=candidate,
@@ -266,9 +262,12 @@ def assess(
         max_speculative_batch_size=b_max,
     )
     if candidate == "disable":
-        return verdict(recommended_draft_length=0, action="remove_speculative_config", notes=adaptive)
+        return verdict(recommended_draft_length=0, action="remove_speculative_config")
     if candidate == "keep":
-        return verdict(recommended_draft_length=k_window, action="no_change", notes=adaptive)
+        return verdict(recommended_draft_length=k_window, action="no_change")
+    if adapts_draft_length(base_config):  # adaptive verification: the engine picks K per step, not us
+        notes = (adaptive_note(base_config),)
+        return verdict(candidate="keep", recommended_draft_length=k_window, action="no_change", notes=notes)
     named = method if config_method == "same" else config_method
     advice = _shorten_advice(
         cm, stats, p, best_k, batch=b, coverage=c, max_batch=max_batch, named=named, base_config=base_config
