@@ -26,7 +26,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specwatch.engines.vllm import SCHEMA_V1, SCHEMA_V1_LEGACY_ITL, Counter, RouteMatcher, RouteSnapshot, SeriesKey
+from specwatch.engines.series import Counter, RouteMatcher, RouteSnapshot, SeriesKey
+from specwatch.engines.vllm import SCHEMA_V1, SCHEMA_V1_LEGACY_ITL
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import PromQueryError, Sample, Vector
 from specwatch.windows.window import Entry, WindowView

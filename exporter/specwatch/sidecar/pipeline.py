@@ -15,16 +15,14 @@ from specwatch import costmodel
 from specwatch.config import Config, HardwareConfig, RouteConfig
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.costmodel import learned
-from specwatch.engines.vllm import (
+from specwatch.engines.grouping import (
     DROPPED_KINDS,
     MAX_ENGINES_PER_ROUTE,
     MAX_ROUTES_PER_TARGET,
-    Counter,
     Grouping,
-    RouteMatcher,
-    RouteSnapshot,
     position_limit,
 )
+from specwatch.engines.series import Counter, RouteMatcher, RouteSnapshot
 from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState

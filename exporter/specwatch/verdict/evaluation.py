@@ -15,7 +15,8 @@ from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
 from specwatch.config import Config, DecisionConfig
-from specwatch.engines.vllm import SCHEMA_V0, RouteSnapshot
+from specwatch.engines.series import RouteSnapshot
+from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.engines.vllm_schedule import SpeculativeSchedule
 from specwatch.verdict import decide
 from specwatch.verdict.config_check import ConfigCheck, check_draft_length

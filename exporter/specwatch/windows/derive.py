@@ -34,7 +34,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from specwatch.engines.vllm import SCHEMA_V0, Counter, RouteSnapshot, SeriesKey
+from specwatch.engines.series import Counter, RouteSnapshot, SeriesKey
+from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.windows.window import WindowView
 
 
