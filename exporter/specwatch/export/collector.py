@@ -24,6 +24,7 @@ from specwatch.engines.series import Counter
 from specwatch.sidecar.state import State
 from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
+from specwatch.windows.derive import COUNTER_RATIO
 
 CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between polls)."
 
@@ -174,6 +175,12 @@ class WindowFamilies:
             "specwatch_configured_draft_length",
             "Draft length K the stated draft.config gives at the live batch size." + note,
         )
+        self.basis = gauge(
+            "specwatch_acceptance_basis_info",
+            "1 for a window whose acceptance rate, acceptance length and draft length are not ratios of its counters: basis engine_gauge_mean = the mean of the engine's own gauge estimate over the window's active polls (an engine exporting only gauges, docs/engines.md)."
+            + note,
+            "basis",
+        )
 
     def add(self, wlabels: list[str], evaluation: RouteEvaluation) -> None:
         for name, field, _ in DERIVED_GAUGES:
@@ -190,6 +197,8 @@ class WindowFamilies:
                 self.position_rate.add_metric(wlabels + [str(position)], value)
         if evaluation.stats.drafts is not None:
             self.window_drafts.add_metric(wlabels, evaluation.stats.drafts)
+        if evaluation.stats.acceptance_basis != COUNTER_RATIO and evaluation.acceptance_rate is not None:
+            self.basis.add_metric(wlabels + [evaluation.stats.acceptance_basis], 1)
         if evaluation.verdict is not None:
             for name in VERDICTS:
                 self.verdict.add_metric(wlabels + [name], 1 if name == evaluation.verdict else 0)
@@ -212,6 +221,8 @@ class WindowFamilies:
             self.config,
             self.mismatch,
             self.configured_k,
+            # Only where some window has another basis: vLLM's payload keeps its families as they were.
+            *((self.basis,) if self.basis.samples else ()),
         )
 
 
@@ -350,12 +361,15 @@ class SpecwatchCollector(Collector):
                 baseline.add_metric(labels, route.baseline_itl_p99_seconds)
             if route.target in down or not route.current:
                 continue
+            # Only what the route's engine counts: a counter it does not export is absent, not 0.
             if route.spec_present:
                 for kind in (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED):
-                    counters[kind].add_metric(labels, route.mirrored[kind])
+                    if kind in route.mirrored:
+                        counters[kind].add_metric(labels, route.mirrored[kind])
                 for position, value in route.positions:
                     by_position.add_metric(labels + [str(position)], value)
-            counters[Counter.GEN].add_metric(labels, route.mirrored[Counter.GEN])
+            if Counter.GEN in route.mirrored:
+                counters[Counter.GEN].add_metric(labels, route.mirrored[Counter.GEN])
             if route.itl_buckets:
                 itl.add_metric(labels, [(_fmt_le(b), v) for b, v in route.itl_buckets], route.itl_sum)
             grading = route.grading

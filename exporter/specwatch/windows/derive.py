@@ -26,6 +26,10 @@ L = N/D = K), n_i = D. When L < K, why the drafts were short decides (``drafts_r
     a schedule was applied the advice ratcheted K down at batch 1 where K=4 measurably was best.
 The split is the least spread mixture that reproduces L; with two bands it is exact, with more it is
 an estimate (docs/costmodel.md, "Per-position rates").
+
+An engine that exports its acceptance only as gauges (SGLang) has none of the counters above: its
+alpha, tau, K and batch size are window means of its gauges (windows/gauges.py), marked
+acceptance_basis GAUGE_MEAN; its token counts and p_i are absent.
 """
 
 from __future__ import annotations
@@ -34,9 +38,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from specwatch.engines.series import Counter, RouteSnapshot, SeriesKey
+from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey
 from specwatch.engines.vllm import SCHEMA_V0
+from specwatch.windows.gauges import BATCH, gauge_means
 from specwatch.windows.window import WindowView
+
+COUNTER_RATIO = "counter_ratio"
+GAUGE_MEAN = "engine_gauge_mean"
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,9 @@ class WindowStats:
     schema: str = "v1"
     engines: int = 1
     accepted_by_position: tuple[float, ...] | None = None  # Δaccepted per position (V1), for p_i
+    # What alpha, tau and K are: COUNTER_RATIO (the window's increases), or GAUGE_MEAN (an engine
+    # that exports them only as gauges: the mean of its own estimate, windows/gauges.py).
+    acceptance_basis: str = COUNTER_RATIO
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -251,6 +262,8 @@ def window_stats(
         itl_per_token = sums.itl_sum / gen
     configured_k = latest.configured_k or configured_k_hint
     engines = max(len(latest.engines), 1)
+    if latest.gauge_acceptance:
+        return _gauge_acceptance(view, route, window, now, sums, configured_k, engines)
     if latest.spec_present and latest.schema != SCHEMA_V0:
         # V1's counters over the window: exact alpha, tau, K and per-position rates, built into
         # the one WindowStats (dataclasses.replace of a 23-field frozen dataclass costs more than
@@ -315,6 +328,34 @@ def window_stats(
     if latest.schema == SCHEMA_V0:
         return _v0_acceptance(measured, latest, configured_k_hint)
     return measured
+
+
+def _gauge_acceptance(
+    view: WindowView, route: str, window: str, now: float, sums: _WindowSums, configured_k: int | None, engines: int
+) -> WindowStats:
+    """An engine whose acceptance is gauges only: alpha, tau, K and the batch size are window means of
+    its readings (windows/gauges.py); no token counts, no per-position rates."""
+    latest = view.last.snapshot
+    spec = latest.spec_present
+    means = gauge_means(view) if spec else {}
+    return WindowStats(
+        route=route,
+        window=window,
+        t=now,
+        samples=view.samples,
+        span_seconds=view.span_seconds,
+        spec_present=spec,
+        drafts=sums.drafts if spec else None,
+        acceptance_rate=means.get(Gauge.ACCEPTANCE_RATE),
+        mean_acceptance_length=means.get(Gauge.ACCEPTANCE_LENGTH),
+        draft_length=means.get(Gauge.DRAFT_LENGTH),
+        configured_k=configured_k,
+        batch_size=means.get(BATCH) if spec else _batch_size(view, sums),
+        generation_tokens=sums.gen,
+        schema=latest.schema,
+        engines=engines,
+        acceptance_basis=GAUGE_MEAN,
+    )
 
 
 def _v0_acceptance(measured: WindowStats, latest: RouteSnapshot, configured_k_hint: int | None) -> WindowStats:
