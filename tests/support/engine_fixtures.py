@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from support.paths import fixture_path
+
 _POLL = "# poll t="
 
 

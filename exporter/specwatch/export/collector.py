@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
 from specwatch.engines.series import Counter
-from specwatch.sidecar.state import State
+from specwatch.sidecar.state import RouteState, State
 from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
 from specwatch.windows.derive import COUNTER_RATIO
@@ -361,15 +361,7 @@ class SpecwatchCollector(Collector):
                 baseline.add_metric(labels, route.baseline_itl_p99_seconds)
             if route.target in down or not route.current:
                 continue
-            # Only what the route's engine counts: a counter it does not export is absent, not 0.
-            if route.spec_present:
-                for kind in (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED):
-                    if kind in route.mirrored:
-                        counters[kind].add_metric(labels, route.mirrored[kind])
-                for position, value in route.positions:
-                    by_position.add_metric(labels + [str(position)], value)
-            if Counter.GEN in route.mirrored:
-                counters[Counter.GEN].add_metric(labels, route.mirrored[Counter.GEN])
+            _add_mirrored(route, labels, counters, by_position)
             if route.itl_buckets:
                 itl.add_metric(labels, [(_fmt_le(b), v) for b, v in route.itl_buckets], route.itl_sum)
             grading = route.grading
@@ -390,6 +382,25 @@ class SpecwatchCollector(Collector):
             predicted_gain,
             measured_gain,
         )
+
+
+def _add_mirrored(
+    route: RouteState,
+    labels: list[str],
+    counters: Mapping[Counter, CounterMetricFamily],
+    by_position: CounterMetricFamily,
+) -> None:
+    """The route's mirrored counters: only those its engine counts (one it does not export is absent,
+    not 0); the spec-decode ones only when the route runs speculation."""
+    kinds = (
+        (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN) if route.spec_present else (Counter.GEN,)
+    )
+    for kind in kinds:
+        if kind in route.mirrored:
+            counters[kind].add_metric(labels, route.mirrored[kind])
+    if route.spec_present:
+        for position, value in route.positions:
+            by_position.add_metric(labels + [str(position)], value)
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

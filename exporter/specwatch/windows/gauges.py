@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import pairwise
 
 from specwatch.engines.series import Gauge
 from specwatch.windows.window import Entry, WindowView
@@ -50,8 +51,7 @@ def gauge_means(view: WindowView) -> dict[str, float]:
         sums[name] = sums.get(name, 0.0) + value
         counts[name] = counts.get(name, 0) + 1
 
-    entries = view.entries
-    for before, entry in zip(entries, entries[1:], strict=False):
+    for before, entry in pairwise(view.entries):
         if not _active(before, entry):
             continue
         for name, value in entry.snapshot.gauges.items():
