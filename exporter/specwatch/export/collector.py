@@ -40,8 +40,8 @@ MIRRORED_COUNTERS = (
 # The same families in both modes (fleet mode adds its replica labels): one name and help each.
 ROUTE_INFO = (
     "specwatch_route_info",
-    "Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.",
-    ["route", "target", "model_name", "method", "schema"],
+    "Route metadata: model, speculative method as configured, the metric schema and the serving engine spoken.",
+    ["route", "target", "model_name", "method", "schema", "engine"],
 )
 BASELINE_GAUGE = ("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route.")
 # Per route (labels route, target): (metric name, help).
@@ -355,7 +355,7 @@ class SpecwatchCollector(Collector):
             expects.add_metric([name, target], 1 if expected else 0)
         for route in state.routes:
             labels = [route.route, route.target]
-            info.add_metric([route.route, route.target, route.model_name, route.method, route.schema], 1)
+            info.add_metric([route.route, route.target, route.model_name, route.method, route.schema, route.engine], 1)
             expects.add_metric(labels, 1 if route.expects_speculation else 0)
             if route.baseline_itl_p99_seconds is not None:
                 baseline.add_metric(labels, route.baseline_itl_p99_seconds)

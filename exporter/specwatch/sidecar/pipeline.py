@@ -22,6 +22,7 @@ from specwatch.engines.grouping import (
     Grouping,
     position_limit,
 )
+from specwatch.engines.registry import AUTO, engine_named
 from specwatch.engines.series import Counter, RouteMatcher, RouteSnapshot
 from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.exposition import ExpositionError
@@ -57,9 +58,11 @@ class _TargetRecord:
     dips: int = 0  # polls with a counter below its base that was no restart (window.py: clamped)
     schema: str | None = None
     polls: int = 0
+    engine: str = AUTO  # the configured engine, or detected from each payload
 
     def __post_init__(self) -> None:
-        self.grouping = Grouping(self.matchers, self.route_prefix)
+        fixed = None if self.engine == AUTO else engine_named(self.engine)
+        self.grouping = Grouping(self.matchers, self.route_prefix, engine=fixed)
 
 
 @dataclass
@@ -134,7 +137,7 @@ class Pipeline:
         for target in config.targets:
             matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes if r.target == target.name]
             self._targets[target.name] = _TargetRecord(
-                target.name, target.url, matchers, f"{target.name}/" if multi else ""
+                target.name, target.url, matchers, f"{target.name}/" if multi else "", engine=target.engine
             )
         self._routes: dict[str, _RouteRecord] = {}
         self._assessments = AssessmentCache()  # an unchanged window is not assessed twice
@@ -493,6 +496,7 @@ class Pipeline:
                     model_name=latest.model_name,
                     method=route.method,
                     schema=latest.schema,
+                    engine=latest.engine,
                     spec_present=latest.spec_present,
                     configured_k=latest.configured_k or self.config.draft.k,
                     expects_speculation=config.expect_speculation if config else True,

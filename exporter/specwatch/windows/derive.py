@@ -39,7 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from specwatch.engines.series import POSITION_COUNTERS, Counter, Gauge, RouteSnapshot, SeriesKey
+from specwatch.engines.series import DEFAULT_ENGINE, POSITION_COUNTERS, Counter, Gauge, RouteSnapshot, SeriesKey
 from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.windows.gauges import BATCH, gauge_means
 from specwatch.windows.window import WindowView
@@ -74,6 +74,7 @@ class WindowStats:
     engines: int = 1
     accepted_by_position: tuple[float, ...] | None = None  # Δaccepted per position (V1), for p_i
     drafted_by_position: tuple[float, ...] | None = None  # Δdraft tokens per position, where counted: p_i exact
+    engine: str = DEFAULT_ENGINE  # the serving engine spoken (RouteSnapshot.engine)
     # What alpha, tau and K are: COUNTER_RATIO (the window's increases), or GAUGE_MEAN (an engine
     # that exports them only as gauges: the mean of its own estimate, windows/gauges.py).
     acceptance_basis: str = COUNTER_RATIO
@@ -314,6 +315,7 @@ def window_stats(
             draft_coverage=draft_coverage,
             schema=latest.schema,
             engines=engines,
+            engine=latest.engine,
             accepted_by_position=by_position,
             drafted_by_position=drafted,
         )
@@ -333,6 +335,7 @@ def window_stats(
         draft_coverage=draft_coverage,
         schema=latest.schema,
         engines=engines,
+        engine=latest.engine,
     )
     if latest.schema == SCHEMA_V0:
         return _v0_acceptance(measured, latest, configured_k_hint)
@@ -363,6 +366,7 @@ def _gauge_acceptance(
         generation_tokens=sums.gen,
         schema=latest.schema,
         engines=engines,
+        engine=latest.engine,
         acceptance_basis=GAUGE_MEAN,
     )
 

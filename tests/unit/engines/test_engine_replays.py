@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specwatch.config import from_mapping
+from specwatch.config import ConfigError, from_mapping
 from specwatch.engines.grouping import Grouping
 from specwatch.engines.registry import ENGINE_NAMES, SELECTOR
 from specwatch.sidecar.pipeline import Pipeline
@@ -108,3 +108,19 @@ def test_without_the_per_position_draft_counter_the_rates_fall_back_to_the_rule(
     list(replay(from_mapping(CONFIG), lines, pipeline))
     evaluation = pipeline.evaluate(1030.0)[0]
     assert list(evaluation.position_rates) == pytest.approx([0.8, 0.6, 0.2, 0.1], abs=1e-12)
+
+
+def test_a_target_configured_with_an_engine_reads_that_engine_whatever_the_payload_holds():
+    config = {**CONFIG, "targets": [{"name": "vllm", "url": "http://127.0.0.1:1/metrics", "engine": "lmdeploy"}]}
+    pipeline = Pipeline(from_mapping(config))
+    list(replay(from_mapping(config), _lines("ray-vllm"), pipeline))
+    assert pipeline.state().routes == ()  # no lmdeploy family in a Ray payload: nothing to group
+    list(replay(from_mapping(config), _lines("lmdeploy"), pipeline := Pipeline(from_mapping(config))))
+    assert [r.engine for r in pipeline.state().routes] == ["lmdeploy"]
+
+
+def test_an_unknown_engine_in_the_config_is_refused_naming_the_key():
+    with pytest.raises(ConfigError) as raised:
+        from_mapping({"targets": [{"url": "http://127.0.0.1:1/metrics", "engine": "tgi"}]}, environ={})
+    assert "engine" in str(raised.value)
+    assert "llamacpp" in str(raised.value)  # the known names are listed
