@@ -19,7 +19,7 @@ from support.engine_fixtures import fixture, polls, recording
 FIXTURE = fixture("sglang", "eagle3-load.prom")
 TARGET = "sglang"
 CONFIG = {
-    "targets": [{"name": TARGET, "url": "http://127.0.0.1:30000/metrics"}],
+    "targets": [{"name": TARGET, "url": "http://127.0.0.1:30000/metrics", "engine": "sglang"}],
     "poll_interval": "5s",
     "windows": ["30s"],
     "decision": {"min_drafts": 100, "hold": 1},

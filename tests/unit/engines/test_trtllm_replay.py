@@ -18,7 +18,7 @@ from support.engine_fixtures import fixture, polls, recording
 FIXTURE = fixture("trtllm", "eagle3-load.prom")
 TARGET = "trtllm"
 CONFIG = {
-    "targets": [{"name": TARGET, "url": "http://127.0.0.1:8000/prometheus/metrics"}],
+    "targets": [{"name": TARGET, "url": "http://127.0.0.1:8000/prometheus/metrics", "engine": "trtllm"}],
     "poll_interval": "5s",
     "windows": ["30s"],
     "decision": {"min_drafts": 100, "hold": 1},
