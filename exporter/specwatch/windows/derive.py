@@ -349,7 +349,7 @@ def _gauge_acceptance(
     its readings (windows/gauges.py); no token counts, no per-position rates."""
     latest = view.last.snapshot
     spec = latest.spec_present
-    means = gauge_means(view) if spec else {}
+    means = gauge_means(view)
     return WindowStats(
         route=route,
         window=window,
@@ -358,11 +358,11 @@ def _gauge_acceptance(
         span_seconds=view.span_seconds,
         spec_present=spec,
         drafts=sums.drafts if spec else None,
-        acceptance_rate=means.get(Gauge.ACCEPTANCE_RATE),
-        mean_acceptance_length=means.get(Gauge.ACCEPTANCE_LENGTH),
-        draft_length=means.get(Gauge.DRAFT_LENGTH),
+        acceptance_rate=means.get(Gauge.ACCEPTANCE_RATE) if spec else None,
+        mean_acceptance_length=means.get(Gauge.ACCEPTANCE_LENGTH) if spec else None,
+        draft_length=means.get(Gauge.DRAFT_LENGTH) if spec else None,
         configured_k=configured_k,
-        batch_size=means.get(BATCH) if spec else _batch_size(view, sums),
+        batch_size=means.get(BATCH),
         generation_tokens=sums.gen,
         schema=latest.schema,
         engines=engines,

@@ -3,6 +3,9 @@ out here from the fixture with prometheus_client's own parser, and none it canno
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from itertools import pairwise
 
 import pytest
@@ -139,3 +142,22 @@ def test_gauge_only_engine_labels_its_window_values_as_gauge_means_on_metrics():
         'specwatch_acceptance_basis_info{basis="engine_gauge_mean",route="qwen3-8b",target="sglang",window="30s"} 1.0'
         in metrics
     )
+
+
+def test_specwatch_replay_of_a_sglang_recording_says_its_values_are_gauge_means(tmp_path):
+    recorded = tmp_path / "sglang.jsonl"
+    recorded.write_text("\n".join(recording(FIXTURE, TARGET)) + "\n")
+    config = tmp_path / "specwatch.yaml"
+    config.write_text(json.dumps(CONFIG))  # JSON is YAML
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recorded)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = {r["t"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert lines[1035.0]["acceptance_basis"] == "engine_gauge_mean"
+    assert lines[1035.0]["acceptance_rate"] == pytest.approx(expected(1035.0)["acceptance_rate"], rel=1e-12)
+    assert lines[1075.0]["acceptance_rate"] is None
