@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.config import from_mapping
 from specwatch.export.collector import registry_for
+from specwatch.export.history import PageHistory
+from specwatch.export.page import render_page
 from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
@@ -98,13 +100,17 @@ def test_sglang_has_no_itl_from_its_per_token_histogram():
     assert all(r["itl_p50_seconds"] is None and r["itl_p99_seconds"] is None for r in records().values())
 
 
-def _served(upto: int) -> tuple[str, dict]:
+def _state(upto: int):
     config = from_mapping(CONFIG)
     pipeline = Pipeline(config)
     for t, text in polls(FIXTURE)[:upto]:
         pipeline.ingest(TARGET, t, text)
         list(pipeline.evaluate(t))
-    state = pipeline.state()
+    return config, pipeline.state()
+
+
+def _served(upto: int) -> tuple[str, dict]:
+    config, state = _state(upto)
     return generate_latest(registry_for(lambda: state)).decode(), status_document(state, config)
 
 
@@ -161,3 +167,8 @@ def test_specwatch_replay_of_a_sglang_recording_says_its_values_are_gauge_means(
     assert lines[1035.0]["acceptance_basis"] == "engine_gauge_mean"
     assert lines[1035.0]["acceptance_rate"] == pytest.approx(expected(1035.0)["acceptance_rate"], rel=1e-12)
     assert lines[1075.0]["acceptance_rate"] is None
+
+
+def test_the_page_marks_a_gauge_mean_acceptance_as_such():
+    config, state = _state(8)
+    assert "(gauge mean)" in render_page(state, None, config, PageHistory()).decode()
