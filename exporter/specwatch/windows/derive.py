@@ -281,7 +281,9 @@ def window_stats(
         rates: tuple[float, ...] | None = None
         by_position: tuple[float, ...] | None = None
         drafted: tuple[float, ...] | None = None
-        if drafts > 0 and consistent:
+        # Drafts without draft tokens: counters this engine does not have (SGLang's verify calls
+        # alone in fleet mode), never a tau of 1 or a K of 0.
+        if drafts > 0 and draft_tokens > 0 and consistent:
             k = latest.configured_k
             pos = sums.accepted_by_position
             by_position = tuple([pos.get(i, 0.0) for i in range(k)]) if k else None

@@ -98,3 +98,13 @@ def test_window_stats_of_a_gauge_engine_hold_no_token_counts_and_say_what_they_a
     assert stats.batch_size == 10.0
     assert stats.draft_tokens is None and stats.accepted_tokens is None
     assert stats.position_rates is None and stats.accepted_by_position is None
+
+
+def test_drafts_without_draft_tokens_read_through_the_counter_path_give_no_tau_or_k():
+    # A gauge-only engine's snapshot that lost its gauge_acceptance mark (a source that does not
+    # know the engine): its verify calls alone must not make tau 1 and K 0.
+    a, b = snap(0, 0), snap(5, 400)
+    plain = [RouteSnapshot(**{**s.__dict__, "gauge_acceptance": False, "gauges": {}}) for s in (a, b)]
+    stats = window_stats(view(*plain), "r", "1m", 5)
+    assert stats.drafts == 400.0
+    assert (stats.acceptance_rate, stats.mean_acceptance_length, stats.draft_length) == (None, None, None)
