@@ -61,3 +61,11 @@ def test_a_target_that_changes_engine_is_planned_afresh_and_reads_the_new_engine
 def test_a_fixed_engine_ignores_what_another_engines_payload_holds():
     grouping = Grouping(engine=LLAMACPP)
     assert grouping.snapshots(_families("lmdeploy"), t=0.0, target="t") == []
+
+
+def test_once_detected_a_target_is_parsed_with_its_engines_names_only():
+    # Every engine's names in one scan would cost a vLLM poll twice its time: the parser is the engine's.
+    grouping = Grouping()
+    grouping.parse((ENGINE_FIXTURES / "llamacpp" / "after.prom").read_text(), t=0.0, target="t")
+    assert grouping.selector.families == LLAMACPP.families
+    assert Grouping().selector.families == VLLM.families
