@@ -100,6 +100,9 @@ def position_limit(stated_k: int | None) -> int:
 
 _RUNNING_SOURCE, _V0_SOURCE = -1, -2
 
+#: A parser of every engine's names: what detection reads a payload of an unknown engine with.
+SELECTOR = Selector(registry.FAMILIES)
+
 
 class Grouping:
     """Groups one target's parsed families into one snapshot per route.
@@ -363,7 +366,7 @@ class Grouping:
                 return self._emit(self._plan, self._pick_values(values), self._plan_schema, t, target)
             families = shape.families_of(values)
         if not families and self.fixed_engine is None and self._given_selector is None:
-            spoken = registry.detect(registry.SELECTOR.parse(text), self.engine)
+            spoken = registry.detect(SELECTOR.parse(text), self.engine)
             if spoken is not self.engine:
                 self.engine = spoken
                 self._forget_plans()
@@ -380,11 +383,11 @@ def snapshots(
     route_prefix: str = "",
 ) -> list[RouteSnapshot]:
     """Group the parsed families into one snapshot per route (see Grouping; nothing remembered)."""
-    return Grouping(matchers, route_prefix, registry.SELECTOR).snapshots(families, t=t, target=target)
+    return Grouping(matchers, route_prefix, SELECTOR).snapshots(families, t=t, target=target)
 
 
 def parse_payload(
     text: str, *, t: float, target: str, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = ""
 ) -> list[RouteSnapshot]:
     """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
-    return snapshots(registry.SELECTOR.parse(text), t=t, target=target, matchers=matchers, route_prefix=route_prefix)
+    return snapshots(SELECTOR.parse(text), t=t, target=target, matchers=matchers, route_prefix=route_prefix)

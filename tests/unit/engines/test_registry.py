@@ -4,9 +4,9 @@ speaks (and keeps the last one on a tie), and a target that changes engine is pl
 from __future__ import annotations
 
 from specwatch.engines import registry
-from specwatch.engines.grouping import Grouping
+from specwatch.engines.grouping import SELECTOR, Grouping
 from specwatch.engines.llamacpp import LLAMACPP
-from specwatch.engines.registry import ENGINES, SELECTOR, detect
+from specwatch.engines.registry import ENGINES, detect
 from specwatch.engines.vllm import VLLM
 from support.paths import FIXTURES
 
