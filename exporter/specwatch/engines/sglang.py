@@ -14,11 +14,10 @@ docs/engines.md has the table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection
 
 from specwatch.engines.schema import CounterSource, EngineSchema, plain
 from specwatch.engines.series import Counter, Gauge
-from specwatch.exposition import Family
 
 VERIFY_CALLS = "sglang:spec_verify_calls"
 ACCEPT_RATE = "sglang:spec_accept_rate"
@@ -31,7 +30,7 @@ RUNNING = "sglang:num_running_reqs"
 SCHEMA = "sglang"
 
 
-def _schema(families: Mapping[str, Family]) -> str:
+def _schema(families: Collection[str]) -> str:
     return SCHEMA
 
 

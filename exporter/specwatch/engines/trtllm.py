@@ -13,11 +13,10 @@ has one observation per request), so ITL is absent. docs/engines.md has the tabl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from specwatch.engines.schema import CounterSource, EngineSchema, KeyOf, per_position, plain
 from specwatch.engines.series import Counter, SeriesKey
-from specwatch.exposition import Family
 
 DRAFTED_PER_POS = "trtllm_spec_decode_drafted_tokens"
 ACCEPTED_PER_POS = "trtllm_spec_decode_accepted_tokens"
@@ -34,7 +33,7 @@ def _drafts(name: str, labels: Mapping[str, str], series: str) -> SeriesKey | No
     return SeriesKey(Counter.DRAFTS, series) if labels.get(POSITION_LABEL) == "0" else None
 
 
-def _schema(families: Mapping[str, Family]) -> str:
+def _schema(families: Collection[str]) -> str:
     return SCHEMA
 
 
