@@ -15,7 +15,15 @@ from typing import NamedTuple
 
 from specwatch.engines import registry
 from specwatch.engines.schema import EngineSchema
-from specwatch.engines.series import POSITION_COUNTERS, Counter, RouteMatcher, RouteSnapshot, SeriesKey, reset_group
+from specwatch.engines.series import (
+    POSITION_COUNTERS,
+    Counter,
+    Gauge,
+    RouteMatcher,
+    RouteSnapshot,
+    SeriesKey,
+    reset_group,
+)
 from specwatch.exposition import ExpositionError, Family, Labels, Sample, Selector
 from specwatch.exposition.lastpoll import picker
 
@@ -45,6 +53,7 @@ class _RoutePlan:
     created: list[tuple[SeriesKey, int]] = field(default_factory=list)
     running: list[tuple[str, int]] = field(default_factory=list)
     v0: list[tuple[str, int]] = field(default_factory=list)  # (EngineSchema.lifetime_gauges value, position)
+    gauges: list[tuple[str, int]] = field(default_factory=list)  # (EngineSchema.window_gauges value, position)
     engines: set[str] = field(default_factory=set)
     positions: set[int] = field(default_factory=set)
     spec: bool = False
@@ -98,7 +107,10 @@ def position_limit(stated_k: int | None) -> int:
     return min(stated_k + POSITION_SLACK, POSITION_CEILING)
 
 
-_RUNNING_SOURCE, _V0_SOURCE = -1, -2
+_RUNNING_SOURCE, _V0_SOURCE, _GAUGE_SOURCE = -1, -2, -3
+
+#: A parser of every engine's names: what detection reads a payload of an unknown engine with.
+SELECTOR = Selector(registry.FAMILIES)
 
 
 class Grouping:
@@ -125,8 +137,11 @@ class Grouping:
     ) -> None:
         self.matchers = tuple(matchers or ())
         self.route_prefix = route_prefix
-        # Each target its own selector: the parser's memory of the last poll is per target.
-        self.selector = selector if selector is not None else Selector(registry.FAMILIES)
+        # Each target its own selectors (the parser's memory of the last poll is per target), one
+        # per engine: a parser of the engine's own names keeps the scan of a poll as cheap as with
+        # one engine. A given selector parses every poll (its families: every engine's, or a test's).
+        self._given_selector = selector
+        self._selectors: dict[str, Selector] = {}
         self.fixed_engine = engine  # None: detected per payload
         self.engine: EngineSchema = engine if engine is not None else registry.DEFAULT  # the last payload's
         self.max_position = max_position  # a `position` at or past it rejects the payload
@@ -142,6 +157,16 @@ class Grouping:
         # in the parser's values (Selector.parse_values), so that poll needs no families.
         self._plan_schema = ""
         self._pick_values: Callable[[Sequence[float]], tuple[float, ...]] | None = None
+
+    @property
+    def selector(self) -> Selector:
+        """The parser of the next poll: the given one, else the current engine's."""
+        if self._given_selector is not None:
+            return self._given_selector
+        selector = self._selectors.get(self.engine.name)
+        if selector is None:
+            selector = self._selectors[self.engine.name] = Selector(self.engine.families)
+        return selector
 
     def _routes(self, labels: Mapping[str, str]) -> tuple[Route, ...]:
         model = labels.get(self.engine.model_label, "")
@@ -267,6 +292,13 @@ class Grouping:
                     _, engine, routes = self._place(_V0_SOURCE, s)
                     for p in plans_for(routes, engine):
                         p.v0.append((attr, at))
+        for gauge, name in spoken.window_gauges.items():
+            gauge_family = families.get(gauge)
+            if gauge_family is not None:
+                for at, s in read(gauge, False, gauge_family.samples):
+                    _, engine, routes = self._place(_GAUGE_SOURCE, s)
+                    for p in plans_for(routes, engine):
+                        p.gauges.append((name, at))
         dropped = {"routes": len(dropped_routes), "engines": len(dropped_engines)}
         return _Plan(tuple(parts), tuple(plans.values()), dropped)
 
@@ -309,6 +341,8 @@ class Grouping:
                 if math.isfinite(values[at]):
                     v0[attr] = values[at]
                     spec = True
+            gauges = _gauge_readings(p.gauges, values)
+            spec = spec or any(value > 0 for value in gauges.values())  # 0: the engine's unset value
             result.append(
                 RouteSnapshot(
                     t=t,
@@ -318,13 +352,15 @@ class Grouping:
                     schema=schema,
                     spec_present=spec,
                     engines=tuple(sorted(p.engines)),
-                    configured_k=(max(p.positions) + 1) if p.positions else None,
+                    configured_k=(max(p.positions) + 1) if p.positions else _gauge_k(gauges),
                     counters=counters,
                     created={group: values[at] for group, at in p.created},
                     running=running,
                     v0_acceptance_rate=v0["v0_acceptance_rate"],
                     v0_efficiency=v0["v0_efficiency"],
                     engine=self.engine.name,
+                    gauges=gauges,
+                    gauge_acceptance=bool(self.engine.window_gauges),
                 )
             )
         return result
@@ -333,9 +369,12 @@ class Grouping:
         """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input.
 
         A poll with the last poll's series in the same order skips the families: its values go
-        straight to the remembered plan (the same values snapshots() would read from them)."""
-        families, values = self.selector.parse_values(text)
-        shape = self.selector.shape
+        straight to the remembered plan (the same values snapshots() would read from them). A poll
+        holding none of the current engine's families is read once with every engine's names: if
+        another engine's are there, the target speaks that engine from now on."""
+        selector = self.selector
+        families, values = selector.parse_values(text)
+        shape = selector.shape
         if families is None:
             assert shape is not None and values is not None
             if shape is self._shape and self._plan is not None:
@@ -346,7 +385,30 @@ class Grouping:
                 self.replanned, self.dropped = False, self._plan.dropped
                 return self._emit(self._plan, self._pick_values(values), self._plan_schema, t, target)
             families = shape.families_of(values)
+        if not families and self.fixed_engine is None and self._given_selector is None:
+            spoken = registry.detect(SELECTOR.parse(text), self.engine)
+            if spoken is not self.engine:
+                self.engine = spoken
+                self._forget_plans()
+                return self.parse(text, t=t, target=target)  # the new engine's families are there
         return self.snapshots(families, t=t, target=target, shape=shape)
+
+
+def _gauge_k(gauges: Mapping[str, float]) -> int | None:
+    """The draft length an engine states as a gauge (SGLang's active speculative_num_steps)."""
+    k = gauges.get(Gauge.DRAFT_LENGTH)
+    return round(k) if k is not None and 1 <= k < POSITION_CEILING else None
+
+
+def _gauge_readings(placed: Sequence[tuple[str, int]], values: Sequence[float]) -> dict[str, float]:
+    """Each window gauge's reading: the mean of its finite values over the route's series."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for name, at in placed:
+        if math.isfinite(values[at]):
+            sums[name] = sums.get(name, 0.0) + values[at]
+            counts[name] = counts.get(name, 0) + 1
+    return {name: total / counts[name] for name, total in sums.items()}
 
 
 def snapshots(
@@ -358,11 +420,11 @@ def snapshots(
     route_prefix: str = "",
 ) -> list[RouteSnapshot]:
     """Group the parsed families into one snapshot per route (see Grouping; nothing remembered)."""
-    return Grouping(matchers, route_prefix, registry.SELECTOR).snapshots(families, t=t, target=target)
+    return Grouping(matchers, route_prefix, SELECTOR).snapshots(families, t=t, target=target)
 
 
 def parse_payload(
     text: str, *, t: float, target: str, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = ""
 ) -> list[RouteSnapshot]:
     """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
-    return snapshots(registry.SELECTOR.parse(text), t=t, target=target, matchers=matchers, route_prefix=route_prefix)
+    return snapshots(SELECTOR.parse(text), t=t, target=target, matchers=matchers, route_prefix=route_prefix)
