@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
 import yaml
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -22,6 +23,7 @@ from specwatch.sidecar.replay import replay
 from specwatch.verdict.decide import Assessment
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.windows.derive import WindowStats
+from support.engine_fixtures import fixture, recording
 from support.paths import FIXTURES
 
 STATS = WindowStats(route="chat", window="1m", t=0.0, samples=10, span_seconds=60.0, spec_present=True)
@@ -109,9 +111,9 @@ def test_the_demo_column_shows_the_engines_flags():
 LLAMACPP = FIXTURES / "engines" / "llamacpp"  # two polls: alpha 0.65, K 3, p_i 0.85/0.65/0.45, batch 4
 
 
-def llamacpp_status(cost_per_token: float) -> tuple[dict, bytes, str]:
-    """The status window, /metrics and the page after replaying the llama.cpp fixture, with a
-    drafter that costs ``cost_per_token`` of a target step per drafted token."""
+def replayed(lines: list[str], cost_per_token: float) -> tuple[dict, bytes, str]:
+    """The status window, /metrics and the page after replaying ``lines``, with a drafter that
+    costs ``cost_per_token`` of a target step per drafted token."""
     config = from_mapping(
         {
             "poll_interval": "5s",
@@ -120,18 +122,22 @@ def llamacpp_status(cost_per_token: float) -> tuple[dict, bytes, str]:
             "draft": {"method": "eagle3", "cost_per_token": cost_per_token},
         }
     )
-    lines = [
-        json.dumps({"t": t, "target": "vllm", "text": (LLAMACPP / f"{name}.prom").read_text()})
-        for t, name in ((1000.0, "before"), (1030.0, "after"))
-    ]
     pipeline = Pipeline(config)
     list(replay(config, lines, pipeline))
     state = pipeline.state()
     window = status_document(state, config)["routes"][0]["windows"]["1m"]
     history = PageHistory()
     history.record(state)
-    page = render_page(state, None, config, history, now=1030.0).decode()
+    page = render_page(state, None, config, history, now=state.t).decode()
     return window, generate_latest(registry_for(pipeline.state)), page
+
+
+def llamacpp_status(cost_per_token: float) -> tuple[dict, bytes, str]:
+    lines = [
+        json.dumps({"t": t, "target": "vllm", "text": (LLAMACPP / f"{name}.prom").read_text()})
+        for t, name in ((1000.0, "before"), (1030.0, "after"))
+    ]
+    return replayed(lines, cost_per_token)
 
 
 def test_a_llamacpp_route_is_advised_in_llamacpp_flags_end_to_end():
@@ -151,3 +157,27 @@ def test_a_llamacpp_route_disable_drops_the_draft_model():
     window, _, _ = llamacpp_status(0.9)  # a drafter nearly as slow as the target: nothing pays
     assert window["verdict"] == "disable" and window["recommended_action"] == "remove_speculative_config"
     assert window["recommended_command"].startswith("remove --spec-type --spec-draft-model -md --model-draft")
+
+
+@pytest.mark.parametrize(
+    ("engine", "shorter", "off"),
+    [
+        (
+            "sglang",
+            "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3",
+            "remove --speculative-algorithm",
+        ),
+        ("trtllm", "speculative_config:\n  max_draft_len: 2", "remove speculative_config from the --config YAML"),
+    ],
+)
+def test_sglang_and_trtllm_routes_are_advised_in_their_terms_end_to_end(engine, shorter, off):
+    lines = recording(fixture(engine, "eagle3-load.prom"), "vllm", 6)  # the polls under load
+    window, _, page = replayed(lines, 0.5)  # a drafter at half a target step per token: K 3 -> 2
+    assert (window["verdict"], window["recommended_action"], window["recommended_command"]) == (
+        "shorten",
+        "apply",
+        shorter,
+    )
+    assert "--speculative-config" not in page
+    window, _, _ = replayed(lines, 0.9)  # nothing pays
+    assert window["verdict"] == "disable" and window["recommended_command"].startswith(off)
