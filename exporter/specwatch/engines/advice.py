@@ -32,12 +32,12 @@ from typing import Protocol
 import yaml
 
 from specwatch.engines.series import DEFAULT_ENGINE
-from specwatch.engines.vllm_schedule import SCHEDULE_KEY
+from specwatch.engines.vllm_schedule import ADAPTIVE_VERIFICATION_KEY, SCHEDULE_KEY
 
 #: The option of each engine that makes it choose K per step (a stated config's key, in that
 #: engine's own terms: vLLM's --speculative-config key, SGLang's server argument).
 ADAPTIVE_OPTIONS: Mapping[str, str] = {
-    "vllm": "enable_adaptive_verification",
+    "vllm": ADAPTIVE_VERIFICATION_KEY,
     "sglang": "speculative_adaptive",
 }
 ADAPTIVE_NOTE = (
