@@ -91,7 +91,7 @@ class EngineSchema:
     schema_of: Callable[[Collection[str]], str] = _one_schema  # the payload's family names -> schema
     series_labels: tuple[str, ...] = ("engine",)
     model_label: str = "model_name"
-    position_label: str = "position"
+    position_label: str = "position"  # the label its per_position() sources read
     summary: str = ""  # one line for docs and logs
 
     @property
