@@ -24,6 +24,7 @@ from specwatch.engines.vllm import Counter
 from specwatch.sidecar.state import State
 from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
+from specwatch.verdict.grading import Grading
 
 CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between polls)."
 
@@ -72,6 +73,18 @@ GRADING_GAUGES = (
         "specwatch_advice_measured_gain_ratio",
         "After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).",
     ),
+)
+
+#: The window a change of K or method would now be graded against (grading.WindowSummary): what a
+#: restarted sidecar reads back from Prometheus (docs/rollouts.md). Bounded: 8 quantities and K
+#: positions per route.
+BEFORE_WINDOW_GAUGE = (
+    "specwatch_advice_before_window",
+    "The route's latest longest window at the current draft length and method: what a change would be graded against (quantity: span_seconds, draft_length, acceptance_rate, batch_size, tokens_per_step, itl_p99_seconds, itl_per_token_seconds, drafts).",
+)
+BEFORE_POSITIONS_GAUGE = (
+    "specwatch_advice_before_position_acceptance_rate",
+    "Per-position acceptance rate of that window (specwatch_advice_before_window).",
 )
 
 # (metric name, RouteEvaluation value name, help)
@@ -336,6 +349,8 @@ class SpecwatchCollector(Collector):
         predicted_gain, measured_gain = (
             GaugeMetricFamily(name, text, labels=ROUTE_LABELS) for name, text in GRADING_GAUGES
         )
+        before_window = GaugeMetricFamily(*BEFORE_WINDOW_GAUGE, labels=[*ROUTE_LABELS, "method", "quantity"])
+        before_positions = GaugeMetricFamily(*BEFORE_POSITIONS_GAUGE, labels=[*ROUTE_LABELS, "position"])
         # While a target is down its values are not served from the last good polls: absent, never
         # stale (docs/architecture.md §4). The windows and verdicts are kept inside and
         # come back unchanged with the next good poll.
@@ -358,11 +373,13 @@ class SpecwatchCollector(Collector):
             counters[Counter.GEN].add_metric(labels, route.mirrored[Counter.GEN])
             if route.itl_buckets:
                 itl.add_metric(labels, [(_fmt_le(b), v) for b, v in route.itl_buckets], route.itl_sum)
-            grading = route.grading
-            if grading is not None and grading.predicted_gain_ratio is not None:
-                predicted_gain.add_metric(labels, grading.predicted_gain_ratio)
-            if grading is not None and grading.measured_gain_ratio is not None:
-                measured_gain.add_metric(labels, grading.measured_gain_ratio)
+            add_grading(route.grading, labels, predicted_gain, measured_gain)
+            before = route.before_window
+            if before is not None:
+                for quantity, value in before.quantities().items():
+                    before_window.add_metric([*labels, before.method, quantity], value)
+                for position, rate in enumerate(before.position_rates or ()):
+                    before_positions.add_metric([*labels, str(position)], rate)
             for evaluation in route.evaluations:
                 per_window.add(labels + [evaluation.stats.window], evaluation)
         yield from (
@@ -375,7 +392,19 @@ class SpecwatchCollector(Collector):
             *per_window.families(),
             predicted_gain,
             measured_gain,
+            before_window,
+            before_positions,
         )
+
+
+def add_grading(
+    grading: Grading | None, labels: list[str], predicted: GaugeMetricFamily, measured: GaugeMetricFamily
+) -> None:
+    """The predicted and measured gain of the latest graded change (sidecar and fleet mode)."""
+    if grading is not None and grading.predicted_gain_ratio is not None:
+        predicted.add_metric(labels, grading.predicted_gain_ratio)
+    if grading is not None and grading.measured_gain_ratio is not None:
+        measured.add_metric(labels, grading.measured_gain_ratio)
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

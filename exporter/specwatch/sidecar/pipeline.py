@@ -30,7 +30,7 @@ from specwatch.exposition import ExpositionError
 from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState
 from specwatch.verdict.decide import Assessment, VerdictState
 from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route, update_route_method
-from specwatch.verdict.grading import AdviceGrader
+from specwatch.verdict.grading import AdviceGrader, WindowSummary
 from specwatch.verdict.memo import AssessmentCache
 from specwatch.windows.derive import window_stats
 from specwatch.windows.window import RouteWindow, increases_by_counter
@@ -146,6 +146,8 @@ class Pipeline:
         self._limit_for: Config | None = None
         self._position_limit = position_limit(None)
 
+        # The previous pod's before-windows read back at start, for routes not seen yet (bounded).
+        self._restored: dict[str, WindowSummary] = {}
         # Windows of the pipeline this one replaced (reload), by route: their mirrors continue.
         self._adopted: dict[str, tuple[str, RouteWindow, bool]] = {}  # route: (target, window, same series)
 
@@ -181,6 +183,16 @@ class Pipeline:
         if self._evaluated and self._t is not None:
             self.evaluate(self._t)  # no route is fresh: verdicts and learning do not move
         return rebuilt
+
+    def restore(self, before_windows: Mapping[str, WindowSummary]) -> None:
+        """The previous pod's before-window per route (read back at start): each route's first
+        regime here is graded against it when K or the method differ."""
+        for name, before in before_windows.items():
+            route = self._routes.get(name)
+            if route is not None:
+                route.grader.restore(before)
+            elif len(self._restored) < MAX_ROUTES_PER_TARGET * max(len(self._targets), 1):
+                self._restored[name] = before
 
     def add_target(self, name: str, url: str = "") -> None:
         """A target learnt from a recording (replay without a config): routes named as live."""
@@ -230,6 +242,8 @@ class Pipeline:
                 route = self._routes[snap.route] = _RouteRecord(
                     self._new_window(snap.route, target), target, record.polls
                 )
+                if (restored := self._restored.pop(snap.route, None)) is not None:
+                    route.grader.restore(restored)
             if route.window.ingest(snap):
                 resets += 1
             if replanned or new:
@@ -300,6 +314,7 @@ class Pipeline:
         # Routes old had adopted itself and not seen since (two reloads between polls), then its own.
         windows = {name: (t, w, same) for name, (t, w, same) in old._adopted.items()}
         windows |= {name: (r.target, r.window, True) for name, r in old._routes.items()}
+        self._restored |= old._restored
         for name, (target_name, window, same) in windows.items():
             target = self._targets.get(target_name)
             previous = old._targets.get(target_name)
@@ -512,6 +527,7 @@ class Pipeline:
                     evaluations=route.evaluations if serving else (),
                     current=current,
                     grading=route.grader.grading,
+                    before_window=route.grader.before_candidate,
                     fit=self._fit_summary(route),
                 )
             )
