@@ -50,6 +50,10 @@ HEALTH = frozenset(
 RELOAD = frozenset(family.name for family in ReloadCollector(lambda: ReloadStatus(None, 0.0)).collect())
 #: Exported only once a change of draft length or method was seen.
 GRADING = frozenset({"specwatch_advice_predicted_gain_ratio", "specwatch_advice_measured_gain_ratio"})
+#: The window a change would be graded against: what a restarted sidecar reads back (docs/rollouts.md).
+BEFORE_WINDOW = frozenset({"specwatch_advice_before_window", "specwatch_advice_before_position_acceptance_rate"})
+#: The read-back's own outcome, only with `readback:` configured.
+READBACK = frozenset({"specwatch_readback_errors_total", "specwatch_readback_restored_routes"})
 #: How well the learned step-time curve fits: exported once a route's curve has points.
 STEP_TIME_FIT = frozenset(
     {
@@ -63,6 +67,6 @@ STEP_TIME_FIT = frozenset(
 LEARNING = frozenset({"specwatch_cost_model_info"}) | STEP_TIME_FIT
 
 #: Every name the sidecar may export.
-EXPORTED = MIRRORED | WINDOW_DERIVED | ROUTE_GAUGES | HEALTH | RELOAD | GRADING | LEARNING
+EXPORTED = MIRRORED | WINDOW_DERIVED | ROUTE_GAUGES | HEALTH | RELOAD | GRADING | BEFORE_WINDOW | READBACK | LEARNING
 #: Exported only while the target is up and read: nothing of them may outlive a failed poll.
 TARGET_DERIVED = WINDOW_DERIVED | MIRRORED

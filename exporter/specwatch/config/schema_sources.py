@@ -186,9 +186,9 @@ READBACK = Section(
             "timeout",
             Duration(),
             "deadline of the whole read-back; polling starts without waiting for it",
-            example="5s",
+            example="2s",
         ),
-        Key("max_bytes", Size(), "cap on one decoded query answer", example="4MiB"),
-        Key("lookback", Duration(), "how long ago the previous pod's last sample may be", example="1h"),
+        Key("max_bytes", Size(), "cap on one decoded query answer", example="8MiB"),
+        Key("lookback", Duration(), "how long ago the previous pod's last sample may be", example="6h"),
     ),
 )
