@@ -425,12 +425,14 @@ class RolloutGrader:
     as replicas in a new regime beside, then instead of, the old one's. Each replica's regime is its
     shortest window's K and method; the route's regime is the first seen. A replica in another
     regime is graded against the old regime's latest windows at the batch nearest its own; once no
-    old-regime replica has been seen for a longest window, the new regime is the route's."""
+    old-regime replica has been seen for two longest windows (the new replicas' have filled), the
+    new regime is the route's."""
 
     def __init__(self) -> None:
         self._regime: tuple[float, str] | None = None
         self._old: deque[WindowSummary] = deque(maxlen=HISTORY)  # the regime's windows: before candidates
         self._old_seen = -math.inf  # when an old-regime replica was last evaluated
+        self._span = 0.0  # the longest window span seen: the new regime's windows fill within it
         self.grading: Grading | None = None
 
     def observe(
@@ -450,6 +452,7 @@ class RolloutGrader:
         if k_now is None:
             return self.grading
         longest = summarize(ordered[-1], method, min_drafts)
+        self._span = max(self._span, ordered[-1].span_seconds)
         if self._regime is None:
             self._regime = (k_now, method)
         if not regime_changed(*self._regime, k_now, method):
@@ -457,7 +460,8 @@ class RolloutGrader:
             if longest is not None and not regime_changed(*self._regime, longest.draft_length, method):
                 self._old.append(longest)
             return self.grading
-        if t - self._old_seen > ordered[-1].span_seconds and self._old_seen > -math.inf and self.grading is not None:
+        gone_for = t - self._old_seen
+        if gone_for > 2 * self._span and self._old_seen > -math.inf and self.grading is not None:
             # The old regime is gone: the new one becomes the route's (the next change is graded on it).
             self._regime, self._old, self._old_seen = (k_now, method), deque(maxlen=HISTORY), t
             if longest is not None:

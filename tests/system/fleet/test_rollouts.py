@@ -171,6 +171,7 @@ def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_in_si
         assert grading["change"]["draft_length_before"] == pytest.approx(4.0, abs=0.05)
         assert grading["change"]["draft_length_after"] == pytest.approx(2.0, abs=0.05)
         assert grading["measured"]["gain_ratio"] == pytest.approx(true_gain, rel=0.10)
+        assert grading["after"]["span_seconds"] >= 0.9 * 30  # graded on the longest window, filled
         assert grading["predicted_gain_ratio"] > 1
         metrics = requests.get(f"http://127.0.0.1:{ports['sidecar_new']}/metrics", timeout=5).text
         assert "specwatch_readback_restored_routes 1.0" in metrics
@@ -182,6 +183,8 @@ def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_in_si
         assert rollout["change"]["draft_length_before"] == pytest.approx(4.0, abs=0.05)
         assert rollout["change"]["draft_length_after"] == pytest.approx(2.0, abs=0.05)
         assert rollout["measured"]["gain_ratio"] == pytest.approx(true_gain, rel=0.10)
+        assert rollout["after"]["span_seconds"] >= 0.9 * 30
+        assert rollout["before"]["batch_size"] == pytest.approx(rollout["after"]["batch_size"], rel=0.2)
     finally:
         for pod in pods:
             pod.replace()

@@ -102,3 +102,13 @@ def test_after_the_old_pods_are_gone_the_next_rollout_is_graded_against_the_new_
     assert grading is not None and grading.before.draft_length == pytest.approx(2.0, abs=0.01)
     assert grading.new_draft_length == pytest.approx(4.0, abs=0.01)
     assert grading.measured_gain_ratio == pytest.approx(rates["c"] / rates["b"], rel=0.10)
+
+
+def test_a_rollout_with_no_overlap_is_graded_on_the_new_pods_filled_window():
+    """Recreate strategy: the old pod is gone before the new one answers; the grading follows the
+    new pod's window until it has filled, not its first short one."""
+    grader, rates = roll([("old", 4, 1, 0.0, 300.0), ("new", 2, 2, 320.0, 660.0)], 660.0)
+    grading = grader.grading
+    assert grading is not None and grading.after is not None
+    assert grading.after.span_seconds == pytest.approx(240.0)
+    assert grading.measured_gain_ratio == pytest.approx(rates["new"] / rates["old"], rel=0.10)
