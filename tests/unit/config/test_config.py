@@ -480,7 +480,7 @@ def _prometheus(environ=None, base_dir=".", **raw):
 
 
 def test_readback_is_refused_in_fleet_mode_with_one_line_naming_the_key():
-    with pytest.raises(ConfigError, match="^readback: not used with prometheus"):
+    with pytest.raises(ConfigError, match=r"^readback: not used with prometheus"):
         from_mapping({"prometheus": PROMETHEUS_URL, "readback": PROMETHEUS_URL}, environ={})
 
 
