@@ -61,6 +61,7 @@ STEP_TIME_FIT = frozenset(
         "specwatch_step_time_fit_residual_ratio",
         "specwatch_step_time_predicted_seconds",
         "specwatch_step_time_observed_seconds",
+        "specwatch_step_time_curve_seconds",
     }
 )
 #: What the verdict rests on (docs/costmodel.md) and how well the learned curve fits.

@@ -64,6 +64,12 @@ FIT_GAUGES = (
     ),
     ("specwatch_step_time_observed_seconds", "Mean engine step time measured at that load (ITL sum / ITL count)."),
 )
+#: The learned curve itself, one sample per knot (at most 65: the learner's bins), so a restarted
+#: sidecar can read it back (docs/rollouts.md).
+CURVE_GAUGE = (
+    "specwatch_step_time_curve_seconds",
+    "The route's learned step-time curve: the plain engine step time over `tokens` query tokens, one sample per knot.",
+)
 GRADING_GAUGES = (
     (
         "specwatch_advice_predicted_gain_ratio",
@@ -274,7 +280,12 @@ class SpecwatchCollector(Collector):
             ):
                 if value is not None and math.isfinite(value):
                     family.add_metric(labels, value)
-        yield from (info, points, residual, predicted, observed)
+        curve = GaugeMetricFamily(*CURVE_GAUGE, labels=[*ROUTE_LABELS, "tokens"])
+        for route in state.routes:
+            if route.target not in down and route.current:
+                for tokens, seconds in route.curve_knots:
+                    curve.add_metric([route.route, route.target, f"{tokens:.6g}"], seconds)
+        yield from (info, points, residual, predicted, observed, curve)
 
     def _health(self, state: State) -> Iterable[Metric]:
         up = GaugeMetricFamily(

@@ -3,7 +3,8 @@ Prometheus that scraped it (config `readback:`, docs/rollouts.md).
 
 Applying a recommendation in Kubernetes replaces the pod, and the sidecar with it. The old sidecar
 exported the window a change would be graded against (`specwatch_advice_before_window`,
-`specwatch_advice_before_position_acceptance_rate`); the new one reads them back with one range
+`specwatch_advice_before_position_acceptance_rate`) and its learned step-time curve
+(`specwatch_step_time_curve_seconds`); the new one reads them back with one range
 query over `lookback`, picked by the route label under the configured selector (the pod label is
 new with each pod). Per route the series group (every label but the quantity's) with the newest
 sample wins: the last pod before this one. It runs once, on its own thread, under one deadline:
@@ -13,9 +14,13 @@ starts from nothing, as without `readback:`.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -23,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from specwatch.base.units import format_duration
 from specwatch.config import ReadbackConfig
-from specwatch.export.collector import BEFORE_POSITIONS_GAUGE, BEFORE_WINDOW_GAUGE
+from specwatch.export.collector import BEFORE_POSITIONS_GAUGE, BEFORE_WINDOW_GAUGE, CURVE_GAUGE
 from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Series
 from specwatch.verdict.grading import WindowSummary, restored_summary
 
@@ -31,8 +36,12 @@ log = structlog.get_logger("specwatch.readback")
 
 #: Points of the range query: the newest sample is found to within lookback / this.
 _POINTS = 120
-_FAMILIES = (BEFORE_WINDOW_GAUGE[0], BEFORE_POSITIONS_GAUGE[0])
-_OWN_LABELS = ("__name__", "quantity", "position", "method")
+_FAMILIES = (BEFORE_WINDOW_GAUGE[0], BEFORE_POSITIONS_GAUGE[0], CURVE_GAUGE[0])
+_OWN_LABELS = ("__name__", "quantity", "position", "method", "tokens")
+#: A learned curve has at most this many knots (one per learner bin).
+MAX_KNOTS = 65
+
+Knots = tuple[tuple[float, float], ...]
 
 
 def readback_query(config: ReadbackConfig) -> str:
@@ -41,38 +50,81 @@ def readback_query(config: ReadbackConfig) -> str:
     return "{" + f'__name__=~"{names}"' + (f", {matchers}" if matchers else "") + "}"
 
 
-def summaries_from_series(series: Iterable[Series]) -> dict[str, WindowSummary]:
-    """Per route, the newest series group's summary (groups that do not make one are skipped)."""
-    groups: dict[tuple[tuple[str, str], ...], dict[str, object]] = {}
+@dataclass
+class _Group:
+    """One old sidecar's series of one route (every label but the family's own)."""
+
+    route: str
+    method: str = "auto:unknown"
+    quantities: dict[str, tuple[float, float]] = field(default_factory=dict)  # name: (t, value)
+    positions: dict[int, tuple[float, float]] = field(default_factory=dict)
+    knots: dict[float, tuple[float, float]] = field(default_factory=dict)  # tokens: (t, seconds)
+
+    def add(self, labels: Mapping[str, str], point: tuple[float, float]) -> None:
+        name = labels.get("__name__")
+        if name == BEFORE_WINDOW_GAUGE[0] and isinstance(labels.get("quantity"), str):
+            self.quantities[labels["quantity"]] = point
+            self.method = str(labels.get("method", self.method))
+        elif name == BEFORE_POSITIONS_GAUGE[0] and str(labels.get("position", "")).isdigit():
+            self.positions[int(labels["position"])] = point
+        elif name == CURVE_GAUGE[0]:
+            with contextlib.suppress(TypeError, ValueError):
+                self.knots[float(labels.get("tokens", ""))] = point
+
+    def summary(self) -> tuple[float, WindowSummary | None]:
+        """The newest scrape's before-window (a quantity that stopped earlier was another window's)."""
+        if not self.quantities:
+            return -math.inf, None
+        newest = max(t for t, _ in self.quantities.values())
+        values = {q: v for q, (t, v) in self.quantities.items() if t == newest}
+        positions = {p: v for p, (t, v) in self.positions.items() if t == newest}
+        span = values.get("span_seconds", 0.0)
+        window = format_duration(span) if math.isfinite(span) and span > 0 else ""
+        return newest, restored_summary(values, positions, self.method, window)
+
+    def curve(self) -> tuple[float, Knots]:
+        """The newest scrape's knots, when they make a curve: tokens increasing, seconds positive,
+        finite and non-decreasing (the learner's own shape); else none."""
+        if not self.knots or len(self.knots) > MAX_KNOTS:
+            return -math.inf, ()
+        newest = max(t for t, _ in self.knots.values())
+        knots = tuple(sorted((n, v) for n, (t, v) in self.knots.items() if t == newest))
+        finite = all(math.isfinite(n) and math.isfinite(v) and n > 0 and v > 0 for n, v in knots)
+        rising = all(v0 <= v1 for (_, v0), (_, v1) in itertools.pairwise(knots))
+        return (newest, knots) if finite and rising else (-math.inf, ())
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What the previous pod exported, per route."""
+
+    before_windows: Mapping[str, WindowSummary]
+    curves: Mapping[str, Knots]
+
+    @property
+    def routes(self) -> list[str]:
+        return sorted(set(self.before_windows) | set(self.curves))
+
+
+def restored_from_series(series: Iterable[Series]) -> Restored:
+    """Per route, the newest group's before-window and curve (what does not make one is skipped)."""
+    groups: dict[tuple[tuple[str, str], ...], _Group] = {}
     for item in series:
-        labels = item.labels
-        route = labels.get("route")
+        route = item.labels.get("route")
         if not isinstance(route, str) or not item.points:
             continue
-        identity = tuple(sorted((k, str(v)) for k, v in labels.items() if k not in _OWN_LABELS))
-        group = groups.setdefault(identity, {"route": route, "t": -1.0, "q": {}, "p": {}, "method": "auto:unknown"})
-        t, value = item.points[-1]
-        group["t"] = max(float(group["t"]), t)  # type: ignore[arg-type]
-        if labels.get("__name__") == BEFORE_WINDOW_GAUGE[0] and isinstance(labels.get("quantity"), str):
-            group["q"][labels["quantity"]] = (t, value)  # type: ignore[index]
-            group["method"] = str(labels.get("method", "auto:unknown"))
-        elif labels.get("__name__") == BEFORE_POSITIONS_GAUGE[0] and str(labels.get("position", "")).isdigit():
-            group["p"][int(labels["position"])] = (t, value)  # type: ignore[index]
-    out: dict[str, tuple[float, WindowSummary]] = {}
+        identity = tuple(sorted((k, str(v)) for k, v in item.labels.items() if k not in _OWN_LABELS))
+        groups.setdefault(identity, _Group(route)).add(item.labels, item.points[-1])
+    before: dict[str, tuple[float, WindowSummary]] = {}
+    curves: dict[str, tuple[float, Knots]] = {}
     for group in groups.values():
-        quantities: Mapping[str, tuple[float, float]] = group["q"]  # type: ignore[assignment]
-        if not quantities:
-            continue
-        newest = max(t for t, _ in quantities.values())
-        # One scrape's values only: a quantity that stopped earlier belongs to another window.
-        values = {q: v for q, (t, v) in quantities.items() if t == newest}
-        positions = {p: v for p, (t, v) in group["p"].items() if t == newest}  # type: ignore[attr-defined]
-        span = values.get("span_seconds", 0.0)
-        summary = restored_summary(values, positions, str(group["method"]), format_duration(span) if span > 0 else "")
-        route = str(group["route"])
-        if summary is not None and (route not in out or newest > out[route][0]):
-            out[route] = (newest, summary)
-    return {route: summary for route, (_, summary) in out.items()}
+        t, summary = group.summary()
+        if summary is not None and t > before.get(group.route, (-math.inf,))[0]:
+            before[group.route] = (t, summary)
+        t, knots = group.curve()
+        if knots and t > curves.get(group.route, (-math.inf,))[0]:
+            curves[group.route] = (t, knots)
+    return Restored({r: s for r, (_, s) in before.items()}, {r: k for r, (_, k) in curves.items()})
 
 
 class Readback:
@@ -83,7 +135,7 @@ class Readback:
         self._client = client or PromClient(config.as_prometheus())
         self.errors = dict.fromkeys(QUERY_ERROR_REASONS, 0)
         self.restored: int | None = None  # routes restored (None: not done yet)
-        self._result: dict[str, WindowSummary] | None = None
+        self._result: Restored | None = None
         self._thread: threading.Thread | None = None
 
     def start(self, now: float | None = None) -> None:
@@ -95,19 +147,19 @@ class Readback:
         lookback = self.config.lookback
         try:
             answer = self._client.query_range(readback_query(self.config), now - lookback, now, lookback / _POINTS)
-            result = summaries_from_series(answer.series)
+            result = restored_from_series(answer.series)
         except PromQueryError as exc:
             self.errors[exc.reason if exc.reason in self.errors else "invalid"] += 1
             log.warning("readback_failed", reason=exc.reason, message=str(exc), action="starting from nothing")
-            result = {}
+            result = Restored({}, {})
         finally:
             self._client.close()
-        self.restored = len(result)
-        if result:
-            log.info("readback_restored", routes=sorted(result))
+        self.restored = len(result.routes)
+        if result.routes:
+            log.info("readback_restored", routes=result.routes, curves=sorted(result.curves))
         self._result = result
 
-    def take(self) -> dict[str, WindowSummary] | None:
+    def take(self) -> Restored | None:
         """The result once, when done (the poll thread applies it between polls)."""
         result, self._result = self._result, None
         return result

@@ -228,8 +228,9 @@ class Service:
         if self.fleet is not None:
             self._poll_fleet(self.fleet)
             return
-        if self.readback is not None and (restored := self.readback.take()):
-            self.pipeline.restore(restored)  # here: the poll thread is the pipeline's only writer
+        if self.readback is not None and (restored := self.readback.take()) is not None:
+            # Here: the poll thread is the pipeline's only writer.
+            self.pipeline.restore(restored.before_windows, restored.curves)
         # Targets are fetched in parallel (a hung one must not delay the others past the interval),
         # then ingested in config order by this one thread, the only writer of the pipeline.
         if len(self.config.targets) > 1:

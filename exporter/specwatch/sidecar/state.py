@@ -37,6 +37,8 @@ class RouteState:
     before_window: WindowSummary | None = None
     # The learned step-time fit of the route (None: learning off, a profile set, or no window yet).
     fit: learned.FitSummary | None = None
+    # The learned curve's knots (tokens, plain step seconds): exported, so a new pod can read it back.
+    curve_knots: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)

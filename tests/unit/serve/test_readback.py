@@ -12,7 +12,7 @@ from specwatch import sim
 from specwatch.config import ReadbackConfig, from_mapping
 from specwatch.export.collector import registry_for
 from specwatch.fleet.client import Series
-from specwatch.serve.readback import Readback, readback_query, summaries_from_series
+from specwatch.serve.readback import Readback, readback_query, restored_from_series
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
@@ -40,19 +40,17 @@ def pod_scenario(k: int):
     )
 
 
-def run_pod(k: int, seconds: float, restored=None, seed: int = 1):
+def run_pod(k: int, seconds: float, restored=None, seed: int = 1, learning: bool = False):
     """A fresh sidecar beside a fresh simulated vLLM; returns the pipeline and the true tokens/s
     after the first minute (closed loop at the same load: the per-request decode speed)."""
     sc = pod_scenario(k)
-    config = from_mapping(
-        sidecar_config_for(
-            sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m", "4m")
-        ),
-        environ={},
+    raw = sidecar_config_for(
+        sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m", "4m")
     )
+    config = from_mapping({**raw, "learning": {"enabled": learning}}, environ={})
     pipeline = Pipeline(config)
     if restored is not None:
-        pipeline.restore(restored)
+        pipeline.restore(restored.before_windows, restored.curves)
     simulator = sim.Simulator(sc, seed=seed)
     t, generated = 0.0, {}
     while t < seconds:
@@ -62,6 +60,8 @@ def run_pod(k: int, seconds: float, restored=None, seed: int = 1):
         pipeline.evaluate(t)
         if t in (60.0, seconds):
             generated[t] = sum(e.c["generation_tokens"] for r in simulator.routes.values() for e in r.engines)
+    if seconds <= 60.0:
+        return pipeline, None
     return pipeline, (generated[seconds] - generated[60.0]) / (seconds - 60.0)
 
 
@@ -72,7 +72,7 @@ def as_stored(pipeline: Pipeline, at: float, **pod_labels: str) -> list[Series]:
         Series({**sample.labels, "__name__": sample.name, **pod_labels}, ((at, sample.value),))
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name.startswith("specwatch_advice_before")
+        if sample.name.startswith(("specwatch_advice_before", "specwatch_step_time_curve"))
     ]
 
 
@@ -80,9 +80,9 @@ def as_stored(pipeline: Pipeline, at: float, **pod_labels: str) -> list[Series]:
 def rollout():
     old, true_old = run_pod(4, 300.0)
     assert old.state().routes[0].evaluations[-1].verdict == "shorten"
-    restored = summaries_from_series(as_stored(old, 1000.0, pod="vllm-old"))
+    restored = restored_from_series(as_stored(old, 1000.0, pod="vllm-old"))
     new, true_new = run_pod(2, 360.0, restored, seed=2)
-    return restored, new, true_new / true_old
+    return restored.before_windows, new, true_new / true_old
 
 
 def test_the_new_pod_reads_back_the_old_pods_before_window_by_route(rollout):
@@ -108,7 +108,7 @@ def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_of_th
 
 def test_a_restart_with_the_same_draft_length_grades_nothing():
     old, _ = run_pod(4, 300.0)
-    restarted, _ = run_pod(4, 200.0, summaries_from_series(as_stored(old, 1000.0, pod="a")), seed=2)
+    restarted, _ = run_pod(4, 200.0, restored_from_series(as_stored(old, 1000.0, pod="a")), seed=2)
     assert restarted.state().routes[0].grading is None
 
 
@@ -119,23 +119,25 @@ def test_the_newest_pod_wins_and_a_half_read_or_hostile_answer_restores_nothing(
         for s in as_stored(old, 0, pod="x")
     ]
     latest = as_stored(old, 900.0, pod="vllm-old")
-    assert summaries_from_series(two_rollouts_ago + latest)["chat"].draft_length == pytest.approx(4.0, abs=0.01)
+    restored = restored_from_series(two_rollouts_ago + latest)
+    assert restored.before_windows["chat"].draft_length == pytest.approx(4.0, abs=0.01)
     # A group without its ITL per token, or with an impossible value, is no baseline.
     missing = [s for s in latest if s.labels.get("quantity") != "itl_per_token_seconds"]
-    assert summaries_from_series(missing) == {}
+    assert restored_from_series(missing).routes == []
     hostile = [
         Series(s.labels, ((900.0, float("nan") if s.labels.get("quantity") == "batch_size" else s.points[0][1]),))
         for s in latest
     ]
-    assert summaries_from_series(hostile) == {}
-    assert summaries_from_series([Series({"__name__": "specwatch_advice_before_window"}, ((1.0, 1.0),))]) == {}
+    assert restored_from_series(hostile).routes == []
+    nameless = [Series({"__name__": "specwatch_advice_before_window"}, ((1.0, 1.0),))]
+    assert restored_from_series(nameless).routes == []
 
 
 def test_the_query_picks_the_families_under_the_configured_selector():
     config = ReadbackConfig(url="http://p:9090", selector='{namespace="llm", job="vllm-chat"}')
     assert readback_query(config) == (
-        '{__name__=~"specwatch_advice_before_window|specwatch_advice_before_position_acceptance_rate", '
-        'namespace="llm", job="vllm-chat"}'
+        '{__name__=~"specwatch_advice_before_window|specwatch_advice_before_position_acceptance_rate|'
+        'specwatch_step_time_curve_seconds", namespace="llm", job="vllm-chat"}'
     )
 
 
@@ -143,4 +145,37 @@ def test_an_unreachable_prometheus_is_counted_once_and_restores_nothing():
     readback = Readback(ReadbackConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1.0))
     readback.run(now=10_000.0)
     assert readback.errors["connect"] == 1 and sum(readback.errors.values()) == 1
-    assert readback.restored == 0 and readback.take() == {} and readback.take() is None
+    restored = readback.take()
+    assert readback.restored == 0 and restored is not None and restored.routes == [] and readback.take() is None
+
+
+def test_the_learned_curve_is_read_back_and_used_until_the_new_pod_has_learned_its_own():
+    old, _ = run_pod(4, 300.0, learning=True)
+    learner, _ = old.learners()["chat"]
+    knots = learner.curve().knots
+    restored = restored_from_series(as_stored(old, 1000.0, pod="vllm-old"))
+    assert [n for n, _ in restored.curves["chat"]] == pytest.approx([n for n, _ in knots], rel=1e-5)
+    assert [v for _, v in restored.curves["chat"]] == pytest.approx([v for _, v in knots], rel=1e-12)
+    new, _ = run_pod(2, 15.0, restored, seed=2, learning=True)
+    own, model = new.learners()["chat"]
+    assert own.curve() is None and model.profile is not None and model.profile.knots == restored.curves["chat"]
+    # Once the new pod's own curve fits, it replaces the restored one.
+    later, _ = run_pod(2, 300.0, restored, seed=2, learning=True)
+    own, model = later.learners()["chat"]
+    assert own.curve() is not None and model.profile is own.curve()
+
+
+def test_a_curve_that_falls_with_the_load_or_is_not_positive_is_not_restored():
+    old, _ = run_pod(4, 300.0, learning=True)
+    stored = as_stored(old, 1000.0, pod="vllm-old")
+    knot = next(s for s in stored if s.labels["__name__"] == "specwatch_step_time_curve_seconds")
+    tokens, seconds = float(knot.labels["tokens"]), knot.points[0][1]
+    assert "chat" in restored_from_series(stored).curves
+
+    def another(n: float, v: float) -> Series:
+        return Series({**knot.labels, "tokens": f"{n:g}"}, ((1000.0, v),))
+
+    assert "chat" in restored_from_series([*stored, another(2 * tokens, 1.5 * seconds)]).curves
+    assert "chat" not in restored_from_series([*stored, another(2 * tokens, 0.5 * seconds)]).curves
+    assert "chat" not in restored_from_series([*stored, another(2 * tokens, float("inf"))]).curves
+    assert "chat" not in restored_from_series([*stored, another(0.5 * tokens, -1.0)]).curves
