@@ -184,6 +184,8 @@ def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_in_si
         assert rollout["change"]["draft_length_after"] == pytest.approx(2.0, abs=0.05)
         assert rollout["measured"]["gain_ratio"] == pytest.approx(true_gain, rel=0.10)
         assert rollout["after"]["span_seconds"] >= 0.9 * 30
+        fleet_metrics = requests.get(f"http://127.0.0.1:{ports['fleet']}/metrics", timeout=5).text
+        assert 'specwatch_advice_measured_gain_ratio{route="chat"}' in fleet_metrics
         assert rollout["before"]["batch_size"] == pytest.approx(rollout["after"]["batch_size"], rel=0.2)
     finally:
         for pod in pods:

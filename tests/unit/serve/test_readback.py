@@ -13,6 +13,7 @@ from specwatch.config import ReadbackConfig, from_mapping
 from specwatch.export.collector import registry_for
 from specwatch.fleet.client import Series
 from specwatch.serve.readback import Readback, readback_query, restored_from_series
+from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
@@ -179,3 +180,29 @@ def test_a_curve_that_falls_with_the_load_or_is_not_positive_is_not_restored():
     assert "chat" not in restored_from_series([*stored, another(2 * tokens, 0.5 * seconds)]).curves
     assert "chat" not in restored_from_series([*stored, another(2 * tokens, float("inf"))]).curves
     assert "chat" not in restored_from_series([*stored, another(0.5 * tokens, -1.0)]).curves
+
+
+def test_a_failed_readback_is_exported_and_the_sidecar_polls_as_without_it():
+    config = from_mapping(
+        {
+            "targets": [{"url": f"http://127.0.0.1:{free_port()}/metrics"}],
+            "readback": {"url": f"http://127.0.0.1:{free_port()}", "timeout": "1s"},
+        },
+        environ={},
+    )
+    service = Service(config)
+    try:
+        assert service.readback is not None
+        service.readback.run(now=10_000.0)  # what its thread runs after start
+        service.poll_once()
+        text = service.published.metrics.decode()
+    finally:
+        service.stop()
+    assert 'specwatch_readback_errors_total{reason="connect"} 1.0' in text
+    assert "specwatch_readback_restored_routes 0.0" in text
+    assert 'specwatch_scrape_errors_total{reason="connect",target="vllm"} 1.0' in text
+
+
+def test_fleet_mode_reads_nothing_back():
+    fleet = from_mapping({"prometheus": {"url": "http://127.0.0.1:1"}}, environ={})
+    assert Service(fleet).readback is None
