@@ -135,7 +135,9 @@ class Readback:
         self._client = client or PromClient(config.as_prometheus())
         self.errors = dict.fromkeys(QUERY_ERROR_REASONS, 0)
         self.restored: int | None = None  # routes restored (None: not done yet)
-        self._result: Restored | None = None
+        self._result = Restored({}, {})
+        self._done = threading.Event()  # set once _result is final (the poll thread reads it then)
+        self._taken = False
         self._thread: threading.Thread | None = None
 
     def start(self, now: float | None = None) -> None:
@@ -158,11 +160,14 @@ class Readback:
         if result.routes:
             log.info("readback_restored", routes=result.routes, curves=sorted(result.curves))
         self._result = result
+        self._done.set()
 
     def take(self) -> Restored | None:
-        """The result once, when done (the poll thread applies it between polls)."""
-        result, self._result = self._result, None
-        return result
+        """The result once, when done (the poll thread applies it between polls); else None."""
+        if self._taken or not self._done.is_set():
+            return None
+        self._taken = True
+        return self._result
 
 
 class ReadbackCollector(Collector):
