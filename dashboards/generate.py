@@ -635,8 +635,9 @@ def health_row() -> list[tuple[dict, int, int]]:
             ),
             target(
                 "B",
-                f"max by (namespace, pod, route, target, model_name, method, schema) (specwatch_route_info{{{ROUTE}}})",
-                "{{pod}}: {{route}} → {{target}} · {{model_name}} · {{method}} · {{schema}}",
+                f"max by (namespace, pod, route, target, model_name, method, schema, engine) "
+                f"(specwatch_route_info{{{ROUTE}}})",
+                "{{pod}}: {{route}} → {{target}} · {{engine}} · {{model_name}} · {{method}} · {{schema}}",
                 instant=True,
             ),
         ],
@@ -888,10 +889,20 @@ def variables() -> list[dict]:
             description="vLLM endpoint polled by specwatch (one per sidecar; many per standalone exporter).",
         ),
         query_var(
+            "engine",
+            "Engine",
+            'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
+            'pod=~"$pod", target=~"$target"}, engine)',
+            multi=True,
+            include_all=True,
+            description="Serving engine the target speaks (vllm, llamacpp, lmdeploy, ray-vllm, ...); narrows the "
+            "models and routes below.",
+        ),
+        query_var(
             "model_name",
             "Model",
             'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
-            'pod=~"$pod", target=~"$target"}, model_name)',
+            'pod=~"$pod", target=~"$target", engine=~"$engine"}, model_name)',
             multi=True,
             include_all=True,
             description="vLLM --served-model-name; narrows the routes below.",
@@ -900,7 +911,7 @@ def variables() -> list[dict]:
             "route",
             "Route",
             'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
-            'pod=~"$pod", target=~"$target", model_name=~"$model_name"}, route)',
+            'pod=~"$pod", target=~"$target", engine=~"$engine", model_name=~"$model_name"}, route)',
             multi=True,
             include_all=True,
             description="Traffic class whose acceptance is judged (default: one per vLLM model name).",

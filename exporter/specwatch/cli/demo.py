@@ -290,11 +290,13 @@ def _show(
     out: TextIO,
     tty: bool,
 ) -> int:
+    from specwatch.sim.describe import describe
+
     base = f"http://127.0.0.1:{service.port}"
     intro = [
         f"specwatch demo: scenario {scenario.name!r} at {speed:g}x, windows {', '.join(config.window_labels)} "
         f"(wall time), poll every {config.poll_interval:g}s, verdict hold {config.decision.hold_seconds(config.poll_interval):g}s",
-        "  " + " ".join(scenario.description.split()),
+        "  " + describe(scenario),
         "  " + breakeven_line(handle.truth()),
         f"simulated vLLM: {handle.url}",
         f"sidecar: {base}/metrics  {base}/api/v1/status",

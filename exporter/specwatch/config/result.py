@@ -20,6 +20,7 @@ class TargetConfig:
     url: str = "http://127.0.0.1:8000/metrics"
     timeout: float = 2.0
     max_bytes: int = 16 * 2**20
+    engine: str = "auto"  # an engines.registry name, or "auto": detected from each payload
     # Values may be "${ENV}"; resolved at load time and never logged.
     headers: Mapping[str, str] = field(default_factory=dict)
 

@@ -7,10 +7,16 @@ from __future__ import annotations
 
 from specwatch.config import result
 from specwatch.config.file_kinds import ExistingFile
-from specwatch.config.kinds import POSITIVE, Duration, Flag, Name, Size, Text, Url
+from specwatch.config.kinds import POSITIVE, Choice, Duration, Flag, Name, Size, Text, Url
 from specwatch.config.label_kinds import LabelMatchers, LabelNames
 from specwatch.config.mapping_kinds import StringMap
 from specwatch.config.nodes import Key, Section
+from specwatch.engines.registry import AUTO, ENGINE_NAMES
+
+
+def _engine_choices() -> tuple[str, ...]:
+    return (AUTO, *ENGINE_NAMES)
+
 
 TARGET = Section(
     "targets",
@@ -39,6 +45,12 @@ TARGET = Section(
             default_doc="min(2s, 0.8 x poll_interval)",
         ),
         Key("max_bytes", Size(), "cap on the decoded body (gzip bombs stop here)", example="4MiB"),
+        Key(
+            "engine",
+            Choice(_engine_choices, noun="engine"),
+            "serving engine whose metrics the target exports; auto: detected from each payload's families",
+            example="llamacpp",
+        ),
         Key(
             "headers",
             StringMap(env_refs=True),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,11 +20,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
-from specwatch.engines.vllm import Counter
-from specwatch.sidecar.state import State
+from specwatch.engines.series import Counter
+from specwatch.sidecar.state import RouteState, State
 from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
 from specwatch.verdict.grading import Grading
+from specwatch.windows.derive import COUNTER_RATIO
 
 CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between polls)."
 
@@ -40,8 +41,8 @@ MIRRORED_COUNTERS = (
 # The same families in both modes (fleet mode adds its replica labels): one name and help each.
 ROUTE_INFO = (
     "specwatch_route_info",
-    "Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.",
-    ["route", "target", "model_name", "method", "schema"],
+    "Route metadata: model, speculative method as configured, the metric schema and the serving engine spoken.",
+    ["route", "target", "model_name", "method", "schema", "engine"],
 )
 BASELINE_GAUGE = ("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route.")
 # Per route (labels route, target): (metric name, help).
@@ -193,6 +194,12 @@ class WindowFamilies:
             "specwatch_configured_draft_length",
             "Draft length K the stated draft.config gives at the live batch size." + note,
         )
+        self.basis = gauge(
+            "specwatch_acceptance_basis_info",
+            "1 for a window whose acceptance rate, acceptance length and draft length are not ratios of its counters: basis engine_gauge_mean = the mean of the engine's own gauge estimate over the window's active polls (an engine exporting only gauges, docs/engines.md)."
+            + note,
+            "basis",
+        )
 
     def add(self, wlabels: list[str], evaluation: RouteEvaluation) -> None:
         for name, field, _ in DERIVED_GAUGES:
@@ -209,6 +216,8 @@ class WindowFamilies:
                 self.position_rate.add_metric(wlabels + [str(position)], value)
         if evaluation.stats.drafts is not None:
             self.window_drafts.add_metric(wlabels, evaluation.stats.drafts)
+        if evaluation.stats.acceptance_basis != COUNTER_RATIO and evaluation.acceptance_rate is not None:
+            self.basis.add_metric(wlabels + [evaluation.stats.acceptance_basis], 1)
         if evaluation.verdict is not None:
             for name in VERDICTS:
                 self.verdict.add_metric(wlabels + [name], 1 if name == evaluation.verdict else 0)
@@ -231,6 +240,8 @@ class WindowFamilies:
             self.config,
             self.mismatch,
             self.configured_k,
+            # Only where some window has another basis: vLLM's payload keeps its families as they were.
+            *((self.basis,) if self.basis.samples else ()),
         )
 
 
@@ -370,18 +381,13 @@ class SpecwatchCollector(Collector):
             expects.add_metric([name, target], 1 if expected else 0)
         for route in state.routes:
             labels = [route.route, route.target]
-            info.add_metric([route.route, route.target, route.model_name, route.method, route.schema], 1)
+            info.add_metric([route.route, route.target, route.model_name, route.method, route.schema, route.engine], 1)
             expects.add_metric(labels, 1 if route.expects_speculation else 0)
             if route.baseline_itl_p99_seconds is not None:
                 baseline.add_metric(labels, route.baseline_itl_p99_seconds)
             if route.target in down or not route.current:
                 continue
-            if route.spec_present:
-                for kind in (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED):
-                    counters[kind].add_metric(labels, route.mirrored[kind])
-                for position, value in route.positions:
-                    by_position.add_metric(labels + [str(position)], value)
-            counters[Counter.GEN].add_metric(labels, route.mirrored[Counter.GEN])
+            _add_mirrored(route, labels, counters, by_position)
             if route.itl_buckets:
                 itl.add_metric(labels, [(_fmt_le(b), v) for b, v in route.itl_buckets], route.itl_sum)
             add_grading(route.grading, labels, predicted_gain, measured_gain)
@@ -416,6 +422,25 @@ def add_grading(
         predicted.add_metric(labels, grading.predicted_gain_ratio)
     if grading is not None and grading.measured_gain_ratio is not None:
         measured.add_metric(labels, grading.measured_gain_ratio)
+
+
+def _add_mirrored(
+    route: RouteState,
+    labels: list[str],
+    counters: Mapping[Counter, CounterMetricFamily],
+    by_position: CounterMetricFamily,
+) -> None:
+    """The route's mirrored counters: only those its engine counts (one it does not export is absent,
+    not 0); the spec-decode ones only when the route runs speculation."""
+    kinds = (
+        (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN) if route.spec_present else (Counter.GEN,)
+    )
+    for kind in kinds:
+        if kind in route.mirrored:
+            counters[kind].add_metric(labels, route.mirrored[kind])
+    if route.spec_present:
+        for position, value in route.positions:
+            by_position.add_metric(labels + [str(position)], value)
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

@@ -109,8 +109,10 @@ class FleetCollector(Collector):
                     continue
                 target = replica_name(route.replica)
                 values = [*(value for _, value in route.replica), *([target] if with_instance else [])]
-                schema = route.evaluations[0].stats.schema
-                info.add_metric([route.route, target, route.model_name, route.method, schema, *values], 1)
+                stats = route.evaluations[0].stats
+                info.add_metric(
+                    [route.route, target, route.model_name, route.method, stats.schema, stats.engine, *values], 1
+                )
                 if route.route in state.baselines:
                     baseline.add_metric([route.route, target, *values], state.baselines[route.route])
                 for evaluation in route.evaluations:

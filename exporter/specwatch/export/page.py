@@ -265,6 +265,15 @@ def plots(history: PageHistory, key: SeriesKey, poll_interval: float) -> str:
 
 
 # ---- the parts ---------------------------------------------------------------------------------
+def _basis_mark(record: dict[str, Any]) -> str:
+    """A mark on alpha that is an engine's own gauge estimate, not a ratio of the window's counters."""
+    return (
+        ' <span title="mean of the engine\'s own gauge estimate, not a window ratio">(gauge mean)</span>'
+        if record.get("acceptance_basis")
+        else ""
+    )
+
+
 def _hold_text(record: Mapping[str, Any], since: float | None, now: float | None, hold: float) -> str:
     candidate = record.get("candidate_verdict")
     if candidate is None or candidate == record.get("verdict"):
@@ -307,7 +316,7 @@ def windows_table(
             + td(esc(e.stats.window), "l")
             + td(badge(record["verdict"]), "l")
             + td(_hold_text(record, since, now, hold), "l")
-            + td(num(record["acceptance_rate"]))
+            + td(num(record["acceptance_rate"]) + _basis_mark(record))
             + td(breakeven)
             + td(num(record["acceptance_margin"], "+.3f"))
             + td(num(record["batch_size"], ".1f"))

@@ -29,7 +29,7 @@ import structlog
 from specwatch import costmodel
 from specwatch.config import Config, ConfigError, PrometheusConfig
 from specwatch.config.cost_model import cost_model_from_config
-from specwatch.engines.vllm import RouteMatcher
+from specwatch.engines.series import RouteMatcher
 from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector

@@ -16,16 +16,15 @@ from specwatch import costmodel
 from specwatch.config import Config, HardwareConfig, RouteConfig
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.costmodel import learned
-from specwatch.engines.vllm import (
+from specwatch.engines.grouping import (
     DROPPED_KINDS,
     MAX_ENGINES_PER_ROUTE,
     MAX_ROUTES_PER_TARGET,
-    Counter,
     Grouping,
-    RouteMatcher,
-    RouteSnapshot,
     position_limit,
 )
+from specwatch.engines.registry import AUTO, engine_named
+from specwatch.engines.series import Counter, RouteMatcher, RouteSnapshot
 from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState
@@ -38,6 +37,8 @@ from specwatch.windows.window import RouteWindow, increases_by_counter
 
 __all__ = ["Pipeline"]
 
+#: The route-level counters State carries (RouteState.mirrored), each once the engine exports it.
+_MIRRORED = frozenset((Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN))
 ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid")
 
 
@@ -52,15 +53,17 @@ class _TargetRecord:
     last_success: float | None = None
     scrape_duration: float | None = None
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_REASONS, 0))
-    # Routes and engines its payloads carried past the bounds (vllm.DROPPED_KINDS), over all polls.
+    # Routes and engines its payloads carried past the bounds (grouping.DROPPED_KINDS), over all polls.
     dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROPPED_KINDS, 0))
     resets: int = 0
     dips: int = 0  # polls with a counter below its base that was no restart (window.py: clamped)
     schema: str | None = None
     polls: int = 0
+    engine: str = AUTO  # the configured engine, or detected from each payload
 
     def __post_init__(self) -> None:
-        self.grouping = Grouping(self.matchers, self.route_prefix)
+        fixed = None if self.engine == AUTO else engine_named(self.engine)
+        self.grouping = Grouping(self.matchers, self.route_prefix, engine=fixed)
 
 
 @dataclass
@@ -100,7 +103,8 @@ class IngestResult:
     resets: int = 0
     schema: str | None = None
     routes: tuple[str, ...] = ()
-    dropped: Mapping[str, int] = field(default_factory=dict)  # this poll's, past the bounds (vllm.DROPPED_KINDS)
+    dropped: Mapping[str, int] = field(default_factory=dict)  # this poll's, past the bounds (grouping.DROPPED_KINDS)
+    engine: str | None = None  # the serving engine the poll was read as
 
 
 #: What the learner reads of a window: a step's time, its requests and its drafting.
@@ -138,7 +142,7 @@ class Pipeline:
         for target in config.targets:
             matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes if r.target == target.name]
             self._targets[target.name] = _TargetRecord(
-                target.name, target.url, matchers, f"{target.name}/" if multi else ""
+                target.name, target.url, matchers, f"{target.name}/" if multi else "", engine=target.engine
             )
         self._routes: dict[str, _RouteRecord] = {}
         self._assessments = AssessmentCache()  # an unchanged window is not assessed twice
@@ -267,11 +271,18 @@ class Pipeline:
             record.dips += 1  # counted like restarts: polls, not series
         record.schema = schema
         self._expire_routes(record)
-        return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps), dropped=dropped)
+        return IngestResult(
+            True,
+            resets=resets,
+            schema=schema,
+            routes=tuple(s.route for s in snaps),
+            dropped=dropped,
+            engine=grouping.engine.name,
+        )
 
     def position_limit(self) -> int:
         """The first `position` a payload may not carry under the current config (the stated K:
-        draft.config's num_speculative_tokens, else draft.k; vllm.position_limit)."""
+        draft.config's num_speculative_tokens, else draft.k; grouping.position_limit)."""
         config = self.config
         if self._limit_for is not config:  # the config can be replaced (reload)
             schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
@@ -497,19 +508,15 @@ class Pipeline:
                 continue
             # The route's own mirrors (window.RouteWindow.mirror), already summed over its engines and
             # never taken back when one departs; the ITL buckets of the current layout only.
-            mirrored: dict[str, float] = {
-                Counter.DRAFTS: 0.0,
-                Counter.DRAFT_TOKENS: 0.0,
-                Counter.ACCEPTED: 0.0,
-                Counter.GEN: 0.0,
-            }
+            # Only the counters the route's engine exports (an absent one is not exported as 0).
+            mirrored: dict[str, float] = {}
             positions: dict[int, float] = {}
             buckets: dict[float, float] = {}
             current_les = {k[2] for k in latest.counters if k[0] == Counter.ITL_BUCKET}
             itl_sum = itl_count = 0.0
             for (kind, sub), value in route.window.mirror.items():
-                if kind in mirrored:
-                    mirrored[kind] += value
+                if kind in _MIRRORED:
+                    mirrored[kind] = mirrored.get(kind, 0.0) + value
                 elif sub is None:
                     if kind == Counter.ITL_SUM:
                         itl_sum += value
@@ -529,6 +536,7 @@ class Pipeline:
                     model_name=latest.model_name,
                     method=route.method,
                     schema=latest.schema,
+                    engine=latest.engine,
                     spec_present=latest.spec_present,
                     configured_k=latest.configured_k or self.config.draft.k,
                     expects_speculation=config.expect_speculation if config else True,

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specwatch.costmodel import learned
+from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.verdict.grading import Grading, WindowSummary
 
@@ -28,6 +29,7 @@ class RouteState:
     itl_sum: float
     itl_count: float
     evaluations: tuple[RouteEvaluation, ...]
+    engine: str = DEFAULT_ENGINE  # the serving engine spoken (engines.registry name)
     # False when the route was missing from its target's latest good poll (e.g. vLLM restarted
     # with another --served-model-name): its values are then not served, but kept for its return.
     current: bool = True

@@ -103,9 +103,10 @@ def _no_verdict(stats: WindowStats, decision: DecisionConfig) -> Assessment | No
     drafts = _finite(stats.drafts)
     if not stats.spec_present:
         return Assessment(candidate="spec_off")
-    if drafts is not None and drafts <= 0:
+    if drafts is not None and drafts <= 0 and not (_finite(stats.draft_tokens) or 0.0) > 0:
         # Configured but not drafting: while tokens are generated that is speculation switched off
         # (e.g. a num_speculative_tokens_per_batch_size band with K=0); an idle server says nothing.
+        # Draft tokens without drafts is a source that cannot count drafts: no evidence either way.
         generated = _finite(stats.generation_tokens) or 0.0
         return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data")
     k, batch = _finite(stats.draft_length), _finite(stats.batch_size)
