@@ -88,7 +88,7 @@ class Service:
         self.scrapers = self._scrapers_for(config)
         # Fleet mode: one FleetSource instead of the scrapers (which are then none).
         self.fleet = FleetSource(FleetEvaluator(config)) if self.active and config.prometheus else None
-        # Sidecar mode with `readback:`: the previous pod's before-windows, read once after start.
+        # Sidecar mode with `readback:`: what the previous pod exported, read once after start.
         self.readback = Readback(config.readback) if self.active and config.readback and not self.fleet else None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -179,6 +179,10 @@ class Service:
                 )
             rebuilt.append("scrapers")
         rebuilt += self._apply_fleet(new, old)
+        if not self.active and self.readback is None and new.readback is not None and new.prometheus is None:
+            # Started on a bad config: the first good one still reads the previous pod back.
+            self.readback = Readback(new.readback)
+            self.readback.start()
         if new.log != old.log and self._on_log_config is not None:
             self._on_log_config(new)
         if not self.active or (new.windows, new.alerting) != (old.windows, old.alerting):

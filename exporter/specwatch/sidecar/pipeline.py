@@ -154,7 +154,7 @@ class Pipeline:
         self._limit_for: Config | None = None
         self._position_limit = position_limit(None)
 
-        # The previous pod's before-windows read back at start, for routes not seen yet (bounded).
+        # What the previous pod exported (read back at start), for routes not seen yet (bounded).
         self._restored: dict[str, tuple[WindowSummary | None, tuple[tuple[float, float], ...]]] = {}
         # Windows of the pipeline this one replaced (reload), by route: their mirrors continue.
         self._adopted: dict[str, tuple[str, RouteWindow, bool]] = {}  # route: (target, window, same series)

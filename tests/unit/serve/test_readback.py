@@ -206,3 +206,20 @@ def test_a_failed_readback_is_exported_and_the_sidecar_polls_as_without_it():
 def test_fleet_mode_reads_nothing_back():
     fleet = from_mapping({"prometheus": {"url": "http://127.0.0.1:1"}}, environ={})
     assert Service(fleet).readback is None
+
+
+def test_a_sidecar_that_started_on_a_bad_config_reads_back_once_a_good_one_arrives():
+    good = from_mapping(
+        {
+            "targets": [{"url": f"http://127.0.0.1:{free_port()}/metrics"}],
+            "readback": {"url": f"http://127.0.0.1:{free_port()}", "timeout": "1s"},
+        },
+        environ={},
+    )
+    service = Service(from_mapping({}, environ={}), config_error="targets[0].url: required")
+    try:
+        assert service.readback is None
+        service.apply(good)
+        assert service.readback is not None
+    finally:
+        service.stop()
