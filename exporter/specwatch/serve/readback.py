@@ -80,7 +80,7 @@ class _Group:
         positions = {p: v for p, (t, v) in self.positions.items() if t == newest}
         span = values.get("span_seconds", 0.0)
         window = format_duration(span) if math.isfinite(span) and span > 0 else ""
-        return newest, restored_summary(values, positions, self.method, window)
+        return newest, restored_summary(values, positions, self.method, window, newest)
 
     def curve(self) -> tuple[float, Knots]:
         """The newest scrape's knots, when they make a curve: tokens increasing, seconds positive,

@@ -111,10 +111,11 @@ class WindowSummary:
 
 
 def restored_summary(
-    quantities: Mapping[str, float], positions: Mapping[int, float], method: str, window: str
+    quantities: Mapping[str, float], positions: Mapping[int, float], method: str, window: str, t: float
 ) -> WindowSummary | None:
-    """A summary read back from the exported quantities (the previous pod's), or None when one is
-    missing or out of range: a half-read or hostile answer must not become a baseline."""
+    """A summary read back from the exported quantities (the previous pod's, last stored at Unix
+    time `t`), or None when one is missing or out of range: a half-read or hostile answer must not
+    become a baseline."""
     need = ("span_seconds", "draft_length", "batch_size", "tokens_per_step", "itl_per_token_seconds", "drafts")
     if any(q not in quantities or not math.isfinite(quantities[q]) for q in need):
         return None
@@ -129,7 +130,7 @@ def restored_summary(
     rates = tuple(positions[i] for i in range(len(positions))) if set(positions) == set(range(len(positions))) else ()
     usable = rates and all(0 <= r <= 1 for r in rates)
     return WindowSummary(
-        t=0.0,  # the previous process's time: never compared with this process's windows
+        t=t,
         window=window,
         span_seconds=quantities["span_seconds"],
         method=method,

@@ -223,3 +223,8 @@ def test_a_sidecar_that_started_on_a_bad_config_reads_back_once_a_good_one_arriv
         assert service.readback is not None
     finally:
         service.stop()
+
+
+def test_a_restored_window_carries_the_time_prometheus_last_stored_it():
+    old, _ = run_pod(4, 300.0)
+    assert restored_from_series(as_stored(old, 1234.5, pod="vllm-old")).before_windows["chat"].t == 1234.5
