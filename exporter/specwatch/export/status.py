@@ -171,6 +171,8 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         "prometheus": prometheus,
         "routes": routes,
         "fleet": fleet,
+        # Per route: the latest rollout graded across replicas (old pods' windows vs new pods').
+        "rollouts": {route: grading.as_dict() for route, grading in state.gradings.items()},
         "windows": list(config.window_labels),
     }
 
