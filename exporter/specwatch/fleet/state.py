@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specwatch.fleet.baseline import RouteBaseline
 from specwatch.fleet.grouping import ReplicaKey
 from specwatch.verdict import decide
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
@@ -58,6 +59,8 @@ class FleetState:
     # Series in the last successful poll's window answers (None before one): 0 means the selector
     # matched nothing (logged once as prometheus_selector_matches_nothing).
     series: int | None = None
+    # Per route: what its verdicts rest on (the learned curve's source and measured baseline).
+    cost_models: tuple[RouteBaseline, ...] = ()
 
 
 def fleet_rows(evaluations: Sequence[tuple[ReplicaKey, RouteEvaluation]]) -> tuple[FleetRow, ...]:

@@ -237,10 +237,12 @@ def test_info_metric_says_default_before_learning_and_learned_after_with_the_fit
         "dtype": "bf16",
         "tp": "1",
         "method": "auto",
+        "baseline": "none",
     }
     metrics = exported(spec_on_pipeline())
     ((labels, _),) = metrics["specwatch_cost_model_info"]
-    assert labels["source"] == "learned"
+    # Learned from spec-on windows alone: the split between target and speculation is the prior's.
+    assert labels["source"] == "learned" and labels["baseline"] == "none"
     ((_, points),) = metrics["specwatch_step_time_fit_points"]
     assert points >= 5
     ((_, residual),) = metrics["specwatch_step_time_fit_residual_ratio"]
