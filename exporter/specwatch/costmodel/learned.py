@@ -212,8 +212,8 @@ class StepTimeLearner:
         method class became known after the first windows (their points are the same drafter's,
         only the prior's drafting share was not known yet)."""
         learner = StepTimeLearner(prior, min_points=self.min_points, half_life_seconds=self.half_life_seconds)
-        for obs in self._recent:
-            learner.add(obs)
+        for _, together in itertools.groupby(self._recent, key=lambda obs: obs.t):
+            learner.add_together(list(together))
         return learner
 
     @property

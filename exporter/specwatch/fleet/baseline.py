@@ -111,8 +111,6 @@ class FleetLearning:
         """One poll: each route's replicas' shortest windows; a replica gives a point when its last
         one ended at least a window ago."""
         self._polls += 1
-        if not self.enabled:
-            return
         settings = self.config.learning
         width = min(self.config.windows)
         for name, replicas in windows.items():
@@ -132,6 +130,8 @@ class FleetLearning:
             canaries = 0
             for w in replicas:
                 route.seen[w.replica] = self._polls
+                if not self.enabled:
+                    continue  # the route is still reported: on the prior
                 if not w.spec and self.canary and not canary_matches(self.canary, w.replica, w.model_name):
                     continue  # a spec-off replica the config does not name as a canary
                 canaries += not w.spec
@@ -169,7 +169,7 @@ class FleetLearning:
     def cost_model_for(self, route: str) -> costmodel.CostModel:
         """The route's cost model now: over its learned curve, else the configured one."""
         state = self._routes.get(route)
-        curve = state.learner.curve() if state is not None else None
+        curve = state.learner.curve() if state is not None and self.enabled else None
         if state is None or curve is None:
             return self.cost_model
         if state.model is None or state.model.profile is not curve:
@@ -184,7 +184,7 @@ class FleetLearning:
             learner = route.learner
             curve = learner.curve()
             measured = learner.baseline_points
-            if curve is None:
+            if curve is None or not self.enabled:
                 source, baseline = prior, NONE
             else:
                 source = "learned"
