@@ -1,24 +1,27 @@
 """The step-time curve of the watched server, learned online from its own metrics.
 
 Each evaluation window gives one point (observation.py: the load and the mean step it measured,
-and what a cost model predicts for that step). The point is stored as the ratio of the measured time to what the prior (the
-roofline CostModel) predicts for that very step: verify + drafting (by method class: n-gram about
-free, EAGLE/MTP/draft model the prior's share) + the fixed costs of speculation for spec-on
-windows, the plain step for spec-off windows.
+and what a cost model predicts for that step); points of several servers that end together (fleet
+mode: one poll's replicas of a route) are added together. The point is stored as the ratio of the
+measured time to what the prior (the roofline CostModel) predicts for that very step: verify +
+drafting (by method class: n-gram about free, EAGLE/MTP/draft model the prior's share) + the fixed
+costs of speculation for spec-on windows, the plain step for spec-off windows.
 
 Memory is bounded: ratios live in a fixed set of bins over log2(n) (``BINS_PER_DOUBLING`` per
 doubling up to ``MAX_TOKENS``), each an exponentially forgotten mean of log-ratios (half-life
 ``half_life_seconds``), updated with a Huber weight so a window spoiled by a prefill burst or a
-stall moves it little. Spec-off windows, when there are any, take precedence in their bins: they
-measure the target alone, with no drafting share to separate.
+stall moves it little. Spec-off windows, when there are any, are the target's step over the span
+of tokens they cover (they measure the target alone), and are dropped ``BASELINE_HALF_LIVES``
+after the last one.
 
 The curve (``LearnedStepCurve``, a ``StepTimeCurve``) is ratio(n) × prior step time, with ratio
 interpolated over log n between bins with data, held at the nearest bin outside them (the prior's
 shape), and made non-decreasing in n (pool-adjacent-violators). The prior's absolute spec costs are
 scaled by the same ratio at the step's tokens (``CostModel.cost_scale``), so drafting and the fixed
 costs stay in proportion on a server slower or faster than the roofline, and the model reproduces
-the spec-on steps it learned from. Below ``min_points`` the prior is used
-unchanged. A measured ``profile`` overrides learning altogether (build.py). Pure: no I/O, no clock.
+the spec-on steps it learned from; where spec-off windows cover the spec-on steps' tokens, the
+spec-on excess measures that scale instead (a uniform scale cancels out of the speedup, so only a
+measured one corrects a prior's split). Below ``min_points`` the prior is used unchanged. A measured ``profile`` overrides learning altogether (build.py). Pure: no I/O, no clock.
 docs/costmodel.md, "Learned step-time curve", documents the method and its limits.
 """
 

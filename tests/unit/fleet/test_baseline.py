@@ -158,3 +158,23 @@ def test_with_learning_off_the_verdicts_rest_on_the_configured_preset_and_the_st
     assert evaluator.learning.cost_model_for("llama") is evaluator.cost_model
     document = fleet_status_document(evaluator.state(), evaluator.config)
     assert [(c["route"], c["source"], c["baseline"]) for c in document["cost_models"]] == [("llama", "preset", "none")]
+
+
+def test_the_routes_baseline_is_exported_per_route_and_nothing_after_a_failed_poll():
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specwatch.export.fleet_collector import FleetCollector
+
+    evaluator = FleetEvaluator(_config())
+    now = _run(evaluator, SPEC_ON | CANARY, 8)
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(evaluator.state))
+
+    def info() -> list[dict[str, str]]:
+        families = text_string_to_metric_families(generate_latest(registry).decode())
+        return [dict(s.labels) for f in families for s in f.samples if s.name == "specwatch_fleet_cost_model_info"]
+
+    assert info() == [{"route": "llama", "source": "learned", "baseline": "canary"}]
+    evaluator.record_error(now + 60.0, "timeout")
+    assert info() == []
