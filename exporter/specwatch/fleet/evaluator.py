@@ -176,7 +176,7 @@ class FleetEvaluator:
         keys = sorted({key for grouped in by_window.values() for key in grouped})
         # One entry per replica window (an unchanged one asks again next poll), plus slack.
         self._assessments.size = len(keys) * len(by_window) + DEFAULT_SIZE
-        longest = max(self.config.windows)
+        longest, shortest_width = max(self.config.windows), min(self.config.windows)
         out: list[tuple[ReplicaKey, RouteEvaluation]] = []
         pending: list[tuple[_Record, ReplicaKey, str, list[WindowEntry], bool]] = []
         points: dict[str, list[ReplicaWindow]] = {}  # the learner's view of each fresh replica
@@ -197,13 +197,14 @@ class FleetEvaluator:
             record.last_sample = last_sample
             windows = self._windows(record, replica, route, by_window, now, interval)
             pending.append((record, replica, route, windows, fresh))
-            shortest = next((w for w in windows if w[0] == min(self.config.windows)), None)
+            shortest = next((w for w in windows if w[0] == shortest_width), None)
             if fresh and shortest is not None:
                 data = by_window[shortest[1]][key]
                 points.setdefault(route, []).append(
                     ReplicaWindow(replica, data.model_name, shortest[2], data.spec, record.method)
                 )
-        # Every replica of a route (spec-on, canary) feeds the route's one curve, then each is judged on it.
+        # Every replica of a route (spec-on, canary) feeds the route's one curve; then each replica
+        # gets exactly the sidecar's per-route evaluation, on that curve.
         self.learning.observe(now, points)
         for record, replica, route, windows, fresh in pending:
             evaluations = evaluate_route(
