@@ -112,7 +112,16 @@ def parse_prometheus(raw: Any, *, environ: Mapping[str, str] | None = None, base
     ctx = Context(base_dir=base_dir, environ=os.environ if environ is None else environ)
     values = parse_section(PROMETHEUS, raw, "prometheus", ctx)
     _check_authorization(values)
+    _check_canary(values)
     return PrometheusConfig(**values)
+
+
+def _check_canary(values: Mapping[str, Any]) -> None:
+    """The canary is picked among replicas: by their labels and the model they serve."""
+    allowed = (*values.get("replica_labels", PrometheusConfig.replica_labels), "model_name")
+    for name in values.get("canary") or {}:
+        if name not in allowed:
+            raise ConfigError(f"prometheus.canary.{name}", f"not a replica label; allowed: {', '.join(allowed)}")
 
 
 def _check_authorization(values: Mapping[str, Any], section: str = "prometheus") -> None:
@@ -134,6 +143,7 @@ def _build_prometheus(values: dict[str, Any], poll_interval: float) -> Prometheu
             )
     section = values["prometheus"]
     _check_authorization(section)
+    _check_canary(section)
     timeout = section.get("timeout")
     if timeout is None:
         # As for targets: a fifth of the interval free, so queries never overlap the next poll.

@@ -133,6 +133,9 @@ class PrometheusConfig:
     max_bytes: int = 64 * 2**20
     # Prometheus's scrape interval of the vLLM job; None infers it from each replica's samples.
     scrape_interval: float | None = None
+    # The spec-off replicas whose step times are each route's measured baseline, by label value;
+    # empty: every replica of the route without speculation (fleet/baseline.py).
+    canary: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def matchers(self) -> str:

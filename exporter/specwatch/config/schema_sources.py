@@ -156,6 +156,14 @@ PROMETHEUS = Section(
             example="30s",
             nullable=True,
         ),
+        Key(
+            "canary",
+            StringMap(),
+            "replica labels (or model_name) of the spec-off replicas whose step times are the route's "
+            "baseline (docs/fleet.md); empty: every replica of the route without speculation",
+            example={"model_name": "llama-3.1-8b"},
+            nullable=True,
+        ),
     ),
 )
 

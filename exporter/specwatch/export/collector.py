@@ -273,12 +273,14 @@ class SpecwatchCollector(Collector):
         """What the verdicts rest on, and how well the learned step-time curve fits (docs/costmodel.md)."""
         info = GaugeMetricFamily(
             "specwatch_cost_model_info",
-            "What the verdicts rest on: source default (nothing configured), preset, profile or learned (the step-time curve fitted from vLLM's own metrics), with the hardware, model, dtype, tensor parallel size and draft method assumed.",
-            labels=["source", "hardware", "model", "dtype", "tp", "method"],
+            "What the verdicts rest on: source default (nothing configured), preset, profile or learned (the step-time curve fitted from vLLM's own metrics), with the hardware, model, dtype, tensor parallel size and draft method assumed; baseline history when the learned curve has measured spec-off step times of the route (before speculation was switched on, or after it was off), none when its split between target and speculation cost is the prior's.",
+            labels=["source", "hardware", "model", "dtype", "tp", "method", "baseline"],
         )
         cm = state.cost_model
         if cm is not None:
-            info.add_metric([cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method], 1)
+            info.add_metric(
+                [cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method, cm.baseline], 1
+            )
         points, residual, predicted, observed = (
             GaugeMetricFamily(name, text, labels=ROUTE_LABELS) for name, text in FIT_GAUGES
         )

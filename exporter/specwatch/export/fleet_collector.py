@@ -49,6 +49,21 @@ class FleetCollector(Collector):
         yield from self._health(state)
         yield from self._replicas(state)
         yield from self._fleet(state)
+        yield from self._cost_models(state)
+
+    def _cost_models(self, state: FleetState) -> Iterable[Metric]:
+        info = GaugeMetricFamily(
+            "specwatch_fleet_cost_model_info",
+            "What the route's verdicts rest on: source default, preset, profile or learned (the step-time curve fitted "
+            "from its replicas' metrics); baseline canary (spec-off replicas of the route measure the target's own step "
+            "time), history (its spec-off windows from before speculation was switched on, or after it was off) or none "
+            "(the split between target and speculation cost is the prior's)." + FLEET_NOTE,
+            labels=["route", "source", "baseline"],
+        )
+        if state.up:
+            for route in state.cost_models:
+                info.add_metric([route.route, route.source, route.baseline], 1)
+        yield info
 
     def _health(self, state: FleetState) -> Iterable[Metric]:
         yield _gauge(

@@ -163,9 +163,21 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         }
         for row in state.fleet
     ]
+    cost_models = [
+        {
+            "route": c.route,
+            "source": c.source,
+            "baseline": c.baseline,
+            "canary_replicas": c.canaries,
+            "points": c.points,
+            "baseline_points": c.baseline_points,
+        }
+        for c in state.cost_models
+    ]
     return {
         "version": __version__,
         "mode": "fleet",
+        "cost_models": cost_models if state.up else [],
         "t": state.t,
         "time": iso_time(state.t),
         "prometheus": prometheus,

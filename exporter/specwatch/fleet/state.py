@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specwatch.fleet.baseline import RouteBaseline
 from specwatch.fleet.grouping import ReplicaKey
 from specwatch.verdict import decide
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
@@ -61,6 +62,8 @@ class FleetState:
     series: int | None = None
     # Per route: the latest rollout graded across replicas (old pods' windows vs new pods').
     gradings: Mapping[str, Grading] = field(default_factory=dict)
+    # Per route: what its verdicts rest on (the learned curve's source and measured baseline).
+    cost_models: tuple[RouteBaseline, ...] = ()
 
 
 def fleet_rows(evaluations: Sequence[tuple[ReplicaKey, RouteEvaluation]]) -> tuple[FleetRow, ...]:

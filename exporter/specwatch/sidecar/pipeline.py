@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specwatch import costmodel
-from specwatch.config import Config, HardwareConfig, RouteConfig
-from specwatch.config.cost_model import cost_model_from_config
+from specwatch.config import Config, RouteConfig
+from specwatch.config.cost_model import config_is_default, cost_model_from_config, learning_enabled, prior_source
 from specwatch.costmodel import learned
 from specwatch.engines.grouping import (
     DROPPED_KINDS,
@@ -116,20 +116,6 @@ _LEARNED_COUNTERS = (
     Counter.DRAFTS,
     Counter.PROMPT,
 )
-
-
-#: Asked every poll (learning auto): built once, not a HardwareConfig per question.
-_DEFAULT_HARDWARE_PRESET = HardwareConfig().preset
-
-
-def config_is_default(config: Config) -> bool:
-    """True when neither hardware nor model was configured: the verdict rests on assumed defaults."""
-    hw, m = config.hardware, config.model
-    hardware_default = (
-        hw.preset == _DEFAULT_HARDWARE_PRESET and hw.bandwidth_bytes_per_second is None and hw.flops is None
-    )
-    model_default = m.preset is None and m.hf_config is None and m.params is None
-    return hardware_default and model_default
 
 
 class Pipeline:
@@ -462,10 +448,7 @@ class Pipeline:
     def learning_enabled(self) -> bool:
         """learning.enabled, auto (None) meaning: when the verdict would rest on defaults. A
         measured profile always wins."""
-        if self.config.profile is not None:
-            return False
-        enabled = self.config.learning.enabled
-        return config_is_default(self.config) if enabled is None else enabled
+        return learning_enabled(self.config)
 
     def learners(self) -> dict[str, tuple[learned.StepTimeLearner, costmodel.CostModel]]:
         """Each route's learner and the cost model its verdicts use now."""
@@ -477,11 +460,20 @@ class Pipeline:
 
     def cost_model_source(self) -> str:
         """default | preset | profile | learned: what the verdicts rest on now."""
-        if self.config.profile is not None:
-            return "profile"
-        if any(r.learner is not None and r.learner.curve() is not None for r in self._routes.values()):
+        if self.config.profile is None and any(
+            r.learner is not None and r.learner.curve() is not None for r in self._routes.values()
+        ):
             return "learned"
-        return "default" if config_is_default(self.config) else "preset"
+        return prior_source(self.config)
+
+    def cost_model_baseline(self) -> str:
+        """history | none: whether a learned curve rests on spec-off windows of its own route (the
+        target's own step time, measured before speculation was switched on or after it was off);
+        none: the split between target and speculation is the prior's."""
+        for r in self._routes.values():
+            if r.learner is not None and r.learner.curve() is not None and r.learner.baseline_points > 0:
+                return "history"
+        return "none"
 
     # -- output ---------------------------------------------------------------------------------
     def state(self) -> State:
@@ -572,6 +564,7 @@ class Pipeline:
         cm = self.cost_model
         return CostModelInfo(
             source=self.cost_model_source(),
+            baseline=self.cost_model_baseline(),
             hardware=cm.hardware.name,
             model=cm.model.name,
             dtype=cm.dtype,

@@ -81,3 +81,6 @@ class CostModelInfo:
     dtype: str
     tensor_parallel: int
     method: str
+    # history | none (fleet mode: also canary): whether a learned curve rests on measured spec-off
+    # step times; none: its split between target and speculation is the prior's.
+    baseline: str = "none"

@@ -216,6 +216,9 @@ class Scenario:
     expected: dict[str, Any]
     source: str = ""
     step_time: StepCurve | None = None
+    #: The simulated engine's fixed costs of speculation (verify overhead, per request, per drafting
+    #: pass) as a multiple of the cost model's: a server whose true costs a prior gets wrong.
+    spec_cost_scale: float = 1.0
 
     @property
     def duration(self) -> float:
@@ -294,6 +297,7 @@ _TOP_KEYS = {
     "faults",
     "expected",
     "step_time",
+    "spec_cost_scale",
 }
 _PHASE_KEYS = {"name", "duration", "ramp", "routes"} | {
     "concurrency",
@@ -498,6 +502,7 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
         expected=expected,
         source=source,
         step_time=_step_curve(data.get("step_time")),
+        spec_cost_scale=_num(data.get("spec_cost_scale", 1.0), "spec_cost_scale", lo=0, hi=100),
     )
 
 

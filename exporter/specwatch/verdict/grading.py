@@ -455,6 +455,8 @@ class RolloutGrader:
         longest = summarize(ordered[-1], method, min_drafts)
         self._span = max(self._span, ordered[-1].span_seconds)
         if self._regime is None:
+            if k_now == 0:
+                return self.grading  # a spec-off replica (a canary) never sets the regime it is graded against
             self._regime = (k_now, method)
         if not regime_changed(*self._regime, k_now, method):
             self._old_seen = t
@@ -462,6 +464,10 @@ class RolloutGrader:
                 self._old.append(longest)
             return self.grading
         gone_for = t - self._old_seen
+        if k_now == 0 and gone_for <= 2 * self._span:
+            # Spec off beside live replicas of the regime: the route's canary (its measured baseline),
+            # not a rollout. A rollout that disables speculation is graded once the old pods are gone.
+            return self.grading
         if gone_for > 2 * self._span and self._old_seen > -math.inf and self.grading is not None:
             # The old regime is gone: the new one becomes the route's (the next change is graded on it).
             self._regime, self._old, self._old_seen = (k_now, method), deque(maxlen=HISTORY), t

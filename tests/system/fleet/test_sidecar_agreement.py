@@ -126,16 +126,21 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
     while t < end:
         times.append(t)
         t += POLL
+    # Both on the configured prior: the sidecar learns a step-time curve per pod, fleet mode one per
+    # route from all its replicas (docs/fleet.md), so learned verdicts may part at a threshold.
     fleet_config = config_mod.from_mapping(
         {
             "windows": WINDOWS,
             "poll_interval": f"{POLL:g}s",
+            "learning": {"enabled": False},
             "prometheus": {"url": prometheus.url, "selector": '{job="vllm"}', "replica_labels": ["instance"]},
         },
         environ={},
     )
     fleet = FleetSource(FleetEvaluator(fleet_config))
-    config = config_mod.from_mapping({"windows": WINDOWS, "poll_interval": f"{POLL:g}s"}, environ={})
+    config = config_mod.from_mapping(
+        {"windows": WINDOWS, "poll_interval": f"{POLL:g}s", "learning": {"enabled": False}}, environ={}
+    )
 
     # The sidecar path, fed each replica's scrapes at Prometheus's timestamps.
     sidecar: dict[tuple[str, str, str, float], object] = {}

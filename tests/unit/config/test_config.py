@@ -527,9 +527,20 @@ def test_the_fleet_sections_fields_match_the_fleet_sources_dataclass():
         ("timeout", "float"),
         ("max_bytes", "int"),
         ("scrape_interval", "float | None"),
+        ("canary", "Mapping[str, str]"),
     ]
     assert PrometheusConfig(url="http://p", selector=' { job="vllm", } ').matchers == 'job="vllm"'
     assert PrometheusConfig(url="http://p").matchers == ""
+
+
+def test_the_canary_is_named_by_replica_labels_or_model_name_and_another_label_is_refused():
+    section = {**PROMETHEUS_URL, "replica_labels": ["namespace", "pod"]}
+    chosen = {"pod": "llama-canary-0", "model_name": "llama"}
+    assert from_mapping({"prometheus": {**section, "canary": chosen}}, environ={}).prometheus.canary == chosen
+    assert from_mapping({"prometheus": section}, environ={}).prometheus.canary == {}
+    with pytest.raises(ConfigError) as err:
+        from_mapping({"prometheus": {**section, "canary": {"instance": "x:8000"}}}, environ={})
+    assert err.value.key == "prometheus.canary.instance"
 
 
 def test_the_prometheus_timeout_defaults_below_poll_interval_and_an_explicit_one_must_stay_below():

@@ -19,17 +19,22 @@ ACCEPTANCE = [0.9, 0.7, 0.25, 0.15]
 
 
 def pod(k: int, seed: int):
+    """A replica drafting K tokens; K = 0: the same server with speculation off."""
+    drafted = k or 2
     sc = parse_scenario(
         {
             "name": f"pod-k{k}",
             "hardware": "h100-sxm",
             "model": "llama-3.1-8b",
             "method": "eagle3",
-            "num_speculative_tokens": k,
+            "num_speculative_tokens": drafted,
             "prompt_tokens": 512,
             "output_tokens": 256,
             "routes": [{"model_name": "chat"}],
-            "phases": [{"name": "run", "duration": "900s", "concurrency": 64, "k": k, "acceptance": ACCEPTANCE[:k]}],
+            "phases": [
+                {"name": "run", "duration": "900s", "concurrency": 64, "k": drafted, "acceptance": ACCEPTANCE[:drafted]}
+            ],
+            "events": [] if k else [{"at": 0, "type": "spec_off"}],
         }
     )
     config = from_mapping(
@@ -111,4 +116,20 @@ def test_a_rollout_with_no_overlap_is_graded_on_the_new_pods_filled_window():
     grading = grader.grading
     assert grading is not None and grading.after is not None
     assert grading.after.span_seconds == pytest.approx(240.0)
+    assert grading.measured_gain_ratio == pytest.approx(rates["new"] / rates["old"], rel=0.10)
+
+
+def test_a_spec_off_canary_beside_the_spec_on_replicas_is_no_rollout():
+    """The canary (the route's measured baseline) runs beside the spec-on pods for good: grading it
+    as a rollout to `disable` would report a change nobody made, and could fire the slowed-decode alert."""
+    for first in ("canary", "spec"):  # whichever replica the grader sees first
+        pods = [("canary", 0, 2, 0.0, 660.0), ("spec", 4, 1, 0.0, 660.0)]
+        grader, _ = roll(pods if first == "canary" else pods[::-1], 660.0)
+        assert grader.grading is None, first
+
+
+def test_a_rollout_that_disables_speculation_is_graded_once_the_old_pods_are_gone():
+    grader, rates = roll([("old", 4, 1, 0.0, 330.0), ("new", 0, 2, 300.0, 900.0)], 900.0)
+    grading = grader.grading
+    assert grading is not None and grading.new_draft_length == 0
     assert grading.measured_gain_ratio == pytest.approx(rates["new"] / rates["old"], rel=0.10)
