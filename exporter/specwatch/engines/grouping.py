@@ -201,7 +201,7 @@ class Grouping:
         engine = self.engine.series_id(labels)
         if source >= 0:
             counter_source = self.engine.counters[source]
-            key = counter_source.key_of(sample.name, labels, engine)
+            key = counter_source.key_of(sample.name, labels, engine) if counter_source.selects(labels) else None
             if key is not None and key.counter in POSITION_COUNTERS and not 0 <= int(key.sub or 0) < self.max_position:
                 # Checked once per distinct series (placements are remembered); never cached.
                 position = labels[self.engine.position_label][:24]
@@ -352,7 +352,7 @@ class Grouping:
                     schema=schema,
                     spec_present=spec,
                     engines=tuple(sorted(p.engines)),
-                    configured_k=(max(p.positions) + 1) if p.positions else _gauge_k(gauges),
+                    configured_k=(max(p.positions) + 1) if p.positions else gauge_k(gauges),
                     counters=counters,
                     created={group: values[at] for group, at in p.created},
                     running=running,
@@ -394,7 +394,7 @@ class Grouping:
         return self.snapshots(families, t=t, target=target, shape=shape)
 
 
-def _gauge_k(gauges: Mapping[str, float]) -> int | None:
+def gauge_k(gauges: Mapping[str, float]) -> int | None:
     """The draft length an engine states as a gauge (SGLang's active speculative_num_steps)."""
     k = gauges.get(Gauge.DRAFT_LENGTH)
     return round(k) if k is not None and 1 <= k < POSITION_CEILING else None
