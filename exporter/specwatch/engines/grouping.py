@@ -143,6 +143,8 @@ class Grouping:
         self._given_selector = selector
         self._selectors: dict[str, Selector] = {}
         self.fixed_engine = engine  # None: detected per payload
+        # The engine the last payload looks like when it held none of the fixed engine's families.
+        self.mismatched: EngineSchema | None = None
         self.engine: EngineSchema = engine if engine is not None else registry.DEFAULT  # the last payload's
         self.max_position = max_position  # a `position` at or past it rejects the payload
         # What the last parse left out past the bounds (DROPPED_KINDS -> count), and whether it
@@ -385,8 +387,16 @@ class Grouping:
                 self.replanned, self.dropped = False, self._plan.dropped
                 return self._emit(self._plan, self._pick_values(values), self._plan_schema, t, target)
             families = shape.families_of(values)
-        if not families and self.fixed_engine is None and self._given_selector is None:
+        self.mismatched = None
+        if not families and self._given_selector is None:
             spoken = registry.detect(SELECTOR.parse(text), self.engine)
+            if spoken is not self.engine and self.fixed_engine is not None:
+                # Pinned to one engine, the payload speaks another: no route at all, never silently.
+                self.mismatched = spoken
+                raise ExpositionError(
+                    "engine_mismatch",
+                    f"the target's engine is {self.fixed_engine.name} but the payload looks like {spoken.name}",
+                )
             if spoken is not self.engine:
                 self.engine = spoken
                 self._forget_plans()

@@ -38,7 +38,7 @@ __all__ = ["Pipeline"]
 
 #: The route-level counters State carries (RouteState.mirrored), each once the engine exports it.
 _MIRRORED = frozenset((Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN))
-ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid")
+ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid", "engine_mismatch")
 
 
 @dataclass
@@ -59,6 +59,7 @@ class _TargetRecord:
     schema: str | None = None
     polls: int = 0
     engine: str = AUTO  # the configured engine, or detected from each payload
+    payload_engine: str | None = None  # what the last payload looks like, when it is not the pinned engine
 
     def __post_init__(self) -> None:
         fixed = None if self.engine == AUTO else engine_named(self.engine)
@@ -212,9 +213,12 @@ class Pipeline:
             snaps = grouping.parse(text, t=t, target=target)
         except ExpositionError as exc:
             self.ingest_error(target, t, exc.reason, duration)
+            if grouping.mismatched is not None:
+                record.payload_engine = grouping.mismatched.name
             return IngestResult(False, exc.reason, str(exc))
         record.up = True
         record.polls += 1
+        record.payload_engine = None
         record.last_success = t
         record.scrape_duration = duration
         self._t = t
@@ -466,6 +470,7 @@ class Pipeline:
                 r.polls,
                 dict(r.dropped),
                 r.dips,
+                r.payload_engine,
             )
             for r in self._targets.values()
         )

@@ -102,7 +102,12 @@ GAUGE_ONLY_ABSENT = ("itl_p50_seconds", "itl_p99_seconds")
 
 def _load_config(prometheus: dict[str, object] | None) -> config_mod.Config:
     return config_mod.from_mapping(
-        {"windows": ["30s"], "poll_interval": "5s", "decision": {"min_drafts": 100, "hold": 1}, "prometheus": prometheus},
+        {
+            "windows": ["30s"],
+            "poll_interval": "5s",
+            "decision": {"min_drafts": 100, "hold": 1},
+            "prometheus": prometheus,
+        },
         environ={},
     )
 
