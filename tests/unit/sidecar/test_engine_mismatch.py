@@ -76,6 +76,8 @@ def test_the_pinned_engine_speaking_again_clears_the_mismatch_but_not_its_count(
 
 def test_a_payload_of_no_known_engine_is_no_mismatch():
     pipeline = Pipeline(from_mapping(CONFIG))
-    result = pipeline.ingest(TARGET, 1000.0, "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.0\n")
+    result = pipeline.ingest(
+        TARGET, 1000.0, "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.0\n"
+    )
     assert result.ok
     assert _target(pipeline)["payload_engine"] is None
