@@ -96,7 +96,6 @@ def test_backtest_of_each_engine_equals_its_replay(stored, engine) -> None:
 LOADS = {"sglang": "sglang:", "trtllm": "trtllm_"}
 FIXTURE_T0 = 1000.0  # the fixtures' first poll
 SHIFT = T0 - FIXTURE_T0  # stored near now: Prometheus keeps recent blocks only
-WINDOW = 30.0
 GAUGE_ONLY_ABSENT = ("itl_p50_seconds", "itl_p99_seconds")
 
 
@@ -145,17 +144,21 @@ def stored_loads(tmp_path_factory: pytest.TempPathFactory):
         prometheus.stop()
 
 
-def _both(stored_loads, engine: str) -> list[tuple[dict, dict]]:
-    """(replay record, backtest record) at every poll from the third on."""
+def _backtest(stored_loads, engine: str) -> tuple[dict[float, dict], list[dict]]:
+    """The replay records of an engine's recording by time, and the backtest's rows from its third poll on."""
     prometheus, recordings = stored_loads
     config = _load_config(
         {"url": prometheus.url, "selector": '{job="llm"}', "replica_labels": ["instance"], "scrape_interval": "5s"}
     )
     replayed = {r["t"]: r for r in replay(_load_config(None), recordings[engine].read_text().splitlines())}
-    first = FIXTURE_T0 + SHIFT + 10.0  # from the third poll: partial windows too
     out = io.StringIO()
-    backtest_to(config, first, max(replayed), 5.0, out)
-    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    backtest_to(config, FIXTURE_T0 + SHIFT + 10.0, max(replayed), 5.0, out)  # partial windows too
+    return replayed, [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _both(stored_loads, engine: str) -> list[tuple[dict, dict]]:
+    """(replay record, backtest record) at every poll from the third on."""
+    replayed, rows = _backtest(stored_loads, engine)
     mine = {r["t"]: r for r in rows if (r.get("replica") or {}).get("instance") == engine}
     assert mine, "the backtest found no route of this engine"
     return [(replayed[t], mine[t]) for t in sorted(mine)]
@@ -185,3 +188,10 @@ def test_sglang_backtest_reads_its_gauge_means_and_invents_nothing(stored_loads)
     idle = pairs[-1][1]  # every scrape of the last window after the load stopped: gauges held
     assert idle["acceptance_rate"] is None and idle["batch_size"] is None
     assert idle["verdict"] == "insufficient_data"
+
+
+def test_the_fleet_row_of_a_gauge_only_engine_has_no_token_weighted_acceptance(stored_loads) -> None:
+    _, rows = _backtest(stored_loads, "sglang")
+    fleet = [r for r in rows if r.get("replica") is None and r.get("route") == "qwen3-8b"]
+    assert fleet and all(r["acceptance_rate"] is None for r in fleet)  # no token counts to weigh
+    assert any(r["verdicts"]["keep"] for r in fleet)
