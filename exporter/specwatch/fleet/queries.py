@@ -5,7 +5,11 @@ grouped by the replica labels + model_name + engine (+ position, + le), tagged w
 `specwatch_family` label and the `specwatch_engine` whose names it read (every engine of
 engines/registry.py is asked, by the names its EngineSchema lists); one more query returns each
 replica's newest sample time. The count is len(windows) + 1 whatever the number of replicas,
-models, data-parallel engines or serving engines.
+models, data-parallel engines or serving engines. A counter source's label filter (`select`) is a
+matcher of its selector; an engine whose acceptance is gauges only (SGLang) adds its gauge means,
+computed in PromQL as windows/gauges.py computes them (_gauge_parts; docs/engines.md lists where
+PromQL cannot match the sidecar exactly). Those parts read the same scrapes in Prometheus 2.x and
+3.x: their ranges end half a scrape interval or a whole one away from any scrape.
 
 Counter increase. The sidecar's window increase is the plain difference between the first and the
 last sample inside [now - w, now] (reset-aware). `increase()` is not that: it extrapolates the
