@@ -8,8 +8,9 @@ replica's newest sample time. The count is len(windows) + 1 whatever the number 
 models, data-parallel engines or serving engines. A counter source's label filter (`select`) is a
 matcher of its selector; an engine whose acceptance is gauges only (SGLang) adds its gauge means,
 computed in PromQL as windows/gauges.py computes them (_gauge_parts; docs/engines.md lists where
-PromQL cannot match the sidecar exactly). Those parts read the same scrapes in Prometheus 2.x and
-3.x: their ranges end half a scrape interval or a whole one away from any scrape.
+PromQL cannot match the sidecar exactly). Those parts give the same in Prometheus 2.x and 3.x:
+idelta reads the last two samples of its range whether or not the range holds its left end, and
+the subquery's range starts half a step away from its points.
 
 Counter increase. The sidecar's window increase is the plain difference between the first and the
 last sample inside [now - w, now] (reset-aware). `increase()` is not that: it extrapolates the
