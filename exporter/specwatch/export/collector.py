@@ -20,10 +20,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
+from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.engines.series import Counter
 from specwatch.sidecar.state import RouteState, State
 from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
+from specwatch.verdict.grading import Grading
 from specwatch.windows.derive import COUNTER_RATIO
 
 CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between polls)."
@@ -64,6 +66,12 @@ FIT_GAUGES = (
     ),
     ("specwatch_step_time_observed_seconds", "Mean engine step time measured at that load (ITL sum / ITL count)."),
 )
+#: The learned curve itself, one sample per knot (at most 65: the learner's bins), so a restarted
+#: sidecar can read it back (docs/rollouts.md).
+CURVE_GAUGE = (
+    "specwatch_step_time_curve_seconds",
+    "The route's learned step-time curve: the plain engine step time over `tokens` query tokens, one sample per knot.",
+)
 GRADING_GAUGES = (
     (
         "specwatch_advice_predicted_gain_ratio",
@@ -73,6 +81,18 @@ GRADING_GAUGES = (
         "specwatch_advice_measured_gain_ratio",
         "After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).",
     ),
+)
+
+#: The window a change of K or method would now be graded against (grading.WindowSummary): what a
+#: restarted sidecar reads back from Prometheus (docs/rollouts.md). Bounded: 8 quantities and K
+#: positions per route.
+BEFORE_WINDOW_GAUGE = (
+    "specwatch_advice_before_window",
+    "The route's latest longest window at the current draft length and method: what a change would be graded against (quantity: span_seconds, draft_length, acceptance_rate, batch_size, tokens_per_step, itl_p99_seconds, itl_per_token_seconds, drafts).",
+)
+BEFORE_POSITIONS_GAUGE = (
+    "specwatch_advice_before_position_acceptance_rate",
+    "Per-position acceptance rate of that window (specwatch_advice_before_window).",
 )
 
 # (metric name, RouteEvaluation value name, help)
@@ -209,7 +229,11 @@ class WindowFamilies:
         if advice is not None and advice.action is not None:
             keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
             text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
-            self.config.add_metric(wlabels + [text, advice.action], 1)
+            action = advice.action
+            if evaluation.stats.engine not in VLLM_ENGINES:  # in that engine's terms
+                rendered = advise(advice, evaluation.stats.engine)
+                text, action = (rendered.label, rendered.export_action) if rendered is not None else ("", action)
+            self.config.add_metric(wlabels + [text, action], 1)
 
     def families(self) -> tuple[Metric, ...]:
         return (
@@ -272,7 +296,12 @@ class SpecwatchCollector(Collector):
             ):
                 if value is not None and math.isfinite(value):
                     family.add_metric(labels, value)
-        yield from (info, points, residual, predicted, observed)
+        curve = GaugeMetricFamily(*CURVE_GAUGE, labels=[*ROUTE_LABELS, "tokens"])
+        for route in state.routes:
+            if route.target not in down and route.current:
+                for tokens, seconds in route.curve_knots:
+                    curve.add_metric([route.route, route.target, f"{tokens:.6g}"], seconds)
+        yield from (info, points, residual, predicted, observed, curve)
 
     def _health(self, state: State) -> Iterable[Metric]:
         up = GaugeMetricFamily(
@@ -348,6 +377,8 @@ class SpecwatchCollector(Collector):
         predicted_gain, measured_gain = (
             GaugeMetricFamily(name, text, labels=ROUTE_LABELS) for name, text in GRADING_GAUGES
         )
+        before_window = GaugeMetricFamily(*BEFORE_WINDOW_GAUGE, labels=[*ROUTE_LABELS, "method", "quantity"])
+        before_positions = GaugeMetricFamily(*BEFORE_POSITIONS_GAUGE, labels=[*ROUTE_LABELS, "position"])
         # While a target is down its values are not served from the last good polls: absent, never
         # stale (docs/architecture.md §4). The windows and verdicts are kept inside and
         # come back unchanged with the next good poll.
@@ -365,11 +396,13 @@ class SpecwatchCollector(Collector):
             _add_mirrored(route, labels, counters, by_position)
             if route.itl_buckets:
                 itl.add_metric(labels, [(_fmt_le(b), v) for b, v in route.itl_buckets], route.itl_sum)
-            grading = route.grading
-            if grading is not None and grading.predicted_gain_ratio is not None:
-                predicted_gain.add_metric(labels, grading.predicted_gain_ratio)
-            if grading is not None and grading.measured_gain_ratio is not None:
-                measured_gain.add_metric(labels, grading.measured_gain_ratio)
+            add_grading(route.grading, labels, predicted_gain, measured_gain)
+            before = route.before_window
+            if before is not None:
+                for quantity, value in before.quantities().items():
+                    before_window.add_metric([*labels, before.method, quantity], value)
+                for position, rate in enumerate(before.position_rates or ()):
+                    before_positions.add_metric([*labels, str(position)], rate)
             for evaluation in route.evaluations:
                 per_window.add(labels + [evaluation.stats.window], evaluation)
         yield from (
@@ -382,7 +415,19 @@ class SpecwatchCollector(Collector):
             *per_window.families(),
             predicted_gain,
             measured_gain,
+            before_window,
+            before_positions,
         )
+
+
+def add_grading(
+    grading: Grading | None, labels: list[str], predicted: GaugeMetricFamily, measured: GaugeMetricFamily
+) -> None:
+    """The predicted and measured gain of the latest graded change (sidecar and fleet mode)."""
+    if grading is not None and grading.predicted_gain_ratio is not None:
+        predicted.add_metric(labels, grading.predicted_gain_ratio)
+    if grading is not None and grading.measured_gain_ratio is not None:
+        measured.add_metric(labels, grading.measured_gain_ratio)
 
 
 def _add_mirrored(

@@ -8,6 +8,7 @@ replay from a recording.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -29,7 +30,7 @@ from specwatch.exposition import ExpositionError
 from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState
 from specwatch.verdict.decide import Assessment, VerdictState
 from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route, update_route_method
-from specwatch.verdict.grading import AdviceGrader
+from specwatch.verdict.grading import AdviceGrader, WindowSummary
 from specwatch.verdict.memo import AssessmentCache
 from specwatch.windows.derive import window_stats
 from specwatch.windows.window import RouteWindow, increases_by_counter
@@ -84,6 +85,9 @@ class _RouteRecord:
     # The cost model over the learner's current curve: one object while the curve is unchanged, so
     # the assessment memo (keyed on the model) and the model's own memos serve every poll.
     learned_model: costmodel.CostModel | None = None
+    # The previous pod's learned curve (read back at start): used until this process's own fits.
+    restored_knots: tuple[tuple[float, float], ...] = ()
+    restored_curve: learned.LearnedStepCurve | None = None
     # The series (engines) the window remembers, least recently seen first, and those of the last
     # snapshot: past MAX_ENGINES_PER_ROUTE the oldest gone ones are forgotten (_track_series).
     series_order: dict[str, None] = field(default_factory=dict)
@@ -151,6 +155,8 @@ class Pipeline:
         self._limit_for: Config | None = None
         self._position_limit = position_limit(None)
 
+        # What the previous pod exported (read back at start), for routes not seen yet (bounded).
+        self._restored: dict[str, tuple[WindowSummary | None, tuple[tuple[float, float], ...]]] = {}
         # Windows of the pipeline this one replaced (reload), by route: their mirrors continue.
         self._adopted: dict[str, tuple[str, RouteWindow, bool]] = {}  # route: (target, window, same series)
 
@@ -187,6 +193,22 @@ class Pipeline:
             self.evaluate(self._t)  # no route is fresh: verdicts and learning do not move
         return rebuilt
 
+    def restore(
+        self,
+        before_windows: Mapping[str, WindowSummary],
+        curves: Mapping[str, tuple[tuple[float, float], ...]] | None = None,
+    ) -> None:
+        """What the previous pod exported, per route (read back at start): its before-window (this
+        process's first regime is graded against it when K or the method differ) and its learned
+        curve's knots (the route's cost model until this process's own curve fits)."""
+        curves = curves or {}
+        for name in sorted(set(before_windows) | set(curves)):
+            route = self._routes.get(name)
+            if route is not None:
+                _restore_route(route, before_windows.get(name), curves.get(name, ()))
+            elif len(self._restored) < MAX_ROUTES_PER_TARGET * max(len(self._targets), 1):
+                self._restored[name] = (before_windows.get(name), curves.get(name, ()))
+
     def add_target(self, name: str, url: str = "") -> None:
         """A target learnt from a recording (replay without a config): routes named as live."""
         if name not in self._targets:
@@ -201,6 +223,9 @@ class Pipeline:
         record.errors[reason if reason in record.errors else "invalid"] += 1
         record.scrape_duration = duration
         self._t = t
+        mismatched = record.grouping.mismatched
+        if reason == "engine_mismatch" and mismatched is not None:
+            record.payload_engine = mismatched.name
 
     def ingest(self, target: str, t: float, text: str, duration: float | None = None) -> IngestResult:
         """Parse one payload; on any error the windows are left exactly as they were."""
@@ -213,8 +238,6 @@ class Pipeline:
             snaps = grouping.parse(text, t=t, target=target)
         except ExpositionError as exc:
             self.ingest_error(target, t, exc.reason, duration)
-            if grouping.mismatched is not None:
-                record.payload_engine = grouping.mismatched.name
             return IngestResult(False, exc.reason, str(exc))
         record.up = True
         record.polls += 1
@@ -238,6 +261,8 @@ class Pipeline:
                 route = self._routes[snap.route] = _RouteRecord(
                     self._new_window(snap.route, target), target, record.polls
                 )
+                if (restored := self._restored.pop(snap.route, None)) is not None:
+                    _restore_route(route, *restored)
             if route.window.ingest(snap):
                 resets += 1
             if replanned or new:
@@ -315,6 +340,7 @@ class Pipeline:
         # Routes old had adopted itself and not seen since (two reloads between polls), then its own.
         windows = {name: (t, w, same) for name, (t, w, same) in old._adopted.items()}
         windows |= {name: (r.target, r.window, True) for name, r in old._routes.items()}
+        self._restored |= old._restored
         for name, (target_name, window, same) in windows.items():
             target = self._targets.get(target_name)
             previous = old._targets.get(target_name)
@@ -424,7 +450,14 @@ class Pipeline:
 
     def _learned_model(self, route: _RouteRecord) -> costmodel.CostModel:
         """The route's cost model now: over its learned curve, else the configured one."""
-        curve = route.learner.curve() if route.learner is not None else None
+        learner = route.learner
+        curve = learner.curve() if learner is not None else None
+        if curve is None and learner is not None and route.restored_knots:
+            if route.restored_curve is None or route.restored_curve.prior is not learner.prior:
+                route.restored_curve = learned.LearnedStepCurve(
+                    prior=learner.prior, knots=route.restored_knots, points=0.0, residual_ratio=math.nan
+                )
+            curve = route.restored_curve
         if curve is None:
             return self.cost_model
         if route.learned_model is None or route.learned_model.profile is not curve:
@@ -525,7 +558,9 @@ class Pipeline:
                     evaluations=route.evaluations if serving else (),
                     current=current,
                     grading=route.grader.grading,
+                    before_window=route.grader.before_candidate,
                     fit=self._fit_summary(route),
+                    curve_knots=_knots(route.learner),
                 )
             )
         unmatched = tuple(
@@ -553,3 +588,15 @@ class Pipeline:
     def rests_on_defaults(self) -> bool:
         """Neither hardware nor model configured and no profile: warn once at start-up."""
         return self.config.profile is None and config_is_default(self.config)
+
+
+def _restore_route(route: _RouteRecord, before: WindowSummary | None, knots: tuple[tuple[float, float], ...]) -> None:
+    if before is not None:
+        route.grader.restore(before)
+    if knots:
+        route.restored_knots, route.restored_curve, route.learned_model = knots, None, None
+
+
+def _knots(learner: learned.StepTimeLearner | None) -> tuple[tuple[float, float], ...]:
+    curve = learner.curve() if learner is not None else None
+    return curve.knots if curve is not None else ()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from specwatch.costmodel import learned
 from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.verdict.evaluation import RouteEvaluation
-from specwatch.verdict.grading import Grading
+from specwatch.verdict.grading import Grading, WindowSummary
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,12 @@ class RouteState:
     current: bool = True
     # The latest change of K or method and how the server did after it (grading.py).
     grading: Grading | None = None
+    # The window a change now would be graded against (exported: a restarted sidecar reads it back).
+    before_window: WindowSummary | None = None
     # The learned step-time fit of the route (None: learning off, a profile set, or no window yet).
     fit: learned.FitSummary | None = None
+    # The learned curve's knots (tokens, plain step seconds): exported, so a new pod can read it back.
+    curve_knots: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
