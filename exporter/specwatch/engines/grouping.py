@@ -143,6 +143,8 @@ class Grouping:
         self._given_selector = selector
         self._selectors: dict[str, Selector] = {}
         self.fixed_engine = engine  # None: detected per payload
+        # The engine the last payload looks like when it held none of the fixed engine's families.
+        self.mismatched: EngineSchema | None = None
         self.engine: EngineSchema = engine if engine is not None else registry.DEFAULT  # the last payload's
         self.max_position = max_position  # a `position` at or past it rejects the payload
         # What the last parse left out past the bounds (DROPPED_KINDS -> count), and whether it
@@ -201,7 +203,7 @@ class Grouping:
         engine = self.engine.series_id(labels)
         if source >= 0:
             counter_source = self.engine.counters[source]
-            key = counter_source.key_of(sample.name, labels, engine)
+            key = counter_source.key_of(sample.name, labels, engine) if counter_source.selects(labels) else None
             if key is not None and key.counter in POSITION_COUNTERS and not 0 <= int(key.sub or 0) < self.max_position:
                 # Checked once per distinct series (placements are remembered); never cached.
                 position = labels[self.engine.position_label][:24]
@@ -352,7 +354,7 @@ class Grouping:
                     schema=schema,
                     spec_present=spec,
                     engines=tuple(sorted(p.engines)),
-                    configured_k=(max(p.positions) + 1) if p.positions else _gauge_k(gauges),
+                    configured_k=(max(p.positions) + 1) if p.positions else gauge_k(gauges),
                     counters=counters,
                     created={group: values[at] for group, at in p.created},
                     running=running,
@@ -385,8 +387,16 @@ class Grouping:
                 self.replanned, self.dropped = False, self._plan.dropped
                 return self._emit(self._plan, self._pick_values(values), self._plan_schema, t, target)
             families = shape.families_of(values)
-        if not families and self.fixed_engine is None and self._given_selector is None:
+        self.mismatched = None
+        if not families and self._given_selector is None:
             spoken = registry.detect(SELECTOR.parse(text), self.engine)
+            if spoken is not self.engine and self.fixed_engine is not None:
+                # Pinned to one engine, the payload speaks another: no route at all, never silently.
+                self.mismatched = spoken
+                raise ExpositionError(
+                    "engine_mismatch",
+                    f"the target's engine is {self.fixed_engine.name} but the payload looks like {spoken.name}",
+                )
             if spoken is not self.engine:
                 self.engine = spoken
                 self._forget_plans()
@@ -394,7 +404,7 @@ class Grouping:
         return self.snapshots(families, t=t, target=target, shape=shape)
 
 
-def _gauge_k(gauges: Mapping[str, float]) -> int | None:
+def gauge_k(gauges: Mapping[str, float]) -> int | None:
     """The draft length an engine states as a gauge (SGLang's active speculative_num_steps)."""
     k = gauges.get(Gauge.DRAFT_LENGTH)
     return round(k) if k is not None and 1 <= k < POSITION_CEILING else None

@@ -64,6 +64,10 @@ class CounterSource:
     skip_in: tuple[str, ...] = ()  # schemas (EngineSchema.schema_of) in which it is not read
     unmatched_labels: tuple[str, ...] = ()  # labels that do not select a route
     counter: str = ""  # the canonical counter it yields: fleet mode's family tag (Counter.ITL: a whole histogram)
+    select: tuple[tuple[str, str], ...] = ()  # (label, value) a sample must carry to be read
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(name) == value for name, value in self.select)
 
 
 def _one_schema(families: Collection[str]) -> str:

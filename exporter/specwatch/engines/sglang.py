@@ -4,8 +4,9 @@ SGLang exports its acceptance as gauges the scheduler sets at each decode log: t
 rate and length it measured over the batches since its previous log, and the draft length it runs
 with (`speculative_num_steps`, which `--speculative-adaptive` moves). There is no drafted-token or
 accepted-token counter and no per-position series. specwatch reads the gauges at every poll and a
-window's value is their mean over the polls that followed engine activity (windows/gauges.py):
-a time mean of SGLang's own running estimate, not a ratio of window increases. The verify-call
+window's value is their mean over the polls that followed engine activity (windows/gauges.py;
+fleet mode computes the same mean in PromQL): a time mean of SGLang's own running estimate, not a
+ratio of window increases. The verify-call
 counter (one per verify step of a request, counted when the request finishes) is the window's
 drafts, the sample the guard counts. Its inter-token-latency histogram observes one value per
 token (a chunk's interval over its tokens), not vLLM's one per engine step, so ITL is not read.

@@ -13,10 +13,10 @@ has one observation per request), so ITL is absent. docs/engines.md has the tabl
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 from specwatch.engines.schema import CounterSource, EngineSchema, KeyOf, per_position, plain
-from specwatch.engines.series import Counter, SeriesKey
+from specwatch.engines.series import Counter
 
 DRAFTED_PER_POS = "trtllm_spec_decode_drafted_tokens"
 ACCEPTED_PER_POS = "trtllm_spec_decode_accepted_tokens"
@@ -28,23 +28,21 @@ POSITION_LABEL = "token_position"
 SCHEMA = "trtllm"
 
 
-def _drafts(name: str, labels: Mapping[str, str], series: str) -> SeriesKey | None:
-    # Every draft step of a request proposes a token at position 0: those are its drafts.
-    return SeriesKey(Counter.DRAFTS, series) if labels.get(POSITION_LABEL) == "0" else None
-
-
 def _schema(families: Collection[str]) -> str:
     return SCHEMA
 
 
-def _spec(families: tuple[str, ...], key_of: KeyOf, counter: str = "") -> CounterSource:
-    return CounterSource(families, key_of, shows_speculation=True, names_engines=True, counter=counter)
+def _spec(
+    families: tuple[str, ...], key_of: KeyOf, counter: str, select: tuple[tuple[str, str], ...] = ()
+) -> CounterSource:
+    return CounterSource(families, key_of, shows_speculation=True, names_engines=True, counter=counter, select=select)
 
 
 TRTLLM = EngineSchema(
     name="trtllm",
     counters=(
-        _spec((DRAFTED_PER_POS,), _drafts),  # not a whole family: fleet mode has no query for it
+        # Every draft step of a request proposes a token at position 0: those are its drafts.
+        _spec((DRAFTED_PER_POS,), plain(Counter.DRAFTS), Counter.DRAFTS, ((POSITION_LABEL, "0"),)),
         _spec((DRAFTED_PER_POS,), plain(Counter.DRAFT_TOKENS), Counter.DRAFT_TOKENS),
         _spec((ACCEPTED_PER_POS,), plain(Counter.ACCEPTED), Counter.ACCEPTED),
         _spec((ACCEPTED_PER_POS,), per_position(Counter.POS, POSITION_LABEL), Counter.POS),

@@ -316,7 +316,8 @@ class SpecwatchCollector(Collector):
         )
         errors = CounterMetricFamily(
             "specwatch_scrape_errors",
-            "Failed polls of the target by reason (timeout, connect, tls, http_status, too_large, parse, invalid).",
+            "Failed polls of the target by reason (timeout, connect, tls, http_status, too_large, parse, invalid, "
+            "engine_mismatch: the payload is another engine than the target's pinned engine).",
             labels=["target", "reason"],
         )
         dropped = CounterMetricFamily(

@@ -493,8 +493,8 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
         )
         table, records = windows_table(route.target, route.evaluations, history, config, state.t)
         meta = (
-            f"target {esc(route.target)} · model_name {esc(route.model_name)} · method {esc(route.method)} · "
-            f"K {num(route.configured_k, '.0f')} · schema {esc(route.schema)}"
+            f"target {esc(route.target)} · engine {esc(route.engine)} · model_name {esc(route.model_name)} · "
+            f"method {esc(route.method)} · K {num(route.configured_k, '.0f')} · schema {esc(route.schema)}"
             + (
                 f" · spec-off ITL P99 baseline {ms(route.baseline_itl_p99_seconds)}"
                 if route.baseline_itl_p99_seconds
@@ -602,7 +602,8 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
             plot = plots(history, (name, r.route, window), config.poll_interval) if shown < MAX_PLOTTED else ""
             part.append(
                 f"<h3>replica {esc(name)} {badge(headline.verdict if headline else None)}</h3>"
-                f"<p class=meta>{labels} · model_name {esc(r.model_name)} · method {esc(r.method)}</p>"
+                f"<p class=meta>{labels} · engine {esc(r.engine)} · "
+                f"model_name {esc(r.model_name)} · method {esc(r.method)}</p>"
                 f"{table}{recommendations(records, engine_of(r.evaluations))}{plot}"
             )
             shown += 1

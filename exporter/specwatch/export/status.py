@@ -89,6 +89,7 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
             "model_name": route.model_name,
             "schema": route.schema,
             "method": route.method,
+            "engine": route.engine,
             "spec_present": route.spec_present,
             "configured_k": route.configured_k,
             "expects_speculation": route.expects_speculation,
@@ -111,6 +112,7 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
             "dropped": dict(t.dropped),
             "counter_resets": t.resets,
             "schema": t.schema,
+            "payload_engine": t.payload_engine,  # set while the payload is another engine than the pinned one
             "polls": t.polls,
         }
         for t in state.targets
@@ -146,6 +148,7 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
             "replica": dict(r.replica),
             "model_name": r.model_name,
             "method": r.method,
+            "engine": r.engine,
             "windows": _windows(r.evaluations),
         }
         for r in state.routes

@@ -80,7 +80,9 @@ class FleetEvaluator:
         self.cost_model = cost_model if cost_model is not None else cost_model_from_config(config)
         self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
-        self.queries = promql.query_set(config.windows, config.window_labels, source.matchers, source.replica_labels)
+        self.queries = promql.query_set(
+            config.windows, config.window_labels, source.matchers, source.replica_labels, source.scrape_interval
+        )
         # One grouper per window: each keeps its label sets' plans from poll to poll.
         plans = PlanCache()  # the windows' answers hold the same label sets: planned once
         self._groupers = {

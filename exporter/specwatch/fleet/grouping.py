@@ -21,15 +21,19 @@ once, with one _Identity each, and a SeriesKey shared by every replica (it names
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specwatch.engines import registry
+from specwatch.engines.grouping import gauge_k
 from specwatch.engines.series import DEFAULT_ENGINE, POSITION_COUNTERS, Counter, RouteMatcher, RouteSnapshot, SeriesKey
 from specwatch.engines.vllm import SCHEMA_V1, SCHEMA_V1_LEGACY_ITL
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import PromQueryError, Sample, Vector
+from specwatch.windows.gauges import BATCH
 from specwatch.windows.window import Entry, WindowView
 
 ReplicaKey = tuple[tuple[str, str], ...]  # the replica labels, in configured order
@@ -81,6 +85,8 @@ class RouteData:
     spec: bool = False
     legacy_itl: bool = False
     engine: str = DEFAULT_ENGINE  # the serving engine whose series these are (queries.ENGINE_LABEL)
+    # A gauge-only engine's window means (a Gauge, or BATCH), one per series of the route.
+    gauges: dict[str, list[float]] = field(default_factory=dict)
 
 
 def routes_for(labels: Mapping[str, str], matchers: Sequence[RouteMatcher]) -> list[tuple[str, str]]:
@@ -107,8 +113,9 @@ class _Identity:
 
 
 # What a label set contributes: nothing (no family label), only its identity (an unknown family,
-# an unreadable position or bound), a counter increase, the running gauge's mean, or the count.
-_NO_FAMILY, _IDENTITY_ONLY, _COUNTER, _RUNNING, _SAMPLES = range(5)
+# an unreadable position or bound), a counter increase, the running gauge's mean, the count, or
+# a gauge-only engine's window mean (its SeriesKey.counter names the gauge).
+_NO_FAMILY, _IDENTITY_ONLY, _COUNTER, _RUNNING, _SAMPLES, _GAUGE = range(6)
 
 
 # A label set's plan: (action, identity, counter key, position of Counter.POS, spec family, legacy ITL).
@@ -250,6 +257,9 @@ class WindowGrouper:
             elif action == _SAMPLES:
                 for data in identity.targets:
                     data.samples = max(data.samples, int(value))
+            elif action == _GAUGE:
+                for data in identity.targets:
+                    data.gauges.setdefault(key.counter, []).append(value)
 
     @staticmethod
     def _data(out: dict[RouteKey, RouteData], replica: ReplicaKey, route: str, model: str, engine: str) -> RouteData:
@@ -274,6 +284,9 @@ class WindowGrouper:
             return (_RUNNING, identity, _NO_KEY, None, False, False)
         if family == promql.SAMPLES:
             return (_SAMPLES, identity, _NO_KEY, None, False, False)
+        if family.startswith(promql.GAUGE_PREFIX):
+            gauge = SeriesKey(family.removeprefix(promql.GAUGE_PREFIX), identity.series)
+            return (_GAUGE, identity, self._cache.series_key(gauge), None, False, False)
         kind = _FAMILY_KIND.get(family)
         if kind is None:
             return (_IDENTITY_ONLY, identity, _NO_KEY, None, False, False)
@@ -319,6 +332,9 @@ def window_view(data: RouteData, replica: ReplicaKey, now: float, span: float) -
     if data.samples < 2:
         return None  # like the sidecar: a ratio needs two samples
     schema = SCHEMA_V1_LEGACY_ITL if data.legacy_itl else SCHEMA_V1
+    engine = registry.BY_NAME.get(data.engine, registry.DEFAULT)
+    if engine.window_gauges:
+        return _gauge_window_view(data, engine.schema_of(()), replica, now, span)
     snapshot = RouteSnapshot(
         t=now,
         target=replica_name(replica),
@@ -336,6 +352,35 @@ def window_view(data: RouteData, replica: ReplicaKey, now: float, span: float) -
     first = Entry(now - span, {}, snapshot)  # a key missing from `first` counts from 0
     last = Entry(now, data.increases, snapshot)
     middle = (Entry(now - span / 2, {}, snapshot),) * (data.samples - 2)
+    return _FleetView(first, last, (first, *middle, last))
+
+
+def _gauge_window_view(data: RouteData, schema: str, replica: ReplicaKey, now: float, span: float) -> WindowView:
+    """A gauge-only engine's window: Prometheus computed the gauge means over the active scrapes,
+    so the view holds them as one reading after one active interval, which windows/gauges.py
+    reads back unchanged (no reading, no activity: the values stay absent)."""
+    means = {name: sum(values) / len(values) for name, values in data.gauges.items() if values}
+    batch = means.pop(BATCH, None)
+    snapshot = RouteSnapshot(
+        t=now,
+        target=replica_name(replica),
+        route=data.route,
+        model_name=data.model_name,
+        schema=schema,
+        spec_present=data.spec or any(value > 0 for value in means.values()),
+        engines=tuple(sorted(data.engines)),
+        configured_k=gauge_k(means),
+        counters=data.increases,
+        created={},
+        running={"batch": batch} if batch is not None else {},
+        engine=data.engine,
+        gauges=means,
+        gauge_acceptance=True,
+    )
+    before = dataclasses.replace(snapshot, running={}, gauges={})
+    first = Entry(now - span, {}, before)
+    middle = (Entry(now - span / 2, {}, before),) * (data.samples - 2)
+    last = Entry(now, data.increases, snapshot)
     return _FleetView(first, last, (first, *middle, last))
 
 

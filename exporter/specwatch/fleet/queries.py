@@ -5,7 +5,12 @@ grouped by the replica labels + model_name + engine (+ position, + le), tagged w
 `specwatch_family` label and the `specwatch_engine` whose names it read (every engine of
 engines/registry.py is asked, by the names its EngineSchema lists); one more query returns each
 replica's newest sample time. The count is len(windows) + 1 whatever the number of replicas,
-models, data-parallel engines or serving engines.
+models, data-parallel engines or serving engines. A counter source's label filter (`select`) is a
+matcher of its selector; an engine whose acceptance is gauges only (SGLang) adds its gauge means,
+computed in PromQL as windows/gauges.py computes them (_gauge_parts; docs/engines.md lists where
+PromQL cannot match the sidecar exactly). Those parts give the same in Prometheus 2.x and 3.x:
+idelta reads the last two samples of its range whether or not the range holds its left end, and
+the subquery's range starts half a step away from its points.
 
 Counter increase. The sidecar's window increase is the plain difference between the first and the
 last sample inside [now - w, now] (reset-aware). `increase()` is not that: it extrapolates the
@@ -33,6 +38,7 @@ from specwatch.config import format_duration
 from specwatch.engines import registry
 from specwatch.engines.schema import EngineSchema
 from specwatch.engines.series import POSITION_COUNTERS, Counter
+from specwatch.windows.gauges import BATCH, PLAUSIBLE
 
 FAMILY_LABEL = "specwatch_family"
 SCHEMA_LABEL = "specwatch_schema"
@@ -52,6 +58,10 @@ STEPS = "steps"
 RUNNING_MEAN = "running_mean"
 SAMPLES = "samples"
 LAST_SAMPLE = "last_sample"
+GAUGE_PREFIX = "gauge_"  # + a Gauge (or BATCH): a gauge-only engine's window mean over its active polls
+
+#: The subquery step of the gauge means when prometheus.scrape_interval is not set.
+DEFAULT_SCRAPE_INTERVAL = 15.0
 
 #: The canonical counters fleet mode reads, and their family tags (prefill tokens are not read:
 #: the learned step-time curve is the sidecar's).
@@ -78,8 +88,9 @@ class QuerySet:
         return len(self.windows) + 1
 
 
-def _selector(name: str, matchers: str) -> str:
-    return f"{name}{{{matchers}}}" if matchers else name
+def _selector(name: str, matchers: str, select: tuple[tuple[str, str], ...] = ()) -> str:
+    every = ",".join([*filter(None, [matchers]), *(f'{label}="{value}"' for label, value in select)])
+    return f"{name}{{{every}}}" if every else name
 
 
 def _exact_increase(series: str, window: str) -> str:
@@ -91,6 +102,34 @@ def _exact_increase(series: str, window: str) -> str:
 def _tag(expr: str, family: str, engine: str) -> str:
     tagged = f'label_replace({expr}, "{ENGINE_LABEL}", "{engine}", "", "")'
     return f'label_replace({tagged}, "{FAMILY_LABEL}", "{family}", "", "")'
+
+
+def _gauge_parts(engine: EngineSchema, seconds: float, matchers: str, group: str, interval: float) -> list[str]:
+    """A gauge-only engine's window means (windows/gauges.py in PromQL): each gauge's route mean,
+    kept where plausible, averaged over the window's scrapes after an active interval (a counter
+    moved or a gauge changed since the scrape before), one subquery point per scrape; the window's
+    first scrape closes the interval before it and is left out, as the sidecar leaves it out."""
+    pair = format_duration(2 * interval)  # the scrape and the one before it: idelta's two samples
+    changed = [f"(abs(idelta({_selector(name, matchers)}[{pair}])) > 0)" for name in engine.window_gauges]
+    moved = [
+        f"(idelta({_selector(source.families[0] + '_total', matchers, source.select)}[{pair}]) > 0)"
+        for source in engine.counters
+        if source.kind == "counter"
+    ]
+    active = f"max by ({group}) ({' or '.join(changed + moved)})"
+    span = f"[{format_duration(seconds - interval / 2)}:{format_duration(interval)}]"
+    readings = {
+        name: f"avg by ({group}) ({_selector(name, matchers)}) >= {PLAUSIBLE[gauge][0]} <= {PLAUSIBLE[gauge][1]}"
+        for name, gauge in engine.window_gauges.items()
+    }
+    tags = {name: GAUGE_PREFIX + gauge for name, gauge in engine.window_gauges.items()}
+    if engine.running is not None:
+        readings[engine.running] = f"sum by ({group}) ({_selector(engine.running, matchers)}) >= 0"
+        tags[engine.running] = GAUGE_PREFIX + BATCH
+    return [
+        _tag(f"avg_over_time(({reading} and {active}){span})", tags[name], engine.name)
+        for name, reading in readings.items()
+    ]
 
 
 def _engine_parts(engine: EngineSchema, window: str, matchers: str, group: str) -> list[str]:
@@ -123,7 +162,7 @@ def _engine_parts(engine: EngineSchema, window: str, matchers: str, group: str) 
             series = f"{name}_count" if source.kind == "histogram" else f"{name}_total"
             label = engine.position_label
             extra = f", {label}" if source.counter in POSITION_COUNTERS else ""
-            increase = summed(_exact_increase(_selector(series, matchers), window), extra)
+            increase = summed(_exact_increase(_selector(series, matchers, source.select), window), extra)
             if extra and label != "position":  # the grouping reads the position as `position`
                 increase = f'label_replace({increase}, "position", "$1", "{label}", "(.*)")'
             parts.append(_tag(increase, COUNTER_TAGS[source.counter], engine.name))
@@ -139,12 +178,20 @@ def window_query(
     matchers: str,
     replica_labels: tuple[str, ...],
     engines: tuple[EngineSchema, ...] = registry.ENGINES,
+    scrape_interval: float | None = None,
 ) -> str:
     """Every engine's every family's window increase (and the running gauge's mean and sample
-    count), one query: its length grows with the engines known, never with the fleet."""
+    count, and a gauge-only engine's gauge means), one query: its length grows with the engines
+    known, never with the fleet."""
     window = format_duration(window_seconds)
     group = ", ".join((*replica_labels, "model_name", "engine"))
-    return "\n or ".join(part for engine in engines for part in _engine_parts(engine, window, matchers, group))
+    interval = scrape_interval or DEFAULT_SCRAPE_INTERVAL
+    parts = []
+    for engine in engines:
+        parts += _engine_parts(engine, window, matchers, group)
+        if engine.window_gauges:
+            parts += _gauge_parts(engine, window_seconds, matchers, group, interval)
+    return "\n or ".join(parts)
 
 
 def freshness_query(
@@ -159,11 +206,15 @@ def freshness_query(
 
 
 def query_set(
-    windows: tuple[float, ...], labels: tuple[str, ...], matchers: str, replica_labels: tuple[str, ...]
+    windows: tuple[float, ...],
+    labels: tuple[str, ...],
+    matchers: str,
+    replica_labels: tuple[str, ...],
+    scrape_interval: float | None = None,
 ) -> QuerySet:
     return QuerySet(
         tuple(
-            (label, seconds, window_query(seconds, matchers, replica_labels))
+            (label, seconds, window_query(seconds, matchers, replica_labels, scrape_interval=scrape_interval))
             for label, seconds in zip(labels, windows, strict=False)
         ),
         freshness_query(matchers, replica_labels),

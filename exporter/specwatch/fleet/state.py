@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.fleet.baseline import RouteBaseline
 from specwatch.fleet.grouping import ReplicaKey
 from specwatch.verdict import decide
@@ -39,6 +40,11 @@ class ReplicaRouteState:
     method: str
     stale: bool
     evaluations: tuple[RouteEvaluation, ...]
+
+    @property
+    def engine(self) -> str:
+        """The serving engine its series came from."""
+        return self.evaluations[0].stats.engine if self.evaluations else DEFAULT_ENGINE
 
 
 @dataclass(frozen=True)

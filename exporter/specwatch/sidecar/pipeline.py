@@ -39,7 +39,7 @@ __all__ = ["Pipeline"]
 
 #: The route-level counters State carries (RouteState.mirrored), each once the engine exports it.
 _MIRRORED = frozenset((Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN))
-ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid")
+ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid", "engine_mismatch")
 
 
 @dataclass
@@ -60,6 +60,7 @@ class _TargetRecord:
     schema: str | None = None
     polls: int = 0
     engine: str = AUTO  # the configured engine, or detected from each payload
+    payload_engine: str | None = None  # what the last payload looks like, when it is not the pinned engine
 
     def __post_init__(self) -> None:
         fixed = None if self.engine == AUTO else engine_named(self.engine)
@@ -208,6 +209,9 @@ class Pipeline:
         record.errors[reason if reason in record.errors else "invalid"] += 1
         record.scrape_duration = duration
         self._t = t
+        mismatched = record.grouping.mismatched
+        if reason == "engine_mismatch" and mismatched is not None:
+            record.payload_engine = mismatched.name
 
     def ingest(self, target: str, t: float, text: str, duration: float | None = None) -> IngestResult:
         """Parse one payload; on any error the windows are left exactly as they were."""
@@ -223,6 +227,7 @@ class Pipeline:
             return IngestResult(False, exc.reason, str(exc))
         record.up = True
         record.polls += 1
+        record.payload_engine = None
         record.last_success = t
         record.scrape_duration = duration
         self._t = t
@@ -490,6 +495,7 @@ class Pipeline:
                 r.polls,
                 dict(r.dropped),
                 r.dips,
+                r.payload_engine,
             )
             for r in self._targets.values()
         )

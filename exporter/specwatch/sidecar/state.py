@@ -58,6 +58,8 @@ class TargetState:
     dropped: Mapping[str, int] = field(default_factory=dict)
     # Polls in which a counter read below its base without restarting (clamped, docs/architecture.md §3).
     dips: int = 0
+    # The engine the last payload looks like when the target is pinned to another (engine_mismatch).
+    payload_engine: str | None = None
 
 
 @dataclass(frozen=True)

@@ -312,6 +312,7 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
     return {
         "t": stats.t,
         "route": stats.route,
+        "engine": stats.engine,
         "window": stats.window,
         "acceptance_rate": evaluation.acceptance_rate,
         "mean_acceptance_length": evaluation.mean_acceptance_length,

@@ -454,9 +454,9 @@ class RolloutGrader:
             return self.grading
         longest = summarize(ordered[-1], method, min_drafts)
         self._span = max(self._span, ordered[-1].span_seconds)
+        if self._is_canary(k_now, t):
+            return self.grading
         if self._regime is None:
-            if k_now == 0:
-                return self.grading  # a spec-off replica (a canary) never sets the regime it is graded against
             self._regime = (k_now, method)
         if not regime_changed(*self._regime, k_now, method):
             self._old_seen = t
@@ -464,10 +464,6 @@ class RolloutGrader:
                 self._old.append(longest)
             return self.grading
         gone_for = t - self._old_seen
-        if k_now == 0 and gone_for <= 2 * self._span:
-            # Spec off beside live replicas of the regime: the route's canary (its measured baseline),
-            # not a rollout. A rollout that disables speculation is graded once the old pods are gone.
-            return self.grading
         if gone_for > 2 * self._span and self._old_seen > -math.inf and self.grading is not None:
             # The old regime is gone: the new one becomes the route's (the next change is graded on it).
             self._regime, self._old, self._old_seen = (k_now, method), deque(maxlen=HISTORY), t
@@ -478,6 +474,16 @@ class RolloutGrader:
             return self.grading
         self._grade(longest, k_now, method, cost_model)
         return self.grading
+
+    def _is_canary(self, k_now: float, t: float) -> bool:
+        """Spec off before any regime, or beside live replicas of a spec-on one: the route's canary (its
+        measured baseline), not a rollout. A rollout that disables speculation is graded once the old
+        pods are gone."""
+        if k_now != 0:
+            return False
+        if self._regime is None:
+            return True
+        return self._regime[0] != 0 and t - self._old_seen <= 2 * self._span
 
     def _grade(self, after: WindowSummary, k_now: float, method: str, cost_model: costmodel.CostModel) -> None:
         grading = self.grading

@@ -208,6 +208,7 @@ def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys
     keys = {
         "t",
         "route",
+        "engine",
         "window",
         "acceptance_rate",
         "mean_acceptance_length",
