@@ -14,6 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 from specwatch import costmodel as cmod
+from specwatch.engines.advice import adaptive_note, adapts_draft_length
 from specwatch.engines.vllm_schedule import (
     SCHEDULE_KEY,
     SpeculativeConfigValue,
@@ -197,7 +198,8 @@ def assess(
     """Assess one route/window. ``decision`` gives min_drafts and margin. ``previous_verdict`` is
     the verdict in effect, which sets the side of the hysteresis band. ``config_method`` is the
     vLLM method the recommended config names ("same" = ``method``, None = unknown: the answer is
-    then keys to merge). ``base_config``: the --speculative-config the server runs with, if stated.
+    then keys to merge). ``base_config``: the --speculative-config the server runs with, if stated;
+    with adaptive verification on there the engine picks K per step, so shorten becomes keep.
 
     The verdict and the recommended config come from the same numbers and always agree: disable
     recommends removing --speculative-config, keep recommends no change, shorten a config whose K
@@ -251,6 +253,10 @@ def assess(
         s_now=s_now,
         previous_verdict=previous_verdict,
     )
+    # The engine picks K per step itself (adaptive verification): a shorter K is its call, not ours.
+    adaptive = (adaptive_note(base_config),) if adapts_draft_length(base_config) else ()
+    if adaptive and candidate == "shorten":
+        candidate = "keep"
     verdict = partial(
         Assessment,
         candidate=candidate,
@@ -260,9 +266,9 @@ def assess(
         max_speculative_batch_size=b_max,
     )
     if candidate == "disable":
-        return verdict(recommended_draft_length=0, action="remove_speculative_config")
+        return verdict(recommended_draft_length=0, action="remove_speculative_config", notes=adaptive)
     if candidate == "keep":
-        return verdict(recommended_draft_length=k_window, action="no_change")
+        return verdict(recommended_draft_length=k_window, action="no_change", notes=adaptive)
     named = method if config_method == "same" else config_method
     advice = _shorten_advice(
         cm, stats, p, best_k, batch=b, coverage=c, max_batch=max_batch, named=named, base_config=base_config
