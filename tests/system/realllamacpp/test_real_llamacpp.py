@@ -122,7 +122,7 @@ def sidecar_config(metrics_url: str) -> dict:
         "poll_interval": "1s",
         "windows": [W_SHORT, W_MID],
         "targets": [{"name": "llamacpp", "url": metrics_url, "timeout": "900ms", "engine": "llamacpp"}],
-        "model": {"params": 140000, "dtype": "fp32", "layers": 2, "kv_heads": 4, "head_dim": 16},
+        "model": {"params": 140000, "dtype": "bf16", "layers": 2, "kv_heads": 4, "head_dim": 16},
         "draft": {"method": "draft_model", "k": K, "cost_per_token": 1.0},
         "decision": {"min_drafts": MIN_DRAFTS, "hold": 1},
     }
