@@ -32,7 +32,7 @@ LMDEPLOY = EngineSchema(
         CounterSource((GENERATION,), plain(Counter.GEN), False, True, counter=Counter.GEN),
         CounterSource((PROMPT,), plain(Counter.PROMPT), False, True, counter=Counter.PROMPT),
         CounterSource((ACCEPTED_PER_POS,), per_position(Counter.POS), True, False, counter=Counter.POS),
-        CounterSource((ITL,), itl_part, False, True, kind="histogram", unmatched_labels=("le",)),
+        CounterSource((ITL,), itl_part, False, True, kind="histogram", unmatched_labels=("le",), counter=Counter.ITL),
     ),
     running=RUNNING,
     summary="LMDeploy `api_server --enable-metrics`",

@@ -35,8 +35,9 @@ def engine_named(name: str) -> EngineSchema:
 
 
 def detect(families: Mapping[str, Family], default: EngineSchema = DEFAULT) -> EngineSchema:
-    """The engine whose families the payload holds most of (`default` when it holds none)."""
-    best, best_count = default, 0
+    """The engine whose families the payload holds most of; `default` (the target's last engine)
+    when it holds none or ties, so a payload mixing engines does not flip the target each poll."""
+    best, best_count = default, sum(1 for name in default.families if name in families)
     for engine in ENGINES:
         count = sum(1 for name in engine.families if name in families)
         if count > best_count:

@@ -64,7 +64,7 @@ class CounterSource:
     kind: str = "counter"  # its exposition type: "counter" or "histogram"
     skip_in: tuple[str, ...] = ()  # schemas (EngineSchema.schema_of) in which it is not read
     unmatched_labels: tuple[str, ...] = ()  # labels that do not select a route
-    counter: str = ""  # the canonical counter it yields (fleet mode's family tag); "" for histograms
+    counter: str = ""  # the canonical counter it yields: fleet mode's family tag (Counter.ITL: a whole histogram)
 
 
 def _one_schema(families: Mapping[str, Family]) -> str:

@@ -82,8 +82,11 @@ def vllm_shaped(
                 True,
                 kind="histogram",
                 unmatched_labels=("le",),
+                counter=Counter.ITL,
             ),
-            CounterSource((named(ITERATION_TOKENS),), engine_steps, False, False, kind="histogram"),
+            CounterSource(
+                (named(ITERATION_TOKENS),), engine_steps, False, False, kind="histogram", counter=Counter.STEPS
+            ),
             CounterSource(
                 (named(DRAFT_TOKENS_PER_POS),),
                 per_position(Counter.POS_DRAFTS),

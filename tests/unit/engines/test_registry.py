@@ -1,0 +1,63 @@
+"""The engine table: every engine's names are its own, detection picks the engine a payload
+speaks (and keeps the last one on a tie), and a target that changes engine is planned afresh."""
+
+from __future__ import annotations
+
+from specwatch.engines import registry
+from specwatch.engines.grouping import Grouping
+from specwatch.engines.llamacpp import LLAMACPP
+from specwatch.engines.registry import ENGINES, SELECTOR, detect
+from specwatch.engines.vllm import VLLM
+from support.paths import FIXTURES
+
+ENGINE_FIXTURES = FIXTURES / "engines"
+
+
+def _families(engine: str, name: str = "after"):
+    return SELECTOR.parse((ENGINE_FIXTURES / engine / f"{name}.prom").read_text())
+
+
+def test_no_family_belongs_to_two_engines():
+    names = [name for engine in ENGINES for name in engine.families]
+    assert len(names) == len(set(names))
+    assert len(registry.FAMILIES) == len(names)
+
+
+def test_every_engine_has_a_distinct_name_and_counts_drafts_tokens_and_acceptances():
+    assert len(registry.BY_NAME) == len(ENGINES)
+    for engine in ENGINES:
+        counted = {source.counter for source in engine.counters}
+        assert {"drafts", "draft_tokens", "accepted", "pos"} <= counted, engine.name
+        assert engine.running is not None, engine.name
+
+
+def test_a_payload_of_no_known_engine_is_read_as_the_default():
+    assert detect({}) is VLLM
+    assert detect({}, LLAMACPP) is LLAMACPP
+
+
+def test_a_payload_mixing_engines_is_read_as_the_one_it_holds_most_of_and_a_tie_keeps_the_last():
+    mixed = {**_families("llamacpp"), **_families("lmdeploy")}
+    assert detect(mixed).name == "lmdeploy"  # more lmdeploy families than llama.cpp ones
+    llamacpp = _families("llamacpp")
+    one_each = {**llamacpp, "lmdeploy:num_requests_running": _families("lmdeploy")["lmdeploy:num_requests_running"]}
+    assert detect(one_each, LLAMACPP) is LLAMACPP
+
+
+def test_a_target_that_changes_engine_is_planned_afresh_and_reads_the_new_engine():
+    grouping = Grouping()
+    text_l = (ENGINE_FIXTURES / "llamacpp" / "after.prom").read_text()
+    text_m = (ENGINE_FIXTURES / "lmdeploy" / "after.prom").read_text()
+    first = grouping.parse(text_l, t=0.0, target="t")
+    grouping.parse(text_l, t=0.5, target="t")  # the parser vouches for the layout from the second poll on
+    again = grouping.parse(text_l, t=1.0, target="t")
+    assert not grouping.replanned  # the same layout: the remembered plan
+    second = grouping.parse(text_m, t=2.0, target="t")
+    assert grouping.replanned
+    assert [s.engine for s in (*first, *again, *second)] == ["llamacpp", "llamacpp", "lmdeploy"]
+    assert second[0].model_name == "qwen3-8b"
+
+
+def test_a_fixed_engine_ignores_what_another_engines_payload_holds():
+    grouping = Grouping(engine=LLAMACPP)
+    assert grouping.snapshots(_families("lmdeploy"), t=0.0, target="t") == []
