@@ -8,7 +8,6 @@ model so its break-even is computed from the same cost model the simulator's ste
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from specwatch.base.logsetup import configure_logging
 from specwatch.config import Config, ConfigError, from_mapping, parse_duration
+from specwatch.engines.advice import advise
 from specwatch.lesson.options import port as port_type
 from specwatch.lesson.options import positive
 
@@ -46,17 +46,16 @@ def _fmt_breakeven(value: float | None) -> str:
 
 
 def _recommendation(evaluation: RouteEvaluation) -> str:
-    """What to do with --speculative-config, by action, as the alert descriptions render it."""
-    advice = evaluation.advice if evaluation.guard_passed else None
-    if advice is None or advice.action is None:
+    """What to do in the route's engine's terms (vLLM: --speculative-config), by action, as the
+    alert descriptions render it."""
+    advice = advise(evaluation.advised, evaluation.stats.engine)
+    if advice is None:
         return "-"
-    if advice.action == "remove_speculative_config":
+    if advice.action == "disable":
         return "remove"
-    keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
-    if not keys:
+    if not advice.label:
         return "no change"
-    text = json.dumps(keys, separators=(",", ":"), sort_keys=True)
-    return text if advice.action == "apply" else f"merge {text}"
+    return f"merge {advice.label}" if advice.export_action == "merge" else advice.label
 
 
 def _action(recommendation: str) -> str:

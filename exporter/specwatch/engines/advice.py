@@ -31,9 +31,8 @@ from typing import Protocol
 
 import yaml
 
+from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.engines.vllm_schedule import SCHEDULE_KEY
-
-DEFAULT_ENGINE = "vllm"
 
 #: The option of each engine that makes it choose K per step (a stated config's key, in that
 #: engine's own terms: vLLM's --speculative-config key, SGLang's server argument).
@@ -158,12 +157,12 @@ def recommendation_of(assessed: Assessed | None) -> Recommendation | None:
     """The neutral recommendation of an assessment; None without a verdict to act on."""
     if assessed is None or assessed.action is None:
         return None
-    if assessed.candidate == "disable":
+    if assessed.action == "remove_speculative_config":
         return Recommendation("disable", 0)
     k = int(assessed.recommended_draft_length or 0)
-    if assessed.candidate != "shorten" or not assessed.config_changes:
+    if assessed.action == "no_change":
         return Recommendation("keep", k, k)
-    changes = assessed.config_changes
+    changes = assessed.config_changes or {}
     raw = changes.get(SCHEDULE_KEY)
     bands = tuple((int(b[0]), int(b[1]), int(b[2])) for b in raw) if isinstance(raw, list) else ()
     k_max = changes.get("num_speculative_tokens")
@@ -191,6 +190,7 @@ SWITCHES = frozenset({"--speculative-adaptive"})
 SGLANG_FLAGS = (
     "--speculative-algorithm",
     "--speculative-draft-model-path",
+    "--speculative-draft-model",
     "--speculative-num-steps",
     "--speculative-eagle-topk",
     "--speculative-num-draft-tokens",
@@ -295,7 +295,7 @@ def _lmdeploy(rec: Recommendation, current: Mapping[str, object] | None) -> Engi
 RENDERERS = {"sglang": _sglang, "trtllm": _trtllm, "llamacpp": _llamacpp, "lmdeploy": _lmdeploy}
 #: Engines that read vLLM's --speculative-config (Ray Serve LLM passes it to its vLLM engines).
 VLLM_ENGINES = frozenset({"vllm", "ray-vllm"})
-ENGINES = (*sorted(VLLM_ENGINES), *RENDERERS)
+ADVISED_ENGINES = (*sorted(VLLM_ENGINES), *RENDERERS)
 
 
 def advise(

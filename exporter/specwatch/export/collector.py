@@ -7,7 +7,6 @@ fail on target data. Values that cannot be computed are omitted, never exported 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable
 
@@ -20,6 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
+from specwatch.engines.advice import advise
 from specwatch.engines.series import Counter
 from specwatch.sidecar.state import State
 from specwatch.verdict.decide import VERDICTS
@@ -196,11 +196,9 @@ class WindowFamilies:
         if evaluation.config_check is not None:
             self.mismatch.add_metric(wlabels, 1 if evaluation.config_check.mismatch else 0)
             self.configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
-        advice = evaluation.advice if evaluation.guard_passed else None
-        if advice is not None and advice.action is not None:
-            keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
-            text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
-            self.config.add_metric(wlabels + [text, advice.action], 1)
+        advice = advise(evaluation.advised, evaluation.stats.engine)  # in the route's engine's terms
+        if advice is not None:
+            self.config.add_metric(wlabels + [advice.label, advice.export_action], 1)
 
     def families(self) -> tuple[Metric, ...]:
         return (

@@ -10,7 +10,7 @@ import yaml
 from specwatch import costmodel as cmod
 from specwatch.config import DecisionConfig
 from specwatch.engines.advice import (
-    ENGINES,
+    ADVISED_ENGINES,
     EngineAdvice,
     adapts_draft_length,
     advise,
@@ -18,6 +18,7 @@ from specwatch.engines.advice import (
     recommendation_of,
     trtllm_schedule,
 )
+from specwatch.engines.registry import ENGINE_NAMES
 from specwatch.engines.vllm_schedule import SCHEDULE_KEY, k_at_batch
 from specwatch.verdict.decide import Assessment, assess
 from specwatch.windows.derive import WindowStats
@@ -42,7 +43,7 @@ VLLM_FLAG = (
 )
 SGLANG_K2 = "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3"
 SGLANG_OFF = (
-    "remove --speculative-algorithm --speculative-draft-model-path --speculative-num-steps "
+    "remove --speculative-algorithm --speculative-draft-model-path --speculative-draft-model --speculative-num-steps "
     "--speculative-eagle-topk --speculative-num-draft-tokens --speculative-adaptive --speculative-adaptive-config"
 )
 LLAMACPP_OFF = (
@@ -101,14 +102,21 @@ def test_each_engine_renders_each_action_in_its_own_terms(engine, assessment, co
 
 def test_every_engine_has_a_row_for_every_action():
     rows = {(engine, a.candidate, a.action) for engine, a, _, _ in TABLE}
-    for engine in set(ENGINES) - {"ray-vllm"}:
+    for engine in set(ADVISED_ENGINES) - {"ray-vllm"}:
         assert {(engine, "keep", "no_change"), (engine, "disable", "remove_speculative_config")} <= rows
         assert any(row[0] == engine and row[1] == "shorten" for row in rows)
 
 
+def test_every_engine_specwatch_reads_gets_advice_in_its_terms():
+    assert set(ENGINE_NAMES) <= set(ADVISED_ENGINES)
+    for engine in ENGINE_NAMES:
+        advice = advise(FIXED, engine)
+        assert advice is not None and advice.engine == engine and advice.command
+
+
 def test_no_verdict_to_act_on_gives_no_advice_in_any_engine():
     below_guard = Assessment(candidate="insufficient_data")
-    assert all(advise(below_guard, engine) is None for engine in ENGINES)
+    assert all(advise(below_guard, engine) is None for engine in ADVISED_ENGINES)
     assert advise(None) is None
 
 
