@@ -219,7 +219,7 @@ def ensure_models() -> Path:
 
 def server_argv(binary: Path, models: Path, port: int, draft_max: int) -> list[str]:
     """The command line the test runs: the target, its draft, K = draft_max, every draft kept
-    (no minimum length, no probability cut-off), four slots, the metrics endpoint on."""
+    (no minimum length, no probability cut-off), four slots, one thread, the metrics endpoint on."""
     return [
         str(binary),
         "--host",
@@ -235,7 +235,7 @@ def server_argv(binary: Path, models: Path, port: int, draft_max: int) -> list[s
         "-np",
         "4",
         "-t",
-        "2",
+        "1",  # OpenMP threads spin: two of them on a busy 2-core machine run 100x slower
         "--metrics",
         "--no-webui",
         "--spec-type",

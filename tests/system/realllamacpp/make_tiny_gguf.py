@@ -20,7 +20,7 @@ import numpy as np
 
 SEED = 20261202
 N_EMBD, N_HEAD, N_LAYER, N_FF, N_CTX = 64, 4, 2, 128, 4096
-DRAFT_NOISE = 0.6  # draft weight = target weight + this * its std * N(0, 1)
+DRAFT_NOISE = 0.1  # draft weight = target weight + this * its std * N(0, 1)
 LOGIT_SCALE = 4.0  # sharpens the output so greedy choices are stable, not ties
 WORDS = (  # the pieces beyond letters and bytes, one token each
     "the a an of to in and is it that for on with as was at by be this from or have not are but "
