@@ -20,7 +20,7 @@ def _engine_choices() -> tuple[str, ...]:
 TARGET = Section(
     "targets",
     result.TargetConfig,
-    doc="a vLLM /metrics endpoint",
+    doc="a serving engine's /metrics endpoint (vLLM, or another engine of docs/engines.md)",
     keys=(
         Key(
             "name",
@@ -32,7 +32,7 @@ TARGET = Section(
         Key(
             "url",
             Url(),
-            "http(s) URL of vLLM's /metrics; redirects are not followed, proxies ignored",
+            "http(s) URL of the engine's /metrics; redirects are not followed, proxies ignored",
             example="http://10.0.0.1:8000/metrics",
             env="SPECWATCH_TARGET_URL",
         ),

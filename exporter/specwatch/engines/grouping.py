@@ -100,6 +100,9 @@ def position_limit(stated_k: int | None) -> int:
 
 _RUNNING_SOURCE, _V0_SOURCE = -1, -2
 
+#: A parser of every engine's names: what detection reads a payload of an unknown engine with.
+SELECTOR = Selector(registry.FAMILIES)
+
 
 class Grouping:
     """Groups one target's parsed families into one snapshot per route.
@@ -125,8 +128,11 @@ class Grouping:
     ) -> None:
         self.matchers = tuple(matchers or ())
         self.route_prefix = route_prefix
-        # Each target its own selector: the parser's memory of the last poll is per target.
-        self.selector = selector if selector is not None else Selector(registry.FAMILIES)
+        # Each target its own selectors (the parser's memory of the last poll is per target), one
+        # per engine: a parser of the engine's own names keeps the scan of a poll as cheap as with
+        # one engine. A given selector parses every poll (its families: every engine's, or a test's).
+        self._given_selector = selector
+        self._selectors: dict[str, Selector] = {}
         self.fixed_engine = engine  # None: detected per payload
         self.engine: EngineSchema = engine if engine is not None else registry.DEFAULT  # the last payload's
         self.max_position = max_position  # a `position` at or past it rejects the payload
@@ -142,6 +148,16 @@ class Grouping:
         # in the parser's values (Selector.parse_values), so that poll needs no families.
         self._plan_schema = ""
         self._pick_values: Callable[[Sequence[float]], tuple[float, ...]] | None = None
+
+    @property
+    def selector(self) -> Selector:
+        """The parser of the next poll: the given one, else the current engine's."""
+        if self._given_selector is not None:
+            return self._given_selector
+        selector = self._selectors.get(self.engine.name)
+        if selector is None:
+            selector = self._selectors[self.engine.name] = Selector(self.engine.families)
+        return selector
 
     def _routes(self, labels: Mapping[str, str]) -> tuple[Route, ...]:
         model = labels.get(self.engine.model_label, "")
@@ -333,9 +349,12 @@ class Grouping:
         """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input.
 
         A poll with the last poll's series in the same order skips the families: its values go
-        straight to the remembered plan (the same values snapshots() would read from them)."""
-        families, values = self.selector.parse_values(text)
-        shape = self.selector.shape
+        straight to the remembered plan (the same values snapshots() would read from them). A poll
+        holding none of the current engine's families is read once with every engine's names: if
+        another engine's are there, the target speaks that engine from now on."""
+        selector = self.selector
+        families, values = selector.parse_values(text)
+        shape = selector.shape
         if families is None:
             assert shape is not None and values is not None
             if shape is self._shape and self._plan is not None:
@@ -346,6 +365,12 @@ class Grouping:
                 self.replanned, self.dropped = False, self._plan.dropped
                 return self._emit(self._plan, self._pick_values(values), self._plan_schema, t, target)
             families = shape.families_of(values)
+        if not families and self.fixed_engine is None and self._given_selector is None:
+            spoken = registry.detect(SELECTOR.parse(text), self.engine)
+            if spoken is not self.engine:
+                self.engine = spoken
+                self._forget_plans()
+                return self.parse(text, t=t, target=target)  # the new engine's families are there
         return self.snapshots(families, t=t, target=target, shape=shape)
 
 
@@ -358,11 +383,11 @@ def snapshots(
     route_prefix: str = "",
 ) -> list[RouteSnapshot]:
     """Group the parsed families into one snapshot per route (see Grouping; nothing remembered)."""
-    return Grouping(matchers, route_prefix, registry.SELECTOR).snapshots(families, t=t, target=target)
+    return Grouping(matchers, route_prefix, SELECTOR).snapshots(families, t=t, target=target)
 
 
 def parse_payload(
     text: str, *, t: float, target: str, matchers: Iterable[RouteMatcher] | None = None, route_prefix: str = ""
 ) -> list[RouteSnapshot]:
     """Exposition text -> route snapshots. Raises exposition.ExpositionError on any bad input."""
-    return snapshots(registry.SELECTOR.parse(text), t=t, target=target, matchers=matchers, route_prefix=route_prefix)
+    return snapshots(SELECTOR.parse(text), t=t, target=target, matchers=matchers, route_prefix=route_prefix)

@@ -7,14 +7,13 @@ the target config key `engine`, the grouping and fleet mode's queries pick it up
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from specwatch.engines.llamacpp import LLAMACPP
 from specwatch.engines.lmdeploy import LMDEPLOY
 from specwatch.engines.ray_serve import RAY_VLLM
 from specwatch.engines.schema import EngineSchema
 from specwatch.engines.vllm import VLLM
-from specwatch.exposition import Family, Selector
 
 #: Every engine, in detection order (on a tie the first wins; vLLM is the default).
 ENGINES: tuple[EngineSchema, ...] = (VLLM, RAY_VLLM, LMDEPLOY, LLAMACPP)
@@ -24,9 +23,8 @@ BY_NAME: Mapping[str, EngineSchema] = {engine.name: engine for engine in ENGINES
 AUTO = "auto"
 ENGINE_NAMES: tuple[str, ...] = tuple(BY_NAME)
 
-#: Every family of every engine, name -> type: what the parser keeps of a payload.
+#: Every family of every engine, name -> type: what detection reads of a payload.
 FAMILIES: dict[str, str] = {name: kind for engine in ENGINES for name, kind in engine.families.items()}
-SELECTOR = Selector(FAMILIES)
 
 
 def engine_named(name: str) -> EngineSchema:
@@ -34,7 +32,7 @@ def engine_named(name: str) -> EngineSchema:
     return BY_NAME[name]
 
 
-def detect(families: Mapping[str, Family], default: EngineSchema = DEFAULT) -> EngineSchema:
+def detect(families: Collection[str], default: EngineSchema = DEFAULT) -> EngineSchema:
     """The engine whose families the payload holds most of; `default` (the target's last engine)
     when it holds none or ties, so a payload mixing engines does not flip the target each poll."""
     best, best_count = default, sum(1 for name in default.families if name in families)

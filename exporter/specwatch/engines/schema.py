@@ -9,11 +9,10 @@ fleet mode's queries read only this table, so adding an engine adds no code to t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from specwatch.engines.series import Counter, SeriesKey
-from specwatch.exposition import Family
 
 #: (sample name, labels, series id) -> the sample's series key, or None: not read.
 KeyOf = Callable[[str, Mapping[str, str], str], SeriesKey | None]
@@ -67,7 +66,7 @@ class CounterSource:
     counter: str = ""  # the canonical counter it yields: fleet mode's family tag (Counter.ITL: a whole histogram)
 
 
-def _one_schema(families: Mapping[str, Family]) -> str:
+def _one_schema(families: Collection[str]) -> str:
     return "v1"
 
 
@@ -86,10 +85,10 @@ class EngineSchema:
     counters: tuple[CounterSource, ...]
     running: str | None = None  # requests in the running batch (gauge): the batch-size fallback
     lifetime_gauges: Mapping[str, str] = field(default_factory=dict)
-    schema_of: Callable[[Mapping[str, Family]], str] = _one_schema
+    schema_of: Callable[[Collection[str]], str] = _one_schema  # the payload's family names -> schema
     series_labels: tuple[str, ...] = ("engine",)
     model_label: str = "model_name"
-    position_label: str = "position"
+    position_label: str = "position"  # the label its per_position() sources read
     # Whether a model drafter's drafts can be cut short (llama.cpp: by the tokens left to generate
     # and --spec-draft-p-min): p_i is then over all drafts, as the engine itself reports it.
     drafts_vary_in_length: bool = False

@@ -8,11 +8,10 @@ series before summing over engines. docs/architecture.md §5 lists each name per
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection
 
 from specwatch.engines.schema import CounterSource, EngineSchema, engine_steps, itl_part, per_position, plain
 from specwatch.engines.series import Counter
-from specwatch.exposition import Family
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -34,7 +33,7 @@ SCHEMA_V1_LEGACY_ITL = "v1-legacy-itl"
 SCHEMA_V0 = "v0"
 
 
-def detect_schema(families: Mapping[str, Family], prefix: str = "vllm:") -> str:
+def detect_schema(families: Collection[str], prefix: str = "vllm:") -> str:
     """The vLLM schema a payload speaks (`prefix`: the names' prefix, another for a re-export)."""
     if prefix + V0_ACCEPTANCE_RATE.removeprefix("vllm:") in families:
         return SCHEMA_V0

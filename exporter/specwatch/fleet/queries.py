@@ -121,8 +121,11 @@ def _engine_parts(engine: EngineSchema, window: str, matchers: str, group: str) 
                 parts.append(_tag(f"({current}{legacy})", tag, engine.name))
         elif source.counter in COUNTER_TAGS:
             series = f"{name}_count" if source.kind == "histogram" else f"{name}_total"
-            extra = f", {engine.position_label}" if source.counter in POSITION_COUNTERS else ""
+            label = engine.position_label
+            extra = f", {label}" if source.counter in POSITION_COUNTERS else ""
             increase = summed(_exact_increase(_selector(series, matchers), window), extra)
+            if extra and label != "position":  # the grouping reads the position as `position`
+                increase = f'label_replace({increase}, "position", "$1", "{label}", "(.*)")'
             parts.append(_tag(increase, COUNTER_TAGS[source.counter], engine.name))
     if engine.running is not None:
         running = _selector(engine.running, matchers)

@@ -257,9 +257,10 @@ class Service:
             )
             self._changes.info(
                 ("schema", target.name),
-                outcome.schema,
+                (outcome.engine, outcome.schema),
                 "schema_detected",
                 target=target.name,
+                engine=outcome.engine,
                 schema=outcome.schema,
                 routes=list(outcome.routes),
             )

@@ -50,7 +50,7 @@ class _TargetRecord:
     last_success: float | None = None
     scrape_duration: float | None = None
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_REASONS, 0))
-    # Routes and engines its payloads carried past the bounds (vllm.DROPPED_KINDS), over all polls.
+    # Routes and engines its payloads carried past the bounds (grouping.DROPPED_KINDS), over all polls.
     dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROPPED_KINDS, 0))
     resets: int = 0
     dips: int = 0  # polls with a counter below its base that was no restart (window.py: clamped)
@@ -97,7 +97,8 @@ class IngestResult:
     resets: int = 0
     schema: str | None = None
     routes: tuple[str, ...] = ()
-    dropped: Mapping[str, int] = field(default_factory=dict)  # this poll's, past the bounds (vllm.DROPPED_KINDS)
+    dropped: Mapping[str, int] = field(default_factory=dict)  # this poll's, past the bounds (grouping.DROPPED_KINDS)
+    engine: str | None = None  # the serving engine the poll was read as
 
 
 #: What the learner reads of a window: a step's time, its requests and its drafting.
@@ -244,11 +245,18 @@ class Pipeline:
             record.dips += 1  # counted like restarts: polls, not series
         record.schema = schema
         self._expire_routes(record)
-        return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps), dropped=dropped)
+        return IngestResult(
+            True,
+            resets=resets,
+            schema=schema,
+            routes=tuple(s.route for s in snaps),
+            dropped=dropped,
+            engine=grouping.engine.name,
+        )
 
     def position_limit(self) -> int:
         """The first `position` a payload may not carry under the current config (the stated K:
-        draft.config's num_speculative_tokens, else draft.k; vllm.position_limit)."""
+        draft.config's num_speculative_tokens, else draft.k; grouping.position_limit)."""
         config = self.config
         if self._limit_for is not config:  # the config can be replaced (reload)
             schedule = schedule_from_config(config.draft.config)  # validated when the config loaded

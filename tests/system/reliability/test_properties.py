@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from specwatch.config import from_mapping
-from specwatch.engines.grouping import parse_payload
-from specwatch.engines.registry import SELECTOR
+from specwatch.engines.grouping import SELECTOR, parse_payload
 from specwatch.engines.series import Counter, RouteSnapshot, SeriesKey
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.pipeline import Pipeline

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from specwatch.config import ConfigError, from_mapping
-from specwatch.engines.grouping import Grouping
-from specwatch.engines.registry import ENGINE_NAMES, SELECTOR
+from specwatch.engines.grouping import SELECTOR, Grouping
+from specwatch.engines.registry import ENGINE_NAMES
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
 from support.paths import FIXTURES

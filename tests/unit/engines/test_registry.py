@@ -3,11 +3,14 @@ speaks (and keeps the last one on a tie), and a target that changes engine is pl
 
 from __future__ import annotations
 
+import pytest
+
 from specwatch.engines import registry
-from specwatch.engines.grouping import Grouping
+from specwatch.engines.grouping import SELECTOR, Grouping
 from specwatch.engines.llamacpp import LLAMACPP
-from specwatch.engines.registry import ENGINES, SELECTOR, detect
+from specwatch.engines.registry import ENGINES, detect
 from specwatch.engines.vllm import VLLM
+from specwatch.exposition import ExpositionError
 from support.paths import FIXTURES
 
 ENGINE_FIXTURES = FIXTURES / "engines"
@@ -61,3 +64,31 @@ def test_a_target_that_changes_engine_is_planned_afresh_and_reads_the_new_engine
 def test_a_fixed_engine_ignores_what_another_engines_payload_holds():
     grouping = Grouping(engine=LLAMACPP)
     assert grouping.snapshots(_families("lmdeploy"), t=0.0, target="t") == []
+
+
+def test_once_detected_a_target_is_parsed_with_its_engines_names_only():
+    # Every engine's names in one scan would cost a vLLM poll twice its time: the parser is the engine's.
+    grouping = Grouping()
+    grouping.parse((ENGINE_FIXTURES / "llamacpp" / "after.prom").read_text(), t=0.0, target="t")
+    assert grouping.selector.families == LLAMACPP.families
+    assert Grouping().selector.families == VLLM.families
+
+
+def test_a_position_past_the_bound_rejects_any_engines_payload_naming_its_family():
+    text = (ENGINE_FIXTURES / "llamacpp" / "after.prom").read_text() + (
+        'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="900"} 1\n'
+    )
+    with pytest.raises(ExpositionError, match="llamacpp:spec_decode_num_accepted_tokens_per_pos has position='900'"):
+        Grouping().parse(text, t=0.0, target="t")
+
+
+def test_two_ray_replicas_on_one_node_endpoint_are_two_series_of_the_route():
+    text = (ENGINE_FIXTURES / "ray-vllm" / "after.prom").read_text()
+    second = "".join(
+        line.replace('ReplicaId="abc123"', 'ReplicaId="def456"') + "\n"
+        for line in text.splitlines()
+        if line.startswith("ray_vllm_spec_decode_num_drafts_total")
+    )
+    (snapshot,) = Grouping().parse(text + second, t=0.0, target="t")
+    drafts = {key.series: value for key, value in snapshot.counters.items() if key.counter == "drafts"}
+    assert drafts == {"abc123:0/qwen3-8b": 1200.0, "def456:0/qwen3-8b": 1200.0}

@@ -59,7 +59,7 @@ def test_the_remembered_placements_stay_bounded(monkeypatch):
     monkeypatch.setattr(grouping_module, "PLACEMENT_CACHE_SIZE", 5)
     grouping = Grouping()
     for i, text in enumerate(_payloads()[:4]):
-        families = registry.SELECTOR.parse(text)
+        families = grouping_module.SELECTOR.parse(text)
         assert grouping.snapshots(families, t=float(i), target="t") == grouping_module.snapshots(
             families, t=float(i), target="t"
         )

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.engines.registry import FAMILIES, SELECTOR
+from specwatch.engines.grouping import SELECTOR
+from specwatch.engines.registry import FAMILIES
 from specwatch.exposition import ExpositionError, Selector
 from support.paths import fixture_path
 from support.vllm_payloads import FakeVllm
