@@ -346,7 +346,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "What to do with vLLM's `--speculative-config` for the verdict, by action: apply = the JSON is a "
         "complete flag to paste; merge = merge these keys (fewer `num_speculative_tokens`, a V1 "
         "`num_speculative_tokens_per_batch_size` schedule) into your own flag, whose drafter model path "
-        "specwatch does not know; remove_speculative_config = restart vLLM without the flag; no_change.",
+        "specwatch does not know; remove_speculative_config = restart vLLM without the flag; no_change. "
+        "Another engine's route shows its own flags or config (docs/engines.md).",
         [
             target(
                 "A",

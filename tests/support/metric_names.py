@@ -62,7 +62,10 @@ STEP_TIME_FIT = frozenset(
 #: What the verdict rests on (docs/costmodel.md) and how well the learned curve fits.
 LEARNING = frozenset({"specwatch_cost_model_info"}) | STEP_TIME_FIT
 
+#: Per {route, window}, only for an engine whose acceptance is gauges only (SGLang): what the values are.
+GAUGE_BASIS = frozenset({"specwatch_acceptance_basis_info"})
+
 #: Every name the sidecar may export.
-EXPORTED = MIRRORED | WINDOW_DERIVED | ROUTE_GAUGES | HEALTH | RELOAD | GRADING | LEARNING
+EXPORTED = MIRRORED | WINDOW_DERIVED | ROUTE_GAUGES | HEALTH | RELOAD | GRADING | LEARNING | GAUGE_BASIS
 #: Exported only while the target is up and read: nothing of them may outlive a failed poll.
-TARGET_DERIVED = WINDOW_DERIVED | MIRRORED
+TARGET_DERIVED = WINDOW_DERIVED | MIRRORED | GAUGE_BASIS

@@ -8,6 +8,7 @@ model so its break-even is computed from the same cost model the simulator's ste
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 import time
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from specwatch.base.logsetup import configure_logging
 from specwatch.config import Config, ConfigError, from_mapping, parse_duration
-from specwatch.engines.advice import advise
+from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.lesson.options import port as port_type
 from specwatch.lesson.options import positive
 
@@ -46,16 +47,23 @@ def _fmt_breakeven(value: float | None) -> str:
 
 
 def _recommendation(evaluation: RouteEvaluation) -> str:
-    """What to do in the route's engine's terms (vLLM: --speculative-config), by action, as the
-    alert descriptions render it."""
-    advice = advise(evaluation.advised, evaluation.stats.engine)
-    if advice is None:
+    """What to do with --speculative-config (another engine: its flags or config), by action, as
+    the alert descriptions render it."""
+    advice = evaluation.advice if evaluation.guard_passed else None
+    if advice is None or advice.action is None:
         return "-"
-    if advice.action == "disable":
+    if evaluation.stats.engine not in VLLM_ENGINES:
+        rendered = advise(advice, evaluation.stats.engine)
+        if rendered is None:
+            return "-"
+        return "remove" if rendered.action == "disable" else (rendered.label or "no change")
+    if advice.action == "remove_speculative_config":
         return "remove"
-    if not advice.label:
+    keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+    if not keys:
         return "no change"
-    return f"merge {advice.label}" if advice.export_action == "merge" else advice.label
+    text = json.dumps(keys, separators=(",", ":"), sort_keys=True)
+    return text if advice.action == "apply" else f"merge {text}"
 
 
 def _action(recommendation: str) -> str:
@@ -289,11 +297,13 @@ def _show(
     out: TextIO,
     tty: bool,
 ) -> int:
+    from specwatch.sim.describe import describe
+
     base = f"http://127.0.0.1:{service.port}"
     intro = [
         f"specwatch demo: scenario {scenario.name!r} at {speed:g}x, windows {', '.join(config.window_labels)} "
         f"(wall time), poll every {config.poll_interval:g}s, verdict hold {config.decision.hold_seconds(config.poll_interval):g}s",
-        "  " + " ".join(scenario.description.split()),
+        "  " + describe(scenario),
         "  " + breakeven_line(handle.truth()),
         f"simulated vLLM: {handle.url}",
         f"sidecar: {base}/metrics  {base}/api/v1/status",

@@ -32,12 +32,12 @@ from typing import Protocol
 import yaml
 
 from specwatch.engines.series import DEFAULT_ENGINE
-from specwatch.engines.vllm_schedule import SCHEDULE_KEY
+from specwatch.engines.vllm_schedule import ADAPTIVE_VERIFICATION_KEY, SCHEDULE_KEY
 
 #: The option of each engine that makes it choose K per step (a stated config's key, in that
 #: engine's own terms: vLLM's --speculative-config key, SGLang's server argument).
 ADAPTIVE_OPTIONS: Mapping[str, str] = {
-    "vllm": "enable_adaptive_verification",
+    "vllm": ADAPTIVE_VERIFICATION_KEY,
     "sglang": "speculative_adaptive",
 }
 ADAPTIVE_NOTE = (
@@ -115,12 +115,21 @@ class EngineAdvice:
 
     @property
     def label(self) -> str:
-        """The advice on one line for the ``config`` label of specwatch_recommended_config_info:
-        the config (sorted JSON), the keys to merge, or the flags; empty for keep and disable."""
-        keys = self.config if self.config is not None else self.merge
-        if keys is not None:
-            return json.dumps(keys, separators=(",", ":"), sort_keys=True)
-        return shlex.join(self.flags)
+        """The advice on one line for the ``config`` label of specwatch_recommended_config_info,
+        which the alerts quote: vLLM's config or keys to merge as sorted JSON (the alert wraps it
+        in --speculative-config), empty for its keep and disable; another engine's flags, its YAML
+        section on one line (``speculative_config: {...}``), or what to remove, as they are."""
+        if self.engine in VLLM_ENGINES:
+            keys = self.config if self.config is not None else self.merge
+            return "" if keys is None else json.dumps(keys, separators=(",", ":"), sort_keys=True)
+        if self.config is not None:
+            return "; ".join(
+                f"{key}: " + yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip()
+                for key, value in self.config.items()
+            )
+        if self.flags:
+            return shlex.join(self.flags)
+        return (self.command or "") if self.action == "disable" else ""
 
     @property
     def export_action(self) -> str:
@@ -155,8 +164,8 @@ def adaptive_note(current: Mapping[str, object] | None) -> str:
 
 def recommendation_of(assessed: Assessed | None) -> Recommendation | None:
     """The neutral recommendation of an assessment; None without a verdict to act on."""
-    if assessed is None or assessed.action is None:
-        return None
+    if assessed is None or assessed.action not in ("no_change", "apply", "merge", "remove_speculative_config"):
+        return None  # no verdict, or one that asks for something else than a config (a measurement)
     if assessed.action == "remove_speculative_config":
         return Recommendation("disable", 0)
     k = int(assessed.recommended_draft_length or 0)

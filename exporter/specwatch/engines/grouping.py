@@ -15,7 +15,15 @@ from typing import NamedTuple
 
 from specwatch.engines import registry
 from specwatch.engines.schema import EngineSchema
-from specwatch.engines.series import POSITION_COUNTERS, Counter, RouteMatcher, RouteSnapshot, SeriesKey, reset_group
+from specwatch.engines.series import (
+    POSITION_COUNTERS,
+    Counter,
+    Gauge,
+    RouteMatcher,
+    RouteSnapshot,
+    SeriesKey,
+    reset_group,
+)
 from specwatch.exposition import ExpositionError, Family, Labels, Sample, Selector
 from specwatch.exposition.lastpoll import picker
 
@@ -45,6 +53,7 @@ class _RoutePlan:
     created: list[tuple[SeriesKey, int]] = field(default_factory=list)
     running: list[tuple[str, int]] = field(default_factory=list)
     v0: list[tuple[str, int]] = field(default_factory=list)  # (EngineSchema.lifetime_gauges value, position)
+    gauges: list[tuple[str, int]] = field(default_factory=list)  # (EngineSchema.window_gauges value, position)
     engines: set[str] = field(default_factory=set)
     positions: set[int] = field(default_factory=set)
     spec: bool = False
@@ -98,7 +107,7 @@ def position_limit(stated_k: int | None) -> int:
     return min(stated_k + POSITION_SLACK, POSITION_CEILING)
 
 
-_RUNNING_SOURCE, _V0_SOURCE = -1, -2
+_RUNNING_SOURCE, _V0_SOURCE, _GAUGE_SOURCE = -1, -2, -3
 
 #: A parser of every engine's names: what detection reads a payload of an unknown engine with.
 SELECTOR = Selector(registry.FAMILIES)
@@ -283,6 +292,13 @@ class Grouping:
                     _, engine, routes = self._place(_V0_SOURCE, s)
                     for p in plans_for(routes, engine):
                         p.v0.append((attr, at))
+        for gauge, name in spoken.window_gauges.items():
+            gauge_family = families.get(gauge)
+            if gauge_family is not None:
+                for at, s in read(gauge, False, gauge_family.samples):
+                    _, engine, routes = self._place(_GAUGE_SOURCE, s)
+                    for p in plans_for(routes, engine):
+                        p.gauges.append((name, at))
         dropped = {"routes": len(dropped_routes), "engines": len(dropped_engines)}
         return _Plan(tuple(parts), tuple(plans.values()), dropped)
 
@@ -325,6 +341,8 @@ class Grouping:
                 if math.isfinite(values[at]):
                     v0[attr] = values[at]
                     spec = True
+            gauges = _gauge_readings(p.gauges, values)
+            spec = spec or any(value > 0 for value in gauges.values())  # 0: the engine's unset value
             result.append(
                 RouteSnapshot(
                     t=t,
@@ -334,13 +352,15 @@ class Grouping:
                     schema=schema,
                     spec_present=spec,
                     engines=tuple(sorted(p.engines)),
-                    configured_k=(max(p.positions) + 1) if p.positions else None,
+                    configured_k=(max(p.positions) + 1) if p.positions else _gauge_k(gauges),
                     counters=counters,
                     created={group: values[at] for group, at in p.created},
                     running=running,
                     v0_acceptance_rate=v0["v0_acceptance_rate"],
                     v0_efficiency=v0["v0_efficiency"],
                     engine=self.engine.name,
+                    gauges=gauges,
+                    gauge_acceptance=bool(self.engine.window_gauges),
                 )
             )
         return result
@@ -372,6 +392,23 @@ class Grouping:
                 self._forget_plans()
                 return self.parse(text, t=t, target=target)  # the new engine's families are there
         return self.snapshots(families, t=t, target=target, shape=shape)
+
+
+def _gauge_k(gauges: Mapping[str, float]) -> int | None:
+    """The draft length an engine states as a gauge (SGLang's active speculative_num_steps)."""
+    k = gauges.get(Gauge.DRAFT_LENGTH)
+    return round(k) if k is not None and 1 <= k < POSITION_CEILING else None
+
+
+def _gauge_readings(placed: Sequence[tuple[str, int]], values: Sequence[float]) -> dict[str, float]:
+    """Each window gauge's reading: the mean of its finite values over the route's series."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for name, at in placed:
+        if math.isfinite(values[at]):
+            sums[name] = sums.get(name, 0.0) + values[at]
+            counts[name] = counts.get(name, 0) + 1
+    return {name: total / counts[name] for name, total in sums.items()}
 
 
 def snapshots(

@@ -13,10 +13,12 @@ from specwatch.engines.llamacpp import LLAMACPP
 from specwatch.engines.lmdeploy import LMDEPLOY
 from specwatch.engines.ray_serve import RAY_VLLM
 from specwatch.engines.schema import EngineSchema
+from specwatch.engines.sglang import SGLANG
+from specwatch.engines.trtllm import TRTLLM
 from specwatch.engines.vllm import VLLM
 
 #: Every engine, in detection order (on a tie the first wins; vLLM is the default).
-ENGINES: tuple[EngineSchema, ...] = (VLLM, RAY_VLLM, LMDEPLOY, LLAMACPP)
+ENGINES: tuple[EngineSchema, ...] = (VLLM, RAY_VLLM, LMDEPLOY, LLAMACPP, SGLANG, TRTLLM)
 DEFAULT = VLLM
 BY_NAME: Mapping[str, EngineSchema] = {engine.name: engine for engine in ENGINES}
 #: The target config's `engine` values: a name, or AUTO (detected from each payload).

@@ -85,6 +85,9 @@ class EngineSchema:
     counters: tuple[CounterSource, ...]
     running: str | None = None  # requests in the running batch (gauge): the batch-size fallback
     lifetime_gauges: Mapping[str, str] = field(default_factory=dict)
+    # Gauges an engine exports instead of acceptance counters: family -> its series.Gauge. A route
+    # of such an engine takes its acceptance from their window means (windows/gauges.py).
+    window_gauges: Mapping[str, str] = field(default_factory=dict)
     schema_of: Callable[[Collection[str]], str] = _one_schema  # the payload's family names -> schema
     series_labels: tuple[str, ...] = ("engine",)
     model_label: str = "model_name"
@@ -101,6 +104,7 @@ class EngineSchema:
         if self.running is not None:
             out[self.running] = "gauge"
         out.update(dict.fromkeys(self.lifetime_gauges, "gauge"))
+        out.update(dict.fromkeys(self.window_gauges, "gauge"))
         return out
 
     def series_id(self, labels: Mapping[str, str]) -> str:

@@ -33,6 +33,15 @@ class Counter(StrEnum):
     PROMPT = "prompt"  # prefill tokens: the learned step-time curve counts them per step
 
 
+class Gauge(StrEnum):
+    """The canonical gauges of an engine that exports its acceptance only as gauges (SGLang): the
+    engine's own estimate at each poll, read as a window mean (windows/gauges.py)."""
+
+    ACCEPTANCE_RATE = "acceptance_rate"
+    ACCEPTANCE_LENGTH = "acceptance_length"  # tokens per verify step, bonus included
+    DRAFT_LENGTH = "draft_length"  # the draft length the engine runs with
+
+
 _ITL_PARTS = (Counter.ITL_BUCKET, Counter.ITL_SUM, Counter.ITL_COUNT)
 #: Counters whose SeriesKey.sub is a draft position.
 POSITION_COUNTERS = (Counter.POS, Counter.POS_DRAFTS)
@@ -80,6 +89,10 @@ class RouteSnapshot:
     v0_acceptance_rate: float | None = None
     v0_efficiency: float | None = None
     engine: str = DEFAULT_ENGINE  # the serving engine spoken: an EngineSchema.name ("vllm", "llamacpp", ...)
+    # A Gauge -> this poll's reading (mean over the route's series), for an engine whose acceptance
+    # is gauges only (gauge_acceptance): its window values are gauge means, never counter ratios.
+    gauges: Mapping[str, float] = field(default_factory=dict)
+    gauge_acceptance: bool = False
 
 
 @dataclass(frozen=True)

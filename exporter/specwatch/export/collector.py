@@ -7,8 +7,9 @@ fail on target data. Values that cannot be computed are omitted, never exported 
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -19,11 +20,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
-from specwatch.engines.advice import advise
+from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.engines.series import Counter
-from specwatch.sidecar.state import State
+from specwatch.sidecar.state import RouteState, State
 from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
+from specwatch.windows.derive import COUNTER_RATIO
 
 CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between polls)."
 
@@ -174,6 +176,12 @@ class WindowFamilies:
             "specwatch_configured_draft_length",
             "Draft length K the stated draft.config gives at the live batch size." + note,
         )
+        self.basis = gauge(
+            "specwatch_acceptance_basis_info",
+            "1 for a window whose acceptance rate, acceptance length and draft length are not ratios of its counters: basis engine_gauge_mean = the mean of the engine's own gauge estimate over the window's active polls (an engine exporting only gauges, docs/engines.md)."
+            + note,
+            "basis",
+        )
 
     def add(self, wlabels: list[str], evaluation: RouteEvaluation) -> None:
         for name, field, _ in DERIVED_GAUGES:
@@ -190,15 +198,23 @@ class WindowFamilies:
                 self.position_rate.add_metric(wlabels + [str(position)], value)
         if evaluation.stats.drafts is not None:
             self.window_drafts.add_metric(wlabels, evaluation.stats.drafts)
+        if evaluation.stats.acceptance_basis != COUNTER_RATIO and evaluation.acceptance_rate is not None:
+            self.basis.add_metric(wlabels + [evaluation.stats.acceptance_basis], 1)
         if evaluation.verdict is not None:
             for name in VERDICTS:
                 self.verdict.add_metric(wlabels + [name], 1 if name == evaluation.verdict else 0)
         if evaluation.config_check is not None:
             self.mismatch.add_metric(wlabels, 1 if evaluation.config_check.mismatch else 0)
             self.configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
-        advice = advise(evaluation.advised, evaluation.stats.engine)  # in the route's engine's terms
-        if advice is not None:
-            self.config.add_metric(wlabels + [advice.label, advice.export_action], 1)
+        advice = evaluation.advice if evaluation.guard_passed else None
+        if advice is not None and advice.action is not None:
+            keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+            text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
+            action = advice.action
+            if evaluation.stats.engine not in VLLM_ENGINES:  # in that engine's terms
+                rendered = advise(advice, evaluation.stats.engine)
+                text, action = (rendered.label, rendered.export_action) if rendered is not None else ("", action)
+            self.config.add_metric(wlabels + [text, action], 1)
 
     def families(self) -> tuple[Metric, ...]:
         return (
@@ -210,6 +226,8 @@ class WindowFamilies:
             self.config,
             self.mismatch,
             self.configured_k,
+            # Only where some window has another basis: vLLM's payload keeps its families as they were.
+            *((self.basis,) if self.basis.samples else ()),
         )
 
 
@@ -348,12 +366,7 @@ class SpecwatchCollector(Collector):
                 baseline.add_metric(labels, route.baseline_itl_p99_seconds)
             if route.target in down or not route.current:
                 continue
-            if route.spec_present:
-                for kind in (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED):
-                    counters[kind].add_metric(labels, route.mirrored[kind])
-                for position, value in route.positions:
-                    by_position.add_metric(labels + [str(position)], value)
-            counters[Counter.GEN].add_metric(labels, route.mirrored[Counter.GEN])
+            _add_mirrored(route, labels, counters, by_position)
             if route.itl_buckets:
                 itl.add_metric(labels, [(_fmt_le(b), v) for b, v in route.itl_buckets], route.itl_sum)
             grading = route.grading
@@ -374,6 +387,25 @@ class SpecwatchCollector(Collector):
             predicted_gain,
             measured_gain,
         )
+
+
+def _add_mirrored(
+    route: RouteState,
+    labels: list[str],
+    counters: Mapping[Counter, CounterMetricFamily],
+    by_position: CounterMetricFamily,
+) -> None:
+    """The route's mirrored counters: only those its engine counts (one it does not export is absent,
+    not 0); the spec-decode ones only when the route runs speculation."""
+    kinds = (
+        (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN) if route.spec_present else (Counter.GEN,)
+    )
+    for kind in kinds:
+        if kind in route.mirrored:
+            counters[kind].add_metric(labels, route.mirrored[kind])
+    if route.spec_present:
+        for position, value in route.positions:
+            by_position.add_metric(labels + [str(position)], value)
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

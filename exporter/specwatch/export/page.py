@@ -267,6 +267,15 @@ def plots(history: PageHistory, key: SeriesKey, poll_interval: float) -> str:
 
 
 # ---- the parts ---------------------------------------------------------------------------------
+def _basis_mark(record: dict[str, Any]) -> str:
+    """A mark on alpha that is an engine's own gauge estimate, not a ratio of the window's counters."""
+    return (
+        ' <span title="mean of the engine\'s own gauge estimate, not a window ratio">(gauge mean)</span>'
+        if record.get("acceptance_basis")
+        else ""
+    )
+
+
 def _hold_text(record: Mapping[str, Any], since: float | None, now: float | None, hold: float) -> str:
     candidate = record.get("candidate_verdict")
     if candidate is None or candidate == record.get("verdict"):
@@ -309,7 +318,7 @@ def windows_table(
             + td(esc(e.stats.window), "l")
             + td(badge(record["verdict"]), "l")
             + td(_hold_text(record, since, now, hold), "l")
-            + td(num(record["acceptance_rate"]))
+            + td(num(record["acceptance_rate"]) + _basis_mark(record))
             + td(breakeven)
             + td(num(record["acceptance_margin"], "+.3f"))
             + td(num(record["batch_size"], ".1f"))
@@ -328,19 +337,8 @@ def engine_of(evaluations: Sequence[RouteEvaluation]) -> str:
     return evaluations[0].stats.engine if evaluations else DEFAULT_ENGINE
 
 
-def _vllm_advice(r: Mapping[str, Any]) -> str | None:
-    action = r.get("recommended_action")
-    if r.get("recommended_speculative_config_flag"):
-        return f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
-    if r.get("merge_into_your_speculative_config"):
-        merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
-        return f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
-    if action == "remove_speculative_config":
-        return "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
-    return "no change: keep the --speculative-config you run" if action == "no_change" else None
-
-
 def _engine_advice(r: Mapping[str, Any]) -> str | None:
+    """Another engine's advice: its command, or no change."""
     if r.get("recommended_command"):
         return f"<pre>{esc(r['recommended_command'])}</pre>"
     return "no change: keep the speculative settings you run" if r.get("recommended_action") == "no_change" else None
@@ -352,9 +350,22 @@ def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]], engine: st
     grouped: dict[str, list[str]] = defaultdict(list)
     vllm = engine in VLLM_ENGINES
     for window, r in records:
-        text = _vllm_advice(r) if vllm else _engine_advice(r)
-        if text is not None:
-            grouped[text].append(window)
+        action = r.get("recommended_action")
+        if not vllm:
+            if (text := _engine_advice(r)) is None:
+                continue
+        elif r.get("recommended_speculative_config_flag"):
+            text = f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
+        elif r.get("merge_into_your_speculative_config"):
+            merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
+            text = f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
+        elif action == "remove_speculative_config":
+            text = "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
+        elif action == "no_change":
+            text = "no change: keep the --speculative-config you run"
+        else:
+            continue
+        grouped[text].append(window)
     out = []
     if grouped:
         heading = "<code>--speculative-config</code>" if vllm else f"speculative settings ({esc(engine)})"

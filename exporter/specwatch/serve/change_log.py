@@ -53,11 +53,11 @@ class ChangeLog:
     def verdict(self, key: tuple[object, ...], evaluation: RouteEvaluation, **where: str) -> None:
         """A window's verdict changed (`where`: the replica, in fleet mode), with its advice in the
         route's engine's terms."""
+        if not self.changed(key, evaluation.verdict):
+            return
         stats = evaluation.stats
         advice = advise(evaluation.advised, stats.engine)
-        self.info(
-            key,
-            evaluation.verdict,
+        log.info(
             "verdict_changed",
             **where,
             route=stats.route,

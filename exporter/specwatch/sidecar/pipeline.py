@@ -36,6 +36,8 @@ from specwatch.windows.window import RouteWindow, increases_by_counter
 
 __all__ = ["Pipeline"]
 
+#: The route-level counters State carries (RouteState.mirrored), each once the engine exports it.
+_MIRRORED = frozenset((Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN))
 ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid")
 
 
@@ -474,19 +476,15 @@ class Pipeline:
                 continue
             # The route's own mirrors (window.RouteWindow.mirror), already summed over its engines and
             # never taken back when one departs; the ITL buckets of the current layout only.
-            mirrored: dict[str, float] = {
-                Counter.DRAFTS: 0.0,
-                Counter.DRAFT_TOKENS: 0.0,
-                Counter.ACCEPTED: 0.0,
-                Counter.GEN: 0.0,
-            }
+            # Only the counters the route's engine exports (an absent one is not exported as 0).
+            mirrored: dict[str, float] = {}
             positions: dict[int, float] = {}
             buckets: dict[float, float] = {}
             current_les = {k[2] for k in latest.counters if k[0] == Counter.ITL_BUCKET}
             itl_sum = itl_count = 0.0
             for (kind, sub), value in route.window.mirror.items():
-                if kind in mirrored:
-                    mirrored[kind] += value
+                if kind in _MIRRORED:
+                    mirrored[kind] = mirrored.get(kind, 0.0) + value
                 elif sub is None:
                     if kind == Counter.ITL_SUM:
                         itl_sum += value

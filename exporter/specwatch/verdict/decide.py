@@ -104,9 +104,10 @@ def _no_verdict(stats: WindowStats, decision: DecisionConfig) -> Assessment | No
     drafts = _finite(stats.drafts)
     if not stats.spec_present:
         return Assessment(candidate="spec_off")
-    if drafts is not None and drafts <= 0:
+    if drafts is not None and drafts <= 0 and not (_finite(stats.draft_tokens) or 0.0) > 0:
         # Configured but not drafting: while tokens are generated that is speculation switched off
         # (e.g. a num_speculative_tokens_per_batch_size band with K=0); an idle server says nothing.
+        # Draft tokens without drafts is a source that cannot count drafts: no evidence either way.
         generated = _finite(stats.generation_tokens) or 0.0
         return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data")
     k, batch = _finite(stats.draft_length), _finite(stats.batch_size)
@@ -253,10 +254,6 @@ def assess(
         s_now=s_now,
         previous_verdict=previous_verdict,
     )
-    # The engine picks K per step itself (adaptive verification): a shorter K is its call, not ours.
-    adaptive = (adaptive_note(base_config),) if adapts_draft_length(base_config) else ()
-    if adaptive and candidate == "shorten":
-        candidate = "keep"
     verdict = partial(
         Assessment,
         candidate=candidate,
@@ -266,9 +263,12 @@ def assess(
         max_speculative_batch_size=b_max,
     )
     if candidate == "disable":
-        return verdict(recommended_draft_length=0, action="remove_speculative_config", notes=adaptive)
+        return verdict(recommended_draft_length=0, action="remove_speculative_config")
     if candidate == "keep":
-        return verdict(recommended_draft_length=k_window, action="no_change", notes=adaptive)
+        return verdict(recommended_draft_length=k_window, action="no_change")
+    if adapts_draft_length(base_config):  # adaptive verification: the engine picks K per step, not us
+        notes = (adaptive_note(base_config),)
+        return verdict(candidate="keep", recommended_draft_length=k_window, action="no_change", notes=notes)
     named = method if config_method == "same" else config_method
     advice = _shorten_advice(
         cm, stats, p, best_k, batch=b, coverage=c, max_batch=max_batch, named=named, base_config=base_config

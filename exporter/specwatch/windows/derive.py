@@ -27,6 +27,10 @@ L = N/D = K), n_i = D. When L < K, why the drafts were short decides (``drafts_r
 The split is the least spread mixture that reproduces L; with two bands it is exact, with more it is
 an estimate (docs/costmodel.md, "Per-position rates"). Where the engine counts the draft tokens
 proposed at each position (vLLM's draft_tokens_per_pos), n_i is that count and p_i is exact.
+
+An engine that exports its acceptance only as gauges (SGLang) has none of the counters above: its
+alpha, tau, K and batch size are window means of its gauges (windows/gauges.py), marked
+acceptance_basis GAUGE_MEAN; its token counts and p_i are absent.
 """
 
 from __future__ import annotations
@@ -35,9 +39,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from specwatch.engines.series import DEFAULT_ENGINE, POSITION_COUNTERS, Counter, RouteSnapshot, SeriesKey
+from specwatch.engines.series import DEFAULT_ENGINE, POSITION_COUNTERS, Counter, Gauge, RouteSnapshot, SeriesKey
 from specwatch.engines.vllm import SCHEMA_V0
+from specwatch.windows.gauges import BATCH, gauge_means
 from specwatch.windows.window import WindowView
+
+COUNTER_RATIO = "counter_ratio"
+GAUGE_MEAN = "engine_gauge_mean"
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,9 @@ class WindowStats:
     accepted_by_position: tuple[float, ...] | None = None  # Δaccepted per position (V1), for p_i
     drafted_by_position: tuple[float, ...] | None = None  # Δdraft tokens per position, where counted: p_i exact
     engine: str = DEFAULT_ENGINE  # the serving engine spoken (RouteSnapshot.engine)
+    # What alpha, tau and K are: COUNTER_RATIO (the window's increases), or GAUGE_MEAN (an engine
+    # that exports them only as gauges: the mean of its own estimate, windows/gauges.py).
+    acceptance_basis: str = COUNTER_RATIO
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -256,6 +267,8 @@ def window_stats(
         itl_per_token = sums.itl_sum / gen
     configured_k = latest.configured_k or configured_k_hint
     engines = max(len(latest.engines), 1)
+    if latest.gauge_acceptance:
+        return _gauge_acceptance(view, route, window, now, sums, configured_k, engines)
     if latest.spec_present and latest.schema != SCHEMA_V0:
         # V1's counters over the window: exact alpha, tau, K and per-position rates, built into
         # the one WindowStats (dataclasses.replace of a 23-field frozen dataclass costs more than
@@ -268,7 +281,9 @@ def window_stats(
         rates: tuple[float, ...] | None = None
         by_position: tuple[float, ...] | None = None
         drafted: tuple[float, ...] | None = None
-        if drafts > 0 and consistent:
+        # Drafts without draft tokens: counters this engine does not have (SGLang's verify calls
+        # alone in fleet mode), never a tau of 1 or a K of 0.
+        if drafts > 0 and draft_tokens > 0 and consistent:
             k = latest.configured_k
             pos = sums.accepted_by_position
             by_position = tuple([pos.get(i, 0.0) for i in range(k)]) if k else None
@@ -327,6 +342,35 @@ def window_stats(
     if latest.schema == SCHEMA_V0:
         return _v0_acceptance(measured, latest, configured_k_hint)
     return measured
+
+
+def _gauge_acceptance(
+    view: WindowView, route: str, window: str, now: float, sums: _WindowSums, configured_k: int | None, engines: int
+) -> WindowStats:
+    """An engine whose acceptance is gauges only: alpha, tau, K and the batch size are window means of
+    its readings (windows/gauges.py); no token counts, no per-position rates."""
+    latest = view.last.snapshot
+    spec = latest.spec_present
+    means = gauge_means(view)
+    return WindowStats(
+        route=route,
+        window=window,
+        t=now,
+        samples=view.samples,
+        span_seconds=view.span_seconds,
+        spec_present=spec,
+        drafts=sums.drafts if spec else None,
+        acceptance_rate=means.get(Gauge.ACCEPTANCE_RATE) if spec else None,
+        mean_acceptance_length=means.get(Gauge.ACCEPTANCE_LENGTH) if spec else None,
+        draft_length=means.get(Gauge.DRAFT_LENGTH) if spec else None,
+        configured_k=configured_k,
+        batch_size=means.get(BATCH),
+        generation_tokens=sums.gen,
+        schema=latest.schema,
+        engines=engines,
+        engine=latest.engine,
+        acceptance_basis=GAUGE_MEAN,
+    )
 
 
 def _v0_acceptance(measured: WindowStats, latest: RouteSnapshot, configured_k_hint: int | None) -> WindowStats:

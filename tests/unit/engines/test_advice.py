@@ -19,7 +19,8 @@ from specwatch.engines.advice import (
     trtllm_schedule,
 )
 from specwatch.engines.registry import ENGINE_NAMES
-from specwatch.engines.vllm_schedule import SCHEDULE_KEY, k_at_batch
+from specwatch.engines.vllm_schedule import SCHEDULE_KEY, k_at_batch, parse_speculative_config
+from specwatch.verdict.config_check import check_draft_length
 from specwatch.verdict.decide import Assessment, assess
 from specwatch.windows.derive import WindowStats
 
@@ -117,6 +118,8 @@ def test_every_engine_specwatch_reads_gets_advice_in_its_terms():
 def test_no_verdict_to_act_on_gives_no_advice_in_any_engine():
     below_guard = Assessment(candidate="insufficient_data")
     assert all(advise(below_guard, engine) is None for engine in ADVISED_ENGINES)
+    measure = Assessment(candidate="undecided", action="measure")  # asks for a measurement, not a config
+    assert all(advise(measure, engine) is None for engine in ADVISED_ENGINES)
     assert advise(None) is None
 
 
@@ -290,3 +293,29 @@ def test_each_engine_reads_only_its_own_adaptive_option():
     assert not adapts_draft_length({"enable_adaptive_verification": False})
     assert not adapts_draft_length({"enable_adaptive_verification": "true"})  # vLLM wants a boolean
     assert not adapts_draft_length(None)
+
+
+@pytest.mark.parametrize(("engine", "assessment", "command", "action"), [row for row in TABLE if row[0] != "vllm"])
+def test_another_engines_label_is_what_the_alerts_quote_as_is(engine, assessment, command, action):
+    """The alerts quote a label that is not a JSON object as it is: it must say what the status says."""
+    advice = advise(assessment, engine)
+    assert advice is not None
+    if command is None:
+        assert advice.label == ""
+    elif advice.config is not None:  # TensorRT-LLM: the same YAML on one line
+        assert "\n" not in advice.label and yaml.safe_load(advice.label) == yaml.safe_load(command)
+    else:
+        assert advice.label == command and not advice.label.startswith("{")
+
+
+def test_with_adaptive_verification_drafts_shorter_than_k_are_no_config_mismatch():
+    """K is a maximum there: the config check must not alert on the engine's own shorter drafts."""
+    kwargs = {"batch_size": 8.0, "drafts": 5000, "observed_k": 2.1, "min_drafts": 500}
+    fixed = check_draft_length(parse_speculative_config(DSPARK), **kwargs)
+    adaptive = check_draft_length(parse_speculative_config({**DSPARK, "enable_adaptive_verification": True}), **kwargs)
+    assert fixed is not None and fixed.mismatch
+    assert adaptive is not None and not adaptive.mismatch and adaptive.one_sided
+    longer = check_draft_length(
+        parse_speculative_config({**DSPARK, "enable_adaptive_verification": True}), **{**kwargs, "observed_k": 5.0}
+    )
+    assert longer is not None and longer.mismatch  # more than K is still wrong

@@ -225,7 +225,7 @@ def reference_window_stats(view, route, window, now, *, configured_k_hint=None):
         return measured
     alpha = _ratio(accepted, draft_tokens)
     consistent = alpha is None or alpha <= 1.0
-    if not (drafts > 0 and consistent):
+    if not (drafts > 0 and draft_tokens > 0 and consistent):  # drafts without draft tokens: no tau, no K
         return replace(
             measured,
             drafts=drafts,
