@@ -214,6 +214,9 @@ def ensure_models() -> Path:
         if r.returncode != 0:
             raise RuntimeError(f"make_tiny_gguf.py failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
         (out / ".specwatch-ready").write_text(r.stdout)
+        for old in version_dir().glob("models-*"):  # those of earlier generator versions
+            if old != out:
+                shutil.rmtree(old)
         return out
 
 
