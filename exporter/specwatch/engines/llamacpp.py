@@ -31,5 +31,6 @@ LLAMACPP = EngineSchema(
         CounterSource((ACCEPTED_PER_POS,), per_position(Counter.POS), True, False, counter=Counter.POS),
     ),
     running=RUNNING,
+    drafts_vary_in_length=True,
     summary="llama.cpp `llama-server --metrics`",
 )

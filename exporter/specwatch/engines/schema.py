@@ -96,6 +96,9 @@ class EngineSchema:
     series_labels: tuple[str, ...] = ("engine",)
     model_label: str = "model_name"
     position_label: str = "position"  # the label its per_position() sources read
+    # Whether a model drafter's drafts can be cut short (llama.cpp: by the tokens left to generate
+    # and --spec-draft-p-min): p_i is then over all drafts, as the engine itself reports it.
+    drafts_vary_in_length: bool = False
     summary: str = ""  # one line for docs and logs
 
     @property

@@ -15,6 +15,7 @@ from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
 from specwatch.config import Config, DecisionConfig
+from specwatch.engines.registry import BY_NAME
 from specwatch.engines.series import RouteSnapshot
 from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.engines.vllm_schedule import SpeculativeSchedule
@@ -269,7 +270,9 @@ def evaluate_route(
     variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
     evaluations: list[RouteEvaluation] = []
     for _, label, view, measured in windows:
-        stats = with_drafter(measured, variable_length=variable_length, schedule_ks=schedule_ks)
+        engine = BY_NAME.get(measured.engine)
+        varies = variable_length or (engine is not None and engine.drafts_vary_in_length)
+        stats = with_drafter(measured, variable_length=varies, schedule_ks=schedule_ks)
         guard = passes_guard(stats, view.last.snapshot, decision.min_drafts)
         previous = memory.verdicts.get(label)
         assessment = assess(
