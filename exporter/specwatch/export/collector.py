@@ -115,6 +115,16 @@ DERIVED_GAUGES: tuple[tuple[str, NumericValue, str], ...] = (
         "Expected decode speedup of speculation at the live batch size (cost model; 1 = break-even).",
     ),
     (
+        "specwatch_expected_speedup_lower",
+        "expected_speedup_lower",
+        "Lower bound of the expected speedup's interval at decision.confidence (the model's calibration error or learned residual, and alpha's sampling noise).",
+    ),
+    (
+        "specwatch_expected_speedup_upper",
+        "expected_speedup_upper",
+        "Upper bound of the expected speedup's interval at decision.confidence; disable is given only when it is below 1.",
+    ),
+    (
         "specwatch_recommended_draft_length",
         "recommended_draft_length",
         "Draft length the recommendation gives at the live batch size: the current K for keep, 0 for disable.",
@@ -156,12 +166,12 @@ class WindowFamilies:
         )
         self.verdict = gauge(
             "specwatch_verdict",
-            "1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.",
+            "1 for the route's current verdict (spec_off, insufficient_data, undecided, keep, shorten, disable), 0 for the others; undecided: the speedup's interval spans 1, see the status JSON's measurement.",
             "verdict",
         )
         self.config = gauge(
             "specwatch_recommended_config_info",
-            "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.",
+            "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change, measure = undecided, run the measurement in the status JSON (config: the --speculative-config to restart with, if it is a shorter K).",
             "config",
             "action",
         )
@@ -199,6 +209,9 @@ class WindowFamilies:
         advice = evaluation.advice if evaluation.guard_passed else None
         if advice is not None and advice.action is not None:
             keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+            if advice.measurement is not None:
+                m = advice.measurement
+                keys = m.speculative_config if m.speculative_config is not None else m.config_changes
             text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
             self.config.add_metric(wlabels + [text, advice.action], 1)
 

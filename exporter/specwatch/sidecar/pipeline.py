@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specwatch import costmodel
-from specwatch.config import Config, HardwareConfig, RouteConfig
-from specwatch.config.cost_model import cost_model_from_config
+from specwatch.config import Config, RouteConfig
+from specwatch.config.cost_model import config_is_default, cost_model_from_config
 from specwatch.costmodel import learned
 from specwatch.engines.vllm import (
     DROPPED_KINDS,
@@ -108,20 +108,6 @@ _LEARNED_COUNTERS = (
     Counter.DRAFTS,
     Counter.PROMPT,
 )
-
-
-#: Asked every poll (learning auto): built once, not a HardwareConfig per question.
-_DEFAULT_HARDWARE_PRESET = HardwareConfig().preset
-
-
-def config_is_default(config: Config) -> bool:
-    """True when neither hardware nor model was configured: the verdict rests on assumed defaults."""
-    hw, m = config.hardware, config.model
-    hardware_default = (
-        hw.preset == _DEFAULT_HARDWARE_PRESET and hw.bandwidth_bytes_per_second is None and hw.flops is None
-    )
-    model_default = m.preset is None and m.hf_config is None and m.params is None
-    return hardware_default and model_default
 
 
 class Pipeline:

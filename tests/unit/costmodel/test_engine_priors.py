@@ -128,3 +128,17 @@ def test_fallback_families_carry_the_pooled_values() -> None:
         )
     for key, prior in ENGINE_PRIORS.items():
         assert prior.engine == key
+
+
+def test_each_priors_error_is_its_leave_one_source_out_rms() -> None:
+    """The error a prior's speedups carry (costmodel/uncertainty.py) is what the LOSO run measures:
+    a family's own rows where it has any, the pooled fit's otherwise; generic its RMS on vLLM V1."""
+    by_family = {rep.family: rep for rep in reports()}
+    pooled = by_family["pooled"].loso.rms
+    for family, prior in ENGINE_PRIORS.items():
+        if family == "generic":
+            want = by_family["vllm-v1"].generic.rms
+        else:
+            rep = by_family.get(family)
+            want = rep.loso.rms if rep is not None and rep.loso.sign_scored else pooled
+        assert prior.log_error == pytest.approx(want, abs=5e-4), family
