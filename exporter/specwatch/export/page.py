@@ -60,6 +60,7 @@ ANSWERS = {
     "disable": "not paying: turn it off",
     "spec_off": "speculation is off",
     "insufficient_data": "not enough drafts yet",
+    "undecided": "the data cannot decide: measure",
 }
 
 # Plot geometry (px): width, height and the margins around the plotting area.
@@ -76,7 +77,7 @@ table{border-collapse:collapse;margin:4px 0 8px}th,td{padding:3px 8px;border-bot
 text-align:right;white-space:nowrap}th{background:#f0f2f5;font-weight:600}td.l,th.l{text-align:left}
 .v{font-weight:600;border-radius:3px;padding:1px 6px}
 .v-keep{background:#d7f2dc;color:#14532d}.v-shorten{background:#fdf0c4;color:#713f12}
-.v-disable{background:#fbd5d5;color:#7f1d1d}.v-spec_off,.v-insufficient_data,.v-none{background:#e6e8ec;color:#374151}
+.v-disable{background:#fbd5d5;color:#7f1d1d}.v-undecided{background:#e0e7ff;color:#3730a3}.v-spec_off,.v-insufficient_data,.v-none{background:#e6e8ec;color:#374151}
 .down{color:#b91c1c;font-weight:600}.up{color:#15803d;font-weight:600}
 .err{color:#7f1d1d;font-family:ui-monospace,monospace;font-size:12px;white-space:normal;max-width:520px;text-align:left}
 pre{background:#f0f2f5;padding:6px 8px;margin:2px 0 6px;white-space:pre-wrap;word-break:break-all;font-size:12.5px}
@@ -301,7 +302,9 @@ def windows_table(
         since = history.candidate_since((where, e.stats.route, e.stats.window))
         cannot_pay = record.get("speculation_cannot_pay")
         breakeven = num(record["breakeven_acceptance_rate"]) + (" (cannot pay)" if cannot_pay else "")
-        speedup = num(record["expected_speedup"], ".2f", "×")
+        speedup = num(record["expected_speedup"], ".2f", "×") + _interval_text(
+            record["expected_speedup_lower"], record["expected_speedup_upper"]
+        )
         rows.append(
             "<tr>"
             + td(esc(e.stats.window), "l")
@@ -335,6 +338,8 @@ def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
             text = "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
         elif action == "no_change":
             text = "no change: keep the --speculative-config you run"
+        elif action == "measure" and r.get("measurement"):
+            text = f"the data cannot decide; measure: {esc(r['measurement']['how'])}"
         else:
             continue
         grouped[text].append(window)
@@ -348,6 +353,13 @@ def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     if notes:
         out.append("<ul class=small>" + "".join(f"<li>{esc(n)}</li>" for n in notes[:10]) + "</ul>")
     return "".join(out)
+
+
+def _interval_text(lower: float | None, upper: float | None) -> str:
+    """The expected speedup's interval, after the speedup (nothing without one)."""
+    if _finite(lower) is None or _finite(upper) is None:
+        return ""
+    return f" <span class=small>({num(lower, '.2f')}–{num(upper, '.2f')})</span>"
 
 
 def _chart_window(config: Config) -> str:
@@ -369,7 +381,9 @@ def answer_line(e: RouteEvaluation | None) -> str:
     words = ANSWERS.get(e.verdict or "", "no verdict yet")
     facts = (
         f"α {num(e.acceptance_rate)} vs break-even {num(e.breakeven_acceptance_rate)} at batch "
-        f"{num(e.batch_size, '.1f')}, expected speedup {num(e.expected_speedup, '.2f', '×')} ({esc(e.stats.window)})"
+        f"{num(e.batch_size, '.1f')}, expected speedup {num(e.expected_speedup, '.2f', '×')}"
+        f"{_interval_text(e.expected_speedup_lower, e.expected_speedup_upper)}"
+        f" ({esc(e.stats.window)})"
     )
     return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>"
 
