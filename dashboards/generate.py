@@ -287,8 +287,18 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "lower bound above 1, disable the upper bound below 1, otherwise the verdict is undecided.",
         [
             target("A", f"specwatch_expected_speedup{{{WIN}}}", "{{route}} · {{pod}} · {{target}}", instant=True),
-            target("B", f"specwatch_expected_speedup_lower{{{WIN}}}", "lower · {{route}} · {{pod}} · {{target}}", instant=True),
-            target("C", f"specwatch_expected_speedup_upper{{{WIN}}}", "upper · {{route}} · {{pod}} · {{target}}", instant=True),
+            target(
+                "B",
+                f"specwatch_expected_speedup_lower{{{WIN}}}",
+                "lower · {{route}} · {{pod}} · {{target}}",
+                instant=True,
+            ),
+            target(
+                "C",
+                f"specwatch_expected_speedup_upper{{{WIN}}}",
+                "upper · {{route}} · {{pod}} · {{target}}",
+                instant=True,
+            ),
         ],
         unit="suffix:×",
         decimals=2,

@@ -25,10 +25,9 @@ import jsonschema
 import promql_parser
 import pytest
 
+from specwatch.verdict.decide import VERDICTS
 from support.metric_names import EXPORTED, WINDOW_DERIVED
 from support.rule_files import alert_names, recorded_names, selectors
-
-from specwatch.verdict.decide import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "specwatch.json"

@@ -7,7 +7,6 @@ from specwatch.config.result import Config, HardwareConfig
 from specwatch.costmodel import CostModel
 from specwatch.costmodel.build import DEFAULT_DRAFT_K, build_cost_model
 
-
 #: Asked every poll (learning auto): built once, not a HardwareConfig per question.
 _DEFAULT_HARDWARE_PRESET = HardwareConfig().preset
 

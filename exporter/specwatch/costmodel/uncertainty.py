@@ -110,7 +110,9 @@ def step_log_spread(itl_p50_seconds: float | None, itl_p99_seconds: float | None
     return DEFAULT_STEP_LOG_SPREAD
 
 
-def canary_minutes(interval: SpeedupInterval, speedup: float, *, step_seconds: float, step_spread: float) -> float | None:
+def canary_minutes(
+    interval: SpeedupInterval, speedup: float, *, step_seconds: float, step_spread: float
+) -> float | None:
     """Minutes of spec-off steps at the live batch after which the interval clears 1: the model
     error is replaced by the canary's, whose mean step must be known to within what the distance
     of log S from 0 leaves beside the sampling noise. None when that noise alone keeps the

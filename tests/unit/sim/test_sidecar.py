@@ -139,7 +139,9 @@ def test_mixed_routes_are_judged_separately(tmp_path):
     # Both routes would shorten (scenario.expected), but their true speedups (1.27x, 0.90x) lie
     # within the model's error of 1: each is undecided and asks for a restart with its own K'.
     assert set(scenario.expected["verdicts"].values()) == {"shorten"}
-    assert {route: r["verdict"] for route, r in last.items()} == dict.fromkeys(scenario.expected["verdicts"], "undecided")
+    assert {route: r["verdict"] for route, r in last.items()} == dict.fromkeys(
+        scenario.expected["verdicts"], "undecided"
+    )
     assert last["chat"]["acceptance_rate"] == pytest.approx(0.7, abs=0.02)
     assert last["code"]["acceptance_rate"] == pytest.approx(0.4, abs=0.02)
     assert {route: r["measurement"]["kind"] for route, r in last.items()} == {

@@ -143,12 +143,21 @@ def test_margin_keeps_a_verdict_from_flapping_around_the_line():
     be = cmod.breakeven_acceptance_rate(CM, b, 1)
     just_below, just_above = be - 0.01, be + 0.01  # inside the ±0.02 band
     # Coming from keep, slightly below the line is not yet disable ...
-    assert assess(CM, stats(alpha=just_below, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "keep").candidate == "keep"
+    assert (
+        assess(CM, stats(alpha=just_below, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "keep").candidate == "keep"
+    )
     # ... and coming from disable, slightly above is not yet back on.
-    assert assess(CM, stats(alpha=just_above, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "disable").candidate == "disable"
+    assert (
+        assess(CM, stats(alpha=just_above, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "disable").candidate
+        == "disable"
+    )
     # Outside the band both directions move.
-    assert assess(CM, stats(alpha=be - 0.03, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "keep").candidate == "disable"
-    assert assess(CM, stats(alpha=be + 0.03, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "disable").candidate == "keep"
+    assert (
+        assess(CM, stats(alpha=be - 0.03, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "keep").candidate == "disable"
+    )
+    assert (
+        assess(CM, stats(alpha=be + 0.03, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "disable").candidate == "keep"
+    )
 
 
 def test_a_weak_tail_position_recommends_shorten_with_a_config_for_the_live_batch():
