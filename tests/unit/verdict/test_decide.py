@@ -583,3 +583,76 @@ def test_the_draft_model_is_named_by_a_preset_or_its_config_json(tmp_path):
     with pytest.raises(ConfigError) as exc:
         from_mapping({"draft": {"model": "gpt-17"}}, environ={})
     assert exc.value.key == "draft.model"
+
+
+# ---- the speedup's interval ---------------------------------------------------------------------
+
+
+def alpha_for_speedup(cm, batch, k, speedup):
+    """The alpha at which the model predicts ``speedup`` (S is linear in alpha)."""
+    base, spec = cm.step_times(batch, k, 1.0)
+    return (speedup * spec / base - 1.0) / k
+
+
+def test_a_speedup_within_the_models_error_of_1_is_undecided_and_asks_for_a_spec_off_canary():
+    b, k = 160, 1  # K=1: no shorter draft, so the only question is on or off
+    window = stats(alpha=alpha_for_speedup(ROOFLINE_CM, b, k, 0.8), k=k, batch=b)
+    exact = assess(CM, window, DECISION, "eagle3", "keep")
+    assert exact.candidate == "disable"  # a model without error would switch it off
+    a = assess(ROOFLINE_CM, window, DECISION, "eagle3", "keep")
+    assert a.candidate == "undecided" and a.action == "measure"
+    assert a.expected_speedup == pytest.approx(0.8) and a.speedup_lower < 1.0 < a.speedup_upper
+    assert a.recommended_draft_length is None and decide.verdict_agrees_with_config(a, b, k)
+    m = a.measurement
+    assert m is not None and m.kind == "spec_off_canary" and m.minutes >= 10 and m.batch == b
+    assert "without --speculative-config" in m.how and f"{m.minutes:.0f} minutes" in m.how
+
+
+def test_a_speedup_clearly_below_1_is_still_disabled():
+    b, k = 160, 1
+    a = assess(
+        ROOFLINE_CM, stats(alpha=alpha_for_speedup(ROOFLINE_CM, b, k, 0.45), k=k, batch=b), DECISION, "eagle3", "keep"
+    )
+    assert a.candidate == "disable" and a.speedup_upper < 1.0 and a.action == "remove_speculative_config"
+    assert a.measurement is None
+
+
+def test_keep_needs_the_whole_interval_above_1():
+    b, k = 8, 3
+    for speedup, verdict in ((1.3, "undecided"), (2.5, "keep")):
+        window = stats(alpha=alpha_for_speedup(ROOFLINE_CM, b, k, speedup), k=k, batch=b)
+        a = assess(ROOFLINE_CM, window, DECISION, "eagle3", "keep")
+        assert a.candidate == verdict, (speedup, a)
+    assert a.speedup_lower > 1.0 and a.action == "no_change"
+
+
+def test_the_confidence_level_sets_where_disable_starts():
+    b, k = 160, 1
+    window = stats(alpha=alpha_for_speedup(ROOFLINE_CM, b, k, 0.7), k=k, batch=b)
+    assert assess(ROOFLINE_CM, window, DECISION, "eagle3", "keep").candidate == "undecided"
+    loose = replace(DECISION, confidence=0.6)
+    assert assess(ROOFLINE_CM, window, loose, "eagle3", "keep").candidate == "disable"
+
+
+def test_an_undecided_shorter_draft_asks_for_a_restart_with_a_config_vllm_accepts():
+    window = weak_tail_stats()
+    assert assess(CM, window, DECISION, "ngram", "keep", config_method="ngram").candidate == "shorten"
+    a = assess(ROOFLINE_CM, window, DECISION, "ngram", "keep", config_method="ngram")
+    assert a.candidate == "undecided"
+    m = a.measurement
+    assert m is not None and m.kind == "restart_with_draft_length" and 1 <= m.draft_length < 4
+    assert m.speculative_config is not None and vllm_accepts(m.speculative_config) is None
+    assert m.speculative_config["num_speculative_tokens"] == m.draft_length
+    assert json.dumps(m.speculative_config, separators=(",", ":")) in m.how
+
+
+def test_nothing_configured_and_nothing_learned_decides_nothing():
+    """The assumed H100 and Llama-3.1-8B may be far from the server: even a predicted 3x is undecided."""
+    cm = cost_model_from_config(from_mapping({}))
+    assert cm.setup_assumed
+    b, k = 1, 4
+    window = stats(alpha=alpha_for_speedup(cm.with_method("eagle3"), b, k, 3.0), k=k, batch=b)
+    a = assess(cm, window, DECISION, "eagle3", None)
+    assert a.expected_speedup == pytest.approx(3.0, rel=1e-6) and a.candidate == "undecided"
+    configured = replace(cm, setup_assumed=False)
+    assert assess(configured, window, DECISION, "eagle3", None).candidate == "keep"
