@@ -50,11 +50,6 @@ class SpeedupInterval:
     sampling_log_error: float  # one sigma, log units
     z: float
 
-    @property
-    def clear_of_one(self) -> bool:
-        """The whole interval lies on one side of break-even: the data can decide."""
-        return self.upper < 1.0 or self.lower > 1.0
-
 
 def z_for(confidence: float) -> float:
     """The two-sided normal quantile: 1.645 at 0.9."""

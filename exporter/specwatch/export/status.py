@@ -105,6 +105,8 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
         "targets": targets,
         "routes": routes,
         "windows": list(config.window_labels),
+        # The level of every window's expected_speedup_lower/_upper.
+        "speedup_confidence": config.decision.confidence,
     }
 
 
@@ -155,6 +157,7 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         "routes": routes,
         "fleet": fleet,
         "windows": list(config.window_labels),
+        "speedup_confidence": config.decision.confidence,
     }
 
 
