@@ -3,8 +3,9 @@
 Pure: takes a CostModel, one window's WindowStats and the decision settings, returns numbers.
 keep, shorten and disable are given only when the predicted speedup's interval
 (costmodel/uncertainty.py) is clear of 1; otherwise the verdict is ``undecided`` and names the
-measurement that would decide. The hold (a new verdict must stay the candidate for ``decision.hold``, a time) lives in
-``next_verdict``. The rules and their hysteresis are explained in docs/costmodel.md ("Verdicts").
+measurement that would decide. The hold (a new verdict must stay the candidate for
+``decision.hold``, a time) lives in ``next_verdict``. The rules and their hysteresis are explained
+in docs/costmodel.md ("Verdicts").
 """
 
 from __future__ import annotations
