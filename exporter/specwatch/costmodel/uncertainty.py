@@ -29,7 +29,8 @@ from specwatch.costmodel.roofline import CostModel
 #: yet): a factor of 2 at one sigma. Nothing the user stated bounds how far the assumed H100 and
 #: Llama-3.1-8B are from the real server; on the one such case measured (vLLM on a CPU with a tiny
 #: model) the assumed setup predicted 3.2x where 2.13x was measured. With the prior's error, the
-#: 90 % interval spans a factor of 3.7 either side: no verdict rests on the guess.
+#: 90 % interval spans a factor of 3.7 either side: only a speedup beyond 3.7x or below 0.27x is
+#: decided on the guess.
 ASSUMED_SETUP_LOG_ERROR = 0.7
 #: Shortest spec-off canary: one full 5m window (the default longest) of spec-off steps, plus
 #: the restart and the learner's first points.
