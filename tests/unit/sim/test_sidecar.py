@@ -3,7 +3,6 @@ its verdict timeline changes when, and only when, the scenario crosses what the 
 the true verdict where the true speedup is clear of 1 by the model's error, undecided where not."""
 
 import json
-import math
 import subprocess
 import sys
 
@@ -11,10 +10,9 @@ import pytest
 
 from specwatch import sim
 from specwatch.config import from_mapping
-from specwatch.config.cost_model import cost_model_from_config
-from specwatch.costmodel import uncertainty
 from specwatch.sidecar.replay import replay
 from specwatch.sim.sidecar_config import sidecar_config_for
+from support.decidable import decidable_verdict
 
 POLL = 5.0
 WINDOW = 60.0
@@ -36,22 +34,7 @@ def sidecar_config(scenario):
 
 
 def decidable(scenario, widen=1.0):
-    """The verdict a sidecar that knows its model's error can give on a route's truth: the true one
-    where the true speedup's interval (no sampling noise; its width times ``widen``) is clear of 1 on
-    its side, else undecided."""
-    config = sidecar_config(scenario)
-    model_error = uncertainty.model_log_error(cost_model_from_config(config))
-    half = widen * uncertainty.z_for(config.decision.confidence) * model_error
-
-    def verdict_of(truth):
-        verdict, speedup = truth["verdict"], truth["expected_speedup"]
-        if verdict == "spec_off" or speedup is None:
-            return verdict
-        pays, loses = speedup * math.exp(-half) > 1.0, speedup * math.exp(half) < 1.0
-        clear = {"keep": pays, "disable": loses}.get(verdict, pays or loses)
-        return verdict if clear else "undecided"
-
-    return verdict_of
+    return decidable_verdict(sidecar_config(scenario), widen)
 
 
 def timeline(name, tmp_path):
