@@ -127,7 +127,7 @@ DERIVED_GAUGES: tuple[tuple[str, NumericValue, str], ...] = (
     (
         "specwatch_recommended_draft_length",
         "recommended_draft_length",
-        "Draft length the recommendation gives at the live batch size: the current K for keep, 0 for disable.",
+        "Draft length the recommendation gives at the live batch size: the current K for keep and undecided, 0 for disable.",
     ),
     (
         "specwatch_max_speculative_batch_size",
@@ -171,7 +171,7 @@ class WindowFamilies:
         )
         self.config = gauge(
             "specwatch_recommended_config_info",
-            "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change, measure = undecided, run the measurement in the status JSON (config: the --speculative-config to restart with, if it is a shorter K).",
+            "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change, measure = undecided, run the measurement in the status JSON (config: the --speculative-config to restart with when it is a shorter K, else the measurement's kind, spec_off_canary or near_breakeven).",
             "config",
             "action",
         )
@@ -209,10 +209,12 @@ class WindowFamilies:
         advice = evaluation.advice if evaluation.guard_passed else None
         if advice is not None and advice.action is not None:
             keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
-            if advice.measurement is not None:
-                m = advice.measurement
+            m = advice.measurement
+            if m is not None:
                 keys = m.speculative_config if m.speculative_config is not None else m.config_changes
             text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
+            if m is not None and not keys:  # a canary, or nothing to measure: the label says which
+                text = m.kind
             self.config.add_metric(wlabels + [text, advice.action], 1)
 
     def families(self) -> tuple[Metric, ...]:

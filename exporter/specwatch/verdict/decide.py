@@ -360,7 +360,10 @@ def assess(
             named=named,
             base_config=base_config,
         )
-        return verdict(candidate="undecided", action="measure", measurement=measurement)
+        # Until measured, the server keeps the K it runs.
+        return verdict(
+            candidate="undecided", recommended_draft_length=k_window, action="measure", measurement=measurement
+        )
     if candidate == "disable":
         return verdict(candidate=candidate, recommended_draft_length=0, action="remove_speculative_config")
     if candidate == "keep":
@@ -405,7 +408,7 @@ def verdict_agrees_with_config(assessment: Assessment, batch: float, current_k: 
         return (
             a.recommended_config is None
             and a.config_changes is None
-            and a.recommended_draft_length is None
+            and a.recommended_draft_length == current_k
             and a.action == "measure"
             and a.measurement is not None
         )

@@ -602,7 +602,7 @@ def test_a_speedup_within_the_models_error_of_1_is_undecided_and_asks_for_a_spec
     a = assess(ROOFLINE_CM, window, DECISION, "eagle3", "keep")
     assert a.candidate == "undecided" and a.action == "measure"
     assert a.expected_speedup == pytest.approx(0.8) and a.speedup_lower < 1.0 < a.speedup_upper
-    assert a.recommended_draft_length is None and decide.verdict_agrees_with_config(a, b, k)
+    assert a.recommended_draft_length == k and decide.verdict_agrees_with_config(a, b, k)
     m = a.measurement
     assert m is not None and m.kind == "spec_off_canary" and m.minutes >= 10 and m.batch == b
     assert "without --speculative-config" in m.how and f"{m.minutes:.0f} minutes" in m.how
