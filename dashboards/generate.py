@@ -364,7 +364,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "What to do with vLLM's `--speculative-config` for the verdict, by action: apply = the JSON is a "
         "complete flag to paste; merge = merge these keys (fewer `num_speculative_tokens`, a V1 "
         "`num_speculative_tokens_per_batch_size` schedule) into your own flag, whose drafter model path "
-        "specwatch does not know; remove_speculative_config = restart vLLM without the flag; no_change.",
+        "specwatch does not know; remove_speculative_config = restart vLLM without the flag; no_change. "
+        "Another engine's route shows its own flags or config (docs/engines.md).",
         [
             target(
                 "A",
@@ -653,8 +654,9 @@ def health_row() -> list[tuple[dict, int, int]]:
             ),
             target(
                 "B",
-                f"max by (namespace, pod, route, target, model_name, method, schema) (specwatch_route_info{{{ROUTE}}})",
-                "{{pod}}: {{route}} → {{target}} · {{model_name}} · {{method}} · {{schema}}",
+                f"max by (namespace, pod, route, target, model_name, method, schema, engine) "
+                f"(specwatch_route_info{{{ROUTE}}})",
+                "{{pod}}: {{route}} → {{target}} · {{engine}} · {{model_name}} · {{method}} · {{schema}}",
                 instant=True,
             ),
         ],
@@ -906,10 +908,20 @@ def variables() -> list[dict]:
             description="vLLM endpoint polled by specwatch (one per sidecar; many per standalone exporter).",
         ),
         query_var(
+            "engine",
+            "Engine",
+            'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
+            'pod=~"$pod", target=~"$target"}, engine)',
+            multi=True,
+            include_all=True,
+            description="Serving engine the target speaks (vllm, llamacpp, lmdeploy, ray-vllm, ...); narrows the "
+            "models and routes below.",
+        ),
+        query_var(
             "model_name",
             "Model",
             'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
-            'pod=~"$pod", target=~"$target"}, model_name)',
+            'pod=~"$pod", target=~"$target", engine=~"$engine"}, model_name)',
             multi=True,
             include_all=True,
             description="vLLM --served-model-name; narrows the routes below.",
@@ -918,7 +930,7 @@ def variables() -> list[dict]:
             "route",
             "Route",
             'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
-            'pod=~"$pod", target=~"$target", model_name=~"$model_name"}, route)',
+            'pod=~"$pod", target=~"$target", engine=~"$engine", model_name=~"$model_name"}, route)',
             multi=True,
             include_all=True,
             description="Traffic class whose acceptance is judged (default: one per vLLM model name).",

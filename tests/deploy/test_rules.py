@@ -58,6 +58,7 @@ ALERTS = {
         "SpecDecodeBelowBreakeven",
         "SpecDecodeShorterDraftRecommended",
         "SpecDecodeITLP99Regression",
+        "SpecDecodeAppliedAdviceSlowedDecode",
         "SpecDecodeMetricsMissing",
     },
     "specwatch-health": {"SpecDecodeTargetDown", "SpecDecodeExporterDown", "SpecwatchConfigReloadFailed"},

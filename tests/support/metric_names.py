@@ -50,6 +50,10 @@ HEALTH = frozenset(
 RELOAD = frozenset(family.name for family in ReloadCollector(lambda: ReloadStatus(None, 0.0)).collect())
 #: Exported only once a change of draft length or method was seen.
 GRADING = frozenset({"specwatch_advice_predicted_gain_ratio", "specwatch_advice_measured_gain_ratio"})
+#: The window a change would be graded against: what a restarted sidecar reads back (docs/rollouts.md).
+BEFORE_WINDOW = frozenset({"specwatch_advice_before_window", "specwatch_advice_before_position_acceptance_rate"})
+#: The read-back's own outcome, only with `readback:` configured.
+READBACK = frozenset({"specwatch_readback_errors_total", "specwatch_readback_restored_routes"})
 #: How well the learned step-time curve fits: exported once a route's curve has points.
 STEP_TIME_FIT = frozenset(
     {
@@ -57,12 +61,27 @@ STEP_TIME_FIT = frozenset(
         "specwatch_step_time_fit_residual_ratio",
         "specwatch_step_time_predicted_seconds",
         "specwatch_step_time_observed_seconds",
+        "specwatch_step_time_curve_seconds",
     }
 )
 #: What the verdict rests on (docs/costmodel.md) and how well the learned curve fits.
 LEARNING = frozenset({"specwatch_cost_model_info"}) | STEP_TIME_FIT
 
+#: Per {route, window}, only for an engine whose acceptance is gauges only (SGLang): what the values are.
+GAUGE_BASIS = frozenset({"specwatch_acceptance_basis_info"})
+
 #: Every name the sidecar may export.
-EXPORTED = MIRRORED | WINDOW_DERIVED | ROUTE_GAUGES | HEALTH | RELOAD | GRADING | LEARNING
+EXPORTED = (
+    MIRRORED
+    | WINDOW_DERIVED
+    | ROUTE_GAUGES
+    | HEALTH
+    | RELOAD
+    | GRADING
+    | BEFORE_WINDOW
+    | READBACK
+    | LEARNING
+    | GAUGE_BASIS
+)
 #: Exported only while the target is up and read: nothing of them may outlive a failed poll.
-TARGET_DERIVED = WINDOW_DERIVED | MIRRORED
+TARGET_DERIVED = WINDOW_DERIVED | MIRRORED | GAUGE_BASIS

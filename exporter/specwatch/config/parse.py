@@ -19,7 +19,7 @@ from specwatch.config.cost_model import cost_model_from_config
 from specwatch.config.env import apply_env
 from specwatch.config.kinds import ConfigError, Context, error_from
 from specwatch.config.nodes import FROM_RESULT, Items, Key, Section, result_fields
-from specwatch.config.result import Config, PrometheusConfig, RouteConfig, TargetConfig
+from specwatch.config.result import Config, PrometheusConfig, ReadbackConfig, RouteConfig, TargetConfig
 from specwatch.config.schema import SCHEMA
 from specwatch.config.schema_sources import PROMETHEUS
 
@@ -115,10 +115,10 @@ def parse_prometheus(raw: Any, *, environ: Mapping[str, str] | None = None, base
     return PrometheusConfig(**values)
 
 
-def _check_authorization(values: Mapping[str, Any]) -> None:
+def _check_authorization(values: Mapping[str, Any], section: str = "prometheus") -> None:
     names = {name.lower() for name in values.get("headers", {})}
     if values.get("bearer_token_file") is not None and "authorization" in names:
-        raise ConfigError("prometheus.bearer_token_file", "give it or headers.Authorization, not both")
+        raise ConfigError(f"{section}.bearer_token_file", "give it or headers.Authorization, not both")
 
 
 def _build_prometheus(values: dict[str, Any], poll_interval: float) -> PrometheusConfig:
@@ -174,6 +174,12 @@ def _build(values: dict[str, Any]) -> Config:
         routes = _build_routes(values, [t.name for t in targets])
     if len({r.name for r in routes}) != len(routes):
         raise ConfigError("routes", "names must be unique")
+    readback = values.get("readback")
+    if readback is not None:
+        if prometheus is not None:
+            raise ConfigError("readback", "not used with prometheus: (fleet mode grades rollouts itself); remove it")
+        _check_authorization(readback, "readback")
+        values = {**values, "readback": ReadbackConfig(**readback)}
 
     hardware = values.get("hardware")
     if (

@@ -31,7 +31,7 @@ from specwatch.config.file_kinds import StepTimeProfile
 from specwatch.config.kinds import Choice, Duration, DurationList, HoldTime, Listen, Number
 from specwatch.config.nodes import Items, Key, Section
 from specwatch.config.schema_costmodel import DRAFT, ENGINE, HARDWARE, LEARNING, MODEL
-from specwatch.config.schema_sources import PROMETHEUS, ROUTE, TARGET
+from specwatch.config.schema_sources import PROMETHEUS, READBACK, ROUTE, TARGET
 
 
 def _fixed(*values: str) -> Callable[[], tuple[str, ...]]:
@@ -152,5 +152,6 @@ SCHEMA = Section(
             example="5m",
         ),
         PROMETHEUS,
+        READBACK,
     ),
 )

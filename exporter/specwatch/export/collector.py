@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,10 +20,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
-from specwatch.engines.vllm import Counter
-from specwatch.sidecar.state import State
-from specwatch.verdict.decide import VERDICTS
+from specwatch.engines.advice import VLLM_ENGINES, advise
+from specwatch.engines.series import Counter
+from specwatch.sidecar.state import RouteState, State
+from specwatch.verdict.decide import VERDICTS, Assessment
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
+from specwatch.verdict.grading import Grading
+from specwatch.windows.derive import COUNTER_RATIO
 
 CACHE_NOTE = " Computed by specwatch from its own polls of vLLM (cached between polls)."
 
@@ -39,8 +42,8 @@ MIRRORED_COUNTERS = (
 # The same families in both modes (fleet mode adds its replica labels): one name and help each.
 ROUTE_INFO = (
     "specwatch_route_info",
-    "Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.",
-    ["route", "target", "model_name", "method", "schema"],
+    "Route metadata: model, speculative method as configured, the metric schema and the serving engine spoken.",
+    ["route", "target", "model_name", "method", "schema", "engine"],
 )
 BASELINE_GAUGE = ("specwatch_baseline_itl_p99_seconds", "Configured spec-off P99 ITL baseline of the route.")
 # Per route (labels route, target): (metric name, help).
@@ -63,6 +66,12 @@ FIT_GAUGES = (
     ),
     ("specwatch_step_time_observed_seconds", "Mean engine step time measured at that load (ITL sum / ITL count)."),
 )
+#: The learned curve itself, one sample per knot (at most 65: the learner's bins), so a restarted
+#: sidecar can read it back (docs/rollouts.md).
+CURVE_GAUGE = (
+    "specwatch_step_time_curve_seconds",
+    "The route's learned step-time curve: the plain engine step time over `tokens` query tokens, one sample per knot.",
+)
 GRADING_GAUGES = (
     (
         "specwatch_advice_predicted_gain_ratio",
@@ -72,6 +81,18 @@ GRADING_GAUGES = (
         "specwatch_advice_measured_gain_ratio",
         "After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).",
     ),
+)
+
+#: The window a change of K or method would now be graded against (grading.WindowSummary): what a
+#: restarted sidecar reads back from Prometheus (docs/rollouts.md). Bounded: 8 quantities and K
+#: positions per route.
+BEFORE_WINDOW_GAUGE = (
+    "specwatch_advice_before_window",
+    "The route's latest longest window at the current draft length and method: what a change would be graded against (quantity: span_seconds, draft_length, acceptance_rate, batch_size, tokens_per_step, itl_p99_seconds, itl_per_token_seconds, drafts).",
+)
+BEFORE_POSITIONS_GAUGE = (
+    "specwatch_advice_before_position_acceptance_rate",
+    "Per-position acceptance rate of that window (specwatch_advice_before_window).",
 )
 
 # (metric name, RouteEvaluation value name, help)
@@ -141,6 +162,22 @@ def _fmt_le(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
+def config_label(advice: Assessment, engine: str) -> tuple[str, str]:
+    """specwatch_recommended_config_info's (config, action) labels for a window's advice."""
+    keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+    m = advice.measurement
+    if m is not None:
+        keys = m.speculative_config if m.speculative_config is not None else m.config_changes
+    text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
+    if m is not None and not keys:  # a canary, or nothing to measure: the label says which
+        text = m.kind
+    action = str(advice.action)
+    if engine not in VLLM_ENGINES:  # in that engine's terms
+        rendered = advise(advice, engine)
+        text, action = (rendered.label, rendered.export_action) if rendered is not None else ("", action)
+    return text, action
+
+
 class WindowFamilies:
     """The per-window families of the contract, and how one evaluation fills them. Shared by the
     sidecar's collector and fleet mode's (whose labels add the replica's), so both export the same
@@ -184,6 +221,12 @@ class WindowFamilies:
             "specwatch_configured_draft_length",
             "Draft length K the stated draft.config gives at the live batch size." + note,
         )
+        self.basis = gauge(
+            "specwatch_acceptance_basis_info",
+            "1 for a window whose acceptance rate, acceptance length and draft length are not ratios of its counters: basis engine_gauge_mean = the mean of the engine's own gauge estimate over the window's active polls (an engine exporting only gauges, docs/engines.md)."
+            + note,
+            "basis",
+        )
 
     def add(self, wlabels: list[str], evaluation: RouteEvaluation) -> None:
         for name, field, _ in DERIVED_GAUGES:
@@ -200,6 +243,8 @@ class WindowFamilies:
                 self.position_rate.add_metric(wlabels + [str(position)], value)
         if evaluation.stats.drafts is not None:
             self.window_drafts.add_metric(wlabels, evaluation.stats.drafts)
+        if evaluation.stats.acceptance_basis != COUNTER_RATIO and evaluation.acceptance_rate is not None:
+            self.basis.add_metric(wlabels + [evaluation.stats.acceptance_basis], 1)
         if evaluation.verdict is not None:
             for name in VERDICTS:
                 self.verdict.add_metric(wlabels + [name], 1 if name == evaluation.verdict else 0)
@@ -208,14 +253,7 @@ class WindowFamilies:
             self.configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
         advice = evaluation.advice if evaluation.guard_passed else None
         if advice is not None and advice.action is not None:
-            keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
-            m = advice.measurement
-            if m is not None:
-                keys = m.speculative_config if m.speculative_config is not None else m.config_changes
-            text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
-            if m is not None and not keys:  # a canary, or nothing to measure: the label says which
-                text = m.kind
-            self.config.add_metric(wlabels + [text, advice.action], 1)
+            self.config.add_metric(wlabels + list(config_label(advice, evaluation.stats.engine)), 1)
 
     def families(self) -> tuple[Metric, ...]:
         return (
@@ -227,6 +265,8 @@ class WindowFamilies:
             self.config,
             self.mismatch,
             self.configured_k,
+            # Only where some window has another basis: vLLM's payload keeps its families as they were.
+            *((self.basis,) if self.basis.samples else ()),
         )
 
 
@@ -276,7 +316,12 @@ class SpecwatchCollector(Collector):
             ):
                 if value is not None and math.isfinite(value):
                     family.add_metric(labels, value)
-        yield from (info, points, residual, predicted, observed)
+        curve = GaugeMetricFamily(*CURVE_GAUGE, labels=[*ROUTE_LABELS, "tokens"])
+        for route in state.routes:
+            if route.target not in down and route.current:
+                for tokens, seconds in route.curve_knots:
+                    curve.add_metric([route.route, route.target, f"{tokens:.6g}"], seconds)
+        yield from (info, points, residual, predicted, observed, curve)
 
     def _health(self, state: State) -> Iterable[Metric]:
         up = GaugeMetricFamily(
@@ -351,6 +396,8 @@ class SpecwatchCollector(Collector):
         predicted_gain, measured_gain = (
             GaugeMetricFamily(name, text, labels=ROUTE_LABELS) for name, text in GRADING_GAUGES
         )
+        before_window = GaugeMetricFamily(*BEFORE_WINDOW_GAUGE, labels=[*ROUTE_LABELS, "method", "quantity"])
+        before_positions = GaugeMetricFamily(*BEFORE_POSITIONS_GAUGE, labels=[*ROUTE_LABELS, "position"])
         # While a target is down its values are not served from the last good polls: absent, never
         # stale (docs/architecture.md §4). The windows and verdicts are kept inside and
         # come back unchanged with the next good poll.
@@ -359,25 +406,22 @@ class SpecwatchCollector(Collector):
             expects.add_metric([name, target], 1 if expected else 0)
         for route in state.routes:
             labels = [route.route, route.target]
-            info.add_metric([route.route, route.target, route.model_name, route.method, route.schema], 1)
+            info.add_metric([route.route, route.target, route.model_name, route.method, route.schema, route.engine], 1)
             expects.add_metric(labels, 1 if route.expects_speculation else 0)
             if route.baseline_itl_p99_seconds is not None:
                 baseline.add_metric(labels, route.baseline_itl_p99_seconds)
             if route.target in down or not route.current:
                 continue
-            if route.spec_present:
-                for kind in (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED):
-                    counters[kind].add_metric(labels, route.mirrored[kind])
-                for position, value in route.positions:
-                    by_position.add_metric(labels + [str(position)], value)
-            counters[Counter.GEN].add_metric(labels, route.mirrored[Counter.GEN])
+            _add_mirrored(route, labels, counters, by_position)
             if route.itl_buckets:
                 itl.add_metric(labels, [(_fmt_le(b), v) for b, v in route.itl_buckets], route.itl_sum)
-            grading = route.grading
-            if grading is not None and grading.predicted_gain_ratio is not None:
-                predicted_gain.add_metric(labels, grading.predicted_gain_ratio)
-            if grading is not None and grading.measured_gain_ratio is not None:
-                measured_gain.add_metric(labels, grading.measured_gain_ratio)
+            add_grading(route.grading, labels, predicted_gain, measured_gain)
+            before = route.before_window
+            if before is not None:
+                for quantity, value in before.quantities().items():
+                    before_window.add_metric([*labels, before.method, quantity], value)
+                for position, rate in enumerate(before.position_rates or ()):
+                    before_positions.add_metric([*labels, str(position)], rate)
             for evaluation in route.evaluations:
                 per_window.add(labels + [evaluation.stats.window], evaluation)
         yield from (
@@ -390,7 +434,38 @@ class SpecwatchCollector(Collector):
             *per_window.families(),
             predicted_gain,
             measured_gain,
+            before_window,
+            before_positions,
         )
+
+
+def add_grading(
+    grading: Grading | None, labels: list[str], predicted: GaugeMetricFamily, measured: GaugeMetricFamily
+) -> None:
+    """The predicted and measured gain of the latest graded change (sidecar and fleet mode)."""
+    if grading is not None and grading.predicted_gain_ratio is not None:
+        predicted.add_metric(labels, grading.predicted_gain_ratio)
+    if grading is not None and grading.measured_gain_ratio is not None:
+        measured.add_metric(labels, grading.measured_gain_ratio)
+
+
+def _add_mirrored(
+    route: RouteState,
+    labels: list[str],
+    counters: Mapping[Counter, CounterMetricFamily],
+    by_position: CounterMetricFamily,
+) -> None:
+    """The route's mirrored counters: only those its engine counts (one it does not export is absent,
+    not 0); the spec-decode ones only when the route runs speculation."""
+    kinds = (
+        (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN) if route.spec_present else (Counter.GEN,)
+    )
+    for kind in kinds:
+        if kind in route.mirrored:
+            counters[kind].add_metric(labels, route.mirrored[kind])
+    if route.spec_present:
+        for position, value in route.positions:
+            by_position.add_metric(labels + [str(position)], value)
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

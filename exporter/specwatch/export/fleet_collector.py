@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from specwatch import __version__
-from specwatch.export.collector import BASELINE_GAUGE, ROUTE_INFO, WindowFamilies
+from specwatch.export.collector import BASELINE_GAUGE, GRADING_GAUGES, ROUTE_INFO, WindowFamilies, add_grading
 from specwatch.fleet.client import QUERY_ERROR_REASONS
 from specwatch.fleet.grouping import replica_name
 from specwatch.fleet.state import FleetState
@@ -109,8 +109,10 @@ class FleetCollector(Collector):
                     continue
                 target = replica_name(route.replica)
                 values = [*(value for _, value in route.replica), *([target] if with_instance else [])]
-                schema = route.evaluations[0].stats.schema
-                info.add_metric([route.route, target, route.model_name, route.method, schema, *values], 1)
+                stats = route.evaluations[0].stats
+                info.add_metric(
+                    [route.route, target, route.model_name, route.method, stats.schema, stats.engine, *values], 1
+                )
                 if route.route in state.baselines:
                     baseline.add_metric([route.route, target, *values], state.baselines[route.route])
                 for evaluation in route.evaluations:
@@ -141,7 +143,11 @@ class FleetCollector(Collector):
                 losing.add_metric([row.route, row.window], row.losing_token_share)
             for name, count in row.verdicts.items():
                 replicas.add_metric([row.route, row.window, name], count)
-        yield from (alpha, losing, replicas)
+        # A rollout graded across replicas (old pods' windows vs new pods'): per route.
+        predicted, measured = (GaugeMetricFamily(name, text, labels=["route"]) for name, text in GRADING_GAUGES)
+        for route, grading in state.gradings.items():
+            add_grading(grading, [route], predicted, measured)
+        yield from (alpha, losing, replicas, predicted, measured)
 
 
 def _gauge(name: str, documentation: str, value: float | None) -> GaugeMetricFamily:

@@ -37,6 +37,8 @@ from typing import Any
 
 from specwatch import __version__
 from specwatch.config import Config
+from specwatch.engines.advice import VLLM_ENGINES
+from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.export.history import PageHistory, SeriesKey, fleet_order
 from specwatch.export.status import window_status
 from specwatch.fleet.evaluator import FleetRow, FleetState, ReplicaRouteState, replica_name
@@ -266,6 +268,15 @@ def plots(history: PageHistory, key: SeriesKey, poll_interval: float) -> str:
 
 
 # ---- the parts ---------------------------------------------------------------------------------
+def _basis_mark(record: dict[str, Any]) -> str:
+    """A mark on alpha that is an engine's own gauge estimate, not a ratio of the window's counters."""
+    return (
+        ' <span title="mean of the engine\'s own gauge estimate, not a window ratio">(gauge mean)</span>'
+        if record.get("acceptance_basis")
+        else ""
+    )
+
+
 def _hold_text(record: Mapping[str, Any], since: float | None, now: float | None, hold: float) -> str:
     candidate = record.get("candidate_verdict")
     if candidate is None or candidate == record.get("verdict"):
@@ -310,7 +321,7 @@ def windows_table(
             + td(esc(e.stats.window), "l")
             + td(badge(record["verdict"]), "l")
             + td(_hold_text(record, since, now, hold), "l")
-            + td(num(record["acceptance_rate"]))
+            + td(num(record["acceptance_rate"]) + _basis_mark(record))
             + td(breakeven)
             + td(num(record["acceptance_margin"], "+.3f"))
             + td(num(record["batch_size"], ".1f"))
@@ -324,28 +335,31 @@ def windows_table(
     return _table(WINDOW_HEAD, rows, left=3), records
 
 
-def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    """What to do, per distinct recommendation (windows that agree share one), and the notes."""
+def engine_of(evaluations: Sequence[RouteEvaluation]) -> str:
+    """The engine a route's windows were read from."""
+    return evaluations[0].stats.engine if evaluations else DEFAULT_ENGINE
+
+
+def _engine_advice(r: Mapping[str, Any]) -> str | None:
+    """Another engine's advice: its command, or no change."""
+    if r.get("recommended_command"):
+        return f"<pre>{esc(r['recommended_command'])}</pre>"
+    return "no change: keep the speculative settings you run" if r.get("recommended_action") == "no_change" else None
+
+
+def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]], engine: str = DEFAULT_ENGINE) -> str:
+    """What to do in ``engine``'s terms, per distinct recommendation (windows that agree share
+    one), and the notes."""
     grouped: dict[str, list[str]] = defaultdict(list)
+    vllm = engine in VLLM_ENGINES
     for window, r in records:
-        action = r.get("recommended_action")
-        if r.get("recommended_speculative_config_flag"):
-            text = f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
-        elif r.get("merge_into_your_speculative_config"):
-            merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
-            text = f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
-        elif action == "remove_speculative_config":
-            text = "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
-        elif action == "no_change":
-            text = "no change: keep the --speculative-config you run"
-        elif action == "measure" and r.get("measurement"):
-            text = f"the data cannot decide; measure: {esc(r['measurement']['how'])}"
-        else:
-            continue
-        grouped[text].append(window)
+        text = _vllm_advice(r) if vllm else _engine_advice(r)
+        if text is not None:
+            grouped[text].append(window)
     out = []
     if grouped:
-        out.append("<h3>Recommended <code>--speculative-config</code></h3>")
+        heading = "<code>--speculative-config</code>" if vllm else f"speculative settings ({esc(engine)})"
+        out.append(f"<h3>Recommended {heading}</h3>")
         out += [
             f"<div><span class=small>window {esc(', '.join(ws))}:</span> {text}</div>" for text, ws in grouped.items()
         ]
@@ -353,6 +367,23 @@ def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     if notes:
         out.append("<ul class=small>" + "".join(f"<li>{esc(n)}</li>" for n in notes[:10]) + "</ul>")
     return "".join(out)
+
+
+def _vllm_advice(r: Mapping[str, Any]) -> str | None:
+    """A window's recommendation for a vLLM route, as HTML; None without one."""
+    action = r.get("recommended_action")
+    if r.get("recommended_speculative_config_flag"):
+        return f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
+    if r.get("merge_into_your_speculative_config"):
+        merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
+        return f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
+    if action == "remove_speculative_config":
+        return "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
+    if action == "no_change":
+        return "no change: keep the --speculative-config you run"
+    if action == "measure" and r.get("measurement"):
+        return f"the data cannot decide; measure: {esc(r['measurement']['how'])}"
+    return None
 
 
 def _interval_text(lower: float | None, upper: float | None) -> str:
@@ -489,7 +520,7 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
         plot = plots(history, (route.target, route.route, window), config.poll_interval) if i < MAX_PLOTTED else ""
         sections.append(
             f'<section class="route" id="r{i}"><h2>{esc(route.route)} {badge(headline.verdict if headline else None)}</h2>'
-            f"<p class=meta>{meta}</p>{table}{recommendations(records)}{plot}</section>"
+            f"<p class=meta>{meta}</p>{table}{recommendations(records, route.engine)}{plot}</section>"
         )
     unmatched = ""
     if state.unmatched_routes:
@@ -588,7 +619,7 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
             part.append(
                 f"<h3>replica {esc(name)} {badge(headline.verdict if headline else None)}</h3>"
                 f"<p class=meta>{labels} · model_name {esc(r.model_name)} · method {esc(r.method)}</p>"
-                f"{table}{recommendations(records)}{plot}"
+                f"{table}{recommendations(records, engine_of(r.evaluations))}{plot}"
             )
             shown += 1
         part.append("</section>")

@@ -29,7 +29,7 @@ import structlog
 from specwatch import costmodel
 from specwatch.config import Config, ConfigError, PrometheusConfig
 from specwatch.config.cost_model import cost_model_from_config
-from specwatch.engines.vllm import RouteMatcher
+from specwatch.engines.series import RouteMatcher
 from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
@@ -46,6 +46,7 @@ from specwatch.fleet.grouping import (
 from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState, fleet_record, fleet_rows, replica_record
 from specwatch.verdict import decide
 from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route
+from specwatch.verdict.grading import RolloutGrader
 from specwatch.verdict.memo import DEFAULT_SIZE, AssessmentCache
 from specwatch.windows.derive import WindowStats, window_stats
 
@@ -87,6 +88,7 @@ class FleetEvaluator:
         # The sidecar's exact-key assessment memo, sized each poll to hold every replica window.
         self._assessments = AssessmentCache()
         self._records: dict[RouteKey, _Record] = {}
+        self._rollouts: dict[str, RolloutGrader] = {}  # per route: old pods' windows vs new pods' (grading.py)
         self._polls = 0
         self._t: float | None = None
         self._up: bool | None = None
@@ -189,6 +191,10 @@ class FleetEvaluator:
             record.last_sample = last_sample
             evaluations = self._evaluate_route(record, replica, route, by_window, now, interval, fresh)
             record.evaluations = evaluations
+            if fresh:
+                rollout = self._rollouts.setdefault(route, RolloutGrader())
+                stats = [e.stats for e in evaluations]
+                rollout.observe(replica, now, stats, record.method, self.config.decision.min_drafts, self.cost_model)
             out.extend((replica, e) for e in evaluations)
         for record in self._records.values():
             if record.seen_poll != self._polls:
@@ -255,6 +261,9 @@ class FleetEvaluator:
         ttl = self.config.route_ttl_polls
         for key in [k for k, r in self._records.items() if self._polls - r.seen_poll >= ttl]:
             del self._records[key]
+        routes = {route for _, route in self._records}
+        for route in [r for r in self._rollouts if r not in routes]:
+            del self._rollouts[route]
 
     # -- output ----------------------------------------------------------------------------
     def state(self) -> FleetState:
@@ -277,6 +286,7 @@ class FleetEvaluator:
             self._fleet if self._up else (),
             {r.name: r.baseline_itl_p99_seconds for r in self.config.routes if r.baseline_itl_p99_seconds is not None},
             self._series,
+            {route: g.grading for route, g in sorted(self._rollouts.items()) if g.grading is not None},
         )
 
 

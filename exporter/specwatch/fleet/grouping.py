@@ -26,7 +26,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specwatch.engines.vllm import SCHEMA_V1, SCHEMA_V1_LEGACY_ITL, Counter, RouteMatcher, RouteSnapshot, SeriesKey
+from specwatch.engines.series import DEFAULT_ENGINE, POSITION_COUNTERS, Counter, RouteMatcher, RouteSnapshot, SeriesKey
+from specwatch.engines.vllm import SCHEMA_V1, SCHEMA_V1_LEGACY_ITL
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import PromQueryError, Sample, Vector
 from specwatch.windows.window import Entry, WindowView
@@ -39,18 +40,19 @@ _FAMILY_KIND = {
     promql.DRAFT_TOKENS: Counter.DRAFT_TOKENS,
     promql.ACCEPTED: Counter.ACCEPTED,
     promql.ACCEPTED_PER_POS: Counter.POS,
+    promql.DRAFTED_PER_POS: Counter.POS_DRAFTS,
     promql.GENERATION: Counter.GEN,
     promql.ITL_BUCKET: Counter.ITL_BUCKET,
     promql.ITL_SUM: Counter.ITL_SUM,
     promql.ITL_COUNT: Counter.ITL_COUNT,
     promql.STEPS: Counter.STEPS,
 }
-_SPEC_KINDS = {Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.POS}
+_SPEC_KINDS = {Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.POS, Counter.POS_DRAFTS}
 
 
-# -- the key layout shared with vllm.py (re-point here when the key type changes) ---------------
+# -- the key layout shared with engines/schema.py (re-point here when the key type changes) -----
 def series_id(engine: str | None, model_name: str | None) -> str:
-    """One engine's series of a route, as vllm.snapshots names it."""
+    """One engine's series of a route, as EngineSchema.series_id names it for vLLM's labels."""
     engine = engine or "0"
     return f"{engine}/{model_name}" if model_name else engine
 
@@ -78,6 +80,7 @@ class RouteData:
     positions: set[int] = field(default_factory=set)
     spec: bool = False
     legacy_itl: bool = False
+    engine: str = DEFAULT_ENGINE  # the serving engine whose series these are (queries.ENGINE_LABEL)
 
 
 def routes_for(labels: Mapping[str, str], matchers: Sequence[RouteMatcher]) -> list[tuple[str, str]]:
@@ -92,12 +95,13 @@ class _Identity:
     """One (replica, model, engine) of an answer: every family and bucket of it shares its routes.
     `targets` are this poll's RouteData of those routes (resolved on its first series of a poll)."""
 
-    __slots__ = ("poll", "replica", "routes", "series", "targets")
+    __slots__ = ("engine", "poll", "replica", "routes", "series", "targets")
 
-    def __init__(self, replica: ReplicaKey, series: str, routes: list[tuple[str, str]]) -> None:
+    def __init__(self, replica: ReplicaKey, series: str, routes: list[tuple[str, str]], engine: str) -> None:
         self.replica = replica
         self.series = series
         self.routes = routes
+        self.engine = engine
         self.poll = -1
         self.targets: list[RouteData] = []
 
@@ -150,8 +154,8 @@ class WindowGrouper:
     ) -> None:
         self.replica_labels = replica_labels
         self.matchers = tuple(matchers)
-        self._names = (*replica_labels, "model_name", "engine")
-        self._defaults = (*("" for _ in replica_labels), "\0", "")
+        self._names = (*replica_labels, "model_name", "engine", promql.ENGINE_LABEL)
+        self._defaults = (*("" for _ in replica_labels), "\0", "", DEFAULT_ENGINE)
         self._cache = plans if plans is not None else PlanCache()
         self._plans = self._cache.plans
         self._identities = self._cache.identities
@@ -222,7 +226,9 @@ class WindowGrouper:
                 continue
             if identity.poll != poll:
                 identity.poll = poll
-                identity.targets = [self._data(out, identity.replica, r, m) for r, m in identity.routes]
+                identity.targets = [
+                    self._data(out, identity.replica, r, m, identity.engine) for r, m in identity.routes
+                ]
             if action == _COUNTER:
                 increase = value if value > 0.0 else 0.0  # max(value, 0.0), the same sums
                 for data in identity.targets:
@@ -246,10 +252,10 @@ class WindowGrouper:
                     data.samples = max(data.samples, int(value))
 
     @staticmethod
-    def _data(out: dict[RouteKey, RouteData], replica: ReplicaKey, route: str, model: str) -> RouteData:
+    def _data(out: dict[RouteKey, RouteData], replica: ReplicaKey, route: str, model: str, engine: str) -> RouteData:
         data = out.get((replica, route))
         if data is None:
-            data = out[(replica, route)] = RouteData(route, model)
+            data = out[(replica, route)] = RouteData(route, model, engine=engine)
         return data
 
     def _plan(self, labels: Mapping[str, str]) -> _Plan:
@@ -259,9 +265,11 @@ class WindowGrouper:
         name = tuple(map(labels.get, self._names, self._defaults))
         identity = self._identities.get(name)
         if identity is None:
-            replica: ReplicaKey = tuple(zip(self.replica_labels, name[:-2], strict=False))
+            replica: ReplicaKey = tuple(zip(self.replica_labels, name[:-3], strict=False))
             series = series_id(labels.get("engine"), labels.get("model_name"))
-            identity = self._identities[name] = _Identity(replica, series, routes_for(labels, self.matchers))
+            identity = self._identities[name] = _Identity(
+                replica, series, routes_for(labels, self.matchers), name[-1] or DEFAULT_ENGINE
+            )
         if family == promql.RUNNING_MEAN:
             return (_RUNNING, identity, _NO_KEY, None, False, False)
         if family == promql.SAMPLES:
@@ -270,7 +278,7 @@ class WindowGrouper:
         if kind is None:
             return (_IDENTITY_ONLY, identity, _NO_KEY, None, False, False)
         detail: float | int | None = None
-        if kind == Counter.POS:
+        if kind in POSITION_COUNTERS:
             try:
                 detail = int(labels.get("position", ""))
             except (TypeError, ValueError):
@@ -284,7 +292,7 @@ class WindowGrouper:
             _COUNTER,
             identity,
             self._cache.series_key(series_key(kind, identity.series, detail)),
-            int(detail) if kind == Counter.POS and detail is not None else None,
+            int(detail) if kind == Counter.POS and detail is not None else None,  # the positions that give K
             kind in _SPEC_KINDS,
             promql.SCHEMA_LABEL in labels,
         )
@@ -323,6 +331,7 @@ def window_view(data: RouteData, replica: ReplicaKey, now: float, span: float) -
         counters=data.increases,
         created={},
         running=data.running,
+        engine=data.engine,
     )
     first = Entry(now - span, {}, snapshot)  # a key missing from `first` counts from 0
     last = Entry(now, data.increases, snapshot)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from specwatch.fleet.grouping import ReplicaKey
 from specwatch.verdict import decide
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
+from specwatch.verdict.grading import Grading
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class FleetState:
     # Series in the last successful poll's window answers (None before one): 0 means the selector
     # matched nothing (logged once as prometheus_selector_matches_nothing).
     series: int | None = None
+    # Per route: the latest rollout graded across replicas (old pods' windows vs new pods').
+    gradings: Mapping[str, Grading] = field(default_factory=dict)
 
 
 def fleet_rows(evaluations: Sequence[tuple[ReplicaKey, RouteEvaluation]]) -> tuple[FleetRow, ...]:

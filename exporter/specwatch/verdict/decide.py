@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from specwatch import costmodel as cmod
 from specwatch.costmodel import uncertainty
+from specwatch.engines.advice import adaptive_note, adapts_draft_length
 from specwatch.engines.vllm_schedule import (
     SCHEDULE_KEY,
     SpeculativeConfigValue,
@@ -127,9 +128,10 @@ def _no_verdict(stats: WindowStats, decision: DecisionConfig) -> Assessment | No
     drafts = _finite(stats.drafts)
     if not stats.spec_present:
         return Assessment(candidate="spec_off")
-    if drafts is not None and drafts <= 0:
+    if drafts is not None and drafts <= 0 and not (_finite(stats.draft_tokens) or 0.0) > 0:
         # Configured but not drafting: while tokens are generated that is speculation switched off
         # (e.g. a num_speculative_tokens_per_batch_size band with K=0); an idle server says nothing.
+        # Draft tokens without drafts is a source that cannot count drafts: no evidence either way.
         generated = _finite(stats.generation_tokens) or 0.0
         return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data")
     k, batch = _finite(stats.draft_length), _finite(stats.batch_size)
@@ -273,7 +275,8 @@ def assess(
     """Assess one route/window. ``decision`` gives min_drafts and margin. ``previous_verdict`` is
     the verdict in effect, which sets the side of the hysteresis band. ``config_method`` is the
     vLLM method the recommended config names ("same" = ``method``, None = unknown: the answer is
-    then keys to merge). ``base_config``: the --speculative-config the server runs with, if stated.
+    then keys to merge). ``base_config``: the --speculative-config the server runs with, if stated;
+    with adaptive verification on there the engine picks K per step, so shorten becomes keep.
 
     The verdict and the recommended config come from the same numbers and always agree: disable
     recommends removing --speculative-config, keep recommends no change, shorten a config whose K
@@ -354,7 +357,8 @@ def assess(
             stats,
             interval,
             speedup,
-            shorter_k=best_k if 1 <= best_k < k_window else None,
+            # under adaptive verification the engine picks K per step: no K' to restart with
+            shorter_k=best_k if 1 <= best_k < k_window and not adapts_draft_length(base_config) else None,
             batch=b,
             coverage=c,
             named=named,
@@ -368,6 +372,9 @@ def assess(
         return verdict(candidate=candidate, recommended_draft_length=0, action="remove_speculative_config")
     if candidate == "keep":
         return verdict(candidate=candidate, recommended_draft_length=k_window, action="no_change")
+    if adapts_draft_length(base_config):  # adaptive verification: the engine picks K per step, not us
+        notes = (adaptive_note(base_config),)
+        return verdict(candidate="keep", recommended_draft_length=k_window, action="no_change", notes=notes)
     advice = _shorten_advice(
         cm, stats, p, best_k, batch=b, coverage=c, max_batch=max_batch, named=named, base_config=base_config
     )

@@ -15,11 +15,12 @@ from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
 from specwatch.config import Config, DecisionConfig
-from specwatch.engines.vllm import SCHEMA_V0, RouteSnapshot
+from specwatch.engines.series import RouteSnapshot
+from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.engines.vllm_schedule import SpeculativeSchedule
 from specwatch.verdict import decide
 from specwatch.verdict.config_check import ConfigCheck, check_draft_length
-from specwatch.windows.derive import WindowStats, with_drafter
+from specwatch.windows.derive import COUNTER_RATIO, WindowStats, with_drafter
 from specwatch.windows.window import WindowView
 
 #: The numeric values of an evaluation by name, as exported (RouteEvaluation.value).
@@ -350,6 +351,7 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
         "recommended_action": None if assessment is None else assessment.action,
         "notes": [] if assessment is None else list(assessment.notes),
         "measurement": measurement_record(evaluation.measurement),
+        **_basis(stats),
     }
 
 
@@ -368,3 +370,9 @@ def measurement_record(measurement: decide.Measurement | None) -> dict[str, obje
         ),
         "how": measurement.how,
     }
+
+
+def _basis(stats: WindowStats) -> dict[str, str]:
+    """`acceptance_basis` where alpha, tau and K are no ratio of the window's counters (an engine's
+    own gauge estimate, docs/engines.md); absent for the counter ratios."""
+    return {} if stats.acceptance_basis == COUNTER_RATIO else {"acceptance_basis": stats.acceptance_basis}

@@ -120,3 +120,28 @@ def test_an_unchanged_replica_window_keeps_derivations_equal_to_fresh_ones() -> 
             assert evaluation.stats == window_stats(view, "llama", evaluation.stats.window, later)
         if now_answer is answer:
             assert [e.assessment for _, e in evaluations] == [e.assessment for _, e in first]
+
+
+def test_each_replica_window_carries_the_engine_its_series_were_read_from() -> None:
+    llamacpp = [
+        Sample({**s.labels, promql.ENGINE_LABEL: "llamacpp"}, s.value) for s in _answer("pod-l", 0.6, labels={})
+    ]
+    grouped = WindowGrouper(("pod",), ()).group([*_answer("pod-v", 0.6), *llamacpp])
+    engines = {replica: data.engine for (replica, _), data in grouped.items()}
+    assert engines == {(("pod", "pod-v"),): "vllm", (("pod", "pod-l"),): "llamacpp"}
+    view = window_view(grouped[((("pod", "pod-l"),), "default")], (("pod", "pod-l"),), NOW, 60.0)
+    assert view is not None and view.last.snapshot.engine == "llamacpp"
+
+
+def test_the_per_position_draft_counter_is_grouped_as_the_sidecar_keys_it() -> None:
+    drafted = [
+        Sample({"pod": "p", **DEFAULT_LABELS, promql.FAMILY_LABEL: promql.DRAFTED_PER_POS, "position": str(i)}, v)
+        for i, v in enumerate((1000.0, 1000.0, 500.0))
+    ]
+    grouped = WindowGrouper(("pod",), ()).group([*_answer("p", 0.6), *drafted])
+    data = grouped[((("pod", "p"),), "llama")]
+    assert {k.position: v for k, v in data.increases.items() if k.counter == "pos_drafts"} == {
+        0: 1000.0,
+        1: 1000.0,
+        2: 500.0,
+    }

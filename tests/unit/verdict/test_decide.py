@@ -82,6 +82,12 @@ def test_an_idle_server_with_speculation_configured_is_insufficient_data_not_spe
     assert assess(CM, idle, DECISION, "eagle3", None).candidate == "insufficient_data"
 
 
+def test_draft_tokens_without_drafts_is_a_source_that_cannot_count_drafts_not_spec_off():
+    # TensorRT-LLM through a source with no query for its drafts (one token_position of a family).
+    blind = dataclasses.replace(stats(drafts=0.0), draft_tokens=6000.0, generation_tokens=9000.0)
+    assert assess(CM, blind, DECISION, "eagle3", None).candidate == "insufficient_data"
+
+
 def test_fewer_drafts_than_the_guard_is_insufficient_data_with_every_gauge_absent():
     a = assess(CM, stats(drafts=499.0), DECISION, "eagle3", None)
     assert a.candidate == "insufficient_data"

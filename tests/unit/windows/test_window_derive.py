@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.engines.vllm import RouteSnapshot, SeriesKey
+from specwatch.engines.series import RouteSnapshot, SeriesKey
 from specwatch.windows.derive import drafts_reaching_positions, histogram_quantile, position_rates
 from specwatch.windows.window import RouteWindow
 from support.counter_rule import noise, poll_increases
