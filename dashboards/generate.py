@@ -64,6 +64,7 @@ VERDICTS = [
     ("disable", "disable", "red"),
     ("insufficient_data", "insufficient data", "blue"),
     ("spec_off", "spec off", "text"),
+    ("undecided", "undecided: measure", "purple"),
 ]
 
 # The default decision guard (`decision.min_drafts`), drawn as a line on the drafts panel.
@@ -270,8 +271,9 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Verdict",
         "Current verdict per route and pod on the selected window (docs/costmodel.md): keep; shorten K (a shorter "
         "draft pays more); disable (best K' = 0 or expected speedup < 1); insufficient data (fewer drafts "
-        "than the guard); spec off (no drafts seen). A new verdict only shows after it has held for `hold` "
-        "evaluations.",
+        "than the guard); spec off (no drafts seen); undecided: measure (the expected speedup's interval "
+        "reaches 1, so the data cannot decide: the status JSON's measurement says what would, e.g. a spec-off "
+        "canary at the live batch). A new verdict only shows after it has held for `hold` evaluations.",
         [target("A", verdict_expr, "{{route}} · {{pod}} · {{target}}", instant=True)],
         mappings=value_mappings([(str(i), text, color) for i, (_, text, color) in enumerate(VERDICTS, 1)]),
         color_mode="background",
@@ -280,8 +282,24 @@ def verdict_row() -> list[tuple[dict, int, int]]:
     speedup = stat(
         "Expected speedup",
         "Modelled speedup of speculation over plain decoding at the live batch size and the measured "
-        "acceptance: tau(K)·T(B)/T_spec(B, K). Below 1× speculation costs more than it saves.",
-        [target("A", f"specwatch_expected_speedup{{{WIN}}}", "{{route}} · {{pod}} · {{target}}", instant=True)],
+        "acceptance: tau(K)·T(B)/T_spec(B, K). Below 1× speculation costs more than it saves. Lower and "
+        "upper: its interval at decision.confidence (the model's error and alpha's noise); keep needs the "
+        "lower bound above 1, disable the upper bound below 1, otherwise the verdict is undecided.",
+        [
+            target("A", f"specwatch_expected_speedup{{{WIN}}}", "{{route}} · {{pod}} · {{target}}", instant=True),
+            target(
+                "B",
+                f"specwatch_expected_speedup_lower{{{WIN}}}",
+                "lower · {{route}} · {{pod}} · {{target}}",
+                instant=True,
+            ),
+            target(
+                "C",
+                f"specwatch_expected_speedup_upper{{{WIN}}}",
+                "upper · {{route}} · {{pod}} · {{target}}",
+                instant=True,
+            ),
+        ],
         unit="suffix:×",
         decimals=2,
         thresh=thresholds((None, "red"), (1.0, "yellow"), (1.1, "green")),

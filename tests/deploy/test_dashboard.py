@@ -25,6 +25,7 @@ import jsonschema
 import promql_parser
 import pytest
 
+from specwatch.verdict.decide import VERDICTS
 from support.metric_names import EXPORTED, WINDOW_DERIVED
 from support.rule_files import alert_names, recorded_names, selectors
 
@@ -370,10 +371,10 @@ def test_verdict_stat_maps_every_verdict_to_a_distinct_text(dash):
     p = next(p for p in panels(dash) if p["title"] == "Verdict")
     expr = p["targets"][0]["expr"]
     encoded = dict(re.findall(r'verdict="(\w+)"\} == 1\) \* (\d+)', expr))
-    assert set(encoded) == {"spec_off", "insufficient_data", "keep", "shorten", "disable"}
+    assert set(encoded) == set(VERDICTS)
     mapping = p["fieldConfig"]["defaults"]["mappings"][0]["options"]
     assert set(mapping) == set(encoded.values())
-    assert len({m["text"] for m in mapping.values()}) == 5
+    assert len({m["text"] for m in mapping.values()}) == len(VERDICTS)
 
 
 def test_stat_panels_in_the_verdict_row_use_thresholds_or_mappings(dash):

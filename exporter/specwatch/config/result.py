@@ -81,6 +81,8 @@ class EngineConfig:
 class DecisionConfig:
     min_drafts: int = 500
     margin: float = 0.02
+    # Two-sided confidence level of the predicted speedup's interval (costmodel/uncertainty.py).
+    confidence: float = 0.9
     # Seconds (float, from "30s"), or an int: a count of evaluations, as before durations existed.
     hold: float | int = 30.0
 

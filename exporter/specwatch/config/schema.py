@@ -51,6 +51,13 @@ DECISION = Section(
         ),
         Key("margin", Number(minimum=0, maximum=0.5), "hysteresis band around the break-even", example=0.05),
         Key(
+            "confidence",
+            Number(minimum=0.5, maximum=0.999, exclusive_minimum=True),
+            "confidence level of the predicted speedup's interval; keep, shorten and disable are given "
+            "only when it is clear of 1, otherwise the verdict is undecided",
+            example=0.95,
+        ),
+        Key(
             "hold",
             HoldTime(),
             "how long a new verdict must stay the candidate before it takes effect; "

@@ -13,6 +13,7 @@ validates names against the presets defined here). Modules, in the order they bu
 - ``search``     the one bisection
 - ``breakeven``  break-even, expected speedup, best K, max speculative batch, schedules, config
 - ``build``      build_cost_model (named parameters; specwatch.config.cost_model builds one from a Config)
+- ``uncertainty``  the interval of a predicted speedup (model error, alpha's noise) and canary length
 
 The model and its calibration are documented in docs/costmodel.md.
 """

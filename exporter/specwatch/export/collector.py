@@ -23,7 +23,7 @@ from specwatch import __version__
 from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.engines.series import Counter
 from specwatch.sidecar.state import RouteState, State
-from specwatch.verdict.decide import VERDICTS
+from specwatch.verdict.decide import VERDICTS, Assessment
 from specwatch.verdict.evaluation import NumericValue, RouteEvaluation
 from specwatch.verdict.grading import Grading
 from specwatch.windows.derive import COUNTER_RATIO
@@ -136,9 +136,19 @@ DERIVED_GAUGES: tuple[tuple[str, NumericValue, str], ...] = (
         "Expected decode speedup of speculation at the live batch size (cost model; 1 = break-even).",
     ),
     (
+        "specwatch_expected_speedup_lower",
+        "expected_speedup_lower",
+        "Lower bound of the expected speedup's interval at decision.confidence (the model's calibration error or learned residual, and alpha's sampling noise).",
+    ),
+    (
+        "specwatch_expected_speedup_upper",
+        "expected_speedup_upper",
+        "Upper bound of the expected speedup's interval at decision.confidence; disable is given only when it is below 1.",
+    ),
+    (
         "specwatch_recommended_draft_length",
         "recommended_draft_length",
-        "Draft length the recommendation gives at the live batch size: the current K for keep, 0 for disable.",
+        "Draft length the recommendation gives at the live batch size: the current K for keep and undecided, 0 for disable.",
     ),
     (
         "specwatch_max_speculative_batch_size",
@@ -150,6 +160,22 @@ DERIVED_GAUGES: tuple[tuple[str, NumericValue, str], ...] = (
 
 def _fmt_le(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def config_label(advice: Assessment, engine: str) -> tuple[str, str]:
+    """specwatch_recommended_config_info's (config, action) labels for a window's advice."""
+    keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+    m = advice.measurement
+    if m is not None:
+        keys = m.speculative_config if m.speculative_config is not None else m.config_changes
+    text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
+    if m is not None and not keys:  # a canary, or nothing to measure: the label says which
+        text = m.kind
+    action = str(advice.action)
+    if engine not in VLLM_ENGINES:  # in that engine's terms
+        rendered = advise(advice, engine)
+        text, action = (rendered.label, rendered.export_action) if rendered is not None else ("", action)
+    return text, action
 
 
 class WindowFamilies:
@@ -177,12 +203,12 @@ class WindowFamilies:
         )
         self.verdict = gauge(
             "specwatch_verdict",
-            "1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.",
+            "1 for the route's current verdict (spec_off, insufficient_data, undecided, keep, shorten, disable), 0 for the others; undecided: the speedup's interval spans 1, see the status JSON's measurement.",
             "verdict",
         )
         self.config = gauge(
             "specwatch_recommended_config_info",
-            "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.",
+            "What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change, measure = undecided, run the measurement in the status JSON (config: the --speculative-config to restart with when it is a shorter K, else the measurement's kind, spec_off_canary or near_breakeven).",
             "config",
             "action",
         )
@@ -227,13 +253,7 @@ class WindowFamilies:
             self.configured_k.add_metric(wlabels, evaluation.config_check.configured_k)
         advice = evaluation.advice if evaluation.guard_passed else None
         if advice is not None and advice.action is not None:
-            keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
-            text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
-            action = advice.action
-            if evaluation.stats.engine not in VLLM_ENGINES:  # in that engine's terms
-                rendered = advise(advice, evaluation.stats.engine)
-                text, action = (rendered.label, rendered.export_action) if rendered is not None else ("", action)
-            self.config.add_metric(wlabels + [text, action], 1)
+            self.config.add_metric(wlabels + list(config_label(advice, evaluation.stats.engine)), 1)
 
     def families(self) -> tuple[Metric, ...]:
         return (

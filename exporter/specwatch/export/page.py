@@ -62,6 +62,7 @@ ANSWERS = {
     "disable": "not paying: turn it off",
     "spec_off": "speculation is off",
     "insufficient_data": "not enough drafts yet",
+    "undecided": "the data cannot decide: measure",
 }
 
 # Plot geometry (px): width, height and the margins around the plotting area.
@@ -78,7 +79,7 @@ table{border-collapse:collapse;margin:4px 0 8px}th,td{padding:3px 8px;border-bot
 text-align:right;white-space:nowrap}th{background:#f0f2f5;font-weight:600}td.l,th.l{text-align:left}
 .v{font-weight:600;border-radius:3px;padding:1px 6px}
 .v-keep{background:#d7f2dc;color:#14532d}.v-shorten{background:#fdf0c4;color:#713f12}
-.v-disable{background:#fbd5d5;color:#7f1d1d}.v-spec_off,.v-insufficient_data,.v-none{background:#e6e8ec;color:#374151}
+.v-disable{background:#fbd5d5;color:#7f1d1d}.v-undecided{background:#e0e7ff;color:#3730a3}.v-spec_off,.v-insufficient_data,.v-none{background:#e6e8ec;color:#374151}
 .down{color:#b91c1c;font-weight:600}.up{color:#15803d;font-weight:600}
 .err{color:#7f1d1d;font-family:ui-monospace,monospace;font-size:12px;white-space:normal;max-width:520px;text-align:left}
 pre{background:#f0f2f5;padding:6px 8px;margin:2px 0 6px;white-space:pre-wrap;word-break:break-all;font-size:12.5px}
@@ -312,7 +313,9 @@ def windows_table(
         since = history.candidate_since((where, e.stats.route, e.stats.window))
         cannot_pay = record.get("speculation_cannot_pay")
         breakeven = num(record["breakeven_acceptance_rate"]) + (" (cannot pay)" if cannot_pay else "")
-        speedup = num(record["expected_speedup"], ".2f", "×")
+        speedup = num(record["expected_speedup"], ".2f", "×") + _interval_text(
+            record["expected_speedup_lower"], record["expected_speedup_upper"]
+        )
         rows.append(
             "<tr>"
             + td(esc(e.stats.window), "l")
@@ -350,22 +353,9 @@ def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]], engine: st
     grouped: dict[str, list[str]] = defaultdict(list)
     vllm = engine in VLLM_ENGINES
     for window, r in records:
-        action = r.get("recommended_action")
-        if not vllm:
-            if (text := _engine_advice(r)) is None:
-                continue
-        elif r.get("recommended_speculative_config_flag"):
-            text = f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
-        elif r.get("merge_into_your_speculative_config"):
-            merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
-            text = f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
-        elif action == "remove_speculative_config":
-            text = "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
-        elif action == "no_change":
-            text = "no change: keep the --speculative-config you run"
-        else:
-            continue
-        grouped[text].append(window)
+        text = _vllm_advice(r) if vllm else _engine_advice(r)
+        if text is not None:
+            grouped[text].append(window)
     out = []
     if grouped:
         heading = "<code>--speculative-config</code>" if vllm else f"speculative settings ({esc(engine)})"
@@ -377,6 +367,30 @@ def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]], engine: st
     if notes:
         out.append("<ul class=small>" + "".join(f"<li>{esc(n)}</li>" for n in notes[:10]) + "</ul>")
     return "".join(out)
+
+
+def _vllm_advice(r: Mapping[str, Any]) -> str | None:
+    """A window's recommendation for a vLLM route, as HTML; None without one."""
+    action = r.get("recommended_action")
+    if r.get("recommended_speculative_config_flag"):
+        return f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
+    if r.get("merge_into_your_speculative_config"):
+        merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
+        return f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
+    if action == "remove_speculative_config":
+        return "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
+    if action == "no_change":
+        return "no change: keep the --speculative-config you run"
+    if action == "measure" and r.get("measurement"):
+        return f"the data cannot decide; measure: {esc(r['measurement']['how'])}"
+    return None
+
+
+def _interval_text(lower: float | None, upper: float | None) -> str:
+    """The expected speedup's interval, after the speedup (nothing without one)."""
+    if _finite(lower) is None or _finite(upper) is None:
+        return ""
+    return f" <span class=small>({num(lower, '.2f')}–{num(upper, '.2f')})</span>"
 
 
 def _chart_window(config: Config) -> str:
@@ -398,7 +412,9 @@ def answer_line(e: RouteEvaluation | None) -> str:
     words = ANSWERS.get(e.verdict or "", "no verdict yet")
     facts = (
         f"α {num(e.acceptance_rate)} vs break-even {num(e.breakeven_acceptance_rate)} at batch "
-        f"{num(e.batch_size, '.1f')}, expected speedup {num(e.expected_speedup, '.2f', '×')} ({esc(e.stats.window)})"
+        f"{num(e.batch_size, '.1f')}, expected speedup {num(e.expected_speedup, '.2f', '×')}"
+        f"{_interval_text(e.expected_speedup_lower, e.expected_speedup_upper)}"
+        f" ({esc(e.stats.window)})"
     )
     return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>"
 

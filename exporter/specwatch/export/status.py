@@ -124,6 +124,8 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
         "targets": targets,
         "routes": routes,
         "windows": list(config.window_labels),
+        # The level of every window's expected_speedup_lower/_upper.
+        "speedup_confidence": config.decision.confidence,
     }
 
 
@@ -189,6 +191,7 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         # Per route: the latest rollout graded across replicas (old pods' windows vs new pods').
         "rollouts": {route: grading.as_dict() for route, grading in state.gradings.items()},
         "windows": list(config.window_labels),
+        "speedup_confidence": config.decision.confidence,
     }
 
 

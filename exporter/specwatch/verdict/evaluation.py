@@ -36,6 +36,8 @@ NumericValue = Literal[
     "breakeven_acceptance_rate",
     "acceptance_margin",
     "expected_speedup",
+    "expected_speedup_lower",
+    "expected_speedup_upper",
     "recommended_draft_length",
     "max_speculative_batch_size",
 ]
@@ -113,6 +115,19 @@ class RouteEvaluation:
     @property
     def expected_speedup(self) -> float | None:
         return None if (a := self.assessed) is None else a.expected_speedup
+
+    @property
+    def expected_speedup_lower(self) -> float | None:
+        return None if (a := self.assessed) is None else a.speedup_lower
+
+    @property
+    def expected_speedup_upper(self) -> float | None:
+        return None if (a := self.assessed) is None else a.speedup_upper
+
+    @property
+    def measurement(self) -> decide.Measurement | None:
+        """What would decide, while the verdict in effect is undecided."""
+        return None if (a := self.advised) is None else a.measurement
 
     @property
     def max_speculative_batch_size(self) -> int | None:
@@ -326,6 +341,8 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
         "breakeven_acceptance_rate": breakeven,
         "speculation_cannot_pay": None if breakeven is None else breakeven >= 1.0,
         "expected_speedup": evaluation.expected_speedup,
+        "expected_speedup_lower": evaluation.expected_speedup_lower,
+        "expected_speedup_upper": evaluation.expected_speedup_upper,
         "recommended_draft_length": evaluation.recommended_draft_length,
         "verdict": evaluation.verdict,
         "drafts": stats.drafts,
@@ -337,7 +354,25 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
         ),
         "recommended_action": None if assessment is None else assessment.action,
         "notes": [] if assessment is None else list(assessment.notes),
+        "measurement": measurement_record(evaluation.measurement),
         **_basis(stats),
+    }
+
+
+def measurement_record(measurement: decide.Measurement | None) -> dict[str, object] | None:
+    """An undecided verdict's measurement as JSON (null otherwise)."""
+    if measurement is None:
+        return None
+    return {
+        "kind": measurement.kind,
+        "minutes": measurement.minutes,
+        "batch_size": measurement.batch,
+        "draft_length": measurement.draft_length,
+        "speculative_config": measurement.speculative_config,
+        "merge_into_your_speculative_config": (
+            measurement.config_changes if measurement.speculative_config is None else None
+        ),
+        "how": measurement.how,
     }
 
 

@@ -83,7 +83,8 @@ def test_sglang_window_values_are_the_engine_gauges_mean_over_active_polls(t):
     record, want = records()[t], expected(t)
     for key in ("acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size", "drafts"):
         assert record[key] == pytest.approx(want[key], rel=1e-12), key
-    assert record["verdict"] in ("keep", "shorten", "disable")
+    # nothing configured: the assumed setup's interval may span 1 (undecided)
+    assert record["verdict"] in ("undecided", "keep", "shorten", "disable")
 
 
 def test_sglang_idle_window_has_no_acceptance_and_no_batch():

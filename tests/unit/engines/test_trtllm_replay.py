@@ -81,7 +81,8 @@ def test_trtllm_window_values_are_ratios_of_its_per_position_counters(t):
     record, want = records()[t], expected(t)
     for key in ("drafts", "acceptance_rate", "mean_acceptance_length", "draft_length", "batch_size"):
         assert record[key] == pytest.approx(want[key], rel=1e-12), key
-    assert record["verdict"] in ("keep", "shorten", "disable")
+    # nothing configured: the assumed setup's interval may span 1 (undecided)
+    assert record["verdict"] in ("undecided", "keep", "shorten", "disable")
 
 
 def test_trtllm_position_rates_use_its_drafted_tokens_per_position():

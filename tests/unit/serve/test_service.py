@@ -105,7 +105,7 @@ def test_run_serves_metrics_and_status_over_http_from_real_payloads(sidecar):
     assert route["route"] == "chat" and route["schema"] == "v1" and route["configured_k"] == 4
     window = route["windows"]["2s"]
     assert 0.5 < window["acceptance_rate"] < 1.0
-    assert window["verdict"] in ("keep", "shorten", "disable", "insufficient_data")
+    assert window["verdict"] in ("keep", "shorten", "disable", "undecided", "insufficient_data")
     metrics = requests.get(base + "/metrics", timeout=2).text
     for name in (
         "specwatch_acceptance_rate{",
