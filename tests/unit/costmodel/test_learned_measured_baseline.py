@@ -9,6 +9,7 @@ to the families specwatch reads; the measured spec-on/spec-off tokens/s ratios a
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from collections.abc import Iterable
@@ -34,12 +35,14 @@ CONFIG = {
 }
 
 
+@functools.cache
 def results() -> dict:
     return json.loads(RESULTS.read_text())
 
 
-def entries() -> list[dict]:
-    return list(read_recording(gzip.decompress(RECORDING.read_bytes()).decode().splitlines()))
+@functools.cache
+def entries() -> tuple[dict, ...]:
+    return tuple(read_recording(gzip.decompress(RECORDING.read_bytes()).decode().splitlines()))
 
 
 def at_phase_ends(recorded: Iterable[dict], ends: dict[tuple[int, int], float]) -> dict[tuple[int, int], tuple]:
@@ -56,6 +59,12 @@ def at_phase_ends(recorded: Iterable[dict], ends: dict[tuple[int, int], float]) 
                 e = windows[WINDOW]
                 out[key] = (e.value("expected_speedup"), e.verdict)
     return out
+
+
+@functools.cache
+def with_baseline() -> dict[tuple[int, int], tuple]:
+    """The whole recording (the spec-off baseline first) through one pipeline."""
+    return at_phase_ends(entries(), spec_phase_ends(results()))
 
 
 def spec_phase_ends(res: dict) -> dict[tuple[int, int], float]:
@@ -75,7 +84,7 @@ def test_after_a_spec_off_baseline_the_predicted_speedups_at_1_4_16_are_within_1
     # The measured ratio is mean spec-on over mean spec-off tokens/s across the alternating runs, so
     # the prediction is the mean over the same spec-on runs (one 30s window varies ±15 % here).
     res = results()
-    predicted = at_phase_ends(entries(), spec_phase_ends(res))
+    predicted = with_baseline()
     for c, ratio in measured(res).items():
         speedups = [speedup for (_, conc), (speedup, _) in predicted.items() if conc == c]
         mean = sum(speedups) / len(speedups)
@@ -87,7 +96,7 @@ def test_after_a_spec_off_baseline_the_predicted_speedups_at_1_4_16_are_within_1
 def test_after_a_spec_off_baseline_speculation_that_loses_at_concurrency_16_is_a_disable_candidate():
     res = results()
     assert measured(res)[16] < 1
-    pipeline_verdicts = at_phase_ends(entries(), spec_phase_ends(res))
+    pipeline_verdicts = with_baseline()
     last_spec_run = max(i for i, run in enumerate(res["runs"]) if run["arm"] == "spec")
     assert pipeline_verdicts[(last_spec_run, 16)][1] == "disable"
 
