@@ -7,8 +7,9 @@ confidence level (docs/costmodel.md, "Uncertainty"):
 * the model. Without a learned curve: the engine prior's calibration error (``calibration_log_error``,
   its speedups against published measurements it was not fitted on), plus ``ASSUMED_SETUP_LOG_ERROR``
   when neither hardware nor model was configured. With a learned curve: the curve's residual, and
-  the prior's error on top unless the curve measured spec-off steps too (with spec-on steps alone
-  the split between the target's step and the cost of speculation is still the prior's).
+  the prior's error (and the assumed setup's) on top unless the curve measured spec-off steps too
+  (with spec-on steps alone the split between the target's step and the cost of speculation is
+  still the prior's).
 * sampling: alpha is a share of the window's draft tokens. Its binomial standard error is taken
   over drafts, not tokens (the tokens of one draft are accepted together or not at all, so drafts
   are the independent sample), and carried through S = (1 + c·K·alpha)·T_base/T_spec, linear in alpha.
@@ -64,7 +65,10 @@ def model_log_error(cm: CostModel) -> float:
         residual = math.log1p(curve.residual_ratio) if math.isfinite(curve.residual_ratio) else 0.0
         if curve.spec_scale is not None:  # spec-off and spec-on steps both measured
             return residual
-        return math.hypot(cm.calibration_log_error, residual)
+        # Spec-on steps alone fix the curve's scale, not its split between the target and the cost
+        # of speculation: that split is still the prior's, and on an assumed setup a guess.
+        assumed = ASSUMED_SETUP_LOG_ERROR if cm.setup_assumed else 0.0
+        return math.hypot(cm.calibration_log_error, residual, assumed)
     if cm.setup_assumed:
         return math.hypot(cm.calibration_log_error, ASSUMED_SETUP_LOG_ERROR)
     return cm.calibration_log_error

@@ -15,8 +15,6 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-import pytest
-
 from specwatch.config import from_mapping
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import read_recording
@@ -93,19 +91,18 @@ def test_after_a_spec_off_baseline_the_predicted_speedups_at_1_4_16_are_within_1
         assert abs(mean / ratio - 1) <= TOLERANCE, (c, ratio, speedups)
 
 
-def test_after_a_spec_off_baseline_speculation_that_loses_at_concurrency_16_is_a_disable_candidate():
+def test_after_a_spec_off_baseline_speculation_that_loses_at_concurrency_16_is_never_kept():
+    """0.77x predicted where 0.75x was measured: disable, or undecided where the learned curve's
+    residual on this noisy machine leaves the interval reaching 1 (then the status names the
+    measurement); keep would be the costly mistake."""
     res = results()
     assert measured(res)[16] < 1
     pipeline_verdicts = with_baseline()
     last_spec_run = max(i for i, run in enumerate(res["runs"]) if run["arm"] == "spec")
-    assert pipeline_verdicts[(last_spec_run, 16)][1] == "disable"
+    speedup, verdict = pipeline_verdicts[(last_spec_run, 16)]
+    assert speedup < 1 and verdict in ("disable", "undecided"), (speedup, verdict)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: from spec-on minutes alone the sidecar predicts 2.6x at c=1 and 2.1x at c=4 where "
-    "1.1x and 1.3x were measured, and its verdict there is keep",
-)
 def test_without_a_baseline_each_prediction_is_within_15_percent_or_no_verdict_is_given():
     res = results()
     first = next(i for i, run in enumerate(res["runs"]) if run["arm"] == "spec")

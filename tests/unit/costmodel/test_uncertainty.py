@@ -28,14 +28,20 @@ def test_a_configured_model_carries_its_engine_priors_calibration_error():
     assert uncertainty.model_log_error(vllm) == ENGINE_PRIORS["vllm-v1"].log_error != GENERIC.log_error
 
 
-def test_assumed_hardware_and_model_widen_the_error_until_a_curve_is_learned():
+def test_assumed_hardware_and_model_widen_the_error_until_a_curve_measured_spec_off_steps():
     assumed = cmod.build_cost_model(setup_assumed=True)
     assert uncertainty.model_log_error(assumed) == pytest.approx(
         math.hypot(GENERIC.log_error, uncertainty.ASSUMED_SETUP_LOG_ERROR)
     )
-    # The learned curve replaces the guessed step times: the assumption's error goes.
+    # Spec-on steps alone fix the curve's scale, not the split the assumed setup guessed: its error stays.
     spec_on_only = learned(assumed, residual=0.05, spec_scale=None)
-    assert uncertainty.model_log_error(spec_on_only) == pytest.approx(math.hypot(GENERIC.log_error, math.log1p(0.05)))
+    assert uncertainty.model_log_error(spec_on_only) == pytest.approx(
+        math.hypot(GENERIC.log_error, math.log1p(0.05), uncertainty.ASSUMED_SETUP_LOG_ERROR)
+    )
+    # With spec-off steps too, the curve's residual is all that is left.
+    assert uncertainty.model_log_error(learned(assumed, residual=0.05, spec_scale=1.0)) == pytest.approx(
+        math.log1p(0.05)
+    )
 
 
 def test_a_curve_that_measured_spec_off_steps_too_carries_only_its_residual():
