@@ -1,8 +1,8 @@
 """(1) parse + derive cost per poll, and (6) scaling with routes, engines and payload size.
 
-specwatch's parse = `vllm.SELECTOR.parse` (find the selected lines, parse, validate: the same
+specwatch's parse = a vLLM target's `Selector.parse` (find the selected lines, parse, validate: the same
 families-of-samples output as the peer's), and the same followed by grouping into route snapshots
-(`vllm.Grouping.snapshots`, remembered between polls as in the pipeline). specwatch's full poll =
+(`grouping.Grouping.snapshots`, remembered between polls as in the pipeline). specwatch's full poll =
 parse + grouping
 + `RouteWindow.ingest` (reset-aware mirrors) + `Pipeline.evaluate` at the poll time (windows 1m and
 5m: alpha, tau, K, p_i, B, ITL quantiles, cost model, verdict), all through `Pipeline.ingest/evaluate`
@@ -21,7 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import sim
 from specwatch.config import from_mapping
-from specwatch.engines import vllm
+from specwatch.engines import grouping
+from specwatch.engines.vllm import VLLM
+from specwatch.exposition import Selector
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.sidecar_config import sidecar_config_for
 
@@ -67,7 +69,9 @@ def measure_sequence(
     perf = time.thread_time  # CPU time: on shared cores, wall time also counts other processes' turns
     for _ in range(rounds):
         pipeline = Pipeline(config)
-        grouping = vllm.Grouping(selector=vllm.SELECTOR)  # remembers its plan between polls, as the pipeline's
+        # A vLLM target's parser (its engine's names) and a grouping that remembers its plan, as the pipeline's.
+        selector = Selector(VLLM.families)
+        long_lived = grouping.Grouping(selector=selector)
         for i, (t, text) in enumerate(seq):
             if i >= skip and i % pc_stride == 0:
                 a = perf()
@@ -75,9 +79,9 @@ def measure_sequence(
                 pc.append(perf() - a)
             if i >= skip and sw_parse:
                 a = perf()
-                families = vllm.SELECTOR.parse(text)
+                families = selector.parse(text)
                 b = perf()
-                grouping.snapshots(families, t=t, target="vllm", shape=vllm.SELECTOR.shape)
+                long_lived.snapshots(families, t=t, target="vllm", shape=selector.shape)
                 grouped.append(perf() - a)
                 parse.append(b - a)
             a = perf()
@@ -117,8 +121,8 @@ def run_parse_cost(smoke: bool) -> tuple[Table, dict]:
             "met",
         ],
         note="Medians over every payload of the sequence and every round. specwatch parse = "
-        "`vllm.SELECTOR.parse` (text -> validated families of samples, what the peer returns); "
-        "+ group by route = the same + `vllm.Grouping.snapshots` (a long-lived grouping, as the pipeline's). Goals: parse ≥ 30× faster than "
+        "a vLLM target's `Selector.parse` (text -> validated families of samples, what the peer returns); "
+        "+ group by route = the same + `grouping.Grouping.snapshots` (a long-lived grouping, as the pipeline's). Goals: parse ≥ 30× faster than "
         "prometheus_client for one payload; one full poll for 8 engines < 5 ms.",
     )
     results = {}
@@ -214,7 +218,7 @@ def run_scaling(smoke: bool) -> tuple[Table, dict]:
         nbytes = len(seq[0][1])
         stride = 1 if nbytes < (600 << 10) else 3
         m = measure_sequence(seq, config, rounds=rounds, pc_stride=stride)
-        selected = sum(len(f.samples) + len(f.created) for f in vllm.SELECTOR.parse(seq[-1][1]).values())
+        selected = sum(len(f.samples) + len(f.created) for f in Selector(VLLM.families).parse(seq[-1][1]).values())
         if dim not in first:
             first[dim] = (unit, m["poll"])
             per_unit = None

@@ -13,10 +13,10 @@ import sys
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import exposition
-from specwatch.engines import vllm
+from specwatch.engines import registry
 
 
-def parse(text: str, families=vllm.FAMILIES) -> dict[str, exposition.Family]:
+def parse(text: str, families=registry.FAMILIES) -> dict[str, exposition.Family]:
     values: dict[str, list] = {}
     created: dict[str, list] = {}
     kinds: dict[str, str] = {}

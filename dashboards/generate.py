@@ -64,6 +64,7 @@ VERDICTS = [
     ("disable", "disable", "red"),
     ("insufficient_data", "insufficient data", "blue"),
     ("spec_off", "spec off", "text"),
+    ("undecided", "undecided: measure", "purple"),
 ]
 
 # The default decision guard (`decision.min_drafts`), drawn as a line on the drafts panel.
@@ -313,8 +314,9 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Verdict",
         "Current verdict per route and pod on the selected window (docs/costmodel.md): keep; shorten K (a shorter "
         "draft pays more); disable (best K' = 0 or expected speedup < 1); insufficient data (fewer drafts "
-        "than the guard); spec off (no drafts seen). A new verdict only shows after it has held for `hold` "
-        "evaluations.",
+        "than the guard); spec off (no drafts seen); undecided: measure (the expected speedup's interval "
+        "reaches 1, so the data cannot decide: the status JSON's measurement says what would, e.g. a spec-off "
+        "canary at the live batch). A new verdict only shows after it has held for `hold` evaluations.",
         [target("A", verdict_expr, PER_ROUTE, instant=True)],
         mappings=value_mappings([(str(i), text, color) for i, (_, text, color) in enumerate(VERDICTS, 1)]),
         color_mode="background",
@@ -323,8 +325,14 @@ def verdict_row() -> list[tuple[dict, int, int]]:
     speedup = stat(
         "Expected speedup",
         "Modelled speedup of speculation over plain decoding at the live batch size and the measured "
-        "acceptance: tau(K)·T(B)/T_spec(B, K). Below 1× speculation costs more than it saves.",
-        [per_route("A", "specwatch_expected_speedup", instant=True)],
+        "acceptance: tau(K)·T(B)/T_spec(B, K). Below 1× speculation costs more than it saves. Lower and "
+        "upper: its interval at decision.confidence (the model's error and alpha's noise); keep needs the "
+        "lower bound above 1, disable the upper bound below 1, otherwise the verdict is undecided.",
+        [
+            per_route("A", "specwatch_expected_speedup", instant=True),
+            per_route("B", "specwatch_expected_speedup_lower", "lower · ", instant=True),
+            per_route("C", "specwatch_expected_speedup_upper", "upper · ", instant=True),
+        ],
         unit="suffix:×",
         decimals=2,
         thresh=thresholds((None, "red"), (1.0, "yellow"), (1.1, "green")),
@@ -377,7 +385,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "What to do with vLLM's `--speculative-config` for the verdict, by action: apply = the JSON is a "
         "complete flag to paste; merge = merge these keys (fewer `num_speculative_tokens`, a V1 "
         "`num_speculative_tokens_per_batch_size` schedule) into your own flag, whose drafter model path "
-        "specwatch does not know; remove_speculative_config = restart vLLM without the flag; no_change.",
+        "specwatch does not know; remove_speculative_config = restart vLLM without the flag; no_change. "
+        "Another engine's route shows its own flags or config (docs/engines.md).",
         [
             target(
                 "A",
@@ -616,8 +625,9 @@ def health_row() -> list[tuple[dict, int, int]]:
             ),
             target(
                 "B",
-                f"max by (namespace, pod, route, target, model_name, method, schema) (specwatch_route_info{{{ROUTE}}})",
-                "{{pod}}: {{route}} → {{target}} · {{model_name}} · {{method}} · {{schema}}",
+                f"max by (namespace, pod, route, target, model_name, method, schema, engine) "
+                f"(specwatch_route_info{{{ROUTE}}})",
+                "{{pod}}: {{route}} → {{target}} · {{engine}} · {{model_name}} · {{method}} · {{schema}}",
                 instant=True,
             ),
         ],
@@ -858,10 +868,20 @@ def variables() -> list[dict]:
             description="vLLM endpoint polled by specwatch (one per sidecar; many per standalone exporter).",
         ),
         query_var(
+            "engine",
+            "Engine",
+            'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
+            'pod=~"$pod", target=~"$target"}, engine)',
+            multi=True,
+            include_all=True,
+            description="Serving engine the target speaks (vllm, llamacpp, lmdeploy, ray-vllm, ...); narrows the "
+            "models and routes below.",
+        ),
+        query_var(
             "model_name",
             "Model",
             'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
-            'pod=~"$pod", target=~"$target"}, model_name)',
+            'pod=~"$pod", target=~"$target", engine=~"$engine"}, model_name)',
             multi=True,
             include_all=True,
             description="vLLM --served-model-name; narrows the routes below.",
@@ -870,7 +890,7 @@ def variables() -> list[dict]:
             "route",
             "Route",
             'label_values(specwatch_route_info{cluster=~"$cluster", namespace=~"$namespace", '
-            'pod=~"$pod", target=~"$target", model_name=~"$model_name"}, route)',
+            'pod=~"$pod", target=~"$target", engine=~"$engine", model_name=~"$model_name"}, route)',
             multi=True,
             include_all=True,
             description="Traffic class whose acceptance is judged (default: one per vLLM model name).",

@@ -25,6 +25,7 @@ import jsonschema
 import promql_parser
 import pytest
 
+from specwatch.verdict.decide import VERDICTS
 from support.metric_names import EXPORTED, WINDOW_DERIVED
 from support.rule_files import alert_names, recorded_names, selectors
 
@@ -90,6 +91,7 @@ STATIC_VALUES = {
     "namespace": "llm",
     "pod": ".*",
     "target": ".*",
+    "engine": ".*",
     "model_name": ".*",
     "route": ".*",
     "window": WINDOW_SENTINEL,
@@ -265,20 +267,20 @@ def _row_of(dash: dict) -> dict[str, str]:
     return out
 
 
-def test_variables_cluster_namespace_pod_target_model_route_window_with_window_default_5m(dash):
+def test_variables_cluster_namespace_pod_target_engine_model_route_window_with_window_default_5m(dash):
     v = {x["name"]: x for x in dash["templating"]["list"]}
-    assert list(v) == ["datasource", "cluster", "namespace", "pod", "target", "model_name", "route", "window"]
+    assert list(v) == ["datasource", "cluster", "namespace", "pod", "target", "engine", "model_name", "route", "window"]
     assert v["datasource"]["type"] == "datasource" and v["datasource"]["query"] == "prometheus"
     assert v["window"]["current"]["value"] == "5m" and not v["window"]["multi"]
     # cluster is optional: All (.*) also matches series without a cluster label (one Prometheus per cluster)
     assert v["cluster"]["includeAll"] and v["cluster"]["allValue"] == ".*"
     # the replicas' namespace, not specwatch's own pod's (fleet mode runs in e.g. monitoring): never from
     # specwatch_build_info below cluster, and multi-select with All
-    for name in ("namespace", "pod", "target", "model_name", "route"):
+    for name in ("namespace", "pod", "target", "engine", "model_name", "route"):
         assert "specwatch_build_info" not in v[name]["query"], name
-    for name in ("cluster", "namespace", "pod", "target", "model_name", "route"):
+    for name in ("cluster", "namespace", "pod", "target", "engine", "model_name", "route"):
         assert v[name]["multi"] and v[name]["includeAll"] and v[name]["allValue"] == ".*", name
-    for name in ("cluster", "namespace", "pod", "target", "model_name", "route", "window"):
+    for name in ("cluster", "namespace", "pod", "target", "engine", "model_name", "route", "window"):
         q = v[name]["query"]
         m = re.fullmatch(r"label_values\((.*), (\w+)\)", q)
         assert m and m.group(2) == name, q
@@ -369,10 +371,10 @@ def test_verdict_stat_maps_every_verdict_to_a_distinct_text(dash):
     p = next(p for p in panels(dash) if p["title"] == "Verdict")
     expr = p["targets"][0]["expr"]
     encoded = dict(re.findall(r'verdict="(\w+)"\} == 1\) \* (\d+)', expr))
-    assert set(encoded) == {"spec_off", "insufficient_data", "keep", "shorten", "disable"}
+    assert set(encoded) == set(VERDICTS)
     mapping = p["fieldConfig"]["defaults"]["mappings"][0]["options"]
     assert set(mapping) == set(encoded.values())
-    assert len({m["text"] for m in mapping.values()}) == 5
+    assert len({m["text"] for m in mapping.values()}) == len(VERDICTS)
 
 
 def test_stat_panels_in_the_verdict_row_use_thresholds_or_mappings(dash):

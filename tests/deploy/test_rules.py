@@ -58,6 +58,7 @@ ALERTS = {
         "SpecDecodeBelowBreakeven",
         "SpecDecodeShorterDraftRecommended",
         "SpecDecodeITLP99Regression",
+        "SpecDecodeAppliedAdviceSlowedDecode",
         "SpecDecodeMetricsMissing",
     },
     "specwatch-health": {"SpecDecodeTargetDown", "SpecDecodeExporterDown", "SpecwatchConfigReloadFailed"},
@@ -292,14 +293,20 @@ MUTATIONS = [
     # (rule file, original text, mutated text, why a correct suite must fail)
     (
         "specwatch-alerts.yaml",
-        'specwatch_acceptance_margin{window="5m"} < 0\n        for: 15m',
-        'specwatch_acceptance_margin{window="5m"} < 0\n        for: 5m',
+        'specwatch_expected_speedup_upper{window="5m"} >= 1\n        for: 15m',
+        'specwatch_expected_speedup_upper{window="5m"} >= 1\n        for: 5m',
         "fires before for: 15m",
     ),
     (
         "specwatch-alerts.yaml",
-        '          specwatch_acceptance_margin{window="5m"} < 0\n',
-        "          specwatch_acceptance_margin < 0\n",
+        '\n            unless on (cluster, job, instance, target, route)\n          specwatch_expected_speedup_upper{window="5m"} >= 1\n',
+        "\n",
+        "an undecided replica (speedup interval reaching 1) fires the below-break-even alert",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        '\n          specwatch_acceptance_margin{window="5m"} < 0\n',
+        "\n          specwatch_acceptance_margin < 0\n",
         "window not pinned: the 1m window of another route fires",
     ),
     (
@@ -377,9 +384,15 @@ MUTATIONS = [
     ),
     (
         "specwatch-alerts.yaml",
-        'count by (cluster, namespace, route) (specwatch_acceptance_margin{window="5m"} < 0)',
-        'count by (namespace, route) (specwatch_acceptance_margin{window="5m"} < 0)',
+        'count by (cluster, namespace, route) (\n            specwatch_acceptance_margin{window="5m"} < 0',
+        'count by (namespace, route) (\n            specwatch_acceptance_margin{window="5m"} < 0',
         "fleet counts of two clusters merge",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        '            specwatch_expected_speedup_upper{window="5m"} >= 1\n          )',
+        '            specwatch_expected_speedup_upper{window="5m"} >= 100\n          )',
+        "an undecided replica counts below break-even in the fleet alert",
     ),
     (
         "specwatch-alerts.yaml",
@@ -403,8 +416,8 @@ MUTATIONS = [
     ("specwatch-alerts.yaml", ") >= 0.25", ") >= 0", "fleet alert fires for a route with no replica below"),
     (
         "specwatch-alerts.yaml",
-        'count by (cluster, namespace, route) (specwatch_acceptance_margin{window="5m"} < 0)',
-        "count by (cluster, namespace, route) (specwatch_acceptance_margin < 0)",
+        '(\n            specwatch_acceptance_margin{window="5m"} < 0',
+        "(\n            specwatch_acceptance_margin < 0",
         "fleet count reads every window",
     ),
     (

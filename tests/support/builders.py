@@ -10,7 +10,7 @@ from typing import Any
 
 from specwatch import costmodel as cmod
 from specwatch.config import Config, from_mapping
-from specwatch.engines.vllm import RouteSnapshot, SeriesKey
+from specwatch.engines.series import RouteSnapshot, SeriesKey
 from specwatch.sim.scenario import Scenario, load_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.decide import Assessment

@@ -30,12 +30,19 @@ WINDOW_DERIVED = _samples(*contract.WINDOW_FAMILIES)
 RELOAD = _named("specwatch_config_last_reload_successful", "specwatch_config_last_reload_success_timestamp_seconds")
 #: Exported only once a change of draft length or method was seen.
 GRADING = _named("specwatch_advice_predicted_gain_ratio", "specwatch_advice_measured_gain_ratio")
+#: The window a change would be graded against: what a restarted sidecar reads back (docs/rollouts.md).
+BEFORE_WINDOW = _named("specwatch_advice_before_window", "specwatch_advice_before_position_acceptance_rate")
+#: The read-back's own outcome, only with `readback:` configured.
+READBACK = _named("specwatch_readback_errors", "specwatch_readback_restored_routes")
 #: How well the learned step-time curve fits: exported once a route's curve has points.
 STEP_TIME_FIT = _named(
     "specwatch_step_time_fit_points",
     "specwatch_step_time_fit_residual_ratio",
     "specwatch_step_time_predicted_seconds",
     "specwatch_step_time_observed_seconds",
+    "specwatch_step_time_curve_seconds",
 )
+#: Per {route, window}, only for an engine whose acceptance is gauges only (SGLang): what the values are.
+GAUGE_BASIS = _named("specwatch_acceptance_basis_info")
 #: Exported only while the target is up and read: nothing of them may outlive a failed poll.
-TARGET_DERIVED = WINDOW_DERIVED | MIRRORED
+TARGET_DERIVED = WINDOW_DERIVED | MIRRORED | GAUGE_BASIS

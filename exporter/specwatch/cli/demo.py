@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from specwatch.base.logsetup import configure_logging
 from specwatch.config import Config, ConfigError, from_mapping, parse_duration
+from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.lesson.options import port as port_type
 from specwatch.lesson.options import positive
 
@@ -46,10 +47,16 @@ def _fmt_breakeven(value: float | None) -> str:
 
 
 def _recommendation(evaluation: RouteEvaluation) -> str:
-    """What to do with --speculative-config, by action, as the alert descriptions render it."""
+    """What to do with --speculative-config (another engine: its flags or config), by action, as
+    the alert descriptions render it."""
     advice = evaluation.advice if evaluation.guard_passed else None
     if advice is None or advice.action is None:
         return "-"
+    if evaluation.stats.engine not in VLLM_ENGINES:
+        rendered = advise(advice, evaluation.stats.engine)
+        if rendered is None:
+            return "-"
+        return "remove" if rendered.action == "disable" else (rendered.label or "no change")
     if advice.action == "remove_speculative_config":
         return "remove"
     keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
@@ -290,11 +297,13 @@ def _show(
     out: TextIO,
     tty: bool,
 ) -> int:
+    from specwatch.sim.describe import describe
+
     base = f"http://127.0.0.1:{service.port}"
     intro = [
         f"specwatch demo: scenario {scenario.name!r} at {speed:g}x, windows {', '.join(config.window_labels)} "
         f"(wall time), poll every {config.poll_interval:g}s, verdict hold {config.decision.hold_seconds(config.poll_interval):g}s",
-        "  " + " ".join(scenario.description.split()),
+        "  " + describe(scenario),
         "  " + breakeven_line(handle.truth()),
         f"simulated vLLM: {handle.url}",
         f"sidecar: {base}/metrics  {base}/api/v1/status",

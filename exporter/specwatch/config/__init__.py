@@ -32,6 +32,7 @@ from specwatch.config.result import (
     LogConfig,
     ModelConfig,
     PrometheusConfig,
+    ReadbackConfig,
     RouteConfig,
     TargetConfig,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "LogConfig",
     "ModelConfig",
     "PrometheusConfig",
+    "ReadbackConfig",
     "RouteConfig",
     "TargetConfig",
     "format_duration",

@@ -3,9 +3,22 @@ takes named parameters and never reads a Config)."""
 
 from __future__ import annotations
 
-from specwatch.config.result import Config
+from specwatch.config.result import Config, HardwareConfig
 from specwatch.costmodel import CostModel
 from specwatch.costmodel.build import DEFAULT_DRAFT_K, build_cost_model
+
+#: Asked every poll (learning auto): built once, not a HardwareConfig per question.
+_DEFAULT_HARDWARE_PRESET = HardwareConfig().preset
+
+
+def config_is_default(config: Config) -> bool:
+    """True when neither hardware nor model was configured: the verdict rests on assumed defaults."""
+    hw, m = config.hardware, config.model
+    hardware_default = (
+        hw.preset == _DEFAULT_HARDWARE_PRESET and hw.bandwidth_bytes_per_second is None and hw.flops is None
+    )
+    model_default = m.preset is None and m.hf_config is None and m.params is None
+    return hardware_default and model_default
 
 
 def cost_model_from_config(cfg: Config) -> CostModel:
@@ -35,4 +48,22 @@ def cost_model_from_config(cfg: Config) -> CostModel:
         draft_model_config=d.model_hf_config,
         engine=cfg.engine.name,
         engine_version=cfg.engine.version,
+        # A measured profile is the target's own step time, not a guess.
+        setup_assumed=cfg.profile is None and config_is_default(cfg),
     )
+
+
+def learning_enabled(config: Config) -> bool:
+    """learning.enabled, auto (None) meaning: when the verdict would rest on defaults. A measured
+    profile always wins."""
+    if config.profile is not None:
+        return False
+    enabled = config.learning.enabled
+    return config_is_default(config) if enabled is None else enabled
+
+
+def prior_source(config: Config) -> str:
+    """default | preset | profile: what the verdicts rest on before (or without) a learned curve."""
+    if config.profile is not None:
+        return "profile"
+    return "default" if config_is_default(config) else "preset"

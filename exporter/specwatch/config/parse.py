@@ -19,7 +19,7 @@ from specwatch.config.cost_model import cost_model_from_config
 from specwatch.config.env import apply_env
 from specwatch.config.kinds import ConfigError, Context, error_from
 from specwatch.config.nodes import FROM_RESULT, Items, Key, Section, result_fields
-from specwatch.config.result import Config, PrometheusConfig, RouteConfig, TargetConfig
+from specwatch.config.result import Config, PrometheusConfig, ReadbackConfig, RouteConfig, TargetConfig
 from specwatch.config.schema import SCHEMA
 from specwatch.config.schema_sources import PROMETHEUS
 
@@ -112,13 +112,22 @@ def parse_prometheus(raw: Any, *, environ: Mapping[str, str] | None = None, base
     ctx = Context(base_dir=base_dir, environ=os.environ if environ is None else environ)
     values = parse_section(PROMETHEUS, raw, "prometheus", ctx)
     _check_authorization(values)
+    _check_canary(values)
     return PrometheusConfig(**values)
 
 
-def _check_authorization(values: Mapping[str, Any]) -> None:
+def _check_canary(values: Mapping[str, Any]) -> None:
+    """The canary is picked among replicas: by their labels and the model they serve."""
+    allowed = (*values.get("replica_labels", PrometheusConfig.replica_labels), "model_name")
+    for name in values.get("canary") or {}:
+        if name not in allowed:
+            raise ConfigError(f"prometheus.canary.{name}", f"not a replica label; allowed: {', '.join(allowed)}")
+
+
+def _check_authorization(values: Mapping[str, Any], section: str = "prometheus") -> None:
     names = {name.lower() for name in values.get("headers", {})}
     if values.get("bearer_token_file") is not None and "authorization" in names:
-        raise ConfigError("prometheus.bearer_token_file", "give it or headers.Authorization, not both")
+        raise ConfigError(f"{section}.bearer_token_file", "give it or headers.Authorization, not both")
 
 
 def _build_prometheus(values: dict[str, Any], poll_interval: float) -> PrometheusConfig:
@@ -134,6 +143,7 @@ def _build_prometheus(values: dict[str, Any], poll_interval: float) -> Prometheu
             )
     section = values["prometheus"]
     _check_authorization(section)
+    _check_canary(section)
     timeout = section.get("timeout")
     if timeout is None:
         # As for targets: a fifth of the interval free, so queries never overlap the next poll.
@@ -174,6 +184,12 @@ def _build(values: dict[str, Any]) -> Config:
         routes = _build_routes(values, [t.name for t in targets])
     if len({r.name for r in routes}) != len(routes):
         raise ConfigError("routes", "names must be unique")
+    readback = values.get("readback")
+    if readback is not None:
+        if prometheus is not None:
+            raise ConfigError("readback", "not used with prometheus: (fleet mode grades rollouts itself); remove it")
+        _check_authorization(readback, "readback")
+        values = {**values, "readback": ReadbackConfig(**readback)}
 
     hardware = values.get("hardware")
     if (

@@ -20,6 +20,7 @@ class TargetConfig:
     url: str = "http://127.0.0.1:8000/metrics"
     timeout: float = 2.0
     max_bytes: int = 16 * 2**20
+    engine: str = "auto"  # an engines.registry name, or "auto": detected from each payload
     # Values may be "${ENV}"; resolved at load time and never logged.
     headers: Mapping[str, str] = field(default_factory=dict)
 
@@ -80,6 +81,8 @@ class EngineConfig:
 class DecisionConfig:
     min_drafts: int = 500
     margin: float = 0.02
+    # Two-sided confidence level of the predicted speedup's interval (costmodel/uncertainty.py).
+    confidence: float = 0.9
     # Seconds (float, from "30s"), or an int: a count of evaluations, as before durations existed.
     hold: float | int = 30.0
 
@@ -132,6 +135,9 @@ class PrometheusConfig:
     max_bytes: int = 64 * 2**20
     # Prometheus's scrape interval of the vLLM job; None infers it from each replica's samples.
     scrape_interval: float | None = None
+    # The spec-off replicas whose step times are each route's measured baseline, by label value;
+    # empty: every replica of the route without speculation (fleet/baseline.py).
+    canary: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def matchers(self) -> str:
@@ -140,6 +146,34 @@ class PrometheusConfig:
         if text.startswith("{") and text.endswith("}"):
             text = text[1:-1]
         return text.strip().rstrip(",").rstrip()
+
+
+@dataclass(frozen=True)
+class ReadbackConfig:
+    """`readback:` sidecar mode: at start, read back from the Prometheus that scrapes this sidecar
+    what the previous pod of the same route exported (its last before-window), so a change applied
+    by replacing the pod is still graded (docs/rollouts.md)."""
+
+    url: str
+    # Label matchers that pick this deployment's specwatch series (the pod label changes with each pod).
+    selector: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    bearer_token_file: str | None = None
+    timeout: float = 5.0
+    max_bytes: int = 4 * 2**20
+    # How far back the previous pod's last sample may lie.
+    lookback: float = 3600.0
+
+    def as_prometheus(self) -> PrometheusConfig:
+        """The query client's settings (fleet mode's client serves both)."""
+        return PrometheusConfig(
+            url=self.url,
+            selector=self.selector,
+            headers=self.headers,
+            bearer_token_file=self.bearer_token_file,
+            timeout=self.timeout,
+            max_bytes=self.max_bytes,
+        )
 
 
 @dataclass(frozen=True)
@@ -168,6 +202,8 @@ class Config:
     shutdown_drain: float = 600.0
     # Fleet mode when set (targets is then empty); None: sidecar mode, polling targets.
     prometheus: PrometheusConfig | None = None
+    # Sidecar mode: restore the previous pod's before-window at start (None: start from nothing).
+    readback: ReadbackConfig | None = None
 
     @property
     def window_labels(self) -> tuple[str, ...]:

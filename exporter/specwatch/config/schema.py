@@ -31,7 +31,7 @@ from specwatch.config.file_kinds import StepTimeProfile
 from specwatch.config.kinds import Choice, Duration, DurationList, HoldTime, Listen, Number
 from specwatch.config.nodes import Items, Key, Section
 from specwatch.config.schema_costmodel import DRAFT, ENGINE, HARDWARE, LEARNING, MODEL
-from specwatch.config.schema_sources import PROMETHEUS, ROUTE, TARGET
+from specwatch.config.schema_sources import PROMETHEUS, READBACK, ROUTE, TARGET
 
 
 def _fixed(*values: str) -> Callable[[], tuple[str, ...]]:
@@ -50,6 +50,13 @@ DECISION = Section(
             example=1000,
         ),
         Key("margin", Number(minimum=0, maximum=0.5), "hysteresis band around the break-even", example=0.05),
+        Key(
+            "confidence",
+            Number(minimum=0.5, maximum=0.999, exclusive_minimum=True),
+            "confidence level of the predicted speedup's interval; keep, shorten and disable are given "
+            "only when it is clear of 1, otherwise the verdict is undecided",
+            example=0.95,
+        ),
         Key(
             "hold",
             HoldTime(),
@@ -145,5 +152,6 @@ SCHEMA = Section(
             example="5m",
         ),
         PROMETHEUS,
+        READBACK,
     ),
 )

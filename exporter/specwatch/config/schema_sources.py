@@ -1,20 +1,27 @@
 """The config sections of where specwatch reads vLLM: `targets` (the /metrics endpoints a sidecar
-polls), `routes` (named traffic classes on them) and `prometheus` (fleet mode's query API). Part of
-the config schema table (config/schema.py holds its root)."""
+polls), `routes` (named traffic classes on them), `prometheus` (fleet mode's query API) and
+`readback` (where a restarted sidecar reads back what its previous pod exported). Part of the config
+schema table (config/schema.py holds its root)."""
 
 from __future__ import annotations
 
 from specwatch.config import result
 from specwatch.config.file_kinds import ExistingFile
-from specwatch.config.kinds import POSITIVE, Duration, Flag, Name, Size, Text, Url
+from specwatch.config.kinds import POSITIVE, Choice, Duration, Flag, Name, Size, Text, Url
 from specwatch.config.label_kinds import LabelMatchers, LabelNames
 from specwatch.config.mapping_kinds import StringMap
 from specwatch.config.nodes import Key, Section
+from specwatch.engines.registry import AUTO, ENGINE_NAMES
+
+
+def _engine_choices() -> tuple[str, ...]:
+    return (AUTO, *ENGINE_NAMES)
+
 
 TARGET = Section(
     "targets",
     result.TargetConfig,
-    doc="a vLLM /metrics endpoint",
+    doc="a serving engine's /metrics endpoint (vLLM, or another engine of docs/engines.md)",
     keys=(
         Key(
             "name",
@@ -26,7 +33,7 @@ TARGET = Section(
         Key(
             "url",
             Url(),
-            "http(s) URL of vLLM's /metrics; redirects are not followed, proxies ignored",
+            "http(s) URL of the engine's /metrics; redirects are not followed, proxies ignored",
             example="http://10.0.0.1:8000/metrics",
             env="SPECWATCH_TARGET_URL",
         ),
@@ -38,6 +45,12 @@ TARGET = Section(
             default_doc="min(2s, 0.8 x poll_interval)",
         ),
         Key("max_bytes", Size(), "cap on the decoded body (gzip bombs stop here)", example="4MiB"),
+        Key(
+            "engine",
+            Choice(_engine_choices, noun="engine"),
+            "serving engine whose metrics the target exports; auto: detected from each payload's families",
+            example="llamacpp",
+        ),
         Key(
             "headers",
             StringMap(env_refs=True),
@@ -143,5 +156,59 @@ PROMETHEUS = Section(
             example="30s",
             nullable=True,
         ),
+        Key(
+            "canary",
+            StringMap(),
+            "replica labels (or model_name) of the spec-off replicas whose step times are the route's "
+            "baseline (docs/fleet.md); empty: every replica of the route without speculation",
+            example={"model_name": "llama-3.1-8b"},
+            nullable=True,
+        ),
+    ),
+)
+
+
+READBACK = Section(
+    "readback",
+    result.ReadbackConfig,
+    nullable=True,
+    doc="sidecar mode: at start, read back the previous pod's before-window from the Prometheus that "
+    "scrapes specwatch, so a change applied by replacing the pod is graded (docs/rollouts.md)",
+    keys=(
+        Key(
+            "url",
+            Url(base=True),
+            "base URL of the Prometheus-compatible query API that scrapes this sidecar",
+            example="http://prometheus:9090",
+            required=True,
+        ),
+        Key(
+            "selector",
+            LabelMatchers(),
+            "PromQL label matchers that pick this deployment's specwatch series (not the pod: it changes)",
+            example='{namespace="llm", job="vllm-llama"}',
+        ),
+        Key(
+            "headers",
+            StringMap(env_refs=True, http_headers=True),
+            'request headers (Mimir/Cortex tenant); values may be "${ENV_VAR}", never logged; env: a JSON object',
+            example={"X-Scope-OrgID": "${TENANT}"},
+            nullable=True,
+        ),
+        Key(
+            "bearer_token_file",
+            ExistingFile(),
+            "file holding a bearer token (relative to this file)",
+            example="/var/run/secrets/kubernetes.io/serviceaccount/token",
+            nullable=True,
+        ),
+        Key(
+            "timeout",
+            Duration(),
+            "deadline of the whole read-back; polling starts without waiting for it",
+            example="2s",
+        ),
+        Key("max_bytes", Size(), "cap on one decoded query answer", example="8MiB"),
+        Key("lookback", Duration(), "how long ago the previous pod's last sample may be", example="6h"),
     ),
 )

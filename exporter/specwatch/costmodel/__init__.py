@@ -13,6 +13,7 @@ validates names against the presets defined here). Modules, in the order they bu
 - ``search``     the one bisection
 - ``breakeven``  break-even, expected speedup, best K, max speculative batch, schedules, config
 - ``build``      build_cost_model (named parameters; specwatch.config.cost_model builds one from a Config)
+- ``uncertainty``  the interval of a predicted speedup (model error, alpha's noise) and canary length
 
 The model and its calibration are documented in docs/costmodel.md.
 """
@@ -23,11 +24,13 @@ from specwatch.costmodel.breakeven import (
     MAX_BATCH_LIMIT,
     ZERO_K_BAND_SLOWDOWN,
     ZERO_K_BAND_SPEEDUP,
+    OverheadBreakdown,
     best_draft_length,
     breakeven_acceptance_rate,
     expected_speedup,
     expected_speedup_for_positions,
     max_speculative_batch_size,
+    overhead_breakdown,
     per_token_rate_from_alpha,
     position_rates_from_alpha,
     recommend_schedule,
@@ -103,6 +106,7 @@ __all__ = [
     "EnginePrior",
     "HardwareSpec",
     "ModelSpec",
+    "OverheadBreakdown",
     "Profile",
     "StepTimeCurve",
     "best_draft_length",
@@ -124,6 +128,7 @@ __all__ = [
     "model_spec_from_params",
     "model_total_weight_bytes",
     "model_weight_bytes",
+    "overhead_breakdown",
     "parse_profile",
     "per_token_rate_from_alpha",
     "position_rates_from_alpha",

@@ -10,6 +10,7 @@ model-based drafters). Derivations: docs/costmodel.md.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from specwatch.costmodel.roofline import CostModel
 from specwatch.costmodel.search import last_true, solve_increasing
@@ -22,6 +23,36 @@ def breakeven_acceptance_rate(cm: CostModel, batch: float, k: float, coverage: f
         raise ValueError("k must be > 0")
     base, spec = cm.step_times(batch, k, coverage)
     return (spec / base - 1.0) / (k * coverage)
+
+
+@dataclass(frozen=True)
+class OverheadBreakdown:
+    """The lesson's epsilon (a speculative step's extra time over a plain one, as a share of the
+    plain step) split by what pays it. ``epsilon = verify + drafting + fixed`` and the break-even is
+    ``epsilon / (coverage·K)`` exactly: the lesson's one-line formula, with epsilon priced at the
+    batch instead of held at a constant."""
+
+    verify: float  # the target's forward over B·(1 + coverage·K) tokens instead of B
+    drafting: float  # the drafter's passes
+    fixed: float  # the engine's fixed costs of a speculative step (per step and per request)
+
+    @property
+    def epsilon(self) -> float:
+        return self.verify + self.drafting + self.fixed
+
+
+def overhead_breakdown(cm: CostModel, batch: float, k: float, coverage: float = 1.0) -> OverheadBreakdown:
+    """epsilon(B, K) in three parts that sum to ``T_spec / T_base − 1`` (CostModel.spec_step_time's
+    own terms, so ``epsilon / (coverage·K)`` is ``breakeven_acceptance_rate``)."""
+    if k <= 0:
+        raise ValueError("k must be > 0")
+    b = max(float(batch), 1.0)
+    base, spec = cm.step_times(b, k, coverage)
+    verify_tokens = b * (1 + coverage * k)
+    fixed = cm.spec_overhead_time(b, verify_tokens)
+    verify = cm.step_time(verify_tokens, b * cm.context_tokens) - base
+    drafting = spec - base - verify - fixed  # c·draft_time, as spec_step_time charges it
+    return OverheadBreakdown(verify / base, drafting / base, fixed / base)
 
 
 def expected_speedup(cm: CostModel, batch: float, k: float, alpha: float, coverage: float = 1.0) -> float:

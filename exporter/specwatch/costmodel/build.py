@@ -54,6 +54,7 @@ def build_cost_model(
     draft_model_config: Mapping[str, object] | None = None,
     engine: str | None = None,
     engine_version: str | None = None,
+    setup_assumed: bool = False,
 ) -> CostModel:
     """A CostModel for one target on one GPU set.
 
@@ -72,7 +73,10 @@ def build_cost_model(
     engine / engine_version: the serving engine, whose fixed costs of speculation (per verify step,
       per request, per drafting pass) come from engine_priors.prior_for; None: the generic constants
       (the per-engine fits are not yet validated out of sample: docs/costmodel.md, "Priors per
-      engine"). ``draft_cost_per_token`` replaces them all.
+      engine"). ``draft_cost_per_token`` replaces them all. The prior's calibration error becomes
+      the model's (``calibration_log_error``).
+    setup_assumed: neither hardware nor model was given, so both are defaults (the speedup's
+      interval widens until a learned curve replaces the guess; costmodel/uncertainty.py).
 
     Raises CostModelError whose ``key`` is the config key at fault.
     """
@@ -109,4 +113,6 @@ def build_cost_model(
         profile=profile,
         verify_overhead_seconds=prior.verify_overhead_seconds,
         verify_seconds_per_request=prior.verify_seconds_per_request,
+        calibration_log_error=prior.log_error,
+        setup_assumed=setup_assumed,
     )

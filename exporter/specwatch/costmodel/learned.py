@@ -1,24 +1,27 @@
 """The step-time curve of the watched server, learned online from its own metrics.
 
 Each evaluation window gives one point (observation.py: the load and the mean step it measured,
-and what a cost model predicts for that step). The point is stored as the ratio of the measured time to what the prior (the
-roofline CostModel) predicts for that very step: verify + drafting (by method class: n-gram about
-free, EAGLE/MTP/draft model the prior's share) + the fixed costs of speculation for spec-on
-windows, the plain step for spec-off windows.
+and what a cost model predicts for that step); points of several servers that end together (fleet
+mode: one poll's replicas of a route) are added together. The point is stored as the ratio of the
+measured time to what the prior (the roofline CostModel) predicts for that very step: verify +
+drafting (by method class: n-gram about free, EAGLE/MTP/draft model the prior's share) + the fixed
+costs of speculation for spec-on windows, the plain step for spec-off windows.
 
 Memory is bounded: ratios live in a fixed set of bins over log2(n) (``BINS_PER_DOUBLING`` per
 doubling up to ``MAX_TOKENS``), each an exponentially forgotten mean of log-ratios (half-life
 ``half_life_seconds``), updated with a Huber weight so a window spoiled by a prefill burst or a
-stall moves it little. Spec-off windows, when there are any, take precedence in their bins: they
-measure the target alone, with no drafting share to separate.
+stall moves it little. Spec-off windows, when there are any, are the target's step over the span
+of tokens they cover (they measure the target alone), and are dropped ``BASELINE_HALF_LIVES``
+after the last one.
 
 The curve (``LearnedStepCurve``, a ``StepTimeCurve``) is ratio(n) × prior step time, with ratio
 interpolated over log n between bins with data, held at the nearest bin outside them (the prior's
 shape), and made non-decreasing in n (pool-adjacent-violators). The prior's absolute spec costs are
 scaled by the same ratio at the step's tokens (``CostModel.cost_scale``), so drafting and the fixed
 costs stay in proportion on a server slower or faster than the roofline, and the model reproduces
-the spec-on steps it learned from. Below ``min_points`` the prior is used
-unchanged. A measured ``profile`` overrides learning altogether (build.py). Pure: no I/O, no clock.
+the spec-on steps it learned from; where spec-off windows cover the spec-on steps' tokens, the
+spec-on excess measures that scale instead (a uniform scale cancels out of the speedup, so only a
+measured one corrects a prior's split). Below ``min_points`` the prior is used unchanged. A measured ``profile`` overrides learning altogether (build.py). Pure: no I/O, no clock.
 docs/costmodel.md, "Learned step-time curve", documents the method and its limits.
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from specwatch.costmodel.observation import (
@@ -62,6 +66,12 @@ MIN_RESIDUAL_SCALE = 0.05
 #: Default learning settings (config ``learning:``; docs/costmodel.md).
 DEFAULT_MIN_POINTS = 6
 DEFAULT_HALF_LIFE_SECONDS = 6 * 3600.0
+#: A spec-off bin is dropped this many half-lives after its latest window (48 h at the default 6 h):
+#: the target's own step time, measured before speculation was switched on or on a canary, is
+#: trusted that long after the last such window, then the deployment may have changed under it.
+BASELINE_HALF_LIVES = 8
+#: Windows' worth of the overall scale of the spec costs that each bin's own scale is drawn toward.
+SCALE_PRIOR_POINTS = 4.0
 #: Latest points kept as they came, to refit them under another prior (``with_prior``).
 RETAINED_POINTS = 32
 
@@ -81,6 +91,7 @@ class _Bin:
     log_ratio_sq: float = 0.0  # for the in-sample residual
     log_tokens: float = 0.0
     share: float = 0.0  # the prior's drafting + fixed-cost share of the step (spec on)
+    t: float = 0.0  # end of its latest window
 
 
 @dataclass
@@ -93,6 +104,10 @@ class _Side:
         for b in self.bins.values():
             b.weight *= factor
 
+    def forget_before(self, t: float) -> None:
+        for index in [i for i, b in self.bins.items() if b.t < t]:
+            del self.bins[index]
+
     def add(
         self,
         index: int,
@@ -100,8 +115,10 @@ class _Side:
         log_ratio: float,
         weight: float,
         share: float = 0.0,
+        t: float = 0.0,
     ) -> None:
         b = self.bins.setdefault(index, _Bin())
+        b.t = max(b.t, t)
         total = b.weight + weight
         b.share += (share - b.share) * weight / total
         b.log_ratio += (log_ratio - b.log_ratio) * weight / total
@@ -124,8 +141,10 @@ class LearnedStepCurve:
     points: float  # effective (forgotten) number of windows behind it
     residual_ratio: float  # in-sample RMS spread of measured/fitted (exp(rms log) − 1)
     #: Measured scale of the prior's drafting + fixed costs (spec-on vs spec-off spans at the same
-    #: tokens); None: they scale like the target (``ratio``).
+    #: tokens), over all of them; None: they scale like the target (``ratio``).
     spec_scale: float | None = None
+    #: The same per bin where both were measured, as (log2 tokens, scale) knots.
+    spec_scales: tuple[tuple[float, float], ...] = ()
     source: str = "learned"
 
     #: ratio() per query-token count: a speculative step asks it twice for the same tokens (the
@@ -159,7 +178,9 @@ class LearnedStepCurve:
 
     def spec_cost_ratio(self, tokens: float) -> float:
         """Scale of the prior's absolute spec costs (drafting, fixed costs) at ``tokens``."""
-        return self.spec_scale if self.spec_scale is not None else self.ratio(tokens)
+        if self.spec_scale is None:
+            return self.ratio(tokens)
+        return _scale_at(self.spec_scale, self.spec_scales, math.log2(max(tokens, 1.0)))
 
     def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:
         return self.ratio(tokens) * self.prior.step_time(tokens, context_tokens)
@@ -194,8 +215,8 @@ class StepTimeLearner:
         method class became known after the first windows (their points are the same drafter's,
         only the prior's drafting share was not known yet)."""
         learner = StepTimeLearner(prior, min_points=self.min_points, half_life_seconds=self.half_life_seconds)
-        for obs in self._recent:
-            learner.add(obs)
+        for _, together in itertools.groupby(self._recent, key=lambda obs: obs.t):
+            learner.add_together(list(together))
         return learner
 
     @property
@@ -205,19 +226,37 @@ class StepTimeLearner:
     def add(self, obs: StepObservation) -> None:
         if self._t is not None and obs.t <= self._t:
             return  # one point per window end: a repeated or older time adds nothing new
+        self._advance(obs.t)
+        self._add(obs, self.predict(obs))  # the curve before this window, for the Huber weight
+
+    def add_together(self, observations: Sequence[StepObservation]) -> None:
+        """Points of several servers of one route that ended at the same time (fleet mode: the
+        replicas of one poll), each weighed against the curve before them all."""
+        points = [obs for obs in observations if self._t is None or obs.t > self._t]
+        if not points:
+            return
+        self._advance(max(obs.t for obs in points))
+        curve = self._fit()
+        model = learned_cost_model(self.prior, curve) if curve is not None else None
+        for obs in points:
+            self._add(obs, model_step_seconds(model, obs, self.prior) if model is not None else None)
+
+    def _advance(self, t: float) -> None:
         if self._t is not None and self.half_life_seconds > 0:
-            factor = 0.5 ** ((obs.t - self._t) / self.half_life_seconds)
+            factor = 0.5 ** ((t - self._t) / self.half_life_seconds)
             self._spec.decay(factor)
             self._plain.decay(factor)
             self._points *= factor
-        self._t = obs.t
+            self._plain.forget_before(t - BASELINE_HALF_LIVES * self.half_life_seconds)
+        self._t = t
+
+    def _add(self, obs: StepObservation, current: float | None) -> None:
         self.last = obs
         self._recent.append(obs)
         prior = prior_step_seconds(self.prior, obs)
         if not (prior > 0):
             return
         log_ratio = math.log(obs.step_seconds / prior)
-        current = self.predict(obs)  # the curve before this window, for the Huber weight
         expected = math.log(current / prior) if current is not None else log_ratio
         residual = abs(log_ratio - expected)
         weight = 1.0 if residual <= HUBER_K * self._scale else HUBER_K * self._scale / residual
@@ -230,10 +269,17 @@ class StepTimeLearner:
             log_ratio,
             weight,
             share,
+            obs.t,
         )
         self._points += 1.0
         self._added += 1
         self._curve = None
+
+    @property
+    def baseline_points(self) -> float:
+        """Forgotten weight of the spec-off windows behind the curve: above 0, the target's own step
+        time T(B) was measured, and the split between target and speculation is the data's."""
+        return sum(b.weight for b in self._plain.bins.values() if b.weight > 1e-9)
 
     def predict(self, obs: StepObservation) -> float | None:
         """The current curve's step time for the step ``obs`` measured (None before any data)."""
@@ -253,26 +299,8 @@ class StepTimeLearner:
             return self._curve
         plain = {i: b for i, b in self._plain.bins.items() if b.weight > 1e-9}
         spec = {i: b for i, b in self._spec.bins.items() if b.weight > 1e-9}
-        spec_scale = _spec_cost_scale(plain, spec)
-        merged: dict[int, _Bin] = {}
-        for i, b in spec.items():
-            if spec_scale is None:
-                merged[i] = b  # drafting and fixed costs scale like the target (the prior's split)
-            else:
-                # The target's share of a spec step: measured spec ratio minus the measured scale
-                # of the prior's drafting + fixed-cost share.
-                target = max(
-                    (math.exp(b.log_ratio) - spec_scale * b.share) / max(1.0 - b.share, 1e-6),
-                    1e-3,
-                )
-                merged[i] = _Bin(
-                    b.weight,
-                    math.log(target),
-                    b.log_ratio_sq - b.log_ratio**2 + math.log(target) ** 2,
-                    b.log_tokens,
-                    0.0,
-                )
-        merged.update(plain)  # the target alone: no drafting share to separate
+        overall_scale, spec_scales = _spec_cost_scales(plain, spec)
+        merged = _target_bins(plain, spec, overall_scale, spec_scales)
         if not merged:
             return None
         order = sorted(merged)
@@ -313,9 +341,43 @@ class StepTimeLearner:
             knots=tuple(knots),
             points=self._points,
             residual_ratio=residual,
-            spec_scale=spec_scale,
+            spec_scale=overall_scale,
+            spec_scales=spec_scales,
         )
         return self._curve
+
+
+def _target_bins(
+    plain: dict[int, _Bin],
+    spec: dict[int, _Bin],
+    overall_scale: float | None,
+    spec_scales: Sequence[tuple[float, float]],
+) -> dict[int, _Bin]:
+    """The target's own step per bin: the spec-off bins as measured, and the spec-on bins outside
+    their span less the drafting and fixed costs (at the measured scale, else the prior's split).
+    Inside the span the spec-off windows measured the target itself; the spec-on bins there
+    measured the scale of the spec costs instead."""
+    span = (min(b.log_tokens for b in plain.values()), max(b.log_tokens for b in plain.values())) if plain else None
+    merged: dict[int, _Bin] = {}
+    for i, b in spec.items():
+        if span is not None and span[0] <= b.log_tokens <= span[1]:
+            continue
+        if overall_scale is None:
+            merged[i] = b  # drafting and fixed costs scale like the target (the prior's split)
+            continue
+        # The target's share of a spec step: measured spec ratio minus the measured scale of the
+        # prior's drafting + fixed-cost share.
+        spec_scale = _scale_at(overall_scale, spec_scales, b.log_tokens)
+        target = max((math.exp(b.log_ratio) - spec_scale * b.share) / max(1.0 - b.share, 1e-6), 1e-3)
+        merged[i] = _Bin(
+            b.weight,
+            math.log(target),
+            b.log_ratio_sq - b.log_ratio**2 + math.log(target) ** 2,
+            b.log_tokens,
+            0.0,
+        )
+    merged.update(plain)  # the target alone: no drafting share to separate
+    return merged
 
 
 def _interpolated_log_ratio(bins: dict[int, _Bin], log_tokens: float) -> float | None:
@@ -331,20 +393,47 @@ def _interpolated_log_ratio(bins: dict[int, _Bin], log_tokens: float) -> float |
     return pts[-1][1]
 
 
-def _spec_cost_scale(plain: dict[int, _Bin], spec: dict[int, _Bin]) -> float | None:
+def _spec_cost_scales(
+    plain: dict[int, _Bin], spec: dict[int, _Bin]
+) -> tuple[float | None, tuple[tuple[float, float], ...]]:
     """Where spec-off and spec-on spans cover the same tokens, the spec-on excess over the target
-    measures the drafting + fixed costs directly: their scale relative to the prior's. None when
-    the data does not allow it (then they scale like the target)."""
+    measures the drafting + fixed costs directly: their scale relative to the prior's. Returns the
+    scale over all such bins (None when there are none: then they scale like the target) and the
+    scale per bin as (log2 tokens, scale), tokens increasing, each drawn toward the overall one by
+    SCALE_PRIOR_POINTS windows (a bin of one or two windows is mostly noise)."""
+    found = []
     num = den = 0.0
     for b in spec.values():
         plain_log_ratio = _interpolated_log_ratio(plain, b.log_tokens)
         if plain_log_ratio is None or b.share <= 0.02:
             continue
-        num += b.weight * (math.exp(b.log_ratio) - math.exp(plain_log_ratio) * (1.0 - b.share))
+        excess = math.exp(b.log_ratio) - math.exp(plain_log_ratio) * (1.0 - b.share)
+        found.append((b.log_tokens, b.weight, excess / b.share))
+        num += b.weight * excess
         den += b.weight * b.share
     if den <= 0:
-        return None
-    return max(num / den, 0.0)
+        return None, ()
+    overall = max(num / den, 0.0)
+    per_bin = tuple(
+        sorted(
+            (x, max((w * scale + SCALE_PRIOR_POINTS * overall) / (w + SCALE_PRIOR_POINTS), 0.0))
+            for x, w, scale in found
+        )
+    )
+    return overall, per_bin
+
+
+def _scale_at(overall: float, per_bin: Sequence[tuple[float, float]], log_tokens: float) -> float:
+    """The spec costs' scale at ``log_tokens``: linear between the bins that measured it, held at
+    the nearest outside them; the overall scale when no bin did."""
+    if not per_bin:
+        return overall
+    if log_tokens <= per_bin[0][0]:
+        return per_bin[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(per_bin):
+        if log_tokens <= x1:
+            return y0 + (y1 - y0) * (log_tokens - x0) / (x1 - x0) if x1 > x0 else y1
+    return per_bin[-1][1]
 
 
 def learned_cost_model(prior: CostModel, curve: LearnedStepCurve) -> CostModel:

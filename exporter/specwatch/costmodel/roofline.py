@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from specwatch.costmodel.draft import DRAFT_METHODS, METHOD_ALIASES, NGRAM_FRACTION_OF_VERIFY, DraftCost, draft_cost_for
+from specwatch.costmodel.engine_priors import GENERIC
 from specwatch.costmodel.errors import CostModelError
 from specwatch.costmodel.hardware import COMPUTE_DTYPE, HardwareSpec
 from specwatch.costmodel.models import DTYPE_BYTES, ModelSpec, model_total_weight_bytes, model_weight_bytes
@@ -72,6 +73,10 @@ class CostModel:
     draft: DraftCost = field(default_factory=DraftCost)
     #: Measured step time of the target; replaces the roofline when set (see profile.py).
     profile: StepTimeCurve | None = None
+    #: One-sigma error of a predicted speedup, log units: the engine prior's (engine_priors.py).
+    calibration_log_error: float = GENERIC.log_error
+    #: Neither hardware nor model was configured: the step times are a guess (uncertainty.py).
+    setup_assumed: bool = False
     # step_times' memo: (batch, K, coverage) -> (T_base, T_spec). Not compared; replace() starts
     # a new one (every field that changes a step time makes a new model).
     _memo: dict[tuple[float, float, float], tuple[float, float]] = field(

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+#: With it true, vLLM sizes each step's draft itself (adaptive verification): K is only a maximum.
+ADAPTIVE_VERIFICATION_KEY = "enable_adaptive_verification"
 #: JSON-compatible value of ``--speculative-config``.
 SpeculativeConfigValue = str | int | list[list[int]]
 #: Methods that may propose fewer than K tokens (lookup finds no match).
@@ -59,6 +61,7 @@ class SpeculativeSchedule:
     num_speculative_tokens: int
     method: str | None
     entries: tuple[ScheduleEntry, ...] = ()
+    adaptive: bool = False  # adaptive verification: drafts up to K, as the engine decides per step
 
     @property
     def has_schedule(self) -> bool:
@@ -66,8 +69,9 @@ class SpeculativeSchedule:
 
     @property
     def one_sided(self) -> bool:
-        """n-gram and suffix lookup may propose fewer tokens than K (no match)."""
-        return (self.method or "").lower() in SHORT_PROPOSING_METHODS
+        """n-gram and suffix lookup may propose fewer tokens than K (no match), and so may a
+        drafter under adaptive verification."""
+        return self.adaptive or (self.method or "").lower() in SHORT_PROPOSING_METHODS
 
     def k_range_at(self, batch: int) -> tuple[int, int]:
         """(lowest, highest) K the config gives at this batch size, over its context buckets."""
@@ -127,9 +131,10 @@ def parse_speculative_config(config: Mapping[str, object]) -> SpeculativeSchedul
     method = config.get("method")
     if method is not None and not isinstance(method, str):
         raise SpeculativeConfigError("method", f"expected a string, got {method!r}")
+    adaptive = config.get(ADAPTIVE_VERIFICATION_KEY) is True
     raw = config.get("num_speculative_tokens_per_batch_size")
     if raw is None:
-        return SpeculativeSchedule(k, method)
+        return SpeculativeSchedule(k, method, adaptive=adaptive)
     field = "num_speculative_tokens_per_batch_size"
     if not isinstance(raw, list) or not raw:
         raise SpeculativeConfigError(field, "expected a non-empty list of [bs_lo, bs_hi, K] entries")
@@ -166,7 +171,7 @@ def parse_speculative_config(config: Mapping[str, object]) -> SpeculativeSchedul
         )
         for e in entries
     ]
-    return SpeculativeSchedule(k, method, tuple(entries))
+    return SpeculativeSchedule(k, method, tuple(entries), adaptive)
 
 
 def schedule_from_config(config: Mapping[str, object] | None) -> SpeculativeSchedule | None:

@@ -16,11 +16,13 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
-from specwatch.engines.vllm import Counter
+from specwatch.engines.advice import VLLM_ENGINES, advise
+from specwatch.engines.series import Counter
 from specwatch.export import contract
-from specwatch.sidecar.state import State
-from specwatch.verdict.decide import VERDICTS
+from specwatch.sidecar.state import RouteState, State
+from specwatch.verdict.decide import VERDICTS, Assessment
 from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.windows.derive import COUNTER_RATIO
 
 MIRRORED_COUNTERS = {
     Counter.DRAFTS: "specwatch_drafts",
@@ -32,6 +34,22 @@ MIRRORED_COUNTERS = {
 
 def _fmt_le(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def config_label(advice: Assessment, engine: str) -> tuple[str, str]:
+    """specwatch_recommended_config_info's (config, action) labels for a window's advice."""
+    keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
+    m = advice.measurement
+    if m is not None:
+        keys = m.speculative_config if m.speculative_config is not None else m.config_changes
+    text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
+    if m is not None and not keys:  # a canary, or nothing to measure: the label says which
+        text = m.kind
+    action = str(advice.action)
+    if engine not in VLLM_ENGINES:  # in that engine's terms
+        rendered = advise(advice, engine)
+        text, action = (rendered.label, rendered.export_action) if rendered is not None else ("", action)
+    return text, action
 
 
 def add_evaluation(families: contract.Families, wlabels: list[str], evaluation: RouteEvaluation) -> None:
@@ -48,6 +66,8 @@ def add_evaluation(families: contract.Families, wlabels: list[str], evaluation: 
     for position, value in enumerate(evaluation.position_rates or ()):  # a guarded stat
         families.add("specwatch_position_acceptance_rate", wlabels + [str(position)], value)
     families.add("specwatch_window_drafts", wlabels, evaluation.stats.drafts)
+    if evaluation.stats.acceptance_basis != COUNTER_RATIO and evaluation.acceptance_rate is not None:
+        families.add("specwatch_acceptance_basis_info", wlabels + [evaluation.stats.acceptance_basis], 1)
     if evaluation.verdict is not None:
         for name in VERDICTS:
             families.add("specwatch_verdict", wlabels + [name], 1 if name == evaluation.verdict else 0)
@@ -56,9 +76,9 @@ def add_evaluation(families: contract.Families, wlabels: list[str], evaluation: 
         families.add("specwatch_configured_draft_length", wlabels, evaluation.config_check.configured_k)
     advice = evaluation.advice if evaluation.guard_passed else None
     if advice is not None and advice.action is not None:
-        keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
-        text = json.dumps(keys, separators=(",", ":"), sort_keys=True) if keys else ""
-        families.add("specwatch_recommended_config_info", wlabels + [text, advice.action], 1)
+        families.add(
+            "specwatch_recommended_config_info", wlabels + list(config_label(advice, evaluation.stats.engine)), 1
+        )
 
 
 class SpecwatchCollector(Collector):
@@ -83,7 +103,7 @@ class SpecwatchCollector(Collector):
         if cm is not None:
             families.add(
                 "specwatch_cost_model_info",
-                [cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method],
+                [cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method, cm.baseline],
                 1,
             )
         down = {t.name for t in state.targets if t.up is False}
@@ -100,6 +120,12 @@ class SpecwatchCollector(Collector):
             ):
                 if value is not None and math.isfinite(value):
                     families.add(name, labels, value)
+        for route in state.routes:
+            if route.target not in down and route.current:
+                for tokens, seconds in route.curve_knots:
+                    families.add(
+                        "specwatch_step_time_curve_seconds", [route.route, route.target, f"{tokens:.6g}"], seconds
+                    )
 
     def _health(self, state: State, families: contract.Families) -> None:
         for target in state.targets:
@@ -125,25 +151,42 @@ class SpecwatchCollector(Collector):
             families.add(expects, [name, target], 1 if expected else 0)
         for route in state.routes:
             labels = [route.route, route.target]
-            families.add("specwatch_route_info", [*labels, route.model_name, route.method, route.schema], 1)
+            families.add(
+                "specwatch_route_info", [*labels, route.model_name, route.method, route.schema, route.engine], 1
+            )
             families.add(expects, labels, 1 if route.expects_speculation else 0)
             families.add("specwatch_baseline_itl_p99_seconds", labels, route.baseline_itl_p99_seconds)
             if route.target in down or not route.current:
                 continue
-            if route.spec_present:
-                for kind in (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED):
-                    families.add(MIRRORED_COUNTERS[kind], labels, route.mirrored[kind])
-                for position, value in route.positions:
-                    families.add("specwatch_accepted_tokens_by_position", labels + [str(position)], value)
-            families.add(MIRRORED_COUNTERS[Counter.GEN], labels, route.mirrored[Counter.GEN])
+            _add_mirrored(route, labels, families)
             if route.itl_buckets:
                 buckets = [(_fmt_le(b), v) for b, v in route.itl_buckets]
                 families.add_histogram("specwatch_itl_seconds", labels, buckets, route.itl_sum)
             if route.grading is not None:
                 families.add("specwatch_advice_predicted_gain_ratio", labels, route.grading.predicted_gain_ratio)
                 families.add("specwatch_advice_measured_gain_ratio", labels, route.grading.measured_gain_ratio)
+            before = route.before_window
+            if before is not None:
+                for quantity, value in before.quantities().items():
+                    families.add("specwatch_advice_before_window", [*labels, before.method, quantity], value)
+                for position, rate in enumerate(before.position_rates or ()):
+                    families.add("specwatch_advice_before_position_acceptance_rate", [*labels, str(position)], rate)
             for evaluation in route.evaluations:
                 add_evaluation(families, labels + [evaluation.stats.window], evaluation)
+
+
+def _add_mirrored(route: RouteState, labels: list[str], families: contract.Families) -> None:
+    """The route's mirrored counters: only those its engine counts (one it does not export is absent,
+    not 0); the spec-decode ones only when the route runs speculation."""
+    kinds = (
+        (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN) if route.spec_present else (Counter.GEN,)
+    )
+    for kind in kinds:
+        if kind in route.mirrored:
+            families.add(MIRRORED_COUNTERS[kind], labels, route.mirrored[kind])
+    if route.spec_present:
+        for position, value in route.positions:
+            families.add("specwatch_accepted_tokens_by_position", labels + [str(position)], value)
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

@@ -16,7 +16,7 @@ row here (and, unless it is such a derived gauge, the line in its collector that
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -49,65 +49,76 @@ _TYPES: dict[str, type[GaugeMetricFamily | CounterMetricFamily | HistogramMetric
 }
 
 _ROWS = """
-name                                         type      modes   labels                                value                      | help
-build_info                                   gauge     both    version                               -                          | specwatch build information.
-cost_model_info                              gauge     sidecar source,hardware,model,dtype,tp,method -                          | What the verdicts rest on: source default (nothing configured), preset, profile or learned (the step-time curve fitted from vLLM's own metrics), with the hardware, model, dtype, tensor parallel size and draft method assumed.
-step_time_fit_points                         gauge     sidecar route,target                          -                          | Windows behind the route's learned step-time curve (exponentially forgotten).
-step_time_fit_residual_ratio                 gauge     sidecar route,target                          -                          | Spread of the measured step times around the route's learned curve: exp(weighted RMS of log(measured/fitted)) - 1, over the forgotten points.
-step_time_predicted_seconds                  gauge     sidecar route,target                          -                          | Engine step time the cost model in use predicts at the route's last measured load.
-step_time_observed_seconds                   gauge     sidecar route,target                          -                          | Mean engine step time measured at that load (ITL sum / ITL count).
-target_up                                    gauge     sidecar target                                -                          | 1 if the last poll of the vLLM target succeeded and parsed, else 0.
-scrape_duration_seconds                      gauge     sidecar target                                -                          | Duration of the last poll of the target.
-scrape_errors                                counter   sidecar target/reason                         -                          | Failed polls of the target by reason (timeout, connect, tls, http_status, too_large, parse, invalid).
-payload_dropped                              counter   sidecar target/limit                          -                          | Routes and engines the target's payloads carried past specwatch's bounds, dropped, summed over polls (limit: routes = routes per target, engines = engines per route).
-target_restarts                              counter   sidecar target                                -                          | Polls in which the target's counters were seen to restart (value drop or new _created), i.e. vLLM restarts.
-target_dips                                  counter   sidecar target                                -                          | Polls in which a counter of the target read below its highest value without a restart (same _created, or a drop within noise without _created): clamped, not a restart.
-last_scrape_success_timestamp_seconds        gauge     sidecar target                                -                          | Unix time of the last successful poll of the target.
-prometheus_up                                gauge     fleet   -                                     -                          | 1 if the last poll's queries all succeeded, else 0.
-prometheus_queries                           counter   fleet   -                                     -                          | Queries sent to the Prometheus query API.
-prometheus_queries_per_poll                  gauge     fleet   -                                     -                          | Queries per evaluation (windows + 1; independent of the number of replicas).
-prometheus_query_errors                      counter   fleet   -/reason                              -                          | Failed polls of the query API by reason ({query_reasons}).
-prometheus_query_duration_seconds            gauge     fleet   -                                     -                          | Duration of the last poll's queries.
-prometheus_last_success_timestamp_seconds    gauge     fleet   -                                     -                          | Unix time (evaluation time) of the last successful poll.
-prometheus_answer_series                     gauge     fleet   -                                     -                          | Series in the last successful poll's window answers (0: the selector matches nothing).
-stale_replicas                               gauge     fleet   -                                     -                          | Replica routes whose newest sample is older than two scrape intervals (values not served).
-stale_replica_evaluations                    counter   fleet   -                                     -                          | Evaluations skipped because the replica was stale.
-route_info                                   gauge     both    route,target/model_name,method,schema -                          | Route metadata: model, speculative method as configured, and the vLLM metric schema spoken.
-route_expects_speculation                    gauge     sidecar route,target                          -                          | 1 if the route is configured to run speculative decoding.
-baseline_itl_p99_seconds                     gauge     both    route,target                          -                          | Configured spec-off P99 ITL baseline of the route.
-drafts                                       counter   sidecar route,target                          -                          | vLLM speculative drafts{mirrored}
-draft_tokens                                 counter   sidecar route,target                          -                          | Proposed draft tokens{mirrored}
-accepted_tokens                              counter   sidecar route,target                          -                          | Accepted draft tokens{mirrored}
-generation_tokens                            counter   sidecar route,target                          -                          | Generated output tokens{mirrored}
-accepted_tokens_by_position                  counter   sidecar route,target/position                 -                          | Drafts whose token at this position was accepted{mirrored}
-itl_seconds                                  histogram sidecar route,target                          -                          | vLLM's per-step inter-token latency histogram (its buckets){mirrored}
-acceptance_rate                              gauge     both    route,target,window                   acceptance_rate            | Accepted / proposed draft tokens over the window (alpha).{window}
-mean_acceptance_length                       gauge     both    route,target,window                   mean_acceptance_length     | Tokens emitted per speculative step over the window, bonus token included (tau).{window}
-draft_length                                 gauge     both    route,target,window                   draft_length               | Mean proposed draft length K over the window (draft tokens / drafts).{window}
-batch_size                                   gauge     both    route,target,window                   batch_size                 | Live batch size per engine over the window (requests decoded per engine step).{window}
-itl_p50_seconds                              gauge     both    route,target,window                   itl_p50_seconds            | P50 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics).{window}
-itl_p99_seconds                              gauge     both    route,target,window                   itl_p99_seconds            | P99 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics).{window}
-itl_per_token_mean_seconds                   gauge     both    route,target,window                   itl_per_token_mean_seconds | Mean inter-token latency per generated token over the window (ITL sum / generation tokens).{window}
-breakeven_acceptance_rate                    gauge     both    route,target,window                   breakeven_acceptance_rate  | Acceptance rate at which speculation exactly pays at the live batch size and K (cost model), capped at 1: at 1 no acceptance rate pays (see specwatch_speculation_cannot_pay; the uncapped value is in /api/v1/status).{window}
-acceptance_margin                            gauge     both    route,target,window                   acceptance_margin          | Acceptance rate minus the break-even acceptance rate.{window}
-expected_speedup                             gauge     both    route,target,window                   expected_speedup           | Expected decode speedup of speculation at the live batch size (cost model; 1 = break-even).{window}
-recommended_draft_length                     gauge     both    route,target,window                   recommended_draft_length   | Draft length the recommendation gives at the live batch size: the current K for keep, 0 for disable.{window}
-max_speculative_batch_size                   gauge     both    route,target,window                   max_speculative_batch_size | Largest batch size at which the current acceptance rate still pays.{window}
-speculation_cannot_pay                       gauge     both    route,target,window                   -                          | 1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0.{window}
-position_acceptance_rate                     gauge     both    route,target,window/position          -                          | Share of drafts whose token at this position was accepted, over the window (p_i).{window}
-window_drafts                                gauge     both    route,target,window                   -                          | Speculative drafts in the window (the sample behind the ratios).{window}
-verdict                                      gauge     both    route,target,window/verdict           -                          | 1 for the route's current verdict (spec_off, insufficient_data, keep, shorten, disable), 0 for the others.
-recommended_config_info                      gauge     both    route,target,window/config,action     -                          | What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change.
-speculative_config_mismatch                  gauge     both    route,target,window                   -                          | 1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts.{window}
-configured_draft_length                      gauge     both    route,target,window                   -                          | Draft length K the stated draft.config gives at the live batch size.{window}
-advice_predicted_gain_ratio                  gauge     sidecar route,target                          -                          | After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.
-advice_measured_gain_ratio                   gauge     sidecar route,target                          -                          | After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).
-fleet_acceptance_rate                        gauge     fleet   route,window                          -                          | Token-weighted acceptance rate of the route over its replicas (sum accepted / sum proposed).{fleet}
-fleet_losing_token_share                     gauge     fleet   route,window                          -                          | Share of the route's decode tokens served by replicas where speculation loses (expected speedup < 1).{fleet}
-fleet_replicas                               gauge     fleet   route,window/verdict                  -                          | Replicas of the route per current verdict.{fleet}
-poll_errors                                  counter   both    -                                     -                          | Poll-loop failures that were not target faults (a bug): each is logged and the loop recovers in process, restarting its windows from the running config (exported counters continue).
-config_last_reload_successful                gauge     both    -                                     -                          | 1 if the last config load (start, SIGHUP or file change) succeeded, 0 if it was refused (the previous config, or none in sidecar mode, keeps running).
-config_last_reload_success_timestamp_seconds gauge     both    -                                     -                          | Unix time of the last successful config load.
+name                                         type      modes   labels                                         value                      | help
+build_info                                   gauge     both    version                                        -                          | specwatch build information.
+cost_model_info                              gauge     sidecar source,hardware,model,dtype,tp,method,baseline -                          | What the verdicts rest on: source default (nothing configured), preset, profile or learned (the step-time curve fitted from vLLM's own metrics), with the hardware, model, dtype, tensor parallel size and draft method assumed; baseline history when the learned curve has measured spec-off step times of the route (before speculation was switched on, or after it was off), none when its split between target and speculation cost is the prior's.
+step_time_fit_points                         gauge     sidecar route,target                                   -                          | Windows behind the route's learned step-time curve (exponentially forgotten).
+step_time_fit_residual_ratio                 gauge     sidecar route,target                                   -                          | Spread of the measured step times around the route's learned curve: exp(weighted RMS of log(measured/fitted)) - 1, over the forgotten points.
+step_time_predicted_seconds                  gauge     sidecar route,target                                   -                          | Engine step time the cost model in use predicts at the route's last measured load.
+step_time_observed_seconds                   gauge     sidecar route,target                                   -                          | Mean engine step time measured at that load (ITL sum / ITL count).
+step_time_curve_seconds                      gauge     sidecar route,target/tokens                            -                          | The route's learned step-time curve: the plain engine step time over `tokens` query tokens, one sample per knot.
+target_up                                    gauge     sidecar target                                         -                          | 1 if the last poll of the vLLM target succeeded and parsed, else 0.
+scrape_duration_seconds                      gauge     sidecar target                                         -                          | Duration of the last poll of the target.
+scrape_errors                                counter   sidecar target/reason                                  -                          | Failed polls of the target by reason (timeout, connect, tls, http_status, too_large, parse, invalid, engine_mismatch: the payload is another engine than the target's pinned engine).
+payload_dropped                              counter   sidecar target/limit                                   -                          | Routes and engines the target's payloads carried past specwatch's bounds, dropped, summed over polls (limit: routes = routes per target, engines = engines per route).
+target_restarts                              counter   sidecar target                                         -                          | Polls in which the target's counters were seen to restart (value drop or new _created), i.e. vLLM restarts.
+target_dips                                  counter   sidecar target                                         -                          | Polls in which a counter of the target read below its highest value without a restart (same _created, or a drop within noise without _created): clamped, not a restart.
+last_scrape_success_timestamp_seconds        gauge     sidecar target                                         -                          | Unix time of the last successful poll of the target.
+prometheus_up                                gauge     fleet   -                                              -                          | 1 if the last poll's queries all succeeded, else 0.
+prometheus_queries                           counter   fleet   -                                              -                          | Queries sent to the Prometheus query API.
+prometheus_queries_per_poll                  gauge     fleet   -                                              -                          | Queries per evaluation (windows + 1; independent of the number of replicas).
+prometheus_query_errors                      counter   fleet   -/reason                                       -                          | Failed polls of the query API by reason ({query_reasons}).
+prometheus_query_duration_seconds            gauge     fleet   -                                              -                          | Duration of the last poll's queries.
+prometheus_last_success_timestamp_seconds    gauge     fleet   -                                              -                          | Unix time (evaluation time) of the last successful poll.
+prometheus_answer_series                     gauge     fleet   -                                              -                          | Series in the last successful poll's window answers (0: the selector matches nothing).
+stale_replicas                               gauge     fleet   -                                              -                          | Replica routes whose newest sample is older than two scrape intervals (values not served).
+stale_replica_evaluations                    counter   fleet   -                                              -                          | Evaluations skipped because the replica was stale.
+route_info                                   gauge     both    route,target/model_name,method,schema,engine   -                          | Route metadata: model, speculative method as configured, the metric schema and the serving engine spoken.
+route_expects_speculation                    gauge     sidecar route,target                                   -                          | 1 if the route is configured to run speculative decoding.
+baseline_itl_p99_seconds                     gauge     both    route,target                                   -                          | Configured spec-off P99 ITL baseline of the route.
+drafts                                       counter   sidecar route,target                                   -                          | vLLM speculative drafts{mirrored}
+draft_tokens                                 counter   sidecar route,target                                   -                          | Proposed draft tokens{mirrored}
+accepted_tokens                              counter   sidecar route,target                                   -                          | Accepted draft tokens{mirrored}
+generation_tokens                            counter   sidecar route,target                                   -                          | Generated output tokens{mirrored}
+accepted_tokens_by_position                  counter   sidecar route,target/position                          -                          | Drafts whose token at this position was accepted{mirrored}
+itl_seconds                                  histogram sidecar route,target                                   -                          | vLLM's per-step inter-token latency histogram (its buckets){mirrored}
+acceptance_rate                              gauge     both    route,target,window                            acceptance_rate            | Accepted / proposed draft tokens over the window (alpha).{window}
+mean_acceptance_length                       gauge     both    route,target,window                            mean_acceptance_length     | Tokens emitted per speculative step over the window, bonus token included (tau).{window}
+draft_length                                 gauge     both    route,target,window                            draft_length               | Mean proposed draft length K over the window (draft tokens / drafts).{window}
+batch_size                                   gauge     both    route,target,window                            batch_size                 | Live batch size per engine over the window (requests decoded per engine step).{window}
+itl_p50_seconds                              gauge     both    route,target,window                            itl_p50_seconds            | P50 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics).{window}
+itl_p99_seconds                              gauge     both    route,target,window                            itl_p99_seconds            | P99 of vLLM's per-step inter-token latency over the window (histogram_quantile semantics).{window}
+itl_per_token_mean_seconds                   gauge     both    route,target,window                            itl_per_token_mean_seconds | Mean inter-token latency per generated token over the window (ITL sum / generation tokens).{window}
+breakeven_acceptance_rate                    gauge     both    route,target,window                            breakeven_acceptance_rate  | Acceptance rate at which speculation exactly pays at the live batch size and K (cost model), capped at 1: at 1 no acceptance rate pays (see specwatch_speculation_cannot_pay; the uncapped value is in /api/v1/status).{window}
+acceptance_margin                            gauge     both    route,target,window                            acceptance_margin          | Acceptance rate minus the break-even acceptance rate.{window}
+expected_speedup                             gauge     both    route,target,window                            expected_speedup           | Expected decode speedup of speculation at the live batch size (cost model; 1 = break-even).{window}
+expected_speedup_lower                       gauge     both    route,target,window                            expected_speedup_lower     | Lower bound of the expected speedup's interval at decision.confidence (the model's calibration error or learned residual, and alpha's sampling noise).{window}
+expected_speedup_upper                       gauge     both    route,target,window                            expected_speedup_upper     | Upper bound of the expected speedup's interval at decision.confidence; disable is given only when it is below 1.{window}
+recommended_draft_length                     gauge     both    route,target,window                            recommended_draft_length   | Draft length the recommendation gives at the live batch size: the current K for keep and undecided, 0 for disable.{window}
+max_speculative_batch_size                   gauge     both    route,target,window                            max_speculative_batch_size | Largest batch size at which the current acceptance rate still pays.{window}
+speculation_cannot_pay                       gauge     both    route,target,window                            -                          | 1 when no acceptance rate pays at the live batch size and K (break-even >= 1), else 0.{window}
+position_acceptance_rate                     gauge     both    route,target,window/position                   -                          | Share of drafts whose token at this position was accepted, over the window (p_i).{window}
+window_drafts                                gauge     both    route,target,window                            -                          | Speculative drafts in the window (the sample behind the ratios).{window}
+verdict                                      gauge     both    route,target,window/verdict                    -                          | 1 for the route's current verdict (spec_off, insufficient_data, undecided, keep, shorten, disable), 0 for the others; undecided: the speedup's interval spans 1, see the status JSON's measurement.
+recommended_config_info                      gauge     both    route,target,window/config,action              -                          | What to do with --speculative-config (value always 1): action apply = paste config (complete), merge = merge config's keys into yours (drafter's model path unknown), remove_speculative_config, no_change, measure = undecided, run the measurement in the status JSON (config: the --speculative-config to restart with when it is a shorter K, else the measurement's kind, spec_off_canary or near_breakeven).
+speculative_config_mismatch                  gauge     both    route,target,window                            -                          | 1 when the observed draft length is not what the stated draft.config (its num_speculative_tokens_per_batch_size schedule) gives at the live batch, else 0; absent without draft.config or enough drafts.{window}
+configured_draft_length                      gauge     both    route,target,window                            -                          | Draft length K the stated draft.config gives at the live batch size.{window}
+acceptance_basis_info                        gauge     both    route,target,window/basis                      -                          | 1 for a window whose acceptance rate, acceptance length and draft length are not ratios of its counters: basis engine_gauge_mean = the mean of the engine's own gauge estimate over the window's active polls (an engine exporting only gauges, docs/engines.md).{window}
+advice_predicted_gain_ratio                  gauge     sidecar route,target                                   -                          | After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.
+advice_measured_gain_ratio                   gauge     sidecar route,target                                   -                          | After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).
+advice_before_window                         gauge     sidecar route,target/method,quantity                   -                          | The route's latest longest window at the current draft length and method: what a change would be graded against (quantity: span_seconds, draft_length, acceptance_rate, batch_size, tokens_per_step, itl_p99_seconds, itl_per_token_seconds, drafts).
+advice_before_position_acceptance_rate       gauge     sidecar route,target/position                          -                          | Per-position acceptance rate of that window (specwatch_advice_before_window).
+fleet_acceptance_rate                        gauge     fleet   route,window                                   -                          | Token-weighted acceptance rate of the route over its replicas (sum accepted / sum proposed).{fleet}
+fleet_losing_token_share                     gauge     fleet   route,window                                   -                          | Share of the route's decode tokens served by replicas where speculation loses (expected speedup < 1).{fleet}
+fleet_replicas                               gauge     fleet   route,window/verdict                           -                          | Replicas of the route per current verdict.{fleet}
+advice_predicted_gain_ratio                  gauge     fleet   route                                          -                          | After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.
+advice_measured_gain_ratio                   gauge     fleet   route                                          -                          | After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).
+fleet_cost_model_info                        gauge     fleet   route/source,baseline                          -                          | What the route's verdicts rest on: source default, preset, profile or learned (the step-time curve fitted from its replicas' metrics); baseline canary (spec-off replicas of the route measure the target's own step time), history (its spec-off windows from before speculation was switched on, or after it was off) or none (the split between target and speculation cost is the prior's).{fleet}
+poll_errors                                  counter   both    -                                              -                          | Poll-loop failures that were not target faults (a bug): each is logged and the loop recovers in process, restarting its windows from the running config (exported counters continue).
+config_last_reload_successful                gauge     both    -                                              -                          | 1 if the last config load (start, SIGHUP or file change) succeeded, 0 if it was refused (the previous config, or none in sidecar mode, keeps running).
+config_last_reload_success_timestamp_seconds gauge     both    -                                              -                          | Unix time of the last successful config load.
+readback_errors                              counter   sidecar -/reason                                       -                          | Failed read-backs of the previous pod's series, by reason.
+readback_restored_routes                     gauge     sidecar -                                              -                          | Routes whose before-window was read back from the previous pod at start.
 """
 
 
@@ -154,7 +165,8 @@ def _family(row: str) -> Family:
 
 
 FAMILIES = tuple(_family(row) for row in _ROWS.strip().splitlines()[1:])
-BY_NAME = {family.name: family for family in FAMILIES}
+#: A name with a row per mode (its labels differ between them) maps to its first row.
+BY_NAME = {family.name: family for family in reversed(FAMILIES)}
 #: The families filled from one evaluation of a route's window, in both modes.
 WINDOW_FAMILIES = tuple(family for family in FAMILIES if family.key == WINDOW)
 #: Filled by the service's own collectors; the sidecar's and the fleet's fill the others of their mode.
@@ -163,8 +175,13 @@ SERVICE_FAMILIES = frozenset(
         "specwatch_poll_errors",
         "specwatch_config_last_reload_successful",
         "specwatch_config_last_reload_success_timestamp_seconds",
+        "specwatch_readback_errors",
+        "specwatch_readback_restored_routes",
     }
 )
+#: Yielded only with a sample: vLLM's payload (every window a ratio of counters) keeps its families as
+#: they were.
+ONLY_WITH_SAMPLES = frozenset({"specwatch_acceptance_basis_info"})
 
 
 class Families:
@@ -193,7 +210,7 @@ class Families:
         family.add_metric(labels, buckets, total)
 
     def __iter__(self) -> Iterator[Metric]:
-        return iter(self._families.values())
+        return iter(f for f in self._families.values() if f.samples or f.name not in ONLY_WITH_SAMPLES)
 
 
 def single(name: str, value: float) -> Metric:
@@ -201,6 +218,15 @@ def single(name: str, value: float) -> Metric:
     family = BY_NAME[name].new()
     assert isinstance(family, GaugeMetricFamily | CounterMetricFamily), name
     family.add_metric([], value)
+    return family
+
+
+def filled(name: str, samples: Iterable[tuple[Sequence[str], float]]) -> Metric:
+    """A family of the contract (a service's own, keyed by its own labels only) with these samples."""
+    family = BY_NAME[name].new()
+    assert isinstance(family, GaugeMetricFamily | CounterMetricFamily), name
+    for labels, value in samples:
+        family.add_metric(labels, value)
     return family
 
 

@@ -73,8 +73,8 @@ class FleetCollector(Collector):
                 continue
             target = replica_name(route.replica)
             values = [*(value for _, value in route.replica), *([target] if with_instance else [])]
-            schema = route.evaluations[0].stats.schema
-            info = [route.route, target, *values, route.model_name, route.method, schema]
+            stats = route.evaluations[0].stats
+            info = [route.route, target, *values, route.model_name, route.method, stats.schema, stats.engine]
             families.add("specwatch_route_info", info, 1)
             if route.route in state.baselines:
                 families.add(
@@ -90,3 +90,12 @@ class FleetCollector(Collector):
             families.add("specwatch_fleet_losing_token_share", labels, row.losing_token_share)
             for name, count in row.verdicts.items():
                 families.add("specwatch_fleet_replicas", [*labels, name], count)
+        # A rollout graded across replicas (old pods' windows vs new pods'): per route.
+        for route, grading in state.gradings.items():
+            families.add("specwatch_advice_predicted_gain_ratio", [route], grading.predicted_gain_ratio)
+            families.add("specwatch_advice_measured_gain_ratio", [route], grading.measured_gain_ratio)
+        if state.up:
+            for cost_model in state.cost_models:
+                families.add(
+                    "specwatch_fleet_cost_model_info", [cost_model.route, cost_model.source, cost_model.baseline], 1
+                )

@@ -37,6 +37,8 @@ from typing import Any
 
 from specwatch import __version__
 from specwatch.config import Config
+from specwatch.engines.advice import VLLM_ENGINES
+from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.export.history import PageHistory, SeriesKey, fleet_order
 from specwatch.export.status import window_status
 from specwatch.fleet.evaluator import FleetRow, FleetState, ReplicaRouteState, replica_name
@@ -60,6 +62,7 @@ ANSWERS = {
     "disable": "not paying: turn it off",
     "spec_off": "speculation is off",
     "insufficient_data": "not enough drafts yet",
+    "undecided": "the data cannot decide: measure",
 }
 
 # Plot geometry (px): width, height and the margins around the plotting area.
@@ -76,7 +79,7 @@ table{border-collapse:collapse;margin:4px 0 8px}th,td{padding:3px 8px;border-bot
 text-align:right;white-space:nowrap}th{background:#f0f2f5;font-weight:600}td.l,th.l{text-align:left}
 .v{font-weight:600;border-radius:3px;padding:1px 6px}
 .v-keep{background:#d7f2dc;color:#14532d}.v-shorten{background:#fdf0c4;color:#713f12}
-.v-disable{background:#fbd5d5;color:#7f1d1d}.v-spec_off,.v-insufficient_data,.v-none{background:#e6e8ec;color:#374151}
+.v-disable{background:#fbd5d5;color:#7f1d1d}.v-undecided{background:#e0e7ff;color:#3730a3}.v-spec_off,.v-insufficient_data,.v-none{background:#e6e8ec;color:#374151}
 .down{color:#b91c1c;font-weight:600}.up{color:#15803d;font-weight:600}
 .err{color:#7f1d1d;font-family:ui-monospace,monospace;font-size:12px;white-space:normal;max-width:520px;text-align:left}
 pre{background:#f0f2f5;padding:6px 8px;margin:2px 0 6px;white-space:pre-wrap;word-break:break-all;font-size:12.5px}
@@ -265,6 +268,15 @@ def plots(history: PageHistory, key: SeriesKey, poll_interval: float) -> str:
 
 
 # ---- the parts ---------------------------------------------------------------------------------
+def _basis_mark(record: dict[str, Any]) -> str:
+    """A mark on alpha that is an engine's own gauge estimate, not a ratio of the window's counters."""
+    return (
+        ' <span title="mean of the engine\'s own gauge estimate, not a window ratio">(gauge mean)</span>'
+        if record.get("acceptance_basis")
+        else ""
+    )
+
+
 def _hold_text(record: Mapping[str, Any], since: float | None, now: float | None, hold: float) -> str:
     candidate = record.get("candidate_verdict")
     if candidate is None or candidate == record.get("verdict"):
@@ -301,13 +313,15 @@ def windows_table(
         since = history.candidate_since((where, e.stats.route, e.stats.window))
         cannot_pay = record.get("speculation_cannot_pay")
         breakeven = num(record["breakeven_acceptance_rate"]) + (" (cannot pay)" if cannot_pay else "")
-        speedup = num(record["expected_speedup"], ".2f", "×")
+        speedup = num(record["expected_speedup"], ".2f", "×") + _interval_text(
+            record["expected_speedup_lower"], record["expected_speedup_upper"]
+        )
         rows.append(
             "<tr>"
             + td(esc(e.stats.window), "l")
             + td(badge(record["verdict"]), "l")
             + td(_hold_text(record, since, now, hold), "l")
-            + td(num(record["acceptance_rate"]))
+            + td(num(record["acceptance_rate"]) + _basis_mark(record))
             + td(breakeven)
             + td(num(record["acceptance_margin"], "+.3f"))
             + td(num(record["batch_size"], ".1f"))
@@ -321,26 +335,31 @@ def windows_table(
     return _table(WINDOW_HEAD, rows, left=3), records
 
 
-def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    """What to do, per distinct recommendation (windows that agree share one), and the notes."""
+def engine_of(evaluations: Sequence[RouteEvaluation]) -> str:
+    """The engine a route's windows were read from."""
+    return evaluations[0].stats.engine if evaluations else DEFAULT_ENGINE
+
+
+def _engine_advice(r: Mapping[str, Any]) -> str | None:
+    """Another engine's advice: its command, or no change."""
+    if r.get("recommended_command"):
+        return f"<pre>{esc(r['recommended_command'])}</pre>"
+    return "no change: keep the speculative settings you run" if r.get("recommended_action") == "no_change" else None
+
+
+def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]], engine: str = DEFAULT_ENGINE) -> str:
+    """What to do in ``engine``'s terms, per distinct recommendation (windows that agree share
+    one), and the notes."""
     grouped: dict[str, list[str]] = defaultdict(list)
+    vllm = engine in VLLM_ENGINES
     for window, r in records:
-        action = r.get("recommended_action")
-        if r.get("recommended_speculative_config_flag"):
-            text = f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
-        elif r.get("merge_into_your_speculative_config"):
-            merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
-            text = f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
-        elif action == "remove_speculative_config":
-            text = "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
-        elif action == "no_change":
-            text = "no change: keep the --speculative-config you run"
-        else:
-            continue
-        grouped[text].append(window)
+        text = _vllm_advice(r) if vllm else _engine_advice(r)
+        if text is not None:
+            grouped[text].append(window)
     out = []
     if grouped:
-        out.append("<h3>Recommended <code>--speculative-config</code></h3>")
+        heading = "<code>--speculative-config</code>" if vllm else f"speculative settings ({esc(engine)})"
+        out.append(f"<h3>Recommended {heading}</h3>")
         out += [
             f"<div><span class=small>window {esc(', '.join(ws))}:</span> {text}</div>" for text, ws in grouped.items()
         ]
@@ -348,6 +367,30 @@ def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     if notes:
         out.append("<ul class=small>" + "".join(f"<li>{esc(n)}</li>" for n in notes[:10]) + "</ul>")
     return "".join(out)
+
+
+def _vllm_advice(r: Mapping[str, Any]) -> str | None:
+    """A window's recommendation for a vLLM route, as HTML; None without one."""
+    action = r.get("recommended_action")
+    if r.get("recommended_speculative_config_flag"):
+        return f"<pre>{esc(r['recommended_speculative_config_flag'])}</pre>"
+    if r.get("merge_into_your_speculative_config"):
+        merge = json.dumps(r["merge_into_your_speculative_config"], separators=(",", ":"), default=str)
+        return f"merge into your --speculative-config:<pre>{esc(merge)}</pre>"
+    if action == "remove_speculative_config":
+        return "<pre>remove --speculative-config (serve without speculative decoding)</pre>"
+    if action == "no_change":
+        return "no change: keep the --speculative-config you run"
+    if action == "measure" and r.get("measurement"):
+        return f"the data cannot decide; measure: {esc(r['measurement']['how'])}"
+    return None
+
+
+def _interval_text(lower: float | None, upper: float | None) -> str:
+    """The expected speedup's interval, after the speedup (nothing without one)."""
+    if _finite(lower) is None or _finite(upper) is None:
+        return ""
+    return f" <span class=small>({num(lower, '.2f')}–{num(upper, '.2f')})</span>"
 
 
 def _chart_window(config: Config) -> str:
@@ -369,7 +412,9 @@ def answer_line(e: RouteEvaluation | None) -> str:
     words = ANSWERS.get(e.verdict or "", "no verdict yet")
     facts = (
         f"α {num(e.acceptance_rate)} vs break-even {num(e.breakeven_acceptance_rate)} at batch "
-        f"{num(e.batch_size, '.1f')}, expected speedup {num(e.expected_speedup, '.2f', '×')} ({esc(e.stats.window)})"
+        f"{num(e.batch_size, '.1f')}, expected speedup {num(e.expected_speedup, '.2f', '×')}"
+        f"{_interval_text(e.expected_speedup_lower, e.expected_speedup_upper)}"
+        f" ({esc(e.stats.window)})"
     )
     return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>"
 
@@ -464,8 +509,8 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
         )
         table, records = windows_table(route.target, route.evaluations, history, config, state.t)
         meta = (
-            f"target {esc(route.target)} · model_name {esc(route.model_name)} · method {esc(route.method)} · "
-            f"K {num(route.configured_k, '.0f')} · schema {esc(route.schema)}"
+            f"target {esc(route.target)} · engine {esc(route.engine)} · model_name {esc(route.model_name)} · "
+            f"method {esc(route.method)} · K {num(route.configured_k, '.0f')} · schema {esc(route.schema)}"
             + (
                 f" · spec-off ITL P99 baseline {ms(route.baseline_itl_p99_seconds)}"
                 if route.baseline_itl_p99_seconds
@@ -475,7 +520,7 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
         plot = plots(history, (route.target, route.route, window), config.poll_interval) if i < MAX_PLOTTED else ""
         sections.append(
             f'<section class="route" id="r{i}"><h2>{esc(route.route)} {badge(headline.verdict if headline else None)}</h2>'
-            f"<p class=meta>{meta}</p>{table}{recommendations(records)}{plot}</section>"
+            f"<p class=meta>{meta}</p>{table}{recommendations(records, route.engine)}{plot}</section>"
         )
     unmatched = ""
     if state.unmatched_routes:
@@ -573,8 +618,9 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
             plot = plots(history, (name, r.route, window), config.poll_interval) if shown < MAX_PLOTTED else ""
             part.append(
                 f"<h3>replica {esc(name)} {badge(headline.verdict if headline else None)}</h3>"
-                f"<p class=meta>{labels} · model_name {esc(r.model_name)} · method {esc(r.method)}</p>"
-                f"{table}{recommendations(records)}{plot}"
+                f"<p class=meta>{labels} · engine {esc(r.engine)} · "
+                f"model_name {esc(r.model_name)} · method {esc(r.method)}</p>"
+                f"{table}{recommendations(records, engine_of(r.evaluations))}{plot}"
             )
             shown += 1
         part.append("</section>")

@@ -17,14 +17,22 @@ from typing import Any
 from specwatch import __version__
 from specwatch.base.jsonsafe import json_safe
 from specwatch.config import Config
+from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.fleet.evaluator import FleetState, replica_name
 from specwatch.sidecar.scrape import redact_url
 from specwatch.sidecar.state import State
+from specwatch.verdict.decide import MERGE_NOTE, SCHEDULE_NOTES, ZERO_BAND_NOTE
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
+
+#: The verdict's notes about vLLM's --speculative-config (left out for another engine's route).
+VLLM_CONFIG_NOTES = frozenset({*SCHEDULE_NOTES, ZERO_BAND_NOTE, MERGE_NOTE})
 
 
 def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
-    """One window of one route on /api/v1/status (either mode)."""
+    """One window of one route on /api/v1/status (either mode). ``recommended_command`` and
+    ``recommended_flags`` give the advice in the route's engine's terms; for vLLM the
+    --speculative-config fields stay beside them, for programs that read them."""
+    engine = evaluation.stats.engine
     record = evaluation_record(evaluation)
     record.pop("route"), record.pop("window")
     record.update(
@@ -40,10 +48,19 @@ def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
     )
     if evaluation.config_check is not None:
         record["config_check"] = evaluation.config_check.as_dict()
+    advice = advise(evaluation.advised, engine)
+    if engine not in VLLM_ENGINES:  # --speculative-config and its notes mean nothing to another engine
+        record["recommended_config"] = record["merge_into_your_speculative_config"] = None
+        if advice is not None:
+            record["recommended_action"] = advice.export_action
+            notes = evaluation.advised.notes if evaluation.advised is not None else ()
+            record["notes"] = [n for n in notes if n not in VLLM_CONFIG_NOTES] + list(advice.notes)
     if record["recommended_config"] is not None:
         record["recommended_speculative_config_flag"] = (
             "--speculative-config '" + json.dumps(record["recommended_config"], separators=(",", ":")) + "'"
         )
+    record["recommended_command"] = None if advice is None else advice.command
+    record["recommended_flags"] = list(advice.flags) if advice is not None and advice.flags else None
     return record
 
 
@@ -72,6 +89,7 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
             "model_name": route.model_name,
             "schema": route.schema,
             "method": route.method,
+            "engine": route.engine,
             "spec_present": route.spec_present,
             "configured_k": route.configured_k,
             "expects_speculation": route.expects_speculation,
@@ -94,6 +112,7 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
             "dropped": dict(t.dropped),
             "counter_resets": t.resets,
             "schema": t.schema,
+            "payload_engine": t.payload_engine,  # set while the payload is another engine than the pinned one
             "polls": t.polls,
         }
         for t in state.targets
@@ -105,6 +124,8 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
         "targets": targets,
         "routes": routes,
         "windows": list(config.window_labels),
+        # The level of every window's expected_speedup_lower/_upper.
+        "speedup_confidence": config.decision.confidence,
     }
 
 
@@ -129,6 +150,7 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
             "replica": dict(r.replica),
             "model_name": r.model_name,
             "method": r.method,
+            "engine": r.engine,
             "windows": _windows(r.evaluations),
         }
         for r in state.routes
@@ -146,15 +168,30 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         }
         for row in state.fleet
     ]
+    cost_models = [
+        {
+            "route": c.route,
+            "source": c.source,
+            "baseline": c.baseline,
+            "canary_replicas": c.canaries,
+            "points": c.points,
+            "baseline_points": c.baseline_points,
+        }
+        for c in state.cost_models
+    ]
     return {
         "version": __version__,
         "mode": "fleet",
+        "cost_models": cost_models if state.up else [],
         "t": state.t,
         "time": iso_time(state.t),
         "prometheus": prometheus,
         "routes": routes,
         "fleet": fleet,
+        # Per route: the latest rollout graded across replicas (old pods' windows vs new pods').
+        "rollouts": {route: grading.as_dict() for route, grading in state.gradings.items()},
         "windows": list(config.window_labels),
+        "speedup_confidence": config.decision.confidence,
     }
 
 

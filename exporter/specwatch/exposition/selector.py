@@ -135,6 +135,15 @@ class Selector:
                     if len(fields) != 4:
                         raise ExpositionError("parse", "malformed TYPE line", lineno)
                     family = type_names.get(fields[2])
+                    if (
+                        family is not None
+                        and fields[2] == family
+                        and fields[3] == "gauge"
+                        and self.families[family] == "counter"
+                    ):
+                        # A gauge under a counter's bare name is another metric (Ray exports one beside
+                        # each counter for compatibility): its unsuffixed samples are never read.
+                        family = None
                     if family is not None:
                         if family in declared and declared[family] != fields[3]:
                             raise ExpositionError("invalid", f"{family} declared twice with different types", lineno)

@@ -6,6 +6,9 @@ same FleetEvaluator as live fleet mode (so the hold and the hysteresis carry fro
 Output: JSON lines with the keys of `specwatch replay` plus "replica" (the replica labels; null
 on the fleet rows), then one summary line: time and token share per verdict, verdict changes,
 and the decode throughput a user would have gained by following the recommendations.
+`--baseline-from` evaluates the steps before --start too, writing nothing for them: the learned
+step-time curves then take the spec-off hours before speculation was switched on as their baseline
+(fleet/baseline.py).
 
 The query API's limits are respected: a range is split so no series has more than 11,000 points,
 and a range the server refuses for its sample limit is split in halves until it fits.
@@ -19,7 +22,7 @@ import math
 import sys
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import IO, Any
 
@@ -76,18 +79,34 @@ def _pivot(series: Sequence[Any], step_key: Any) -> dict[int, list[Sample]]:
     return by_time
 
 
+#: Deadline of one backtest range query. The live deadline stays below the poll interval so a poll
+#: never overruns the next; offline, a query evaluates up to max_points steps at once and nothing
+#: waits on it, so it gets at least this long.
+RANGE_QUERY_TIMEOUT = 120.0
+
+
 class Backtest:
     def __init__(self, config: Config, client: PromClient | None = None, *, max_points: int = MAX_POINTS_PER_SERIES):
         self.evaluator = FleetEvaluator(config)
-        self.client = client or PromClient(self.evaluator.source)
+        source = self.evaluator.source
+        self.client = client or PromClient(replace(source, timeout=max(source.timeout, RANGE_QUERY_TIMEOUT)))
         self.max_points = max_points
         self.summary = Summary(self.evaluator)
 
-    def run(self, start: float, end: float, step: float) -> Iterator[dict[str, Any]]:
+    def run(
+        self, start: float, end: float, step: float, baseline_from: float | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """``baseline_from`` before ``start``: the steps from there (on the same grid) are
+        evaluated too, so the learned curves take their spec-off windows (the hours before
+        speculation was switched on) as a baseline, but they are neither written nor summed."""
         if end < start:
             raise ConfigError("--end", "must not be before --start")
+        if baseline_from is not None and baseline_from > start:
+            raise ConfigError("--baseline-from", "must not be after --start")
+        warmup = math.floor((start - baseline_from) / step + 1e-9) if baseline_from is not None else 0
+        origin = start - warmup * step
         queries = self.evaluator.queries
-        pending = _chunks(start, end, step, self.max_points)
+        pending = _chunks(origin, end, step, self.max_points)
         while pending:
             chunk = pending.pop(0)
             try:
@@ -105,23 +124,37 @@ class Backtest:
                     continue
                 raise
             self.evaluator.sent_queries = self.client.queries
+            yield from self._evaluate(chunk, answers, fresh, origin, step, warmup)
 
-            def key(t: float, origin: float = start) -> int:
-                return round((t - origin) / step)
+    def _evaluate(
+        self,
+        chunk: _Chunk,
+        answers: dict[str, Any],
+        fresh: Sequence[Any],
+        origin: float,
+        step: float,
+        warmup: int,
+    ) -> Iterator[dict[str, Any]]:
+        """One chunk's steps, evaluated in order; the first ``warmup`` steps of the run only learn."""
 
-            windows = {label: _pivot(series, key) for label, series in answers.items()}
-            freshness = _pivot(fresh, key)
-            for n in range(key(chunk.start), key(chunk.end) + 1):
-                now = start + n * step
-                with collector_paused():
-                    results = self.evaluator.evaluate(
-                        now, {label: w.get(n, []) for label, w in windows.items()}, freshness.get(n, [])
-                    )
-                for replica, evaluation in results:
-                    self.summary.add(replica, evaluation, step)
-                    yield replica_record(replica, evaluation)
-                for row in self.evaluator.state().fleet:
-                    yield fleet_record(now, row)
+        def key(t: float) -> int:
+            return round((t - origin) / step)
+
+        windows = {label: _pivot(series, key) for label, series in answers.items()}
+        freshness = _pivot(fresh, key)
+        for n in range(key(chunk.start), key(chunk.end) + 1):
+            now = origin + n * step
+            with collector_paused():
+                results = self.evaluator.evaluate(
+                    now, {label: w.get(n, []) for label, w in windows.items()}, freshness.get(n, [])
+                )
+            if n < warmup:
+                continue  # learning only
+            for replica, evaluation in results:
+                self.summary.add(replica, evaluation, step)
+                yield replica_record(replica, evaluation)
+            for row in self.evaluator.state().fleet:
+                yield fleet_record(now, row)
 
 
 class Summary:
@@ -205,11 +238,18 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def backtest_to(config: Config, start: float, end: float, step: float | None, out: IO[str]) -> dict[str, Any]:
+def backtest_to(
+    config: Config,
+    start: float,
+    end: float,
+    step: float | None,
+    out: IO[str],
+    baseline_from: float | None = None,
+) -> dict[str, Any]:
     step = step if step is not None else min(config.windows)
     backtest = Backtest(config)
     try:
-        for record in backtest.run(start, end, step):
+        for record in backtest.run(start, end, step, baseline_from):
             out.write(json.dumps(_clean(record)) + "\n")
     finally:
         backtest.client.close()
@@ -229,6 +269,12 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--start", required=True, help="RFC 3339 or Unix seconds")
     p.add_argument("--end", required=True, help="RFC 3339 or Unix seconds")
     p.add_argument("--step", default=None, help="evaluation step (default: the shortest window)")
+    p.add_argument(
+        "--baseline-from",
+        default=None,
+        help="RFC 3339 or Unix seconds before --start: learn from there too (spec-off hours before the switch), "
+        "writing nothing for it",
+    )
     p.set_defaults(func=cmd_backtest)
 
 
@@ -238,7 +284,8 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         start = parse_time(args.start, "--start")
         end = parse_time(args.end, "--end")
         step = config_mod.parse_duration(args.step, "--step") if args.step else None
-        backtest_to(config, start, end, step, sys.stdout)
+        baseline_from = parse_time(args.baseline_from, "--baseline-from") if args.baseline_from else None
+        backtest_to(config, start, end, step, sys.stdout, baseline_from)
     except ConfigError as exc:
         print(f"specwatch: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

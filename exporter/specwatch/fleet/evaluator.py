@@ -29,9 +29,10 @@ import structlog
 from specwatch import costmodel
 from specwatch.config import Config, ConfigError, PrometheusConfig
 from specwatch.config.cost_model import cost_model_from_config
-from specwatch.engines.vllm import RouteMatcher
+from specwatch.engines.series import RouteMatcher
 from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.fleet import queries as promql
+from specwatch.fleet.baseline import FleetLearning, ReplicaWindow
 from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
 from specwatch.fleet.grouping import (
     PlanCache,
@@ -46,6 +47,7 @@ from specwatch.fleet.grouping import (
 from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState, fleet_record, fleet_rows, replica_record
 from specwatch.verdict import decide
 from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route
+from specwatch.verdict.grading import RolloutGrader
 from specwatch.verdict.memo import DEFAULT_SIZE, AssessmentCache
 from specwatch.windows.derive import WindowStats, window_stats
 
@@ -78,7 +80,9 @@ class FleetEvaluator:
         self.cost_model = cost_model if cost_model is not None else cost_model_from_config(config)
         self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
-        self.queries = promql.query_set(config.windows, config.window_labels, source.matchers, source.replica_labels)
+        self.queries = promql.query_set(
+            config.windows, config.window_labels, source.matchers, source.replica_labels, source.scrape_interval
+        )
         # One grouper per window: each keeps its label sets' plans from poll to poll.
         plans = PlanCache()  # the windows' answers hold the same label sets: planned once
         self._groupers = {
@@ -86,7 +90,9 @@ class FleetEvaluator:
         }
         # The sidecar's exact-key assessment memo, sized each poll to hold every replica window.
         self._assessments = AssessmentCache()
+        self.learning = FleetLearning(config, self.cost_model)  # one step-time curve per route
         self._records: dict[RouteKey, _Record] = {}
+        self._rollouts: dict[str, RolloutGrader] = {}  # per route: old pods' windows vs new pods' (grading.py)
         self._polls = 0
         self._t: float | None = None
         self._up: bool | None = None
@@ -112,10 +118,14 @@ class FleetEvaluator:
         self._assessments = AssessmentCache()
         for record in self._records.values():
             record.derived.clear()  # window stats derived with the old draft.k hint
+        rebuilt = []
         if config.cost_inputs() != old.cost_inputs():
             self.cost_model = cost_model_from_config(config)
-            return ["cost_model"]
-        return []
+            rebuilt.append("cost_model")
+        self.learning.reconfigure(config, self.cost_model)
+        if config.learning != old.learning:
+            rebuilt.append("learners")
+        return rebuilt
 
     # -- input -----------------------------------------------------------------------------
     def record_error(self, now: float, reason: str, message: str = "", duration: float | None = None) -> None:
@@ -170,8 +180,10 @@ class FleetEvaluator:
         keys = sorted({key for grouped in by_window.values() for key in grouped})
         # One entry per replica window (an unchanged one asks again next poll), plus slack.
         self._assessments.size = len(keys) * len(by_window) + DEFAULT_SIZE
-        longest = max(self.config.windows)
+        longest, shortest_width = max(self.config.windows), min(self.config.windows)
         out: list[tuple[ReplicaKey, RouteEvaluation]] = []
+        pending: list[tuple[_Record, ReplicaKey, str, list[WindowEntry], bool]] = []
+        points: dict[str, list[ReplicaWindow]] = {}  # the learner's view of each fresh replica
         for key in keys:
             replica, route = key
             record = self._records.get(key)
@@ -187,8 +199,40 @@ class FleetEvaluator:
                 continue
             fresh = record.last_sample is None or last_sample > record.last_sample  # type: ignore[operator]
             record.last_sample = last_sample
-            evaluations = self._evaluate_route(record, replica, route, by_window, now, interval, fresh)
+            windows = self._windows(record, replica, route, by_window, now, interval)
+            pending.append((record, replica, route, windows, fresh))
+            shortest = next((w for w in windows if w[0] == shortest_width), None)
+            if fresh and shortest is not None:
+                data = by_window[shortest[1]][key]
+                points.setdefault(route, []).append(
+                    ReplicaWindow(replica, data.model_name, shortest[2], data.spec, record.method)
+                )
+        # Every replica of a route (spec-on, canary) feeds the route's one curve; then each replica
+        # gets exactly the sidecar's per-route evaluation, on that curve.
+        self.learning.observe(now, points)
+        for record, replica, route, windows, fresh in pending:
+            evaluations = evaluate_route(
+                self.config,
+                self.learning.cost_model_for(route),
+                self._schedule,
+                record,
+                windows,
+                now,
+                fresh=fresh,
+                assess=self._assessments.assess,
+            )
             record.evaluations = evaluations
+            if fresh:
+                rollout = self._rollouts.setdefault(route, RolloutGrader())
+                stats = [e.stats for e in evaluations]
+                rollout.observe(
+                    replica,
+                    now,
+                    stats,
+                    record.method,
+                    self.config.decision.min_drafts,
+                    self.learning.cost_model_for(route),
+                )
             out.extend((replica, e) for e in evaluations)
         for record in self._records.values():
             if record.seen_poll != self._polls:
@@ -197,7 +241,7 @@ class FleetEvaluator:
         self._fleet = fleet_rows(out)
         return out
 
-    def _evaluate_route(
+    def _windows(
         self,
         record: _Record,
         replica: ReplicaKey,
@@ -205,8 +249,8 @@ class FleetEvaluator:
         by_window: Mapping[str, Mapping[RouteKey, RouteData]],
         now: float,
         interval: float,
-        fresh: bool,
-    ) -> tuple[RouteEvaluation, ...]:
+    ) -> list[WindowEntry]:
+        """One replica's window entries (views and derivations) for evaluate_route."""
         windows: list[WindowEntry] = []
         derived = record.derived
         for width, label in zip(self.config.windows, self.config.window_labels, strict=True):
@@ -228,17 +272,7 @@ class FleetEvaluator:
                 stats = window_stats(view, route, label, now, configured_k_hint=self.config.draft.k)
             derived[label] = (data, stats)
             windows.append((width, label, view, stats))
-        # Exactly the sidecar's per-route evaluation, per replica.
-        return evaluate_route(
-            self.config,
-            self.cost_model,
-            self._schedule,
-            record,
-            windows,
-            now,
-            fresh=fresh,
-            assess=self._assessments.assess,
-        )
+        return windows
 
     def _note_series(self, series: int | None) -> None:
         """An answer with no series at all is a success that serves nothing: most often a selector
@@ -255,6 +289,9 @@ class FleetEvaluator:
         ttl = self.config.route_ttl_polls
         for key in [k for k, r in self._records.items() if self._polls - r.seen_poll >= ttl]:
             del self._records[key]
+        routes = {route for _, route in self._records}
+        for route in [r for r in self._rollouts if r not in routes]:
+            del self._rollouts[route]
 
     # -- output ----------------------------------------------------------------------------
     def state(self) -> FleetState:
@@ -277,6 +314,8 @@ class FleetEvaluator:
             self._fleet if self._up else (),
             {r.name: r.baseline_itl_p99_seconds for r in self.config.routes if r.baseline_itl_p99_seconds is not None},
             self._series,
+            {route: g.grading for route, g in sorted(self._rollouts.items()) if g.grading is not None},
+            self.learning.baselines(),
         )
 
 

@@ -21,14 +21,19 @@ once, with one _Identity each, and a SeriesKey shared by every replica (it names
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specwatch.engines.vllm import SCHEMA_V1, SCHEMA_V1_LEGACY_ITL, Counter, RouteMatcher, RouteSnapshot, SeriesKey
+from specwatch.engines import registry
+from specwatch.engines.grouping import gauge_k
+from specwatch.engines.series import DEFAULT_ENGINE, POSITION_COUNTERS, Counter, RouteMatcher, RouteSnapshot, SeriesKey
+from specwatch.engines.vllm import SCHEMA_V1, SCHEMA_V1_LEGACY_ITL
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import PromQueryError, Sample, Vector
+from specwatch.windows.gauges import BATCH
 from specwatch.windows.window import Entry, WindowView
 
 ReplicaKey = tuple[tuple[str, str], ...]  # the replica labels, in configured order
@@ -39,18 +44,19 @@ _FAMILY_KIND = {
     promql.DRAFT_TOKENS: Counter.DRAFT_TOKENS,
     promql.ACCEPTED: Counter.ACCEPTED,
     promql.ACCEPTED_PER_POS: Counter.POS,
+    promql.DRAFTED_PER_POS: Counter.POS_DRAFTS,
     promql.GENERATION: Counter.GEN,
     promql.ITL_BUCKET: Counter.ITL_BUCKET,
     promql.ITL_SUM: Counter.ITL_SUM,
     promql.ITL_COUNT: Counter.ITL_COUNT,
     promql.STEPS: Counter.STEPS,
 }
-_SPEC_KINDS = {Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.POS}
+_SPEC_KINDS = {Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.POS, Counter.POS_DRAFTS}
 
 
-# -- the key layout shared with vllm.py (re-point here when the key type changes) ---------------
+# -- the key layout shared with engines/schema.py (re-point here when the key type changes) -----
 def series_id(engine: str | None, model_name: str | None) -> str:
-    """One engine's series of a route, as vllm.snapshots names it."""
+    """One engine's series of a route, as EngineSchema.series_id names it for vLLM's labels."""
     engine = engine or "0"
     return f"{engine}/{model_name}" if model_name else engine
 
@@ -78,6 +84,9 @@ class RouteData:
     positions: set[int] = field(default_factory=set)
     spec: bool = False
     legacy_itl: bool = False
+    engine: str = DEFAULT_ENGINE  # the serving engine whose series these are (queries.ENGINE_LABEL)
+    # A gauge-only engine's window means (a Gauge, or BATCH), one per series of the route.
+    gauges: dict[str, list[float]] = field(default_factory=dict)
 
 
 def routes_for(labels: Mapping[str, str], matchers: Sequence[RouteMatcher]) -> list[tuple[str, str]]:
@@ -92,19 +101,21 @@ class _Identity:
     """One (replica, model, engine) of an answer: every family and bucket of it shares its routes.
     `targets` are this poll's RouteData of those routes (resolved on its first series of a poll)."""
 
-    __slots__ = ("poll", "replica", "routes", "series", "targets")
+    __slots__ = ("engine", "poll", "replica", "routes", "series", "targets")
 
-    def __init__(self, replica: ReplicaKey, series: str, routes: list[tuple[str, str]]) -> None:
+    def __init__(self, replica: ReplicaKey, series: str, routes: list[tuple[str, str]], engine: str) -> None:
         self.replica = replica
         self.series = series
         self.routes = routes
+        self.engine = engine
         self.poll = -1
         self.targets: list[RouteData] = []
 
 
 # What a label set contributes: nothing (no family label), only its identity (an unknown family,
-# an unreadable position or bound), a counter increase, the running gauge's mean, or the count.
-_NO_FAMILY, _IDENTITY_ONLY, _COUNTER, _RUNNING, _SAMPLES = range(5)
+# an unreadable position or bound), a counter increase, the running gauge's mean, the count, or
+# a gauge-only engine's window mean (its SeriesKey.counter names the gauge).
+_NO_FAMILY, _IDENTITY_ONLY, _COUNTER, _RUNNING, _SAMPLES, _GAUGE = range(6)
 
 
 # A label set's plan: (action, identity, counter key, position of Counter.POS, spec family, legacy ITL).
@@ -150,8 +161,8 @@ class WindowGrouper:
     ) -> None:
         self.replica_labels = replica_labels
         self.matchers = tuple(matchers)
-        self._names = (*replica_labels, "model_name", "engine")
-        self._defaults = (*("" for _ in replica_labels), "\0", "")
+        self._names = (*replica_labels, "model_name", "engine", promql.ENGINE_LABEL)
+        self._defaults = (*("" for _ in replica_labels), "\0", "", DEFAULT_ENGINE)
         self._cache = plans if plans is not None else PlanCache()
         self._plans = self._cache.plans
         self._identities = self._cache.identities
@@ -222,7 +233,9 @@ class WindowGrouper:
                 continue
             if identity.poll != poll:
                 identity.poll = poll
-                identity.targets = [self._data(out, identity.replica, r, m) for r, m in identity.routes]
+                identity.targets = [
+                    self._data(out, identity.replica, r, m, identity.engine) for r, m in identity.routes
+                ]
             if action == _COUNTER:
                 increase = value if value > 0.0 else 0.0  # max(value, 0.0), the same sums
                 for data in identity.targets:
@@ -244,12 +257,15 @@ class WindowGrouper:
             elif action == _SAMPLES:
                 for data in identity.targets:
                     data.samples = max(data.samples, int(value))
+            elif action == _GAUGE:
+                for data in identity.targets:
+                    data.gauges.setdefault(key.counter, []).append(value)
 
     @staticmethod
-    def _data(out: dict[RouteKey, RouteData], replica: ReplicaKey, route: str, model: str) -> RouteData:
+    def _data(out: dict[RouteKey, RouteData], replica: ReplicaKey, route: str, model: str, engine: str) -> RouteData:
         data = out.get((replica, route))
         if data is None:
-            data = out[(replica, route)] = RouteData(route, model)
+            data = out[(replica, route)] = RouteData(route, model, engine=engine)
         return data
 
     def _plan(self, labels: Mapping[str, str]) -> _Plan:
@@ -259,18 +275,23 @@ class WindowGrouper:
         name = tuple(map(labels.get, self._names, self._defaults))
         identity = self._identities.get(name)
         if identity is None:
-            replica: ReplicaKey = tuple(zip(self.replica_labels, name[:-2], strict=False))
+            replica: ReplicaKey = tuple(zip(self.replica_labels, name[:-3], strict=False))
             series = series_id(labels.get("engine"), labels.get("model_name"))
-            identity = self._identities[name] = _Identity(replica, series, routes_for(labels, self.matchers))
+            identity = self._identities[name] = _Identity(
+                replica, series, routes_for(labels, self.matchers), name[-1] or DEFAULT_ENGINE
+            )
         if family == promql.RUNNING_MEAN:
             return (_RUNNING, identity, _NO_KEY, None, False, False)
         if family == promql.SAMPLES:
             return (_SAMPLES, identity, _NO_KEY, None, False, False)
+        if family.startswith(promql.GAUGE_PREFIX):
+            gauge = SeriesKey(family.removeprefix(promql.GAUGE_PREFIX), identity.series)
+            return (_GAUGE, identity, self._cache.series_key(gauge), None, False, False)
         kind = _FAMILY_KIND.get(family)
         if kind is None:
             return (_IDENTITY_ONLY, identity, _NO_KEY, None, False, False)
         detail: float | int | None = None
-        if kind == Counter.POS:
+        if kind in POSITION_COUNTERS:
             try:
                 detail = int(labels.get("position", ""))
             except (TypeError, ValueError):
@@ -284,7 +305,7 @@ class WindowGrouper:
             _COUNTER,
             identity,
             self._cache.series_key(series_key(kind, identity.series, detail)),
-            int(detail) if kind == Counter.POS and detail is not None else None,
+            int(detail) if kind == Counter.POS and detail is not None else None,  # the positions that give K
             kind in _SPEC_KINDS,
             promql.SCHEMA_LABEL in labels,
         )
@@ -311,6 +332,9 @@ def window_view(data: RouteData, replica: ReplicaKey, now: float, span: float) -
     if data.samples < 2:
         return None  # like the sidecar: a ratio needs two samples
     schema = SCHEMA_V1_LEGACY_ITL if data.legacy_itl else SCHEMA_V1
+    engine = registry.BY_NAME.get(data.engine, registry.DEFAULT)
+    if engine.window_gauges:
+        return _gauge_window_view(data, engine.schema_of(()), replica, now, span)
     snapshot = RouteSnapshot(
         t=now,
         target=replica_name(replica),
@@ -323,10 +347,40 @@ def window_view(data: RouteData, replica: ReplicaKey, now: float, span: float) -
         counters=data.increases,
         created={},
         running=data.running,
+        engine=data.engine,
     )
     first = Entry(now - span, {}, snapshot)  # a key missing from `first` counts from 0
     last = Entry(now, data.increases, snapshot)
     middle = (Entry(now - span / 2, {}, snapshot),) * (data.samples - 2)
+    return _FleetView(first, last, (first, *middle, last))
+
+
+def _gauge_window_view(data: RouteData, schema: str, replica: ReplicaKey, now: float, span: float) -> WindowView:
+    """A gauge-only engine's window: Prometheus computed the gauge means over the active scrapes,
+    so the view holds them as one reading after one active interval, which windows/gauges.py
+    reads back unchanged (no reading, no activity: the values stay absent)."""
+    means = {name: sum(values) / len(values) for name, values in data.gauges.items() if values}
+    batch = means.pop(BATCH, None)
+    snapshot = RouteSnapshot(
+        t=now,
+        target=replica_name(replica),
+        route=data.route,
+        model_name=data.model_name,
+        schema=schema,
+        spec_present=data.spec or any(value > 0 for value in means.values()),
+        engines=tuple(sorted(data.engines)),
+        configured_k=gauge_k(means),
+        counters=data.increases,
+        created={},
+        running={"batch": batch} if batch is not None else {},
+        engine=data.engine,
+        gauges=means,
+        gauge_acceptance=True,
+    )
+    before = dataclasses.replace(snapshot, running={}, gauges={})
+    first = Entry(now - span, {}, before)
+    middle = (Entry(now - span / 2, {}, before),) * (data.samples - 2)
+    last = Entry(now, data.increases, snapshot)
     return _FleetView(first, last, (first, *middle, last))
 
 

@@ -2,8 +2,15 @@
 
 One query per window returns, for every replica at once, each counter's increase over the window
 grouped by the replica labels + model_name + engine (+ position, + le), tagged with a
-`specwatch_family` label; one more query returns each replica's newest sample time. The count is
-len(windows) + 1 whatever the number of replicas, models or engines.
+`specwatch_family` label and the `specwatch_engine` whose names it read (every engine of
+engines/registry.py is asked, by the names its EngineSchema lists); one more query returns each
+replica's newest sample time. The count is len(windows) + 1 whatever the number of replicas,
+models, data-parallel engines or serving engines. A counter source's label filter (`select`) is a
+matcher of its selector; an engine whose acceptance is gauges only (SGLang) adds its gauge means,
+computed in PromQL as windows/gauges.py computes them (_gauge_parts; docs/engines.md lists where
+PromQL cannot match the sidecar exactly). Those parts give the same in Prometheus 2.x and 3.x:
+idelta reads the last two samples of its range whether or not the range holds its left end, and
+the subquery's range starts half a step away from its points.
 
 Counter increase. The sidecar's window increase is the plain difference between the first and the
 last sample inside [now - w, now] (reset-aware). `increase()` is not that: it extrapolates the
@@ -28,16 +35,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.config import format_duration
-from specwatch.engines import vllm
+from specwatch.engines import registry
+from specwatch.engines.schema import EngineSchema
+from specwatch.engines.series import POSITION_COUNTERS, Counter
+from specwatch.windows.gauges import BATCH, PLAUSIBLE
 
 FAMILY_LABEL = "specwatch_family"
 SCHEMA_LABEL = "specwatch_schema"
+ENGINE_LABEL = "specwatch_engine"  # the EngineSchema.name whose series a part reads
 
-# Canonical family -> vLLM series (V1 wire names; counters are always exposed with _total).
+# The family tags of the answer's series.
 DRAFTS = "drafts"
 DRAFT_TOKENS = "draft_tokens"
 ACCEPTED = "accepted"
 ACCEPTED_PER_POS = "accepted_per_pos"
+DRAFTED_PER_POS = "drafted_per_pos"
 GENERATION = "generation"
 ITL_BUCKET = "itl_bucket"
 ITL_SUM = "itl_sum"
@@ -46,25 +58,22 @@ STEPS = "steps"
 RUNNING_MEAN = "running_mean"
 SAMPLES = "samples"
 LAST_SAMPLE = "last_sample"
+GAUGE_PREFIX = "gauge_"  # + a Gauge (or BATCH): a gauge-only engine's window mean over its active polls
 
-# The vLLM series behind each family: vllm.py's names (the sidecar's), as stored by Prometheus.
-COUNTER_SERIES: dict[str, str] = {
-    family: f"{name}_total"
-    for family, name in (
-        (DRAFTS, vllm.DRAFTS),
-        (DRAFT_TOKENS, vllm.DRAFT_TOKENS),
-        (ACCEPTED, vllm.ACCEPTED),
-        (ACCEPTED_PER_POS, vllm.ACCEPTED_PER_POS),
-        (GENERATION, vllm.GENERATION),
-    )
+#: The subquery step of the gauge means when prometheus.scrape_interval is not set.
+DEFAULT_SCRAPE_INTERVAL = 15.0
+
+#: The canonical counters fleet mode reads, and their family tags (prefill tokens are not read:
+#: the learned step-time curve is the sidecar's).
+COUNTER_TAGS: dict[str, str] = {
+    Counter.DRAFTS: DRAFTS,
+    Counter.DRAFT_TOKENS: DRAFT_TOKENS,
+    Counter.ACCEPTED: ACCEPTED,
+    Counter.POS: ACCEPTED_PER_POS,
+    Counter.POS_DRAFTS: DRAFTED_PER_POS,
+    Counter.GEN: GENERATION,
+    Counter.STEPS: STEPS,
 }
-# A histogram despite the name: one observation per engine step.
-COUNTER_SERIES[STEPS] = f"{vllm.ITERATION_TOKENS}_count"
-# The per-step ITL histogram; vLLM <= 0.14 also (or only, <= 0.10.1) exports the same observations
-# as time_per_output_token_seconds. The new name wins where both exist.
-ITL_SERIES = vllm.ITL
-ITL_LEGACY_SERIES = vllm.ITL_LEGACY
-RUNNING_SERIES = vllm.RUNNING
 
 
 @dataclass(frozen=True)
@@ -79,8 +88,9 @@ class QuerySet:
         return len(self.windows) + 1
 
 
-def _selector(name: str, matchers: str) -> str:
-    return f"{name}{{{matchers}}}" if matchers else name
+def _selector(name: str, matchers: str, select: tuple[tuple[str, str], ...] = ()) -> str:
+    every = ",".join([*filter(None, [matchers]), *(f'{label}="{value}"' for label, value in select)])
+    return f"{name}{{{every}}}" if every else name
 
 
 def _exact_increase(series: str, window: str) -> str:
@@ -89,45 +99,122 @@ def _exact_increase(series: str, window: str) -> str:
     return f"(max_over_time({ranged}) - min_over_time({ranged}) unless resets({ranged}) > 0) or increase({ranged})"
 
 
-def _tag(expr: str, family: str) -> str:
-    return f'label_replace({expr}, "{FAMILY_LABEL}", "{family}", "", "")'
+def _tag(expr: str, family: str, engine: str) -> str:
+    tagged = f'label_replace({expr}, "{ENGINE_LABEL}", "{engine}", "", "")'
+    return f'label_replace({tagged}, "{FAMILY_LABEL}", "{family}", "", "")'
 
 
-def window_query(window_seconds: float, matchers: str, replica_labels: tuple[str, ...]) -> str:
-    """Every family's window increase (and the running gauge's mean and sample count), one query."""
-    window = format_duration(window_seconds)
-    group = ", ".join((*replica_labels, "model_name", "engine"))
+def _gauge_parts(engine: EngineSchema, seconds: float, matchers: str, group: str, interval: float) -> list[str]:
+    """A gauge-only engine's window means (windows/gauges.py in PromQL): each gauge's route mean,
+    kept where plausible, averaged over the window's scrapes after an active interval (a counter
+    moved or a gauge changed since the scrape before), one subquery point per scrape; the window's
+    first scrape closes the interval before it and is left out, as the sidecar leaves it out."""
+    pair = format_duration(2 * interval)  # the scrape and the one before it: idelta's two samples
+    changed = [f"(abs(idelta({_selector(name, matchers)}[{pair}])) > 0)" for name in engine.window_gauges]
+    moved = [
+        f"(idelta({_selector(source.families[0] + '_total', matchers, source.select)}[{pair}]) > 0)"
+        for source in engine.counters
+        if source.kind == "counter"
+    ]
+    active = f"max by ({group}) ({' or '.join(changed + moved)})"
+    span = f"[{format_duration(seconds - interval / 2)}:{format_duration(interval)}]"
+    readings = {
+        name: f"avg by ({group}) ({_selector(name, matchers)}) >= {PLAUSIBLE[gauge][0]} <= {PLAUSIBLE[gauge][1]}"
+        for name, gauge in engine.window_gauges.items()
+    }
+    tags = {name: GAUGE_PREFIX + gauge for name, gauge in engine.window_gauges.items()}
+    if engine.running is not None:
+        readings[engine.running] = f"sum by ({group}) ({_selector(engine.running, matchers)}) >= 0"
+        tags[engine.running] = GAUGE_PREFIX + BATCH
+    return [
+        _tag(f"avg_over_time(({reading} and {active}){span})", tags[name], engine.name)
+        for name, reading in readings.items()
+    ]
+
+
+def _engine_parts(engine: EngineSchema, window: str, matchers: str, group: str) -> list[str]:
+    """One engine's part of a window query: each counter it exports (as Prometheus stores it:
+    counters with _total, a per-step histogram by its _count), its ITL histogram, its running gauge."""
 
     def summed(expr: str, extra: str = "") -> str:
         return f"sum by ({group}{extra}) ({expr})"
 
     parts = []
-    for family, name in COUNTER_SERIES.items():
-        extra = ", position" if family == ACCEPTED_PER_POS else ""
-        parts.append(_tag(summed(_exact_increase(_selector(name, matchers), window), extra), family))
-    for family, suffix, extra in ((ITL_BUCKET, "_bucket", ", le"), (ITL_SUM, "_sum", ""), (ITL_COUNT, "_count", "")):
-        current = summed(_exact_increase(_selector(ITL_SERIES + suffix, matchers), window), extra)
-        legacy = summed(_exact_increase(_selector(ITL_LEGACY_SERIES + suffix, matchers), window), extra)
-        legacy = f'label_replace({legacy}, "{SCHEMA_LABEL}", "legacy", "", "")'
-        parts.append(_tag(f"({current} or ignoring({SCHEMA_LABEL}) {legacy})", family))
-    running = _selector(RUNNING_SERIES, matchers)
-    parts.append(_tag(summed(f"avg_over_time({running}[{window}])"), RUNNING_MEAN))
-    parts.append(_tag(summed(f"count_over_time({running}[{window}])"), SAMPLES))
+    for source in engine.counters:
+        name = source.families[0]
+        if source.counter == Counter.ITL:
+            # A renamed histogram: the new name wins where both exist, the old one is marked legacy.
+            for tag, suffix, extra in (
+                (ITL_BUCKET, "_bucket", ", le"),
+                (ITL_SUM, "_sum", ""),
+                (ITL_COUNT, "_count", ""),
+            ):
+                current, *older = (
+                    summed(_exact_increase(_selector(family + suffix, matchers), window), extra)
+                    for family in source.families
+                )
+                legacy = "".join(
+                    f' or ignoring({SCHEMA_LABEL}) label_replace({old}, "{SCHEMA_LABEL}", "legacy", "", "")'
+                    for old in older
+                )
+                parts.append(_tag(f"({current}{legacy})", tag, engine.name))
+        elif source.counter in COUNTER_TAGS:
+            series = f"{name}_count" if source.kind == "histogram" else f"{name}_total"
+            label = engine.position_label
+            extra = f", {label}" if source.counter in POSITION_COUNTERS else ""
+            increase = summed(_exact_increase(_selector(series, matchers, source.select), window), extra)
+            if extra and label != "position":  # the grouping reads the position as `position`
+                increase = f'label_replace({increase}, "position", "$1", "{label}", "(.*)")'
+            parts.append(_tag(increase, COUNTER_TAGS[source.counter], engine.name))
+    if engine.running is not None:
+        running = _selector(engine.running, matchers)
+        parts.append(_tag(summed(f"avg_over_time({running}[{window}])"), RUNNING_MEAN, engine.name))
+        parts.append(_tag(summed(f"count_over_time({running}[{window}])"), SAMPLES, engine.name))
+    return parts
+
+
+def window_query(
+    window_seconds: float,
+    matchers: str,
+    replica_labels: tuple[str, ...],
+    engines: tuple[EngineSchema, ...] = registry.ENGINES,
+    scrape_interval: float | None = None,
+) -> str:
+    """Every engine's every family's window increase (and the running gauge's mean and sample
+    count, and a gauge-only engine's gauge means), one query: its length grows with the engines
+    known, never with the fleet."""
+    window = format_duration(window_seconds)
+    group = ", ".join((*replica_labels, "model_name", "engine"))
+    interval = scrape_interval or DEFAULT_SCRAPE_INTERVAL
+    parts = []
+    for engine in engines:
+        parts += _engine_parts(engine, window, matchers, group)
+        if engine.window_gauges:
+            parts += _gauge_parts(engine, window_seconds, matchers, group, interval)
     return "\n or ".join(parts)
 
 
-def freshness_query(matchers: str, replica_labels: tuple[str, ...]) -> str:
+def freshness_query(
+    matchers: str, replica_labels: tuple[str, ...], engines: tuple[EngineSchema, ...] = registry.ENGINES
+) -> str:
     """Each replica's newest sample time (absent once Prometheus marked the replica stale)."""
     group = ", ".join(replica_labels)
-    return f"max by ({group}) (timestamp({_selector(RUNNING_SERIES, matchers)}))"
+    newest = " or ".join(
+        f"timestamp({_selector(engine.running, matchers)})" for engine in engines if engine.running is not None
+    )
+    return f"max by ({group}) ({newest})"
 
 
 def query_set(
-    windows: tuple[float, ...], labels: tuple[str, ...], matchers: str, replica_labels: tuple[str, ...]
+    windows: tuple[float, ...],
+    labels: tuple[str, ...],
+    matchers: str,
+    replica_labels: tuple[str, ...],
+    scrape_interval: float | None = None,
 ) -> QuerySet:
     return QuerySet(
         tuple(
-            (label, seconds, window_query(seconds, matchers, replica_labels))
+            (label, seconds, window_query(seconds, matchers, replica_labels, scrape_interval=scrape_interval))
             for label, seconds in zip(labels, windows, strict=False)
         ),
         freshness_query(matchers, replica_labels),

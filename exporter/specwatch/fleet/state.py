@@ -11,9 +11,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specwatch.engines.series import DEFAULT_ENGINE
+from specwatch.fleet.baseline import RouteBaseline
 from specwatch.fleet.grouping import ReplicaKey
 from specwatch.verdict import decide
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
+from specwatch.verdict.grading import Grading
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,11 @@ class ReplicaRouteState:
     stale: bool
     evaluations: tuple[RouteEvaluation, ...]
 
+    @property
+    def engine(self) -> str:
+        """The serving engine its series came from."""
+        return self.evaluations[0].stats.engine if self.evaluations else DEFAULT_ENGINE
+
 
 @dataclass(frozen=True)
 class FleetState:
@@ -58,6 +66,10 @@ class FleetState:
     # Series in the last successful poll's window answers (None before one): 0 means the selector
     # matched nothing (logged once as prometheus_selector_matches_nothing).
     series: int | None = None
+    # Per route: the latest rollout graded across replicas (old pods' windows vs new pods').
+    gradings: Mapping[str, Grading] = field(default_factory=dict)
+    # Per route: what its verdicts rest on (the learned curve's source and measured baseline).
+    cost_models: tuple[RouteBaseline, ...] = ()
 
 
 def fleet_rows(evaluations: Sequence[tuple[ReplicaKey, RouteEvaluation]]) -> tuple[FleetRow, ...]:

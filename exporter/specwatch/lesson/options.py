@@ -349,4 +349,6 @@ def describe(cm: cmod.CostModel) -> dict[str, Any]:
         "mbu": cm.mbu,
         "mfu": cm.mfu,
         "overhead_seconds": cm.overhead_seconds,
+        "spec_step_fixed_ms": rounded(cm.verify_overhead_seconds * 1e3),
+        "spec_request_fixed_ms": rounded(cm.verify_seconds_per_request * 1e3),
     }

@@ -228,6 +228,18 @@ def simulate_report(
         }
         for eps in (0.05, 0.10, 0.15, 0.25, 0.50)
     ]
+    # Where the model departs from the lesson's constant epsilon: the same formula, epsilon priced.
+    answers["epsilon_by_batch_k5"] = [
+        {
+            "batch": b,
+            "epsilon": rounded((parts := cmod.overhead_breakdown(cm, b, LESSON_K)).epsilon),
+            "verify": rounded(parts.verify),
+            "drafting": rounded(parts.drafting),
+            "fixed": rounded(parts.fixed),
+            "breakeven": rounded(parts.epsilon / LESSON_K),
+        }
+        for b in grid.batches
+    ]
     answers["blended_traffic"] = _blended_traffic(cm, grid, mix)
     answers["itl_diagnosis"] = _itl_diagnosis(cm, itl_mean_change, itl_p99_change)
     return {
@@ -280,6 +292,17 @@ def simulate_text(rep: dict[str, Any]) -> str:
             f"  overhead {r['overhead']:.2f}: break-even {_alpha(r['breakeven'])}, "
             f"2x at {_alpha(r['alpha_for_2x'])}, 3x at {_alpha(r['alpha_for_3x'])}"
         )
+    lines.append("\n## the same formula with this model's epsilon (K=5): break-even = epsilon / 5")
+    for r in a["epsilon_by_batch_k5"]:
+        lines.append(
+            f"  batch {r['batch']}: epsilon {r['epsilon']:.3f} = verify {r['verify']:.3f} + drafting "
+            f"{r['drafting']:.3f} + fixed {r['fixed']:.3f} -> break-even {_alpha(r['breakeven'])}"
+        )
+    lines.append(
+        "  verify: the target reading B*(1+K) tokens instead of B; drafting: the drafter's passes; fixed: the"
+        " engine's own per-step and per-request costs of speculation. The grid's a* uses this epsilon, the"
+        " lesson-form section above a constant one."
+    )
     bt = a["blended_traffic"]
     mix = ", ".join("{} {:.0f}% @ {:.3f}".format(r["route"], r["share"] * 100, r["alpha"]) for r in bt["routes"])
     lines.append(f"\n## blended traffic: alpha = {_alpha(bt['blended_alpha'])} ({mix}), K={bt['k']}")

@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.verdict.evaluation import RouteEvaluation
 
 log = structlog.get_logger("specwatch")
@@ -50,11 +51,13 @@ class ChangeLog:
             log.warning(event, target=target, reason=reason, error=error[:200])
 
     def verdict(self, key: tuple[object, ...], evaluation: RouteEvaluation, **where: str) -> None:
-        """A window's verdict changed (`where`: the replica, in fleet mode)."""
+        """A window's verdict changed (`where`: the replica, in fleet mode), with its advice in the
+        route's engine's terms."""
+        if not self.changed(key, evaluation.verdict):
+            return
         stats = evaluation.stats
-        self.info(
-            key,
-            evaluation.verdict,
+        advice = advise(evaluation.advised, stats.engine)
+        log.info(
             "verdict_changed",
             **where,
             route=stats.route,
@@ -63,5 +66,6 @@ class ChangeLog:
             acceptance_rate=evaluation.value("acceptance_rate"),
             breakeven_acceptance_rate=evaluation.value("breakeven_acceptance_rate"),
             batch_size=stats.batch_size,
-            recommended_config=evaluation.recommended_config,
+            recommended_config=evaluation.recommended_config if stats.engine in VLLM_ENGINES else None,
+            recommended_command=None if advice is None else advice.command,
         )

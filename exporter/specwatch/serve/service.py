@@ -43,6 +43,7 @@ from specwatch.export.status import encode_status
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource, FleetState, replica_name
 from specwatch.serve.change_log import ChangeLog
 from specwatch.serve.http_server import CappedHTTPServer, Published, handler_for
+from specwatch.serve.readback import Readback, ReadbackCollector
 from specwatch.serve.reload import ConfigSource, ReloadCollector, ReloadStatus, warn_about_alert_window
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.scrape import ScrapeError, Scraper, ScrapeResult, redact_url, steady_clock
@@ -88,6 +89,8 @@ class Service:
         self.scrapers = self._scrapers_for(config)
         # Fleet mode: one FleetSource instead of the scrapers (which are then none).
         self.fleet = FleetSource(FleetEvaluator(config)) if self.active and config.prometheus else None
+        # Sidecar mode with `readback:`: what the previous pod exported, read once after start.
+        self.readback = Readback(config.readback) if self.active and config.readback and not self.fleet else None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reload_requested = False
@@ -100,6 +103,7 @@ class Service:
             )
         )
         self.registry.register(ReloadCollector(lambda: self.reload_status))
+        self.registry.register(ReadbackCollector(lambda: self.readback))
         self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
         self._failed_polls: dict[str, int] = {}  # consecutive failed polls per target (the drain)
         self.registry.register(PollErrorsCollector(lambda: self.poll_errors))
@@ -176,6 +180,10 @@ class Service:
                 )
             rebuilt.append("scrapers")
         rebuilt += self._apply_fleet(new, old)
+        if not self.active and self.readback is None and new.readback is not None and new.prometheus is None:
+            # Started on a bad config: the first good one still reads the previous pod back.
+            self.readback = Readback(new.readback)
+            self.readback.start()
         if new.log != old.log and self._on_log_config is not None:
             self._on_log_config(new)
         if not self.active or (new.windows, new.alerting) != (old.windows, old.alerting):
@@ -225,6 +233,9 @@ class Service:
         if self.fleet is not None:
             self._poll_fleet(self.fleet)
             return
+        if self.readback is not None and (restored := self.readback.take()) is not None:
+            # Here: the poll thread is the pipeline's only writer.
+            self.pipeline.restore(restored.before_windows, restored.curves)
         # Targets are fetched in parallel (a hung one must not delay the others past the interval),
         # then ingested in config order by this one thread, the only writer of the pipeline.
         if len(self.config.targets) > 1:
@@ -258,9 +269,10 @@ class Service:
             )
             self._changes.info(
                 ("schema", target.name),
-                outcome.schema,
+                (outcome.engine, outcome.schema),
                 "schema_detected",
                 target=target.name,
+                engine=outcome.engine,
                 schema=outcome.schema,
                 routes=list(outcome.routes),
             )
@@ -349,6 +361,8 @@ class Service:
         ).start()
         self._poll_thread = threading.Thread(target=self._poll_loop, name="specwatch-poll", daemon=True)
         self._poll_thread.start()
+        if self.readback is not None:
+            self.readback.start()  # its own thread and deadline: the first poll does not wait
         prometheus = self.config.prometheus
         log.info(
             "started",

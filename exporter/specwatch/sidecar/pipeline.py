@@ -8,36 +8,38 @@ replay from a recording.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specwatch import costmodel
-from specwatch.config import Config, HardwareConfig, RouteConfig
-from specwatch.config.cost_model import cost_model_from_config
+from specwatch.config import Config, RouteConfig
+from specwatch.config.cost_model import config_is_default, cost_model_from_config, learning_enabled, prior_source
 from specwatch.costmodel import learned
-from specwatch.engines.vllm import (
+from specwatch.engines.grouping import (
     DROPPED_KINDS,
     MAX_ENGINES_PER_ROUTE,
     MAX_ROUTES_PER_TARGET,
-    Counter,
     Grouping,
-    RouteMatcher,
-    RouteSnapshot,
     position_limit,
 )
+from specwatch.engines.registry import AUTO, engine_named
+from specwatch.engines.series import Counter, RouteMatcher, RouteSnapshot
 from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState
 from specwatch.verdict.decide import Assessment, VerdictState
 from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route, update_route_method
-from specwatch.verdict.grading import AdviceGrader
+from specwatch.verdict.grading import AdviceGrader, WindowSummary
 from specwatch.verdict.memo import AssessmentCache
 from specwatch.windows.derive import window_stats
 from specwatch.windows.window import RouteWindow, increases_by_counter
 
 __all__ = ["Pipeline"]
 
-ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid")
+#: The route-level counters State carries (RouteState.mirrored), each once the engine exports it.
+_MIRRORED = frozenset((Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN))
+ERROR_REASONS = ("timeout", "connect", "tls", "http_status", "too_large", "parse", "invalid", "engine_mismatch")
 
 
 @dataclass
@@ -51,15 +53,18 @@ class _TargetRecord:
     last_success: float | None = None
     scrape_duration: float | None = None
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_REASONS, 0))
-    # Routes and engines its payloads carried past the bounds (vllm.DROPPED_KINDS), over all polls.
+    # Routes and engines its payloads carried past the bounds (grouping.DROPPED_KINDS), over all polls.
     dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROPPED_KINDS, 0))
     resets: int = 0
     dips: int = 0  # polls with a counter below its base that was no restart (window.py: clamped)
     schema: str | None = None
     polls: int = 0
+    engine: str = AUTO  # the configured engine, or detected from each payload
+    payload_engine: str | None = None  # what the last payload looks like, when it is not the pinned engine
 
     def __post_init__(self) -> None:
-        self.grouping = Grouping(self.matchers, self.route_prefix)
+        fixed = None if self.engine == AUTO else engine_named(self.engine)
+        self.grouping = Grouping(self.matchers, self.route_prefix, engine=fixed)
 
 
 @dataclass
@@ -80,6 +85,9 @@ class _RouteRecord:
     # The cost model over the learner's current curve: one object while the curve is unchanged, so
     # the assessment memo (keyed on the model) and the model's own memos serve every poll.
     learned_model: costmodel.CostModel | None = None
+    # The previous pod's learned curve (read back at start): used until this process's own fits.
+    restored_knots: tuple[tuple[float, float], ...] = ()
+    restored_curve: learned.LearnedStepCurve | None = None
     # The series (engines) the window remembers, least recently seen first, and those of the last
     # snapshot: past MAX_ENGINES_PER_ROUTE the oldest gone ones are forgotten (_track_series).
     series_order: dict[str, None] = field(default_factory=dict)
@@ -96,7 +104,8 @@ class IngestResult:
     resets: int = 0
     schema: str | None = None
     routes: tuple[str, ...] = ()
-    dropped: Mapping[str, int] = field(default_factory=dict)  # this poll's, past the bounds (vllm.DROPPED_KINDS)
+    dropped: Mapping[str, int] = field(default_factory=dict)  # this poll's, past the bounds (grouping.DROPPED_KINDS)
+    engine: str | None = None  # the serving engine the poll was read as
 
 
 #: What the learner reads of a window: a step's time, its requests and its drafting.
@@ -110,20 +119,6 @@ _LEARNED_COUNTERS = (
 )
 
 
-#: Asked every poll (learning auto): built once, not a HardwareConfig per question.
-_DEFAULT_HARDWARE_PRESET = HardwareConfig().preset
-
-
-def config_is_default(config: Config) -> bool:
-    """True when neither hardware nor model was configured: the verdict rests on assumed defaults."""
-    hw, m = config.hardware, config.model
-    hardware_default = (
-        hw.preset == _DEFAULT_HARDWARE_PRESET and hw.bandwidth_bytes_per_second is None and hw.flops is None
-    )
-    model_default = m.preset is None and m.hf_config is None and m.params is None
-    return hardware_default and model_default
-
-
 class Pipeline:
     def __init__(self, config: Config, cost_model: costmodel.CostModel | None = None) -> None:
         self.config = config
@@ -134,7 +129,7 @@ class Pipeline:
         for target in config.targets:
             matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes if r.target == target.name]
             self._targets[target.name] = _TargetRecord(
-                target.name, target.url, matchers, f"{target.name}/" if multi else ""
+                target.name, target.url, matchers, f"{target.name}/" if multi else "", engine=target.engine
             )
         self._routes: dict[str, _RouteRecord] = {}
         self._assessments = AssessmentCache()  # an unchanged window is not assessed twice
@@ -146,6 +141,8 @@ class Pipeline:
         self._limit_for: Config | None = None
         self._position_limit = position_limit(None)
 
+        # What the previous pod exported (read back at start), for routes not seen yet (bounded).
+        self._restored: dict[str, tuple[WindowSummary | None, tuple[tuple[float, float], ...]]] = {}
         # Windows of the pipeline this one replaced (reload), by route: their mirrors continue.
         self._adopted: dict[str, tuple[str, RouteWindow, bool]] = {}  # route: (target, window, same series)
 
@@ -182,6 +179,22 @@ class Pipeline:
             self.evaluate(self._t)  # no route is fresh: verdicts and learning do not move
         return rebuilt
 
+    def restore(
+        self,
+        before_windows: Mapping[str, WindowSummary],
+        curves: Mapping[str, tuple[tuple[float, float], ...]] | None = None,
+    ) -> None:
+        """What the previous pod exported, per route (read back at start): its before-window (this
+        process's first regime is graded against it when K or the method differ) and its learned
+        curve's knots (the route's cost model until this process's own curve fits)."""
+        curves = curves or {}
+        for name in sorted(set(before_windows) | set(curves)):
+            route = self._routes.get(name)
+            if route is not None:
+                _restore_route(route, before_windows.get(name), curves.get(name, ()))
+            elif len(self._restored) < MAX_ROUTES_PER_TARGET * max(len(self._targets), 1):
+                self._restored[name] = (before_windows.get(name), curves.get(name, ()))
+
     def add_target(self, name: str, url: str = "") -> None:
         """A target learnt from a recording (replay without a config): routes named as live."""
         if name not in self._targets:
@@ -196,6 +209,9 @@ class Pipeline:
         record.errors[reason if reason in record.errors else "invalid"] += 1
         record.scrape_duration = duration
         self._t = t
+        mismatched = record.grouping.mismatched
+        if reason == "engine_mismatch" and mismatched is not None:
+            record.payload_engine = mismatched.name
 
     def ingest(self, target: str, t: float, text: str, duration: float | None = None) -> IngestResult:
         """Parse one payload; on any error the windows are left exactly as they were."""
@@ -211,6 +227,7 @@ class Pipeline:
             return IngestResult(False, exc.reason, str(exc))
         record.up = True
         record.polls += 1
+        record.payload_engine = None
         record.last_success = t
         record.scrape_duration = duration
         self._t = t
@@ -230,6 +247,8 @@ class Pipeline:
                 route = self._routes[snap.route] = _RouteRecord(
                     self._new_window(snap.route, target), target, record.polls
                 )
+                if (restored := self._restored.pop(snap.route, None)) is not None:
+                    _restore_route(route, *restored)
             if route.window.ingest(snap):
                 resets += 1
             if replanned or new:
@@ -243,11 +262,18 @@ class Pipeline:
             record.dips += 1  # counted like restarts: polls, not series
         record.schema = schema
         self._expire_routes(record)
-        return IngestResult(True, resets=resets, schema=schema, routes=tuple(s.route for s in snaps), dropped=dropped)
+        return IngestResult(
+            True,
+            resets=resets,
+            schema=schema,
+            routes=tuple(s.route for s in snaps),
+            dropped=dropped,
+            engine=grouping.engine.name,
+        )
 
     def position_limit(self) -> int:
         """The first `position` a payload may not carry under the current config (the stated K:
-        draft.config's num_speculative_tokens, else draft.k; vllm.position_limit)."""
+        draft.config's num_speculative_tokens, else draft.k; grouping.position_limit)."""
         config = self.config
         if self._limit_for is not config:  # the config can be replaced (reload)
             schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
@@ -300,6 +326,7 @@ class Pipeline:
         # Routes old had adopted itself and not seen since (two reloads between polls), then its own.
         windows = {name: (t, w, same) for name, (t, w, same) in old._adopted.items()}
         windows |= {name: (r.target, r.window, True) for name, r in old._routes.items()}
+        self._restored |= old._restored
         for name, (target_name, window, same) in windows.items():
             target = self._targets.get(target_name)
             previous = old._targets.get(target_name)
@@ -409,7 +436,14 @@ class Pipeline:
 
     def _learned_model(self, route: _RouteRecord) -> costmodel.CostModel:
         """The route's cost model now: over its learned curve, else the configured one."""
-        curve = route.learner.curve() if route.learner is not None else None
+        learner = route.learner
+        curve = learner.curve() if learner is not None else None
+        if curve is None and learner is not None and route.restored_knots:
+            if route.restored_curve is None or route.restored_curve.prior is not learner.prior:
+                route.restored_curve = learned.LearnedStepCurve(
+                    prior=learner.prior, knots=route.restored_knots, points=0.0, residual_ratio=math.nan
+                )
+            curve = route.restored_curve
         if curve is None:
             return self.cost_model
         if route.learned_model is None or route.learned_model.profile is not curve:
@@ -419,10 +453,7 @@ class Pipeline:
     def learning_enabled(self) -> bool:
         """learning.enabled, auto (None) meaning: when the verdict would rest on defaults. A
         measured profile always wins."""
-        if self.config.profile is not None:
-            return False
-        enabled = self.config.learning.enabled
-        return config_is_default(self.config) if enabled is None else enabled
+        return learning_enabled(self.config)
 
     def learners(self) -> dict[str, tuple[learned.StepTimeLearner, costmodel.CostModel]]:
         """Each route's learner and the cost model its verdicts use now."""
@@ -434,11 +465,20 @@ class Pipeline:
 
     def cost_model_source(self) -> str:
         """default | preset | profile | learned: what the verdicts rest on now."""
-        if self.config.profile is not None:
-            return "profile"
-        if any(r.learner is not None and r.learner.curve() is not None for r in self._routes.values()):
+        if self.config.profile is None and any(
+            r.learner is not None and r.learner.curve() is not None for r in self._routes.values()
+        ):
             return "learned"
-        return "default" if config_is_default(self.config) else "preset"
+        return prior_source(self.config)
+
+    def cost_model_baseline(self) -> str:
+        """history | none: whether a learned curve rests on spec-off windows of its own route (the
+        target's own step time, measured before speculation was switched on or after it was off);
+        none: the split between target and speculation is the prior's."""
+        for r in self._routes.values():
+            if r.learner is not None and r.learner.curve() is not None and r.learner.baseline_points > 0:
+                return "history"
+        return "none"
 
     # -- output ---------------------------------------------------------------------------------
     def state(self) -> State:
@@ -455,6 +495,7 @@ class Pipeline:
                 r.polls,
                 dict(r.dropped),
                 r.dips,
+                r.payload_engine,
             )
             for r in self._targets.values()
         )
@@ -465,19 +506,15 @@ class Pipeline:
                 continue
             # The route's own mirrors (window.RouteWindow.mirror), already summed over its engines and
             # never taken back when one departs; the ITL buckets of the current layout only.
-            mirrored: dict[str, float] = {
-                Counter.DRAFTS: 0.0,
-                Counter.DRAFT_TOKENS: 0.0,
-                Counter.ACCEPTED: 0.0,
-                Counter.GEN: 0.0,
-            }
+            # Only the counters the route's engine exports (an absent one is not exported as 0).
+            mirrored: dict[str, float] = {}
             positions: dict[int, float] = {}
             buckets: dict[float, float] = {}
             current_les = {k[2] for k in latest.counters if k[0] == Counter.ITL_BUCKET}
             itl_sum = itl_count = 0.0
             for (kind, sub), value in route.window.mirror.items():
-                if kind in mirrored:
-                    mirrored[kind] += value
+                if kind in _MIRRORED:
+                    mirrored[kind] = mirrored.get(kind, 0.0) + value
                 elif sub is None:
                     if kind == Counter.ITL_SUM:
                         itl_sum += value
@@ -497,6 +534,7 @@ class Pipeline:
                     model_name=latest.model_name,
                     method=route.method,
                     schema=latest.schema,
+                    engine=latest.engine,
                     spec_present=latest.spec_present,
                     configured_k=latest.configured_k or self.config.draft.k,
                     expects_speculation=config.expect_speculation if config else True,
@@ -512,7 +550,9 @@ class Pipeline:
                     evaluations=route.evaluations if serving else (),
                     current=current,
                     grading=route.grader.grading,
+                    before_window=route.grader.before_candidate,
                     fit=self._fit_summary(route),
+                    curve_knots=_knots(route.learner),
                 )
             )
         unmatched = tuple(
@@ -530,6 +570,7 @@ class Pipeline:
         cm = self.cost_model
         return CostModelInfo(
             source=self.cost_model_source(),
+            baseline=self.cost_model_baseline(),
             hardware=cm.hardware.name,
             model=cm.model.name,
             dtype=cm.dtype,
@@ -540,3 +581,15 @@ class Pipeline:
     def rests_on_defaults(self) -> bool:
         """Neither hardware nor model configured and no profile: warn once at start-up."""
         return self.config.profile is None and config_is_default(self.config)
+
+
+def _restore_route(route: _RouteRecord, before: WindowSummary | None, knots: tuple[tuple[float, float], ...]) -> None:
+    if before is not None:
+        route.grader.restore(before)
+    if knots:
+        route.restored_knots, route.restored_curve, route.learned_model = knots, None, None
+
+
+def _knots(learner: learned.StepTimeLearner | None) -> tuple[tuple[float, float], ...]:
+    curve = learner.curve() if learner is not None else None
+    return curve.knots if curve is not None else ()

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specwatch.costmodel import learned
+from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.verdict.evaluation import RouteEvaluation
-from specwatch.verdict.grading import Grading
+from specwatch.verdict.grading import Grading, WindowSummary
 
 
 @dataclass(frozen=True)
@@ -28,13 +29,18 @@ class RouteState:
     itl_sum: float
     itl_count: float
     evaluations: tuple[RouteEvaluation, ...]
+    engine: str = DEFAULT_ENGINE  # the serving engine spoken (engines.registry name)
     # False when the route was missing from its target's latest good poll (e.g. vLLM restarted
     # with another --served-model-name): its values are then not served, but kept for its return.
     current: bool = True
     # The latest change of K or method and how the server did after it (grading.py).
     grading: Grading | None = None
+    # The window a change now would be graded against (exported: a restarted sidecar reads it back).
+    before_window: WindowSummary | None = None
     # The learned step-time fit of the route (None: learning off, a profile set, or no window yet).
     fit: learned.FitSummary | None = None
+    # The learned curve's knots (tokens, plain step seconds): exported, so a new pod can read it back.
+    curve_knots: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class TargetState:
     dropped: Mapping[str, int] = field(default_factory=dict)
     # Polls in which a counter read below its base without restarting (clamped, docs/architecture.md §3).
     dips: int = 0
+    # The engine the last payload looks like when the target is pinned to another (engine_mismatch).
+    payload_engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,3 +83,6 @@ class CostModelInfo:
     dtype: str
     tensor_parallel: int
     method: str
+    # history | none (fleet mode: also canary): whether a learned curve rests on measured spec-off
+    # step times; none: its split between target and speculation is the prior's.
+    baseline: str = "none"

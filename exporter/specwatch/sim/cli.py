@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from specwatch.sim.describe import describe
 from specwatch.sim.record import record
 from specwatch.sim.scenario import Scenario, ScenarioError, list_scenarios, load_scenario, parse_duration
 from specwatch.sim.server import serve
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         if args.list:
             for name in list_scenarios():
                 sc = load_scenario(name)
-                print(f"{name:14s} {sc.duration:6.0f}s  {sc.description.splitlines()[0] if sc.description else ''}")
+                print(f"{name:14s} {sc.duration:6.0f}s  {describe(sc)}")
             return 0
         sc = load_scenario(args.scenario)
         if args.crossings:

@@ -203,6 +203,9 @@ class Scenario:
     expected: dict[str, Any]
     source: str = ""
     step_time: StepCurve | None = None
+    #: The simulated engine's fixed costs of speculation (verify overhead, per request, per drafting
+    #: pass) as a multiple of the cost model's: a server whose true costs a prior gets wrong.
+    spec_cost_scale: float = 1.0
 
     @property
     def duration(self) -> float:
@@ -374,6 +377,7 @@ SCENARIO_SCHEMA = Section(
         Items("faults", _FAULT, ""),
         _key("expected", _Values(), {}),
         _STEP_TIME,
+        _key("spec_cost_scale", Number(minimum=0, maximum=100), 1.0),
     ),
     "",
 )

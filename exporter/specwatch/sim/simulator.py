@@ -5,6 +5,7 @@ recover. The engines' mechanics are in engine.py."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from specwatch.sim.engine import Engine, Route
@@ -224,11 +225,14 @@ class Simulator:
         return min(b, float(sc.max_num_seqs))
 
 
-def crossings(scenario: Scenario | str, step: float = 1.0) -> list[dict[str, Any]]:
+def crossings(
+    scenario: Scenario | str, step: float = 1.0, verdict_of: Callable[[dict[str, Any]], str] | None = None
+) -> list[dict[str, Any]]:
     """Times (sim seconds) where the TRUE verdict changes, from the scenario's nominal parameters.
 
     Benchmarks measure detection delay against these; scenario files document them under
-    `expected.crossings` and a test checks the two agree."""
+    `expected.crossings` and a test checks the two agree. ``verdict_of`` maps a route's truth to
+    another verdict (what a sidecar that knows its own error can tell); default its ``verdict``."""
     sim = Simulator(scenario)
     sc = sim.scenario
     out: list[dict[str, Any]] = []
@@ -241,7 +245,7 @@ def crossings(scenario: Scenario | str, step: float = 1.0) -> list[dict[str, Any
                 sim.spec_enabled = ev.type == "spec_on"
         tr = sim.truth()
         for name, r in tr["routes"].items():
-            v = r["verdict"]
+            v = r["verdict"] if verdict_of is None else verdict_of(r)
             if name in prev and prev[name] != v:
                 out.append({"at": t, "route": name, "from": prev[name], "to": v})
             prev[name] = v

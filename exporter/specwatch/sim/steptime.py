@@ -7,13 +7,16 @@ simulated ITL and the sidecar's break-even come from the same maths, and the sce
 verdict crossings are what a correct sidecar must find. A speculative step pays the model's
 drafting and its fixed costs of speculation (docs/costmodel.md).
 
-A scenario's `step_time:` section (scenario.StepCurve) replaces that with a curve of its own, unlike
+A scenario's `spec_cost_scale` multiplies the fixed costs of speculation (verify overhead, per
+request, per drafting pass) of that cost model: the truth of a server whose prior is wrong by that
+factor. A scenario's `step_time:` section (scenario.StepCurve) replaces that with a curve of its own, unlike
 every preset; the sidecar must then learn it (costmodel/learned.py). The truth (break-even,
 speedup, best K) always comes from the step times the engine really uses.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -48,6 +51,15 @@ class StepTimer:
             draft_cost_per_token=scenario.draft_cost_per_token,
             draft_k=scenario.num_speculative_tokens or costmodel.DEFAULT_DRAFT_K,
         )
+        scale = scenario.spec_cost_scale
+        if scale != 1.0:
+            cm = self.cost_model
+            self.cost_model = dataclasses.replace(
+                cm,
+                verify_overhead_seconds=scale * cm.verify_overhead_seconds,
+                verify_seconds_per_request=scale * cm.verify_seconds_per_request,
+                draft=dataclasses.replace(cm.draft, fixed_seconds=scale * cm.draft.fixed_seconds),
+            )
         self.ngram = self.cost_model.draft.method in ("ngram", "suffix")
 
     # -- timing used by the engine step -------------------------------------------------------

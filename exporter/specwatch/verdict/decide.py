@@ -1,12 +1,16 @@
 """Verdicts: is speculation paying at the live batch size, and what to change.
 
 Pure: takes a CostModel, one window's WindowStats and the decision settings, returns numbers.
-The hold (a new verdict must stay the candidate for ``decision.hold``, a time) lives in
-``next_verdict``. The rules and their hysteresis are explained in docs/costmodel.md ("Verdicts").
+keep, shorten and disable are given only when the predicted speedup's interval
+(costmodel/uncertainty.py) is clear of 1; otherwise the verdict is ``undecided`` and names the
+measurement that would decide. The hold (a new verdict must stay the candidate for
+``decision.hold``, a time) lives in ``next_verdict``. The rules and their hysteresis are explained
+in docs/costmodel.md ("Verdicts").
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +18,8 @@ from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 from specwatch import costmodel as cmod
+from specwatch.costmodel import uncertainty
+from specwatch.engines.advice import adaptive_note, adapts_draft_length
 from specwatch.engines.vllm_schedule import (
     SCHEDULE_KEY,
     SpeculativeConfigValue,
@@ -26,11 +32,14 @@ from specwatch.windows.derive import WindowStats
 if TYPE_CHECKING:
     from specwatch.config import DecisionConfig
 
-VERDICTS = ("spec_off", "insufficient_data", "keep", "shorten", "disable")
+VERDICTS = ("spec_off", "insufficient_data", "undecided", "keep", "shorten", "disable")
 #: What to do with the recommendation: nothing (keep), paste ``recommended_config`` (a complete
 #: --speculative-config), merge ``config_changes`` into yours (the drafter's model path is unknown),
-#: or remove --speculative-config (disable).
-ACTIONS = ("no_change", "apply", "merge", "remove_speculative_config")
+#: remove --speculative-config (disable), or run the ``measurement`` that decides (undecided).
+ACTIONS = ("no_change", "apply", "merge", "remove_speculative_config", "measure")
+#: What an undecided verdict asks for: a spec-off canary, a restart with a shorter K, or nothing
+#: (the speedup is too close to 1 for on or off to matter at this batch).
+MEASUREMENTS = ("spec_off_canary", "restart_with_draft_length", "near_breakeven")
 
 #: Largest batch the recommended V1 schedule covers when the server's max_num_seqs is unknown
 #: (the range used in vLLM's dynamic speculative decoding docs).
@@ -67,6 +76,19 @@ MERGE_NOTE = (
 
 
 @dataclass(frozen=True)
+class Measurement:
+    """The measurement that lets an undecided verdict decide (``kind`` one of MEASUREMENTS)."""
+
+    kind: str
+    minutes: float | None  # how long to run it; None for near_breakeven
+    batch: float  # the live batch it must run at
+    how: str  # what to do, with the flag or config
+    draft_length: int | None = None  # restart_with_draft_length: the K' to run
+    speculative_config: dict[str, object] | None = None  # that restart's complete --speculative-config
+    config_changes: SpeculativeConfig | None = None  # its keys, to merge when it cannot be complete
+
+
+@dataclass(frozen=True)
 class Assessment:
     candidate: str  # one of VERDICTS, before the hold
     breakeven_acceptance_rate: float | None = None
@@ -78,6 +100,9 @@ class Assessment:
     config_changes: SpeculativeConfig | None = None  # the keys that change (actions apply and merge)
     action: str | None = None  # one of ACTIONS; None without a verdict
     notes: tuple[str, ...] = ()
+    speedup_lower: float | None = None  # expected_speedup's interval at decision.confidence
+    speedup_upper: float | None = None
+    measurement: Measurement | None = None  # undecided only
 
 
 def _finite(x: float | None) -> float | None:
@@ -103,9 +128,10 @@ def _no_verdict(stats: WindowStats, decision: DecisionConfig) -> Assessment | No
     drafts = _finite(stats.drafts)
     if not stats.spec_present:
         return Assessment(candidate="spec_off")
-    if drafts is not None and drafts <= 0:
+    if drafts is not None and drafts <= 0 and not (_finite(stats.draft_tokens) or 0.0) > 0:
         # Configured but not drafting: while tokens are generated that is speculation switched off
         # (e.g. a num_speculative_tokens_per_batch_size band with K=0); an idle server says nothing.
+        # Draft tokens without drafts is a source that cannot count drafts: no evidence either way.
         generated = _finite(stats.generation_tokens) or 0.0
         return Assessment(candidate="spec_off" if generated > 0 else "insufficient_data")
     k, batch = _finite(stats.draft_length), _finite(stats.batch_size)
@@ -184,6 +210,58 @@ def _shorten_advice(
     )
 
 
+def _measurement(
+    cm: cmod.CostModel,
+    stats: WindowStats,
+    interval: uncertainty.SpeedupInterval,
+    speedup: float,
+    *,
+    shorter_k: int | None,
+    batch: float,
+    coverage: float,
+    named: str | None,
+    base_config: Mapping[str, object] | None,
+) -> Measurement:
+    """What decides an undecided verdict. A shorter K the model prefers is tried directly (a restart
+    with K', graded against the window before it); otherwise a spec-off canary at the live batch,
+    long enough for its plain steps to replace the model's error."""
+    t_base = cm.step_times(batch, max(float(stats.draft_length or 1.0), 1.0), coverage)[0]
+    spread = uncertainty.step_log_spread(stats.itl_p50_seconds, stats.itl_p99_seconds)
+    minutes = uncertainty.canary_minutes(interval, speedup, step_seconds=t_base, step_spread=spread)
+    at = f"while it decodes about {batch:.0f} requests per step"
+    if minutes is None:
+        return Measurement(
+            "near_breakeven",
+            None,
+            batch,
+            f"The expected speedup {speedup:.2f}x is too close to 1 for on or off to matter at this batch "
+            f"(interval {interval.lower:.2f}-{interval.upper:.2f}x): nothing to change or measure.",
+        )
+    if shorter_k is not None:
+        changes = speculative_config(named, shorter_k)
+        complete = complete_speculative_config(changes, named, base_config)
+        flag = json.dumps(complete if complete is not None else changes, separators=(",", ":"))
+        verb = "with --speculative-config" if complete is not None else "merging into your --speculative-config"
+        return Measurement(
+            "restart_with_draft_length",
+            minutes,
+            batch,
+            f"Restart vLLM {verb} '{flag}' for {minutes:.0f} minutes {at}; specwatch measures the "
+            "change against the window before it (specwatch_advice_measured_gain_ratio).",
+            draft_length=shorter_k,
+            speculative_config=complete,
+            config_changes=changes,
+        )
+    return Measurement(
+        "spec_off_canary",
+        minutes,
+        batch,
+        f"Run this server (or one replica of the route) without --speculative-config for {minutes:.0f} "
+        f"minutes {at}, with learning.enabled: true in specwatch's config, then restore the flag: "
+        "specwatch learns the plain step next to the speculative one and the interval narrows.",
+    )
+
+
 def assess(
     cm: cmod.CostModel,
     stats: WindowStats,
@@ -197,7 +275,8 @@ def assess(
     """Assess one route/window. ``decision`` gives min_drafts and margin. ``previous_verdict`` is
     the verdict in effect, which sets the side of the hysteresis band. ``config_method`` is the
     vLLM method the recommended config names ("same" = ``method``, None = unknown: the answer is
-    then keys to merge). ``base_config``: the --speculative-config the server runs with, if stated.
+    then keys to merge). ``base_config``: the --speculative-config the server runs with, if stated;
+    with adaptive verification on there the engine picks K per step, so shorten becomes keep.
 
     The verdict and the recommended config come from the same numbers and always agree: disable
     recommends removing --speculative-config, keep recommends no change, shorten a config whose K
@@ -251,23 +330,56 @@ def assess(
         s_now=s_now,
         previous_verdict=previous_verdict,
     )
+    interval = uncertainty.speedup_interval(
+        cm, speedup, k=k, alpha=alpha, coverage=c, drafts=_finite(stats.drafts), confidence=decision.confidence
+    )
+    named = method if config_method == "same" else config_method
     verdict = partial(
         Assessment,
-        candidate=candidate,
         breakeven_acceptance_rate=breakeven,
         acceptance_margin=alpha - breakeven,
         expected_speedup=speedup,
         max_speculative_batch_size=b_max,
+        speedup_lower=interval.lower,
+        speedup_upper=interval.upper,
     )
+    # keep claims that speculation pays, disable that it does not, shorten either (a shorter K pays
+    # more, or the current K does not pay): the interval must clear 1 on that side, with the same
+    # hysteresis band as the lines above, so a verdict in effect does not flap at its edge.
+    pays = interval.lower > speed_line
+    loses = interval.upper < (1.0 + band if previous_verdict in ("disable", "shorten") else 1.0 - band)
+    decided = {"keep": pays, "disable": loses}.get(candidate, pays or loses)
+    if not decided:
+        # Switching off (or shortening) a speculation that pays is the costliest mistake: below
+        # the confidence asked for, say what would decide instead.
+        measurement = _measurement(
+            cm,
+            stats,
+            interval,
+            speedup,
+            # under adaptive verification the engine picks K per step: no K' to restart with
+            shorter_k=best_k if 1 <= best_k < k_window and not adapts_draft_length(base_config) else None,
+            batch=b,
+            coverage=c,
+            named=named,
+            base_config=base_config,
+        )
+        # Until measured, the server keeps the K it runs.
+        return verdict(
+            candidate="undecided", recommended_draft_length=k_window, action="measure", measurement=measurement
+        )
     if candidate == "disable":
-        return verdict(recommended_draft_length=0, action="remove_speculative_config")
+        return verdict(candidate=candidate, recommended_draft_length=0, action="remove_speculative_config")
     if candidate == "keep":
-        return verdict(recommended_draft_length=k_window, action="no_change")
-    named = method if config_method == "same" else config_method
+        return verdict(candidate=candidate, recommended_draft_length=k_window, action="no_change")
+    if adapts_draft_length(base_config):  # adaptive verification: the engine picks K per step, not us
+        notes = (adaptive_note(base_config),)
+        return verdict(candidate="keep", recommended_draft_length=k_window, action="no_change", notes=notes)
     advice = _shorten_advice(
         cm, stats, p, best_k, batch=b, coverage=c, max_batch=max_batch, named=named, base_config=base_config
     )
     return verdict(
+        candidate=candidate,
         recommended_draft_length=advice.recommended_draft_length,
         recommended_config=advice.recommended_config,
         config_changes=advice.config_changes,
@@ -299,6 +411,14 @@ def verdict_agrees_with_config(assessment: Assessment, batch: float, current_k: 
         k_live = k_at_batch(a.config_changes, batch)
         complete_ok = a.recommended_config is None or k_at_batch(a.recommended_config, batch) == k_live
         return 1 <= k_live == a.recommended_draft_length < current_k and complete_ok
+    if a.candidate == "undecided":
+        return (
+            a.recommended_config is None
+            and a.config_changes is None
+            and a.recommended_draft_length == current_k
+            and a.action == "measure"
+            and a.measurement is not None
+        )
     return a.recommended_config is None and a.config_changes is None and a.action is None
 
 

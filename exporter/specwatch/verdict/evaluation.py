@@ -15,11 +15,13 @@ from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
 from specwatch.config import Config, DecisionConfig
-from specwatch.engines.vllm import SCHEMA_V0, RouteSnapshot
+from specwatch.engines.registry import BY_NAME
+from specwatch.engines.series import RouteSnapshot
+from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.engines.vllm_schedule import SpeculativeSchedule
 from specwatch.verdict import decide
 from specwatch.verdict.config_check import ConfigCheck, check_draft_length
-from specwatch.windows.derive import WindowStats, with_drafter
+from specwatch.windows.derive import COUNTER_RATIO, WindowStats, with_drafter
 from specwatch.windows.window import WindowView
 
 #: The numeric values of an evaluation by name, as exported (RouteEvaluation.value).
@@ -34,6 +36,8 @@ NumericValue = Literal[
     "breakeven_acceptance_rate",
     "acceptance_margin",
     "expected_speedup",
+    "expected_speedup_lower",
+    "expected_speedup_upper",
     "recommended_draft_length",
     "max_speculative_batch_size",
 ]
@@ -111,6 +115,19 @@ class RouteEvaluation:
     @property
     def expected_speedup(self) -> float | None:
         return None if (a := self.assessed) is None else a.expected_speedup
+
+    @property
+    def expected_speedup_lower(self) -> float | None:
+        return None if (a := self.assessed) is None else a.speedup_lower
+
+    @property
+    def expected_speedup_upper(self) -> float | None:
+        return None if (a := self.assessed) is None else a.speedup_upper
+
+    @property
+    def measurement(self) -> decide.Measurement | None:
+        """What would decide, while the verdict in effect is undecided."""
+        return None if (a := self.advised) is None else a.measurement
 
     @property
     def max_speculative_batch_size(self) -> int | None:
@@ -268,7 +285,9 @@ def evaluate_route(
     variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
     evaluations: list[RouteEvaluation] = []
     for _, label, view, measured in windows:
-        stats = with_drafter(measured, variable_length=variable_length, schedule_ks=schedule_ks)
+        engine = BY_NAME.get(measured.engine)
+        varies = variable_length or (engine is not None and engine.drafts_vary_in_length)
+        stats = with_drafter(measured, variable_length=varies, schedule_ks=schedule_ks)
         guard = passes_guard(stats, view.last.snapshot, decision.min_drafts)
         previous = memory.verdicts.get(label)
         assessment = assess(
@@ -311,6 +330,7 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
     return {
         "t": stats.t,
         "route": stats.route,
+        "engine": stats.engine,
         "window": stats.window,
         "acceptance_rate": evaluation.acceptance_rate,
         "mean_acceptance_length": evaluation.mean_acceptance_length,
@@ -321,6 +341,8 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
         "breakeven_acceptance_rate": breakeven,
         "speculation_cannot_pay": None if breakeven is None else breakeven >= 1.0,
         "expected_speedup": evaluation.expected_speedup,
+        "expected_speedup_lower": evaluation.expected_speedup_lower,
+        "expected_speedup_upper": evaluation.expected_speedup_upper,
         "recommended_draft_length": evaluation.recommended_draft_length,
         "verdict": evaluation.verdict,
         "drafts": stats.drafts,
@@ -332,4 +354,29 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
         ),
         "recommended_action": None if assessment is None else assessment.action,
         "notes": [] if assessment is None else list(assessment.notes),
+        "measurement": measurement_record(evaluation.measurement),
+        **_basis(stats),
     }
+
+
+def measurement_record(measurement: decide.Measurement | None) -> dict[str, object] | None:
+    """An undecided verdict's measurement as JSON (null otherwise)."""
+    if measurement is None:
+        return None
+    return {
+        "kind": measurement.kind,
+        "minutes": measurement.minutes,
+        "batch_size": measurement.batch,
+        "draft_length": measurement.draft_length,
+        "speculative_config": measurement.speculative_config,
+        "merge_into_your_speculative_config": (
+            measurement.config_changes if measurement.speculative_config is None else None
+        ),
+        "how": measurement.how,
+    }
+
+
+def _basis(stats: WindowStats) -> dict[str, str]:
+    """`acceptance_basis` where alpha, tau and K are no ratio of the window's counters (an engine's
+    own gauge estimate, docs/engines.md); absent for the counter ratios."""
+    return {} if stats.acceptance_basis == COUNTER_RATIO else {"acceptance_basis": stats.acceptance_basis}

@@ -20,13 +20,20 @@ and what the cost model's speedup predicts at a given batch. When the batch move
 
 State per route lives in an AdviceGrader; everything it computes is a pure function of the
 WindowStats it is fed.
+
+Across a rollout (docs/rollouts.md) the change replaces the process: the sidecar restarts with its
+pod. A restarted sidecar is given the previous pod's last before-window, read back from the
+Prometheus that scraped it (`restore`, marked `origin="previous_pod"`); the first regime it settles
+on is then graded against it when K or the method differ. Fleet mode sees old and new pods side by
+side: RolloutGrader grades a route's new-regime replicas against its old-regime ones at the
+nearest batch.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specwatch import costmodel
@@ -39,6 +46,20 @@ K_CHANGE_RELATIVE = 0.15
 BATCH_SHIFT_NOTE = 0.2
 #: Before-window candidates kept (one per evaluation): enough to reach back one short window.
 HISTORY = 64
+#: Where a before-window came from: this process's own windows, or the previous pod's (read back).
+ORIGIN_THIS_PROCESS = "this_process"
+ORIGIN_PREVIOUS_POD = "previous_pod"
+#: The numbers of a WindowSummary that are exported (and read back), by the `quantity` label.
+SUMMARY_QUANTITIES = (
+    "span_seconds",
+    "draft_length",
+    "acceptance_rate",
+    "batch_size",
+    "tokens_per_step",
+    "itl_p99_seconds",
+    "itl_per_token_seconds",
+    "drafts",
+)
 
 
 @dataclass(frozen=True)
@@ -59,6 +80,7 @@ class WindowSummary:
     itl_per_token_seconds: float
     tokens_per_engine_step: float  # batch x tokens_per_step
     drafts: float
+    origin: str = ORIGIN_THIS_PROCESS
 
     @property
     def tokens_per_second_per_request(self) -> float:
@@ -79,7 +101,51 @@ class WindowSummary:
             "tokens_per_engine_step": self.tokens_per_engine_step,
             "tokens_per_second_per_request": self.tokens_per_second_per_request,
             "drafts": self.drafts,
+            "origin": self.origin,
         }
+
+    def quantities(self) -> dict[str, float]:
+        """The exported numbers (SUMMARY_QUANTITIES); acceptance and P99 only when known."""
+        values = {q: getattr(self, q) for q in SUMMARY_QUANTITIES}
+        return {q: float(v) for q, v in values.items() if v is not None}
+
+
+def restored_summary(
+    quantities: Mapping[str, float], positions: Mapping[int, float], method: str, window: str, t: float
+) -> WindowSummary | None:
+    """A summary read back from the exported quantities (the previous pod's, last stored at Unix
+    time `t`), or None when one is missing or out of range: a half-read or hostile answer must not
+    become a baseline."""
+    need = ("span_seconds", "draft_length", "batch_size", "tokens_per_step", "itl_per_token_seconds", "drafts")
+    if any(q not in quantities or not math.isfinite(quantities[q]) for q in need):
+        return None
+    k, batch, tps, itl = (
+        quantities[q] for q in ("draft_length", "batch_size", "tokens_per_step", "itl_per_token_seconds")
+    )
+    if not (0 <= k <= 64 and batch > 0 and 1 <= tps <= k + 1 and itl > 0 and quantities["span_seconds"] > 0):
+        return None
+    alpha = quantities.get("acceptance_rate")
+    alpha = alpha if alpha is not None and 0 <= alpha <= 1 else None
+    p99 = quantities.get("itl_p99_seconds")
+    rates = tuple(positions[i] for i in range(len(positions))) if set(positions) == set(range(len(positions))) else ()
+    usable = rates and all(0 <= r <= 1 for r in rates)
+    return WindowSummary(
+        t=t,
+        window=window,
+        span_seconds=quantities["span_seconds"],
+        method=method,
+        draft_length=k,
+        acceptance_rate=alpha if k > 0 else None,
+        position_rates=rates if usable and k > 0 else None,
+        batch_size=batch,
+        tokens_per_step=tps,
+        step_time_seconds=tps * itl,
+        itl_p99_seconds=p99 if p99 is not None and math.isfinite(p99) and p99 > 0 else None,
+        itl_per_token_seconds=itl,
+        tokens_per_engine_step=batch * tps,
+        drafts=quantities["drafts"],
+        origin=ORIGIN_PREVIOUS_POD,
+    )
 
 
 def observed_draft_length(stats: WindowStats, min_drafts: float) -> float | None:
@@ -215,6 +281,15 @@ def _explicit(method: str) -> bool:
     return not method.startswith("auto")
 
 
+def regime_changed(k_before: float, method_before: str | None, k: float, method: str) -> bool:
+    """K moved by more than max(0.5, 15 %), or an explicitly configured method changed."""
+    limit = max(K_CHANGE_ABSOLUTE, K_CHANGE_RELATIVE * k_before)
+    method_changed = (
+        method_before is not None and _explicit(method) and _explicit(method_before) and method != method_before
+    )
+    return abs(k - k_before) > limit or method_changed
+
+
 class AdviceGrader:
     """Watches one route's windows for a change of K or method and grades the change."""
 
@@ -223,7 +298,19 @@ class AdviceGrader:
         self._regime_method: str | None = None
         self._regime_since = -math.inf  # windows starting before this mix two regimes
         self._history: deque[WindowSummary] = deque(maxlen=HISTORY)
+        self._restored: WindowSummary | None = None
         self.grading: Grading | None = None
+
+    def restore(self, before: WindowSummary) -> None:
+        """The previous pod's last before-window (a restart): the first regime this process
+        settles on is graded against it when K or the method differ; otherwise it is dropped."""
+        if self.grading is None:
+            self._restored = before
+
+    @property
+    def before_candidate(self) -> WindowSummary | None:
+        """The window a change now would be graded against (exported, so a new pod can read it back)."""
+        return self._history[-1] if self._history else None
 
     def observe(
         self, t: float, windows: Sequence[WindowStats], method: str, min_drafts: float, cost_model: costmodel.CostModel
@@ -240,6 +327,8 @@ class AdviceGrader:
             if shortest.t - shortest.span_seconds >= self._regime_since:
                 self._settle(t, ordered, k_now, method, min_drafts, cost_model)
             return self.grading
+        if self._restored is not None:
+            self._take_restored(ordered, cost_model)
         if self._changed(k_now, method):
             self._on_change(t, shortest, method)
             return self.grading
@@ -252,16 +341,25 @@ class AdviceGrader:
         self._grade_after(ordered, method, min_drafts)
         return self.grading
 
+    def _take_restored(self, ordered: Sequence[WindowStats], cost_model: costmodel.CostModel) -> None:
+        """Grade this process's regime against the previous pod's window (read back after start)."""
+        restored, self._restored = self._restored, None
+        k, method = self._regime_k, self._regime_method
+        if restored is None or k is None or method is None or self.grading is not None:
+            return
+        if regime_changed(restored.draft_length, restored.method, k, method):
+            self.grading = Grading(
+                changed_at=ordered[0].t - ordered[0].span_seconds,  # this process's first window: after it
+                before=restored,
+                new_draft_length=k,
+                predicted_gain_ratio=predicted_gain(cost_model, restored, k),
+                method_before=restored.method,
+                method_after=method,
+            )
+
     def _changed(self, k: float, method: str) -> bool:
         assert self._regime_k is not None
-        limit = max(K_CHANGE_ABSOLUTE, K_CHANGE_RELATIVE * self._regime_k)
-        method_changed = (
-            self._regime_method is not None
-            and _explicit(method)
-            and _explicit(self._regime_method)
-            and method != self._regime_method
-        )
-        return abs(k - self._regime_k) > limit or method_changed
+        return regime_changed(self._regime_k, self._regime_method, k, method)
 
     def _on_change(self, t: float, shortest: WindowStats, method: str) -> None:
         # The change happened inside the shortest window: the before window must end before it.
@@ -321,3 +419,88 @@ class AdviceGrader:
                         method_after=grading.method_after,
                     )
                 return
+
+
+class RolloutGrader:
+    """Fleet mode: one route over its replicas. A rollout (new pods with another K or method) shows
+    as replicas in a new regime beside, then instead of, the old one's. Each replica's regime is its
+    shortest window's K and method; the route's regime is the first seen. A replica in another
+    regime is graded against the old regime's latest windows at the batch nearest its own; once no
+    old-regime replica has been seen for two longest windows (the new replicas' have filled), the
+    new regime is the route's."""
+
+    def __init__(self) -> None:
+        self._regime: tuple[float, str] | None = None
+        self._old: deque[WindowSummary] = deque(maxlen=HISTORY)  # the regime's windows: before candidates
+        self._old_seen = -math.inf  # when an old-regime replica was last evaluated
+        self._span = 0.0  # the longest window span seen: the new regime's windows fill within it
+        self.grading: Grading | None = None
+
+    def observe(
+        self,
+        replica: Hashable,
+        t: float,
+        windows: Sequence[WindowStats],
+        method: str,
+        min_drafts: float,
+        cost_model: costmodel.CostModel,
+    ) -> Grading | None:
+        """Feed one replica's windows of one poll; returns the route's current grading."""
+        ordered = sorted(windows, key=lambda s: s.span_seconds)
+        if not ordered:
+            return self.grading
+        k_now = observed_draft_length(ordered[0], min_drafts)
+        if k_now is None:
+            return self.grading
+        longest = summarize(ordered[-1], method, min_drafts)
+        self._span = max(self._span, ordered[-1].span_seconds)
+        if self._is_canary(k_now, t):
+            return self.grading
+        if self._regime is None:
+            self._regime = (k_now, method)
+        if not regime_changed(*self._regime, k_now, method):
+            self._old_seen = t
+            if longest is not None and not regime_changed(*self._regime, longest.draft_length, method):
+                self._old.append(longest)
+            return self.grading
+        gone_for = t - self._old_seen
+        if gone_for > 2 * self._span and self._old_seen > -math.inf and self.grading is not None:
+            # The old regime is gone: the new one becomes the route's (the next change is graded on it).
+            self._regime, self._old, self._old_seen = (k_now, method), deque(maxlen=HISTORY), t
+            if longest is not None:
+                self._old.append(longest)
+            return self.grading
+        if longest is None or regime_changed(k_now, method, longest.draft_length, method):
+            return self.grading
+        self._grade(longest, k_now, method, cost_model)
+        return self.grading
+
+    def _is_canary(self, k_now: float, t: float) -> bool:
+        """Spec off before any regime, or beside live replicas of a spec-on one: the route's canary (its
+        measured baseline), not a rollout. A rollout that disables speculation is graded once the old
+        pods are gone."""
+        if k_now != 0:
+            return False
+        if self._regime is None:
+            return True
+        return self._regime[0] != 0 and t - self._old_seen <= 2 * self._span
+
+    def _grade(self, after: WindowSummary, k_now: float, method: str, cost_model: costmodel.CostModel) -> None:
+        grading = self.grading
+        if grading is not None and grading.new_draft_length is not None and grading.after is not None:
+            same = not regime_changed(grading.new_draft_length, grading.method_after, k_now, method)
+            newer = (after.span_seconds, after.t) >= (grading.after.span_seconds, grading.after.t)
+            if same and not newer:
+                return
+        if not self._old:
+            return
+        before = min(self._old, key=lambda s: (abs(s.batch_size - after.batch_size), -s.t))
+        self.grading = Grading(
+            changed_at=after.t - after.span_seconds,
+            before=before,
+            new_draft_length=k_now,
+            after=after,
+            predicted_gain_ratio=predicted_gain(cost_model, before, k_now),
+            method_before=before.method,
+            method_after=method,
+        )

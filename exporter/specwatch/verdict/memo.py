@@ -37,6 +37,8 @@ ASSESS_INPUTS = (
     "position_rates",
     "schema",
     "engines",
+    "itl_p50_seconds",  # the step's spread, for an undecided verdict's canary length
+    "itl_p99_seconds",
 )
 
 #: Assessments kept, about 1.5 KiB each with their key. A repeated question is almost always the

@@ -25,7 +25,12 @@ L = N/D = K), n_i = D. When L < K, why the drafts were short decides (``drafts_r
     Dividing by D instead, as before, counted slots a schedule never proposed as rejections: after
     a schedule was applied the advice ratcheted K down at batch 1 where K=4 measurably was best.
 The split is the least spread mixture that reproduces L; with two bands it is exact, with more it is
-an estimate (docs/costmodel.md, "Per-position rates").
+an estimate (docs/costmodel.md, "Per-position rates"). Where the engine counts the draft tokens
+proposed at each position (vLLM's draft_tokens_per_pos), n_i is that count and p_i is exact.
+
+An engine that exports its acceptance only as gauges (SGLang) has none of the counters above: its
+alpha, tau, K and batch size are window means of its gauges (windows/gauges.py), marked
+acceptance_basis GAUGE_MEAN; its token counts and p_i are absent.
 """
 
 from __future__ import annotations
@@ -34,8 +39,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from specwatch.engines.vllm import SCHEMA_V0, Counter, RouteSnapshot, SeriesKey
+from specwatch.engines.series import DEFAULT_ENGINE, POSITION_COUNTERS, Counter, Gauge, RouteSnapshot, SeriesKey
+from specwatch.engines.vllm import SCHEMA_V0
+from specwatch.windows.gauges import BATCH, gauge_means
 from specwatch.windows.window import WindowView
+
+COUNTER_RATIO = "counter_ratio"
+GAUGE_MEAN = "engine_gauge_mean"
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,11 @@ class WindowStats:
     schema: str = "v1"
     engines: int = 1
     accepted_by_position: tuple[float, ...] | None = None  # Δaccepted per position (V1), for p_i
+    drafted_by_position: tuple[float, ...] | None = None  # Δdraft tokens per position, where counted: p_i exact
+    engine: str = DEFAULT_ENGINE  # the serving engine spoken (RouteSnapshot.engine)
+    # What alpha, tau and K are: COUNTER_RATIO (the window's increases), or GAUGE_MEAN (an engine
+    # that exports them only as gauges: the mean of its own estimate, windows/gauges.py).
+    acceptance_basis: str = COUNTER_RATIO
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -166,6 +181,7 @@ class _WindowSums:
     itl_count_by_engine: dict[str, float] = field(default_factory=dict)
     steps_by_engine: dict[str, float] = field(default_factory=dict)
     accepted_by_position: dict[int, float] = field(default_factory=dict)
+    drafted_by_position: dict[int, float] = field(default_factory=dict)
     itl_buckets: dict[float, float] = field(default_factory=dict)
 
 
@@ -189,9 +205,10 @@ def _window_sums(view: WindowView) -> _WindowSums:
         if kind == Counter.ITL_BUCKET:
             le = float(sub)  # type: ignore[arg-type]  # key.le
             itl_buckets[le] = itl_buckets.get(le, 0.0) + delta
-        elif kind == Counter.POS:
+        elif kind in POSITION_COUNTERS:
             position = int(sub)  # type: ignore[arg-type]  # key.position
-            pos[position] = pos.get(position, 0.0) + delta
+            by_position = pos if kind == Counter.POS else sums.drafted_by_position
+            by_position[position] = by_position.get(position, 0.0) + delta
         elif kind == Counter.DRAFTS:
             drafts += delta
         elif kind == Counter.DRAFT_TOKENS:
@@ -250,6 +267,8 @@ def window_stats(
         itl_per_token = sums.itl_sum / gen
     configured_k = latest.configured_k or configured_k_hint
     engines = max(len(latest.engines), 1)
+    if latest.gauge_acceptance:
+        return _gauge_acceptance(view, route, window, now, sums, configured_k, engines)
     if latest.spec_present and latest.schema != SCHEMA_V0:
         # V1's counters over the window: exact alpha, tau, K and per-position rates, built into
         # the one WindowStats (dataclasses.replace of a 23-field frozen dataclass costs more than
@@ -261,13 +280,19 @@ def window_stats(
         draft_length: float | None = None
         rates: tuple[float, ...] | None = None
         by_position: tuple[float, ...] | None = None
-        if drafts > 0 and consistent:
+        drafted: tuple[float, ...] | None = None
+        # Drafts without draft tokens: counters this engine does not have (SGLang's verify calls
+        # alone in fleet mode), never a tau of 1 or a K of 0.
+        if drafts > 0 and draft_tokens > 0 and consistent:
             k = latest.configured_k
             pos = sums.accepted_by_position
             by_position = tuple([pos.get(i, 0.0) for i in range(k)]) if k else None
             mean_length = 1.0 + accepted / drafts
             draft_length = draft_tokens / drafts
-            if by_position:
+            if by_position and sums.drafted_by_position:
+                drafted = tuple([sums.drafted_by_position.get(i, 0.0) for i in range(len(by_position))])
+                rates = counted_position_rates(by_position, drafted)
+            elif by_position:
                 rates = position_rates(by_position, drafts, draft_tokens, variable_length=True)
         return WindowStats(
             route=route,
@@ -292,7 +317,9 @@ def window_stats(
             draft_coverage=draft_coverage,
             schema=latest.schema,
             engines=engines,
+            engine=latest.engine,
             accepted_by_position=by_position,
+            drafted_by_position=drafted,
         )
     measured = WindowStats(
         route=route,
@@ -310,10 +337,40 @@ def window_stats(
         draft_coverage=draft_coverage,
         schema=latest.schema,
         engines=engines,
+        engine=latest.engine,
     )
     if latest.schema == SCHEMA_V0:
         return _v0_acceptance(measured, latest, configured_k_hint)
     return measured
+
+
+def _gauge_acceptance(
+    view: WindowView, route: str, window: str, now: float, sums: _WindowSums, configured_k: int | None, engines: int
+) -> WindowStats:
+    """An engine whose acceptance is gauges only: alpha, tau, K and the batch size are window means of
+    its readings (windows/gauges.py); no token counts, no per-position rates."""
+    latest = view.last.snapshot
+    spec = latest.spec_present
+    means = gauge_means(view)
+    return WindowStats(
+        route=route,
+        window=window,
+        t=now,
+        samples=view.samples,
+        span_seconds=view.span_seconds,
+        spec_present=spec,
+        drafts=sums.drafts if spec else None,
+        acceptance_rate=means.get(Gauge.ACCEPTANCE_RATE) if spec else None,
+        mean_acceptance_length=means.get(Gauge.ACCEPTANCE_LENGTH) if spec else None,
+        draft_length=means.get(Gauge.DRAFT_LENGTH) if spec else None,
+        configured_k=configured_k,
+        batch_size=means.get(BATCH),
+        generation_tokens=sums.gen,
+        schema=latest.schema,
+        engines=engines,
+        engine=latest.engine,
+        acceptance_basis=GAUGE_MEAN,
+    )
 
 
 def _v0_acceptance(measured: WindowStats, latest: RouteSnapshot, configured_k_hint: int | None) -> WindowStats:
@@ -397,10 +454,25 @@ def position_rates(
     return tuple(rates)
 
 
+def counted_position_rates(
+    accepted_by_position: Sequence[float], drafted_by_position: Sequence[float]
+) -> tuple[float, ...]:
+    """p_i = Δaccepted_i / Δdrafted_i, up to the first position no draft reached (unknown, not 0)."""
+    rates: list[float] = []
+    for accepted, drafted in zip(accepted_by_position, drafted_by_position, strict=False):
+        if drafted <= 0:
+            break
+        rates.append(min(accepted / drafted, 1.0))
+    return tuple(rates)
+
+
 def with_drafter(stats: WindowStats, *, variable_length: bool, schedule_ks: Sequence[int] | None = None) -> WindowStats:
-    """The window's p_i once the drafter's kind (and the server's schedule) is known."""
+    """The window's p_i once the drafter's kind (and the server's schedule) is known (counted
+    per-position drafts need neither)."""
     counts = stats.accepted_by_position
     if not counts or stats.drafts is None or stats.draft_tokens is None or stats.drafts <= 0:
+        return stats
+    if stats.drafted_by_position:
         return stats
     rates = position_rates(
         counts, stats.drafts, stats.draft_tokens, variable_length=variable_length, schedule_ks=schedule_ks

@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
 
-from specwatch.engines.vllm import Counter, RouteSnapshot, SeriesKey, reset_group
+from specwatch.engines.series import Counter, RouteSnapshot, SeriesKey, reset_group
 
 #: Without `_created` a drop is a restart only when it is beyond measurement noise. A restarted
 #: process counts from 0, so its first value is what it counted since it started (about one poll's

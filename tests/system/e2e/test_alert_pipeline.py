@@ -60,9 +60,9 @@ ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertman
 def render_recommendation(action: str, config: str) -> str:
     """What the rules' "Recommended:" template makes of one specwatch_recommended_config_info series."""
     if action == "apply":
-        return f"--speculative-config '{config}'"
+        return f"--speculative-config '{config}'" if config.startswith("{") else config
     if action == "remove_speculative_config":
-        return "remove --speculative-config and restart vLLM"
+        return config or "remove --speculative-config and restart vLLM"
     if config:
         return f"merge {config} into your --speculative-config"
     return "no change"

@@ -653,5 +653,5 @@ def test_the_fleet_modes_live_page_in_a_browser_shows_the_fleet_rows_and_every_r
     assert "fleet mode" in dom and "Query source" in dom and "The fleet, per route" in dom
     for route in stack.routes:
         assert route in dom
-    assert re.search(r'class="v v-(keep|shorten|disable|insufficient_data)"', dom), "a replica's verdict"
+    assert re.search(r'class="v v-(keep|shorten|disable|insufficient_data|undecided)"', dom), "a replica's verdict"
     assert "<script" not in dom and "http://cdn" not in dom

@@ -1,12 +1,13 @@
 """The page at `/` in a real browser: simulator → `specwatch run` (a real process) → headless Chromium.
 
 What it proves, on the accelerated `alpha-drop` scenario (acceptance 0.80 → 0.15 at sim t=240 s,
-the true verdict keep → disable):
+the true verdict keep → disable; at batch 160 its 1.05× gain is within the model's error, so the
+sidecar says keep while the batch ramps up, then undecided, then disable):
 - the rendered DOM (`--dump-dom`) shows the route's verdict, alpha, break-even and recommended
   config, the two plots have data (SVG polyline points), and a target that is down is shown down
   with its last error;
 - the page follows the verdict: loaded again while the scenario runs, its verdict text changes
-  from keep to disable without anything but the poll loop re-rendering it;
+  from keep or undecided to disable without anything but the poll loop re-rendering it;
 - the page asks for nothing but itself (no script, no external URL; a CSP that forbids both).
 
 Screenshots (before and after the change) are kept under a temp dir, printed; set
@@ -149,10 +150,11 @@ def test_the_page_shows_the_answer_and_follows_the_verdict(live):
     base, shots = live
     deadline = time.monotonic() + DEADLINE_S
     route, verdict = None, None
-    while time.monotonic() < deadline and verdict != "keep":
+    before_drop = ("keep", "undecided")
+    while time.monotonic() < deadline and verdict not in before_drop:
         time.sleep(0.5)
         route, verdict = _status_verdict(base)
-    assert verdict == "keep", f"no keep verdict before the drop (got {verdict!r})"
+    assert verdict in before_drop, f"no keep or undecided verdict before the drop (got {verdict!r})"
 
     # A plot needs two points of history: on a loaded machine the first keep can come with one.
     while True:
@@ -161,16 +163,17 @@ def test_the_page_shows_the_answer_and_follows_the_verdict(live):
         if (len(lines) >= 3 and all(len(p.split()) >= 2 for p in lines)) or time.monotonic() > deadline:
             break
         time.sleep(1.0)
-    assert answer_verdict(dom, route) == "keep"
+    shown = answer_verdict(dom, route)
+    assert shown in before_drop, shown
     section = route_section(dom)
     table = section.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
     first = table.split("</tr>", 1)[0]
     cells = re.findall(r"<td[^>]*>(.*?)</td>", first)
-    assert cells[0] == WINDOWS[0] and "v-keep" in cells[1]
+    assert cells[0] == WINDOWS[0] and any(f"v-{v}" in cells[1] for v in before_drop)
     alpha, breakeven = float(cells[3]), float(cells[4].split()[0])  # numbers, not the dash
     assert alpha > breakeven, (alpha, breakeven)
     assert "Recommended <code>--speculative-config</code>" in section
-    assert "--speculative-config '{" in section or "no change" in section
+    assert any(text in section for text in ("--speculative-config '{", "no change", "the data cannot decide"))
     points = re.findall(r'<polyline class="(alpha|breakeven|p50|p99)" points="([^"]+)"', section)
     assert {cls for cls, _ in points} >= {"alpha", "breakeven", "p99"}, points
     assert all(len(p.split()) >= 2 for _, p in points)
@@ -188,9 +191,9 @@ def test_the_page_shows_the_answer_and_follows_the_verdict(live):
         time.sleep(1.0)
         dom = dump_dom(base + "/")
         changed = answer_verdict(dom, route)
-        if changed not in (None, "keep"):
+        if changed not in (None, *before_drop):
             break
-    assert changed == "disable", f"the page's verdict never changed from keep (last {changed!r})"
+    assert changed == "disable", f"the page's verdict never changed to disable (last {changed!r})"
     section = route_section(dom)
     assert "remove --speculative-config" in section
     screenshot(base + "/", shots / "live-page-disable.png")

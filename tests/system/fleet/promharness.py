@@ -79,6 +79,9 @@ def start_prometheus(
             f"--web.listen-address=127.0.0.1:{port}",
             "--storage.tsdb.retention.time=20y",
             "--log.level=warn",
+            # A test never depends on the machine's speed: on a loaded 2-core machine a backtest's range
+            # queries can outlast Prometheus's default 2m evaluation limit.
+            "--query.timeout=15m",
             *extra_args,
         ],
         stdout=subprocess.DEVNULL,

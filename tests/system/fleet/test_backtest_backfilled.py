@@ -1,7 +1,7 @@
 """`specwatch backtest` over a Prometheus TSDB backfilled with promtool from simulated recordings
 equals `specwatch replay` of the same recordings (within 1 %, verdicts identical).
 
-Two replicas: alpha-drop (a verdict change from keep to shorten) and mixed-routes (two models on
+Two replicas: alpha-drop (verdict changes from keep through undecided to disable) and mixed-routes (two models on
 one /metrics). Each is recorded every 5 s straight from the simulator, converted to OpenMetrics
 with timestamps (instance and job labels added, as a scrape would), and written into a TSDB with
 `promtool tsdb create-blocks-from openmetrics`; a real Prometheus then serves that TSDB.
@@ -48,8 +48,18 @@ def _close(a: float | None, b: float | None) -> bool:
 
 def _config(prometheus: dict[str, object] | None) -> config_mod.Config:
     """Fleet mode with this prometheus: section; sidecar mode (polling targets) with None."""
+    # Hardware and model stated (the defaults) and a loose confidence: on assumed ones, or at 0.9 on
+    # this 8B model, every verdict is undecided and the comparison would cover no decided one.
     return config_mod.from_mapping(
-        {"windows": ["1m", "5m"], "poll_interval": f"{POLL:g}s", "prometheus": prometheus}, environ={}
+        {
+            "windows": ["1m", "5m"],
+            "poll_interval": f"{POLL:g}s",
+            "prometheus": prometheus,
+            "hardware": {"preset": "h100-sxm"},
+            "model": {"preset": "llama-3.1-8b"},
+            "decision": {"confidence": 0.6},
+        },
+        environ={},
     )
 
 

@@ -120,3 +120,62 @@ def test_an_unchanged_replica_window_keeps_derivations_equal_to_fresh_ones() -> 
             assert evaluation.stats == window_stats(view, "llama", evaluation.stats.window, later)
         if now_answer is answer:
             assert [e.assessment for _, e in evaluations] == [e.assessment for _, e in first]
+
+
+def test_each_replica_window_carries_the_engine_its_series_were_read_from() -> None:
+    llamacpp = [
+        Sample({**s.labels, promql.ENGINE_LABEL: "llamacpp"}, s.value) for s in _answer("pod-l", 0.6, labels={})
+    ]
+    grouped = WindowGrouper(("pod",), ()).group([*_answer("pod-v", 0.6), *llamacpp])
+    engines = {replica: data.engine for (replica, _), data in grouped.items()}
+    assert engines == {(("pod", "pod-v"),): "vllm", (("pod", "pod-l"),): "llamacpp"}
+    view = window_view(grouped[((("pod", "pod-l"),), "default")], (("pod", "pod-l"),), NOW, 60.0)
+    assert view is not None and view.last.snapshot.engine == "llamacpp"
+
+
+def test_the_per_position_draft_counter_is_grouped_as_the_sidecar_keys_it() -> None:
+    drafted = [
+        Sample({"pod": "p", **DEFAULT_LABELS, promql.FAMILY_LABEL: promql.DRAFTED_PER_POS, "position": str(i)}, v)
+        for i, v in enumerate((1000.0, 1000.0, 500.0))
+    ]
+    grouped = WindowGrouper(("pod",), ()).group([*_answer("p", 0.6), *drafted])
+    data = grouped[((("pod", "p"),), "llama")]
+    assert {k.position: v for k, v in data.increases.items() if k.counter == "pos_drafts"} == {
+        0: 1000.0,
+        1: 1000.0,
+        2: 500.0,
+    }
+
+
+def _sglang(pod: str, gauges: dict[str, float], verify_calls: float = 600.0) -> list[Sample]:
+    """A gauge-only engine's answer: its verify calls and the window means Prometheus computed."""
+    base = {"pod": pod, "model_name": "qwen", promql.ENGINE_LABEL: "sglang"}
+    return [
+        Sample({**base, promql.FAMILY_LABEL: promql.DRAFTS}, verify_calls),
+        Sample({**base, promql.FAMILY_LABEL: promql.SAMPLES}, 7.0),
+        *(Sample({**base, promql.FAMILY_LABEL: promql.GAUGE_PREFIX + name}, value) for name, value in gauges.items()),
+    ]
+
+
+def test_a_gauge_only_engines_window_means_become_its_window_values() -> None:
+    means = {"acceptance_rate": 0.61, "acceptance_length": 2.8, "draft_length": 3.0, "batch_size": 12.5}
+    grouped = WindowGrouper(("pod",), ()).group(_sglang("s", means))
+    replica = (("pod", "s"),)
+    view = window_view(grouped[(replica, "qwen")], replica, NOW, 30.0)
+    assert view is not None
+    stats = window_stats(view, "qwen", "30s", NOW)
+    assert (stats.acceptance_rate, stats.mean_acceptance_length, stats.draft_length) == (0.61, 2.8, 3.0)
+    assert stats.batch_size == 12.5
+    assert stats.acceptance_basis == "engine_gauge_mean"
+    assert stats.drafts == 600.0 and stats.configured_k == 3
+    assert stats.draft_tokens is None and stats.position_rates is None  # no gauge holds them
+
+
+def test_a_gauge_only_engine_without_an_active_scrape_has_no_acceptance_and_no_batch() -> None:
+    grouped = WindowGrouper(("pod",), ()).group(_sglang("s", {}, verify_calls=0.0))
+    replica = (("pod", "s"),)
+    view = window_view(grouped[(replica, "qwen")], replica, NOW, 30.0)
+    assert view is not None
+    stats = window_stats(view, "qwen", "30s", NOW)
+    assert stats.acceptance_rate is None and stats.mean_acceptance_length is None and stats.draft_length is None
+    assert stats.batch_size is None

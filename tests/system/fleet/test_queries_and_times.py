@@ -4,9 +4,13 @@ times are RFC 3339 or Unix seconds."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from specwatch.config import ConfigError, from_mapping
+from specwatch.engines.registry import ENGINES
+from specwatch.engines.schema import CounterSource, per_position
 from specwatch.fleet import queries as promql
 from specwatch.fleet.backtest import parse_time
 from specwatch.fleet.evaluator import FleetEvaluator
@@ -41,3 +45,21 @@ def test_backtest_times_are_rfc3339_or_unix_seconds() -> None:
     assert parse_time("2026-11-30T17:00:00Z", "--start") == parse_time("1796058000", "--start") == 1796058000.0
     with pytest.raises(ConfigError, match="--end"):
         parse_time("yesterday", "--end")
+
+
+def test_every_engine_is_asked_in_the_same_queries_and_a_position_label_of_another_name_is_read_as_position() -> None:
+    query = promql.window_query(60.0, "", ("pod",))
+    for engine in ENGINES:
+        assert f'"{promql.ENGINE_LABEL}", "{engine.name}"' in query, engine.name
+    renamed = dataclasses.replace(
+        ENGINES[0],
+        name="renamed",
+        counters=(
+            CounterSource(("x:accepted_per_pos",), per_position("pos", "token_position"), True, False, counter="pos"),
+        ),
+        running=None,
+        position_label="token_position",
+    )
+    one = promql.window_query(60.0, "", ("pod",), (renamed,))
+    assert "sum by (pod, model_name, engine, token_position)" in one
+    assert "label_replace(sum by" in one and '"position", "$1", "token_position", "(.*)"' in one

@@ -126,16 +126,24 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
     while t < end:
         times.append(t)
         t += POLL
+    # Both on the configured prior (the sidecar learns a step-time curve per pod, fleet mode one per
+    # route from all its replicas, so learned verdicts may part at a threshold), with hardware and
+    # model stated: on assumed ones every verdict is undecided and the comparison would cover none.
+    stated = {"hardware": {"preset": "h100-sxm"}, "model": {"preset": "llama-3.1-8b"}}
     fleet_config = config_mod.from_mapping(
         {
             "windows": WINDOWS,
             "poll_interval": f"{POLL:g}s",
+            "learning": {"enabled": False},
             "prometheus": {"url": prometheus.url, "selector": '{job="vllm"}', "replica_labels": ["instance"]},
+            **stated,
         },
         environ={},
     )
     fleet = FleetSource(FleetEvaluator(fleet_config))
-    config = config_mod.from_mapping({"windows": WINDOWS, "poll_interval": f"{POLL:g}s"}, environ={})
+    config = config_mod.from_mapping(
+        {"windows": WINDOWS, "poll_interval": f"{POLL:g}s", "learning": {"enabled": False}, **stated}, environ={}
+    )
 
     # The sidecar path, fed each replica's scrapes at Prometheus's timestamps.
     sidecar: dict[tuple[str, str, str, float], object] = {}
@@ -199,7 +207,7 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
             mismatches.append((key, "drafts", side.stats.drafts, mine.stats.drafts))  # type: ignore[attr-defined]
     assert compared > 500 and verdicts > 100 and with_values > 0.6 * compared
     assert {e.stats.schema for e in fleet_out.values()} == {"v1", "v1-legacy-itl"}  # type: ignore[attr-defined]
-    assert {e.verdict for e in fleet_out.values()} >= {"keep", "shorten"}  # type: ignore[attr-defined]
+    assert {e.verdict for e in fleet_out.values()} >= {"keep", "undecided"}  # type: ignore[attr-defined]
     assert not mismatches, f"{len(mismatches)} disagreements, first: {mismatches[:5]}"
     # The restart replica is there and was seen restarting.
     assert any(resets.values())

@@ -688,12 +688,19 @@ def advised_run(spec_run, vllm_env, artifacts):
     assert status, "no sidecar status was read at the end of the n-gram scenario"
     window = window_of(status, W_LONG)
     advice = window.get("recommended_config")
+    measurement = window.get("measurement") or {}
+    if not advice and measurement.get("speculative_config"):
+        # `undecided` asking for a restart with a shorter K: following the advice is that restart.
+        advice = measurement["speculative_config"]
     if not advice:
         # `keep` carries no config: the advice is "no change", and following it means restarting
-        # with the config the server runs. Any other verdict must come with a complete config.
-        assert window.get("verdict") == "keep" and window.get("recommended_action") in (None, "no_change"), (
-            f"the 5m window recommends no config (verdict {window.get('verdict')!r}): {window}"
-        )
+        # with the config the server runs; so does an `undecided` that asks for a spec-off canary
+        # (the canary itself is not this test's). Any other verdict must come with a complete config.
+        assert (window.get("verdict"), window.get("recommended_action")) in (
+            ("keep", None),
+            ("keep", "no_change"),
+            ("undecided", "measure"),
+        ), f"the 5m window recommends no config (verdict {window.get('verdict')!r}): {window}"
         advice = dict(spec_run.server.spec or {})
     spec_run.events["advice_restart"] = time.time()
     spec_run.server.stop()

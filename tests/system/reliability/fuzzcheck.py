@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specwatch.config import from_mapping
-from specwatch.engines.vllm import SELECTOR
+from specwatch.engines.grouping import SELECTOR
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.pipeline import Pipeline
 from support.paths import fixture_path

@@ -17,8 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import sim
 from specwatch.config import from_mapping
-from specwatch.engines.vllm import (
-    FAMILIES,
+from specwatch.engines.grouping import (
     MAX_DRAFT_POSITIONS,
     MAX_ENGINES_PER_ROUTE,
     MAX_ROUTES_PER_TARGET,
@@ -27,6 +26,7 @@ from specwatch.engines.vllm import (
     Grouping,
     position_limit,
 )
+from specwatch.engines.registry import FAMILIES
 from specwatch.export.collector import registry_for
 from specwatch.exposition import SERIES_CACHE_SIZE, Selector
 from specwatch.exposition.samples import SERIES_CACHE_CHARS

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from specwatch.config import from_mapping
-from specwatch.engines.vllm import SELECTOR, Counter, SeriesKey, parse_payload
+from specwatch.engines.grouping import SELECTOR, parse_payload
+from specwatch.engines.series import Counter, SeriesKey
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.windows.derive import window_stats

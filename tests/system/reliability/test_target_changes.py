@@ -10,6 +10,8 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
+from support.decidable import decidable_verdict
+
 from .harness import TARGET, Sidecar, new_pair, value
 
 HERE = Path(__file__).parent
@@ -105,8 +107,8 @@ def test_dp_engines_appearing_and_disappearing_never_move_the_verdict_or_the_rat
     try:
         car.poll(12)
         verdicts = car.verdicts()
-        truth = car.sim.truth()["routes"]["llama-8b"]["verdict"]
-        assert set(verdicts.values()) == {truth}, (verdicts, truth)
+        truth = car.sim.truth()["routes"]["llama-8b"]
+        assert set(verdicts.values()) == {decidable_verdict(car.config)(truth)}, (verdicts, truth)
         before = car.scrape()
         with capture_logs() as logs:
             for hidden in ("1", None, "0", None, "1", "1", "1", None):
@@ -150,9 +152,9 @@ def test_multiprocess_vllm_restarts_without_created_keep_ratios_sane_and_verdict
     try:
         assert "_created" not in car.render()
         car.poll(12)
-        truth = car.sim.truth()["routes"]["llama-8b"]["verdict"]
+        truth = car.sim.truth()["routes"]["llama-8b"]
         verdicts = car.verdicts()
-        assert set(verdicts.values()) == {truth}
+        assert set(verdicts.values()) == {decidable_verdict(car.config)(truth)}, (verdicts, truth)
         with capture_logs() as logs:
             while car.sim_t < car.scenario.duration:
                 car.poll()

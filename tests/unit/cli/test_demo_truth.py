@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -12,10 +13,12 @@ from specwatch import costmodel
 from specwatch.cli.demo import CLEAR, breakeven_line, demo_config, render_table
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.sidecar.state import State, TargetState
+from specwatch.sim.describe import PLACEHOLDER, DescriptionError, describe
 from specwatch.sim.scenario import list_scenarios, load_scenario
 from specwatch.sim.simulator import Simulator
 
-NUMBER = re.compile(r"~?(0\.\d+)")
+#: How a typed break-even reads: "~0.48", "break-even is 0.48", "(0.14, 0.30, ...".
+TYPED_BREAKEVEN = re.compile(r"~0\.\d|reak-even (?:is |of |at [^,]*? is )?~?0\.\d|\(0\.\d+, 0\.\d")
 
 
 def truth_breakevens(name: str) -> set[float]:
@@ -32,17 +35,28 @@ def truth_breakevens(name: str) -> set[float]:
 
 
 @pytest.mark.parametrize("name", list_scenarios())
-def test_break_even_numbers_in_a_description_are_the_model_s(name):
-    """A hand-typed break-even ("~0.48") must be one the scenario's cost model reaches."""
-    text = " ".join(load_scenario(name).description.split())
+def test_a_description_types_no_break_even_and_its_placeholders_are_the_truth_s(name):
+    """Break-evens in a description are placeholders the simulator's model fills, never typed."""
+    scenario = load_scenario(name)
+    raw = " ".join(scenario.description.split())
+    for sentence in re.split(r"[.:]\s", raw):
+        if "reak-even" in sentence:
+            assert not TYPED_BREAKEVEN.search(sentence), (name, sentence)
+    text = describe(scenario)
+    assert "{" not in text
     truth = truth_breakevens(name)
-    for sentence in re.split(r"[.:]\s", text):
-        if "break-even" not in sentence:
-            continue
-        for number in NUMBER.findall(sentence.split("break-even", 1)[1]):
-            if "~" + number not in sentence and not re.search(r"~[\d.]+,\s", sentence):
-                continue  # an acceptance rate compared with it, not a break-even
-            assert any(abs(float(number) - be) <= 0.01 for be in truth), (name, number, sorted(truth))
+    for match in PLACEHOLDER.finditer(raw):
+        batch, k = int(match.group(1)), int(match.group(2) or scenario.num_speculative_tokens)
+        filled = Simulator(scenario).timer.breakeven(float(batch), k)
+        assert f"{filled:.2f}" in text
+        if k == scenario.num_speculative_tokens:
+            assert any(abs(filled - be) <= 0.005 for be in truth), (name, batch, filled, sorted(truth))
+
+
+def test_a_placeholder_at_k_zero_is_refused():
+    scenario = replace(load_scenario("steady"), description="break-even {breakeven@64:0}")
+    with pytest.raises(DescriptionError, match="K > 0"):
+        describe(scenario)
 
 
 @pytest.mark.parametrize("name", ["alpha-drop", "steady", "batch-surge", "mixed-routes"])

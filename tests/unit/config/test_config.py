@@ -286,7 +286,7 @@ PROMETHEUS_URL = {"url": "http://prom.example:9090"}
 def _base(path):
     if path[0] == "hardware":
         return {"hardware": "h100-sxm"}
-    return {"prometheus": dict(PROMETHEUS_URL)} if path[0] == "prometheus" else {}
+    return {path[0]: dict(PROMETHEUS_URL)} if path[0] in ("prometheus", "readback") else {}
 
 
 def _example_files(tmp_path):
@@ -305,7 +305,12 @@ def _example_files(tmp_path):
     )
     (tmp_path / "profile.yaml").write_text("points: [[1, 0.01], [64, 0.02]]\n")
     (tmp_path / "token").write_text("t0ken\n")
-    return {"model.config_json": "config.json", "profile": "profile.yaml", "prometheus.bearer_token_file": "token"}
+    return {
+        "model.config_json": "config.json",
+        "profile": "profile.yaml",
+        "prometheus.bearer_token_file": "token",
+        "readback.bearer_token_file": "token",
+    }
 
 
 def _attribute(config, path):
@@ -399,8 +404,8 @@ def test_chart_and_exporter_both_accept_every_documented_example(tmp_path):
             raw["hardware"]["preset"] = raw["hardware"].get("preset", "h100-sxm")
         if path[0] == "routes":
             raw["routes"][0].setdefault("name", "r")
-        if path[0] == "prometheus":
-            raw["prometheus"] = {**PROMETHEUS_URL, **raw["prometheus"]}
+        if path[0] in ("prometheus", "readback"):
+            raw[path[0]] = {**PROMETHEUS_URL, **raw[path[0]]}
         assert not list(validator.iter_errors(raw)), dotted
         from_mapping(raw, base_dir=str(tmp_path), environ={"VLLM_API_KEY": "k", "TENANT": "t"})
 
@@ -427,6 +432,8 @@ def test_chart_and_exporter_both_accept_every_documented_example(tmp_path):
         ({"prometheus": {"url": "http://p:9090", "replica_labels": []}}, False),
         ({"prometheus": {"url": "http://p:9090", "headers": {"X Tenant": "a"}}}, False),
         ({"prometheus": {"url": "http://p:9090", "wat": 1}}, False),
+        ({"readback": {"url": "http://p:9090", "selector": '{job="specwatch"}'}}, True),
+        ({"readback": {"selector": '{job="specwatch"}'}}, False),  # url is required
     ],
 )
 def test_chart_and_exporter_agree(raw, accepted):
@@ -472,6 +479,11 @@ def _prometheus(environ=None, base_dir=".", **raw):
     return from_mapping({"prometheus": {**PROMETHEUS_URL, **raw}}, environ=environ or {}, base_dir=base_dir)
 
 
+def test_readback_is_refused_in_fleet_mode_with_one_line_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^readback: not used with prometheus"):
+        from_mapping({"prometheus": PROMETHEUS_URL, "readback": PROMETHEUS_URL}, environ={})
+
+
 def test_the_issue_example_loads_into_fleet_mode_and_polls_no_target():
     config = from_mapping(
         yaml.safe_load("""
@@ -515,9 +527,20 @@ def test_the_fleet_sections_fields_match_the_fleet_sources_dataclass():
         ("timeout", "float"),
         ("max_bytes", "int"),
         ("scrape_interval", "float | None"),
+        ("canary", "Mapping[str, str]"),
     ]
     assert PrometheusConfig(url="http://p", selector=' { job="vllm", } ').matchers == 'job="vllm"'
     assert PrometheusConfig(url="http://p").matchers == ""
+
+
+def test_the_canary_is_named_by_replica_labels_or_model_name_and_another_label_is_refused():
+    section = {**PROMETHEUS_URL, "replica_labels": ["namespace", "pod"]}
+    chosen = {"pod": "llama-canary-0", "model_name": "llama"}
+    assert from_mapping({"prometheus": {**section, "canary": chosen}}, environ={}).prometheus.canary == chosen
+    assert from_mapping({"prometheus": section}, environ={}).prometheus.canary == {}
+    with pytest.raises(ConfigError) as err:
+        from_mapping({"prometheus": {**section, "canary": {"instance": "x:8000"}}}, environ={})
+    assert err.value.key == "prometheus.canary.instance"
 
 
 def test_the_prometheus_timeout_defaults_below_poll_interval_and_an_explicit_one_must_stay_below():
@@ -718,13 +741,23 @@ def test_check_config_names_the_bad_prometheus_key_in_one_line_and_exits_2(tmp_p
 def test_the_readme_shows_the_prometheus_section_commented_out_and_it_loads_uncommented(tmp_path):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = readme.split("<!-- config:begin -->")[1].split("<!-- config:end -->")[0]
-    lines = block[block.index("# prometheus:") :].split("\n")
-    section = "\n".join(line[2:] for line in lines if line.startswith("#"))
-    raw = yaml.safe_load(section)
-    raw["prometheus"]["bearer_token_file"] = str(_example_files(tmp_path)["prometheus.bearer_token_file"])
-    config = from_mapping(raw, base_dir=str(tmp_path), environ={"TENANT": "tenant-a"})
+    files = _example_files(tmp_path)
+
+    def uncommented(start: str, end: str | None) -> dict:
+        text = block[block.index(start) : block.index(end) if end else None]
+        raw = yaml.safe_load("\n".join(line[2:] for line in text.split("\n") if line.startswith("#")))
+        section = next(iter(raw))
+        raw[section]["bearer_token_file"] = str(files[f"{section}.bearer_token_file"])
+        return raw
+
+    config = from_mapping(
+        uncommented("# prometheus:", "# readback:"), base_dir=str(tmp_path), environ={"TENANT": "tenant-a"}
+    )
     assert config.prometheus.selector == '{namespace="llm", job="vllm"}'
     assert config.prometheus.headers == {"X-Scope-OrgID": "tenant-a"}
+    sidecar = from_mapping(uncommented("# readback:", None), base_dir=str(tmp_path), environ={"TENANT": "tenant-a"})
+    assert sidecar.readback is not None and sidecar.readback.selector == '{namespace="llm", job="vllm-llama"}'
+    assert sidecar.prometheus is None and sidecar.targets  # a sidecar that polls its vLLM
 
 
 def test_engine_picks_its_fixed_costs_of_speculation_and_null_keeps_the_generic_ones():

@@ -166,7 +166,9 @@ def test_cost_model_from_default_config_is_h100_with_llama_31_8b_bf16():
 
 
 def test_build_cost_model_without_arguments_equals_the_default_config():
-    assert build_cost_model() == cost_model_from_config(Config())
+    # The default config states no hardware or model: the same model, marked as a guess.
+    assert build_cost_model(setup_assumed=True) == cost_model_from_config(Config())
+    assert not build_cost_model().setup_assumed
 
 
 def test_cost_model_from_config_uses_hf_config_tp_dtype_draft_cost_and_hardware_overrides():

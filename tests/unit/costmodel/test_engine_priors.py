@@ -17,7 +17,7 @@ from specwatch.costmodel.engine_priors import ENGINE_PRIORS, GENERIC, POOLED, pr
 
 ROOT = Path(__file__).parents[3]
 FIT_SCRIPT = ROOT / "tests/fixtures/calibration/fit_engine_priors.py"
-DOC = ROOT / "docs/costmodel-engine-priors.md"
+DOCS = (ROOT / "docs/costmodel-engine-priors.md", ROOT / "docs/costmodel.md")
 
 
 @cache
@@ -73,17 +73,18 @@ def test_fits_respect_bounds_and_decompose_exactly() -> None:
     fe.check_decomposition(rows, *pooled.params)
 
 
-def test_doc_table_is_the_computed_loso() -> None:
-    """docs/costmodel-engine-priors.md carries the table the LOSO run prints, line for line."""
-    doc = DOC.read_text()
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_doc_table_is_the_computed_loso(doc: Path) -> None:
+    """Both docs carry the table the LOSO run prints, line for line."""
+    text = doc.read_text()
     for line in fit_module().markdown_table(reports()):
-        assert line in doc, f"docs/costmodel-engine-priors.md lacks (or has a stale) line:\n{line}"
+        assert line in text, f"{doc.name} lacks (or has a stale) line:\n{line}"
 
 
 def test_every_row_has_a_fate() -> None:
     fe = fit_module()
     cases, skipped = fe.classify()
-    assert len(cases) + len(skipped) == len(fe.V1_ROWS) + len(fe.V2_ROWS)
+    assert len(cases) + len(skipped) == len(fe.V1_ROWS) + len(fe.V2_ROWS) + len(fe.V3_ROWS)
     assert all(s.reason for s in skipped)
     assert all(c.tau_source for c in cases)
     assert {s.fate for s in skipped} <= {"excluded", "other-metric"}
@@ -118,7 +119,7 @@ def test_prior_for(engine: str | None, version: str | None, family: str) -> None
 
 
 def test_fallback_families_carry_the_pooled_values() -> None:
-    for family in ("vllm-v0", "sglang", "trtllm", "llamacpp"):
+    for family in ("vllm-v0", "trtllm", "llamacpp"):
         prior = ENGINE_PRIORS[family]
         assert "pooled" in prior.source
         assert (prior.verify_overhead_seconds, prior.verify_seconds_per_request, prior.draft_fixed_seconds) == (
@@ -128,3 +129,17 @@ def test_fallback_families_carry_the_pooled_values() -> None:
         )
     for key, prior in ENGINE_PRIORS.items():
         assert prior.engine == key
+
+
+def test_each_priors_error_is_its_leave_one_source_out_rms() -> None:
+    """The error a prior's speedups carry (costmodel/uncertainty.py) is what the LOSO run measures:
+    a family's own rows where it has any, the pooled fit's otherwise; generic its RMS on vLLM V1."""
+    by_family = {rep.family: rep for rep in reports()}
+    pooled = by_family["pooled"].loso.rms
+    for family, prior in ENGINE_PRIORS.items():
+        if family == "generic":
+            want = by_family["vllm-v1"].generic.rms
+        else:
+            rep = by_family.get(family)
+            want = rep.loso.rms if rep is not None and rep.loso.sign_scored else pooled
+        assert prior.log_error == pytest.approx(want, abs=5e-4), family

@@ -89,6 +89,63 @@ def test_old_points_are_forgotten_with_the_half_life():
     assert learner.points < 20  # the forgotten weight, not the count
 
 
+# A server whose fixed costs of speculation are twice the prior's (EAGLE-3, K=3): the prior's step otherwise.
+EAGLE_PRIOR = costmodel.build_cost_model(draft_method="eagle3", context_tokens=512)
+TWICE_THE_FIXED_COSTS = replace(
+    EAGLE_PRIOR,
+    verify_overhead_seconds=2 * EAGLE_PRIOR.verify_overhead_seconds,
+    verify_seconds_per_request=2 * EAGLE_PRIOR.verify_seconds_per_request,
+    draft=replace(EAGLE_PRIOR.draft, fixed_seconds=2 * EAGLE_PRIOR.draft.fixed_seconds),
+)
+
+
+def breakeven_k3(model: costmodel.CostModel, batch: float) -> float:
+    return (model.spec_step_time(batch, 3) / model.base_step_time(batch) - 1) / 3
+
+
+def test_spec_off_windows_over_the_spec_on_tokens_measure_the_spec_costs_and_move_the_breakeven():
+    learner = learned.StepTimeLearner(EAGLE_PRIOR, min_points=3)
+    spec_only = learned.StepTimeLearner(EAGLE_PRIOR, min_points=3)
+    for i in range(6):
+        for b in (2, 4, 8):
+            spec_on = obs(100.0 * i + b, b, TWICE_THE_FIXED_COSTS.spec_step_time(b, 3), k=3, coverage=1.0)
+            learner.add(spec_on)
+            spec_only.add(spec_on)
+        for b in (2, 4, 8, 16, 32):  # the canary: the target alone, over the spec-on steps' tokens
+            learner.add(obs(100.0 * i + 50 + b, b, TWICE_THE_FIXED_COSTS.base_step_time(b)))
+    measured = learned.learned_cost_model(EAGLE_PRIOR, learner.curve())
+    scaled = learned.learned_cost_model(EAGLE_PRIOR, spec_only.curve())
+    assert learner.baseline_points > 0 and spec_only.baseline_points == 0
+    for b in (2, 4, 8):
+        true_breakeven = breakeven_k3(TWICE_THE_FIXED_COSTS, b)
+        assert breakeven_k3(measured, b) == pytest.approx(true_breakeven, abs=0.01)
+        # Spec-on steps alone keep the prior's split: near its break-even, far from the server's.
+        prior_error = abs(breakeven_k3(scaled, b) - breakeven_k3(EAGLE_PRIOR, b))
+        assert prior_error < 0.02
+        assert abs(breakeven_k3(scaled, b) - true_breakeven) > 0.05
+
+
+def test_points_that_end_together_are_all_kept_and_a_repeated_time_adds_nothing():
+    learner = learned.StepTimeLearner(PRIOR, min_points=3)
+    learner.add_together([obs(10.0, b, slow_server(b)) for b in (2, 8, 32)])
+    assert learner.points == 3 and learner.curve() is not None
+    learner.add_together([obs(10.0, 4, slow_server(4))])  # the same end time again
+    learner.add(obs(10.0, 4, slow_server(4)))
+    assert learner.points == 3
+    # Refitted under another prior, the points that ended together are all kept too.
+    assert learner.with_prior(PRIOR.with_method("eagle3")).points == pytest.approx(3)
+
+
+def test_spec_off_bins_are_dropped_eight_half_lives_after_their_last_window():
+    learner = learned.StepTimeLearner(PRIOR, min_points=1, half_life_seconds=600.0)
+    learner.add(obs(0.0, 8, slow_server(8)))
+    assert learner.baseline_points == 1
+    learner.add(obs(7 * 600.0, 8, slow_server(8 * 3.4), k=3, coverage=0.8))
+    assert 0 < learner.baseline_points < 0.01
+    learner.add(obs(8 * 600.0 + 1, 8, slow_server(8 * 3.4), k=3, coverage=0.8))
+    assert learner.baseline_points == 0 and not learner._plain.bins
+
+
 def test_memory_is_bounded_whatever_the_number_of_windows():
     learner = learned.StepTimeLearner(PRIOR, min_points=1)
     for i in range(1500):
@@ -237,10 +294,12 @@ def test_info_metric_says_default_before_learning_and_learned_after_with_the_fit
         "dtype": "bf16",
         "tp": "1",
         "method": "auto",
+        "baseline": "none",
     }
     metrics = exported(spec_on_pipeline())
     ((labels, _),) = metrics["specwatch_cost_model_info"]
-    assert labels["source"] == "learned"
+    # Learned from spec-on windows alone: the split between target and speculation is the prior's.
+    assert labels["source"] == "learned" and labels["baseline"] == "none"
     ((_, points),) = metrics["specwatch_step_time_fit_points"]
     assert points >= 5
     ((_, residual),) = metrics["specwatch_step_time_fit_residual_ratio"]

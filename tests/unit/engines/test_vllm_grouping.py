@@ -8,8 +8,11 @@ import random
 
 import pytest
 
-from specwatch.engines import vllm
-from specwatch.engines.vllm import Grouping, RouteMatcher
+from specwatch.engines import grouping as grouping_module
+from specwatch.engines import registry
+from specwatch.engines.grouping import Grouping
+from specwatch.engines.series import RouteMatcher
+from specwatch.exposition import Selector
 from support.paths import FIXTURES
 from support.vllm_payloads import FakeVllm
 
@@ -43,8 +46,8 @@ def test_a_remembered_grouping_gives_the_snapshots_of_a_fresh_one(matchers):
     for i, text in enumerate(order):
         remembered = grouping.parse(text, t=float(i), target="t")
         planned += grouping.selector.shape is not None  # the whole plan of the last poll reused
-        fresh = vllm.snapshots(
-            vllm.Selector(vllm.FAMILIES).parse(text), t=float(i), target="t", matchers=matchers, route_prefix="t/"
+        fresh = grouping_module.snapshots(
+            Selector(registry.FAMILIES).parse(text), t=float(i), target="t", matchers=matchers, route_prefix="t/"
         )
         assert remembered == fresh
         assert [s.route for s in remembered] == [s.route for s in fresh]  # the same routes in the same order
@@ -53,9 +56,11 @@ def test_a_remembered_grouping_gives_the_snapshots_of_a_fresh_one(matchers):
 
 
 def test_the_remembered_placements_stay_bounded(monkeypatch):
-    monkeypatch.setattr(vllm, "PLACEMENT_CACHE_SIZE", 5)
+    monkeypatch.setattr(grouping_module, "PLACEMENT_CACHE_SIZE", 5)
     grouping = Grouping()
     for i, text in enumerate(_payloads()[:4]):
-        families = vllm.SELECTOR.parse(text)
-        assert grouping.snapshots(families, t=float(i), target="t") == vllm.snapshots(families, t=float(i), target="t")
+        families = grouping_module.SELECTOR.parse(text)
+        assert grouping.snapshots(families, t=float(i), target="t") == grouping_module.snapshots(
+            families, t=float(i), target="t"
+        )
         assert len(grouping._placements) <= 5

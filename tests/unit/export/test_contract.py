@@ -11,8 +11,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from specwatch.export import contract
 from specwatch.export.collector import SpecwatchCollector
 from specwatch.export.fleet_collector import FleetCollector
+from specwatch.fleet.baseline import RouteBaseline
 from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState
 from specwatch.sidecar.state import RouteState, State, TargetState
+from specwatch.verdict.grading import Grading, WindowSummary
+from specwatch.windows.derive import GAUGE_MEAN
+from support.builders import route_evaluation, window_stats
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -60,6 +64,25 @@ FLEET = FleetState(
     routes=(),
     fleet=(FleetRow("chat", "5m", 2, {"keep": 2}, 0.6, 0.1, 100.0),),
 )
+
+
+BEFORE = WindowSummary(
+    t=90.0,
+    window="5m",
+    span_seconds=300.0,
+    method="eagle3",
+    draft_length=2.0,
+    acceptance_rate=0.75,
+    position_rates=(0.9, 0.6),
+    batch_size=8.0,
+    tokens_per_step=2.5,
+    step_time_seconds=0.02,
+    itl_p99_seconds=None,
+    itl_per_token_seconds=0.008,
+    tokens_per_engine_step=20.0,
+    drafts=1000.0,
+)
+AFTER = replace(BEFORE, t=200.0, itl_per_token_seconds=0.01)
 
 
 def _sidecar_lines(state: State) -> list[str]:
@@ -112,7 +135,7 @@ SIDECAR_CASES = [
         "a route of a target that is up",
         _state(),
         [
-            'specwatch_route_info{method="eagle3",model_name="llama",route="chat",schema="v1",target="vllm"} 1.0',
+            'specwatch_route_info{engine="vllm",method="eagle3",model_name="llama",route="chat",schema="v1",target="vllm"} 1.0',
             'specwatch_route_expects_speculation{route="chat",target="vllm"} 1.0',
             'specwatch_baseline_itl_p99_seconds{route="chat",target="vllm"} 0.05',
             'specwatch_drafts_total{route="chat",target="vllm"} 10.0',
@@ -127,11 +150,22 @@ SIDECAR_CASES = [
         [],
     ),
     (
+        "a route's learned curve and the window a change would be graded against",
+        _state(route=replace(ROUTE, curve_knots=((8.0, 0.01), (512.0, 0.03)), before_window=BEFORE)),
+        [
+            'specwatch_step_time_curve_seconds{route="chat",target="vllm",tokens="8"} 0.01',
+            'specwatch_step_time_curve_seconds{route="chat",target="vllm",tokens="512"} 0.03',
+            'specwatch_advice_before_window{method="eagle3",quantity="acceptance_rate",route="chat",target="vllm"} 0.75',
+            'specwatch_advice_before_position_acceptance_rate{position="1",route="chat",target="vllm"} 0.6',
+        ],
+        [],
+    ),
+    (
         "a route of a target that is down keeps only its metadata",
         _state(target=replace(TARGET, up=False)),
         [
             'specwatch_target_up{target="vllm"} 0.0',
-            'specwatch_route_info{method="eagle3",model_name="llama",route="chat",schema="v1",target="vllm"} 1.0',
+            'specwatch_route_info{engine="vllm",method="eagle3",model_name="llama",route="chat",schema="v1",target="vllm"} 1.0',
             'specwatch_baseline_itl_p99_seconds{route="chat",target="vllm"} 0.05',
         ],
         ["specwatch_drafts_total", "specwatch_generation_tokens_total", "specwatch_itl_seconds_bucket"],
@@ -181,10 +215,24 @@ FLEET_CASES = [
         "a replica carries its labels and instance",
         replace(FLEET, routes=(_replica_route(),), baselines={"chat": 0.05}),
         [
-            'specwatch_route_info{instance="ns/p-0",method="eagle3",model_name="llama",namespace="ns",pod="p-0",'
+            'specwatch_route_info{engine="vllm",instance="ns/p-0",method="eagle3",model_name="llama",namespace="ns",pod="p-0",'
             'route="chat",schema="v1",target="ns/p-0"} 1.0',
             'specwatch_baseline_itl_p99_seconds{instance="ns/p-0",namespace="ns",pod="p-0",route="chat",'
             'target="ns/p-0"} 0.05',
+        ],
+        [],
+    ),
+    (
+        "a rollout graded across replicas and what each route's verdicts rest on",
+        replace(
+            FLEET,
+            gradings={"chat": Grading(changed_at=100.0, before=BEFORE, after=AFTER, predicted_gain_ratio=0.9)},
+            cost_models=(RouteBaseline("chat", "learned", "canary", 1, 4.0, 2.0),),
+        ),
+        [
+            'specwatch_advice_predicted_gain_ratio{route="chat"} 0.9',
+            'specwatch_advice_measured_gain_ratio{route="chat"} 0.8',
+            'specwatch_fleet_cost_model_info{baseline="canary",route="chat",source="learned"} 1.0',
         ],
         [],
     ),
@@ -219,7 +267,7 @@ def test_each_mode_exports_its_families_of_the_table_in_table_order_with_the_tab
             # the exposition declares a counter under its sample name
             (f.name + "_total" if f.type == "counter" else f.name): (f.help, f.type)
             for f in contract.exported(mode)
-            if f.name not in contract.SERVICE_FAMILIES
+            if f.name not in contract.SERVICE_FAMILIES | contract.ONLY_WITH_SAMPLES
         }
         assert list(declared) == list(wanted), mode
         assert declared == wanted, mode
@@ -276,3 +324,15 @@ def test_replica_labels_go_only_to_what_a_replica_exports():
 def test_a_table_row_with_an_unknown_type_mode_or_value_is_refused(row):
     with pytest.raises(ValueError, match="drafts_seen"):
         contract._family(row)
+
+
+def test_the_acceptance_basis_family_is_declared_only_for_a_window_that_is_not_a_counter_ratio():
+    ratio = route_evaluation()
+    gauges = route_evaluation(replace(window_stats(), acceptance_basis=GAUGE_MEAN))
+    assert "# TYPE specwatch_acceptance_basis_info gauge" not in _sidecar_lines(
+        _state(route=replace(ROUTE, evaluations=(ratio,)))
+    )
+    lines = _sidecar_lines(_state(route=replace(ROUTE, evaluations=(gauges,))))
+    assert (
+        'specwatch_acceptance_basis_info{basis="engine_gauge_mean",route="chat",target="vllm",window="1m"} 1.0' in lines
+    )

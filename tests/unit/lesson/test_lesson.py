@@ -67,7 +67,14 @@ def test_breakeven_json_matches_golden_for_the_lessons_default_target():
     assert doc["assumptions"]["model"] == "llama-3.3-70b" and doc["assumptions"]["tensor_parallel"] == 4
     rows = doc["rows"]
     assert [r["batch"] for r in rows] == [1, 8, 64, 256]
-    assert set(rows[0]) == {"batch", "k", "breakeven_acceptance_rate", "expected_speedup"}
+    assert set(rows[0]) == {"batch", "k", "breakeven_acceptance_rate", "expected_speedup"} | {
+        "epsilon",
+        "epsilon_verify",
+        "epsilon_drafting",
+        "epsilon_fixed",
+    }
+    for r in rows:  # the lesson's formula, epsilon priced at the batch
+        assert r["breakeven_acceptance_rate"] == pytest.approx(r["epsilon"] / r["k"], abs=2e-4)
 
 
 def test_breakeven_json_matches_golden_for_70b_fp8_tp4_from_a_config_file(tmp_path):

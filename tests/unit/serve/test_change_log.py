@@ -5,6 +5,9 @@ from __future__ import annotations
 from structlog.testing import capture_logs
 
 from specwatch.serve.change_log import ChangeLog
+from specwatch.verdict.decide import Assessment
+from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.windows.derive import WindowStats
 
 
 def test_a_repeated_state_is_logged_once_and_a_change_again():
@@ -27,3 +30,21 @@ def test_forgetting_every_key_past_the_limit_only_repeats_a_line():
         changes.changed(("route", str(i)), 1)
     assert changes.changed(("route", "a"), 1)  # forgotten with the rest: logged again
     assert len(changes._last) <= changes.LIMIT + 1
+
+
+def test_a_verdict_change_logs_the_advice_in_the_routes_engine_terms():
+    advice = Assessment(
+        "shorten", recommended_draft_length=2, config_changes={"num_speculative_tokens": 2}, action="merge"
+    )
+    for engine, config, command in (
+        ("vllm", None, 'merge into your --speculative-config: {"num_speculative_tokens":2}'),
+        ("llamacpp", None, "--spec-draft-n-max 2"),
+    ):
+        stats = WindowStats(
+            route="chat", window="1m", t=0.0, samples=3, span_seconds=60.0, spec_present=True, engine=engine
+        )
+        evaluation = RouteEvaluation(stats, advice, "shorten", True, advice=advice)
+        with capture_logs() as logs:
+            ChangeLog().verdict(("verdict", "chat", "1m"), evaluation)
+        assert logs[0]["recommended_command"] == command
+        assert logs[0]["recommended_config"] == config

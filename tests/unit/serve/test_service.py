@@ -105,7 +105,7 @@ def test_run_serves_metrics_and_status_over_http_from_real_payloads(sidecar):
     assert route["route"] == "chat" and route["schema"] == "v1" and route["configured_k"] == 4
     window = route["windows"]["2s"]
     assert 0.5 < window["acceptance_rate"] < 1.0
-    assert window["verdict"] in ("keep", "shorten", "disable", "insufficient_data")
+    assert window["verdict"] in ("keep", "shorten", "disable", "undecided", "insufficient_data")
     metrics = requests.get(base + "/metrics", timeout=2).text
     for name in (
         "specwatch_acceptance_rate{",
@@ -538,3 +538,29 @@ def test_run_warns_once_at_start_when_the_alert_window_is_not_a_configured_windo
             proc.kill()
     warnings = [line for line in logs if line["event"] == "alert_window_not_in_windows"]
     assert len(warnings) == 1 and "can never fire" in warnings[0]["message"]
+
+
+def test_a_target_pinned_to_another_engine_is_logged_once_as_engine_mismatch_and_counted_per_poll():
+    from structlog.testing import capture_logs
+
+    from specwatch.config import from_mapping
+    from specwatch.serve.service import Service
+
+    server = PayloadServer([fixture_path("vllm-cpu-real", "030.prom").read_text()])
+    config = from_mapping(
+        {"poll_interval": "5s", "windows": ["1m"], "targets": [{"name": "t", "url": server.url, "engine": "sglang"}]},
+        environ={},
+    )
+    service = Service(config)
+    try:
+        with capture_logs() as logs:
+            for _ in range(3):
+                service.poll_once()
+    finally:
+        service.stop()
+        server.stop()
+    rejected = [line for line in logs if line["event"] == "target_rejected"]
+    assert len(rejected) == 1 and rejected[0]["reason"] == "engine_mismatch"
+    assert "looks like vllm" in rejected[0]["error"]
+    (target,) = service.pipeline.state().targets
+    assert target.errors["engine_mismatch"] == 3 and target.payload_engine == "vllm"

@@ -13,7 +13,8 @@ import pytest
 from specwatch.config import from_mapping
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.engines import vllm
-from specwatch.engines.vllm import Counter, Grouping, RouteSnapshot, SeriesKey, reset_group
+from specwatch.engines.grouping import Grouping
+from specwatch.engines.series import Counter, RouteSnapshot, SeriesKey, reset_group
 from specwatch.exposition.lastpoll import picker
 from specwatch.exposition.syntax import line_finder
 from specwatch.verdict.evaluation import evaluate_route, update_route_method
@@ -224,7 +225,7 @@ def reference_window_stats(view, route, window, now, *, configured_k_hint=None):
         return measured
     alpha = _ratio(accepted, draft_tokens)
     consistent = alpha is None or alpha <= 1.0
-    if not (drafts > 0 and consistent):
+    if not (drafts > 0 and draft_tokens > 0 and consistent):  # drafts without draft tokens: no tau, no K
         return replace(
             measured,
             drafts=drafts,
@@ -495,7 +496,9 @@ def _unguarded(pattern):
     return re.compile("\\n" + source[source.index(")(?:") + 1 :])
 
 
-@pytest.mark.parametrize("prefixes", [(), ("a",), ("ab", "abc"), ("x_1", "y_2"), tuple(sorted(vllm.FAMILIES))], ids=str)
+@pytest.mark.parametrize(
+    "prefixes", [(), ("a",), ("ab", "abc"), ("x_1", "y_2"), tuple(sorted(vllm.VLLM.families))], ids=str
+)
 def test_the_line_finders_guard_changes_no_match(prefixes):
     type_names = (*prefixes, "t_total")
     guarded = line_finder(prefixes, type_names)

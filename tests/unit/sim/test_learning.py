@@ -158,3 +158,18 @@ def test_with_learning_no_wrong_verdict_remains_after_30_minutes(learned_rows, p
     )
     assert wrong(learned_rows) == []
     assert wrong(prior_rows)  # without learning the preset's verdicts are wrong here
+
+
+def test_the_info_metric_says_the_learned_curve_rests_on_the_spec_off_minutes_before_the_switch():
+    scenario = parse_scenario(UNKNOWN_SERVER)
+    config = from_mapping({"poll_interval": f"{POLL}s", "learning": {"enabled": True}}, environ={})
+    pipeline = Pipeline(config)
+    simulator = sim.Simulator(scenario, seed=5)
+    t = 0.0
+    while t < SPEC_ON_AT + 2 * PHASE:
+        t += POLL
+        simulator.advance_to(t)
+        pipeline.ingest("vllm", t, simulator.render())
+        pipeline.evaluate(t)
+    info = pipeline.cost_model_info()
+    assert (info.source, info.baseline) == ("learned", "history")

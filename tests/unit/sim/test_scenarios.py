@@ -45,3 +45,25 @@ def test_recording_is_deterministic_and_uses_the_fixed_epoch(tmp_path):
     assert [r["t"] - rows[0]["t"] for r in rows] == [0.0, 5.0, 10.0, 15.0, 20.0]
     assert {r["target"] for r in rows} == {"vllm"}
     assert "vllm:spec_decode_num_drafts_total" in rows[-1]["text"]
+
+
+def test_spec_cost_scale_multiplies_the_simulated_fixed_costs_of_speculation_and_nothing_else():
+    from specwatch.sim.scenario import ScenarioError, parse_scenario
+    from specwatch.sim.steptime import StepTimer
+
+    raw = {
+        "name": "scaled",
+        "hardware": "h100-sxm",
+        "model": "llama-3.1-8b",
+        "method": "eagle3",
+        "num_speculative_tokens": 3,
+        "phases": [{"name": "p", "duration": "1m", "concurrency": 8, "acceptance_rate": 0.5}],
+    }
+    plain = StepTimer(parse_scenario(raw), 1024)
+    scaled = StepTimer(parse_scenario({**raw, "spec_cost_scale": 2.0}), 1024)
+    cm = plain.cost_model
+    fixed = cm.spec_overhead_time(8, 32) + 3 * cm.draft.fixed_seconds  # v + q·B, and p per drafting pass
+    assert scaled.plain_step(8) == plain.plain_step(8)
+    assert scaled.spec_step(8, 3) - plain.spec_step(8, 3) == pytest.approx(fixed, rel=1e-9)
+    with pytest.raises(ScenarioError, match="spec_cost_scale"):
+        parse_scenario({**raw, "spec_cost_scale": -1})

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.config import from_mapping
-from specwatch.engines.vllm import SeriesKey
+from specwatch.engines.series import SeriesKey
 from specwatch.export.collector import registry_for
 from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.engines.vllm import RouteSnapshot, SeriesKey
+from specwatch.engines.series import RouteSnapshot, SeriesKey
 from specwatch.windows.derive import drafts_reaching_positions, histogram_quantile, position_rates
 from specwatch.windows.window import RouteWindow
 from support.builders import route_snapshot
@@ -276,8 +276,14 @@ def test_the_advice_no_longer_ratchets_k_down_after_its_own_schedule_was_applied
     from specwatch.windows.derive import WindowStats
 
     model = cmod.MODEL_PRESETS["llama-3.1-8b"]
+    # Taken as exact (no calibration error): the question is which K the rates point to, not
+    # whether the interval clears 1.
     cm = cmod.CostModel(
-        cmod.HARDWARE_PRESETS["h100-sxm"], model, context_tokens=1024, draft=cmod.draft_cost_for("draft_model", model)
+        cmod.HARDWARE_PRESETS["h100-sxm"],
+        model,
+        context_tokens=1024,
+        draft=cmod.draft_cost_for("draft_model", model),
+        calibration_log_error=0.0,
     )
     accepted, drafts, draft_tokens = _schedule_window()
 

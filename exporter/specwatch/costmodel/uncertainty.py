@@ -1,0 +1,125 @@
+"""How sure a predicted speedup is: an interval from the model's error and the window's noise.
+
+Each source is one standard deviation of log(speedup); they are independent, so they add in
+quadrature, and the interval is exp(log S ± z·σ) with z the two-sided normal quantile of the
+confidence level (docs/costmodel.md, "Uncertainty"):
+
+* the model. Without a learned curve: the engine prior's calibration error (``calibration_log_error``,
+  its speedups against published measurements it was not fitted on), plus ``ASSUMED_SETUP_LOG_ERROR``
+  when neither hardware nor model was configured. With a learned curve: the curve's residual, and
+  the prior's error (and the assumed setup's) on top unless the curve measured spec-off steps too
+  (with spec-on steps alone the split between the target's step and the cost of speculation is
+  still the prior's).
+* sampling: alpha is a share of the window's draft tokens. Its binomial standard error is taken
+  over drafts, not tokens (the tokens of one draft are accepted together or not at all, so drafts
+  are the independent sample), and carried through S = (1 + c·K·alpha)·T_base/T_spec, linear in alpha.
+
+Pure: numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from specwatch.costmodel.learned import LearnedStepCurve
+from specwatch.costmodel.roofline import CostModel
+
+#: Error added while the hardware and the model are assumed (nothing configured, nothing learned
+#: yet): a factor of 2 at one sigma. Nothing the user stated bounds how far the assumed H100 and
+#: Llama-3.1-8B are from the real server; on the one such case measured (vLLM on a CPU with a tiny
+#: model) the assumed setup predicted 3.2x where 2.13x was measured. With the prior's error, the
+#: 90 % interval spans a factor of 3.7 either side: only a speedup beyond 3.7x or below 0.27x is
+#: decided on the guess.
+ASSUMED_SETUP_LOG_ERROR = 0.7
+#: Shortest spec-off canary: one full 5m window (the default longest) of spec-off steps, plus
+#: the restart and the learner's first points.
+MIN_CANARY_MINUTES = 10.0
+#: Past an hour the speedup is so close to 1 that on or off makes no difference worth measuring.
+MAX_CANARY_MINUTES = 60.0
+#: Spread of one step's time in log units when the window gives none (the learner's own start).
+DEFAULT_STEP_LOG_SPREAD = 0.15
+#: z of P99 over P50 for a log-normal step time.
+_Z_P99 = NormalDist().inv_cdf(0.99)
+
+
+@dataclass(frozen=True)
+class SpeedupInterval:
+    lower: float
+    upper: float
+    model_log_error: float  # one sigma, log units
+    sampling_log_error: float  # one sigma, log units
+    z: float
+
+
+def z_for(confidence: float) -> float:
+    """The two-sided normal quantile: 1.645 at 0.9."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def model_log_error(cm: CostModel) -> float:
+    """One sigma of the cost model's log speedup (see the module docstring)."""
+    curve = cm.profile
+    if isinstance(curve, LearnedStepCurve):
+        residual = math.log1p(curve.residual_ratio) if math.isfinite(curve.residual_ratio) else 0.0
+        if curve.spec_scale is not None:  # spec-off and spec-on steps both measured
+            return residual
+        # Spec-on steps alone fix the curve's scale, not its split between the target and the cost
+        # of speculation: that split is still the prior's, and on an assumed setup a guess.
+        assumed = ASSUMED_SETUP_LOG_ERROR if cm.setup_assumed else 0.0
+        return math.hypot(cm.calibration_log_error, residual, assumed)
+    if cm.setup_assumed:
+        return math.hypot(cm.calibration_log_error, ASSUMED_SETUP_LOG_ERROR)
+    return cm.calibration_log_error
+
+
+def sampling_log_error(*, k: float, alpha: float, coverage: float, drafts: float | None) -> float:
+    """One sigma of log S from alpha's binomial noise over ``drafts`` (0 without a draft count:
+    vLLM V0's values are lifetime, over every draft so far)."""
+    if drafts is None or drafts <= 0:
+        return 0.0
+    a = min(max(alpha, 0.0), 1.0)
+    se = math.sqrt(a * (1.0 - a) / drafts)
+    return coverage * k * se / (1.0 + coverage * k * a)
+
+
+def speedup_interval(
+    cm: CostModel,
+    speedup: float,
+    *,
+    k: float,
+    alpha: float,
+    coverage: float,
+    drafts: float | None,
+    confidence: float,
+) -> SpeedupInterval:
+    """The interval of ``speedup`` (the model's prediction at this K, alpha and coverage)."""
+    model = model_log_error(cm)
+    sampling = sampling_log_error(k=k, alpha=alpha, coverage=coverage, drafts=drafts)
+    z = z_for(confidence)
+    half = z * math.hypot(model, sampling)
+    centre = math.log(max(speedup, 1e-9))
+    return SpeedupInterval(math.exp(centre - half), math.exp(centre + half), model, sampling, z)
+
+
+def step_log_spread(itl_p50_seconds: float | None, itl_p99_seconds: float | None) -> float:
+    """Spread of one step's time in log units, from the window's ITL quantiles when it has them."""
+    if itl_p50_seconds and itl_p99_seconds and itl_p99_seconds > itl_p50_seconds > 0:
+        return math.log(itl_p99_seconds / itl_p50_seconds) / _Z_P99
+    return DEFAULT_STEP_LOG_SPREAD
+
+
+def canary_minutes(
+    interval: SpeedupInterval, speedup: float, *, step_seconds: float, step_spread: float
+) -> float | None:
+    """Minutes of spec-off steps at the live batch after which the interval clears 1: the model
+    error is replaced by the canary's, whose mean step must be known to within what the distance
+    of log S from 0 leaves beside the sampling noise. None when that noise alone keeps the
+    interval across 1, or no canary of ``MAX_CANARY_MINUTES`` would clear it: then the speedup is
+    too close to 1 for on or off to matter."""
+    room = (abs(math.log(max(speedup, 1e-9))) / interval.z) ** 2 - interval.sampling_log_error**2
+    if room <= 0:
+        return None
+    minutes = max(MIN_CANARY_MINUTES, math.ceil(step_spread**2 / room * step_seconds / 60.0))
+    return minutes if minutes <= MAX_CANARY_MINUTES else None

@@ -1,0 +1,195 @@
+"""Sidecar read-back: at start, what the previous pod of the same routes exported, from the
+Prometheus that scraped it (config `readback:`, docs/rollouts.md).
+
+Applying a recommendation in Kubernetes replaces the pod, and the sidecar with it. The old sidecar
+exported the window a change would be graded against (`specwatch_advice_before_window`,
+`specwatch_advice_before_position_acceptance_rate`) and its learned step-time curve
+(`specwatch_step_time_curve_seconds`); the new one reads them back with one range
+query over `lookback`, picked by the route label under the configured selector (the pod label is
+new with each pod). Per route the series group (every label but the quantity's) with the newest
+sample wins: the last pod before this one. It runs once, on its own thread, under one deadline:
+the first poll never waits for it. A failure is counted by reason and logged once; the sidecar then
+starts from nothing, as without `readback:`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import structlog
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from specwatch.base.units import format_duration
+from specwatch.config import ReadbackConfig
+from specwatch.export import contract
+from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Series
+from specwatch.verdict.grading import WindowSummary, restored_summary
+
+log = structlog.get_logger("specwatch.readback")
+
+#: Points of the range query: the newest sample is found to within lookback / this.
+_POINTS = 120
+_BEFORE_WINDOW, _BEFORE_POSITIONS, _CURVE = (
+    "specwatch_advice_before_window",
+    "specwatch_advice_before_position_acceptance_rate",
+    "specwatch_step_time_curve_seconds",
+)
+_FAMILIES = (_BEFORE_WINDOW, _BEFORE_POSITIONS, _CURVE)
+_OWN_LABELS = ("__name__", "quantity", "position", "method", "tokens")
+#: A learned curve has at most this many knots (one per learner bin).
+MAX_KNOTS = 65
+
+Knots = tuple[tuple[float, float], ...]
+
+
+def readback_query(config: ReadbackConfig) -> str:
+    matchers = config.as_prometheus().matchers
+    names = "|".join(_FAMILIES)
+    return "{" + f'__name__=~"{names}"' + (f", {matchers}" if matchers else "") + "}"
+
+
+@dataclass
+class _Group:
+    """One old sidecar's series of one route (every label but the family's own)."""
+
+    route: str
+    method: str = "auto:unknown"
+    quantities: dict[str, tuple[float, float]] = field(default_factory=dict)  # name: (t, value)
+    positions: dict[int, tuple[float, float]] = field(default_factory=dict)
+    knots: dict[float, tuple[float, float]] = field(default_factory=dict)  # tokens: (t, seconds)
+
+    def add(self, labels: Mapping[str, str], point: tuple[float, float]) -> None:
+        name = labels.get("__name__")
+        if name == _BEFORE_WINDOW and isinstance(labels.get("quantity"), str):
+            self.quantities[labels["quantity"]] = point
+            self.method = str(labels.get("method", self.method))
+        elif name == _BEFORE_POSITIONS and str(labels.get("position", "")).isdigit():
+            self.positions[int(labels["position"])] = point
+        elif name == _CURVE:
+            with contextlib.suppress(TypeError, ValueError):
+                self.knots[float(labels.get("tokens", ""))] = point
+
+    def summary(self) -> tuple[float, WindowSummary | None]:
+        """The newest scrape's before-window (a quantity that stopped earlier was another window's)."""
+        if not self.quantities:
+            return -math.inf, None
+        newest = max(t for t, _ in self.quantities.values())
+        values = {q: v for q, (t, v) in self.quantities.items() if t == newest}
+        positions = {p: v for p, (t, v) in self.positions.items() if t == newest}
+        span = values.get("span_seconds", 0.0)
+        window = format_duration(span) if math.isfinite(span) and span > 0 else ""
+        return newest, restored_summary(values, positions, self.method, window, newest)
+
+    def curve(self) -> tuple[float, Knots]:
+        """The newest scrape's knots, when they make a curve: tokens increasing, seconds positive,
+        finite and non-decreasing (the learner's own shape); else none."""
+        if not self.knots or len(self.knots) > MAX_KNOTS:
+            return -math.inf, ()
+        newest = max(t for t, _ in self.knots.values())
+        knots = tuple(sorted((n, v) for n, (t, v) in self.knots.items() if t == newest))
+        finite = all(math.isfinite(n) and math.isfinite(v) and n > 0 and v > 0 for n, v in knots)
+        rising = all(v0 <= v1 for (_, v0), (_, v1) in itertools.pairwise(knots))
+        return (newest, knots) if finite and rising else (-math.inf, ())
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What the previous pod exported, per route."""
+
+    before_windows: Mapping[str, WindowSummary]
+    curves: Mapping[str, Knots]
+
+    @property
+    def routes(self) -> list[str]:
+        return sorted(set(self.before_windows) | set(self.curves))
+
+
+def restored_from_series(series: Iterable[Series]) -> Restored:
+    """Per route, the newest group's before-window and curve (what does not make one is skipped)."""
+    groups: dict[tuple[tuple[str, str], ...], _Group] = {}
+    for item in series:
+        route = item.labels.get("route")
+        if not isinstance(route, str) or not item.points:
+            continue
+        identity = tuple(sorted((k, str(v)) for k, v in item.labels.items() if k not in _OWN_LABELS))
+        groups.setdefault(identity, _Group(route)).add(item.labels, item.points[-1])
+    before: dict[str, tuple[float, WindowSummary]] = {}
+    curves: dict[str, tuple[float, Knots]] = {}
+    for group in groups.values():
+        t, summary = group.summary()
+        if summary is not None and t > before.get(group.route, (-math.inf,))[0]:
+            before[group.route] = (t, summary)
+        t, knots = group.curve()
+        if knots and t > curves.get(group.route, (-math.inf,))[0]:
+            curves[group.route] = (t, knots)
+    return Restored({r: s for r, (_, s) in before.items()}, {r: k for r, (_, k) in curves.items()})
+
+
+class Readback:
+    """One read-back, on its own thread; `take` hands its result to the poll thread once."""
+
+    def __init__(self, config: ReadbackConfig, client: PromClient | None = None) -> None:
+        self.config = config
+        self._client = client or PromClient(config.as_prometheus())
+        self.errors = dict.fromkeys(QUERY_ERROR_REASONS, 0)
+        self.restored: int | None = None  # routes restored (None: not done yet)
+        self._result = Restored({}, {})
+        self._done = threading.Event()  # set once _result is final (the poll thread reads it then)
+        self._taken = False
+        self._thread: threading.Thread | None = None
+
+    def start(self, now: float | None = None) -> None:
+        at = time.time() if now is None else now
+        self._thread = threading.Thread(target=self.run, args=(at,), name="specwatch-readback", daemon=True)
+        self._thread.start()
+
+    def run(self, now: float) -> None:
+        lookback = self.config.lookback
+        try:
+            answer = self._client.query_range(readback_query(self.config), now - lookback, now, lookback / _POINTS)
+            result = restored_from_series(answer.series)
+        except PromQueryError as exc:
+            self.errors[exc.reason if exc.reason in self.errors else "invalid"] += 1
+            log.warning("readback_failed", reason=exc.reason, message=str(exc), action="starting from nothing")
+            result = Restored({}, {})
+        finally:
+            self._client.close()
+        self.restored = len(result.routes)
+        if result.routes:
+            log.info("readback_restored", routes=result.routes, curves=sorted(result.curves))
+        self._result = result
+        self._done.set()
+
+    def take(self) -> Restored | None:
+        """The result once, when done (the poll thread applies it between polls); else None."""
+        if self._taken or not self._done.is_set():
+            return None
+        self._taken = True
+        return self._result
+
+
+class ReadbackCollector(Collector):
+    """specwatch_readback_errors_total{reason} and specwatch_readback_restored_routes."""
+
+    def __init__(self, get: Callable[[], Readback | None]) -> None:
+        self._get = get
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        readback = self._get()
+        if readback is None:
+            return
+        yield contract.filled(
+            "specwatch_readback_errors", (([reason], count) for reason, count in readback.errors.items())
+        )
+        if readback.restored is not None:
+            yield contract.single("specwatch_readback_restored_routes", readback.restored)

@@ -1,0 +1,233 @@
+"""The sidecar read-back, the Kubernetes way in virtual time: a recommendation is applied by
+replacing the pod, so the new sidecar starts with nothing; it reads back what the old one exported
+(its before-window, as Prometheus stored it) and grades the new pod's draft length against it."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from specwatch import sim
+from specwatch.config import ReadbackConfig, from_mapping
+from specwatch.export.collector import registry_for
+from specwatch.fleet.client import Series
+from specwatch.serve.readback import Readback, readback_query, restored_from_series
+from specwatch.serve.service import Service
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.scenario import parse_scenario
+from specwatch.sim.sidecar_config import sidecar_config_for
+from specwatch.verdict.grading import ORIGIN_PREVIOUS_POD
+from support.loopback import free_port
+
+POLL = 5.0
+ACCEPTANCE = [0.9, 0.7, 0.25, 0.15]  # sure of two tokens, weak after: a shorter draft pays at batch 64
+
+
+def pod_scenario(k: int):
+    """One pod's life: Llama-3.1-8B on an H100 with EAGLE-3 at draft length k, 64 requests."""
+    return parse_scenario(
+        {
+            "name": f"pod-k{k}",
+            "hardware": "h100-sxm",
+            "model": "llama-3.1-8b",
+            "method": "eagle3",
+            "num_speculative_tokens": k,
+            "prompt_tokens": 512,
+            "output_tokens": 256,
+            "routes": [{"model_name": "chat"}],
+            "phases": [{"name": "run", "duration": "600s", "concurrency": 64, "k": k, "acceptance": ACCEPTANCE[:k]}],
+        }
+    )
+
+
+def run_pod(k: int, seconds: float, restored=None, seed: int = 1, learning: bool = False):
+    """A fresh sidecar beside a fresh simulated vLLM; returns the pipeline and the true tokens/s
+    after the first minute (closed loop at the same load: the per-request decode speed)."""
+    sc = pod_scenario(k)
+    raw = sidecar_config_for(
+        sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m", "4m")
+    )
+    config = from_mapping({**raw, "learning": {"enabled": learning}}, environ={})
+    pipeline = Pipeline(config)
+    if restored is not None:
+        pipeline.restore(restored.before_windows, restored.curves)
+    simulator = sim.Simulator(sc, seed=seed)
+    t, generated = 0.0, {}
+    while t < seconds:
+        t += POLL
+        simulator.advance_to(t)
+        pipeline.ingest("vllm", t, simulator.render(), duration=0.01)
+        pipeline.evaluate(t)
+        if t in (60.0, seconds):
+            generated[t] = sum(e.c["generation_tokens"] for r in simulator.routes.values() for e in r.engines)
+    if seconds <= 60.0:
+        return pipeline, None
+    return pipeline, (generated[seconds] - generated[60.0]) / (seconds - 60.0)
+
+
+def as_stored(pipeline: Pipeline, at: float, **pod_labels: str) -> list[Series]:
+    """What Prometheus holds of the sidecar's before-window families (its labels plus the pod's)."""
+    text = generate_latest(registry_for(pipeline.state)).decode()
+    return [
+        Series({**sample.labels, "__name__": sample.name, **pod_labels}, ((at, sample.value),))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith(("specwatch_advice_before", "specwatch_step_time_curve"))
+    ]
+
+
+@pytest.fixture(scope="module")
+def rollout():
+    old, true_old = run_pod(4, 300.0)
+    # The old pod asks for K=2: its speedup's interval spans 1, so as the restart that decides.
+    last = old.state().routes[0].evaluations[-1]
+    assert last.verdict == "undecided" and last.measurement is not None
+    assert (last.measurement.kind, last.measurement.draft_length) == ("restart_with_draft_length", 2)
+    restored = restored_from_series(as_stored(old, 1000.0, pod="vllm-old"))
+    new, true_new = run_pod(2, 360.0, restored, seed=2)
+    return restored.before_windows, new, true_new / true_old
+
+
+def test_the_new_pod_reads_back_the_old_pods_before_window_by_route(rollout):
+    restored, _, _ = rollout
+    before = restored["chat"]
+    assert before.origin == ORIGIN_PREVIOUS_POD
+    assert before.draft_length == pytest.approx(4.0, abs=0.01)
+    assert before.position_rates is not None and len(before.position_rates) == 4
+    assert before.batch_size == pytest.approx(64, rel=0.1)
+
+
+def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_of_the_simulators_truth(rollout):
+    _, new, true_gain = rollout
+    assert true_gain > 1 / 0.9  # larger than the tolerance: a grading that saw no change fails
+    grading = new.state().routes[0].grading
+    assert grading is not None and grading.status == "graded"
+    assert grading.before.origin == ORIGIN_PREVIOUS_POD
+    assert grading.new_draft_length == pytest.approx(2.0, abs=0.01)
+    assert grading.measured_gain_ratio == pytest.approx(true_gain, rel=0.10)
+    assert grading.predicted_gain_ratio is not None and grading.predicted_gain_ratio > 1
+    assert grading.as_dict()["before"]["origin"] == "previous_pod"
+
+
+def test_a_restart_with_the_same_draft_length_grades_nothing():
+    old, _ = run_pod(4, 300.0)
+    restarted, _ = run_pod(4, 200.0, restored_from_series(as_stored(old, 1000.0, pod="a")), seed=2)
+    assert restarted.state().routes[0].grading is None
+
+
+def test_the_newest_pod_wins_and_a_half_read_or_hostile_answer_restores_nothing():
+    old, _ = run_pod(4, 300.0)
+    two_rollouts_ago = [
+        Series({**s.labels, "quantity": s.labels.get("quantity", "")}, ((500.0, 1.0),))
+        for s in as_stored(old, 0, pod="x")
+    ]
+    latest = as_stored(old, 900.0, pod="vllm-old")
+    restored = restored_from_series(two_rollouts_ago + latest)
+    assert restored.before_windows["chat"].draft_length == pytest.approx(4.0, abs=0.01)
+    # A group without its ITL per token, or with an impossible value, is no baseline.
+    missing = [s for s in latest if s.labels.get("quantity") != "itl_per_token_seconds"]
+    assert restored_from_series(missing).routes == []
+    hostile = [
+        Series(s.labels, ((900.0, float("nan") if s.labels.get("quantity") == "batch_size" else s.points[0][1]),))
+        for s in latest
+    ]
+    assert restored_from_series(hostile).routes == []
+    nameless = [Series({"__name__": "specwatch_advice_before_window"}, ((1.0, 1.0),))]
+    assert restored_from_series(nameless).routes == []
+
+
+def test_the_query_picks_the_families_under_the_configured_selector():
+    config = ReadbackConfig(url="http://p:9090", selector='{namespace="llm", job="vllm-chat"}')
+    assert readback_query(config) == (
+        '{__name__=~"specwatch_advice_before_window|specwatch_advice_before_position_acceptance_rate|'
+        'specwatch_step_time_curve_seconds", namespace="llm", job="vllm-chat"}'
+    )
+
+
+def test_an_unreachable_prometheus_is_counted_once_and_restores_nothing():
+    readback = Readback(ReadbackConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1.0))
+    readback.run(now=10_000.0)
+    assert readback.errors["connect"] == 1 and sum(readback.errors.values()) == 1
+    restored = readback.take()
+    assert readback.restored == 0 and restored is not None and restored.routes == [] and readback.take() is None
+
+
+def test_the_learned_curve_is_read_back_and_used_until_the_new_pod_has_learned_its_own():
+    old, _ = run_pod(4, 300.0, learning=True)
+    learner, _ = old.learners()["chat"]
+    knots = learner.curve().knots
+    restored = restored_from_series(as_stored(old, 1000.0, pod="vllm-old"))
+    assert [n for n, _ in restored.curves["chat"]] == pytest.approx([n for n, _ in knots], rel=1e-5)
+    assert [v for _, v in restored.curves["chat"]] == pytest.approx([v for _, v in knots], rel=1e-12)
+    new, _ = run_pod(2, 15.0, restored, seed=2, learning=True)
+    own, model = new.learners()["chat"]
+    assert own.curve() is None and model.profile is not None and model.profile.knots == restored.curves["chat"]
+    # Once the new pod's own curve fits, it replaces the restored one.
+    later, _ = run_pod(2, 300.0, restored, seed=2, learning=True)
+    own, model = later.learners()["chat"]
+    assert own.curve() is not None and model.profile is own.curve()
+
+
+def test_a_curve_that_falls_with_the_load_or_is_not_positive_is_not_restored():
+    old, _ = run_pod(4, 300.0, learning=True)
+    stored = as_stored(old, 1000.0, pod="vllm-old")
+    knot = next(s for s in stored if s.labels["__name__"] == "specwatch_step_time_curve_seconds")
+    tokens, seconds = float(knot.labels["tokens"]), knot.points[0][1]
+    assert "chat" in restored_from_series(stored).curves
+
+    def another(n: float, v: float) -> Series:
+        return Series({**knot.labels, "tokens": f"{n:g}"}, ((1000.0, v),))
+
+    assert "chat" in restored_from_series([*stored, another(2 * tokens, 1.5 * seconds)]).curves
+    assert "chat" not in restored_from_series([*stored, another(2 * tokens, 0.5 * seconds)]).curves
+    assert "chat" not in restored_from_series([*stored, another(2 * tokens, float("inf"))]).curves
+    assert "chat" not in restored_from_series([*stored, another(0.5 * tokens, -1.0)]).curves
+
+
+def test_a_failed_readback_is_exported_and_the_sidecar_polls_as_without_it():
+    config = from_mapping(
+        {
+            "targets": [{"url": f"http://127.0.0.1:{free_port()}/metrics"}],
+            "readback": {"url": f"http://127.0.0.1:{free_port()}", "timeout": "1s"},
+        },
+        environ={},
+    )
+    service = Service(config)
+    try:
+        assert service.readback is not None
+        service.readback.run(now=10_000.0)  # what its thread runs after start
+        service.poll_once()
+        text = service.published.metrics.decode()
+    finally:
+        service.stop()
+    assert 'specwatch_readback_errors_total{reason="connect"} 1.0' in text
+    assert "specwatch_readback_restored_routes 0.0" in text
+    assert 'specwatch_scrape_errors_total{reason="connect",target="vllm"} 1.0' in text
+
+
+def test_fleet_mode_reads_nothing_back():
+    fleet = from_mapping({"prometheus": {"url": "http://127.0.0.1:1"}}, environ={})
+    assert Service(fleet).readback is None
+
+
+def test_a_sidecar_that_started_on_a_bad_config_reads_back_once_a_good_one_arrives():
+    good = from_mapping(
+        {
+            "targets": [{"url": f"http://127.0.0.1:{free_port()}/metrics"}],
+            "readback": {"url": f"http://127.0.0.1:{free_port()}", "timeout": "1s"},
+        },
+        environ={},
+    )
+    service = Service(from_mapping({}, environ={}), config_error="targets[0].url: required")
+    try:
+        assert service.readback is None
+        service.apply(good)
+        assert service.readback is not None
+    finally:
+        service.stop()
+
+
+def test_a_restored_window_carries_the_time_prometheus_last_stored_it():
+    old, _ = run_pod(4, 300.0)
+    assert restored_from_series(as_stored(old, 1234.5, pod="vllm-old")).before_windows["chat"].t == 1234.5
