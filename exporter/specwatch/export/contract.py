@@ -7,7 +7,8 @@ One row per family, in export order: its name without `specwatch_`; its type; th
 it (sidecar, fleet or both); its labels, the row's key before `/` and the family's own after it (in
 fleet mode the replica's labels go between, on the families keyed by `target`); for a per-window
 gauge filled from an evaluation, the RouteEvaluation value it exports; its HELP after `|`, where
-{window}, {mirrored}, {fleet} and {query_reasons} stand for the notes below. Adding a family is one
+{window}, {mirrored}, {fleet} and {query_reasons} stand for the notes below. A family whose labels
+differ between the modes has a row per mode. Adding a family is one
 row here (and, unless it is such a derived gauge, the line in its collector that fills it).
 
 `python -m specwatch.export.contract README.md [--check]` writes (or checks) the README's metric list.
