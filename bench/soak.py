@@ -10,8 +10,9 @@ fail (any verdict change, RSS drift over 10 %, series growth, any scrape error i
 replay: the simulator renders the scenario (tests/system/reliability/soak-noisy-stable.yaml) poll by poll
 in the recording format of `sim.record` ({"t", "target", "text"} lines), streamed into
 specwatch.sidecar.replay.replay() instead of a ~1 GB file; RSS is this process's, sampled every simulated hour.
-live: `specwatch run` as a subprocess polling `sim.serve("steady")` on loopback (70B, EAGLE-3 K=3,
-B=64, alpha 0.8 against a break-even of ~0.13); RSS is the sidecar's.
+live: `specwatch run` as a subprocess polling `sim.serve()` of the same scenario on loopback (a
+speedup of about 2.9x, clear of the verdict's interval, so `keep` is the one right answer); RSS is
+the sidecar's.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def soak_live(minutes: float, poll_interval: float, speed: float, scenario: str = "steady") -> dict:
+def soak_live(minutes: float, poll_interval: float, speed: float, scenario: str = str(SCENARIO)) -> dict:
     import requests
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -272,7 +273,11 @@ def main() -> int:
     live.add_argument("--minutes", type=float, default=10.0)
     live.add_argument("--poll-interval", type=float, default=1.0)
     live.add_argument("--speed", type=float, default=1.0)
-    live.add_argument("--scenario", default="steady", help="shipped scenario name or YAML path (default steady)")
+    live.add_argument(
+        "--scenario",
+        default=str(SCENARIO),
+        help="shipped scenario name or YAML path (default: the replay soak's scenario)",
+    )
     args = parser.parse_args()
     if args.mode == "replay":
         result = soak_replay(args.hours, args.seed)
