@@ -39,7 +39,8 @@ PANEL_RUNBOOKS = {
     "Recommended K": ("SpecDecodeShorterDraftRecommended",),
     "Mean acceptance length τ and draft length K": ("SpecDecodeConfigMismatch",),
     "ITL per step: P50 and P99 vs spec-off baseline": ("SpecDecodeITLP99Regression",),
-    "Applied change: measured vs predicted decode gain": ("SpecDecodeAppliedAdviceSlowedDecode",),
+    # The alert's measured gain is this per-token ITL before a change over after it.
+    "ITL per token (mean)": ("SpecDecodeAppliedAdviceSlowedDecode",),
     "Target up": ("SpecDecodeTargetDown",),
     "Since last good poll": ("SpecDecodeTargetDown",),
     "Sidecar and routes": ("SpecDecodeMetricsMissing", "SpecwatchConfigReloadFailed"),
@@ -491,20 +492,7 @@ def latency_row() -> list[tuple[dict, int, int]]:
         unit="s",
         min_=0,
     )
-    gain = timeseries(
-        "Applied change: measured vs predicted decode gain",
-        "After the latest change of draft length or method (a recommendation applied in place, or by "
-        "replacing the pods: docs/rollouts.md): decode speed per request after over before, measured at "
-        "comparable batch, and what the cost model predicted from the window before the change. "
-        "SpecDecodeAppliedAdviceSlowedDecode fires when the measured gain stays below 0.95.",
-        [
-            per_route("A", "specwatch_advice_measured_gain_ratio", "measured ", selector=ROUTE),
-            per_route("B", "specwatch_advice_predicted_gain_ratio", "predicted ", selector=ROUTE),
-        ],
-        unit="none",
-        overrides=[by_prefix("predicted ", dashed("blue"))],
-    )
-    return [(steps, 12, 8), (per_token, 12, 8), (gain, 24, 7)]
+    return [(steps, 12, 8), (per_token, 12, 8)]
 
 
 def load_row() -> list[tuple[dict, int, int]]:
