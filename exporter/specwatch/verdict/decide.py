@@ -346,8 +346,7 @@ def assess(
     # keep claims that speculation pays, disable that it does not, shorten either (a shorter K pays
     # more, or the current K does not pay): the interval must clear 1 on that side, with the same
     # hysteresis band as the lines above, so a verdict in effect does not flap at its edge.
-    # keep in effect stays while the lower bound holds 1 − band; entering it needs 1 + band.
-    pays = interval.lower > (1.0 - band if previous_verdict == "keep" else 1.0 + band)
+    pays = interval.lower > speed_line
     loses = interval.upper < (1.0 + band if previous_verdict in ("disable", "shorten") else 1.0 - band)
     decided = {"keep": pays, "disable": loses}.get(candidate, pays or loses)
     if not decided:

@@ -207,8 +207,7 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
             mismatches.append((key, "drafts", side.stats.drafts, mine.stats.drafts))  # type: ignore[attr-defined]
     assert compared > 500 and verdicts > 100 and with_values > 0.6 * compared
     assert {e.stats.schema for e in fleet_out.values()} == {"v1", "v1-legacy-itl"}  # type: ignore[attr-defined]
-    # at these replicas' speedups the interval reaches 1 (entering keep needs its lower bound above 1 + band)
-    assert "undecided" in {e.verdict for e in fleet_out.values()}  # type: ignore[attr-defined]
+    assert {e.verdict for e in fleet_out.values()} >= {"keep", "undecided"}  # type: ignore[attr-defined]
     assert not mismatches, f"{len(mismatches)} disagreements, first: {mismatches[:5]}"
     # The restart replica is there and was seen restarting.
     assert any(resets.values())
