@@ -281,13 +281,7 @@ class LlamaServer:
 
 def start_server(argv: list[str], tag: str, logdir: Path) -> LlamaServer:
     srv = LlamaServer(argv, tag, logdir)
-    rv.STARTED.append(srv)
-    try:
-        srv.start()
-    except BaseException:
-        srv.stop()
-        raise
-    return srv
+    return rv.launch(srv, srv.start)
 
 
 def main(argv: list[str]) -> int:

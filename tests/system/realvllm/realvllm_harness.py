@@ -26,7 +26,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import requests
 
@@ -451,28 +453,39 @@ def replay(config: dict, recording: Path, workdir: Path) -> list[dict]:
 STARTED: list = []
 
 
+class _Stops(Protocol):
+    def stop(self) -> None: ...
+
+
+_Stoppable = TypeVar("_Stoppable", bound=_Stops)
+
+
+def launch(proc: _Stoppable, start: Callable[[], object]) -> _Stoppable:
+    """`proc` kept in STARTED (a failing test shows its log), started by `start`, and stopped
+    again when starting fails."""
+    STARTED.append(proc)
+    try:
+        start()
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
 def start_server(vllm_env, artifacts: Path, tag: str, spec: dict | None) -> VllmServer:
     py, model = vllm_env
     srv = VllmServer(py, model, tag, spec, artifacts)
-    STARTED.append(srv)
-    srv.start()
-    try:
+
+    def start() -> None:
+        srv.start()
         srv.wait_ready()
-    except BaseException:
-        srv.stop()
-        raise
-    return srv
+
+    return launch(srv, start)
 
 
 def start_sidecar(config: dict, artifacts: Path, tag: str) -> Sidecar:
     sc = Sidecar(config, artifacts, tag)
-    STARTED.append(sc)
-    try:
-        sc.start()
-    except BaseException:
-        sc.stop()
-        raise
-    return sc
+    return launch(sc, sc.start)
 
 
 def main(argv: list[str]) -> int:
