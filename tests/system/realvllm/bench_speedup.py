@@ -10,14 +10,14 @@
 3. Prediction: specwatch.costmodel.expected_speedup with that profile, the measured alpha and
    K and the measured batch, against the measured tokens/s ratio.
 
-4. Applying specwatch's advice (issue #14): the n-gram run is recorded (the `specwatch record`
+4. Applying specwatch's advice: the n-gram run is recorded (the `specwatch record`
    format) and fed through specwatch's own Pipeline (the code `specwatch run` and `replay` use)
    with the integration test's sidecar config; its recommended `--speculative-config` at the end
    (5m window) is applied verbatim.  Runs alternate original (A) and recommended (B) config,
    A, B, A, B (the first A is the run of step 1), each driving the same seeded load at c = 1, 4,
    16; per concurrency: tokens/s, vLLM's ITL P99, and specwatch's prediction of the change.
 
-usage: python tests/integration/bench_speedup.py --out DIR [--seconds 20] [--no-ab]
+usage: python tests/system/realvllm/bench_speedup.py --out DIR [--seconds 20] [--no-ab]
 Writes DIR/speedup-results.json and DIR/stepprofile-nospec.yaml; prints markdown tables.
 """
 
@@ -241,7 +241,7 @@ AB_CONCURRENCIES = (1, 4, 16)
 
 
 def sidecar_config(model_dir: Path) -> dict:
-    """The integration test's sidecar config (tests/integration/test_real_vllm.py)."""
+    """The integration test's sidecar config (tests/system/realvllm/test_real_vllm.py)."""
     return {
         "poll_interval": "1s",
         "windows": ["10s", "30s", "5m"],

@@ -1,4 +1,4 @@
-"""Harness for the real-vLLM integration test (issue #10).
+"""Harness for the real-vLLM integration test.
 
 Builds and caches a separate venv with the CPU build of vLLM, builds a seeded
 tiny Llama with an offline-trained tokenizer, starts and stops `vllm serve`
@@ -7,7 +7,7 @@ by PID / its own process group, never by name.
 
 Run standalone to prepare the cache ahead of a test run:
 
-    python tests/integration/realvllm_harness.py prepare
+    python tests/system/realvllm/realvllm_harness.py prepare
 
 Environment:
     SPECWATCH_VLLM_CACHE   cache dir (default ~/.cache/specwatch-vllm)
