@@ -98,35 +98,22 @@ ROUTE = Section(
 )
 
 
-PROMETHEUS = Section(
-    "prometheus",
-    result.PrometheusConfig,
-    nullable=True,
-    doc="fleet mode: read every vLLM replica from Prometheus and poll nothing (targets must be absent)",
-    keys=(
-        Key(
-            "url",
-            Url(base=True),
-            "base URL of a Prometheus-compatible query API (Prometheus, Thanos, Mimir, VictoriaMetrics)",
-            example="http://prometheus:9090",
-            required=True,
-        ),
-        Key(
-            "selector",
-            LabelMatchers(),
-            "PromQL label matchers added to every vLLM series; __name__ is refused",
-            example='{namespace="llm", job="vllm"}',
-        ),
-        Key(
-            "replica_labels",
-            LabelNames(
-                reserved=("model_name", "engine", "position", "le"),
-                reserved_prefixes=("__", "specwatch_"),
-                reserved_hint="specwatch reads or adds it; name the labels of one vLLM (e.g. namespace, pod)",
-            ),
-            "labels that together identify one vLLM replica; env: comma-separated",
-            example=["namespace", "pod"],
-        ),
+def _query_api_keys(
+    *,
+    url: str,
+    selector: str,
+    selector_example: str,
+    bearer_token_file: str,
+    timeout: str,
+    timeout_example: str,
+    timeout_default_doc: str = "",
+    max_bytes_example: str,
+) -> tuple[Key, ...]:
+    """The keys of a connection to a Prometheus-compatible query API, in their order: url, selector,
+    headers, bearer_token_file, timeout, max_bytes. `prometheus` and `readback` word them each."""
+    return (
+        Key("url", Url(base=True), url, example="http://prometheus:9090", required=True),
+        Key("selector", LabelMatchers(), selector, example=selector_example),
         Key(
             "headers",
             StringMap(env_refs=True, http_headers=True),
@@ -137,18 +124,44 @@ PROMETHEUS = Section(
         Key(
             "bearer_token_file",
             ExistingFile(),
-            "file holding a bearer token, re-read for every query (relative to this file)",
+            bearer_token_file,
             example="/var/run/secrets/kubernetes.io/serviceaccount/token",
             nullable=True,
         ),
+        Key("timeout", Duration(), timeout, example=timeout_example, default_doc=timeout_default_doc),
+        Key("max_bytes", Size(), "cap on one decoded query answer", example=max_bytes_example),
+    )
+
+
+_FLEET_API = _query_api_keys(
+    url="base URL of a Prometheus-compatible query API (Prometheus, Thanos, Mimir, VictoriaMetrics)",
+    selector="PromQL label matchers added to every vLLM series; __name__ is refused",
+    selector_example='{namespace="llm", job="vllm"}',
+    bearer_token_file="file holding a bearer token, re-read for every query (relative to this file)",
+    timeout="whole-query deadline, shorter than poll_interval (long windows: raise both)",
+    timeout_example="3s",
+    timeout_default_doc="min(10s, 0.8 x poll_interval)",
+    max_bytes_example="256MiB",
+)
+
+PROMETHEUS = Section(
+    "prometheus",
+    result.PrometheusConfig,
+    nullable=True,
+    doc="fleet mode: read every vLLM replica from Prometheus and poll nothing (targets must be absent)",
+    keys=(
+        *_FLEET_API[:2],  # url, selector; the replica labels follow the selector
         Key(
-            "timeout",
-            Duration(),
-            "whole-query deadline, shorter than poll_interval (long windows: raise both)",
-            example="3s",
-            default_doc="min(10s, 0.8 x poll_interval)",
+            "replica_labels",
+            LabelNames(
+                reserved=("model_name", "engine", "position", "le"),
+                reserved_prefixes=("__", "specwatch_"),
+                reserved_hint="specwatch reads or adds it; name the labels of one vLLM (e.g. namespace, pod)",
+            ),
+            "labels that together identify one vLLM replica; env: comma-separated",
+            example=["namespace", "pod"],
         ),
-        Key("max_bytes", Size(), "cap on one decoded query answer", example="256MiB"),
+        *_FLEET_API[2:],
         Key(
             "scrape_interval",
             Duration(),
@@ -175,40 +188,15 @@ READBACK = Section(
     doc="sidecar mode: at start, read back the previous pod's before-window from the Prometheus that "
     "scrapes specwatch, so a change applied by replacing the pod is graded (docs/rollouts.md)",
     keys=(
-        Key(
-            "url",
-            Url(base=True),
-            "base URL of the Prometheus-compatible query API that scrapes this sidecar",
-            example="http://prometheus:9090",
-            required=True,
+        *_query_api_keys(
+            url="base URL of the Prometheus-compatible query API that scrapes this sidecar",
+            selector="PromQL label matchers that pick this deployment's specwatch series (not the pod: it changes)",
+            selector_example='{namespace="llm", job="vllm-llama"}',
+            bearer_token_file="file holding a bearer token (relative to this file)",
+            timeout="deadline of the whole read-back; polling starts without waiting for it",
+            timeout_example="2s",
+            max_bytes_example="8MiB",
         ),
-        Key(
-            "selector",
-            LabelMatchers(),
-            "PromQL label matchers that pick this deployment's specwatch series (not the pod: it changes)",
-            example='{namespace="llm", job="vllm-llama"}',
-        ),
-        Key(
-            "headers",
-            StringMap(env_refs=True, http_headers=True),
-            'request headers (Mimir/Cortex tenant); values may be "${ENV_VAR}", never logged; env: a JSON object',
-            example={"X-Scope-OrgID": "${TENANT}"},
-            nullable=True,
-        ),
-        Key(
-            "bearer_token_file",
-            ExistingFile(),
-            "file holding a bearer token (relative to this file)",
-            example="/var/run/secrets/kubernetes.io/serviceaccount/token",
-            nullable=True,
-        ),
-        Key(
-            "timeout",
-            Duration(),
-            "deadline of the whole read-back; polling starts without waiting for it",
-            example="2s",
-        ),
-        Key("max_bytes", Size(), "cap on one decoded query answer", example="8MiB"),
         Key("lookback", Duration(), "how long ago the previous pod's last sample may be", example="6h"),
     ),
 )

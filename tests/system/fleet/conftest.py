@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from specwatch.sim.record import record
 
-from .openmetrics import recording_to_openmetrics
-from .promharness import PROMETHEUS, PROMTOOL, start_prometheus
+from .promharness import PROMETHEUS, PROMTOOL, serve_backfilled
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,16 +36,7 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory):
         path = work / f"{scenario}.jsonl"
         record(scenario, path, poll_interval=POLL, seed=3, duration=DURATION)
         recordings[instance] = path
-    openmetrics = work / "history.om.txt"
-    assert recording_to_openmetrics([(p, {"instance": i, "job": "vllm"}) for i, p in recordings.items()], openmetrics)
-    data = work / "data"
-    subprocess.run(
-        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    prometheus = start_prometheus(work / "prom", storage=data)
+    prometheus = serve_backfilled(work, [(p, {"instance": i, "job": "vllm"}, "vllm:") for i, p in recordings.items()])
     try:
         yield prometheus, recordings
     finally:

@@ -16,6 +16,8 @@ import yaml
 
 from support.loopback import free_port
 
+from .openmetrics import recording_to_openmetrics
+
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 
@@ -100,6 +102,31 @@ def start_prometheus(
         time.sleep(0.2)
     process.kill()
     raise RuntimeError("prometheus did not become ready")
+
+
+def serve_backfilled(work: Path, recordings: list[tuple[Path, dict[str, str], str]]) -> PrometheusProcess:
+    """A Prometheus serving a TSDB that promtool backfilled from recordings, each (path, target
+    labels, metric prefix): what it would hold had it scraped the recorded payloads at their times.
+    The caller stops it."""
+    by_prefix: dict[str, list[tuple[Path, dict[str, str]]]] = {}
+    for path, labels, prefix in recordings:
+        by_prefix.setdefault(prefix, []).append((path, labels))
+    text = ""  # one OpenMetrics file: each prefix's families, then one EOF
+    for i, (prefix, group) in enumerate(by_prefix.items()):
+        part = work / f"history-{i}.om.txt"
+        assert recording_to_openmetrics(group, part, prefix), f"no {prefix} samples in {group}"
+        text += part.read_text().removesuffix("# EOF\n")
+    openmetrics = work / "history.om.txt"
+    openmetrics.write_text(text + "# EOF\n")
+    data = work / "data"
+    assert PROMTOOL is not None
+    subprocess.run(
+        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return start_prometheus(work / "prom", storage=data)
 
 
 @dataclass

@@ -17,7 +17,6 @@ their baseline. The figures are in docs/costmodel.md and docs/fleet.md.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,7 @@ from specwatch.fleet.backtest import Backtest
 from specwatch.sim.record import record
 from specwatch.sim.scenario import parse_scenario
 
-from .openmetrics import recording_to_openmetrics
-from .promharness import PROMETHEUS, PROMTOOL, start_prometheus
+from .promharness import PROMETHEUS, PROMTOOL, serve_backfilled
 
 pytestmark = [
     pytest.mark.e2e,
@@ -84,18 +82,10 @@ def backfill(work: Path, scale: float, history: bool) -> tuple[Any, float, float
     for sc, instance, job, seed in replicas:
         path = work / f"{instance.split(':')[0]}.jsonl"
         record(sc, path, poll_interval=POLL, seed=seed)
-        recordings.append((path, {"instance": instance, "job": job}))
-    openmetrics = work / "history.om.txt"
-    recording_to_openmetrics(recordings, openmetrics)
-    data = work / "data"
-    subprocess.run(
-        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+        recordings.append((path, {"instance": instance, "job": job}, "vllm:"))
+    prometheus = serve_backfilled(work, recordings)
     times = [json.loads(line)["t"] for line in recordings[0][0].read_text().splitlines()]
-    return start_prometheus(work / "prom", storage=data), times[0], times[-1]
+    return prometheus, times[0], times[-1]
 
 
 def backtest(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import subprocess
 
 import pytest
 
@@ -17,8 +16,7 @@ from specwatch.sidecar.replay import replay
 from support.engine_fixtures import fixture, polls
 from support.paths import FIXTURES
 
-from .openmetrics import recording_to_openmetrics
-from .promharness import PROMETHEUS, PROMTOOL, start_prometheus
+from .promharness import PROMETHEUS, PROMTOOL, serve_backfilled
 
 pytestmark = [
     pytest.mark.e2e,
@@ -54,21 +52,9 @@ def stored(tmp_path_factory: pytest.TempPathFactory):
             )
         )
         recordings[engine] = path
-    openmetrics = work / "history.om.txt"
-    text = ""
-    for engine, prefix in PREFIXES.items():
-        part = work / f"{engine}.om.txt"
-        assert recording_to_openmetrics([(recordings[engine], {"instance": engine, "job": "llm"})], part, prefix)
-        text += part.read_text().removesuffix("# EOF\n")
-    openmetrics.write_text(text + "# EOF\n")
-    data = work / "data"
-    subprocess.run(
-        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=300,
+    prometheus = serve_backfilled(
+        work, [(recordings[engine], {"instance": engine, "job": "llm"}, prefix) for engine, prefix in PREFIXES.items()]
     )
-    prometheus = start_prometheus(work / "prom", storage=data)
     try:
         yield prometheus, recordings
     finally:
@@ -115,8 +101,8 @@ def _load_config(prometheus: dict[str, object] | None) -> config_mod.Config:
 def stored_loads(tmp_path_factory: pytest.TempPathFactory):
     """A Prometheus holding each load sequence's polls at 5 s scrapes, one instance per engine."""
     work = tmp_path_factory.mktemp("loads")
-    recordings, text = {}, ""
-    for engine, prefix in LOADS.items():
+    recordings = {}
+    for engine in LOADS:
         path = work / f"{engine}.jsonl"
         path.write_text(
             "".join(
@@ -125,19 +111,9 @@ def stored_loads(tmp_path_factory: pytest.TempPathFactory):
             )
         )
         recordings[engine] = path
-        part = work / f"{engine}.om.txt"
-        assert recording_to_openmetrics([(path, {"instance": engine, "job": "llm"})], part, prefix)
-        text += part.read_text().removesuffix("# EOF\n")
-    openmetrics = work / "history.om.txt"
-    openmetrics.write_text(text + "# EOF\n")
-    data = work / "data"
-    subprocess.run(
-        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=300,
+    prometheus = serve_backfilled(
+        work, [(recordings[engine], {"instance": engine, "job": "llm"}, prefix) for engine, prefix in LOADS.items()]
     )
-    prometheus = start_prometheus(work / "prom", storage=data)
     try:
         yield prometheus, recordings
     finally:

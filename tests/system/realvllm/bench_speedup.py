@@ -10,14 +10,14 @@
 3. Prediction: specwatch.costmodel.expected_speedup with that profile, the measured alpha and
    K and the measured batch, against the measured tokens/s ratio.
 
-4. Applying specwatch's advice (issue #14): the n-gram run is recorded (the `specwatch record`
+4. Applying specwatch's advice: the n-gram run is recorded (the `specwatch record`
    format) and fed through specwatch's own Pipeline (the code `specwatch run` and `replay` use)
    with the integration test's sidecar config; its recommended `--speculative-config` at the end
    (5m window) is applied verbatim.  Runs alternate original (A) and recommended (B) config,
    A, B, A, B (the first A is the run of step 1), each driving the same seeded load at c = 1, 4,
    16; per concurrency: tokens/s, vLLM's ITL P99, and specwatch's prediction of the change.
 
-usage: python tests/integration/bench_speedup.py --out DIR [--seconds 20] [--no-ab]
+usage: python tests/system/realvllm/bench_speedup.py --out DIR [--seconds 20] [--no-ab]
 Writes DIR/speedup-results.json and DIR/stepprofile-nospec.yaml; prints markdown tables.
 """
 
@@ -28,6 +28,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -70,6 +71,58 @@ def phase_stats(a: pc.Snap, b: pc.Snap) -> dict:
     }
 
 
+def load_driver(base: str, phases: str, out: Path, seed: int | None = None) -> list[str]:
+    """The load_driver.py command that drives `base` through `phases` (c:seconds:max) into `out`."""
+    seeded = [] if seed is None else ["--seed", str(seed)]
+    return [
+        sys.executable,
+        str(HERE / "load_driver.py"),
+        "--base",
+        base,
+        "--phases",
+        phases,
+        *seeded,
+        "--out",
+        str(out),
+    ]
+
+
+def warm_up(srv: harness.VllmServer, out: Path, timeout: float) -> None:
+    """One request: the first one's TTFT (0.5-1.5 s) is not part of the steady state."""
+    subprocess.run(load_driver(srv.base, "1:1:1", out), check=True, capture_output=True, timeout=timeout)
+
+
+def measure_phase(
+    srv: harness.VllmServer,
+    c: int,
+    seed: int,
+    seconds: float,
+    out: Path,
+    during: Callable[[subprocess.Popen[bytes]], None] | None = None,
+) -> tuple[dict, dict]:
+    """One seeded phase at concurrency c between two quiet reads of vLLM's counters: the client's
+    results and the server's phase_stats. `during` runs while the load does (it sees the driver)."""
+    a = quiet(srv.metrics_url)
+    proc = subprocess.Popen(
+        load_driver(srv.base, f"{c}:{seconds}:100000", out, seed),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        if during is not None:
+            during(proc)
+        if proc.wait(timeout=seconds + 300) != 0:
+            raise RuntimeError(f"load_driver exited {proc.returncode}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(SETTLE)
+    b = quiet(srv.metrics_url)
+    client = json.loads(out.read_text())["phases"][0]
+    client.pop("first_error", None)
+    return client, phase_stats(a, b)
+
+
 def run_server(py, model, tag, spec, concurrencies, seconds, logdir: Path, record: Path | None = None) -> dict:
     """Start a server with `spec`, drive each concurrency, stop it.  With `record`, /metrics is
     also recorded every second into that file (the `specwatch record` format)."""
@@ -82,47 +135,10 @@ def run_server(py, model, tag, spec, concurrencies, seconds, logdir: Path, recor
         if record is not None:
             record.unlink(missing_ok=True)
             recorder = harness.Recorder(srv.metrics_url, "vllm", record, 1.0).start()
-        # one warm-up request (first-request TTFT is 0.5-1.5 s and not part of the steady state)
-        subprocess.run(
-            [
-                sys.executable,
-                str(HERE / "load_driver.py"),
-                "--base",
-                srv.base,
-                "--phases",
-                "1:1:1",
-                "--out",
-                str(logdir / f"warmup-{tag}.json"),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
+        warm_up(srv, logdir / f"warmup-{tag}.json", 120)
         for k, c in enumerate(concurrencies):
-            a = quiet(srv.metrics_url)
-            res = logdir / f"bench-{tag}-c{c}.json"
-            subprocess.run(
-                [
-                    sys.executable,
-                    str(HERE / "load_driver.py"),
-                    "--base",
-                    srv.base,
-                    "--phases",
-                    f"{c}:{seconds}:100000",
-                    "--seed",
-                    str(100 + k),
-                    "--out",
-                    str(res),
-                ],
-                check=True,
-                capture_output=True,
-                timeout=seconds + 300,
-            )
-            time.sleep(SETTLE)
-            b = quiet(srv.metrics_url)
-            client = json.loads(res.read_text())["phases"][0]
-            client.pop("first_error", None)
-            out["phases"][c] = {"client": client, "server": phase_stats(a, b)}
+            client, server = measure_phase(srv, c, 100 + k, seconds, logdir / f"bench-{tag}-c{c}.json")
+            out["phases"][c] = {"client": client, "server": server}
             print(
                 f"[{tag}] c={c}: {client['tokens_per_second']:.0f} tok/s, errors {client['errors']}",
                 file=sys.stderr,
@@ -225,7 +241,7 @@ AB_CONCURRENCIES = (1, 4, 16)
 
 
 def sidecar_config(model_dir: Path) -> dict:
-    """The integration test's sidecar config (tests/integration/test_real_vllm.py)."""
+    """The integration test's sidecar config (tests/system/realvllm/test_real_vllm.py)."""
     return {
         "poll_interval": "1s",
         "windows": ["10s", "30s", "5m"],

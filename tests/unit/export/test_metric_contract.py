@@ -47,7 +47,7 @@ def exposition() -> set[str]:
 
 def test_the_sidecar_exports_every_name_of_the_contract(exposition):
     # Grading and the step-time fit need a change of draft or a learned curve (none in this scenario);
-    # the acceptance basis a gauge-only engine (tests/unit/engines/test_sglang_replay.py); the
+    # the acceptance basis a gauge-only engine (tests/unit/engines/test_load_sequence_replays.py); the
     # read-back's outcome a `readback:` section.
     assert (EXPORTED - GRADING - STEP_TIME_FIT - GAUGE_BASIS - READBACK) - exposition == set()
 
