@@ -18,6 +18,7 @@ from specwatch import __version__
 from specwatch.base.jsonsafe import json_safe
 from specwatch.config import Config
 from specwatch.engines.advice import VLLM_ENGINES, advise
+from specwatch.export.assumptions import fleet_assumptions, sidecar_assumptions
 from specwatch.fleet.evaluator import FleetState, replica_name
 from specwatch.sidecar.scrape import redact_url
 from specwatch.sidecar.state import State
@@ -126,6 +127,8 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
         "windows": list(config.window_labels),
         # The level of every window's expected_speedup_lower/_upper.
         "speedup_confidence": config.decision.confidence,
+        # What the verdicts rest on: the setup and engine prior, and per route its step-time source.
+        "assumptions": sidecar_assumptions(state, config).as_dict(),
     }
 
 
@@ -192,6 +195,7 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         "rollouts": {route: grading.as_dict() for route, grading in state.gradings.items()},
         "windows": list(config.window_labels),
         "speedup_confidence": config.decision.confidence,
+        "assumptions": fleet_assumptions(state, config).as_dict(),
     }
 
 
