@@ -2,8 +2,8 @@
 
 One pure function (``assumptions``) of the config and facts the pipeline or the fleet evaluator
 already hold; /api/v1/status, `specwatch check-config`, `specwatch replay`'s closing summary and
-the page at / render it. A setting equal to its default cannot be told from one left unset, so it
-reads ``assumed``: that is what the cost model does with it.
+the page at / render it. A setting reads ``assumed`` when the config did not state it (a Config
+built in code states nothing: there a value equal to its default reads ``assumed``).
 """
 
 from __future__ import annotations
@@ -232,9 +232,9 @@ def _hardware(config: Config, cm: CostModel) -> Setting:
     hw = config.hardware
     if hw.bandwidth_bytes_per_second is not None or hw.flops is not None:
         return Setting(cm.hardware.name, CONFIGURED)
-    if hw.preset == _DEFAULTS.hardware.preset:
-        return Setting(cm.hardware.name, ASSUMED)
-    return Setting(cm.hardware.name, PRESET)
+    if "hardware.preset" in config.stated or hw.preset != _DEFAULTS.hardware.preset:
+        return Setting(cm.hardware.name, PRESET)
+    return Setting(cm.hardware.name, ASSUMED)
 
 
 def _model(config: Config, cm: CostModel) -> Setting:
@@ -246,8 +246,8 @@ def _model(config: Config, cm: CostModel) -> Setting:
     return Setting(cm.model.name, ASSUMED)
 
 
-def _plain(value: str | int, default: str | int) -> Setting:
-    return Setting(value, ASSUMED if value == default else CONFIGURED)
+def _plain(config: Config, key: str, value: str | int, default: str | int) -> Setting:
+    return Setting(value, CONFIGURED if key in config.stated or value != default else ASSUMED)
 
 
 def prior_of_engine(engine: str, schema: str | None) -> EnginePrior:
@@ -284,8 +284,8 @@ def assumptions(config: Config, routes: Sequence[RouteFacts] = (), cost_model: C
     return Assumptions(
         hardware=_hardware(config, cm),
         model=_model(config, cm),
-        dtype=_plain(cm.dtype, _DEFAULTS.model.dtype),
-        tensor_parallel=_plain(cm.tensor_parallel, _DEFAULTS.tensor_parallel),
+        dtype=_plain(config, "model.dtype", cm.dtype, _DEFAULTS.model.dtype),
+        tensor_parallel=_plain(config, "tensor_parallel", cm.tensor_parallel, _DEFAULTS.tensor_parallel),
         setup_assumed=config.profile is None and config_is_default(config),
         prior=prior,
         engine_configured=config.engine.name is not None,
