@@ -19,8 +19,6 @@ from specwatch.costmodel.learned import LearnedStepCurve
 from specwatch.costmodel.uncertainty import ASSUMED_SETUP_LOG_ERROR, model_log_error
 from specwatch.engines.advice import VLLM_ENGINES
 from specwatch.engines.vllm import SCHEMA_V0
-from specwatch.fleet.grouping import replica_name
-from specwatch.fleet.state import FleetState
 from specwatch.sidecar.state import State
 from specwatch.verdict.evaluation import RouteEvaluation
 
@@ -296,7 +294,7 @@ def assumptions(config: Config, routes: Sequence[RouteFacts] = (), cost_model: C
     )
 
 
-def _sampling(evaluations: Sequence[RouteEvaluation]) -> dict[str, float]:
+def sampling_parts(evaluations: Sequence[RouteEvaluation]) -> dict[str, float]:
     out = {}
     for e in evaluations:
         a = e.assessed
@@ -305,7 +303,7 @@ def _sampling(evaluations: Sequence[RouteEvaluation]) -> dict[str, float]:
     return out
 
 
-def _model_sigma(evaluations: Sequence[RouteEvaluation]) -> float | None:
+def model_part(evaluations: Sequence[RouteEvaluation]) -> float | None:
     return next(
         (a.model_log_error for e in evaluations if (a := e.assessed) is not None and a.model_log_error is not None),
         None,
@@ -328,34 +326,8 @@ def sidecar_assumptions(state: State, config: Config) -> Assumptions:
                 schema=route.schema,
                 step_time="learned" if learned else default_source,
                 baseline="history" if isinstance(curve, LearnedStepCurve) and curve.spec_scale is not None else "none",
-                model_log_error=model_log_error(cm) if cm is not None else _model_sigma(route.evaluations),
-                sampling_log_errors=_sampling(route.evaluations),
-            )
-        )
-    return assumptions(config, facts)
-
-
-def fleet_assumptions(state: FleetState, config: Config) -> Assumptions:
-    """Fleet mode: one entry per replica and route, as the status document's routes (each replica
-    has its own sampling noise); the step-time source and baseline are the route's fleet learner's
-    (``state.cost_models``)."""
-    bases = {c.route: c for c in state.cost_models}
-    default_source = prior_source(config)
-    facts = []
-    for r in state.routes if state.up else ():
-        if r.stale or not r.evaluations:
-            continue
-        basis = bases.get(r.route)
-        facts.append(
-            RouteFacts(
-                route=r.route,
-                target=replica_name(r.replica),
-                engine=r.engine,
-                schema=r.evaluations[0].stats.schema,
-                step_time=basis.source if basis is not None else default_source,
-                baseline=basis.baseline if basis is not None else "none",
-                model_log_error=_model_sigma(r.evaluations),
-                sampling_log_errors=_sampling(r.evaluations),
+                model_log_error=model_log_error(cm) if cm is not None else model_part(route.evaluations),
+                sampling_log_errors=sampling_parts(route.evaluations),
             )
         )
     return assumptions(config, facts)

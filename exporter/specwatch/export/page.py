@@ -39,9 +39,9 @@ from specwatch import __version__
 from specwatch.config import Config
 from specwatch.engines.advice import VLLM_ENGINES
 from specwatch.engines.series import DEFAULT_ENGINE
-from specwatch.export.assumptions import fleet_assumptions, sidecar_assumptions
+from specwatch.export.assumptions import sidecar_assumptions
 from specwatch.export.history import PageHistory, SeriesKey, fleet_order
-from specwatch.export.status import window_status
+from specwatch.export.status import fleet_assumptions, window_status
 from specwatch.fleet.evaluator import FleetRow, FleetState, ReplicaRouteState, replica_name
 from specwatch.sidecar.scrape import redact_url
 from specwatch.sidecar.state import State, TargetState

@@ -87,7 +87,7 @@ def _route(engine: str, schema: str = "v1", **kw: object) -> RouteFacts:
         "baseline": "none",
         "model_log_error": 0.3,
     }
-    return RouteFacts(**{**base, **kw})  # type: ignore[arg-type]
+    return RouteFacts(**{**base, **kw})
 
 
 ENGINES = {
