@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import os
 import signal
 import sys
@@ -125,10 +126,19 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         source = f"fleet mode: every replica from {redact_url(config.prometheus.url)}"
     else:
         source = f"{len(config.targets)} target(s)"
+    from specwatch.export.assumptions import assumptions
+
+    basis = assumptions(config)
+    if args.json:
+        print(json.dumps({"file": args.file, "ok": True, "assumptions": basis.as_dict()}))
+        return 0
     print(
         f"{args.file}: OK ({source}, {len(config.routes)} route(s), "
         f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s)"
     )
+    print("verdicts will rest on:")
+    for line in basis.config_lines():
+        print(f"  {line}")
     return 0
 
 
@@ -139,14 +149,17 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from specwatch.export.assumptions import sidecar_assumptions
+    from specwatch.sidecar.pipeline import Pipeline
     from specwatch.sidecar.replay import RecordingError, replay_to
 
     config = _load_config(args)
+    pipeline = Pipeline(config)
     # No logging set-up: nothing on the replay path logs, and structlog's import is a third of
     # a short replay's start-up.
     try:
         with open(args.recording, encoding="utf-8") as handle:
-            count = replay_to(config, handle, sys.stdout, learn_targets=args.config is None)
+            count = replay_to(config, handle, sys.stdout, learn_targets=args.config is None, pipeline=pipeline)
     except FileNotFoundError:
         fail("specwatch replay", f"recording not found: {args.recording}")
     except IsADirectoryError:
@@ -162,6 +175,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_NOTHING
+    if not args.quiet:
+        # stdout stays the JSON lines; what the verdicts rested on goes beside them.
+        basis = sidecar_assumptions(pipeline.state(), config)
+        for line in [basis.summary(), *basis.route_lines()]:
+            print(f"specwatch replay: rested on: {line}", file=sys.stderr)
     return 0
 
 
@@ -204,6 +222,11 @@ def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argp
     check = sub.add_parser("check-config", help="validate a config file and exit (status 2 when invalid)")
     check.add_argument("file")
     check.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object instead: the file, ok, and what the verdicts will rest on",
+    )
+    check.add_argument(
         "--alert-window",
         help="override alerting.window, the window the alert rules read "
         "(default 5m): warn when it is not among the config's windows",
@@ -226,6 +249,7 @@ def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argp
     )
     rep.add_argument("--config")
     rep.add_argument("recording")
+    rep.add_argument("--quiet", action="store_true", help="no closing summary on stderr of what the verdicts rested on")
     rep.set_defaults(func=cmd_replay)
 
     for name in subcommand_modules:

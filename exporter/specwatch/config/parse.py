@@ -99,9 +99,24 @@ def from_mapping(
         if value is not None:
             raw[key] = value
     values = parse_section(SCHEMA, raw, "", Context(base_dir=base_dir, environ=environ))
-    config = _build(values)
+    config = _build({**values, "stated": stated_keys(raw)})
     _check_cost_model(config)
     return config
+
+
+def stated_keys(raw: Mapping[str, Any]) -> frozenset[str]:
+    """The top-level keys given a value and, in a section, its keys (a bare string: the shorthand's)."""
+    shorthands = {n.name: n.shorthand for n in SCHEMA.keys if isinstance(n, Section) and n.shorthand}
+    out = set()
+    for key, value in raw.items():
+        if value is None:
+            continue
+        out.add(key)
+        if isinstance(value, Mapping):
+            out.update(f"{key}.{sub}" for sub, v in value.items() if v is not None)
+        elif isinstance(value, str) and key in shorthands:
+            out.add(f"{key}.{shorthands[key]}")
+    return frozenset(out)
 
 
 def parse_prometheus(raw: Any, *, environ: Mapping[str, str] | None = None, base_dir: str = ".") -> PrometheusConfig:

@@ -204,6 +204,9 @@ class Config:
     prometheus: PrometheusConfig | None = None
     # Sidecar mode: restore the previous pod's before-window at start (None: start from nothing).
     readback: ReadbackConfig | None = None
+    # The keys the file, the environment or a flag stated (``hardware.preset``, ``tensor_parallel``):
+    # a stated value equal to its default is no assumption. Not part of equality.
+    stated: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def window_labels(self) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ class EnginePrior:
     log_error -> CostModel.calibration_log_error: RMS of log(predicted / measured speedup) on
       published rows the prior was not fitted on (leave-one-source-out), the one-sigma error of a
       speedup this prior predicts (costmodel/uncertainty.py)
+    own_fit -> fitted on its own engine's rows (not the pooled fit, nor the generic constants)
     """
 
     engine: str
@@ -40,6 +41,7 @@ class EnginePrior:
     draft_fixed_seconds: float
     source: str
     log_error: float
+    own_fit: bool = False
 
 
 _FIT = "tests/fixtures/calibration/fit_engine_priors.py"
@@ -104,6 +106,7 @@ ENGINE_PRIORS: dict[str, EnginePrior] = {
         draft_fixed_seconds=0.46e-3,
         source=f"own fit, 42 rows / 4 sources: vLLM #20780, #16035, #16937, SpecDecode-Bench v0.10.1 ({_FIT})",
         log_error=0.355,
+        own_fit=True,
     ),
     # No V0 row with a tau (the EAGLE-3 paper's Table 5 does not state its vLLM version).
     "vllm-v0": _pooled_for("vllm-v0", "vLLM < 0.8 (V0 engine)", "0 rows"),
@@ -124,6 +127,7 @@ ENGINE_PRIORS: dict[str, EnginePrior] = {
             f"SpecDecode-Bench Figure 2, SpecForge #339 ({_FIT})"
         ),
         log_error=0.263,
+        own_fit=True,
     ),
     # The two TensorRT-LLM blogs give no usable row (no acceptance length, or a runtime ratio above it).
     "trtllm": _pooled_for("trtllm", "all", "0 rows"),

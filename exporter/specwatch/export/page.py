@@ -39,8 +39,9 @@ from specwatch import __version__
 from specwatch.config import Config
 from specwatch.engines.advice import VLLM_ENGINES
 from specwatch.engines.series import DEFAULT_ENGINE
+from specwatch.export.assumptions import sidecar_assumptions
 from specwatch.export.history import PageHistory, SeriesKey, fleet_order
-from specwatch.export.status import window_status
+from specwatch.export.status import fleet_assumptions, window_status
 from specwatch.fleet.evaluator import FleetRow, FleetState, ReplicaRouteState, replica_name
 from specwatch.sidecar.scrape import redact_url
 from specwatch.sidecar.state import State, TargetState
@@ -486,6 +487,11 @@ def cost_model_section(state: State, config: Config) -> str:
     return f"<h2>What the cost model assumed</h2>{warn}<table><tbody>{body}</tbody></table>"
 
 
+def _rests_on(line: str | None) -> str:
+    """What the verdicts rest on, in one line (the assumptions block of /api/v1/status)."""
+    return "" if line is None else f"<p class=meta>rests on: {esc(line)}</p>"
+
+
 def _more(shown: int, total: int, what: str) -> str:
     more = total - shown
     return (
@@ -501,6 +507,10 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
     routes = [r for r in state.routes if r.current]
     shown = routes[:MAX_ROUTES]
     answers, sections = [], []
+    basis = sidecar_assumptions(state, config)
+    rests_on = {
+        (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
+    }
     for i, route in enumerate(shown):
         headline = _headline(route.evaluations, window)
         answers.append(
@@ -520,7 +530,8 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
         plot = plots(history, (route.target, route.route, window), config.poll_interval) if i < MAX_PLOTTED else ""
         sections.append(
             f'<section class="route" id="r{i}"><h2>{esc(route.route)} {badge(headline.verdict if headline else None)}</h2>'
-            f"<p class=meta>{meta}</p>{table}{recommendations(records, route.engine)}{plot}</section>"
+            f"<p class=meta>{meta}</p>{_rests_on(rests_on.get((route.target, route.route)))}"
+            f"{table}{recommendations(records, route.engine)}{plot}</section>"
         )
     unmatched = ""
     if state.unmatched_routes:
@@ -532,7 +543,8 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
         + _more(len(shown), len(routes), "routes")
         + unmatched
     )
-    body = answer + targets_section(state, history) + cost_model_section(state, config) + "".join(sections)
+    body = answer + targets_section(state, history) + cost_model_section(state, config)
+    body += _rests_on(basis.summary()) + "".join(sections)
     body += _more(len(shown), len(routes), "routes")
     verdicts = [_headline(r.evaluations, window) for r in routes]
     return body, [e.verdict if e else None for e in verdicts]
@@ -599,6 +611,10 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
     )
     answer += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
     sections, shown = [], 0
+    basis = fleet_assumptions(fleet, config)
+    rests_on = {
+        (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
+    }
     for route, replicas in by_route.items():
         if shown >= MAX_ROUTES:
             break
@@ -620,12 +636,12 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
                 f"<h3>replica {esc(name)} {badge(headline.verdict if headline else None)}</h3>"
                 f"<p class=meta>{labels} · engine {esc(r.engine)} · "
                 f"model_name {esc(r.model_name)} · method {esc(r.method)}</p>"
-                f"{table}{recommendations(records, engine_of(r.evaluations))}{plot}"
+                f"{_rests_on(rests_on.get((name, r.route)))}{table}{recommendations(records, engine_of(r.evaluations))}{plot}"
             )
             shown += 1
         part.append("</section>")
         sections.append("".join(part))
-    body = prometheus_section(fleet, config, history) + answer + "".join(sections)
+    body = prometheus_section(fleet, config, history) + _rests_on(basis.summary()) + answer + "".join(sections)
     body += _more(shown, len(live), "replica-routes")
     verdicts = [e.verdict if (e := _headline(r.evaluations, window)) else None for r in live]
     return body, verdicts

@@ -17,7 +17,16 @@ from typing import Any
 from specwatch import __version__
 from specwatch.base.jsonsafe import json_safe
 from specwatch.config import Config
+from specwatch.config.cost_model import prior_source
 from specwatch.engines.advice import VLLM_ENGINES, advise
+from specwatch.export.assumptions import (
+    Assumptions,
+    RouteFacts,
+    assumptions,
+    model_part,
+    sampling_parts,
+    sidecar_assumptions,
+)
 from specwatch.fleet.evaluator import FleetState, replica_name
 from specwatch.sidecar.scrape import redact_url
 from specwatch.sidecar.state import State
@@ -126,6 +135,8 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
         "windows": list(config.window_labels),
         # The level of every window's expected_speedup_lower/_upper.
         "speedup_confidence": config.decision.confidence,
+        # What the verdicts rest on: the setup and engine prior, and per route its step-time source.
+        "assumptions": sidecar_assumptions(state, config).as_dict(),
     }
 
 
@@ -192,7 +203,34 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         "rollouts": {route: grading.as_dict() for route, grading in state.gradings.items()},
         "windows": list(config.window_labels),
         "speedup_confidence": config.decision.confidence,
+        "assumptions": fleet_assumptions(state, config).as_dict(),
     }
+
+
+def fleet_assumptions(state: FleetState, config: Config) -> Assumptions:
+    """Fleet mode: one entry per replica and route, as the status document's routes (each replica
+    has its own sampling noise); the step-time source and baseline are the route's fleet learner's
+    (``state.cost_models``)."""
+    bases = {c.route: c for c in state.cost_models}
+    default_source = prior_source(config)
+    facts = []
+    for r in state.routes if state.up else ():
+        if r.stale or not r.evaluations:
+            continue
+        basis = bases.get(r.route)
+        facts.append(
+            RouteFacts(
+                route=r.route,
+                target=replica_name(r.replica),
+                engine=r.engine,
+                schema=r.evaluations[0].stats.schema,
+                step_time=basis.source if basis is not None else default_source,
+                baseline=basis.baseline if basis is not None else "none",
+                model_log_error=model_part(r.evaluations),
+                sampling_log_errors=sampling_parts(r.evaluations),
+            )
+        )
+    return assumptions(config, facts)
 
 
 def encode_status(state: State, fleet: FleetState | None, config: Config) -> bytes:

@@ -553,6 +553,7 @@ class Pipeline:
                     before_window=route.grader.before_candidate,
                     fit=self._fit_summary(route),
                     curve_knots=_knots(route.learner),
+                    cost_model=self._learned_model(route),
                 )
             )
         unmatched = tuple(

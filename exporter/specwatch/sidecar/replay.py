@@ -62,9 +62,16 @@ def replay(
             yield json_safe_record(evaluation_record(evaluation))
 
 
-def replay_to(config: Config, lines: Iterable[str], out: IO[str], *, learn_targets: bool = False) -> int:
+def replay_to(
+    config: Config,
+    lines: Iterable[str],
+    out: IO[str],
+    *,
+    learn_targets: bool = False,
+    pipeline: Pipeline | None = None,
+) -> int:
     count = 0
-    for record in replay(config, lines, learn_targets=learn_targets):
+    for record in replay(config, lines, pipeline, learn_targets=learn_targets):
         out.write(json.dumps(record) + "\n")
         count += 1
     return count

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from specwatch.costmodel import learned
+from specwatch.costmodel import CostModel, learned
 from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.verdict.grading import Grading, WindowSummary
@@ -41,6 +41,8 @@ class RouteState:
     fit: learned.FitSummary | None = None
     # The learned curve's knots (tokens, plain step seconds): exported, so a new pod can read it back.
     curve_knots: tuple[tuple[float, float], ...] = ()
+    # The cost model its verdicts use now (the learned curve's, else the configured one).
+    cost_model: CostModel | None = None
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,9 @@ class Assessment:
     speedup_lower: float | None = None  # expected_speedup's interval at decision.confidence
     speedup_upper: float | None = None
     measurement: Measurement | None = None  # undecided only
+    # The interval's one-sigma parts in log units (costmodel/uncertainty.py): the cost model's, alpha's.
+    model_log_error: float | None = None
+    sampling_log_error: float | None = None
 
 
 def _finite(x: float | None) -> float | None:
@@ -342,6 +345,8 @@ def assess(
         max_speculative_batch_size=b_max,
         speedup_lower=interval.lower,
         speedup_upper=interval.upper,
+        model_log_error=interval.model_log_error,
+        sampling_log_error=interval.sampling_log_error,
     )
     # keep claims that speculation pays, disable that it does not, shorten either (a shorter K pays
     # more, or the current K does not pay): the interval must clear 1 on that side, with the same

@@ -178,3 +178,31 @@ def test_the_routes_baseline_is_exported_per_route_and_nothing_after_a_failed_po
     assert info() == [{"route": "llama", "source": "learned", "baseline": "canary"}]
     evaluator.record_error(now + 60.0, "timeout")
     assert info() == []
+
+
+@pytest.mark.parametrize(
+    ("replicas", "baseline", "keeps_split"),
+    [(SPEC_ON | CANARY, "canary", False), (SPEC_ON, "none", True)],
+    ids=["with a canary", "spec-on replicas alone"],
+)
+def test_the_status_assumptions_name_each_replicas_learned_source_and_whether_the_split_is_measured(
+    replicas, baseline, keeps_split
+):
+    evaluator = FleetEvaluator(_config())
+    _run(evaluator, replicas, 12)
+    block = fleet_status_document(evaluator.state(), evaluator.config)["assumptions"]
+    assert block["setup"]["hardware"] == {"value": "h100-sxm", "origin": "preset"}
+    assert block["setup"]["assumed"] is False
+    entries = {(r["target"], r["route"]): r for r in block["routes"]}
+    assert set(entries) == {(pod, "llama") for pod in replicas}
+    for (pod, _), entry in entries.items():
+        assert (entry["step_time"], entry["baseline"]) == ("learned", baseline)
+        assert entry["interval_keeps_prior_error"] is keeps_split
+        assert entry["detected_engine"] == "vllm" and entry["engine_suggestion"]["prior"] == "vllm-v1"
+        if replicas[pod][0]:  # spec on: an interval, and its two parts
+            assert entry["model_log_error"] is not None and set(entry["sampling_log_error"]) == {"1m", "5m"}
+            # A measured split leaves the curve's residual alone; spec-on steps alone keep the prior's error.
+            prior_error = block["engine_prior"]["log_error"]
+            assert (entry["model_log_error"] >= prior_error) is keeps_split
+        else:
+            assert entry["sampling_log_error"] == {}
