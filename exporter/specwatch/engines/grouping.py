@@ -309,12 +309,13 @@ class Grouping:
     ) -> list[RouteSnapshot]:
         """The route snapshots of one poll. ``shape``: the parser's token for the families' layout
         (`Selector.shape`): families of the same shape have the same series in the same order."""
-        self._use_engine(families)
-        schema = self.engine.schema_of(families)
         if shape is not None and shape is self._shape and self._plan is not None:
-            plan = self._plan
+            # The last poll's series in the same order: the same engine and schema, the same plan.
+            plan, schema = self._plan, self._plan_schema
             self.replanned = False
         else:
+            self._use_engine(families)
+            schema = self.engine.schema_of(families)
             plan = self._make_plan(families, schema)
             self._shape, self._plan = (shape, plan) if shape is not None else (None, None)
             self._plan_schema, self._pick_values = schema, None
