@@ -57,24 +57,24 @@ GENERIC = EnginePrior(
     draft_fixed_seconds=0.4e-3,
     source="docs/costmodel.md 'Fixed costs of speculation': EAGLE-3 paper Table 3 (SGLang v0.4.4) + vLLM #20780",
     # Not refitted, so no leave-one-source-out: its RMS on the 42 vLLM V1 rows (the engine specwatch
-    # reads), the larger of its two figures (0.272 on all 142 rows).
+    # reads), the larger of its two figures (0.274 on all 146 rows).
     log_error=0.375,
 )
 
-#: Pooled over all 142 usable rows, 7 sources (vLLM V1, SGLang, the EAGLE-3 paper's vLLM of unstated
+#: Pooled over all 146 usable rows, 8 sources (vLLM V1, SGLang, the EAGLE-3 paper's vLLM of unstated
 #: version): SpecForge's SpecBundle data (63 rows), EAGLE-3 paper Tables 3 and 5 (34),
-#: SpecDecode-Bench (25), vLLM issue #20780 (12), PR #16937 (4), PR #16035 (2), SpecForge issue #339
-#: (2). The per-request term q all but vanishes (0.006 ms): SGLang and the paper's vLLM lose at batch
-#: 24-64 where vLLM v0.10.1 still gains 1.5x at 64, and one q cannot serve both. In-sample RMS log
-#: error 0.189, LOSO 0.324.
+#: SpecDecode-Bench (25), vLLM issue #20780 (12), PR #16937 (4), the SpecDrift model cards (4),
+#: PR #16035 (2), SpecForge issue #339 (2). The per-request term q stays small (0.016 ms): SGLang and
+#: the paper's vLLM lose at batch 24-64 where vLLM v0.10.1 still gains 1.5x at 64, and one q cannot
+#: serve both. In-sample RMS log error 0.191, LOSO 0.315.
 POOLED = EnginePrior(
     engine="pooled",
     versions="all engines",
-    verify_overhead_seconds=2.15e-3,
-    verify_seconds_per_request=0.006e-3,
-    draft_fixed_seconds=0.04e-3,
-    source=f"pooled fit, 142 rows / 7 sources ({_FIT})",
-    log_error=0.324,
+    verify_overhead_seconds=1.60e-3,
+    verify_seconds_per_request=0.016e-3,
+    draft_fixed_seconds=0.12e-3,
+    source=f"pooled fit, 146 rows / 8 sources ({_FIT})",
+    log_error=0.315,
 )
 
 
@@ -110,23 +110,24 @@ ENGINE_PRIORS: dict[str, EnginePrior] = {
     ),
     # No V0 row with a tau (the EAGLE-3 paper's Table 5 does not state its vLLM version).
     "vllm-v0": _pooled_for("vllm-v0", "vLLM < 0.8 (V0 engine)", "0 rows"),
-    # Own fit: 84 rows, 4 sources, H100 and H200, dense and MoE: SpecForge's SpecBundle data (63 rows:
+    # Own fit: 88 rows, 5 sources, H100 and H200, dense and MoE: SpecForge's SpecBundle data (63 rows:
     # Llama-3.1-8B at bs1 and Qwen3-30B-A3B at bs8 on one H200, EAGLE-3 chains K=3/5/7), EAGLE-3 paper
-    # Table 3 (v0.4.4, 18: Llama-3.1-8B on H100, bs 2-64), SpecDecode-Bench Figure 2 (v0.5.9, 1) and
-    # SpecForge issue #339 (2: Qwen3-30B-A3B on 2x H100, bs 1 and 4, both losses). Its q (0.126 ms per
-    # request) is what makes SGLang v0.4.4 lose from batch 24; p fits at 0 (v carries the drafting).
-    # In-sample RMS log error 0.139 (sign 75/81), LOSO 0.263 (71/81).
+    # Table 3 (v0.4.4, 18: Llama-3.1-8B on H100, bs 2-64), the SpecDrift model cards (4: gpt-oss-120b
+    # at bs 1/8/64 and gpt-oss-20b at bs1 on one H100, EAGLE-3 K=3), SpecForge issue #339 (2:
+    # Qwen3-30B-A3B on 2x H100, bs 1 and 4, both losses) and SpecDecode-Bench Figure 2 (v0.5.9, 1).
+    # Its q (0.130 ms per request) is what makes SGLang v0.4.4 lose from batch 24; p fits at 0 (v
+    # carries the drafting). In-sample RMS log error 0.141 (sign 78/85), LOSO 0.225 (76/85).
     "sglang": EnginePrior(
         engine="sglang",
         versions="all",
-        verify_overhead_seconds=1.75e-3,
-        verify_seconds_per_request=0.126e-3,
+        verify_overhead_seconds=1.50e-3,
+        verify_seconds_per_request=0.130e-3,
         draft_fixed_seconds=0.0,
         source=(
-            f"own fit, 84 rows / 4 sources: SpecForge SpecBundle data, EAGLE-3 paper Table 3, "
-            f"SpecDecode-Bench Figure 2, SpecForge #339 ({_FIT})"
+            f"own fit, 88 rows / 5 sources: SpecForge SpecBundle data, EAGLE-3 paper Table 3, "
+            f"SpecDrift model cards, SpecForge #339, SpecDecode-Bench Figure 2 ({_FIT})"
         ),
-        log_error=0.263,
+        log_error=0.225,
         own_fit=True,
     ),
     # The two TensorRT-LLM blogs give no usable row (no acceptance length, or a runtime ratio above it).

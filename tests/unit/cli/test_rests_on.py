@@ -29,7 +29,7 @@ def test_check_config_names_the_configured_setup_and_prior(tmp_path, capsys, mon
     out = capsys.readouterr().out.splitlines()
     assert "  hardware: h100-sxm (preset)" in out and "  model: llama-3.1-70b (preset)" in out
     assert "  tensor parallel: 4 (configured)" in out
-    assert any(line.startswith("  engine prior: sglang (configured)") and "0.263" in line for line in out)
+    assert any(line.startswith("  engine prior: sglang (configured)") and "0.225" in line for line in out)
     assert not any("ASSUMED:" in line for line in out)
 
 
