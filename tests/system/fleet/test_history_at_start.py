@@ -214,3 +214,65 @@ def test_a_slow_prometheus_ends_the_history_read_at_its_deadline(switched) -> No
         proxy.stop()
     assert (read.steps, read.queries, read.error) == (0, 1, "timeout")
     assert [c.baseline for c in evaluator.learning.baselines()] == []
+
+
+POD_LIFE = 12 * 60.0  # the old pod's, then the new pod's first minutes
+GRADED_AT = POD_LIFE + 6 * 60.0  # the new pod's longest window (5m) has filled
+
+
+def _pod(k: int) -> dict[str, Any]:
+    acceptance = [0.9, 0.7, 0.25, 0.15]  # sure of two tokens, weak after: a shorter draft pays at batch 64
+    return {
+        "name": f"pod-k{k}",
+        "hardware": "h100-sxm",
+        "model": "llama-3.1-8b",
+        "method": "eagle3",
+        "num_speculative_tokens": k,
+        "prompt_tokens": 512,
+        "output_tokens": 256,
+        "routes": [{"model_name": "chat"}],
+        "phases": [{"name": "run", "duration": "1h", "concurrency": 64, "k": k, "acceptance": acceptance[:k]}],
+    }
+
+
+@pytest.fixture(scope="module")
+def recreated(tmp_path_factory: pytest.TempPathFactory):
+    """A recreate rollout recorded into a TSDB: a K=4 pod for POD_LIFE, then a K=2 pod (another
+    instance) from then on; a Prometheus over it, and the recording's start."""
+    work = tmp_path_factory.mktemp("rollout-before-start")
+    old, new = work / "old.jsonl", work / "new.jsonl"
+    record(parse_scenario(_pod(4)), old, poll_interval=POLL, seed=1, duration=POD_LIFE)
+    record(parse_scenario(_pod(2)), new, poll_interval=POLL, seed=2, start=POD_LIFE, duration=GRADED_AT - POD_LIFE + 60)
+    openmetrics = work / "history.om.txt"
+    recording_to_openmetrics(
+        [(old, {"instance": "pod-old:8000", "job": "vllm"}), (new, {"instance": "pod-new:8000", "job": "vllm"})],
+        openmetrics,
+    )
+    data = work / "data"
+    subprocess.run(
+        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    origin = json.loads(old.read_text().splitlines()[0])["t"]
+    prometheus = start_prometheus(work / "prom", storage=data)
+    try:
+        yield prometheus, origin
+    finally:
+        prometheus.stop()
+
+
+def test_a_rollout_before_the_start_is_graded_from_the_first_live_poll_and_without_the_history_it_is_not(
+    recreated,
+) -> None:
+    prometheus, origin = recreated
+    now = origin + GRADED_AT
+    graded = json.loads(_first_poll(_config(prometheus.url, LOOKBACK), now).published.status)["rollouts"]
+    rollout = graded.get("chat")
+    assert rollout is not None and rollout["status"] == "graded", graded
+    assert rollout["change"]["draft_length_before"] == pytest.approx(4.0, abs=0.05)
+    assert rollout["change"]["draft_length_after"] == pytest.approx(2.0, abs=0.05)
+    assert rollout["measured"]["gain_ratio"] > 1.0  # the shorter draft pays at batch 64
+    unseen = json.loads(_first_poll(_config(prometheus.url, "0s"), now).published.status)["rollouts"]
+    assert unseen.get("chat") is None or unseen["chat"]["status"] != "graded", unseen
