@@ -92,13 +92,23 @@ class RangeClient(Protocol):
 
 
 def replay(
-    evaluator: FleetEvaluator, client: RangeClient, origin: float, end: float, step: float, max_points: int
+    evaluator: FleetEvaluator,
+    client: RangeClient,
+    origin: float,
+    end: float,
+    step: float,
+    max_points: int,
+    *,
+    from_first_data: bool = False,
 ) -> Iterator[tuple[int, float, list[tuple[ReplicaKey, RouteEvaluation]]]]:
     """Every step origin + n·step up to ``end`` through ``evaluator``, in order, from range queries:
     (n, its time, its evaluations). A range the server refuses for its sample limit is split in
-    halves until it fits; any other query error is raised."""
+    halves until it fits; any other query error is raised. ``from_first_data``: the steps before
+    the first with any window series are skipped (before the fleet existed, an empty answer is no
+    selector that matches nothing; evaluating them would change nothing else)."""
     queries = evaluator.queries
     pending = _chunks(origin, end, step, max_points)
+    waiting = from_first_data
     while pending:
         chunk = pending.pop(0)
         try:
@@ -122,6 +132,9 @@ def replay(
         windows = {label: _pivot(series, key) for label, series in answers.items()}
         freshness = _pivot(fresh, key)
         for n in range(key(chunk.start), key(chunk.end) + 1):
+            if waiting and not any(n in w for w in windows.values()):
+                continue
+            waiting = False
             now = origin + n * step
             with collector_paused():
                 results = evaluator.evaluate(

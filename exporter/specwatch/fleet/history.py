@@ -90,7 +90,9 @@ def read_history(
     bounded = _BoundedClient(raw, started + deadline, max_queries)
     done, first, last, error = 0, None, None, None
     try:
-        for _, t, _ in replay(evaluator, bounded, origin, now - step, step, MAX_POINTS_PER_SERIES):
+        for _, t, _ in replay(
+            evaluator, bounded, origin, now - step, step, MAX_POINTS_PER_SERIES, from_first_data=True
+        ):
             done += 1
             first = t if first is None else first
             last = t

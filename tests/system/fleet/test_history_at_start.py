@@ -21,6 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from specwatch import config as config_mod
+from specwatch.export.status import iso_time
 from specwatch.fleet.backtest import Backtest
 from specwatch.fleet.evaluator import FleetEvaluator
 from specwatch.fleet.history import read_history
@@ -146,11 +147,17 @@ def test_with_the_history_read_the_first_live_poll_rests_on_history_exactly_as_b
         ("llama-8b", "learned", "history")
     ]
     history = status["history"]
-    assert (history["steps"], history["queries"], history["error"]) == (20, 3, None)  # 20m at 1m: one chunk
-    assert history["lookback_seconds"] == 1200.0
+    # 20m at 1m in one chunk (3 queries); the 2 steps before the recordings' first sample answer
+    # nothing and are skipped, so the read starts at that sample.
+    assert (history["steps"], history["queries"], history["error"]) == (18, 3, None)
+    assert (history["lookback_seconds"], history["start"], history["end"]) == (
+        1200.0,
+        iso_time(origin),
+        iso_time(now - 60),
+    )
     metrics = service.published.metrics.decode()
     assert 'specwatch_fleet_cost_model_info{baseline="history",route="llama-8b",source="learned"} 1.0' in metrics
-    assert "specwatch_history_steps 20.0" in metrics
+    assert "specwatch_history_steps 18.0" in metrics
     assert 'specwatch_history_errors_total{reason="timeout"} 0.0' in metrics
     assert len(status["routes"]) == len(REPLICAS), "the first live poll serves every replica"
 
