@@ -294,7 +294,8 @@ class Service:
     def _poll_fleet(self, fleet: FleetSource) -> None:
         """Fleet mode's tick: the constant query set, then every replica's evaluation. A failed query
         is counted and logged once by the evaluator; nothing is served from it. The first tick of a
-        new evaluator replays the history before it first, and polls at the time that read ended on."""
+        new evaluator replays the history before it first; its first poll is then at the time the read
+        went up to, so the read's steps and that poll are backtest's grid."""
         now = self.clock()
         if self._history_pending:
             self._history_pending = False
@@ -322,6 +323,8 @@ class Service:
         while reader.is_alive() and not self._stop.is_set() and time.monotonic() < deadline:
             reader.join(timeout=0.5)
             self.published = replace(self.published, last_tick=time.monotonic())
+        if self._stop.is_set():
+            return  # stopping: the reader is a daemon thread, its result is not needed
         if reader.is_alive() or not result:
             raise RuntimeError("the history read did not finish")  # a bug: _recover starts afresh
         read = self.history = result[0]
