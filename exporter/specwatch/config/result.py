@@ -7,7 +7,7 @@ key and every key a field. Defaults live here, once; the schema reads them for d
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specwatch.base.units import format_duration
@@ -138,6 +138,8 @@ class PrometheusConfig:
     # The spec-off replicas whose step times are each route's measured baseline, by label value;
     # empty: every replica of the route without speculation (fleet/baseline.py).
     canary: Mapping[str, str] = field(default_factory=dict)
+    # Live fleet mode's start: how far back the history is replayed into the learners (0: not).
+    history_lookback: float = 12 * 3600.0
 
     @property
     def matchers(self) -> str:
@@ -224,7 +226,9 @@ class Config:
 
     def fleet_shape(self) -> tuple[object, ...]:
         """What fleet mode's queries and verdicts are keyed on: a change here starts them afresh."""
-        return (self.prometheus, self.routes, self.windows, self.route_ttl_polls)
+        # How much history a new evaluator replays is not its shape: changing it rebuilds nothing.
+        source = replace(self.prometheus, history_lookback=0.0) if self.prometheus is not None else None
+        return (source, self.routes, self.windows, self.route_ttl_polls)
 
     def cost_inputs(self) -> tuple[object, ...]:
         """What the cost model is built from: a change here rebuilds it (verdicts are kept)."""

@@ -177,6 +177,13 @@ PROMETHEUS = Section(
             example={"model_name": "llama-3.1-8b"},
             nullable=True,
         ),
+        Key(
+            "history_lookback",
+            Duration(allow_zero=True),
+            "live fleet mode, at start and when a reload rebuilds it: replay this much history into the "
+            "learners, verdicts and rollout grader, serving none of it (docs/fleet.md); 0s: off",
+            example="6h",
+        ),
     ),
 )
 

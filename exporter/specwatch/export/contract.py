@@ -120,6 +120,8 @@ config_last_reload_successful                gauge     both    -                
 config_last_reload_success_timestamp_seconds gauge     both    -                                              -                          | Unix time of the last successful config load.
 readback_errors                              counter   sidecar -/reason                                       -                          | Failed read-backs of the previous pod's series, by reason.
 readback_restored_routes                     gauge     sidecar -                                              -                          | Routes whose before-window was read back from the previous pod at start.
+history_steps                                gauge     fleet   -                                              -                          | Steps of the history before the start (prometheus.history_lookback, on backtest's grid) replayed into the learners, verdicts and rollout grader when the fleet evaluator was built; none of them is served.
+history_errors                               counter   fleet   -/reason                                       -                          | History reads at start that failed or were cut short (timeout: past their time budget; limit: past their query cap), by reason ({query_reasons}); the fleet then polls live with what was read.
 """
 
 
@@ -178,6 +180,8 @@ SERVICE_FAMILIES = frozenset(
         "specwatch_config_last_reload_success_timestamp_seconds",
         "specwatch_readback_errors",
         "specwatch_readback_restored_routes",
+        "specwatch_history_steps",
+        "specwatch_history_errors",
     }
 )
 #: Yielded only with a sample: vLLM's payload (every window a ratio of counters) keeps its families as

@@ -28,6 +28,7 @@ from specwatch.export.assumptions import (
     sidecar_assumptions,
 )
 from specwatch.fleet.evaluator import FleetState, replica_name
+from specwatch.fleet.state import HistoryRead
 from specwatch.sidecar.scrape import redact_url
 from specwatch.sidecar.state import State
 from specwatch.verdict.decide import MERGE_NOTE, SCHEDULE_NOTES, ZERO_BAND_NOTE
@@ -201,6 +202,8 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         "fleet": fleet,
         # Per route: the latest rollout graded across replicas (old pods' windows vs new pods').
         "rollouts": {route: grading.as_dict() for route, grading in state.gradings.items()},
+        # What was replayed of the history before the start (learning only; nothing of it served).
+        "history": _history(state.history),
         "windows": list(config.window_labels),
         "speedup_confidence": config.decision.confidence,
         "assumptions": fleet_assumptions(state, config).as_dict(),
@@ -231,6 +234,20 @@ def fleet_assumptions(state: FleetState, config: Config) -> Assumptions:
             )
         )
     return assumptions(config, facts)
+
+
+def _history(read: HistoryRead | None) -> dict[str, Any] | None:
+    if read is None:
+        return None
+    return {
+        "lookback_seconds": read.lookback,
+        "start": iso_time(read.start),
+        "end": iso_time(read.end),
+        "steps": read.steps,
+        "queries": read.queries,
+        "seconds": read.seconds,
+        "error": read.error,
+    }
 
 
 def encode_status(state: State, fleet: FleetState | None, config: Config) -> bytes:

@@ -24,12 +24,12 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from specwatch import config as config_mod
 from specwatch import costmodel
 from specwatch.config import Config, ConfigError
-from specwatch.fleet.client import MAX_POINTS_PER_SERIES, PromClient, PromQueryError, Sample
+from specwatch.fleet.client import MAX_POINTS_PER_SERIES, PromClient, PromQueryError, RangeAnswer, Sample
 from specwatch.fleet.evaluator import FleetEvaluator, collector_paused
 from specwatch.fleet.grouping import ReplicaKey
 from specwatch.fleet.state import fleet_record, replica_record
@@ -85,6 +85,64 @@ def _pivot(series: Sequence[Any], step_key: Any) -> dict[int, list[Sample]]:
 RANGE_QUERY_TIMEOUT = 120.0
 
 
+class RangeClient(Protocol):
+    """What a replay needs of the query client (PromClient, or one that bounds each query's time)."""
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> RangeAnswer: ...
+
+
+def replay(
+    evaluator: FleetEvaluator,
+    client: RangeClient,
+    origin: float,
+    end: float,
+    step: float,
+    max_points: int,
+    *,
+    from_first_data: bool = False,
+) -> Iterator[tuple[int, float, list[tuple[ReplicaKey, RouteEvaluation]]]]:
+    """Every step origin + n·step up to ``end`` through ``evaluator``, in order, from range queries:
+    (n, its time, its evaluations). A range the server refuses for its sample limit is split in
+    halves until it fits; any other query error is raised. ``from_first_data``: the steps before
+    the first with any window series are skipped (before the fleet existed, an empty answer is no
+    selector that matches nothing; evaluating them would change nothing else)."""
+    queries = evaluator.queries
+    pending = _chunks(origin, end, step, max_points)
+    waiting = from_first_data
+    while pending:
+        chunk = pending.pop(0)
+        try:
+            with collector_paused():  # large answers: see fleet.collector_paused
+                answers = {
+                    label: client.query_range(expr, chunk.start, chunk.end, step).series
+                    for label, _, expr in queries.windows
+                }
+                fresh = client.query_range(queries.freshness, chunk.start, chunk.end, step).series
+        except PromQueryError as exc:
+            steps = round((chunk.end - chunk.start) / step)
+            if exc.reason == "limit" and steps >= 1:
+                half = chunk.start + (steps // 2) * step
+                pending[:0] = [_Chunk(chunk.start, half), _Chunk(half + step, chunk.end)]
+                continue
+            raise
+
+        def key(t: float) -> int:
+            return round((t - origin) / step)
+
+        windows = {label: _pivot(series, key) for label, series in answers.items()}
+        freshness = _pivot(fresh, key)
+        for n in range(key(chunk.start), key(chunk.end) + 1):
+            if waiting and not any(n in w for w in windows.values()):
+                continue
+            waiting = False
+            now = origin + n * step
+            with collector_paused():
+                results = evaluator.evaluate(
+                    now, {label: w.get(n, []) for label, w in windows.items()}, freshness.get(n, [])
+                )
+            yield n, now, results
+
+
 class Backtest:
     def __init__(self, config: Config, client: PromClient | None = None, *, max_points: int = MAX_POINTS_PER_SERIES):
         self.evaluator = FleetEvaluator(config)
@@ -105,49 +163,8 @@ class Backtest:
             raise ConfigError("--baseline-from", "must not be after --start")
         warmup = math.floor((start - baseline_from) / step + 1e-9) if baseline_from is not None else 0
         origin = start - warmup * step
-        queries = self.evaluator.queries
-        pending = _chunks(origin, end, step, self.max_points)
-        while pending:
-            chunk = pending.pop(0)
-            try:
-                with collector_paused():  # large answers: see fleet.collector_paused
-                    answers = {
-                        label: self.client.query_range(expr, chunk.start, chunk.end, step).series
-                        for label, _, expr in queries.windows
-                    }
-                    fresh = self.client.query_range(queries.freshness, chunk.start, chunk.end, step).series
-            except PromQueryError as exc:
-                steps = round((chunk.end - chunk.start) / step)
-                if exc.reason == "limit" and steps >= 1:
-                    half = chunk.start + (steps // 2) * step
-                    pending[:0] = [_Chunk(chunk.start, half), _Chunk(half + step, chunk.end)]
-                    continue
-                raise
+        for n, now, results in replay(self.evaluator, self.client, origin, end, step, self.max_points):
             self.evaluator.sent_queries = self.client.queries
-            yield from self._evaluate(chunk, answers, fresh, origin, step, warmup)
-
-    def _evaluate(
-        self,
-        chunk: _Chunk,
-        answers: dict[str, Any],
-        fresh: Sequence[Any],
-        origin: float,
-        step: float,
-        warmup: int,
-    ) -> Iterator[dict[str, Any]]:
-        """One chunk's steps, evaluated in order; the first ``warmup`` steps of the run only learn."""
-
-        def key(t: float) -> int:
-            return round((t - origin) / step)
-
-        windows = {label: _pivot(series, key) for label, series in answers.items()}
-        freshness = _pivot(fresh, key)
-        for n in range(key(chunk.start), key(chunk.end) + 1):
-            now = origin + n * step
-            with collector_paused():
-                results = self.evaluator.evaluate(
-                    now, {label: w.get(n, []) for label, w in windows.items()}, freshness.get(n, [])
-                )
             if n < warmup:
                 continue  # learning only
             for replica, evaluation in results:

@@ -33,6 +33,19 @@ class FleetRow:
 
 
 @dataclass(frozen=True)
+class HistoryRead:
+    """What live fleet mode replayed of the history before it started (fleet/history.py)."""
+
+    lookback: float  # seconds asked for (prometheus.history_lookback)
+    start: float | None  # first and last step replayed (None: none)
+    end: float | None
+    steps: int  # steps evaluated, learning only
+    queries: int  # range queries sent
+    seconds: float  # wall time the read took
+    error: str | None = None  # the reason it stopped early or failed (a query error reason), else None
+
+
+@dataclass(frozen=True)
 class ReplicaRouteState:
     replica: ReplicaKey
     route: str
@@ -70,6 +83,8 @@ class FleetState:
     gradings: Mapping[str, Grading] = field(default_factory=dict)
     # Per route: what its verdicts rest on (the learned curve's source and measured baseline).
     cost_models: tuple[RouteBaseline, ...] = ()
+    # Live fleet mode: the history replayed at its start (None: none asked, or not done yet).
+    history: HistoryRead | None = None
 
 
 def fleet_rows(evaluations: Sequence[tuple[ReplicaKey, RouteEvaluation]]) -> tuple[FleetRow, ...]:

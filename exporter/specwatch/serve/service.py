@@ -40,7 +40,10 @@ from specwatch.export.fleet_collector import FleetCollector
 from specwatch.export.history import PageHistory
 from specwatch.export.page import render_page
 from specwatch.export.status import encode_status
+from specwatch.fleet.client import QUERY_ERROR_REASONS
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource, FleetState, replica_name
+from specwatch.fleet.history import DEADLINE, read_history
+from specwatch.fleet.state import HistoryRead
 from specwatch.serve.change_log import ChangeLog
 from specwatch.serve.http_server import CappedHTTPServer, Published, handler_for
 from specwatch.serve.readback import Readback, ReadbackCollector
@@ -89,6 +92,10 @@ class Service:
         self.scrapers = self._scrapers_for(config)
         # Fleet mode: one FleetSource instead of the scrapers (which are then none).
         self.fleet = FleetSource(FleetEvaluator(config)) if self.active and config.prometheus else None
+        # Fleet mode: the history before the first poll, replayed once per new evaluator (fleet/history.py).
+        self._history_pending = self.fleet is not None
+        self.history: HistoryRead | None = None
+        self.history_errors = dict.fromkeys(QUERY_ERROR_REASONS, 0)
         # Sidecar mode with `readback:`: what the previous pod exported, read once after start.
         self.readback = Readback(config.readback) if self.active and config.readback and not self.fleet else None
         self._stop = threading.Event()
@@ -107,6 +114,7 @@ class Service:
         self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
         self._failed_polls: dict[str, int] = {}  # consecutive failed polls per target (the drain)
         self.registry.register(PollErrorsCollector(lambda: self.poll_errors))
+        self.registry.register(HistoryCollector(lambda: self if self.fleet is not None else None))
         self._rendering_state: State = self.pipeline.state()
         self._rendering_fleet: FleetState | None = None
         self._changes = ChangeLog()
@@ -210,6 +218,7 @@ class Service:
         if self.fleet is not None:
             self.fleet.client.close()
         self.fleet = FleetSource(FleetEvaluator(new)) if new.prometheus is not None else None
+        self._history_pending, self.history = self.fleet is not None, None
         if (old.prometheus is None) != (new.prometheus is None) and self.active:
             log.warning(
                 "config_mode_switched",
@@ -284,16 +293,59 @@ class Service:
 
     def _poll_fleet(self, fleet: FleetSource) -> None:
         """Fleet mode's tick: the constant query set, then every replica's evaluation. A failed query
-        is counted and logged once by the evaluator; nothing is served from it."""
-        for replica, evaluation in fleet.poll(self.clock()) or ():
+        is counted and logged once by the evaluator; nothing is served from it. The first tick of a
+        new evaluator replays the history before it first; its first poll is then at the time the read
+        went up to, so the read's steps and that poll are backtest's grid."""
+        now = self.clock()
+        if self._history_pending:
+            self._history_pending = False
+            self._read_history(fleet, now)
+            if self._stop.is_set():
+                return
+        for replica, evaluation in fleet.poll(now) or ():
             key = ("verdict", replica, evaluation.stats.route, evaluation.stats.window)
             self._changes.verdict(key, evaluation, replica=replica_name(replica))
         self.published = self._publish(ready=True)
 
+    def _read_history(self, fleet: FleetSource, now: float) -> None:
+        """The history read (fleet/history.py) on its own thread while this one, the evaluator's only
+        other writer, waits for it and keeps /healthz ticking (a slow Prometheus must not look like a
+        hung poll loop). A failed or cut-short read is counted and logged once; polling goes on."""
+        if fleet.evaluator.source.history_lookback <= 0:
+            self.history = HistoryRead(0.0, None, None, 0, 0, 0.0)
+            return
+        result: list[HistoryRead] = []
+        reader = threading.Thread(
+            target=lambda: result.append(read_history(fleet.evaluator, now)), name="specwatch-history", daemon=True
+        )
+        reader.start()
+        deadline = time.monotonic() + DEADLINE + 10.0  # the read keeps to DEADLINE; this only guards it
+        while reader.is_alive() and not self._stop.is_set() and time.monotonic() < deadline:
+            reader.join(timeout=0.5)
+            self.published = replace(self.published, last_tick=time.monotonic())
+        if self._stop.is_set():
+            return  # stopping: the reader is a daemon thread, its result is not needed
+        if reader.is_alive() or not result:
+            raise RuntimeError("the history read did not finish")  # a bug: _recover starts afresh
+        read = self.history = result[0]
+        if read.error is not None:
+            self.history_errors[read.error] += 1
+            log.warning(
+                "fleet_history_failed",
+                reason=read.error,
+                steps=read.steps,
+                action="polling live; the learners keep what was read",
+            )
+        else:
+            log.info("fleet_history_read", steps=read.steps, queries=read.queries, seconds=round(read.seconds, 3))
+
     def _publish(self, *, ready: bool) -> Published:
         state = self.pipeline.state()
         self._rendering_state = state
-        fleet = self._rendering_fleet = self.fleet.evaluator.state() if self.fleet is not None else None
+        fleet = self.fleet.evaluator.state() if self.fleet is not None else None
+        if fleet is not None and self.history is not None:
+            fleet = replace(fleet, history=self.history)
+        self._rendering_fleet = fleet
         metrics = generate_latest(self.registry)
         status = encode_status(state, fleet, self.config)
         error = self.reload_status.error if not self.active else None
@@ -445,6 +497,25 @@ class Service:
         """Every target's last two polls failed (vLLM has exited), or there is none to wait for."""
         targets = self.published.state.targets
         return all(t.up is False and self._failed_polls.get(t.name, 0) >= 2 for t in targets)
+
+
+class HistoryCollector(Collector):
+    """specwatch_history_steps and specwatch_history_errors_total{reason}: live fleet mode's read of
+    the history before its start."""
+
+    def __init__(self, get: Callable[[], Service | None]):
+        self._get = get
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        service = self._get()
+        if service is None:
+            return
+        yield contract.filled("specwatch_history_errors", (([r], n) for r, n in service.history_errors.items()))
+        if service.history is not None:
+            yield contract.single("specwatch_history_steps", float(service.history.steps))
 
 
 class PollErrorsCollector(Collector):

@@ -23,6 +23,7 @@ class FaultProxy:
     def __init__(self, upstream: str):
         self.upstream = upstream
         self.mode = "ok"
+        self.only: str | None = None  # a path prefix: the mode applies to those requests alone
         self.delay = 5.0
         self.requests = 0
         self._stop = threading.Event()
@@ -61,7 +62,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         proxy = self.server.owner  # type: ignore[attr-defined]
         proxy.requests += 1
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        mode = proxy.mode
+        mode = proxy.mode if proxy.only is None or self.path.startswith(proxy.only) else "ok"
         if mode == "http_500":
             return self._send(500, b"upstream connect error")
         if mode == "http_400":

@@ -530,6 +530,7 @@ def test_the_fleet_sections_fields_match_the_fleet_sources_dataclass():
         ("max_bytes", "int"),
         ("scrape_interval", "float | None"),
         ("canary", "Mapping[str, str]"),
+        ("history_lookback", "float"),
     ]
     assert PrometheusConfig(url="http://p", selector=' { job="vllm", } ').matchers == 'job="vllm"'
     assert PrometheusConfig(url="http://p").matchers == ""
@@ -593,6 +594,43 @@ def test_each_bad_prometheus_key_raises_one_error_naming_it(raw, key):
     with pytest.raises(ConfigError) as info:
         from_mapping(raw, environ={})
     assert info.value.key == key and "\n" not in str(info.value), str(info.value)
+
+
+def test_history_lookback_defaults_to_12h_takes_a_duration_and_0s_turns_it_off():
+    assert _prometheus().prometheus.history_lookback == 12 * 3600.0
+    assert _prometheus(history_lookback="90m").prometheus.history_lookback == 5400.0
+    assert _prometheus(history_lookback="0s").prometheus.history_lookback == 0.0
+    env = from_mapping(
+        {}, environ={"SPECWATCH_PROMETHEUS__URL": "http://p:9090", "SPECWATCH_PROMETHEUS__HISTORY_LOOKBACK": "2h"}
+    )
+    assert env.prometheus.history_lookback == 7200.0
+
+
+@pytest.mark.parametrize("value", ["soon", "-1h", True, [1]])
+def test_a_bad_history_lookback_raises_one_error_naming_it(value):
+    with pytest.raises(ConfigError) as info:
+        _prometheus(history_lookback=value)
+    assert info.value.key == "prometheus.history_lookback" and "\n" not in str(info.value), str(info.value)
+
+
+def test_changing_only_history_lookback_keeps_the_fleet_shape():
+    """A reload that changes it alone keeps the evaluator (and its verdicts): nothing is replayed again."""
+    assert _prometheus(history_lookback="1h").fleet_shape() == _prometheus(history_lookback="0s").fleet_shape()
+    assert _prometheus(selector='{job="a"}').fleet_shape() != _prometheus().fleet_shape()
+
+
+def test_check_config_names_a_bad_history_lookback_in_one_line_and_exits_2(tmp_path):
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text("prometheus:\n  url: http://prometheus:9090\n  history_lookback: yesterday\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "check-config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
+    assert "prometheus.history_lookback:" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_prometheus_target_url_from_the_environment_conflicts_with_fleet_mode_too():

@@ -1,0 +1,108 @@
+"""Live fleet mode's start: the history before it, replayed through the evaluator.
+
+A fleet mode that starts (a new pod, or a reload that builds a new FleetEvaluator) would otherwise
+learn only from what it sees after its start, although the hours before are in Prometheus: a fleet
+that ran spec-off yesterday and spec-on since this morning would have no measured baseline. So the
+steps over ``prometheus.history_lookback`` before the first live poll are evaluated first, exactly
+as `specwatch backtest --baseline-from` evaluates the steps before --start (the same grid, range
+queries, the same FleetEvaluator path): the learners, the verdicts' hysteresis and the rollout
+grader all carry them, and nothing is written or served for them.
+
+Bounded: at most MAX_STEPS steps (the newest), MAX_QUERIES range queries and DEADLINE seconds of
+wall time, queries and evaluation together. A query that fails, or the deadline, ends the read; what
+was evaluated by then stays learned, and the reason is reported (HistoryRead.error). The live polls
+then start as they would without it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+from specwatch.fleet.backtest import RANGE_QUERY_TIMEOUT, replay
+from specwatch.fleet.client import MAX_POINTS_PER_SERIES, PromClient, PromQueryError, RangeAnswer
+from specwatch.fleet.evaluator import FleetEvaluator
+from specwatch.fleet.state import HistoryRead
+
+#: Steps replayed at most: two days at a 1m window, the learner's horizon for spec-off windows at
+#: the default half-life (they are dropped 8 half-lives after the last).
+MAX_STEPS = 2880
+#: Range queries at most (a chunk is one query per window plus the freshness query; a server's
+#: sample limit splits chunks in halves).
+MAX_QUERIES = 64
+#: Wall-time budget of the whole read. It comes before the first live poll (the service keeps /healthz
+#: ticking meanwhile; /readyz says starting), so the budget bounds how late that poll comes.
+DEADLINE = 120.0
+
+
+class _BoundedClient:
+    """A PromClient whose every query gets the budget left (and no more than MAX_QUERIES of them)."""
+
+    def __init__(self, client: PromClient, deadline: float, max_queries: int):
+        self.client = client
+        self._base = client.config
+        self._deadline = deadline
+        self._max_queries = max_queries
+        self.queries = 0
+
+    def left(self) -> float:
+        return self._deadline - time.monotonic()
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> RangeAnswer:
+        left = self.left()
+        if left <= 0:
+            raise PromQueryError("timeout", "the history read ran out of time")
+        if self.queries >= self._max_queries:
+            raise PromQueryError("limit", f"the history read took {self._max_queries} queries")
+        self.client.config = replace(self._base, timeout=min(left, RANGE_QUERY_TIMEOUT))
+        self.queries += 1
+        return self.client.query_range(expr, start, end, step)
+
+
+def history_grid(now: float, lookback: float, step: float, max_steps: int = MAX_STEPS) -> tuple[float, int]:
+    """The first step and the number of steps before ``now`` on backtest's grid (now - k·step)."""
+    steps = min(math.floor(lookback / step + 1e-9), max_steps) if lookback > 0 and step > 0 else 0
+    return now - steps * step, steps
+
+
+def read_history(
+    evaluator: FleetEvaluator,
+    now: float,
+    *,
+    client: PromClient | None = None,
+    step: float | None = None,
+    deadline: float = DEADLINE,
+    max_steps: int = MAX_STEPS,
+    max_queries: int = MAX_QUERIES,
+) -> HistoryRead:
+    """Evaluate the steps now - k·step (k = steps..1) into ``evaluator``; what was read. ``step``
+    defaults to the shortest window (backtest's default)."""
+    source = evaluator.source
+    lookback = source.history_lookback
+    step = step if step is not None else min(evaluator.config.windows)
+    origin, steps = history_grid(now, lookback, step, max_steps)
+    if steps == 0:
+        return HistoryRead(lookback, None, None, 0, 0, 0.0)
+    started = time.monotonic()
+    own = client is None
+    raw = client if client is not None else PromClient(source)
+    bounded = _BoundedClient(raw, started + deadline, max_queries)
+    done, first, last, error = 0, None, None, None
+    try:
+        for _, t, _ in replay(
+            evaluator, bounded, origin, now - step, step, MAX_POINTS_PER_SERIES, from_first_data=True
+        ):
+            done += 1
+            first = t if first is None else first
+            last = t
+            if bounded.left() <= 0 and t < now - step:
+                error = "timeout"  # out of time between steps: what was evaluated stays learned
+                break
+    except PromQueryError as exc:
+        error = exc.reason
+    finally:
+        raw.config = source
+        if own:
+            raw.close()
+    return HistoryRead(lookback, first, last, done, bounded.queries, time.monotonic() - started, error)
