@@ -719,7 +719,10 @@ def test_the_stay_margin_is_alphas_sampling_noise_where_that_exceeds_the_band():
         ROOFLINE_CM, 2.0, k=k, alpha=0.5, coverage=1.0, drafts=20.0, confidence=DECISION.confidence
     )
     many = replace(few, sampling_log_error=0.0)
-    assert decide.stay_margin(few, band) == pytest.approx(few.z * few.sampling_log_error) and few.z * few.sampling_log_error > band
+    assert (
+        decide.stay_margin(few, band) == pytest.approx(few.z * few.sampling_log_error)
+        and few.z * few.sampling_log_error > band
+    )
     assert decide.stay_margin(many, band) == band
 
 
@@ -732,5 +735,7 @@ def test_only_the_verdict_in_effect_gets_the_stay_lines():
     assert decide.interval_lines("keep", "keep", band=band, stay=stay)[0] == pytest.approx((1 - band) * math.exp(-stay))
     assert decide.interval_lines("shorten", "keep", band=band, stay=stay) == entry  # shorten enters as before
     assert decide.interval_lines("keep", "disable", band=band, stay=stay) == (1 + band, 1 + band)
-    assert decide.interval_lines("disable", "disable", band=band, stay=stay)[1] == pytest.approx((1 + band) * math.exp(stay))
+    assert decide.interval_lines("disable", "disable", band=band, stay=stay)[1] == pytest.approx(
+        (1 + band) * math.exp(stay)
+    )
     assert decide.interval_lines("disable", "shorten", band=band, stay=stay) == (1 - band, 1 + band)
