@@ -191,7 +191,7 @@ def interval_lines(candidate: str, previous_verdict: str | None, *, band: float,
     =================  ===========================  ===========================
 
     Only leaving keep or disable is made harder, so a verdict in effect does not flap with
-    undecided as the bound wanders about its line; entering them is unchanged."""
+    undecided as the bound wanders about its line; entering them needs only the entry lines."""
     keep_line = 1.0 + band if previous_verdict == "disable" else 1.0 - band
     disable_line = 1.0 + band if previous_verdict in ("disable", "shorten") else 1.0 - band
     if candidate == previous_verdict == "keep":

@@ -680,7 +680,7 @@ def test_keep_in_effect_holds_while_the_lower_bound_wanders_just_around_its_line
     line = 1.0 - band_for(ROOFLINE_CM, b, k)
     above, below = (window_with_bound(ROOFLINE_CM, b, k, line * f, side="lower") for f in (1.01, 0.99))
     assert assess(ROOFLINE_CM, above, DECISION, "eagle3", None).candidate == "keep"
-    assert assess(ROOFLINE_CM, below, DECISION, "eagle3", None).candidate == "undecided"  # entering: as before
+    assert assess(ROOFLINE_CM, below, DECISION, "eagle3", None).candidate == "undecided"  # entering: the entry line
     seen = verdicts_through_the_hold([above, below, below, above, above, below, below, below, above] * 3, "keep")
     assert set(seen) == {"keep"}, seen
 
