@@ -170,6 +170,40 @@ def _candidate(
     return "disable" if alpha < line else "keep"
 
 
+def stay_margin(interval: uncertainty.SpeedupInterval, band: float) -> float:
+    """How far (log speedup) a bound may cross the line before a keep or disable in effect is left.
+    Poll to poll the bound moves with the window's noise: alpha's sampling error, at the interval's
+    confidence, and what the interval does not model (the live batch and the step times wander),
+    which the hysteresis band stands for; whichever is larger."""
+    return max(band, interval.z * interval.sampling_log_error)
+
+
+def interval_lines(candidate: str, previous_verdict: str | None, *, band: float, stay: float) -> tuple[float, float]:
+    """The lines the interval must clear for ``candidate`` with ``previous_verdict`` in effect:
+    (keep's lower bound above, disable's upper bound below). The rule (docs/costmodel.md,
+    "Uncertainty"); * marks the stay lines, which only the verdict in effect gets when it is the
+    candidate again (entering keep or disable, and shorten, use the others):
+
+    =================  ===========================  ===========================
+    verdict in effect  keep: lower bound above      disable: upper bound below
+    =================  ===========================  ===========================
+    any other          1 − band                     1 − band
+    keep               (1 − band)·e^−stay *         1 − band
+    shorten            1 − band                     1 + band
+    disable            1 + band                     (1 + band)·e^stay *
+    =================  ===========================  ===========================
+
+    Only leaving keep or disable is made harder, so a verdict in effect does not flap with
+    undecided as the bound wanders about its line; entering them needs only the entry lines."""
+    keep_line = 1.0 + band if previous_verdict == "disable" else 1.0 - band
+    disable_line = 1.0 + band if previous_verdict in ("disable", "shorten") else 1.0 - band
+    if candidate == previous_verdict == "keep":
+        keep_line *= math.exp(-stay)
+    if candidate == previous_verdict == "disable":
+        disable_line *= math.exp(stay)
+    return keep_line, disable_line
+
+
 class _ShortenAdvice(NamedTuple):
     recommended_draft_length: int
     recommended_config: dict[str, object] | None
@@ -349,10 +383,10 @@ def assess(
         sampling_log_error=interval.sampling_log_error,
     )
     # keep claims that speculation pays, disable that it does not, shorten either (a shorter K pays
-    # more, or the current K does not pay): the interval must clear 1 on that side, with the same
-    # hysteresis band as the lines above, so a verdict in effect does not flap at its edge.
-    pays = interval.lower > speed_line
-    loses = interval.upper < (1.0 + band if previous_verdict in ("disable", "shorten") else 1.0 - band)
+    # more, or the current K does not pay): the interval must clear the line on that side.
+    keep_line, disable_line = interval_lines(candidate, previous_verdict, band=band, stay=stay_margin(interval, band))
+    pays = interval.lower > keep_line
+    loses = interval.upper < disable_line
     decided = {"keep": pays, "disable": loses}.get(candidate, pays or loses)
     if not decided:
         # Switching off (or shortening) a speculation that pays is the costliest mistake: below

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -646,3 +647,95 @@ def test_nothing_configured_and_nothing_learned_decides_nothing():
     assert a.expected_speedup == pytest.approx(3.0, rel=1e-6) and a.candidate == "undecided"
     configured = replace(cm, setup_assumed=False)
     assert assess(configured, window, DECISION, "eagle3", None).candidate == "keep"
+
+
+# ---- leaving keep or disable: the stay lines ----------------------------------------------------
+
+
+def window_with_bound(cm, batch, k, bound, *, side):
+    """A window with alpha's noise negligible whose interval's ``side`` ("lower"/"upper") bound is ``bound``."""
+    z = decide.uncertainty.z_for(DECISION.confidence)
+    speedup = bound * math.exp(z * cm.calibration_log_error * (1 if side == "lower" else -1))
+    return window_stats(alpha=alpha_for_speedup(cm, batch, k, speedup), k=k, batch=batch, drafts=HUGE)
+
+
+def band_for(cm, batch, k):
+    base, spec = cm.with_method("eagle3").step_times(batch, k, 1.0)
+    return DECISION.margin * k * base / spec
+
+
+def verdicts_through_the_hold(windows, start):
+    """The verdict in effect after each window, polled every 5 s with DECISION's hold (two polls)."""
+    hold = DECISION.hold_seconds(5.0)
+    state, seen = VerdictState(start), []
+    for i, window in enumerate(windows):
+        a = assess(ROOFLINE_CM, window, DECISION, "eagle3", state.current)
+        state = next_verdict(state, a.candidate, hold, now=5.0 * i)
+        seen.append(state.current)
+    return seen
+
+
+def test_keep_in_effect_holds_while_the_lower_bound_wanders_just_around_its_line():
+    b, k = 8, 3
+    line = 1.0 - band_for(ROOFLINE_CM, b, k)
+    above, below = (window_with_bound(ROOFLINE_CM, b, k, line * f, side="lower") for f in (1.01, 0.99))
+    assert assess(ROOFLINE_CM, above, DECISION, "eagle3", None).candidate == "keep"
+    assert assess(ROOFLINE_CM, below, DECISION, "eagle3", None).candidate == "undecided"  # entering: the entry line
+    seen = verdicts_through_the_hold([above, below, below, above, above, below, below, below, above] * 3, "keep")
+    assert set(seen) == {"keep"}, seen
+
+
+def test_keep_in_effect_leaves_for_undecided_within_the_hold_once_the_lower_bound_is_clearly_below():
+    b, k = 8, 3
+    band = band_for(ROOFLINE_CM, b, k)
+    clearly = window_with_bound(ROOFLINE_CM, b, k, (1.0 - band) * math.exp(-1.5 * band), side="lower")
+    a = assess(ROOFLINE_CM, clearly, DECISION, "eagle3", "keep")
+    assert a.candidate == "undecided" and decide.verdict_agrees_with_config(a, b, k)
+    assert verdicts_through_the_hold([clearly, clearly], "keep") == ["keep", "undecided"]
+
+
+def test_disable_in_effect_holds_while_the_upper_bound_wanders_just_around_its_line():
+    b, k = 160, 1
+    line = 1.0 + band_for(ROOFLINE_CM, b, k)
+    above, below = (window_with_bound(ROOFLINE_CM, b, k, line * f, side="upper") for f in (1.005, 0.995))
+    assert assess(ROOFLINE_CM, below, DECISION, "eagle3", "disable").candidate == "disable"
+    seen = verdicts_through_the_hold([below, above, above, below, above, above, above, below] * 3, "disable")
+    assert set(seen) == {"disable"}, seen
+
+
+def test_disable_in_effect_leaves_for_undecided_once_the_upper_bound_is_clearly_above():
+    b, k = 160, 1
+    band = band_for(ROOFLINE_CM, b, k)
+    clearly = window_with_bound(ROOFLINE_CM, b, k, (1.0 + band) * math.exp(1.5 * band), side="upper")
+    a = assess(ROOFLINE_CM, clearly, DECISION, "eagle3", "disable")
+    assert a.candidate == "undecided" and decide.verdict_agrees_with_config(a, b, k)
+    assert verdicts_through_the_hold([clearly, clearly], "disable") == ["disable", "undecided"]
+
+
+def test_the_stay_margin_is_alphas_sampling_noise_where_that_exceeds_the_band():
+    b, k = 8, 3
+    band = band_for(ROOFLINE_CM, b, k)
+    few = decide.uncertainty.speedup_interval(
+        ROOFLINE_CM, 2.0, k=k, alpha=0.5, coverage=1.0, drafts=20.0, confidence=DECISION.confidence
+    )
+    many = replace(few, sampling_log_error=0.0)
+    assert (
+        decide.stay_margin(few, band) == pytest.approx(few.z * few.sampling_log_error)
+        and few.z * few.sampling_log_error > band
+    )
+    assert decide.stay_margin(many, band) == band
+
+
+def test_only_the_verdict_in_effect_gets_the_stay_lines():
+    band, stay = 0.05, 0.1
+    entry = (1.0 - band, 1.0 - band)
+    for previous in (None, "undecided", "insufficient_data", "spec_off"):
+        assert decide.interval_lines("keep", previous, band=band, stay=stay) == entry
+        assert decide.interval_lines("disable", previous, band=band, stay=stay) == entry
+    assert decide.interval_lines("keep", "keep", band=band, stay=stay)[0] == pytest.approx((1 - band) * math.exp(-stay))
+    assert decide.interval_lines("shorten", "keep", band=band, stay=stay) == entry  # shorten enters as before
+    assert decide.interval_lines("keep", "disable", band=band, stay=stay) == (1 + band, 1 + band)
+    assert decide.interval_lines("disable", "disable", band=band, stay=stay)[1] == pytest.approx(
+        (1 + band) * math.exp(stay)
+    )
+    assert decide.interval_lines("disable", "shorten", band=band, stay=stay) == (1 - band, 1 + band)
