@@ -7,7 +7,7 @@ key and every key a field. Defaults live here, once; the schema reads them for d
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specwatch.base.units import format_duration
@@ -224,11 +224,12 @@ class Config:
         return (self.prometheus, self.routes, self.windows, self.route_ttl_polls)
 
     def cost_inputs(self) -> tuple[object, ...]:
-        """What the cost model is built from: a change here rebuilds it (verdicts are kept)."""
+        """What the cost model is built from: a change here rebuilds it (verdicts are kept). The
+        stated --speculative-config (draft.config) is not: the config check and the advice read it."""
         return (
             self.hardware,
             self.model,
-            self.draft,
+            replace(self.draft, config=None),
             self.engine,
             self.profile,
             self.profile_path,
