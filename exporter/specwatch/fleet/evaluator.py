@@ -5,7 +5,7 @@ cost model, verdicts and hysteresis as the sidecar -> a FleetState to serve (fle
 The sidecar's own per-route evaluation (evaluation.evaluate_route: cost class, guard, assessment,
 hold, draft.config check, advice) runs per replica: the break-even is nonlinear in the batch, so
 a fleet-average batch would decide wrongly. As the sidecar's Pipeline does, it assesses through an
-exact-key memo (decide_cache.AssessmentCache), and a replica window whose data did not change since
+exact-key memo (memo.AssessmentCache), and a replica window whose data did not change since
 the last poll keeps its derivations (only their time moves): both give the very values a fresh
 computation gives.
 

@@ -200,7 +200,7 @@ WindowEntry = tuple[float, str, WindowView, WindowStats]  # (width s, label, vie
 
 
 class AssessFunction(Protocol):
-    """decide.assess, or a memo of it with the same answers (decide_cache.AssessmentCache.assess)."""
+    """decide.assess, or a memo of it with the same answers (memo.AssessmentCache.assess)."""
 
     def __call__(
         self,
@@ -265,7 +265,7 @@ def evaluate_route(
     from the longest window with enough drafts, the sample guard, the assessment, the hold, the
     stated config's check and the advice behind the verdict in effect. Verdicts move only when
     ``fresh`` (a new snapshot arrived): a failing target never moves one. ``assess`` may be a memo
-    of decide.assess (decide_cache.AssessmentCache.assess): the same answer for the same inputs.
+    of decide.assess (memo.AssessmentCache.assess): the same answer for the same inputs.
     ``method``: what update_route_method returned for these windows, when the caller already
     resolved it (it is idempotent); None resolves it here."""
     configured = config.draft.method
