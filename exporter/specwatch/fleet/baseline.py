@@ -30,16 +30,11 @@ from dataclasses import dataclass, field
 from specwatch import costmodel
 from specwatch.config import Config
 from specwatch.config.cost_model import learning_enabled, prior_source
-from specwatch.costmodel import learned
-from specwatch.engines.series import Counter
 from specwatch.fleet.grouping import ReplicaKey
-from specwatch.verdict.bookkeeping import LEARNERS, EvaluationContext, RouteLearning
-from specwatch.windows.window import WindowView, increases_by_counter
+from specwatch.verdict.bookkeeping import LEARNERS, EvaluationContext, RouteLearning, window_point
+from specwatch.windows.window import WindowView
 
 CANARY, HISTORY, NONE = "canary", "history", "none"
-
-#: What a point reads of a window (fleet mode's queries carry no prefill counter: it counts as 0).
-_POINT_COUNTERS = (Counter.ITL_SUM, Counter.ITL_COUNT, Counter.STEPS, Counter.DRAFT_TOKENS, Counter.DRAFTS)
 
 
 @dataclass(frozen=True)
@@ -124,17 +119,8 @@ class FleetLearning:
                 since = route.until.get(w.replica)
                 if since is not None and now - since < width - 1e-6:
                     continue
-                d = increases_by_counter(w.view.increases(), _POINT_COUNTERS)
-                obs = learned.observation_from_deltas(
-                    now,
-                    d[Counter.ITL_SUM],
-                    d[Counter.ITL_COUNT],
-                    d[Counter.STEPS],
-                    d[Counter.DRAFT_TOKENS],
-                    d[Counter.DRAFTS],
-                )
                 route.until[w.replica] = now
-                if obs is not None:
+                if (obs := window_point(w.view, now)) is not None:
                     points.append(obs)
             route.canaries = canaries
             if points:

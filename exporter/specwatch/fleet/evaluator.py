@@ -43,8 +43,8 @@ from specwatch.fleet.grouping import (
     window_view,
 )
 from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState, fleet_record, fleet_rows, replica_record
-from specwatch.verdict.bookkeeping import EvaluationContext, RouteRecord
-from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route
+from specwatch.verdict.bookkeeping import EvaluationContext
+from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route
 from specwatch.verdict.grading import RolloutGrader
 from specwatch.verdict.memo import DEFAULT_SIZE
 from specwatch.windows.derive import WindowStats, window_stats
@@ -234,7 +234,7 @@ class FleetEvaluator(EvaluationContext):
         """One replica's window entries (views and derivations) for evaluate_route."""
         windows: list[WindowEntry] = []
         derived = record.derived
-        for width, label in zip(self.config.windows, self.config.window_labels, strict=True):
+        for width, label in self.labelled_windows:
             data = by_window[label].get((replica, route))
             if data is None:
                 derived.pop(label, None)

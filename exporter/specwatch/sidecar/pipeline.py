@@ -27,11 +27,11 @@ from specwatch.engines.registry import AUTO, engine_named
 from specwatch.engines.series import Counter, RouteMatcher, RouteSnapshot
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState
-from specwatch.verdict.bookkeeping import EvaluationContext, RouteLearning, RouteRecord
-from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route, update_route_method
+from specwatch.verdict.bookkeeping import EvaluationContext, RouteLearning, window_point
+from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route, update_route_method
 from specwatch.verdict.grading import AdviceGrader, WindowSummary
 from specwatch.windows.derive import window_stats
-from specwatch.windows.window import RouteWindow, increases_by_counter
+from specwatch.windows.window import RouteWindow
 
 __all__ = ["Pipeline"]
 
@@ -67,8 +67,6 @@ class _TargetRecord:
 
 @dataclass(kw_only=True)
 class _RouteRecord(RouteRecord, RouteLearning):
-    # RouteLearning: the step-time curve learned from this route's windows (None: learning off or
-    # a profile set). seen_poll counts its target's polls.
     window: RouteWindow
     target: str
     fresh: bool = True  # a snapshot arrived since the last evaluation
@@ -97,17 +95,6 @@ class IngestResult:
     engine: str | None = None  # the serving engine the poll was read as
 
 
-#: What the learner reads of a window: a step's time, its requests and its drafting.
-_LEARNED_COUNTERS = (
-    Counter.ITL_SUM,
-    Counter.ITL_COUNT,
-    Counter.STEPS,
-    Counter.DRAFT_TOKENS,
-    Counter.DRAFTS,
-    Counter.PROMPT,
-)
-
-
 class Pipeline(EvaluationContext):
     def __init__(self, config: Config, cost_model: costmodel.CostModel | None = None) -> None:
         super().__init__(config, cost_model)
@@ -122,8 +109,6 @@ class Pipeline(EvaluationContext):
         self._routes: dict[str, _RouteRecord] = {}
         self._t: float | None = None
         self._evaluated = False
-        self._labelled_for: Config | None = None
-        self._labelled_windows: tuple[tuple[float, str], ...] = ()
         self._limit_for: Config | None = None
         self._position_limit = position_limit(None)
 
@@ -246,8 +231,7 @@ class Pipeline(EvaluationContext):
         draft.config's num_speculative_tokens, else draft.k; grouping.position_limit)."""
         config = self.config
         if self._limit_for is not config:  # the config can be replaced (reload)
-            schedule = self.schedule
-            stated = schedule.num_speculative_tokens if schedule is not None else config.draft.k
+            stated = self.schedule.num_speculative_tokens if self.schedule is not None else config.draft.k
             self._position_limit, self._limit_for = position_limit(stated), config
         return self._position_limit
 
@@ -323,13 +307,10 @@ class Pipeline(EvaluationContext):
     def evaluate(self, now: float) -> list[RouteEvaluation]:
         out: list[RouteEvaluation] = []
         config = self.config
-        if self._labelled_for is not config:  # the config can be replaced (reload): label its windows once
-            self._labelled_windows = tuple(zip(config.windows, config.window_labels, strict=True))
-            self._labelled_for = config
         k_hint = config.draft.k
         for name, route in self._routes.items():
             windows: list[WindowEntry] = []
-            for width, label in self._labelled_windows:
+            for width, label in self.labelled_windows:
                 view = route.window.view(now, width)
                 if view is not None:
                     windows.append((width, label, view, window_stats(view, name, label, now, configured_k_hint=k_hint)))
@@ -372,17 +353,7 @@ class Pipeline(EvaluationContext):
                 view = None
                 route.learned_until = None  # the point lost its start (gap, restart): begin anew
             if view is not None:
-                d = increases_by_counter(view.increases(), _LEARNED_COUNTERS)
-                obs = learned.observation_from_deltas(
-                    view.last.t,
-                    d[Counter.ITL_SUM],
-                    d[Counter.ITL_COUNT],
-                    d[Counter.STEPS],
-                    d[Counter.DRAFT_TOKENS],
-                    d[Counter.DRAFTS],
-                    d[Counter.PROMPT],
-                )
-                if obs is not None:
+                if (obs := window_point(view, view.last.t)) is not None:
                     route.learner.add(obs)
                 route.learned_until = view.last.t
         return self._learned_model(route)

@@ -1,40 +1,42 @@
-"""What the sidecar's Pipeline and fleet mode's FleetEvaluator both keep between polls.
-
-- EvaluationContext: what an evaluator derives from its config (the cost model, the stated
-  schedule, the assessment memo), with the one `reconfigure` that derives it again on a reload and
-  says what was rebuilt; the expiry after `route_ttl_polls` polls unseen.
-- RouteRecord: what evaluate_route reads and writes for one route (the sidecar's) or one
-  replica's route (fleet mode's): its cost class, verdicts and advice, and its last evaluations.
-- RouteLearning: one step-time learner and the rules both modes apply to it: the prior follows the
-  route's cost class, the points are refitted under a new prior on a reload, and the cost model over
-  the learned curve stays one object while the curve holds (the memos key on it).
-
-Each evaluator keeps only its own on top: the sidecar its targets, scrapes and windows (a learner
-per route); fleet mode its Prometheus answers, replicas and freshness (a learner per route fed by
-all its replicas). Pure: no I/O.
+"""What the sidecar's Pipeline and fleet mode's FleetEvaluator both keep between polls: the
+EvaluationContext (config, cost model, stated schedule, assessment memo, one reconfigure) and a
+route's step-time learner with its rules (RouteLearning); their per-route records extend
+evaluation.RouteRecord. Each keeps only its own on top: the sidecar its targets, scrapes and
+windows; fleet mode its Prometheus answers, replicas and freshness. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from specwatch import costmodel
 from specwatch.config import Config, LearningConfig
 from specwatch.config.cost_model import cost_model_from_config, learning_enabled
 from specwatch.costmodel import learned
+from specwatch.engines.series import Counter
 from specwatch.engines.vllm_schedule import schedule_from_config
-from specwatch.verdict.decide import Assessment, VerdictState
-from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.verdict.memo import AssessmentCache
+from specwatch.windows.window import WindowView, increases_by_counter
 
-__all__ = ["COST_MODEL", "LEARNERS", "EvaluationContext", "RouteLearning", "RouteRecord"]
+__all__ = ["COST_MODEL", "LEARNERS", "EvaluationContext", "RouteLearning"]
 
 #: What a reconfigure may report as rebuilt.
 COST_MODEL, LEARNERS = "cost_model", "learners"
 
 _K = TypeVar("_K")
+
+#: What a step-time point reads of a window, in observation_from_deltas's order (fleet mode's
+#: queries carry no prefill counter: 0).
+_POINT_COUNTERS = (
+    Counter.ITL_SUM,
+    Counter.ITL_COUNT,
+    Counter.STEPS,
+    Counter.DRAFT_TOKENS,
+    Counter.DRAFTS,
+    Counter.PROMPT,
+)
 
 
 class EvaluationContext:
@@ -49,6 +51,7 @@ class EvaluationContext:
         """What follows from the config alone, whether or not its cost inputs changed."""
         self.schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
         self.assessments = AssessmentCache()  # an unchanged window is not assessed twice
+        self.labelled_windows = tuple(zip(config.windows, config.window_labels, strict=True))
         # learning.enabled, auto meaning: when the verdict would rest on defaults (no profile).
         self.learning_enabled = learning_enabled(config)
 
@@ -73,17 +76,6 @@ class EvaluationContext:
 
 
 @dataclass
-class RouteRecord:
-    """What one route keeps between evaluations (evaluation.RouteMemory, and its output)."""
-
-    method: str = "auto:unknown"
-    verdicts: dict[str, VerdictState] = field(default_factory=dict)
-    advice: dict[str, Assessment] = field(default_factory=dict)  # per window: behind the verdict
-    evaluations: tuple[RouteEvaluation, ...] = ()
-    seen_poll: int = 0  # the last poll that carried it (EvaluationContext.expired)
-
-
-@dataclass
 class RouteLearning:
     """A route's step-time learner (None: not learning yet), the cost class its prior was built
     for ("unknown" until inferred), and the cost model over its current curve."""
@@ -93,10 +85,8 @@ class RouteLearning:
     learned_model: costmodel.CostModel | None = None
 
     def follow(self, method: str, cost_model: costmodel.CostModel, settings: LearningConfig) -> bool:
-        """Give the learner the prior of the route's cost class `method` ("unknown": not known).
-        Once inferred, the points taken before (the same drafter, class not yet known) are refitted
-        under its prior; a change of class (another drafter) starts a new fit. True when a new
-        learner was started."""
+        """Give the learner the prior of the cost class `method`: once inferred, the points taken
+        before ("unknown", the same drafter) are refitted; another class starts anew (True)."""
         if self.learner is not None and method in (self.learner_method, "unknown"):
             return False
         prior = cost_model.with_method(_prior_method(method))
@@ -111,8 +101,7 @@ class RouteLearning:
         return started
 
     def carry(self, rebuilt: Sequence[str], cost_model: costmodel.CostModel) -> bool:
-        """After EvaluationContext.reconfigure: fresh learners when `learning` changed (False:
-        this one is gone), else the same points refitted under the new cost model's prior."""
+        """After a reconfigure: the same points under the new prior, or gone (False) on `learning`."""
         self.learned_model = None
         if self.learner is None:
             return True
@@ -132,6 +121,12 @@ class RouteLearning:
         if self.learned_model is None or self.learned_model.profile is not curve:
             self.learned_model = learned.learned_cost_model(cost_model, curve)
         return self.learned_model
+
+
+def window_point(view: WindowView, t: float) -> learned.StepObservation | None:
+    """A window's increases as one step-time point at `t` (None: it says nothing reliable)."""
+    d = increases_by_counter(view.increases(), _POINT_COUNTERS)
+    return learned.observation_from_deltas(t, *(d[counter] for counter in _POINT_COUNTERS))
 
 
 def _prior_method(method: str) -> str | None:

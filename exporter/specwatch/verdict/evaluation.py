@@ -10,7 +10,7 @@ typed accessors (absent below the guard); `evaluation_record` is its replay line
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
@@ -215,13 +215,16 @@ class AssessFunction(Protocol):
     ) -> decide.Assessment: ...
 
 
-class RouteMemory(Protocol):
+@dataclass
+class RouteRecord:
     """What one route keeps between evaluations: the sidecar's per-route record, or fleet mode's
-    per replica and route."""
+    per replica and route (each extends it)."""
 
-    method: str
-    verdicts: dict[str, decide.VerdictState]
-    advice: dict[str, decide.Assessment]
+    method: str = "auto:unknown"
+    verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
+    advice: dict[str, decide.Assessment] = field(default_factory=dict)  # per window: behind the verdict
+    evaluations: tuple[RouteEvaluation, ...] = ()
+    seen_poll: int = 0  # the last poll that carried it (bookkeeping.EvaluationContext.expired)
 
 
 def passes_guard(stats: WindowStats, latest: RouteSnapshot, min_drafts: float) -> bool:
@@ -232,7 +235,7 @@ def passes_guard(stats: WindowStats, latest: RouteSnapshot, min_drafts: float) -
 
 
 def update_route_method(
-    config: Config, memory: RouteMemory, windows: Sequence[WindowEntry], schedule: SpeculativeSchedule | None
+    config: Config, memory: RouteRecord, windows: Sequence[WindowEntry], schedule: SpeculativeSchedule | None
 ) -> str:
     """One cost class per route, from the longest window with enough drafts (stable across
     windows); kept while no window is evidence (speculation idle or off). Idempotent for the same
@@ -253,7 +256,7 @@ def evaluate_route(
     config: Config,
     cost_model: costmodel.CostModel,
     schedule: SpeculativeSchedule | None,
-    memory: RouteMemory,
+    memory: RouteRecord,
     windows: Sequence[WindowEntry],
     now: float,
     *,
