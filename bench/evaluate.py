@@ -52,7 +52,7 @@ def measure(seq: list[tuple[float, str, str]], config, *, rounds: int, memo: boo
     for _ in range(rounds):
         pipeline = Pipeline(config)
         if not memo:
-            pipeline._assessments = AssessmentCache(size=0)  # keeps nothing: every window assessed afresh
+            pipeline.assessments = AssessmentCache(size=0)  # keeps nothing: every window assessed afresh
         for t, target, text in seq:
             pipeline.ingest(target, t, text)
             a = perf()
@@ -64,7 +64,7 @@ def measure(seq: list[tuple[float, str, str]], config, *, rounds: int, memo: boo
                 assessed += sum(
                     1 for e in out if e.assessment is not None and e.assessment.breakeven_acceptance_rate is not None
                 )
-        cache = pipeline._assessments
+        cache = pipeline.assessments
         hits, misses = hits + cache.hits, misses + cache.misses
     return {
         "median": median(per_eval),

@@ -231,11 +231,12 @@ class Config:
         return (source, self.routes, self.windows, self.route_ttl_polls)
 
     def cost_inputs(self) -> tuple[object, ...]:
-        """What the cost model is built from: a change here rebuilds it (verdicts are kept)."""
+        """What the cost model is built from: a change here rebuilds it (verdicts are kept). The
+        stated --speculative-config (draft.config) is not: the config check and the advice read it."""
         return (
             self.hardware,
             self.model,
-            self.draft,
+            replace(self.draft, config=None),
             self.engine,
             self.profile,
             self.profile_path,

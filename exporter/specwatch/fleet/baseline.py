@@ -30,15 +30,11 @@ from dataclasses import dataclass, field
 from specwatch import costmodel
 from specwatch.config import Config
 from specwatch.config.cost_model import learning_enabled, prior_source
-from specwatch.costmodel import learned
-from specwatch.engines.series import Counter
 from specwatch.fleet.grouping import ReplicaKey
-from specwatch.windows.window import WindowView, increases_by_counter
+from specwatch.verdict.bookkeeping import LEARNERS, EvaluationContext, RouteLearning, window_point
+from specwatch.windows.window import WindowView
 
 CANARY, HISTORY, NONE = "canary", "history", "none"
-
-#: What a point reads of a window (fleet mode's queries carry no prefill counter: it counts as 0).
-_POINT_COUNTERS = (Counter.ITL_SUM, Counter.ITL_COUNT, Counter.STEPS, Counter.DRAFT_TOKENS, Counter.DRAFTS)
 
 
 @dataclass(frozen=True)
@@ -65,13 +61,10 @@ class ReplicaWindow:
 
 
 @dataclass
-class _Route:
-    learner: learned.StepTimeLearner
-    method: str
+class _Route(RouteLearning):
     until: dict[ReplicaKey, float] = field(default_factory=dict)  # end of each replica's last point
     seen: dict[ReplicaKey, int] = field(default_factory=dict)  # each replica's last poll
     canaries: int = 0
-    model: costmodel.CostModel | None = None  # over the current curve, one object while it holds
 
 
 def canary_matches(canary: Mapping[str, str], replica: ReplicaKey, model_name: str) -> bool:
@@ -83,72 +76,51 @@ def canary_matches(canary: Mapping[str, str], replica: ReplicaKey, model_name: s
 
 
 class FleetLearning:
-    """One StepTimeLearner per route, fed by every replica of it (pure state, no I/O)."""
+    """One StepTimeLearner per route, fed by every replica of it (pure state, no I/O), on the
+    evaluator's context (its config and cost model)."""
 
-    def __init__(self, config: Config, cost_model: costmodel.CostModel) -> None:
-        self.config = config
-        self.cost_model = cost_model
-        self.enabled = learning_enabled(config)
-        self.canary: Mapping[str, str] = config.prometheus.canary if config.prometheus is not None else {}
+    def __init__(self, context: EvaluationContext) -> None:
+        self.context = context
         self._routes: dict[str, _Route] = {}
         self._polls = 0
 
-    def reconfigure(self, config: Config, cost_model: costmodel.CostModel) -> None:
-        """A reloaded config: the same points refitted under a new prior; learning switched or its
-        settings changed start afresh."""
-        old, self.config = self.config, config
-        self.canary = config.prometheus.canary if config.prometheus is not None else {}
-        if config.learning != old.learning or learning_enabled(config) != self.enabled:
+    def reconfigure(self, old: Config, rebuilt: Sequence[str]) -> None:
+        """After the context's reconfigure from `old`: the same points refitted under a new prior;
+        learning switched (auto included) or its settings changed start afresh."""
+        if LEARNERS in rebuilt or learning_enabled(old) != self.context.learning_enabled:
             self._routes.clear()
-        elif cost_model is not self.cost_model:
-            for route in self._routes.values():
-                route.learner = route.learner.with_prior(cost_model.with_method(_prior_method(route.method)))
-                route.model = None
-        self.enabled = learning_enabled(config)
-        self.cost_model = cost_model
+        for route in self._routes.values():
+            route.carry(rebuilt, self.context.cost_model)
 
     def observe(self, now: float, windows: Mapping[str, Sequence[ReplicaWindow]]) -> None:
         """One poll: each route's replicas' shortest windows; a replica gives a point when its last
         one ended at least a window ago."""
         self._polls += 1
-        settings = self.config.learning
-        width = min(self.config.windows)
+        config, enabled = self.context.config, self.context.learning_enabled
+        canary = config.prometheus.canary if config.prometheus is not None else {}
+        width = min(config.windows)
         for name, replicas in windows.items():
             spec_method = next((_class(w.method) for w in replicas if w.spec and _class(w.method) != "unknown"), None)
             route = self._routes.get(name)
-            if route is None or (spec_method is not None and spec_method != route.method and route.method != "unknown"):
-                prior = self.cost_model.with_method(spec_method)
-                learner = learned.StepTimeLearner(
-                    prior, min_points=settings.min_points, half_life_seconds=settings.half_life
-                )
-                route = self._routes[name] = _Route(learner, spec_method or "unknown")
-            elif spec_method is not None and route.method == "unknown":
-                # The method class became known: the points so far are the same drafter's.
-                route.learner = route.learner.with_prior(self.cost_model.with_method(spec_method))
-                route.method, route.model = spec_method, None
+            if route is None:
+                route = self._routes[name] = _Route()
+            if route.follow(spec_method or "unknown", self.context.cost_model, config.learning):
+                route.until, route.seen = {}, {}  # another drafter: a new fit
+            assert route.learner is not None  # follow gave the route one
             points = []
             canaries = 0
             for w in replicas:
                 route.seen[w.replica] = self._polls
-                if not self.enabled:
+                if not enabled:
                     continue  # the route is still reported: on the prior
-                if not w.spec and self.canary and not canary_matches(self.canary, w.replica, w.model_name):
+                if not w.spec and canary and not canary_matches(canary, w.replica, w.model_name):
                     continue  # a spec-off replica the config does not name as a canary
                 canaries += not w.spec
                 since = route.until.get(w.replica)
                 if since is not None and now - since < width - 1e-6:
                     continue
-                d = increases_by_counter(w.view.increases(), _POINT_COUNTERS)
-                obs = learned.observation_from_deltas(
-                    now,
-                    d[Counter.ITL_SUM],
-                    d[Counter.ITL_COUNT],
-                    d[Counter.STEPS],
-                    d[Counter.DRAFT_TOKENS],
-                    d[Counter.DRAFTS],
-                )
                 route.until[w.replica] = now
-                if obs is not None:
+                if (obs := window_point(w.view, now)) is not None:
                     points.append(obs)
             route.canaries = canaries
             if points:
@@ -157,10 +129,9 @@ class FleetLearning:
 
     def _expire(self) -> None:
         """Replicas gone route_ttl_polls polls are forgotten; a route with none left goes too."""
-        ttl = self.config.route_ttl_polls
         for name in list(self._routes):
             route = self._routes[name]
-            for replica in [r for r, poll in route.seen.items() if self._polls - poll >= ttl]:
+            for replica in self.context.expired(route.seen.items(), self._polls):
                 del route.seen[replica]
                 route.until.pop(replica, None)
             if not route.seen:
@@ -169,22 +140,21 @@ class FleetLearning:
     def cost_model_for(self, route: str) -> costmodel.CostModel:
         """The route's cost model now: over its learned curve, else the configured one."""
         state = self._routes.get(route)
-        curve = state.learner.curve() if state is not None and self.enabled else None
-        if state is None or curve is None:
-            return self.cost_model
-        if state.model is None or state.model.profile is not curve:
-            state.model = learned.learned_cost_model(self.cost_model, curve)
-        return state.model
+        if state is None or state.learner is None or not self.context.learning_enabled:
+            return self.context.cost_model
+        return state.model_over(self.context.cost_model, state.learner.curve())
 
     def baselines(self) -> tuple[RouteBaseline, ...]:
         """Per route: what its verdicts rest on (the prior's source until a curve is learned)."""
-        prior = prior_source(self.config)
+        prior = prior_source(self.context.config)
         out = []
         for name, route in sorted(self._routes.items()):
             learner = route.learner
+            if learner is None:
+                continue  # (follow gives every route one)
             curve = learner.curve()
             measured = learner.baseline_points
-            if curve is None or not self.enabled:
+            if curve is None or not self.context.learning_enabled:
                 source, baseline = prior, NONE
             else:
                 source = "learned"
@@ -196,7 +166,3 @@ class FleetLearning:
 def _class(method: str) -> str:
     """The cost class of a replica's method label ("auto:ngram" -> "ngram")."""
     return method.rsplit(":", maxsplit=1)[-1]
-
-
-def _prior_method(method: str) -> str | None:
-    return None if method == "unknown" else method

@@ -5,7 +5,7 @@ cost model, verdicts and hysteresis as the sidecar -> a FleetState to serve (fle
 The sidecar's own per-route evaluation (evaluation.evaluate_route: cost class, guard, assessment,
 hold, draft.config check, advice) runs per replica: the break-even is nonlinear in the batch, so
 a fleet-average batch would decide wrongly. As the sidecar's Pipeline does, it assesses through an
-exact-key memo (decide_cache.AssessmentCache), and a replica window whose data did not change since
+exact-key memo (memo.AssessmentCache), and a replica window whose data did not change since
 the last poll keeps its derivations (only their time moves): both give the very values a fresh
 computation gives.
 
@@ -28,9 +28,7 @@ import structlog
 
 from specwatch import costmodel
 from specwatch.config import Config, ConfigError, PrometheusConfig
-from specwatch.config.cost_model import cost_model_from_config
 from specwatch.engines.series import RouteMatcher
-from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.fleet import queries as promql
 from specwatch.fleet.baseline import FleetLearning, ReplicaWindow
 from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
@@ -45,40 +43,33 @@ from specwatch.fleet.grouping import (
     window_view,
 )
 from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState, fleet_record, fleet_rows, replica_record
-from specwatch.verdict import decide
-from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route
+from specwatch.verdict.bookkeeping import EvaluationContext
+from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route
 from specwatch.verdict.grading import RolloutGrader
-from specwatch.verdict.memo import DEFAULT_SIZE, AssessmentCache
+from specwatch.verdict.memo import DEFAULT_SIZE
 from specwatch.windows.derive import WindowStats, window_stats
 
 log = structlog.get_logger("specwatch.fleet")
 
 
 @dataclass
-class _Record:
-    method: str = "auto:unknown"
-    verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
-    advice: dict[str, decide.Assessment] = field(default_factory=dict)
+class _Record(RouteRecord):
     last_sample: float | None = None
     model_name: str = ""
-    evaluations: tuple[RouteEvaluation, ...] = ()
     stale: bool = False
-    seen_poll: int = 0
     # Per window label: the data and derivations of the last evaluation, reused while unchanged.
     derived: dict[str, tuple[RouteData, WindowStats]] = field(default_factory=dict)
 
 
-class FleetEvaluator:
+class FleetEvaluator(EvaluationContext):
     """Pure evaluation state (no I/O): feed it one poll's answers at a time."""
 
     def __init__(self, config: Config, cost_model: costmodel.CostModel | None = None):
         if config.prometheus is None:
             raise ConfigError("prometheus", "required for fleet mode and backtest (url, selector, replica_labels)")
-        self.config = config
+        super().__init__(config, cost_model)
         self.source: PrometheusConfig = config.prometheus
         source = self.source
-        self.cost_model = cost_model if cost_model is not None else cost_model_from_config(config)
-        self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
         self.queries = promql.query_set(
             config.windows, config.window_labels, source.matchers, source.replica_labels, source.scrape_interval
@@ -88,9 +79,7 @@ class FleetEvaluator:
         self._groupers = {
             label: WindowGrouper(source.replica_labels, self.matchers, plans) for label in config.window_labels
         }
-        # The sidecar's exact-key assessment memo, sized each poll to hold every replica window.
-        self._assessments = AssessmentCache()
-        self.learning = FleetLearning(config, self.cost_model)  # one step-time curve per route
+        self.learning = FleetLearning(self)  # one step-time curve per route
         self._records: dict[RouteKey, _Record] = {}
         self._rollouts: dict[str, RolloutGrader] = {}  # per route: old pods' windows vs new pods' (grading.py)
         self._polls = 0
@@ -113,18 +102,10 @@ class FleetEvaluator:
         if config.fleet_shape() != self.config.fleet_shape():
             raise ValueError("the Prometheus source, routes or windows changed: build a new FleetEvaluator")
         old = self.config
-        self.config = config
-        self._schedule = schedule_from_config(config.draft.config)
-        self._assessments = AssessmentCache()
+        rebuilt = super().reconfigure(config)
         for record in self._records.values():
             record.derived.clear()  # window stats derived with the old draft.k hint
-        rebuilt = []
-        if config.cost_inputs() != old.cost_inputs():
-            self.cost_model = cost_model_from_config(config)
-            rebuilt.append("cost_model")
-        self.learning.reconfigure(config, self.cost_model)
-        if config.learning != old.learning:
-            rebuilt.append("learners")
+        self.learning.reconfigure(old, rebuilt)
         return rebuilt
 
     # -- input -----------------------------------------------------------------------------
@@ -178,8 +159,8 @@ class FleetEvaluator:
         self._grouped_series = None
         newest = newest_samples(freshness, self.source.replica_labels)
         keys = sorted({key for grouped in by_window.values() for key in grouped})
-        # One entry per replica window (an unchanged one asks again next poll), plus slack.
-        self._assessments.size = len(keys) * len(by_window) + DEFAULT_SIZE
+        # The memo holds one entry per replica window (an unchanged one asks again next poll), plus slack.
+        self.assessments.size = len(keys) * len(by_window) + DEFAULT_SIZE
         longest, shortest_width = max(self.config.windows), min(self.config.windows)
         out: list[tuple[ReplicaKey, RouteEvaluation]] = []
         pending: list[tuple[_Record, ReplicaKey, str, list[WindowEntry], bool]] = []
@@ -214,12 +195,12 @@ class FleetEvaluator:
             evaluations = evaluate_route(
                 self.config,
                 self.learning.cost_model_for(route),
-                self._schedule,
+                self.schedule,
                 record,
                 windows,
                 now,
                 fresh=fresh,
-                assess=self._assessments.assess,
+                assess=self.assessments.assess,
             )
             record.evaluations = evaluations
             if fresh:
@@ -253,7 +234,7 @@ class FleetEvaluator:
         """One replica's window entries (views and derivations) for evaluate_route."""
         windows: list[WindowEntry] = []
         derived = record.derived
-        for width, label in zip(self.config.windows, self.config.window_labels, strict=True):
+        for width, label in self.labelled_windows:
             data = by_window[label].get((replica, route))
             if data is None:
                 derived.pop(label, None)
@@ -286,8 +267,7 @@ class FleetEvaluator:
         self._series = series
 
     def _expire(self) -> None:
-        ttl = self.config.route_ttl_polls
-        for key in [k for k, r in self._records.items() if self._polls - r.seen_poll >= ttl]:
+        for key in self.expired(((k, r.seen_poll) for k, r in self._records.items()), self._polls):
             del self._records[key]
         routes = {route for _, route in self._records}
         for route in [r for r in self._rollouts if r not in routes]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from specwatch import costmodel
 from specwatch.config import Config, RouteConfig
-from specwatch.config.cost_model import config_is_default, cost_model_from_config, learning_enabled, prior_source
+from specwatch.config.cost_model import config_is_default, prior_source
 from specwatch.costmodel import learned
 from specwatch.engines.grouping import (
     DROPPED_KINDS,
@@ -25,15 +25,13 @@ from specwatch.engines.grouping import (
 )
 from specwatch.engines.registry import AUTO, engine_named
 from specwatch.engines.series import Counter, RouteMatcher, RouteSnapshot
-from specwatch.engines.vllm_schedule import schedule_from_config
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState
-from specwatch.verdict.decide import Assessment, VerdictState
-from specwatch.verdict.evaluation import RouteEvaluation, WindowEntry, evaluate_route, update_route_method
+from specwatch.verdict.bookkeeping import EvaluationContext, RouteLearning, window_point
+from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route, update_route_method
 from specwatch.verdict.grading import AdviceGrader, WindowSummary
-from specwatch.verdict.memo import AssessmentCache
 from specwatch.windows.derive import window_stats
-from specwatch.windows.window import RouteWindow, increases_by_counter
+from specwatch.windows.window import RouteWindow
 
 __all__ = ["Pipeline"]
 
@@ -67,24 +65,13 @@ class _TargetRecord:
         self.grouping = Grouping(self.matchers, self.route_prefix, engine=fixed)
 
 
-@dataclass
-class _RouteRecord:
+@dataclass(kw_only=True)
+class _RouteRecord(RouteRecord, RouteLearning):
     window: RouteWindow
     target: str
-    last_seen_poll: int
     fresh: bool = True  # a snapshot arrived since the last evaluation
-    verdicts: dict[str, VerdictState] = field(default_factory=dict)
-    advice: dict[str, Assessment] = field(default_factory=dict)  # per window: behind the verdict
-    evaluations: tuple[RouteEvaluation, ...] = ()
-    method: str = "auto:unknown"
     grader: AdviceGrader = field(default_factory=AdviceGrader)
-    # The step-time curve learned from this route's windows (None: learning off or a profile set).
-    learner: learned.StepTimeLearner | None = None
-    learner_method: str = ""
     learned_until: float | None = None  # end of the last window given to the learner
-    # The cost model over the learner's current curve: one object while the curve is unchanged, so
-    # the assessment memo (keyed on the model) and the model's own memos serve every poll.
-    learned_model: costmodel.CostModel | None = None
     # The previous pod's learned curve (read back at start): used until this process's own fits.
     restored_knots: tuple[tuple[float, float], ...] = ()
     restored_curve: learned.LearnedStepCurve | None = None
@@ -108,21 +95,9 @@ class IngestResult:
     engine: str | None = None  # the serving engine the poll was read as
 
 
-#: What the learner reads of a window: a step's time, its requests and its drafting.
-_LEARNED_COUNTERS = (
-    Counter.ITL_SUM,
-    Counter.ITL_COUNT,
-    Counter.STEPS,
-    Counter.DRAFT_TOKENS,
-    Counter.DRAFTS,
-    Counter.PROMPT,
-)
-
-
-class Pipeline:
+class Pipeline(EvaluationContext):
     def __init__(self, config: Config, cost_model: costmodel.CostModel | None = None) -> None:
-        self.config = config
-        self.cost_model = cost_model if cost_model is not None else cost_model_from_config(config)
+        super().__init__(config, cost_model)
         self._route_configs: dict[str, RouteConfig] = {r.name: r for r in config.routes}
         self._targets: dict[str, _TargetRecord] = {}
         multi = len(config.targets) > 1
@@ -132,12 +107,8 @@ class Pipeline:
                 target.name, target.url, matchers, f"{target.name}/" if multi else "", engine=target.engine
             )
         self._routes: dict[str, _RouteRecord] = {}
-        self._assessments = AssessmentCache()  # an unchanged window is not assessed twice
         self._t: float | None = None
         self._evaluated = False
-        self._schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
-        self._labelled_for: Config | None = None
-        self._labelled_windows: tuple[tuple[float, str], ...] = ()
         self._limit_for: Config | None = None
         self._position_limit = position_limit(None)
 
@@ -154,27 +125,11 @@ class Pipeline:
         old config's numbers. Returns what was rebuilt."""
         if config.pipeline_shape() != self.config.pipeline_shape():
             raise ValueError("targets, routes or windows changed: build a new Pipeline")
-        old, rebuilt = self.config, []
-        self.config = config
+        rebuilt = super().reconfigure(config)
         self._route_configs = {r.name: r for r in config.routes}
-        self._schedule = schedule_from_config(config.draft.config)
-        self._assessments = AssessmentCache()
-        if config.cost_inputs() != old.cost_inputs():
-            self.cost_model = cost_model_from_config(config)
-            rebuilt.append("cost_model")
         for route in self._routes.values():
-            route.learned_model = None
-            if route.learner is None:
-                continue
-            if config.learning != old.learning:
-                route.learner, route.learner_method, route.learned_until = None, "", None
-            elif "cost_model" in rebuilt:  # the same points, refitted under the new prior
-                method = route.learner_method
-                route.learner = route.learner.with_prior(
-                    self.cost_model.with_method(None if method == "unknown" else method)
-                )
-        if config.learning != old.learning:
-            rebuilt.append("learners")
+            if not route.carry(rebuilt, self.cost_model):
+                route.learned_until = None
         if self._evaluated and self._t is not None:
             self.evaluate(self._t)  # no route is fresh: verdicts and learning do not move
         return rebuilt
@@ -245,7 +200,7 @@ class Pipeline:
                 if not record.matchers:
                     self._make_room(record, snaps)
                 route = self._routes[snap.route] = _RouteRecord(
-                    self._new_window(snap.route, target), target, record.polls
+                    window=self._new_window(snap.route, target), target=target, seen_poll=record.polls
                 )
                 if (restored := self._restored.pop(snap.route, None)) is not None:
                     _restore_route(route, *restored)
@@ -254,7 +209,7 @@ class Pipeline:
             if replanned or new:
                 self._track_series(route, snap)
             dipped += route.window.last_dips
-            route.last_seen_poll = record.polls
+            route.seen_poll = record.polls
             route.fresh = True
         if resets:
             record.resets += 1  # one restart of vLLM resets every route: count it once per poll
@@ -276,15 +231,14 @@ class Pipeline:
         draft.config's num_speculative_tokens, else draft.k; grouping.position_limit)."""
         config = self.config
         if self._limit_for is not config:  # the config can be replaced (reload)
-            schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
-            stated = schedule.num_speculative_tokens if schedule is not None else config.draft.k
+            stated = self.schedule.num_speculative_tokens if self.schedule is not None else config.draft.k
             self._position_limit, self._limit_for = position_limit(stated), config
         return self._position_limit
 
     def _make_room(self, record: _TargetRecord, snaps: list[RouteSnapshot]) -> None:
         """Before a new route of a target that already has MAX_ROUTES_PER_TARGET: forget its routes
         missing from this poll, least recently seen first (a payload holds at most that many)."""
-        mine = [(r.last_seen_poll, n) for n, r in self._routes.items() if r.target == record.name]
+        mine = [(r.seen_poll, n) for n, r in self._routes.items() if r.target == record.name]
         excess = len(mine) + 1 - MAX_ROUTES_PER_TARGET
         if excess <= 0:
             return
@@ -345,46 +299,37 @@ class Pipeline:
         return self
 
     def _expire_routes(self, record: _TargetRecord) -> None:
-        ttl = self.config.route_ttl_polls
-        for name in [
-            n for n, r in self._routes.items() if r.target == record.name and record.polls - r.last_seen_poll >= ttl
-        ]:
+        mine = ((n, r.seen_poll) for n, r in self._routes.items() if r.target == record.name)
+        for name in self.expired(mine, record.polls):
             del self._routes[name]
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self, now: float) -> list[RouteEvaluation]:
         out: list[RouteEvaluation] = []
         config = self.config
-        if self._labelled_for is not config:  # the config can be replaced (reload): label its windows once
-            self._labelled_windows = tuple(zip(config.windows, config.window_labels, strict=True))
-            self._labelled_for = config
         k_hint = config.draft.k
         for name, route in self._routes.items():
             windows: list[WindowEntry] = []
-            for width, label in self._labelled_windows:
+            for width, label in self.labelled_windows:
                 view = route.window.view(now, width)
                 if view is not None:
                     windows.append((width, label, view, window_stats(view, name, label, now, configured_k_hint=k_hint)))
-            method = update_route_method(
-                self.config, route, windows, self._schedule
-            )  # this poll's class, before learning
+            method = update_route_method(config, route, windows, self.schedule)  # this poll's class, before learning
             cost_model = self._learn(route, now)
             evaluations = evaluate_route(
-                self.config,
+                config,
                 cost_model,
-                self._schedule,
+                self.schedule,
                 route,
                 windows,
                 now,
                 fresh=route.fresh,
-                assess=self._assessments.assess,
+                assess=self.assessments.assess,
                 method=method,
             )
             route.evaluations = evaluations
             if route.fresh:
-                route.grader.observe(
-                    now, [w[3] for w in windows], route.method, self.config.decision.min_drafts, cost_model
-                )
+                route.grader.observe(now, [w[3] for w in windows], route.method, config.decision.min_drafts, cost_model)
             route.fresh = False
             out.extend(evaluations)
         self._t = now
@@ -395,22 +340,11 @@ class Pipeline:
         """Give the learner the window since its last point and return the route's cost model:
         the learned curve once it has enough points, else the configured (prior) model."""
         settings = self.config.learning
-        if not self.learning_enabled():
+        if not self.learning_enabled:
             return self.cost_model
-        method = route.method.split(":")[-1]
-        if route.learner is None or method not in (route.learner_method, "unknown"):
-            # The method class sets the prior's drafting share. Once inferred, the points taken
-            # before (the same drafter, class not yet known) are refitted under its prior; a
-            # change of class (another drafter) starts a new fit.
-            prior = self.cost_model.with_method(method if method != "unknown" else None)
-            if route.learner is not None and route.learner_method == "unknown":
-                route.learner = route.learner.with_prior(prior)
-            else:
-                route.learner = learned.StepTimeLearner(
-                    prior, min_points=settings.min_points, half_life_seconds=settings.half_life
-                )
-                route.learned_until = None
-            route.learner_method = method
+        if route.follow(route.method.split(":")[-1], self.cost_model, settings):
+            route.learned_until = None
+        assert route.learner is not None  # follow gave the route one
         since = route.learned_until
         width = now - since if since is not None else min(self.config.windows)
         if width >= settings.point_seconds:
@@ -419,17 +353,7 @@ class Pipeline:
                 view = None
                 route.learned_until = None  # the point lost its start (gap, restart): begin anew
             if view is not None:
-                d = increases_by_counter(view.increases(), _LEARNED_COUNTERS)
-                obs = learned.observation_from_deltas(
-                    view.last.t,
-                    d[Counter.ITL_SUM],
-                    d[Counter.ITL_COUNT],
-                    d[Counter.STEPS],
-                    d[Counter.DRAFT_TOKENS],
-                    d[Counter.DRAFTS],
-                    d[Counter.PROMPT],
-                )
-                if obs is not None:
+                if (obs := window_point(view, view.last.t)) is not None:
                     route.learner.add(obs)
                 route.learned_until = view.last.t
         return self._learned_model(route)
@@ -444,16 +368,7 @@ class Pipeline:
                     prior=learner.prior, knots=route.restored_knots, points=0.0, residual_ratio=math.nan
                 )
             curve = route.restored_curve
-        if curve is None:
-            return self.cost_model
-        if route.learned_model is None or route.learned_model.profile is not curve:
-            route.learned_model = learned.learned_cost_model(self.cost_model, curve)
-        return route.learned_model
-
-    def learning_enabled(self) -> bool:
-        """learning.enabled, auto (None) meaning: when the verdict would rest on defaults. A
-        measured profile always wins."""
-        return learning_enabled(self.config)
+        return route.model_over(self.cost_model, curve)
 
     def learners(self) -> dict[str, tuple[learned.StepTimeLearner, costmodel.CostModel]]:
         """Each route's learner and the cost model its verdicts use now."""
@@ -525,7 +440,7 @@ class Pipeline:
                 elif kind == Counter.ITL_BUCKET and sub in current_les:
                     buckets[float(sub)] = buckets.get(float(sub), 0.0) + value
             config = self._route_configs.get(name)
-            current = route.last_seen_poll == self._targets[route.target].polls
+            current = route.seen_poll == self._targets[route.target].polls
             serving = current and self._targets[route.target].up is not False
             routes.append(
                 RouteState(

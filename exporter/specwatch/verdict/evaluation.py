@@ -10,7 +10,7 @@ typed accessors (absent below the guard); `evaluation_record` is its replay line
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
@@ -200,7 +200,7 @@ WindowEntry = tuple[float, str, WindowView, WindowStats]  # (width s, label, vie
 
 
 class AssessFunction(Protocol):
-    """decide.assess, or a memo of it with the same answers (decide_cache.AssessmentCache.assess)."""
+    """decide.assess, or a memo of it with the same answers (memo.AssessmentCache.assess)."""
 
     def __call__(
         self,
@@ -215,13 +215,16 @@ class AssessFunction(Protocol):
     ) -> decide.Assessment: ...
 
 
-class RouteMemory(Protocol):
+@dataclass
+class RouteRecord:
     """What one route keeps between evaluations: the sidecar's per-route record, or fleet mode's
-    per replica and route."""
+    per replica and route (each extends it)."""
 
-    method: str
-    verdicts: dict[str, decide.VerdictState]
-    advice: dict[str, decide.Assessment]
+    method: str = "auto:unknown"
+    verdicts: dict[str, decide.VerdictState] = field(default_factory=dict)
+    advice: dict[str, decide.Assessment] = field(default_factory=dict)  # per window: behind the verdict
+    evaluations: tuple[RouteEvaluation, ...] = ()
+    seen_poll: int = 0  # the last poll that carried it (bookkeeping.EvaluationContext.expired)
 
 
 def passes_guard(stats: WindowStats, latest: RouteSnapshot, min_drafts: float) -> bool:
@@ -232,7 +235,7 @@ def passes_guard(stats: WindowStats, latest: RouteSnapshot, min_drafts: float) -
 
 
 def update_route_method(
-    config: Config, memory: RouteMemory, windows: Sequence[WindowEntry], schedule: SpeculativeSchedule | None
+    config: Config, memory: RouteRecord, windows: Sequence[WindowEntry], schedule: SpeculativeSchedule | None
 ) -> str:
     """One cost class per route, from the longest window with enough drafts (stable across
     windows); kept while no window is evidence (speculation idle or off). Idempotent for the same
@@ -253,7 +256,7 @@ def evaluate_route(
     config: Config,
     cost_model: costmodel.CostModel,
     schedule: SpeculativeSchedule | None,
-    memory: RouteMemory,
+    memory: RouteRecord,
     windows: Sequence[WindowEntry],
     now: float,
     *,
@@ -265,7 +268,7 @@ def evaluate_route(
     from the longest window with enough drafts, the sample guard, the assessment, the hold, the
     stated config's check and the advice behind the verdict in effect. Verdicts move only when
     ``fresh`` (a new snapshot arrived): a failing target never moves one. ``assess`` may be a memo
-    of decide.assess (decide_cache.AssessmentCache.assess): the same answer for the same inputs.
+    of decide.assess (memo.AssessmentCache.assess): the same answer for the same inputs.
     ``method``: what update_route_method returned for these windows, when the caller already
     resolved it (it is idempotent); None resolves it here."""
     configured = config.draft.method

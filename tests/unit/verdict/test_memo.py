@@ -97,9 +97,9 @@ class CheckedCache(AssessmentCache):
 def replay_both_ways(config, lines: list[str]) -> tuple[list[dict], list[dict], CheckedCache]:
     checked = Pipeline(config)
     cache = CheckedCache(lambda: cost_model_from_config(config))
-    checked._assessments = cache
+    checked.assessments = cache
     uncached = Pipeline(config)
-    uncached._assessments = AssessmentCache(size=0)  # keeps nothing: every window assessed afresh
+    uncached.assessments = AssessmentCache(size=0)  # keeps nothing: every window assessed afresh
     return list(replay(config, lines, pipeline=checked)), list(replay(config, lines, pipeline=uncached)), cache
 
 
