@@ -106,17 +106,18 @@ class Assumptions:
             "routes": [_route_dict(r, self.prior) for r in self.routes],
         }
 
+    def settings(self) -> tuple[tuple[str, Setting], ...]:
+        """The setup's settings by name, in the order they are told."""
+        return (
+            ("hardware", self.hardware),
+            ("model", self.model),
+            ("dtype", self.dtype),
+            ("tensor parallel", self.tensor_parallel),
+        )
+
     def summary(self) -> str:
         """The setup, the prior and the step-time source in one line."""
-        setup = ", ".join(
-            f"{name} {s.value} ({_origin(s)})"
-            for name, s in (
-                ("hardware", self.hardware),
-                ("model", self.model),
-                ("dtype", self.dtype),
-                ("tp", self.tensor_parallel),
-            )
-        )
+        setup = ", ".join(f"{name} {s.value} ({_origin(s)})" for name, s in self.settings())
         engine = "configured" if self.engine_configured else "engine not configured"
         return (
             f"{setup}; engine prior {self.prior.engine} ({engine}, log error {self.prior.log_error:.3f}); "
@@ -127,15 +128,7 @@ class Assumptions:
     def config_lines(self) -> list[str]:
         """What a config alone says, one fact a line (`specwatch check-config`)."""
         p = self.prior
-        lines = [
-            f"{name}: {s.value} ({_origin(s)})"
-            for name, s in (
-                ("hardware", self.hardware),
-                ("model", self.model),
-                ("dtype", self.dtype),
-                ("tensor parallel", self.tensor_parallel),
-            )
-        ]
+        lines = [f"{name}: {s.value} ({_origin(s)})" for name, s in self.settings()]
         lines.append(
             f"engine prior: {p.engine} ({'configured' if self.engine_configured else 'engine: not configured'}): "
             f"verify {p.verify_overhead_seconds * 1e3:.3g} ms + {p.verify_seconds_per_request * 1e3:.3g} ms per "
@@ -147,7 +140,11 @@ class Assumptions:
         lines.append(step)
         interval = f"interval: model sigma {self.model_log_error:.3f} (the prior's {p.log_error:.3f}"
         if self.setup_assumed:
-            interval += f" with the assumed setup's {ASSUMED_SETUP_LOG_ERROR:.1f}: hardware and model are ASSUMED"
+            # Widened while hardware and model are the defaults, stated or not: name what was not stated.
+            assumed = [name for name, s in (("hardware", self.hardware), ("model", self.model)) if s.origin == ASSUMED]
+            verb = " are ASSUMED" if len(assumed) > 1 else " is ASSUMED"
+            what = " and ".join(assumed) + verb if assumed else "the default hardware and model, stated"
+            interval += f" with the assumed setup's {ASSUMED_SETUP_LOG_ERROR:.1f}: {what}"
         lines.append(interval + ")")
         if not self.engine_configured:
             own = ", ".join(

@@ -21,6 +21,15 @@ def test_check_config_prints_ok_then_the_assumed_setup_it_will_rest_on(tmp_path,
     assert any("hardware and model are ASSUMED" in line for line in out)
 
 
+def test_check_config_names_only_the_unstated_setting_as_assumed(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("hardware: {preset: h100-sxm}\n")  # the default hardware, stated; no model
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "  hardware: h100-sxm (preset)" in out
+    assert any(line.startswith("  interval:") and line.endswith(": model is ASSUMED)") for line in out)
+
+
 def test_check_config_names_the_configured_setup_and_prior(tmp_path, capsys, monkeypatch):
     path = tmp_path / "c.yaml"
     path.write_text("model: {preset: llama-3.1-70b}\ntensor_parallel: 4\nengine: {name: sglang}\n")
