@@ -45,8 +45,9 @@ from specwatch.fleet.history import DEADLINE, HISTORY_ERROR_REASONS, read_histor
 from specwatch.fleet.state import HistoryRead
 from specwatch.serve.change_log import ChangeLog
 from specwatch.serve.http_server import CappedHTTPServer, Published, handler_for
-from specwatch.serve.readback import Readback, ReadbackCollector
+from specwatch.serve.readback import Readback, readback_collector
 from specwatch.serve.reload import ConfigSource, ReloadCollector, ReloadStatus, warn_about_alert_window
+from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.scrape import ScrapeError, Scraper, ScrapeResult, redact_url, steady_clock
 from specwatch.sidecar.state import State
@@ -110,11 +111,13 @@ class Service:
             )
         )
         self.registry.register(ReloadCollector(lambda: self.reload_status))
-        self.registry.register(ReadbackCollector(lambda: self.readback))
+        self.registry.register(readback_collector(lambda: self.readback))
         self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
         self._failed_polls: dict[str, int] = {}  # consecutive failed polls per target (the drain)
         self.registry.register(PollErrorsCollector(lambda: self.poll_errors))
-        self.registry.register(HistoryCollector(lambda: self if self.fleet is not None else None))
+        self.registry.register(
+            StartReadCollector("specwatch_history_errors", "specwatch_history_steps", self._history_read)
+        )
         self._rendering_state: State = self.pipeline.state()
         self._rendering_fleet: FleetState | None = None
         self._changes = ChangeLog()
@@ -350,6 +353,12 @@ class Service:
         else:
             log.info("fleet_history_read", steps=read.steps, queries=read.queries, seconds=round(read.seconds, 3))
 
+    def _history_read(self) -> StartRead | None:
+        """specwatch_history_errors_total{reason} and specwatch_history_steps (fleet mode only)."""
+        if self.fleet is None:
+            return None
+        return self.history_errors, self.history.steps if self.history is not None else None
+
     def _publish(self, *, ready: bool) -> Published:
         state = self.pipeline.state()
         self._rendering_state = state
@@ -511,25 +520,6 @@ class Service:
         """Every target's last two polls failed (vLLM has exited), or there is none to wait for."""
         targets = self.published.state.targets
         return all(t.up is False and self._failed_polls.get(t.name, 0) >= 2 for t in targets)
-
-
-class HistoryCollector(Collector):
-    """specwatch_history_steps and specwatch_history_errors_total{reason}: live fleet mode's read of
-    the history before its start."""
-
-    def __init__(self, get: Callable[[], Service | None]):
-        self._get = get
-
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterable[Metric]:
-        service = self._get()
-        if service is None:
-            return
-        yield contract.filled("specwatch_history_errors", (([r], n) for r, n in service.history_errors.items()))
-        if service.history is not None:
-            yield contract.single("specwatch_history_steps", float(service.history.steps))
 
 
 class PollErrorsCollector(Collector):
