@@ -121,7 +121,7 @@ config_last_reload_success_timestamp_seconds gauge     both    -                
 readback_errors                              counter   sidecar -/reason                                       -                          | Failed read-backs of the previous pod's series, by reason.
 readback_restored_routes                     gauge     sidecar -                                              -                          | Routes whose before-window was read back from the previous pod at start.
 history_steps                                gauge     fleet   -                                              -                          | Steps of the history before the start (prometheus.history_lookback, on backtest's grid) replayed into the learners, verdicts and rollout grader when the fleet evaluator was built; none of them is served.
-history_errors                               counter   fleet   -/reason                                       -                          | History reads at start that failed or were cut short (timeout: past their time budget; limit: past their query cap), by reason ({query_reasons}); the fleet then polls live with what was read.
+history_errors                               counter   fleet   -/reason                                       -                          | History reads at start that failed or were cut short (timeout: past their time budget; budget: past their query cap), by reason ({query_reasons}, budget); the fleet then polls live with what was read.
 """
 
 

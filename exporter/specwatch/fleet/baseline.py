@@ -28,8 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specwatch import costmodel
-from specwatch.config import Config
-from specwatch.config.cost_model import learning_enabled, prior_source
+from specwatch.config.cost_model import prior_source
 from specwatch.fleet.grouping import ReplicaKey
 from specwatch.verdict.bookkeeping import LEARNERS, EvaluationContext, RouteLearning, window_point
 from specwatch.windows.window import WindowView
@@ -84,10 +83,10 @@ class FleetLearning:
         self._routes: dict[str, _Route] = {}
         self._polls = 0
 
-    def reconfigure(self, old: Config, rebuilt: Sequence[str]) -> None:
-        """After the context's reconfigure from `old`: the same points refitted under a new prior;
-        learning switched (auto included) or its settings changed start afresh."""
-        if LEARNERS in rebuilt or learning_enabled(old) != self.context.learning_enabled:
+    def reconfigure(self, rebuilt: Sequence[str]) -> None:
+        """After the context's reconfigure: the same points refitted under a new prior; learning
+        switched (auto included) or its settings changed start afresh."""
+        if LEARNERS in rebuilt:
             self._routes.clear()
         for route in self._routes.values():
             route.carry(rebuilt, self.context.cost_model)

@@ -101,11 +101,10 @@ class FleetEvaluator(EvaluationContext):
         again (the stated schedule, the cost model). Returns what was rebuilt."""
         if config.fleet_shape() != self.config.fleet_shape():
             raise ValueError("the Prometheus source, routes or windows changed: build a new FleetEvaluator")
-        old = self.config
         rebuilt = super().reconfigure(config)
         for record in self._records.values():
             record.derived.clear()  # window stats derived with the old draft.k hint
-        self.learning.reconfigure(old, rebuilt)
+        self.learning.reconfigure(rebuilt)
         return rebuilt
 
     # -- input -----------------------------------------------------------------------------

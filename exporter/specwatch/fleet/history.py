@@ -20,20 +20,36 @@ import math
 import time
 from dataclasses import replace
 
+from specwatch.costmodel import learned
 from specwatch.fleet.backtest import RANGE_QUERY_TIMEOUT, replay
-from specwatch.fleet.client import MAX_POINTS_PER_SERIES, PromClient, PromQueryError, RangeAnswer
+from specwatch.fleet.client import (
+    MAX_POINTS_PER_SERIES,
+    QUERY_ERROR_REASONS,
+    PromClient,
+    PromQueryError,
+    RangeAnswer,
+)
 from specwatch.fleet.evaluator import FleetEvaluator
 from specwatch.fleet.state import HistoryRead
 
-#: Steps replayed at most: two days at a 1m window, the learner's horizon for spec-off windows at
-#: the default half-life (they are dropped 8 half-lives after the last).
-MAX_STEPS = 2880
+#: Steps replayed at most: the learner's horizon for spec-off windows at the default half-life
+#: (they are dropped BASELINE_HALF_LIVES half-lives after the last) at a 1m window: two days.
+MAX_STEPS = round(learned.BASELINE_HALF_LIVES * learned.DEFAULT_HALF_LIFE_SECONDS / 60.0)
 #: Range queries at most (a chunk is one query per window plus the freshness query; a server's
 #: sample limit splits chunks in halves).
 MAX_QUERIES = 64
+#: The reason a read ends when MAX_QUERIES were taken: not the server's "limit", which replay
+#: answers by splitting the chunk (here every half would be refused again).
+BUDGET = "budget"
+#: What HistoryRead.error may say: a query error reason, or BUDGET.
+HISTORY_ERROR_REASONS = (*QUERY_ERROR_REASONS, BUDGET)
 #: Wall-time budget of the whole read. It comes before the first live poll (the service keeps /healthz
 #: ticking meanwhile; /readyz says starting), so the budget bounds how late that poll comes.
 DEADLINE = 120.0
+
+
+class _QueryBudgetSpent(Exception):
+    """MAX_QUERIES were taken: the read ends (raised past replay, which retries only query errors)."""
 
 
 class _BoundedClient:
@@ -41,7 +57,7 @@ class _BoundedClient:
 
     def __init__(self, client: PromClient, deadline: float, max_queries: int):
         self.client = client
-        self._base = client.config
+        self.base = client.config  # restored when the read ends
         self._deadline = deadline
         self._max_queries = max_queries
         self.queries = 0
@@ -54,8 +70,8 @@ class _BoundedClient:
         if left <= 0:
             raise PromQueryError("timeout", "the history read ran out of time")
         if self.queries >= self._max_queries:
-            raise PromQueryError("limit", f"the history read took {self._max_queries} queries")
-        self.client.config = replace(self._base, timeout=min(left, RANGE_QUERY_TIMEOUT))
+            raise _QueryBudgetSpent(f"the history read took {self._max_queries} queries")
+        self.client.config = replace(self.base, timeout=min(left, RANGE_QUERY_TIMEOUT))
         self.queries += 1
         return self.client.query_range(expr, start, end, step)
 
@@ -78,7 +94,8 @@ def read_history(
 ) -> HistoryRead:
     """Evaluate the steps now - k·step (k = steps..1) into ``evaluator``; what was read. ``step``
     defaults to the shortest window (backtest's default)."""
-    source = evaluator.source
+    source = evaluator.config.prometheus
+    assert source is not None  # a FleetEvaluator's config has a Prometheus source
     lookback = source.history_lookback
     step = step if step is not None else min(evaluator.config.windows)
     origin, steps = history_grid(now, lookback, step, max_steps)
@@ -101,8 +118,10 @@ def read_history(
                 break
     except PromQueryError as exc:
         error = exc.reason
+    except _QueryBudgetSpent:
+        error = BUDGET
     finally:
-        raw.config = source
+        raw.config = bounded.base
         if own:
             raw.close()
     return HistoryRead(lookback, first, last, done, bounded.queries, time.monotonic() - started, error)

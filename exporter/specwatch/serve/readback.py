@@ -23,13 +23,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
 
 from specwatch.base.units import format_duration
 from specwatch.config import ReadbackConfig
-from specwatch.export import contract
 from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Series
+from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.verdict.grading import WindowSummary, restored_summary
 
 log = structlog.get_logger("specwatch.readback")
@@ -175,21 +173,11 @@ class Readback:
         return self._result
 
 
-class ReadbackCollector(Collector):
+def readback_collector(get: Callable[[], Readback | None]) -> StartReadCollector:
     """specwatch_readback_errors_total{reason} and specwatch_readback_restored_routes."""
 
-    def __init__(self, get: Callable[[], Readback | None]) -> None:
-        self._get = get
+    def read() -> StartRead | None:
+        readback = get()
+        return None if readback is None else (readback.errors, readback.restored)
 
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterable[Metric]:
-        readback = self._get()
-        if readback is None:
-            return
-        yield contract.filled(
-            "specwatch_readback_errors", (([reason], count) for reason, count in readback.errors.items())
-        )
-        if readback.restored is not None:
-            yield contract.single("specwatch_readback_restored_routes", readback.restored)
+    return StartReadCollector("specwatch_readback_errors", "specwatch_readback_restored_routes", read)

@@ -40,14 +40,14 @@ from specwatch.export.fleet_collector import FleetCollector
 from specwatch.export.history import PageHistory
 from specwatch.export.page import render_page
 from specwatch.export.status import encode_status
-from specwatch.fleet.client import QUERY_ERROR_REASONS
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource, FleetState, replica_name
-from specwatch.fleet.history import DEADLINE, read_history
+from specwatch.fleet.history import DEADLINE, HISTORY_ERROR_REASONS, read_history
 from specwatch.fleet.state import HistoryRead
 from specwatch.serve.change_log import ChangeLog
 from specwatch.serve.http_server import CappedHTTPServer, Published, handler_for
-from specwatch.serve.readback import Readback, ReadbackCollector
+from specwatch.serve.readback import Readback, readback_collector
 from specwatch.serve.reload import ConfigSource, ReloadCollector, ReloadStatus, warn_about_alert_window
+from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.scrape import ScrapeError, Scraper, ScrapeResult, redact_url, steady_clock
 from specwatch.sidecar.state import State
@@ -95,7 +95,8 @@ class Service:
         # Fleet mode: the history before the first poll, replayed once per new evaluator (fleet/history.py).
         self._history_pending = self.fleet is not None
         self.history: HistoryRead | None = None
-        self.history_errors = dict.fromkeys(QUERY_ERROR_REASONS, 0)
+        self.history_errors = dict.fromkeys(HISTORY_ERROR_REASONS, 0)
+        self._history_crashed = False  # the last poll-loop bug came from the history read
         # Sidecar mode with `readback:`: what the previous pod exported, read once after start.
         self.readback = Readback(config.readback) if self.active and config.readback and not self.fleet else None
         self._stop = threading.Event()
@@ -110,11 +111,13 @@ class Service:
             )
         )
         self.registry.register(ReloadCollector(lambda: self.reload_status))
-        self.registry.register(ReadbackCollector(lambda: self.readback))
+        self.registry.register(readback_collector(lambda: self.readback))
         self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
         self._failed_polls: dict[str, int] = {}  # consecutive failed polls per target (the drain)
         self.registry.register(PollErrorsCollector(lambda: self.poll_errors))
-        self.registry.register(HistoryCollector(lambda: self if self.fleet is not None else None))
+        self.registry.register(
+            StartReadCollector("specwatch_history_errors", "specwatch_history_steps", self._history_read)
+        )
         self._rendering_state: State = self.pipeline.state()
         self._rendering_fleet: FleetState | None = None
         self._changes = ChangeLog()
@@ -310,14 +313,22 @@ class Service:
     def _read_history(self, fleet: FleetSource, now: float) -> None:
         """The history read (fleet/history.py) on its own thread while this one, the evaluator's only
         other writer, waits for it and keeps /healthz ticking (a slow Prometheus must not look like a
-        hung poll loop). A failed or cut-short read is counted and logged once; polling goes on."""
-        if fleet.evaluator.source.history_lookback <= 0:
+        hung poll loop). A failed or cut-short read is counted and logged once; polling goes on. A bug
+        in the read is raised here, in the poll thread, for _recover (which then does not retry it)."""
+        prometheus = fleet.evaluator.config.prometheus
+        if prometheus is None or prometheus.history_lookback <= 0:
             self.history = HistoryRead(0.0, None, None, 0, 0, 0.0)
             return
         result: list[HistoryRead] = []
-        reader = threading.Thread(
-            target=lambda: result.append(read_history(fleet.evaluator, now)), name="specwatch-history", daemon=True
-        )
+        failure: list[Exception] = []
+
+        def reading() -> None:
+            try:
+                result.append(read_history(fleet.evaluator, now))
+            except Exception as exc:  # noqa: BLE001 - raised again in the poll thread below
+                failure.append(exc)
+
+        reader = threading.Thread(target=reading, name="specwatch-history", daemon=True)
         reader.start()
         deadline = time.monotonic() + DEADLINE + 10.0  # the read keeps to DEADLINE; this only guards it
         while reader.is_alive() and not self._stop.is_set() and time.monotonic() < deadline:
@@ -325,8 +336,11 @@ class Service:
             self.published = replace(self.published, last_tick=time.monotonic())
         if self._stop.is_set():
             return  # stopping: the reader is a daemon thread, its result is not needed
-        if reader.is_alive() or not result:
-            raise RuntimeError("the history read did not finish")  # a bug: _recover starts afresh
+        if failure or reader.is_alive() or not result:
+            self._history_crashed = True  # a bug: _recover starts afresh, without this read
+            if failure:
+                raise failure[0]
+            raise RuntimeError("the history read did not finish")
         read = self.history = result[0]
         if read.error is not None:
             self.history_errors[read.error] += 1
@@ -338,6 +352,12 @@ class Service:
             )
         else:
             log.info("fleet_history_read", steps=read.steps, queries=read.queries, seconds=round(read.seconds, 3))
+
+    def _history_read(self) -> StartRead | None:
+        """specwatch_history_errors_total{reason} and specwatch_history_steps (fleet mode only)."""
+        if self.fleet is None:
+            return None
+        return self.history_errors, self.history.steps if self.history is not None else None
 
     def _publish(self, *, ready: bool) -> Published:
         state = self.pipeline.state()
@@ -390,8 +410,10 @@ class Service:
         """A poll-loop bug (target faults never get here): count it, log it once per kind, and start
         the windows afresh from the running config, keeping the exported counters, so a half-applied
         poll can neither repeat the fault forever nor serve numbers from it. No kubelet restart is
-        needed (in sidecar mode one would make the vLLM pod NotReady), and /healthz keeps ticking."""
+        needed (in sidecar mode one would make the vLLM pod NotReady), and /healthz keeps ticking.
+        A new fleet evaluator reads the history again, unless the bug was in that read (no loop)."""
         self.poll_errors += 1
+        history_crashed, self._history_crashed = self._history_crashed, False
         if self._changes.changed(("poll_failed",), repr(exc)[:200]):
             log.exception("poll_failed", recovery="windows restarted from the running config")
         try:
@@ -400,6 +422,7 @@ class Service:
                 if self.fleet is not None:
                     self.fleet.client.close()
                     self.fleet = FleetSource(FleetEvaluator(self.config))
+                    self._history_pending, self.history = not history_crashed, None
             self.published = self._publish(ready=self.published.ready)
         except Exception:  # the rebuild itself failed: /healthz goes stale, alerts fire
             log.exception("poll_recovery_failed")
@@ -497,25 +520,6 @@ class Service:
         """Every target's last two polls failed (vLLM has exited), or there is none to wait for."""
         targets = self.published.state.targets
         return all(t.up is False and self._failed_polls.get(t.name, 0) >= 2 for t in targets)
-
-
-class HistoryCollector(Collector):
-    """specwatch_history_steps and specwatch_history_errors_total{reason}: live fleet mode's read of
-    the history before its start."""
-
-    def __init__(self, get: Callable[[], Service | None]):
-        self._get = get
-
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterable[Metric]:
-        service = self._get()
-        if service is None:
-            return
-        yield contract.filled("specwatch_history_errors", (([r], n) for r, n in service.history_errors.items()))
-        if service.history is not None:
-            yield contract.single("specwatch_history_steps", float(service.history.steps))
 
 
 class PollErrorsCollector(Collector):

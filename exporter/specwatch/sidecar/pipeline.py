@@ -359,7 +359,10 @@ class Pipeline(EvaluationContext):
         return self._learned_model(route)
 
     def _learned_model(self, route: _RouteRecord) -> costmodel.CostModel:
-        """The route's cost model now: over its learned curve, else the configured one."""
+        """The route's cost model now: over its learned curve, else (or with learning off) the
+        configured one."""
+        if not self.learning_enabled:
+            return self.cost_model
         learner = route.learner
         curve = learner.curve() if learner is not None else None
         if curve is None and learner is not None and route.restored_knots:
@@ -380,7 +383,7 @@ class Pipeline(EvaluationContext):
 
     def cost_model_source(self) -> str:
         """default | preset | profile | learned: what the verdicts rest on now."""
-        if self.config.profile is None and any(
+        if self.learning_enabled and any(
             r.learner is not None and r.learner.curve() is not None for r in self._routes.values()
         ):
             return "learned"

@@ -57,15 +57,16 @@ class EvaluationContext:
 
     def reconfigure(self, config: Config) -> list[str]:
         """Take a reloaded config: the schedule and the memo are derived again, the cost model only
-        when its inputs changed ("cost_model"); a change of `learning` means fresh learners
-        ("learners"). Returns what was rebuilt, for the evaluator to carry its learners over."""
-        old, rebuilt = self.config, []
+        when its inputs changed ("cost_model"); a change of `learning`, or of whether learning is on
+        (auto turns it off when a preset or profile is added), means fresh learners ("learners").
+        Returns what was rebuilt, for the evaluator to carry its learners over."""
+        old, was_enabled, rebuilt = self.config, self.learning_enabled, []
         self.config = config
         self._derive(config)
         if config.cost_inputs() != old.cost_inputs():
             self.cost_model = cost_model_from_config(config)
             rebuilt.append(COST_MODEL)
-        if config.learning != old.learning:
+        if config.learning != old.learning or self.learning_enabled != was_enabled:
             rebuilt.append(LEARNERS)
         return rebuilt
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from specwatch import sim
-from specwatch.config import Config, from_mapping
+from specwatch.config import Config, HardwareConfig, from_mapping
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.costmodel import learned
 from specwatch.costmodel.observation import observation_from_deltas
@@ -169,6 +169,32 @@ def test_a_reload_that_changes_learning_starts_fresh_learners(learnt):
     after = mode.learners(evaluator)
     # None left, or (the sidecar evaluates again at once) one new from the current window at most.
     assert all(learner.points <= 1 < before[name].points for name, learner in after.items())
+
+
+def _auto_on_defaults(config: Config) -> Config:
+    """`config` with learning auto and neither hardware nor model configured: learning is on."""
+    return replace(
+        config,
+        learning=replace(config.learning, enabled=None),
+        hardware=HardwareConfig(),
+        model=replace(config.model, preset=None, hf_config=None, params=None),
+    )
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
+def test_a_reload_that_turns_auto_learning_off_drops_the_learners_and_serves_the_configured_model(mode):
+    evaluator = mode.build(_auto_on_defaults(mode.config()))
+    assert evaluator.learning_enabled
+    mode.feed(evaluator)
+    assert mode.learners(evaluator), "the route learns on the defaults"
+    config = evaluator.config
+    rebuilt = evaluator.reconfigure(replace(config, hardware=replace(config.hardware, preset="l40s")))
+    assert rebuilt == ["cost_model", "learners"]
+    assert not evaluator.learning_enabled
+    assert mode.learners(evaluator) == {}
+    if mode.name == "sidecar":  # what status, the page and replay read
+        assert evaluator.cost_model_info().source == "preset"
+        assert all(route.cost_model is evaluator.cost_model for route in evaluator.state().routes)
 
 
 def _point(t: float) -> learned.StepObservation:

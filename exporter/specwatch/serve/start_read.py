@@ -1,0 +1,34 @@
+"""The families of a read done once at start (sidecar mode's readback, fleet mode's history): a
+counter of its failures for every reason, and one gauge of what it read, absent until it is done."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from specwatch.export import contract
+
+#: What a read says now: failures by reason, and what it read (None: not done yet).
+StartRead = tuple[Mapping[str, int], float | None]
+
+
+class StartReadCollector(Collector):
+    """`errors` ({reason}) and `gauge` of the read `get` returns; nothing when it returns None (no
+    such read in this mode)."""
+
+    def __init__(self, errors: str, gauge: str, get: Callable[[], StartRead | None]) -> None:
+        self._errors, self._gauge, self._get = errors, gauge, get
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        read = self._get()
+        if read is None:
+            return
+        counts, value = read
+        yield contract.filled(self._errors, (([reason], count) for reason, count in counts.items()))
+        if value is not None:
+            yield contract.single(self._gauge, value)

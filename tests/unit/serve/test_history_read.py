@@ -1,0 +1,85 @@
+"""The service's bookkeeping of fleet mode's history read (serve/service.py), against a Prometheus
+that refuses connections: once per evaluator, counted once, and a poll-loop bug's recovery."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from specwatch.config import from_mapping
+from specwatch.serve import service as service_module
+from specwatch.serve.service import Service
+from support.loopback import free_port
+
+
+def _fleet(url: str, **prometheus: object):
+    return from_mapping(
+        {"listen": "127.0.0.1:0", "prometheus": {"url": url, "timeout": "1s", **prometheus}}, environ={}
+    )
+
+
+def _tick(service: Service) -> None:
+    """One tick of the poll loop: a bug is recovered as _poll_loop recovers it."""
+    try:
+        service.poll_once()
+    except Exception as exc:  # noqa: BLE001 - what _poll_loop catches
+        service._recover(exc)
+
+
+def test_an_unreachable_prometheus_counts_the_history_once_and_a_new_evaluator_reads_it_again():
+    url = f"http://127.0.0.1:{free_port()}"
+    service = Service(_fleet(url), clock=lambda: 1e9)
+    service.poll_once()
+    service.poll_once()
+    assert service.history is not None and (service.history.steps, service.history.error) == (0, "connect")
+    assert service.history_errors["connect"] == 1, "read once per evaluator, not per poll"
+    evaluator = service.fleet.evaluator if service.fleet else None
+    service.apply(_fleet(url, history_lookback="1h"))
+    assert service.fleet is not None and service.fleet.evaluator is evaluator, "the lookback alone rebuilds nothing"
+    service.poll_once()
+    assert service.history_errors["connect"] == 1
+    service.apply(_fleet(url, selector='{job="other"}'))
+    assert service.history is None, "a new evaluator: its history is not read yet"
+    service.poll_once()
+    assert service.history_errors["connect"] == 2
+
+
+def test_history_lookback_0s_reads_nothing_and_says_so():
+    service = Service(_fleet(f"http://127.0.0.1:{free_port()}", history_lookback="0s"), clock=lambda: 1e9)
+    service.poll_once()
+    assert service.history is not None and (service.history.steps, service.history.queries) == (0, 0)
+    assert sum(service.history_errors.values()) == 0
+    assert b"specwatch_history_steps 0.0" in service.published.metrics
+
+
+def test_the_evaluator_rebuilt_after_a_poll_loop_bug_reads_the_history_again():
+    service = Service(_fleet(f"http://127.0.0.1:{free_port()}"), clock=lambda: 1e9)
+    service.poll_once()
+    assert service.history_errors["connect"] == 1
+    service._recover(RuntimeError("a bug in a live poll"))
+    assert service.history is None, "the new evaluator has read nothing yet"
+    service.poll_once()
+    assert service.history_errors["connect"] == 2, "its learners get the history too"
+    assert service.history is not None and service.history.error == "connect"
+
+
+def test_a_bug_in_the_history_read_is_recovered_once_by_the_poll_loop_and_not_retried(monkeypatch):
+    calls, hooked = [], []
+
+    def buggy(*_args: object, **_kwargs: object) -> None:
+        calls.append(1)
+        raise ValueError("injected history bug")
+
+    monkeypatch.setattr(service_module, "read_history", buggy)
+    monkeypatch.setattr(threading, "excepthook", hooked.append)
+    service = Service(_fleet(f"http://127.0.0.1:{free_port()}"), clock=lambda: 1e9)
+    with pytest.raises(ValueError, match="injected history bug"):
+        service.poll_once()  # raised in the poll thread, as it was raised in the reader
+    assert hooked == [], "nothing goes to threading.excepthook"
+    service._recover(ValueError("injected history bug"))
+    for _ in range(3):
+        _tick(service)
+    assert len(calls) == 1, "the rebuilt evaluator does not read again"
+    assert service.poll_errors == 1
+    assert service.history is None
