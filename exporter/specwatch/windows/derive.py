@@ -197,9 +197,11 @@ def _window_sums(view: WindowView) -> _WindowSums:
     intermediate dict, no property calls, the most frequent kind, ITL buckets, tested first). A
     view class with its own increases() (fleet mode's) is read through it: each increase then
     comes as `last` with nothing before it."""
-    sums = _WindowSums()
-    itl_buckets, pos = sums.itl_buckets, sums.accepted_by_position
-    itl_count_by_engine, steps_by_engine = sums.itl_count_by_engine, sums.steps_by_engine
+    itl_buckets: dict[float, float] = {}
+    pos: dict[int, float] = {}
+    drafted_by_position: dict[int, float] = {}
+    itl_count_by_engine: dict[str, float] = {}
+    steps_by_engine: dict[str, float] = {}
     drafts = draft_tokens = accepted = gen = itl_sum = 0.0
     if type(view).increases is WindowView.increases:
         first, series_values = view.first.totals, view.last.totals.items()
@@ -214,7 +216,7 @@ def _window_sums(view: WindowView) -> _WindowSums:
             itl_buckets[le] = itl_buckets.get(le, 0.0) + delta
         elif kind in POSITION_COUNTERS:
             position = int(sub)  # type: ignore[arg-type]  # key.position
-            by_position = pos if kind == _POS else sums.drafted_by_position
+            by_position = pos if kind == _POS else drafted_by_position
             by_position[position] = by_position.get(position, 0.0) + delta
         elif kind == _DRAFTS:
             drafts += delta
@@ -230,8 +232,19 @@ def _window_sums(view: WindowView) -> _WindowSums:
             itl_count_by_engine[series] = itl_count_by_engine.get(series, 0.0) + delta
         elif kind == _STEPS:
             steps_by_engine[series] = steps_by_engine.get(series, 0.0) + delta
-    sums.drafts, sums.draft_tokens, sums.accepted, sums.gen, sums.itl_sum = drafts, draft_tokens, accepted, gen, itl_sum
-    return sums
+    # Built once at the end: the dataclass's default factories would make five dicts to discard.
+    return _WindowSums(
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted=accepted,
+        gen=gen,
+        itl_sum=itl_sum,
+        itl_count_by_engine=itl_count_by_engine,
+        steps_by_engine=steps_by_engine,
+        accepted_by_position=pos,
+        drafted_by_position=drafted_by_position,
+        itl_buckets=itl_buckets,
+    )
 
 
 def _batch_size(view: WindowView, sums: _WindowSums) -> float | None:
