@@ -156,9 +156,10 @@ def max_speculative_batch_size(
     # of the loop: the same operations in the same order.
     gain = cm.tokens_per_step(k, alpha, coverage)
     k_ = k
+    step_times = cm.step_times  # bound once: the search probes a dozen batches or more
 
     def pays(b: int) -> bool:
-        base, spec = cm.step_times(b, k_, coverage)
+        base, spec = step_times(b, k_, coverage)
         return gain * base / spec > 1.0
 
     if not pays(1):

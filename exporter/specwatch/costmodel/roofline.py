@@ -297,11 +297,74 @@ class CostModel:
         if hit is None:
             if len(memo) >= _MEMO_LIMIT:
                 memo.clear()
-            hit = memo[key] = self.plain_step_times(batch, k, coverage)
+            hit = memo[key] = self.fused_step_times(batch, k, coverage)
         return hit
 
     def plain_step_times(self, batch: float, k: float, coverage: float = 1.0) -> tuple[float, float]:
         return self.base_step_time(batch), self.spec_step_time(batch, k, coverage)
+
+    def fused_step_times(self, batch: float, k: float, coverage: float = 1.0) -> tuple[float, float]:
+        """``plain_step_times`` in one pass for a dense roofline model: the same operations in the
+        same order (bit for bit), with the model's fixed factors read once and the plain step shared
+        by the verify step's terms. A profile, a learned curve or an MoE takes the plain path."""
+        fixed_factors = self._fused_factors
+        if fixed_factors is None:
+            return self.plain_step_times(batch, k, coverage)
+        if not (0 < coverage <= 1):
+            raise CostModelError("draft_coverage", "draft_coverage must be in (0, 1]")
+        weight_time, two_active, flops, kv_per_token, bandwidth, fixed_step, context_per_request = fixed_factors
+        b = max(float(batch), 1.0)
+        kv_time = kv_per_token * max(b * context_per_request, 0.0) / bandwidth
+        base = max(weight_time, two_active * b / flops) + kv_time + fixed_step
+        c = coverage
+        verify_tokens = max(float(b * (k + 1) if c >= 1.0 else b * (1 + c * k)), 1.0)
+        verify = max(weight_time, two_active * verify_tokens / flops) + kv_time + fixed_step
+        d = self.draft
+        draft = fixed = 0.0
+        if not k <= 0:  # draft_time's test and spec_step_time's (k > 0) differ for a NaN K
+            kind = self._draft_kind
+            if kind == "ngram":
+                ngram_tokens = max(float(b * (k + 1)), 1.0)
+                draft = NGRAM_FRACTION_OF_VERIFY * (
+                    max(weight_time, two_active * ngram_tokens / flops) + kv_time + fixed_step
+                )
+            elif kind == "head":
+                head_weight_time, two_head, head_kv = self._fused_head_factors
+                head_step = max(head_weight_time, two_head * b / flops) + head_kv * b / bandwidth + 0.0
+                draft = (k if d.head_steps_per_token else 1.0) * (d.fixed_seconds + head_step)
+            else:
+                draft = k * self.draft_cost_per_token() * base
+        if k > 0 and d.cost_per_token is None:
+            fixed = self.verify_overhead_seconds + self.verify_seconds_per_request * b
+        spec = verify + draft + fixed if c >= 1.0 else verify + c * draft + fixed
+        return base, spec
+
+    @cached_property
+    def _fused_factors(self) -> tuple[float, float, float, float, float, float, float] | None:
+        """fused_step_times' per-model factors of the roofline; None where it does not apply."""
+        weight_bytes = self._dense_weight_bytes
+        if self.profile is not None or weight_bytes is None:
+            return None
+        return (
+            weight_bytes / self.bandwidth_eff,
+            2.0 * self._active_params,
+            self.flops_eff,
+            self.kv_bytes_per_token,
+            self.bandwidth_eff,
+            self.fixed_seconds,
+            self.context_tokens,
+        )
+
+    @cached_property
+    def _fused_head_factors(self) -> tuple[float, float, float]:
+        """The draft head's fixed factors of its roofline step (``_head_draft_time``)."""
+        d = self.draft
+        kv_scale = DTYPE_BYTES[self.kv_dtype] / 2.0
+        return (
+            d.head_params * DTYPE_BYTES["bf16"] / self.bandwidth_eff,
+            2.0 * d.head_params,
+            d.head_kv_bytes_per_token * kv_scale * self.context_tokens,
+        )
 
     @staticmethod
     def tokens_per_step(k: float, alpha: float, coverage: float = 1.0) -> float:

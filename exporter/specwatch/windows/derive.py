@@ -169,6 +169,13 @@ def v0_draft_length(acceptance: float, efficiency: float, max_k: int = 16) -> in
 _NOTHING_BEFORE: dict[SeriesKey, float] = {}
 
 
+# The counters as module constants for _window_sums' loop: an enum member's lookup on its class
+# costs several times a global's, once per comparison per series.
+_ITL_BUCKET, _POS = Counter.ITL_BUCKET, Counter.POS
+_DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _GEN = Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN
+_ITL_SUM, _ITL_COUNT, _STEPS = Counter.ITL_SUM, Counter.ITL_COUNT, Counter.STEPS
+
+
 @dataclass
 class _WindowSums:
     """One window's increases, summed over its series: what every derived value is made of."""
@@ -190,9 +197,11 @@ def _window_sums(view: WindowView) -> _WindowSums:
     intermediate dict, no property calls, the most frequent kind, ITL buckets, tested first). A
     view class with its own increases() (fleet mode's) is read through it: each increase then
     comes as `last` with nothing before it."""
-    sums = _WindowSums()
-    itl_buckets, pos = sums.itl_buckets, sums.accepted_by_position
-    itl_count_by_engine, steps_by_engine = sums.itl_count_by_engine, sums.steps_by_engine
+    itl_buckets: dict[float, float] = {}
+    pos: dict[int, float] = {}
+    drafted_by_position: dict[int, float] = {}
+    itl_count_by_engine: dict[str, float] = {}
+    steps_by_engine: dict[str, float] = {}
     drafts = draft_tokens = accepted = gen = itl_sum = 0.0
     if type(view).increases is WindowView.increases:
         first, series_values = view.first.totals, view.last.totals.items()
@@ -202,29 +211,40 @@ def _window_sums(view: WindowView) -> _WindowSums:
         before = first.get(key)
         delta = last if before is None or last < before else last - before
         kind, series, sub = key
-        if kind == Counter.ITL_BUCKET:
+        if kind == _ITL_BUCKET:
             le = float(sub)  # type: ignore[arg-type]  # key.le
             itl_buckets[le] = itl_buckets.get(le, 0.0) + delta
         elif kind in POSITION_COUNTERS:
             position = int(sub)  # type: ignore[arg-type]  # key.position
-            by_position = pos if kind == Counter.POS else sums.drafted_by_position
+            by_position = pos if kind == _POS else drafted_by_position
             by_position[position] = by_position.get(position, 0.0) + delta
-        elif kind == Counter.DRAFTS:
+        elif kind == _DRAFTS:
             drafts += delta
-        elif kind == Counter.DRAFT_TOKENS:
+        elif kind == _DRAFT_TOKENS:
             draft_tokens += delta
-        elif kind == Counter.ACCEPTED:
+        elif kind == _ACCEPTED:
             accepted += delta
-        elif kind == Counter.GEN:
+        elif kind == _GEN:
             gen += delta
-        elif kind == Counter.ITL_SUM:
+        elif kind == _ITL_SUM:
             itl_sum += delta
-        elif kind == Counter.ITL_COUNT:
+        elif kind == _ITL_COUNT:
             itl_count_by_engine[series] = itl_count_by_engine.get(series, 0.0) + delta
-        elif kind == Counter.STEPS:
+        elif kind == _STEPS:
             steps_by_engine[series] = steps_by_engine.get(series, 0.0) + delta
-    sums.drafts, sums.draft_tokens, sums.accepted, sums.gen, sums.itl_sum = drafts, draft_tokens, accepted, gen, itl_sum
-    return sums
+    # Built once at the end: the dataclass's default factories would make five dicts to discard.
+    return _WindowSums(
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted=accepted,
+        gen=gen,
+        itl_sum=itl_sum,
+        itl_count_by_engine=itl_count_by_engine,
+        steps_by_engine=steps_by_engine,
+        accepted_by_position=pos,
+        drafted_by_position=drafted_by_position,
+        itl_buckets=itl_buckets,
+    )
 
 
 def _batch_size(view: WindowView, sums: _WindowSums) -> float | None:

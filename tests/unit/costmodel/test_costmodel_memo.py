@@ -4,6 +4,7 @@ give exactly (bit for bit, ==) what the plain formulas compute on a freshly buil
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -89,6 +90,45 @@ def test_the_step_times_memo_answers_exactly_what_the_plain_step_times_compute(w
         plain = fresh.plain_step_times(batch, k, coverage)
         assert long_lived.step_times(batch, k, coverage) == plain
         assert plain == (long_lived.base_step_time(batch), long_lived.spec_step_time(batch, k, coverage))
+
+
+def _same_floats(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Equal bit for bit, NaN matching NaN."""
+    return all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b, strict=True))
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    which=st.integers(0, len(MODELS)),
+    method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model", "medusa")),
+    batch=st.one_of(st.integers(-3, 1024), st.floats(-1.0, 4096.0), st.just(math.nan)),
+    k=st.one_of(st.integers(-2, 16), st.floats(-1.0, 16.0), st.just(math.nan)),
+    coverage=st.one_of(st.just(1.0), st.floats(1e-6, 1.0)),
+)
+def test_the_fused_step_times_are_the_plain_step_times_bit_for_bit(which, method, batch, k, coverage):
+    cm = BUILDS[which]().with_method(method)
+    assert _same_floats(cm.fused_step_times(batch, k, coverage), cm.plain_step_times(batch, k, coverage))
+
+
+@pytest.mark.parametrize("coverage", [0.0, 1.5, math.nan])
+def test_the_fused_step_times_refuse_a_coverage_outside_0_1_as_the_plain_ones_do(coverage):
+    cm = cmod.build_cost_model()
+    for step_times in (cm.fused_step_times, cm.plain_step_times):
+        with pytest.raises(cmod.CostModelError, match="draft_coverage"):
+            step_times(4.0, 3, coverage)
+
+
+def test_the_fused_path_covers_the_dense_roofline_and_leaves_profiles_and_moe_to_the_plain_one():
+    covered = {name: build()._fused_factors is not None for name, build in builders()}
+    assert covered == {
+        "eagle3": True,
+        "70b-tp4-ngram": True,
+        "moe-mtp": False,
+        "draft-model": True,
+        "profile": False,
+        "configured-cost": True,
+        "learned": False,
+    }
 
 
 def test_the_memo_is_bounded_and_not_part_of_the_models_value():
