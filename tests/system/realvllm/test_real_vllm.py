@@ -603,7 +603,11 @@ def test_live_sidecar_reports_spec_off_for_server_without_speculation(nospec_run
         nospec_run.events["start"] + 5, nospec_run.events["end"]
     )
     assert rows
-    for _, status, metrics in rows:
+    # A read while the target is down (a scrape past its deadline on a loaded machine) carries no
+    # window (the freshness rule of /metrics): not a read of the server.
+    up = [row for row in rows if all(t["up"] for t in row[1]["targets"])]
+    assert len(up) >= len(rows) // 2, f"the target was down in {len(rows) - len(up)} of {len(rows)} reads"
+    for _, status, metrics in up:
         r = route_of(status)
         assert r["spec_present"] is False
         for win in (W_SHORT, W_MID, W_LONG):
