@@ -28,6 +28,7 @@ from specwatch.config.nodes import Items, Key, Section, result_fields
 from specwatch.config.schema import SCHEMA
 from specwatch.sim.scenario import ScenarioError
 from specwatch.sim.scenario import parse_duration as scenario_duration
+from support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART_SCHEMA = ROOT / "helm" / "specwatch" / "values.schema.json"
@@ -118,13 +119,7 @@ def test_environment_overrides_file_values_and_header_values_come_from_env():
 def test_check_config_exits_2_with_one_line_naming_the_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("targets:\n  - url: http://127.0.0.1:8000/metrics\n    timeout: soon\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("check-config", str(bad))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert "targets[0].timeout" in proc.stderr
@@ -168,13 +163,7 @@ decision:
   hold: 2
 log: {{format: json, level: info}}
 """)
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(good)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("check-config", str(good))
     assert proc.returncode == 0, proc.stderr
     assert load(str(good)).model.hf_config["num_hidden_layers"] == 32
 
@@ -182,13 +171,7 @@ log: {{format: json, level: info}}
 def test_run_with_a_bad_config_exits_2(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("windows: [1m, 1m]\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "run", "--config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("run", "--config", str(bad))
     assert proc.returncode == 2 and "windows" in proc.stderr
 
 
@@ -622,13 +605,7 @@ def test_changing_only_history_lookback_keeps_the_fleet_shape():
 def test_check_config_names_a_bad_history_lookback_in_one_line_and_exits_2(tmp_path):
     bad = tmp_path / "fleet.yaml"
     bad.write_text("prometheus:\n  url: http://prometheus:9090\n  history_lookback: yesterday\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("check-config", str(bad))
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert "prometheus.history_lookback:" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -767,13 +744,7 @@ def test_a_bearer_token_file_is_relative_to_the_config_file_and_excludes_an_auth
 def test_check_config_names_the_bad_prometheus_key_in_one_line_and_exits_2(tmp_path):
     bad = tmp_path / "fleet.yaml"
     bad.write_text('prometheus:\n  url: http://prometheus:9090\n  selector: \'job="vllm" pod="x"\'\n')
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("check-config", str(bad))
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert proc.stderr.strip().startswith("prometheus.selector:") or "prometheus.selector:" in proc.stderr
 

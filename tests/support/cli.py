@@ -1,0 +1,20 @@
+"""The specwatch command line run the way a user runs it: a fresh interpreter, its output kept."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+
+
+def run_cli(*args: str, timeout: float = 30, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m specwatch.cli ARGS` to its end; the caller reads the exit status and stderr.
+    `env` replaces the environment whole (None inherits this one)."""
+    return subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
