@@ -1,4 +1,4 @@
-"""The specwatch command line run the way a user runs it: a fresh interpreter, its output kept."""
+"""specwatch's command lines run the way a user runs them: a fresh interpreter, its output kept."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import sys
 from collections.abc import Mapping
 
 
-def run_cli(*args: str, timeout: float = 30, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m specwatch.cli ARGS` to its end; the caller reads the exit status and stderr.
+def run_cli(
+    *args: str, module: str = "specwatch.cli", timeout: float = 30, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m MODULE ARGS` to its end; the caller reads the exit status and the output.
     `env` replaces the environment whole (None inherits this one)."""
     return subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", *args],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -3,8 +3,6 @@ the schema is the one source of validation, environment variables and the chart'
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -333,13 +331,7 @@ def test_flags_override_the_environment_which_overrides_the_file(tmp_path):
 
 
 def test_the_chart_config_schema_is_generated_from_the_config_schema():
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.config.chart", str(CHART_SCHEMA), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_cli(str(CHART_SCHEMA), "--check", module="specwatch.config.chart", timeout=60)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -443,13 +435,7 @@ def test_one_duration_grammar_for_config_and_scenarios():
 
 def test_the_readme_example_config_is_generated_from_the_schema_and_loads():
     readme = ROOT / "README.md"
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.config.docs", str(readme), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_cli(str(readme), "--check", module="specwatch.config.docs", timeout=60)
     assert proc.returncode == 0, proc.stderr
     block = readme.read_text(encoding="utf-8").split("<!-- config:begin -->")[1].split("<!-- config:end -->")[0]
     raw = yaml.safe_load(block.strip().removeprefix("```yaml").removesuffix("```"))
