@@ -1,6 +1,6 @@
 """Builders of the values many tests start from: a window's stats whose counters agree with each
-other, one route-window's evaluation of it, one poll's route snapshot, and the sidecar config of a
-simulated scenario."""
+other, one route-window's evaluation of it, one poll's route snapshot, the sidecar config of a
+simulated scenario, and the scenario of one pod whose shorter draft pays."""
 
 from __future__ import annotations
 
@@ -107,3 +107,25 @@ def scenario_raw_config(
 def scenario_config(scenario: Scenario | str, **options: Any) -> Config:
     """That config loaded, without the environment."""
     return from_mapping(scenario_raw_config(scenario, **options), environ={})
+
+
+#: The pods' acceptance by draft position: sure of two tokens, weak after, so a shorter draft pays at batch 64.
+POD_ACCEPTANCE = (0.9, 0.7, 0.25, 0.15)
+
+
+def pod_scenario(k: int, duration: str) -> dict[str, Any]:
+    """One pod's life, as a scenario mapping: Llama-3.1-8B on an H100 with EAGLE-3 at draft length k,
+    64 requests on route `chat` for `duration`."""
+    return {
+        "name": f"pod-k{k}",
+        "hardware": "h100-sxm",
+        "model": "llama-3.1-8b",
+        "method": "eagle3",
+        "num_speculative_tokens": k,
+        "prompt_tokens": 512,
+        "output_tokens": 256,
+        "routes": [{"model_name": "chat"}],
+        "phases": [
+            {"name": "run", "duration": duration, "concurrency": 64, "k": k, "acceptance": list(POD_ACCEPTANCE[:k])}
+        ],
+    }

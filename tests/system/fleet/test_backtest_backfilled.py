@@ -18,6 +18,7 @@ import pytest
 from specwatch import config as config_mod
 from specwatch.fleet.backtest import Backtest, backtest_to
 from specwatch.sidecar.replay import replay
+from support.cli import run_cli
 
 from .conftest import POLL
 from .promharness import PROMETHEUS, PROMTOOL
@@ -123,31 +124,15 @@ def test_backtest_splits_a_range_over_the_points_limit_without_changing_the_answ
 
 
 def test_the_backtest_command_streams_json_lines_and_exits_2_on_a_bad_config(backfilled, tmp_path) -> None:
-    import subprocess
-    import sys
-
     prometheus, recordings = backfilled
     start = min(json.loads(line)["t"] for line in recordings["sim-a:8000"].read_text().splitlines())
     good = tmp_path / "fleet.yaml"
     good.write_text(
         f"prometheus: {{url: '{prometheus.url}', selector: '{{job=\"vllm\"}}'}}\nwindows: [1m, 5m]\npoll_interval: 5s\n"
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "specwatch.fleet.backtest",
-            "--config",
-            str(good),
-            "--start",
-            str(start + 60),
-            "--end",
-            str(start + 120),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    backtest = "specwatch.fleet.backtest"
+    done = run_cli(
+        "--config", str(good), "--start", str(start + 60), "--end", str(start + 120), module=backtest, timeout=120
     )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
@@ -155,13 +140,7 @@ def test_the_backtest_command_streams_json_lines_and_exits_2_on_a_bad_config(bac
     assert {line["t"] for line in lines[:-1]} == {start + 60, start + 120}, "default step: the shortest window"
     bad = tmp_path / "bad.yaml"
     bad.write_text("prometheus: {url: 'http://p:9090', timeout: soon}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "specwatch.fleet.backtest", "--config", str(bad), "--start", "0", "--end", "60"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli("--config", str(bad), "--start", "0", "--end", "60", module=backtest, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "specwatch: config error: prometheus.timeout: expected a duration like 500ms, 5s, 1m or 2h, got 'soon'"

@@ -14,7 +14,7 @@ fleet nothing but the history: the first live poll serves, the failure counted a
 from __future__ import annotations
 
 import json
-import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,11 +29,11 @@ from specwatch.fleet.state import replica_record
 from specwatch.serve.service import Service
 from specwatch.sim.record import record
 from specwatch.sim.scenario import parse_scenario
+from support.builders import pod_scenario
 
 from .conftest import POLL
 from .faultproxy import FaultProxy
-from .openmetrics import recording_to_openmetrics
-from .promharness import PROMETHEUS, PROMTOOL, start_prometheus
+from .promharness import PROMETHEUS, PROMTOOL, serve_backfilled
 
 pytestmark = [
     pytest.mark.e2e,
@@ -70,6 +70,10 @@ def _scenario() -> dict[str, Any]:
     }
 
 
+def _first_poll_time(recording: Path) -> float:
+    return float(json.loads(recording.read_text().splitlines()[0])["t"])
+
+
 @pytest.fixture(scope="module")
 def switched(tmp_path_factory: pytest.TempPathFactory):
     """A Prometheus over the replicas' TSDB, and the recordings' first poll time."""
@@ -79,20 +83,10 @@ def switched(tmp_path_factory: pytest.TempPathFactory):
     for i, instance in enumerate(REPLICAS):
         path = work / f"{instance.split(':')[0]}.jsonl"
         record(scenario, path, poll_interval=POLL, seed=30 + i)
-        recordings.append((path, {"instance": instance, "job": "vllm"}))
-    openmetrics = work / "history.om.txt"
-    recording_to_openmetrics(recordings, openmetrics)
-    data = work / "data"
-    subprocess.run(
-        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    origin = json.loads(recordings[0][0].read_text().splitlines()[0])["t"]
-    prometheus = start_prometheus(work / "prom", storage=data)
+        recordings.append((path, {"instance": instance, "job": "vllm"}, "vllm:"))
+    prometheus = serve_backfilled(work, recordings)
     try:
-        yield prometheus, origin
+        yield prometheus, _first_poll_time(recordings[0][0])
     finally:
         prometheus.stop()
 
@@ -227,45 +221,24 @@ POD_LIFE = 12 * 60.0  # the old pod's, then the new pod's first minutes
 GRADED_AT = POD_LIFE + 6 * 60.0  # the new pod's longest window (5m) has filled
 
 
-def _pod(k: int) -> dict[str, Any]:
-    acceptance = [0.9, 0.7, 0.25, 0.15]  # sure of two tokens, weak after: a shorter draft pays at batch 64
-    return {
-        "name": f"pod-k{k}",
-        "hardware": "h100-sxm",
-        "model": "llama-3.1-8b",
-        "method": "eagle3",
-        "num_speculative_tokens": k,
-        "prompt_tokens": 512,
-        "output_tokens": 256,
-        "routes": [{"model_name": "chat"}],
-        "phases": [{"name": "run", "duration": "1h", "concurrency": 64, "k": k, "acceptance": acceptance[:k]}],
-    }
-
-
 @pytest.fixture(scope="module")
 def recreated(tmp_path_factory: pytest.TempPathFactory):
     """A recreate rollout recorded into a TSDB: a K=4 pod for POD_LIFE, then a K=2 pod (another
     instance) from then on; a Prometheus over it, and the recording's start."""
     work = tmp_path_factory.mktemp("rollout-before-start")
     old, new = work / "old.jsonl", work / "new.jsonl"
-    record(parse_scenario(_pod(4)), old, poll_interval=POLL, seed=1, duration=POD_LIFE)
-    record(parse_scenario(_pod(2)), new, poll_interval=POLL, seed=2, start=POD_LIFE, duration=GRADED_AT - POD_LIFE + 60)
-    openmetrics = work / "history.om.txt"
-    recording_to_openmetrics(
-        [(old, {"instance": "pod-old:8000", "job": "vllm"}), (new, {"instance": "pod-new:8000", "job": "vllm"})],
-        openmetrics,
+    record(parse_scenario(pod_scenario(4, "1h")), old, poll_interval=POLL, seed=1, duration=POD_LIFE)
+    new_pod = parse_scenario(pod_scenario(2, "1h"))
+    record(new_pod, new, poll_interval=POLL, seed=2, start=POD_LIFE, duration=GRADED_AT - POD_LIFE + 60)
+    prometheus = serve_backfilled(
+        work,
+        [
+            (old, {"instance": "pod-old:8000", "job": "vllm"}, "vllm:"),
+            (new, {"instance": "pod-new:8000", "job": "vllm"}, "vllm:"),
+        ],
     )
-    data = work / "data"
-    subprocess.run(
-        [str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    origin = json.loads(old.read_text().splitlines()[0])["t"]
-    prometheus = start_prometheus(work / "prom", storage=data)
     try:
-        yield prometheus, origin
+        yield prometheus, _first_poll_time(old)
     finally:
         prometheus.stop()
 

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
+from support.builders import pod_scenario
 from support.loopback import free_port, stop_process, wait_http
 
 from .promharness import PROMETHEUS, start_prometheus
@@ -27,26 +28,11 @@ from .promharness import PROMETHEUS, start_prometheus
 SPEED = 4.0  # sim seconds per wall second
 WINDOWS = ("10s", "30s")
 POD_LIFE = 45.0  # wall seconds each pod serves: the longest window fills, then Prometheus scrapes it
-ACCEPTANCE = [0.9, 0.7, 0.25, 0.15]  # sure of two tokens, weak after: a shorter draft pays at batch 64
 SETTLED = 10.0  # wall seconds after a pod's start before its tokens/s is taken as its truth
 
 
 def write_scenario(path: Path, k: int) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": f"pod-k{k}",
-                "hardware": "h100-sxm",
-                "model": "llama-3.1-8b",
-                "method": "eagle3",
-                "num_speculative_tokens": k,
-                "prompt_tokens": 512,
-                "output_tokens": 256,
-                "routes": [{"model_name": "chat"}],
-                "phases": [{"name": "run", "duration": "4h", "concurrency": 64, "k": k, "acceptance": ACCEPTANCE[:k]}],
-            }
-        )
-    )
+    path.write_text(yaml.safe_dump(pod_scenario(k, "4h")))
     return path
 
 

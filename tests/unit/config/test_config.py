@@ -3,8 +3,6 @@ the schema is the one source of validation, environment variables and the chart'
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -28,6 +26,7 @@ from specwatch.config.nodes import Items, Key, Section, result_fields
 from specwatch.config.schema import SCHEMA
 from specwatch.sim.scenario import ScenarioError
 from specwatch.sim.scenario import parse_duration as scenario_duration
+from support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART_SCHEMA = ROOT / "helm" / "specwatch" / "values.schema.json"
@@ -118,13 +117,7 @@ def test_environment_overrides_file_values_and_header_values_come_from_env():
 def test_check_config_exits_2_with_one_line_naming_the_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("targets:\n  - url: http://127.0.0.1:8000/metrics\n    timeout: soon\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("check-config", str(bad))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert "targets[0].timeout" in proc.stderr
@@ -168,13 +161,7 @@ decision:
   hold: 2
 log: {{format: json, level: info}}
 """)
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(good)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("check-config", str(good))
     assert proc.returncode == 0, proc.stderr
     assert load(str(good)).model.hf_config["num_hidden_layers"] == 32
 
@@ -182,13 +169,7 @@ log: {{format: json, level: info}}
 def test_run_with_a_bad_config_exits_2(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("windows: [1m, 1m]\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "run", "--config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("run", "--config", str(bad))
     assert proc.returncode == 2 and "windows" in proc.stderr
 
 
@@ -350,13 +331,7 @@ def test_flags_override_the_environment_which_overrides_the_file(tmp_path):
 
 
 def test_the_chart_config_schema_is_generated_from_the_config_schema():
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.config.chart", str(CHART_SCHEMA), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_cli(str(CHART_SCHEMA), "--check", module="specwatch.config.chart", timeout=60)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -460,13 +435,7 @@ def test_one_duration_grammar_for_config_and_scenarios():
 
 def test_the_readme_example_config_is_generated_from_the_schema_and_loads():
     readme = ROOT / "README.md"
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.config.docs", str(readme), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_cli(str(readme), "--check", module="specwatch.config.docs", timeout=60)
     assert proc.returncode == 0, proc.stderr
     block = readme.read_text(encoding="utf-8").split("<!-- config:begin -->")[1].split("<!-- config:end -->")[0]
     raw = yaml.safe_load(block.strip().removeprefix("```yaml").removesuffix("```"))
@@ -622,13 +591,7 @@ def test_changing_only_history_lookback_keeps_the_fleet_shape():
 def test_check_config_names_a_bad_history_lookback_in_one_line_and_exits_2(tmp_path):
     bad = tmp_path / "fleet.yaml"
     bad.write_text("prometheus:\n  url: http://prometheus:9090\n  history_lookback: yesterday\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("check-config", str(bad))
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert "prometheus.history_lookback:" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -767,13 +730,7 @@ def test_a_bearer_token_file_is_relative_to_the_config_file_and_excludes_an_auth
 def test_check_config_names_the_bad_prometheus_key_in_one_line_and_exits_2(tmp_path):
     bad = tmp_path / "fleet.yaml"
     bad.write_text('prometheus:\n  url: http://prometheus:9090\n  selector: \'job="vllm" pod="x"\'\n')
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("check-config", str(bad))
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert proc.stderr.strip().startswith("prometheus.selector:") or "prometheus.selector:" in proc.stderr
 

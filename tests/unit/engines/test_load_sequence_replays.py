@@ -7,8 +7,6 @@ neither has a per-token ITL histogram."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -27,6 +25,7 @@ from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
 from specwatch.sidecar.state import State
+from support.cli import run_cli
 from support.engine_fixtures import fixture, polls, recording
 
 WIDTH = 30.0  # the one window, "30s"
@@ -237,13 +236,7 @@ def test_specwatch_replay_of_a_sglang_recording_says_its_values_are_gauge_means(
     recorded.write_text("\n".join(recording(_fixture("sglang"), "sglang")) + "\n")
     config = tmp_path / "specwatch.yaml"
     config.write_text(json.dumps(_config("sglang")))  # JSON is YAML
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recorded)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    proc = run_cli("replay", "--config", str(config), str(recorded), timeout=60)
     assert proc.returncode == 0, proc.stderr
     lines = {r["t"]: r for r in map(json.loads, proc.stdout.splitlines())}
     assert lines[1035.0]["acceptance_basis"] == "engine_gauge_mean"

@@ -18,33 +18,16 @@ from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.grading import ORIGIN_PREVIOUS_POD
+from support.builders import pod_scenario
 from support.loopback import free_port
 
 POLL = 5.0
-ACCEPTANCE = [0.9, 0.7, 0.25, 0.15]  # sure of two tokens, weak after: a shorter draft pays at batch 64
-
-
-def pod_scenario(k: int):
-    """One pod's life: Llama-3.1-8B on an H100 with EAGLE-3 at draft length k, 64 requests."""
-    return parse_scenario(
-        {
-            "name": f"pod-k{k}",
-            "hardware": "h100-sxm",
-            "model": "llama-3.1-8b",
-            "method": "eagle3",
-            "num_speculative_tokens": k,
-            "prompt_tokens": 512,
-            "output_tokens": 256,
-            "routes": [{"model_name": "chat"}],
-            "phases": [{"name": "run", "duration": "600s", "concurrency": 64, "k": k, "acceptance": ACCEPTANCE[:k]}],
-        }
-    )
 
 
 def run_pod(k: int, seconds: float, restored=None, seed: int = 1, learning: bool = False):
     """A fresh sidecar beside a fresh simulated vLLM; returns the pipeline and the true tokens/s
     after the first minute (closed loop at the same load: the per-request decode speed)."""
-    sc = pod_scenario(k)
+    sc = parse_scenario(pod_scenario(k, "600s"))
     raw = sidecar_config_for(
         sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m", "4m")
     )

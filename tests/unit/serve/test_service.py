@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from support.cli import run_cli
 from support.loopback import free_port, wait_http
 from support.paths import fixture_path
 
@@ -415,14 +416,7 @@ def test_sidecar_mode_stays_up_on_a_bad_config_and_recovers_when_it_is_fixed(tmp
 def test_without_sidecar_mode_a_bad_config_still_exits_2_naming_the_key(tmp_path):
     config = tmp_path / "specwatch.yaml"
     config.write_text("windows: [nope]\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env={**os.environ, "SPECWATCH_MODE": ""},
-    )
+    proc = run_cli("run", "--config", str(config), env={**os.environ, "SPECWATCH_MODE": ""})
     assert proc.returncode == 2 and "windows[0]" in proc.stderr
 
 
@@ -430,14 +424,7 @@ def test_without_sidecar_mode_a_bad_config_still_exits_2_naming_the_key(tmp_path
 def test_check_config_warns_when_the_alert_window_is_not_a_configured_window(tmp_path, window, warned):
     config = tmp_path / "specwatch.yaml"
     config.write_text("windows: [1m, 15m]\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env={**os.environ, "SPECWATCH_ALERT_WINDOW": window},
-    )
+    proc = run_cli("check-config", str(config), env={**os.environ, "SPECWATCH_ALERT_WINDOW": window})
     assert proc.returncode == 0, proc.stderr
     assert ('window="5m"' in proc.stderr and "can never fire" in proc.stderr) == warned, proc.stderr
 
@@ -446,36 +433,16 @@ def test_check_config_reads_the_alert_window_from_the_config_file(tmp_path):
     config = tmp_path / "specwatch.yaml"
     config.write_text("windows: [1m, 15m]\nalerting: {window: 15m}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("SPECWATCH_ALERT_WINDOW", "SPECWATCH_ALERTING__WINDOW")}
-    quiet = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env=env,
-    )
+    quiet = run_cli("check-config", str(config), env=env)
     assert quiet.returncode == 0 and "can never fire" not in quiet.stderr, quiet.stderr
-    flagged = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(config), "--alert-window", "5m"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env=env,
-    )
+    flagged = run_cli("check-config", str(config), "--alert-window", "5m", env=env)
     assert flagged.returncode == 0 and 'window="5m"' in flagged.stderr, flagged.stderr
 
 
 def test_a_bad_alert_window_flag_exits_2_naming_the_flag(tmp_path):
     config = tmp_path / "specwatch.yaml"
     config.write_text("windows: [1m, 5m]\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "check-config", str(config), "--alert-window", "soon"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_cli("check-config", str(config), "--alert-window", "soon")
     assert proc.returncode == 2 and "--alert-window" in proc.stderr, proc.stderr
 
 

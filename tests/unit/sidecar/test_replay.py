@@ -2,14 +2,13 @@
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
 from specwatch.config import from_mapping
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
+from support.cli import run_cli
 from support.vllm_payloads import FakeVllm
 
 POLL = 5.0
@@ -198,13 +197,7 @@ def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys
     recording.write_text("\n".join(lines) + "\n")
     config = tmp_path / "c.yaml"
     config.write_text(json.dumps(CONFIG))
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    proc = run_cli("replay", "--config", str(config), str(recording), timeout=60)
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(records) == 2 * 5  # two windows, evaluations from the second poll on
@@ -260,25 +253,13 @@ def test_replay_without_a_config_learns_the_target_names_from_the_recording(tmp_
     run_phase(FakeVllm(), 6, 0.0, lines)
     recording = tmp_path / "rec.jsonl"
     recording.write_text("\n".join(line.replace('"target": "vllm"', '"target": "pod-a"') for line in lines) + "\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "replay", str(recording)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_cli("replay", str(recording), timeout=60)
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert records and {r["route"] for r in records} == {"m"}
     config = tmp_path / "c.yaml"
     config.write_text(json.dumps(CONFIG))
-    strict = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "replay", "--config", str(config), str(recording)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    strict = run_cli("replay", "--config", str(config), str(recording), timeout=60)
     assert strict.returncode == 2 and "pod-a" in strict.stderr
 
 

@@ -3,8 +3,6 @@ its verdict timeline changes when, and only when, the scenario crosses what the 
 the true verdict where the true speedup is clear of 1 by the model's error, undecided where not."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -12,6 +10,7 @@ from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.sidecar.replay import replay
 from specwatch.sim.sidecar_config import sidecar_config_for
+from support.cli import run_cli
 from support.decidable import decidable_verdict
 
 POLL = 5.0
@@ -135,13 +134,7 @@ def test_mixed_routes_are_judged_separately(tmp_path):
 
 
 def test_demo_runs_for_a_fixed_duration_and_prints_the_table():
-    proc = subprocess.run(
-        [sys.executable, "-m", "specwatch.cli", "demo", "--duration", "20s", "--refresh", "4s"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=90,
-    )
+    proc = run_cli("demo", "--duration", "20s", "--refresh", "4s", timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "/metrics" in out and "break-even" in out and "verdict" in out

@@ -13,30 +13,16 @@ from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.grading import RolloutGrader
+from support.builders import pod_scenario
 
 POLL = 5.0
-ACCEPTANCE = [0.9, 0.7, 0.25, 0.15]
 
 
 def pod(k: int, seed: int):
     """A replica drafting K tokens; K = 0: the same server with speculation off."""
     drafted = k or 2
-    sc = parse_scenario(
-        {
-            "name": f"pod-k{k}",
-            "hardware": "h100-sxm",
-            "model": "llama-3.1-8b",
-            "method": "eagle3",
-            "num_speculative_tokens": drafted,
-            "prompt_tokens": 512,
-            "output_tokens": 256,
-            "routes": [{"model_name": "chat"}],
-            "phases": [
-                {"name": "run", "duration": "900s", "concurrency": 64, "k": drafted, "acceptance": ACCEPTANCE[:drafted]}
-            ],
-            "events": [] if k else [{"at": 0, "type": "spec_off"}],
-        }
-    )
+    events = [] if k else [{"at": 0, "type": "spec_off"}]
+    sc = parse_scenario({**pod_scenario(drafted, "900s"), "name": f"pod-k{k}", "events": events})
     config = from_mapping(
         sidecar_config_for(
             sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m", "4m")
