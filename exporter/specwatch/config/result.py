@@ -12,6 +12,7 @@ from typing import Any
 
 from specwatch.base.units import format_duration
 from specwatch.costmodel import Profile
+from specwatch.costmodel.learned import DEFAULT_HALF_LIFE_SECONDS, DEFAULT_MIN_POINTS
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,9 @@ class LearningConfig:
     # configured profile overrides it. None (auto): learn when neither hardware nor model is
     # configured, i.e. when the verdict would otherwise rest on assumed defaults.
     enabled: bool | None = None
-    min_points: int = 6
-    half_life: float = 6 * 3600.0
+    # The learner's own defaults: one home (costmodel/learned.py), so the two cannot diverge.
+    min_points: int = DEFAULT_MIN_POINTS
+    half_life: float = DEFAULT_HALF_LIFE_SECONDS
     point_seconds: float = 10.0
 
 

@@ -102,6 +102,10 @@ class FleetEvaluator(EvaluationContext):
         if config.fleet_shape() != self.config.fleet_shape():
             raise ValueError("the Prometheus source, routes or windows changed: build a new FleetEvaluator")
         rebuilt = super().reconfigure(config)
+        # The shape leaves out only history_lookback; still, the source is the reloaded config's, so
+        # that evaluator.source and evaluator.config.prometheus are never two answers.
+        assert config.prometheus is not None  # the shape check above: a source is configured
+        self.source = config.prometheus
         for record in self._records.values():
             record.derived.clear()  # window stats derived with the old draft.k hint
         self.learning.reconfigure(rebuilt)

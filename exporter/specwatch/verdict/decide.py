@@ -171,7 +171,7 @@ def _candidate(
 
 
 def stay_margin(interval: uncertainty.SpeedupInterval, band: float) -> float:
-    """How far (log speedup) a bound may cross the line before a keep or disable in effect is left.
+    """How far (log speedup) a bound may cross the line before a verdict in effect is left.
     Poll to poll the bound moves with the window's noise: alpha's sampling error, at the interval's
     confidence, and what the interval does not model (the live batch and the step times wander),
     which the hysteresis band stands for; whichever is larger."""
@@ -180,26 +180,28 @@ def stay_margin(interval: uncertainty.SpeedupInterval, band: float) -> float:
 
 def interval_lines(candidate: str, previous_verdict: str | None, *, band: float, stay: float) -> tuple[float, float]:
     """The lines the interval must clear for ``candidate`` with ``previous_verdict`` in effect:
-    (keep's lower bound above, disable's upper bound below). The rule (docs/costmodel.md,
-    "Uncertainty"); * marks the stay lines, which only the verdict in effect gets when it is the
-    candidate again (entering keep or disable, and shorten, use the others):
+    (keep's lower bound above, disable's upper bound below; shorten is decided by either). The
+    rule (docs/costmodel.md, "Uncertainty"); * marks the stay lines, which only the verdict in
+    effect gets when it is the candidate again (entering any verdict uses the others):
 
     =================  ===========================  ===========================
     verdict in effect  keep: lower bound above      disable: upper bound below
     =================  ===========================  ===========================
     any other          1 − band                     1 − band
     keep               (1 − band)·e^−stay *         1 − band
-    shorten            1 − band                     1 + band
+    shorten            (1 − band)·e^−stay *         (1 + band)·e^stay *
     disable            1 + band                     (1 + band)·e^stay *
     =================  ===========================  ===========================
 
-    Only leaving keep or disable is made harder, so a verdict in effect does not flap with
-    undecided as the bound wanders about its line; entering them needs only the entry lines."""
+    Only leaving a verdict in effect is made harder, so it does not flap with undecided as a
+    bound wanders about its line; entering needs only the entry lines. A shorten in effect gets
+    both stay lines: it was decided on one side or the other, and leaving it needs the bound of
+    that side to cross its line by the further stay margin."""
     keep_line = 1.0 + band if previous_verdict == "disable" else 1.0 - band
     disable_line = 1.0 + band if previous_verdict in ("disable", "shorten") else 1.0 - band
-    if candidate == previous_verdict == "keep":
+    if candidate == previous_verdict and candidate in ("keep", "shorten"):
         keep_line *= math.exp(-stay)
-    if candidate == previous_verdict == "disable":
+    if candidate == previous_verdict and candidate in ("disable", "shorten"):
         disable_line *= math.exp(stay)
     return keep_line, disable_line
 

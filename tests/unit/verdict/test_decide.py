@@ -649,7 +649,7 @@ def test_nothing_configured_and_nothing_learned_decides_nothing():
     assert assess(configured, window, DECISION, "eagle3", None).candidate == "keep"
 
 
-# ---- leaving keep or disable: the stay lines ----------------------------------------------------
+# ---- leaving a verdict in effect: the stay lines -------------------------------------------------
 
 
 def window_with_bound(cm, batch, k, bound, *, side):
@@ -712,6 +712,35 @@ def test_disable_in_effect_leaves_for_undecided_once_the_upper_bound_is_clearly_
     assert verdicts_through_the_hold([clearly, clearly], "disable") == ["disable", "undecided"]
 
 
+def shorten_with_lower_bound(bound):
+    """The weak-tail window (a shorter draft pays more: candidate shorten) under a cost model whose
+    error puts the interval's lower bound at ``bound``; the speedup and the candidate stay put."""
+    window = weak_tail_stats(drafts=HUGE)
+    speedup = assess(ROOFLINE_CM, window, DECISION, "eagle3", "shorten").expected_speedup
+    z = decide.uncertainty.z_for(DECISION.confidence)
+    return replace(ROOFLINE_CM, calibration_log_error=math.log(speedup / bound) / z), window
+
+
+def test_shorten_in_effect_holds_while_the_lower_bound_wanders_just_around_its_line():
+    line = 1.0 - band_for(ROOFLINE_CM, 96, 4)
+    (above, window), (below, _) = (shorten_with_lower_bound(line * f) for f in (1.01, 0.99))
+    assert assess(above, window, DECISION, "eagle3", "keep").candidate == "shorten"
+    assert assess(below, window, DECISION, "eagle3", "keep").candidate == "undecided"  # entering: the entry line
+    state, seen = VerdictState("shorten"), []
+    hold = DECISION.hold_seconds(5.0)
+    for i, cm in enumerate([above, below, below, above, below, below, below, above] * 3):
+        state = next_verdict(state, assess(cm, window, DECISION, "eagle3", state.current).candidate, hold, 5.0 * i)
+        seen.append(state.current)
+    assert set(seen) == {"shorten"}, seen
+
+
+def test_shorten_in_effect_leaves_for_undecided_once_the_lower_bound_is_clearly_below():
+    band = band_for(ROOFLINE_CM, 96, 4)
+    cm, window = shorten_with_lower_bound((1.0 - band) * math.exp(-1.5 * band))
+    a = assess(cm, window, DECISION, "eagle3", "shorten")
+    assert a.candidate == "undecided" and decide.verdict_agrees_with_config(a, 96, 4)
+
+
 def test_the_stay_margin_is_alphas_sampling_noise_where_that_exceeds_the_band():
     b, k = 8, 3
     band = band_for(ROOFLINE_CM, b, k)
@@ -739,3 +768,5 @@ def test_only_the_verdict_in_effect_gets_the_stay_lines():
         (1 + band) * math.exp(stay)
     )
     assert decide.interval_lines("disable", "shorten", band=band, stay=stay) == (1 - band, 1 + band)
+    shorten_stays = decide.interval_lines("shorten", "shorten", band=band, stay=stay)
+    assert shorten_stays == pytest.approx(((1 - band) * math.exp(-stay), (1 + band) * math.exp(stay)))
