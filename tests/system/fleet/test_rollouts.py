@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from .promharness import PROMETHEUS, start_prometheus
 
 SPEED = 4.0  # sim seconds per wall second
 WINDOWS = ("10s", "30s")
-POD_LIFE = 45.0  # wall seconds each pod serves: the longest window fills, then Prometheus scrapes it
+POD_LIFE = 60.0  # wall seconds each pod serves: the longest window fills with 30 s to spare, so a loaded machine still reads it
 SETTLED = 10.0  # wall seconds after a pod's start before its tokens/s is taken as its truth
 
 
@@ -94,6 +95,16 @@ class Pod:
         stop_process(self.sim)
 
 
+def graded_or_last(read: Callable[[], dict | None], patience: float = 30.0) -> dict | None:
+    """The grading once it says `graded`, or the last one read when `patience` wall seconds pass."""
+    deadline = time.monotonic() + patience
+    result = read()
+    while (result is None or result.get("status") != "graded") and time.monotonic() < deadline:
+        time.sleep(1.0)
+        result = read()
+    return result
+
+
 def live(pod: Pod) -> None:
     time.sleep(SETTLED)
     pod.mark()
@@ -156,8 +167,9 @@ def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_in_si
         true_gain = new.tokens_per_second / old.tokens_per_second
         assert true_gain > 1 / 0.9  # larger than the tolerance: a grading that saw no change fails
 
-        # Sidecar mode: the new sidecar graded against the old pod's window, read back.
-        grading = new.status()["routes"][0]["grading"]
+        # Sidecar mode: the new sidecar graded against the old pod's window, read back. The pod keeps
+        # serving at the same load while we wait: on a loaded machine the last poll can lag the window.
+        grading = graded_or_last(lambda: new.status()["routes"][0]["grading"])
         assert grading is not None and grading["status"] == "graded", grading
         assert grading["before"]["origin"] == "previous_pod"
         assert grading["change"]["draft_length_before"] == pytest.approx(4.0, abs=0.05)
@@ -169,8 +181,11 @@ def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_in_si
         assert "specwatch_readback_restored_routes 1.0" in metrics
 
         # Fleet mode: the old replica's windows against the new replica's.
-        status = requests.get(f"http://127.0.0.1:{ports['fleet']}/api/v1/status", timeout=5).json()
-        rollout = status["rollouts"].get("chat")
+        def fleet_status() -> dict:
+            return requests.get(f"http://127.0.0.1:{ports['fleet']}/api/v1/status", timeout=5).json()
+
+        rollout = graded_or_last(lambda: fleet_status()["rollouts"].get("chat"))
+        status = fleet_status()
         assert rollout is not None and rollout["status"] == "graded", status["rollouts"]
         assert rollout["change"]["draft_length_before"] == pytest.approx(4.0, abs=0.05)
         assert rollout["change"]["draft_length_after"] == pytest.approx(2.0, abs=0.05)
