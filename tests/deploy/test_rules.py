@@ -438,6 +438,13 @@ MUTATIONS = [
         "histogram_quantile(0.9, namespace_route_le",
         "wrong quantile",
     ),
+    (
+        "specwatch-alerts.yaml",
+        'instance="%s",namespace="%s",target="%s",route="%s"}` $labels.cluster $labels.job $labels.instance'
+        " $labels.namespace $labels.target",
+        'instance="%s",target="%s",route="%s"}` $labels.cluster $labels.job $labels.instance $labels.target',
+        "fleet mode with deployment_labels: one namespace's alert quotes another namespace's predicted gain",
+    ),
 ]
 
 

@@ -16,16 +16,18 @@ _LABEL_NAME = re.compile(LABEL_NAME_PATTERN)
 
 @dataclass(frozen=True)
 class LabelNames(Kind):
-    """A non-empty list of distinct Prometheus label names; `reserved` ones are refused with
-    `reserved_hint`. The environment gives it comma-separated."""
+    """A list of distinct Prometheus label names, non-empty unless `allow_empty`; `reserved` ones are
+    refused with `reserved_hint`. The environment gives it comma-separated."""
 
     reserved: tuple[str, ...] = ()
     reserved_prefixes: tuple[str, ...] = ("__",)
     reserved_hint: str = ""
+    allow_empty: bool = False
 
     def parse(self, value: object, key: str, ctx: Context) -> tuple[str, ...]:
-        if not isinstance(value, list) or not value:
-            raise ConfigError(key, "expected a non-empty list of label names such as [namespace, pod]")
+        if not isinstance(value, list) or not (value or self.allow_empty):
+            kind = "a list" if self.allow_empty else "a non-empty list"
+            raise ConfigError(key, f"expected {kind} of label names such as [namespace, pod]")
         for i, name in enumerate(value):
             where = f"{key}[{i}]"
             if not isinstance(name, str) or not _LABEL_NAME.fullmatch(name):
@@ -42,7 +44,7 @@ class LabelNames(Kind):
         item: JsonSchema = {"type": "string", "pattern": LABEL_NAME_PATTERN}
         if not_reserved:
             item["not"] = {"anyOf": not_reserved}
-        return {"type": "array", "items": item, "uniqueItems": True, "minItems": 1}
+        return {"type": "array", "items": item, "uniqueItems": True, "minItems": 0 if self.allow_empty else 1}
 
     def from_env(self, text: str) -> object:
         return comma_list(text)

@@ -128,6 +128,7 @@ def parse_prometheus(raw: Any, *, environ: Mapping[str, str] | None = None, base
     values = parse_section(PROMETHEUS, raw, "prometheus", ctx)
     _check_authorization(values)
     _check_canary(values)
+    _check_deployment(values)
     return PrometheusConfig(**values)
 
 
@@ -137,6 +138,17 @@ def _check_canary(values: Mapping[str, Any]) -> None:
     for name in values.get("canary") or {}:
         if name not in allowed:
             raise ConfigError(f"prometheus.canary.{name}", f"not a replica label; allowed: {', '.join(allowed)}")
+
+
+def _check_deployment(values: Mapping[str, Any]) -> None:
+    """A deployment is a set of replicas: its labels are among theirs (another label reads "")."""
+    replica = values.get("replica_labels", PrometheusConfig.replica_labels)
+    for i, name in enumerate(values.get("deployment_labels") or ()):
+        if name not in replica:
+            raise ConfigError(
+                f"prometheus.deployment_labels[{i}]",
+                f"{name} is not one of prometheus.replica_labels ({', '.join(replica)})",
+            )
 
 
 def _check_authorization(values: Mapping[str, Any], section: str = "prometheus") -> None:
@@ -159,6 +171,7 @@ def _build_prometheus(values: dict[str, Any], poll_interval: float) -> Prometheu
     section = values["prometheus"]
     _check_authorization(section)
     _check_canary(section)
+    _check_deployment(section)
     timeout = section.get("timeout")
     if timeout is None:
         # As for targets: a fifth of the interval free, so queries never overlap the next poll.

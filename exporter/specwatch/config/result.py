@@ -129,6 +129,9 @@ class PrometheusConfig:
     selector: str = ""
     # Labels that together identify one vLLM replica (one /metrics endpoint).
     replica_labels: tuple[str, ...] = ("instance",)
+    # Replica labels that identify one deployment (a subset of replica_labels): the rollout grader's
+    # key beside the route. Empty: one grading per route.
+    deployment_labels: tuple[str, ...] = ()
     # Values may hold ${ENV}; resolved at load time and never logged.
     headers: Mapping[str, str] = field(default_factory=dict)
     # Re-read for every query (projected service-account tokens rotate); relative to the config file.

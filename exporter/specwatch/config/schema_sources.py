@@ -161,6 +161,13 @@ PROMETHEUS = Section(
             "labels that together identify one vLLM replica; env: comma-separated",
             example=["namespace", "pod"],
         ),
+        Key(
+            "deployment_labels",
+            LabelNames(allow_empty=True),
+            "replica labels that identify one deployment: rollouts are graded per route and deployment "
+            "(docs/rollouts.md); []: per route; env: comma-separated",
+            example=["namespace"],
+        ),
         *_FLEET_API[2:],
         Key(
             "scrape_interval",

@@ -5,7 +5,8 @@ and the tests check the docs against it.
 
 One row per family, in export order: its name without `specwatch_`; its type; the modes that export
 it (sidecar, fleet or both); its labels, the row's key before `/` and the family's own after it (in
-fleet mode the replica's labels go between, on the families keyed by `target`); for a per-window
+fleet mode the replica's labels go between, on the families keyed by `target`; `{deployment}` in a
+key stands for prometheus.deployment_labels, none unless configured); for a per-window
 gauge filled from an evaluation, the RouteEvaluation value it exports; its HELP after `|`, where
 {window}, {mirrored}, {fleet} and {query_reasons} stand for the notes below. A family whose labels
 differ between the modes has a row per mode. Adding a family is one
@@ -34,6 +35,8 @@ MODES: dict[str, frozenset[Mode]] = {
     "fleet": frozenset({"fleet"}),
     "both": frozenset({"sidecar", "fleet"}),
 }
+#: In a row's key: the configured deployment labels (fleet mode's prometheus.deployment_labels).
+DEPLOYMENT = "{deployment}"
 ROUTE = ("route", "target")
 WINDOW = ("route", "target", "window")
 NOTES = {
@@ -112,8 +115,8 @@ advice_before_position_acceptance_rate       gauge     sidecar route,target/posi
 fleet_acceptance_rate                        gauge     fleet   route,window                                   -                          | Token-weighted acceptance rate of the route over its replicas (sum accepted / sum proposed).{fleet}
 fleet_losing_token_share                     gauge     fleet   route,window                                   -                          | Share of the route's decode tokens served by replicas where speculation loses (expected speedup < 1).{fleet}
 fleet_replicas                               gauge     fleet   route,window/verdict                           -                          | Replicas of the route per current verdict.{fleet}
-advice_predicted_gain_ratio                  gauge     fleet   route                                          -                          | After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.
-advice_measured_gain_ratio                   gauge     fleet   route                                          -                          | After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).
+advice_predicted_gain_ratio                  gauge     fleet   route,{deployment}                             -                          | After the latest change of draft length or method: decode speed per request the cost model predicted for the new config over the old one, from the window before the change.
+advice_measured_gain_ratio                   gauge     fleet   route,{deployment}                             -                          | After the latest change of draft length or method: measured decode speed per request after over before (ITL per token before / after).
 fleet_cost_model_info                        gauge     fleet   route/source,baseline                          -                          | What the route's verdicts rest on: source default, preset, profile or learned (the step-time curve fitted from its replicas' metrics); baseline canary (spec-off replicas of the route measure the target's own step time), history (its spec-off windows from before speculation was switched on, or after it was off) or none (the split between target and speculation cost is the prior's).{fleet}
 poll_errors                                  counter   both    -                                              -                          | Poll-loop failures that were not target faults (a bug): each is logged and the loop recovers in process, restarting its windows from the running config (exported counters continue).
 config_last_reload_successful                gauge     both    -                                              -                          | 1 if the last config load (start, SIGHUP or file change) succeeded, 0 if it was refused (the previous config, or none in sidecar mode, keeps running).
@@ -135,12 +138,14 @@ class Family:
     own: tuple[str, ...] = ()
     value: NumericValue | None = None
 
-    def labels(self, replica: Sequence[str] = ()) -> list[str]:
-        # Replica labels belong to what a replica exports, the rows keyed by target.
-        return [*self.key, *(replica if "target" in self.key else ()), *self.own]
+    def labels(self, replica: Sequence[str] = (), deployment: Sequence[str] = ()) -> list[str]:
+        # Replica labels belong to what a replica exports, the rows keyed by target; deployment
+        # labels to what is kept per deployment, the rows whose key names DEPLOYMENT.
+        key = [label for name in self.key for label in (deployment if name == DEPLOYMENT else (name,))]
+        return [*key, *(replica if "target" in self.key else ()), *self.own]
 
-    def new(self, replica: Sequence[str] = ()) -> Metric:
-        return _TYPES[self.type](self.name, self.help, labels=self.labels(replica))
+    def new(self, replica: Sequence[str] = (), deployment: Sequence[str] = ()) -> Metric:
+        return _TYPES[self.type](self.name, self.help, labels=self.labels(replica, deployment))
 
     def sample_names(self) -> tuple[str, ...]:
         if self.type == "counter":
@@ -192,9 +197,9 @@ ONLY_WITH_SAMPLES = frozenset({"specwatch_acceptance_basis_info"})
 class Families:
     """Fresh families of one mode's collector, in table order, to be filled and then all yielded."""
 
-    def __init__(self, mode: Mode, replica: Sequence[str] = ()):
+    def __init__(self, mode: Mode, replica: Sequence[str] = (), deployment: Sequence[str] = ()):
         self._families = {
-            family.name: family.new(replica)
+            family.name: family.new(replica, deployment)
             for family in FAMILIES
             if mode in family.modes and family.name not in SERVICE_FAMILIES
         }
@@ -247,7 +252,8 @@ def metric_table() -> str:
     rows = ["| name | type | labels | modes | help |", "|---|---|---|---|---|"]
     for family in FAMILIES:
         names = ", ".join(f"`{name}`" for name in family.sample_names())
-        labels = ", ".join(f"`{label}`" for label in family.labels()) or "—"
+        keyed = (*family.labels(), *(["prometheus.deployment_labels"] if DEPLOYMENT in family.key else []))
+        labels = ", ".join(f"`{label}`" for label in keyed) or "—"
         modes = ", ".join(mode for mode in ("sidecar", "fleet") if mode in family.modes)
         rows.append(f"| {names} | {family.type} | {labels} | {modes} | {family.help.replace('|', '/')} |")
     return "\n".join(rows)

@@ -44,7 +44,7 @@ class FleetCollector(Collector):
             return
         with_instance = "instance" not in state.replica_labels
         replica = [*state.replica_labels, *(["instance"] if with_instance else [])]
-        families = contract.Families("fleet", replica)
+        families = contract.Families("fleet", replica, state.deployment_labels)
         families.add("specwatch_build_info", [__version__], 1)
         self._health(state, families)
         if state.up:
@@ -90,10 +90,11 @@ class FleetCollector(Collector):
             families.add("specwatch_fleet_losing_token_share", labels, row.losing_token_share)
             for name, count in row.verdicts.items():
                 families.add("specwatch_fleet_replicas", [*labels, name], count)
-        # A rollout graded across replicas (old pods' windows vs new pods'): per route.
-        for route, grading in state.gradings.items():
-            families.add("specwatch_advice_predicted_gain_ratio", [route], grading.predicted_gain_ratio)
-            families.add("specwatch_advice_measured_gain_ratio", [route], grading.measured_gain_ratio)
+        # A rollout graded across replicas (old pods' windows vs new pods'): per route and deployment.
+        for (route, deployment), grading in state.gradings.items():
+            labels = [route, *(value for _, value in deployment)]
+            families.add("specwatch_advice_predicted_gain_ratio", labels, grading.predicted_gain_ratio)
+            families.add("specwatch_advice_measured_gain_ratio", labels, grading.measured_gain_ratio)
         if state.up:
             for cost_model in state.cost_models:
                 families.add(

@@ -28,6 +28,7 @@ from specwatch.export.assumptions import (
     sidecar_assumptions,
 )
 from specwatch.fleet.evaluator import FleetState, replica_name
+from specwatch.fleet.grouping import rollout_name
 from specwatch.fleet.state import HistoryRead
 from specwatch.sidecar.scrape import redact_url
 from specwatch.sidecar.state import State
@@ -200,8 +201,9 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         "prometheus": prometheus,
         "routes": routes,
         "fleet": fleet,
-        # Per route: the latest rollout graded across replicas (old pods' windows vs new pods').
-        "rollouts": {route: grading.as_dict() for route, grading in state.gradings.items()},
+        # Per route (and deployment, when deployment_labels are set): the latest rollout graded
+        # across replicas (old pods' windows vs new pods').
+        "rollouts": _rollouts(state),
         # What was replayed of the history before the start (learning only; nothing of it served).
         "history": _history(state.history),
         "windows": list(config.window_labels),
@@ -234,6 +236,17 @@ def fleet_assumptions(state: FleetState, config: Config) -> Assumptions:
             )
         )
     return assumptions(config, facts)
+
+
+def _rollouts(state: FleetState) -> dict[str, Any]:
+    """Keyed by route; with deployment_labels by route and deployment (chat{namespace="team-a"}),
+    each then also naming its route and deployment labels."""
+    if not state.deployment_labels:
+        return {route: grading.as_dict() for (route, _), grading in state.gradings.items()}
+    return {
+        rollout_name(key): {"route": key[0], "deployment": dict(key[1]), **grading.as_dict()}
+        for key, grading in state.gradings.items()
+    }
 
 
 def _history(read: HistoryRead | None) -> dict[str, Any] | None:

@@ -35,9 +35,11 @@ from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryErr
 from specwatch.fleet.grouping import (
     PlanCache,
     ReplicaKey,
+    RolloutKey,
     RouteData,
     RouteKey,
     WindowGrouper,
+    deployment_of,
     newest_samples,
     replica_name,
     window_view,
@@ -81,7 +83,8 @@ class FleetEvaluator(EvaluationContext):
         }
         self.learning = FleetLearning(self)  # one step-time curve per route
         self._records: dict[RouteKey, _Record] = {}
-        self._rollouts: dict[str, RolloutGrader] = {}  # per route: old pods' windows vs new pods' (grading.py)
+        # Per route and deployment (prometheus.deployment_labels): old pods' windows vs new pods' (grading.py).
+        self._rollouts: dict[RolloutKey, RolloutGrader] = {}
         self._polls = 0
         self._t: float | None = None
         self._up: bool | None = None
@@ -207,16 +210,7 @@ class FleetEvaluator(EvaluationContext):
             )
             record.evaluations = evaluations
             if fresh:
-                rollout = self._rollouts.setdefault(route, RolloutGrader())
-                stats = [e.stats for e in evaluations]
-                rollout.observe(
-                    replica,
-                    now,
-                    stats,
-                    record.method,
-                    self.config.decision.min_drafts,
-                    self.learning.cost_model_for(route),
-                )
+                self._observe_rollout(replica, route, record.method, now, evaluations)
             out.extend((replica, e) for e in evaluations)
         for record in self._records.values():
             if record.seen_poll != self._polls:
@@ -224,6 +218,17 @@ class FleetEvaluator(EvaluationContext):
         self._expire()
         self._fleet = fleet_rows(out)
         return out
+
+    def _observe_rollout(
+        self, replica: ReplicaKey, route: str, method: str, now: float, evaluations: Iterable[RouteEvaluation]
+    ) -> None:
+        """Feed a fresh replica's windows to its route's (and deployment's) rollout grader."""
+        deployment = deployment_of(replica, self.source.deployment_labels)
+        rollout = self._rollouts.setdefault((route, deployment), RolloutGrader())
+        stats = [e.stats for e in evaluations]
+        rollout.observe(
+            replica, now, stats, method, self.config.decision.min_drafts, self.learning.cost_model_for(route)
+        )
 
     def _windows(
         self,
@@ -272,9 +277,10 @@ class FleetEvaluator(EvaluationContext):
     def _expire(self) -> None:
         for key in self.expired(((k, r.seen_poll) for k, r in self._records.items()), self._polls):
             del self._records[key]
-        routes = {route for _, route in self._records}
-        for route in [r for r in self._rollouts if r not in routes]:
-            del self._rollouts[route]
+        labels = self.source.deployment_labels
+        live = {(route, deployment_of(replica, labels)) for replica, route in self._records}
+        for rollout in [k for k in self._rollouts if k not in live]:
+            del self._rollouts[rollout]
 
     # -- output ----------------------------------------------------------------------------
     def state(self) -> FleetState:
@@ -297,8 +303,9 @@ class FleetEvaluator(EvaluationContext):
             self._fleet if self._up else (),
             {r.name: r.baseline_itl_p99_seconds for r in self.config.routes if r.baseline_itl_p99_seconds is not None},
             self._series,
-            {route: g.grading for route, g in sorted(self._rollouts.items()) if g.grading is not None},
+            {key: g.grading for key, g in sorted(self._rollouts.items()) if g.grading is not None},
             self.learning.baselines(),
+            deployment_labels=self.source.deployment_labels,
         )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.fleet.baseline import RouteBaseline
-from specwatch.fleet.grouping import ReplicaKey
+from specwatch.fleet.grouping import ReplicaKey, RolloutKey
 from specwatch.verdict import decide
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
 from specwatch.verdict.grading import Grading
@@ -79,12 +79,15 @@ class FleetState:
     # Series in the last successful poll's window answers (None before one): 0 means the selector
     # matched nothing (logged once as prometheus_selector_matches_nothing).
     series: int | None = None
-    # Per route: the latest rollout graded across replicas (old pods' windows vs new pods').
-    gradings: Mapping[str, Grading] = field(default_factory=dict)
+    # Per (route, deployment): the latest rollout graded across replicas (old pods' windows vs new
+    # pods'); the deployment is () unless deployment_labels are configured.
+    gradings: Mapping[RolloutKey, Grading] = field(default_factory=dict)
     # Per route: what its verdicts rest on (the learned curve's source and measured baseline).
     cost_models: tuple[RouteBaseline, ...] = ()
     # Live fleet mode: the history replayed at its start (None: none asked, or not done yet).
     history: HistoryRead | None = None
+    # prometheus.deployment_labels: the labels of each grading's deployment (exported with it).
+    deployment_labels: tuple[str, ...] = ()
 
 
 def fleet_rows(evaluations: Sequence[tuple[ReplicaKey, RouteEvaluation]]) -> tuple[FleetRow, ...]:

@@ -269,6 +269,8 @@ PROMETHEUS_URL = {"url": "http://prom.example:9090"}
 def _base(path):
     if path[0] == "hardware":
         return {"hardware": "h100-sxm"}
+    if tuple(path) == ("prometheus", "deployment_labels"):  # named among the replica labels
+        return {"prometheus": {**PROMETHEUS_URL, "replica_labels": ["namespace", "pod"]}}
     return {path[0]: dict(PROMETHEUS_URL)} if path[0] in ("prometheus", "readback") else {}
 
 
@@ -383,6 +385,8 @@ def test_chart_and_exporter_both_accept_every_documented_example(tmp_path):
             raw["routes"][0].setdefault("name", "r")
         if path[0] in ("prometheus", "readback"):
             raw[path[0]] = {**PROMETHEUS_URL, **raw[path[0]]}
+        if dotted == "prometheus.deployment_labels":  # named among the replica labels (a rule across keys)
+            raw["prometheus"]["replica_labels"] = [*node.example, "pod"]
         assert not list(validator.iter_errors(raw)), dotted
         from_mapping(raw, base_dir=str(tmp_path), environ={"VLLM_API_KEY": "k", "TENANT": "t"})
 
@@ -407,6 +411,10 @@ def test_chart_and_exporter_both_accept_every_documented_example(tmp_path):
         ({"prometheus": {"selector": '{job="vllm"}'}}, False),  # url is required
         ({"prometheus": {"url": "http://p:9090", "replica_labels": ["pod", "le"]}}, False),
         ({"prometheus": {"url": "http://p:9090", "replica_labels": []}}, False),
+        ({"prometheus": {"url": "http://p:9090", "deployment_labels": []}}, True),
+        ({"prometheus": {"url": "http://p:9090", "replica_labels": ["ns", "pod"], "deployment_labels": ["ns"]}}, True),
+        ({"prometheus": {"url": "http://p:9090", "deployment_labels": ["name-space"]}}, False),
+        ({"prometheus": {"url": "http://p:9090", "deployment_labels": ["ns", "ns"]}}, False),
         ({"prometheus": {"url": "http://p:9090", "headers": {"X Tenant": "a"}}}, False),
         ({"prometheus": {"url": "http://p:9090", "wat": 1}}, False),
         ({"readback": {"url": "http://p:9090", "selector": '{job="specwatch"}'}}, True),
@@ -493,6 +501,7 @@ def test_the_fleet_sections_fields_match_the_fleet_sources_dataclass():
         ("url", "str"),
         ("selector", "str"),
         ("replica_labels", "tuple[str, ...]"),
+        ("deployment_labels", "tuple[str, ...]"),
         ("headers", "Mapping[str, str]"),
         ("bearer_token_file", "str | None"),
         ("timeout", "float"),
@@ -540,6 +549,14 @@ def test_the_prometheus_timeout_defaults_below_poll_interval_and_an_explicit_one
         ({"prometheus": {**PROMETHEUS_URL, "replica_labels": ["specwatch_family"]}}, "prometheus.replica_labels[0]"),
         ({"prometheus": {**PROMETHEUS_URL, "replica_labels": ["pod-name"]}}, "prometheus.replica_labels[0]"),
         ({"prometheus": {**PROMETHEUS_URL, "replica_labels": ["pod", "pod"]}}, "prometheus.replica_labels"),
+        ({"prometheus": {**PROMETHEUS_URL, "deployment_labels": "namespace"}}, "prometheus.deployment_labels"),
+        ({"prometheus": {**PROMETHEUS_URL, "deployment_labels": ["name-space"]}}, "prometheus.deployment_labels[0]"),
+        (
+            {"prometheus": {**PROMETHEUS_URL, "deployment_labels": ["namespace", "namespace"]}},
+            "prometheus.deployment_labels",
+        ),
+        # not a replica label: it would read "" for every replica
+        ({"prometheus": {**PROMETHEUS_URL, "deployment_labels": ["namespace"]}}, "prometheus.deployment_labels[0]"),
         ({"prometheus": {**PROMETHEUS_URL, "headers": {"X-Scope-OrgID": 7}}}, "prometheus.headers.X-Scope-OrgID"),
         (
             {"prometheus": {**PROMETHEUS_URL, "headers": {"X-Scope-OrgID": "${UNSET_TENANT}"}}},
@@ -580,6 +597,34 @@ def test_a_bad_history_lookback_raises_one_error_naming_it(value):
     with pytest.raises(ConfigError) as info:
         _prometheus(history_lookback=value)
     assert info.value.key == "prometheus.history_lookback" and "\n" not in str(info.value), str(info.value)
+
+
+def test_deployment_labels_default_to_none_and_name_replica_labels():
+    assert _prometheus().prometheus.deployment_labels == ()
+    config = _prometheus(replica_labels=["namespace", "pod"], deployment_labels=["namespace"])
+    assert config.prometheus.deployment_labels == ("namespace",)
+    assert _prometheus(replica_labels=["namespace", "pod"], deployment_labels=[]).prometheus.deployment_labels == ()
+    env = from_mapping(
+        {},
+        environ={
+            "SPECWATCH_PROMETHEUS__URL": "http://p:9090",
+            "SPECWATCH_PROMETHEUS__REPLICA_LABELS": "namespace,deployment,pod",
+            "SPECWATCH_PROMETHEUS__DEPLOYMENT_LABELS": "namespace,deployment",
+        },
+    )
+    assert env.prometheus.deployment_labels == ("namespace", "deployment")
+    # The grading's key: a change starts the evaluator afresh.
+    assert config.fleet_shape() != _prometheus(replica_labels=["namespace", "pod"]).fleet_shape()
+
+
+def test_check_config_names_a_deployment_label_that_is_no_replica_label_in_one_line_and_exits_2(tmp_path):
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text(
+        "prometheus:\n  url: http://prometheus:9090\n  replica_labels: [pod]\n  deployment_labels: [namespace]\n"
+    )
+    proc = run_cli("check-config", str(bad))
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
+    assert "prometheus.deployment_labels[0]: namespace is not one of prometheus.replica_labels" in proc.stderr
 
 
 def test_changing_only_history_lookback_keeps_the_fleet_shape():

@@ -226,13 +226,32 @@ FLEET_CASES = [
         "a rollout graded across replicas and what each route's verdicts rest on",
         replace(
             FLEET,
-            gradings={"chat": Grading(changed_at=100.0, before=BEFORE, after=AFTER, predicted_gain_ratio=0.9)},
+            gradings={("chat", ()): Grading(changed_at=100.0, before=BEFORE, after=AFTER, predicted_gain_ratio=0.9)},
             cost_models=(RouteBaseline("chat", "learned", "canary", 1, 4.0, 2.0),),
         ),
         [
             'specwatch_advice_predicted_gain_ratio{route="chat"} 0.9',
             'specwatch_advice_measured_gain_ratio{route="chat"} 0.8',
             'specwatch_fleet_cost_model_info{baseline="canary",route="chat",source="learned"} 1.0',
+        ],
+        [],
+    ),
+    (
+        "a rollout graded per deployment carries the deployment's labels",
+        replace(
+            FLEET,
+            deployment_labels=("namespace",),
+            gradings={
+                ("chat", (("namespace", "team-a"),)): Grading(changed_at=100.0, before=BEFORE, after=AFTER),
+                ("chat", (("namespace", "team-b"),)): Grading(
+                    changed_at=100.0, before=BEFORE, predicted_gain_ratio=0.9
+                ),
+            },
+        ),
+        [
+            'specwatch_advice_measured_gain_ratio{namespace="team-a",route="chat"} 0.8',
+            'specwatch_advice_predicted_gain_ratio{namespace="team-b",route="chat"} 0.9',
+            'specwatch_fleet_acceptance_rate{route="chat",window="5m"} 0.6',
         ],
         [],
     ),
@@ -311,6 +330,23 @@ def test_replica_labels_go_only_to_what_a_replica_exports():
     assert contract.BY_NAME["specwatch_verdict"].labels(["pod"]) == ["route", "target", "window", "pod", "verdict"]
     assert contract.BY_NAME["specwatch_fleet_replicas"].labels(["pod"]) == ["route", "window", "verdict"]
     assert contract.BY_NAME["specwatch_prometheus_up"].labels(["pod"]) == []
+
+
+def test_deployment_labels_go_only_to_what_is_kept_per_deployment():
+    fleet_gain = next(
+        f for f in contract.FAMILIES if f.name == "specwatch_advice_measured_gain_ratio" and "fleet" in f.modes
+    )
+    assert fleet_gain.labels(["namespace", "pod"], ["namespace"]) == ["route", "namespace"]
+    assert fleet_gain.labels(["namespace", "pod"]) == ["route"]
+    assert contract.BY_NAME["specwatch_advice_measured_gain_ratio"].labels(deployment=["namespace"]) == [
+        "route",
+        "target",
+    ]
+    assert contract.BY_NAME["specwatch_fleet_replicas"].labels(deployment=["namespace"]) == [
+        "route",
+        "window",
+        "verdict",
+    ]
 
 
 @pytest.mark.parametrize(
