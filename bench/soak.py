@@ -154,6 +154,9 @@ def soak_live(minutes: float, poll_interval: float, speed: float, scenario: str 
     (workdir / "specwatch.yaml").write_text(json.dumps(raw))
     log_path = workdir / "specwatch.log"
     http = requests.Session()
+    # A connection per request: the server drops a keep-alive connection idle for 5 s (its head
+    # deadline), the samples below come every 5 s, and a request sent as it closes is lost.
+    http.headers["Connection"] = "close"
     http.trust_env = False
     base = f"http://127.0.0.1:{port}"
     with open(log_path, "w") as log_file:
