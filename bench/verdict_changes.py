@@ -17,6 +17,7 @@ from pathlib import Path
 from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import SCENARIO_DIR, load_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
 
@@ -32,14 +33,8 @@ def verdict_changes(name: str, seed: int, *, poll: float, windows: tuple[str, ..
     pipeline, simulator = Pipeline(from_mapping(raw, environ={})), sim.Simulator(scenario, seed=seed)
     last: dict[tuple[str, str], str | None] = {}
     changes: Counter[frozenset[str]] = Counter()
-    for i in range(1, int(scenario.duration // poll) + 1):
-        t = poll * i
-        simulator.advance_to(t)
-        if scenario.faults_at(t):
-            pipeline.ingest_error("vllm", t, "http_status", duration=0.01)
-        else:
-            pipeline.ingest("vllm", t, simulator.render(), duration=0.01)
-        for evaluation in pipeline.evaluate(t):
+    for _t, evaluations in simulated_polls(simulator, pipeline, interval=poll):
+        for evaluation in evaluations:
             key, verdict = (evaluation.stats.route, evaluation.stats.window), evaluation.verdict
             if key in last and last[key] != verdict:
                 changes[frozenset((str(last[key]), str(verdict)))] += 1

@@ -28,6 +28,7 @@ from specwatch.export.collector import registry_for
 from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay_to
+from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.evaluation import evaluation_record
@@ -53,14 +54,9 @@ def scenario_outputs(name: str) -> Iterator[tuple[str, bytes]]:
     polls = int(scenario.duration // POLL_SECONDS)
     snapshots = {polls // 4, polls // 2, polls - 1}
     lines = io.StringIO()
-    for i in range(1, polls + 1):
-        t = POLL_SECONDS * i
-        simulator.advance_to(t)
-        if scenario.faults_at(t):
-            pipeline.ingest_error("vllm", t, "http_status", duration=0.01)
-        else:
-            pipeline.ingest("vllm", t, simulator.render(), duration=0.01)
-        for evaluation in pipeline.evaluate(t):
+    polled = simulated_polls(simulator, pipeline, interval=POLL_SECONDS, count=polls)
+    for i, (t, evaluations) in enumerate(polled, start=1):
+        for evaluation in evaluations:
             lines.write(json.dumps(json_safe_record(evaluation_record(evaluation)), sort_keys=True) + "\n")
         if i in snapshots:
             yield f"{name}/metrics@{t:g}", generate_latest(registry_for(pipeline.state))

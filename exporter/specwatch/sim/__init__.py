@@ -7,9 +7,11 @@ text = sim.render()          # vLLM /metrics text at sim time 120 s
 sim.truth()                  # true alpha, K, batch, break-even, verdict per route
 h = serve("alpha-drop", speed=20)    # loopback HTTP server, h.url is .../metrics; h.stop()
 record("alpha-drop", "out.jsonl", poll_interval=5.0)   # a `specwatch record` recording, no HTTP
+for t, evaluations in simulated_polls(sim, pipeline, interval=5.0): ...   # poll a sidecar pipeline, no HTTP
 """
 
 from specwatch.sim.cli import add_parsers
+from specwatch.sim.polling import simulated_polls
 from specwatch.sim.record import record
 from specwatch.sim.scenario import Scenario, ScenarioError, list_scenarios, load_scenario
 from specwatch.sim.server import SimServer, serve
@@ -27,4 +29,5 @@ __all__ = [
     "load_scenario",
     "record",
     "serve",
+    "simulated_polls",
 ]

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.serve.service import Service
+from specwatch.sim.polling import simulated_polls
 from support.builders import scenario_raw_config
 from support.metric_names import EXPORTED, GAUGE_BASIS, GRADING, READBACK, RELOAD, STEP_TIME_FIT
 from support.rule_files import all_rules, recorded_names, selectors
@@ -34,11 +35,8 @@ def exposition() -> set[str]:
     # The service's registry: the collector's families plus the service's own (config reloads).
     service = Service(config)
     pipeline = service.pipeline
-    simulator = sim.Simulator(scenario, seed=1)
-    for i in range(1, 80):
-        simulator.advance_to(5.0 * i)
-        pipeline.ingest("vllm", 5.0 * i, simulator.render(), duration=0.01)
-        pipeline.evaluate(5.0 * i)
+    for _ in simulated_polls(sim.Simulator(scenario, seed=1), pipeline, interval=5.0, count=79):
+        pass
     service.published = service._publish(ready=True)
     service.stop()
     text = service.published.metrics.decode()

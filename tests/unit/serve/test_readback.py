@@ -15,6 +15,7 @@ from specwatch.fleet.client import Series
 from specwatch.serve.readback import Readback, readback_query, restored_from_series
 from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.grading import ORIGIN_PREVIOUS_POD
@@ -36,12 +37,8 @@ def run_pod(k: int, seconds: float, restored=None, seed: int = 1, learning: bool
     if restored is not None:
         pipeline.restore(restored.before_windows, restored.curves)
     simulator = sim.Simulator(sc, seed=seed)
-    t, generated = 0.0, {}
-    while t < seconds:
-        t += POLL
-        simulator.advance_to(t)
-        pipeline.ingest("vllm", t, simulator.render(), duration=0.01)
-        pipeline.evaluate(t)
+    generated = {}
+    for t, _evaluations in simulated_polls(simulator, pipeline, interval=POLL, count=round(seconds / POLL)):
         if t in (60.0, seconds):
             generated[t] = sum(e.c["generation_tokens"] for r in simulator.routes.values() for e in r.engines)
     if seconds <= 60.0:

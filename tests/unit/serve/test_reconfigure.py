@@ -4,6 +4,7 @@ the stated schedule behind the config check, the cost model and the learners' pr
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import islice
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -12,6 +13,7 @@ from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.export.collector import registry_for
 from specwatch.serve.service import Service
+from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 from support.builders import scenario_raw_config
 
@@ -51,22 +53,15 @@ def test_a_reload_of_draft_config_alone_rechecks_the_server_against_the_new_k():
     sc, stated_k4 = _config(4)
     _, stated_k2 = _config(2)
     service = Service(stated_k4)
-    simulator = sim.Simulator(sc, seed=3)
-    t = 0.0
-    for _ in range(20):
-        t += 5.0
-        simulator.advance_to(t)
-        service.pipeline.ingest("vllm", t, simulator.render(), duration=0.01)
-        service.pipeline.evaluate(t)
+    polls = simulated_polls(sim.Simulator(sc, seed=3), service.pipeline, interval=5.0)
+    for _ in islice(polls, 20):
+        pass
     assert _exported(service, "specwatch_speculative_config_mismatch") == 1.0
     assert _exported(service, "specwatch_configured_draft_length") == 4
     kept = service.pipeline
     service.apply(stated_k2)
-    assert service.pipeline is kept  # not rebuilt: only the stated config changed
-    t += 5.0
-    simulator.advance_to(t)
-    service.pipeline.ingest("vllm", t, simulator.render(), duration=0.01)
-    service.pipeline.evaluate(t)
+    assert service.pipeline is kept  # not rebuilt: only the stated config changed, so the polls go on feeding it
+    next(polls)
     assert _exported(service, "specwatch_configured_draft_length") == 2
     assert _exported(service, "specwatch_speculative_config_mismatch") == 0.0
 
@@ -74,13 +69,8 @@ def test_a_reload_of_draft_config_alone_rechecks_the_server_against_the_new_k():
 def test_a_reload_that_changes_the_cost_inputs_gives_the_learners_the_new_prior():
     sc, config = _config(2, learning={"enabled": True, "min_points": 2})
     service = Service(config)
-    simulator = sim.Simulator(sc, seed=4)
-    t = 0.0
-    for _ in range(40):
-        t += 5.0
-        simulator.advance_to(t)
-        service.pipeline.ingest("vllm", t, simulator.render(), duration=0.01)
-        service.pipeline.evaluate(t)
+    for _ in simulated_polls(sim.Simulator(sc, seed=4), service.pipeline, interval=5.0, count=40):
+        pass
     learners = service.pipeline.learners()
     assert learners, "the route learns"
     service.apply(replace(config, hardware=replace(config.hardware, preset="l40s")))

@@ -18,6 +18,7 @@ import pytest
 from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 
 POLL = 5.0
@@ -75,12 +76,7 @@ def run(learning: bool) -> list[dict[str, float | str]]:
     pipeline = Pipeline(config)
     simulator = sim.Simulator(scenario, seed=5)
     rows = []
-    t = 0.0
-    while t < scenario.duration - POLL / 2:
-        t += POLL
-        simulator.advance_to(t)
-        pipeline.ingest("vllm", t, simulator.render())
-        evaluations = pipeline.evaluate(t)
+    for t, evaluations in simulated_polls(simulator, pipeline, interval=POLL):
         since_phase = t - PHASE * int(t // PHASE)
         if t < LEARNED_AFTER or since_phase < 75.0:
             continue  # before the deadline, or a window still holding the previous load
@@ -164,12 +160,8 @@ def test_the_info_metric_says_the_learned_curve_rests_on_the_spec_off_minutes_be
     scenario = parse_scenario(UNKNOWN_SERVER)
     config = from_mapping({"poll_interval": f"{POLL}s", "learning": {"enabled": True}}, environ={})
     pipeline = Pipeline(config)
-    simulator = sim.Simulator(scenario, seed=5)
-    t = 0.0
-    while t < SPEC_ON_AT + 2 * PHASE:
-        t += POLL
-        simulator.advance_to(t)
-        pipeline.ingest("vllm", t, simulator.render())
-        pipeline.evaluate(t)
+    until = SPEC_ON_AT + 2 * PHASE
+    for _ in simulated_polls(sim.Simulator(scenario, seed=5), pipeline, interval=POLL, count=round(until / POLL)):
+        pass
     info = pipeline.cost_model_info()
     assert (info.source, info.baseline) == ("learned", "history")

@@ -19,6 +19,7 @@ from specwatch.fleet import queries as promql
 from specwatch.fleet.client import Sample
 from specwatch.fleet.evaluator import FleetEvaluator
 from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 from specwatch.verdict.bookkeeping import EvaluationContext, RouteLearning
 from support.builders import scenario_raw_config
@@ -46,11 +47,8 @@ def _sidecar_config() -> Config:
 
 
 def _feed_sidecar(pipeline: Any) -> None:
-    simulator = sim.Simulator(parse_scenario(SCENARIO), seed=4)
-    for n in range(1, 31):
-        simulator.advance_to(5.0 * n)
-        pipeline.ingest("vllm", 5.0 * n, simulator.render(), duration=0.01)
-        pipeline.evaluate(5.0 * n)
+    for _ in simulated_polls(sim.Simulator(parse_scenario(SCENARIO), seed=4), pipeline, interval=5.0, count=30):
+        pass
 
 
 def _sidecar_learners(pipeline: Any) -> dict[str, learned.StepTimeLearner]:

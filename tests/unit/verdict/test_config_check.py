@@ -17,6 +17,7 @@ from specwatch.engines.vllm_schedule import SpeculativeConfigError, parse_specul
 from specwatch.export.collector import registry_for
 from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 from specwatch.verdict.config_check import check_draft_length
 from support.builders import scenario_raw_config
@@ -160,11 +161,7 @@ def test_the_sidecar_exports_a_mismatch_while_the_simulated_server_ignores_its_s
     config = from_mapping(raw, environ={})
     pipeline, simulator = Pipeline(config), sim.Simulator(sc, seed=2)
     seen: dict[float, float] = {}
-    for i in range(1, 73):
-        t = 5.0 * i
-        simulator.advance_to(t)
-        pipeline.ingest("vllm", t, simulator.render(), duration=0.01)
-        pipeline.evaluate(t)
+    for t, _evaluations in simulated_polls(simulator, pipeline, interval=5.0, count=72):
         text = generate_latest(registry_for(pipeline.state)).decode()
         for fam in text_string_to_metric_families(text):
             for sample in fam.samples:

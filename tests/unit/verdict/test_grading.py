@@ -14,6 +14,7 @@ from specwatch import sim
 from specwatch.export.collector import registry_for
 from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 from specwatch.verdict.grading import AdviceGrader, summarize
 from specwatch.windows.derive import WindowStats
@@ -68,12 +69,7 @@ def drive(sc, until: float, marks: tuple[float, ...] = ()):
     pipeline = Pipeline(config)
     simulator = sim.Simulator(sc, seed=1)
     generated = {}
-    t = 0.0
-    while t < until:
-        t += POLL
-        simulator.advance_to(t)
-        pipeline.ingest("vllm", t, simulator.render(), duration=0.01)
-        pipeline.evaluate(t)
+    for t, _evaluations in simulated_polls(simulator, pipeline, interval=POLL, count=round(until / POLL)):
         if t in marks:
             generated[t] = sum(e.c["generation_tokens"] for r in simulator.routes.values() for e in r.engines)
     return pipeline, config, generated
