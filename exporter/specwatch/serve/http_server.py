@@ -23,9 +23,10 @@ exhaust its memory nor lock a scraper or the kubelet's probes out:
 
 Request bodies are never read, and a request carrying one closes its keep-alive connection.
 
-Clients are told the idle deadline, so one reusing its connection on the deadline's own cadence
-(a sampler every 5 s) does not send a request just as the server closes (`RemoteDisconnected`,
-which urllib3 does not retry). Every keep-alive response carries `Keep-Alive: timeout=N`
+Clients are told the idle deadline, so one that honours it and reuses its connection on the
+deadline's own cadence (a sampler every 5 s) does not send a request just as the server closes
+(`RemoteDisconnected`; urllib3 neither honours the header nor retries that, so bench/soak.py
+opens a connection per sample). Every keep-alive response carries `Keep-Alive: timeout=N`
 (advertised_idle_timeout): whole seconds, at least one under the deadline in force, because the
 client's clock starts after the server's (once it has read the response) and its whole next head
 must arrive in time. When that leaves under one second (slots scarce: SCARCE_HEAD_TIMEOUT), the
