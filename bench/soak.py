@@ -155,7 +155,8 @@ def soak_live(minutes: float, poll_interval: float, speed: float, scenario: str 
     log_path = workdir / "specwatch.log"
     http = requests.Session()
     # A connection per request: the server drops a keep-alive connection idle for 5 s (its head
-    # deadline), the samples below come every 5 s, and a request sent as it closes is lost.
+    # deadline), the samples below come every 5 s, and a request sent as it closes is lost. The
+    # server now says so (`Keep-Alive: timeout=4`), but requests/urllib3 ignores that header.
     http.headers["Connection"] = "close"
     http.trust_env = False
     base = f"http://127.0.0.1:{port}"

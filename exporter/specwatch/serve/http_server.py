@@ -22,6 +22,21 @@ exhaust its memory nor lock a scraper or the kubelet's probes out:
 - kernel socket buffers are capped per connection (SO_SNDBUF / SO_RCVBUF).
 
 Request bodies are never read, and a request carrying one closes its keep-alive connection.
+
+Clients are told the idle deadline, so one that honours it and reuses its connection on the
+deadline's own cadence (a sampler every 5 s) does not send a request just as the server closes
+(`RemoteDisconnected`; urllib3 neither honours the header nor retries that, so bench/soak.py
+opens a connection per sample). Every keep-alive response carries `Keep-Alive: timeout=N`
+(advertised_idle_timeout): whole seconds, at least one under the deadline in force, because the
+client's clock starts after the server's (once it has read the response) and its whole next head
+must arrive in time. When that leaves under one second (slots scarce: SCARCE_HEAD_TIMEOUT), the
+response says `Connection: close` instead and the client's next request opens a new connection.
+A promise is kept: a connection whose last response advertised N keeps the deadline N came
+from for that wait even if slots turn scarce meanwhile (an honouring client never races the
+close). That holds at most one HEAD_TIMEOUT and only for a connection that completed a request
+before the slots turned scarce; once they are, every response closes, so no promise is renewed
+and eviction of the longest waiter when every slot is taken is unchanged. A response that closes
+the connection never carries Keep-Alive.
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import math
 import re
 import selectors
 import socket
@@ -36,7 +52,7 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -68,6 +84,14 @@ def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
         return 1 if buffer[:1] == b"\n" else 2
     match = _BLANK_LINE.search(buffer, max(start - 2, 0))
     return match.end() if match else -1
+
+
+def advertised_idle_timeout(head_timeout: float) -> int | None:
+    """The N of `Keep-Alive: timeout=N` on a response after which the server allows `head_timeout`
+    seconds for the next complete head: whole seconds, at least one under it (see the module
+    docstring). None when that is under one second: the response closes the connection instead."""
+    seconds = math.floor(head_timeout) - 1
+    return seconds if seconds >= 1 else None
 
 
 @dataclass(frozen=True)
@@ -110,10 +134,12 @@ class _Output:
 
 class BufferedRequestHandler(BaseHTTPRequestHandler):
     """One complete request head, read by the server's loop, through http.server's own parser and
-    limits. `request` is the head's bytes; what the handler writes is kept in `wfile.chunks`."""
+    limits. `request` is the head's bytes; what the handler writes is kept in `wfile.chunks`.
+    `promised_wait`: the head deadline the response's Keep-Alive header was derived from (0: none)."""
 
     wfile: Any
     request: bytes
+    promised_wait = 0.0
 
     def setup(self) -> None:
         self.rfile = io.BytesIO(self.request)
@@ -123,15 +149,28 @@ class BufferedRequestHandler(BaseHTTPRequestHandler):
         self.close_connection = True  # unless the request is a keep-alive one (parse_request)
         self.handle_one_request()
 
+    def end_headers(self) -> None:
+        if not self.close_connection:  # a keep-alive response says how long it may stay idle
+            head_timeout = cast("CappedHTTPServer", self.server).head_timeout()
+            idle = advertised_idle_timeout(head_timeout)
+            if idle is None:
+                self.send_header("Connection", "close")  # http.server sets close_connection
+            else:
+                self.send_header("Connection", "keep-alive")
+                self.send_header("Keep-Alive", f"timeout={idle}")
+                self.promised_wait = head_timeout
+        super().end_headers()
+
     def finish(self) -> None:
         return None
 
 
 class _Connection:
     """One client connection as the loop sees it. `since`: when its current wait began (accept or
-    the end of the previous response, or the start of the pending response)."""
+    the end of the previous response, or the start of the pending response). `promised_wait`: the
+    head deadline its last response's Keep-Alive header promised (0: none)."""
 
-    __slots__ = ("address", "close_after", "events", "inbuf", "out", "scanned", "since", "sock")
+    __slots__ = ("address", "close_after", "events", "inbuf", "out", "promised_wait", "scanned", "since", "sock")
 
     def __init__(self, sock: socket.socket, address: Any, now: float):
         self.sock = sock
@@ -141,6 +180,7 @@ class _Connection:
         self.out: list[bytes | memoryview] = []
         self.since = now
         self.close_after = False
+        self.promised_wait = 0.0
         self.events = selectors.EVENT_READ
 
     def rank(self) -> tuple[int, float]:
@@ -243,6 +283,11 @@ class CappedHTTPServer:
     def open_connections(self) -> int:
         return len(self._conns)
 
+    def head_timeout(self) -> float:
+        """The head deadline a waiting connection gets now: shorter while slots are scarce."""
+        scarce = len(self._conns) >= SCARCE_FRACTION * self.max_connections
+        return SCARCE_HEAD_TIMEOUT if scarce else HEAD_TIMEOUT
+
     # -- the loop ------------------------------------------------------------------------------
     def _accept(self) -> None:
         for _ in range(ACCEPT_BATCH):
@@ -339,6 +384,7 @@ class CappedHTTPServer:
         except Exception:  # noqa: BLE001 - a bug in a handler must not take the loop down with it
             self._close(conn)
             return
+        conn.promised_wait = handler.promised_wait
         self._respond(conn, handler.wfile.chunks, close=bool(handler.close_connection))
 
     def _answer_error(self, conn: _Connection, code: int) -> None:
@@ -389,10 +435,9 @@ class CappedHTTPServer:
         self._set_events(conn, selectors.EVENT_READ)
 
     def _sweep(self, now: float) -> None:
-        scarce = len(self._conns) >= SCARCE_FRACTION * self.max_connections
-        head_timeout = SCARCE_HEAD_TIMEOUT if scarce else HEAD_TIMEOUT
+        head_timeout = self.head_timeout()
         for conn in list(self._conns.values()):
-            limit = WRITE_TIMEOUT if conn.out else head_timeout
+            limit = WRITE_TIMEOUT if conn.out else max(head_timeout, conn.promised_wait)
             if now - conn.since > limit:
                 self.timed_out += 1
                 self._close(conn)
