@@ -103,6 +103,17 @@ def speedup_interval(
     return SpeedupInterval(math.exp(centre - half), math.exp(centre + half), model, sampling, z)
 
 
+def loss_probability(speedup: float, model_log_error: float, sampling_log_error: float) -> float:
+    """P(true speedup < 1) under the same log-normal the interval is drawn from: speculation is
+    probably losing when this is high, whether or not the interval has cleared 1 yet. With no
+    error at all it is 1 below a speedup of 1, 0 above (and 0.5 exactly at 1)."""
+    sigma = math.hypot(model_log_error, sampling_log_error)
+    centre = math.log(max(speedup, 1e-9))
+    if sigma <= 0.0:
+        return 0.5 if centre == 0.0 else float(centre < 0.0)
+    return NormalDist().cdf(-centre / sigma)
+
+
 def step_log_spread(itl_p50_seconds: float | None, itl_p99_seconds: float | None) -> float:
     """Spread of one step's time in log units, from the window's ITL quantiles when it has them."""
     if itl_p50_seconds and itl_p99_seconds and itl_p99_seconds > itl_p50_seconds > 0:

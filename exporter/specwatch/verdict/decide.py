@@ -106,6 +106,8 @@ class Assessment:
     # The interval's one-sigma parts in log units (costmodel/uncertainty.py): the cost model's, alpha's.
     model_log_error: float | None = None
     sampling_log_error: float | None = None
+    # P(speedup < 1) from the same interval: a warning that needs no interval clear of 1.
+    loss_probability: float | None = None
 
 
 def _finite(x: float | None) -> float | None:
@@ -383,6 +385,7 @@ def assess(
         speedup_upper=interval.upper,
         model_log_error=interval.model_log_error,
         sampling_log_error=interval.sampling_log_error,
+        loss_probability=uncertainty.loss_probability(speedup, interval.model_log_error, interval.sampling_log_error),
     )
     # keep claims that speculation pays, disable that it does not, shorten either (a shorter K pays
     # more, or the current K does not pay): the interval must clear the line on that side.

@@ -38,6 +38,7 @@ NumericValue = Literal[
     "expected_speedup",
     "expected_speedup_lower",
     "expected_speedup_upper",
+    "loss_probability",
     "recommended_draft_length",
     "max_speculative_batch_size",
 ]
@@ -123,6 +124,11 @@ class RouteEvaluation:
     @property
     def expected_speedup_upper(self) -> float | None:
         return None if (a := self.assessed) is None else a.speedup_upper
+
+    @property
+    def loss_probability(self) -> float | None:
+        """P(speedup < 1) from the same interval as expected_speedup_lower/_upper."""
+        return None if (a := self.assessed) is None else a.loss_probability
 
     @property
     def measurement(self) -> decide.Measurement | None:
@@ -346,6 +352,7 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
         "expected_speedup": evaluation.expected_speedup,
         "expected_speedup_lower": evaluation.expected_speedup_lower,
         "expected_speedup_upper": evaluation.expected_speedup_upper,
+        "loss_probability": evaluation.loss_probability,
         "recommended_draft_length": evaluation.recommended_draft_length,
         "verdict": evaluation.verdict,
         "drafts": stats.drafts,

@@ -216,6 +216,7 @@ def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys
         "expected_speedup",
         "expected_speedup_lower",
         "expected_speedup_upper",
+        "loss_probability",
         "recommended_draft_length",
         "verdict",
         "drafts",
