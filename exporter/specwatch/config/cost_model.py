@@ -6,6 +6,9 @@ from __future__ import annotations
 from specwatch.config.result import Config, HardwareConfig
 from specwatch.costmodel import CostModel
 from specwatch.costmodel.build import DEFAULT_DRAFT_K, build_cost_model
+from specwatch.costmodel.engine_priors import EnginePrior, prior_for
+from specwatch.engines.advice import VLLM_ENGINES
+from specwatch.engines.vllm import SCHEMA_V0
 
 #: Asked every poll (learning auto): built once, not a HardwareConfig per question.
 _DEFAULT_HARDWARE_PRESET = HardwareConfig().preset
@@ -67,3 +70,26 @@ def prior_source(config: Config) -> str:
     if config.profile is not None:
         return "profile"
     return "default" if config_is_default(config) else "preset"
+
+
+def detected_prior(engine: str, schema: str | None) -> EnginePrior:
+    """The prior of the engine a payload was read as (engines.registry name; vLLM's V0 schema: its
+    V0 prior). An engine with no prior of its own gets the generic constants."""
+    if engine in VLLM_ENGINES:
+        return prior_for("vllm", "0" if schema == SCHEMA_V0 else None)
+    return prior_for(engine)
+
+
+def route_prior(config: Config, engine: str, schema: str | None) -> EnginePrior:
+    """The prior a route's verdicts use: ``engine:`` when configured, else the detected engine's."""
+    if config.engine.name is not None:
+        return prior_for(config.engine.name, config.engine.version)
+    return detected_prior(engine, schema)
+
+
+def route_cost_model(cost_model: CostModel, config: Config, engine: str, schema: str | None) -> CostModel:
+    """``cost_model`` (built from ``config``) with the route's prior: the detected engine's unless
+    ``engine:`` is configured (then ``cost_model`` already carries it)."""
+    if config.engine.name is not None:
+        return cost_model
+    return cost_model.with_prior(detected_prior(engine, schema))

@@ -72,9 +72,8 @@ def build_cost_model(
       Hugging Face config.json dict); neither = llama-3.2-1b.
     engine / engine_version: the serving engine, whose fixed costs of speculation (per verify step,
       per request, per drafting pass) come from engine_priors.prior_for; None: the generic constants
-      (the per-engine fits are not yet validated out of sample: docs/costmodel.md, "Priors per
-      engine"). ``draft_cost_per_token`` replaces them all. The prior's calibration error becomes
-      the model's (``calibration_log_error``).
+      (the sidecar passes the engine it detects when none is configured). The prior's calibration
+      error becomes the model's (``calibration_log_error``, ``calibration_batch_range``).
     setup_assumed: neither hardware nor model was given, so both are defaults (the speedup's
       interval widens until a learned curve replaces the guess; costmodel/uncertainty.py).
 
@@ -114,5 +113,7 @@ def build_cost_model(
         verify_overhead_seconds=prior.verify_overhead_seconds,
         verify_seconds_per_request=prior.verify_seconds_per_request,
         calibration_log_error=prior.log_error,
+        calibration_batch_range=prior.batch_range,
+        prior_name=prior.engine,
         setup_assumed=setup_assumed,
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from specwatch.costmodel.draft import DRAFT_METHODS, METHOD_ALIASES, NGRAM_FRACTION_OF_VERIFY, DraftCost, draft_cost_for
-from specwatch.costmodel.engine_priors import GENERIC
+from specwatch.costmodel.engine_priors import GENERIC, EnginePrior
 from specwatch.costmodel.errors import CostModelError
 from specwatch.costmodel.hardware import COMPUTE_DTYPE, HardwareSpec
 from specwatch.costmodel.models import DTYPE_BYTES, ModelSpec, model_total_weight_bytes, model_weight_bytes
@@ -75,6 +75,10 @@ class CostModel:
     profile: StepTimeCurve | None = None
     #: One-sigma error of a predicted speedup, log units: the engine prior's (engine_priors.py).
     calibration_log_error: float = GENERIC.log_error
+    #: The batch sizes the prior's rows cover (None: its error is one number for every batch).
+    calibration_batch_range: tuple[float, float] | None = None
+    #: The engine prior whose fixed costs and error these are ("generic" when none was given).
+    prior_name: str = GENERIC.engine
     #: Neither hardware nor model was configured: the step times are a guess (uncertainty.py).
     setup_assumed: bool = False
     # step_times' memo: (batch, K, coverage) -> (T_base, T_spec). Not compared; replace() starts
@@ -85,6 +89,8 @@ class CostModel:
     # with_method's models, one per draft method at most: the same derived model (and memo) for
     # every assessment of a route whose drafter differs from the configured one.
     _by_method: dict[str, CostModel] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # with_prior's models, one per engine prior at most (routes of one server may speak different engines).
+    _by_prior: dict[str, CostModel] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -383,6 +389,27 @@ class CostModel:
             d = self.draft
             draft = draft_cost_for(method, self.model, draft_model=d.draft_model, draft_dtype=d.draft_dtype)
             derived = self._by_method[method] = replace(self, draft=draft)
+        return derived
+
+    def with_prior(self, prior: EnginePrior) -> CostModel:
+        """The same model with ``prior``'s fixed costs of speculation and its error (as
+        build_cost_model applies them: the per-pass cost only where a draft head pays one)."""
+        if prior.engine == self.prior_name:
+            return self
+        derived = self._by_prior.get(prior.engine)
+        if derived is None:
+            draft = self.draft
+            if draft.fixed_seconds > 0:
+                draft = replace(draft, fixed_seconds=prior.draft_fixed_seconds)
+            derived = self._by_prior[prior.engine] = replace(
+                self,
+                draft=draft,
+                verify_overhead_seconds=prior.verify_overhead_seconds,
+                verify_seconds_per_request=prior.verify_seconds_per_request,
+                calibration_log_error=prior.log_error,
+                calibration_batch_range=prior.batch_range,
+                prior_name=prior.engine,
+            )
         return derived
 
 

@@ -4,8 +4,9 @@ Each source is one standard deviation of log(speedup); they are independent, so 
 quadrature, and the interval is exp(log S ± z·σ) with z the two-sided normal quantile of the
 confidence level (docs/costmodel.md, "Uncertainty"):
 
-* the model. Without a learned curve: the engine prior's calibration error (``calibration_log_error``,
-  its speedups against published measurements it was not fitted on), plus ``ASSUMED_SETUP_LOG_ERROR``
+* the model. Without a learned curve: the engine prior's calibration error at the live batch
+  (``calibration_log_error``: its speedups against published measurements it was not fitted on,
+  wider for a MoE target and outside the batches its rows cover), plus ``ASSUMED_SETUP_LOG_ERROR``
   when neither hardware nor model was configured. With a learned curve: the curve's residual, and
   the prior's error (and the assumed setup's) on top unless the curve measured spec-off steps too
   (with spec-on steps alone the split between the target's step and the cost of speculation is
@@ -23,6 +24,7 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from specwatch.costmodel.engine_priors import log_error_at
 from specwatch.costmodel.learned import LearnedStepCurve
 from specwatch.costmodel.roofline import CostModel
 
@@ -58,8 +60,15 @@ def z_for(confidence: float) -> float:
     return NormalDist().inv_cdf(0.5 + confidence / 2.0)
 
 
-def model_log_error(cm: CostModel) -> float:
-    """One sigma of the cost model's log speedup (see the module docstring)."""
+def calibration_log_error(cm: CostModel, batch: float | None = None) -> float:
+    """The engine prior's error at ``batch``: larger for a MoE target and outside the batches the
+    prior's rows cover (engine_priors.log_error_at)."""
+    return log_error_at(cm.calibration_log_error, cm.calibration_batch_range, batch, cm.model.is_moe)
+
+
+def model_log_error(cm: CostModel, batch: float | None = None) -> float:
+    """One sigma of the cost model's log speedup at ``batch`` (see the module docstring)."""
+    prior = calibration_log_error(cm, batch)
     curve = cm.profile
     if isinstance(curve, LearnedStepCurve):
         residual = math.log1p(curve.residual_ratio) if math.isfinite(curve.residual_ratio) else 0.0
@@ -68,10 +77,10 @@ def model_log_error(cm: CostModel) -> float:
         # Spec-on steps alone fix the curve's scale, not its split between the target and the cost
         # of speculation: that split is still the prior's, and on an assumed setup a guess.
         assumed = ASSUMED_SETUP_LOG_ERROR if cm.setup_assumed else 0.0
-        return math.hypot(cm.calibration_log_error, residual, assumed)
+        return math.hypot(prior, residual, assumed)
     if cm.setup_assumed:
-        return math.hypot(cm.calibration_log_error, ASSUMED_SETUP_LOG_ERROR)
-    return cm.calibration_log_error
+        return math.hypot(prior, ASSUMED_SETUP_LOG_ERROR)
+    return prior
 
 
 def sampling_log_error(*, k: float, alpha: float, coverage: float, drafts: float | None) -> float:
@@ -93,9 +102,10 @@ def speedup_interval(
     coverage: float,
     drafts: float | None,
     confidence: float,
+    batch: float | None = None,
 ) -> SpeedupInterval:
-    """The interval of ``speedup`` (the model's prediction at this K, alpha and coverage)."""
-    model = model_log_error(cm)
+    """The interval of ``speedup`` (the model's prediction at this K, alpha, coverage and batch)."""
+    model = model_log_error(cm, batch)
     sampling = sampling_log_error(k=k, alpha=alpha, coverage=coverage, drafts=drafts)
     z = z_for(confidence)
     half = z * math.hypot(model, sampling)

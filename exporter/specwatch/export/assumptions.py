@@ -12,13 +12,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specwatch.config import Config
-from specwatch.config.cost_model import config_is_default, cost_model_from_config, learning_enabled, prior_source
+from specwatch.config.cost_model import (
+    config_is_default,
+    cost_model_from_config,
+    detected_prior,
+    learning_enabled,
+    prior_source,
+    route_prior,
+)
 from specwatch.costmodel import CostModel
 from specwatch.costmodel.engine_priors import ENGINE_PRIORS, GENERIC, EnginePrior, prior_for
 from specwatch.costmodel.learned import LearnedStepCurve
 from specwatch.costmodel.uncertainty import ASSUMED_SETUP_LOG_ERROR, model_log_error
-from specwatch.engines.advice import VLLM_ENGINES
-from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.sidecar.state import State
 from specwatch.verdict.evaluation import RouteEvaluation
 
@@ -61,20 +66,13 @@ class RouteFacts:
 
 
 @dataclass(frozen=True)
-class EngineSuggestion:
-    """A calibrated prior of the detected engine's own that the config does not use."""
-
-    config: str  # the config lines that select it
-    prior: EnginePrior
-
-
-@dataclass(frozen=True)
 class RouteAssumptions:
     facts: RouteFacts
     detected_prior: EnginePrior
-    suggestion: EngineSuggestion | None
+    prior: EnginePrior  # the one its verdicts use: configured, else the detected engine's
     mismatch: bool  # engine configured, and the payload is another engine's
     keeps_prior_split: bool  # the interval still carries the prior's error (no spec-off steps learned)
+    engine_configured: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ class Assumptions:
             "engine_prior": {**_prior_dict(self.prior), "configured": self.engine_configured},
             "step_time": {"source": self.step_time, "learning": self.learning},
             "model_log_error": self.model_log_error,
-            "routes": [_route_dict(r, self.prior) for r in self.routes],
+            "routes": [_route_dict(r) for r in self.routes],
         }
 
     def settings(self) -> tuple[tuple[str, Setting], ...]:
@@ -120,7 +118,8 @@ class Assumptions:
         setup = ", ".join(f"{name} {s.value} ({_origin(s)})" for name, s in self.settings())
         engine = "configured" if self.engine_configured else "engine not configured"
         return (
-            f"{setup}; engine prior {self.prior.engine} ({engine}, log error {self.prior.log_error:.3f}); "
+            f"{setup}; engine prior {self.prior.engine if self.engine_configured else 'the detected engine’s'} "
+            f"({engine}, log error {self.prior.log_error:.3f}); "
             f"step time {self.step_time}{' until learned' if self.learning else ''}; "
             f"model sigma {self.model_log_error:.3f}"
         )
@@ -147,17 +146,17 @@ class Assumptions:
             interval += f" with the assumed setup's {ASSUMED_SETUP_LOG_ERROR:.1f}: {what}"
         lines.append(interval + ")")
         if not self.engine_configured:
-            own = ", ".join(
-                f"`engine: {{name: {'vllm' if q.engine == 'vllm-v1' else q.engine}}}` (log error {q.log_error:.3f})"
-                for q in ENGINE_PRIORS.values()
-                if q.own_fit
+            own = ", ".join(f"{q.engine} (log error {q.log_error:.3f})" for q in ENGINE_PRIORS.values() if q.own_fit)
+            lines.append(
+                "engine prior per route: engine: not configured, so each route uses the prior of the engine its "
+                f"payload shows (own fits: {own}; pooled for the others; generic for an unknown engine); "
+                "set engine: to pin one"
             )
-            lines.append(f"engines with a calibrated prior of their own: {own}")
         return lines
 
     def route_lines(self) -> list[str]:
         """One line per route."""
-        return [_route_line(r, self.prior) for r in self.routes]
+        return [_route_line(r) for r in self.routes]
 
 
 def _origin(s: Setting) -> str:
@@ -177,23 +176,16 @@ def _prior_dict(prior: EnginePrior) -> dict[str, object]:
     }
 
 
-def _route_dict(r: RouteAssumptions, prior: EnginePrior) -> dict[str, object]:
+def _route_dict(r: RouteAssumptions) -> dict[str, object]:
     f = r.facts
-    suggestion = None
-    if r.suggestion is not None:
-        suggestion = {
-            "config": r.suggestion.config,
-            "prior": r.suggestion.prior.engine,
-            "log_error": r.suggestion.prior.log_error,
-            "current_log_error": prior.log_error,
-        }
     return {
         "route": f.route,
         "target": f.target,
         "detected_engine": f.engine,
         "detected_engine_prior": r.detected_prior.engine,
+        "engine_prior": r.prior.engine,
+        "engine_prior_chosen": "configured" if _configured(r) else "detected",
         "engine_mismatch": r.mismatch,
-        "engine_suggestion": suggestion,
         "step_time": f.step_time,
         "baseline": f.baseline,
         "interval_keeps_prior_error": r.keeps_prior_split,
@@ -202,24 +194,24 @@ def _route_dict(r: RouteAssumptions, prior: EnginePrior) -> dict[str, object]:
     }
 
 
-def _route_line(r: RouteAssumptions, prior: EnginePrior) -> str:
+def _configured(r: RouteAssumptions) -> bool:
+    return r.engine_configured
+
+
+def _route_line(r: RouteAssumptions) -> str:
     f = r.facts
     step = f.step_time
     if step == "learned":
         step += f" (baseline {f.baseline}" + (", the split is the prior's)" if r.keeps_prior_split else ")")
-    parts = [f"route {f.route}: engine {f.engine} detected", f"step time {step}"]
+    how = "configured" if _configured(r) else "detected"
+    parts = [f"route {f.route}: engine {f.engine} detected", f"prior {r.prior.engine} ({how})", f"step time {step}"]
     if f.model_log_error is not None:
         sigma = f"model sigma {f.model_log_error:.3f}"
         if f.sampling_log_errors:
             sigma += ", sampling " + ", ".join(f"{w} {s:.3f}" for w, s in f.sampling_log_errors.items())
         parts.append(sigma)
     if r.mismatch:
-        parts.append(f"the configured prior {prior.engine} is not the detected engine's ({r.detected_prior.engine})")
-    if r.suggestion is not None:
-        parts.append(
-            f"a prior of its own exists: set `{r.suggestion.config}` for {r.suggestion.prior.engine} "
-            f"(log error {r.suggestion.prior.log_error:.3f} against {prior.engine}'s {prior.log_error:.3f})"
-        )
+        parts.append(f"the configured prior {r.prior.engine} is not the detected engine's ({r.detected_prior.engine})")
     return "; ".join(parts)
 
 
@@ -245,29 +237,16 @@ def _plain(config: Config, key: str, value: str | int, default: str | int) -> Se
     return Setting(value, CONFIGURED if key in config.stated or value != default else ASSUMED)
 
 
-def prior_of_engine(engine: str, schema: str | None) -> EnginePrior:
-    """The prior of the engine a payload was detected as (vLLM's V0 schema: its V0 prior)."""
-    if engine in VLLM_ENGINES:
-        return prior_for("vllm", "0" if schema == SCHEMA_V0 else None)
-    return prior_for(engine)
-
-
-def _config_name(engine: str, prior: EnginePrior) -> str:
-    return "vllm" if engine in VLLM_ENGINES else prior.engine
-
-
 def _route(config: Config, prior: EnginePrior, facts: RouteFacts) -> RouteAssumptions:
-    detected = prior_of_engine(facts.engine, facts.schema)
+    detected = detected_prior(facts.engine, facts.schema)
     configured = config.engine.name is not None
-    suggestion = None
-    if not configured and detected.own_fit and detected != prior:
-        suggestion = EngineSuggestion(f"engine: {{name: {_config_name(facts.engine, detected)}}}", detected)
     return RouteAssumptions(
         facts=facts,
         detected_prior=detected,
-        suggestion=suggestion,
+        prior=route_prior(config, facts.engine, facts.schema),
         mismatch=configured and detected.engine != prior.engine and prior is not GENERIC,
         keeps_prior_split=facts.step_time == "learned" and facts.baseline == "none",
+        engine_configured=configured,
     )
 
 

@@ -215,7 +215,7 @@ class Summary:
         best_k = assessment.recommended_draft_length if assessment is not None else None
         if not best_k:
             return 1.0 / now
-        cm = self.evaluator.cost_model.with_method(None)
+        cm = self.evaluator.route_model(stats.engine, stats.schema).with_method(None)
         rates = stats.position_rates or costmodel.position_rates_from_alpha(
             stats.acceptance_rate or 0.0, max(best_k, stats.configured_k or best_k)
         )

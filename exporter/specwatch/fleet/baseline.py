@@ -82,14 +82,21 @@ class FleetLearning:
         self.context = context
         self._routes: dict[str, _Route] = {}
         self._polls = 0
+        # The engine and schema each route's replicas were last read as: which engine prior it uses.
+        self.engine_of: dict[str, tuple[str, str | None]] = {}
+
+    def prior_model(self, route: str) -> costmodel.CostModel:
+        """The route's model before learning: the configured one, with its engine's prior."""
+        engine = self.engine_of.get(route)
+        return self.context.cost_model if engine is None else self.context.route_model(*engine)
 
     def reconfigure(self, rebuilt: Sequence[str]) -> None:
         """After the context's reconfigure: the same points refitted under a new prior; learning
         switched (auto included) or its settings changed start afresh."""
         if LEARNERS in rebuilt:
             self._routes.clear()
-        for route in self._routes.values():
-            route.carry(rebuilt, self.context.cost_model)
+        for name, route in self._routes.items():
+            route.carry(rebuilt, self.prior_model(name))
 
     def observe(self, now: float, windows: Mapping[str, Sequence[ReplicaWindow]]) -> None:
         """One poll: each route's replicas' shortest windows; a replica gives a point when its last
@@ -103,7 +110,7 @@ class FleetLearning:
             route = self._routes.get(name)
             if route is None:
                 route = self._routes[name] = _Route()
-            if route.follow(spec_method or "unknown", self.context.cost_model, config.learning):
+            if route.follow(spec_method or "unknown", self.prior_model(name), config.learning):
                 route.until, route.seen = {}, {}  # another drafter: a new fit
             assert route.learner is not None  # follow gave the route one
             points = []
@@ -140,8 +147,8 @@ class FleetLearning:
         """The route's cost model now: over its learned curve, else the configured one."""
         state = self._routes.get(route)
         if state is None or state.learner is None or not self.context.learning_enabled:
-            return self.context.cost_model
-        return state.model_over(self.context.cost_model, state.learner.curve())
+            return self.prior_model(route)
+        return state.model_over(self.prior_model(route), state.learner.curve())
 
     def baselines(self) -> tuple[RouteBaseline, ...]:
         """Per route: what its verdicts rest on (the prior's source until a curve is learned)."""

@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import gc
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 
 import structlog
@@ -196,6 +196,7 @@ class FleetEvaluator(EvaluationContext):
                 )
         # Every replica of a route (spec-on, canary) feeds the route's one curve; then each replica
         # gets exactly the sidecar's per-route evaluation, on that curve.
+        self.learning.engine_of.update(_engines(pending))
         self.learning.observe(now, points)
         for record, replica, route, windows, fresh in pending:
             evaluations = evaluate_route(
@@ -366,3 +367,10 @@ __all__ = [
     "replica_name",
     "replica_record",
 ]
+
+
+def _engines(
+    pending: Iterable[tuple[object, object, str, Sequence[WindowEntry], bool]],
+) -> dict[str, tuple[str, str | None]]:
+    """The engine and schema each route's replicas were read as (the last replica's, this poll)."""
+    return {route: (windows[0][3].engine, windows[0][3].schema) for _, _, route, windows, _ in pending if windows}

@@ -79,6 +79,8 @@ class _RouteRecord(RouteRecord, RouteLearning):
     # snapshot: past MAX_ENGINES_PER_ROUTE the oldest gone ones are forgotten (_track_series).
     series_order: dict[str, None] = field(default_factory=dict)
     series_now: frozenset[str] = frozenset()
+    # The engine and schema its payload was last read as: which engine prior it is priced with.
+    engine_schema: tuple[str, str | None] | None = None
     # What forgotten series had added to the exported mirrors, by (counter, position): kept so the
     # exported counters never go down when their series leave the window.
 
@@ -315,6 +317,8 @@ class Pipeline(EvaluationContext):
                 if view is not None:
                     windows.append((width, label, view, window_stats(view, name, label, now, configured_k_hint=k_hint)))
             method = update_route_method(config, route, windows, self.schedule)  # this poll's class, before learning
+            if windows:
+                route.engine_schema = (windows[0][3].engine, windows[0][3].schema)
             cost_model = self._learn(route, now)
             evaluations = evaluate_route(
                 config,
@@ -336,13 +340,19 @@ class Pipeline(EvaluationContext):
         self._evaluated = True
         return out
 
+    def _prior_model(self, route: _RouteRecord) -> costmodel.CostModel:
+        """The route's model before learning: the configured one, with its engine's prior."""
+        if route.engine_schema is None:
+            return self.cost_model
+        return self.route_model(*route.engine_schema)
+
     def _learn(self, route: _RouteRecord, now: float) -> costmodel.CostModel:
         """Give the learner the window since its last point and return the route's cost model:
         the learned curve once it has enough points, else the configured (prior) model."""
         settings = self.config.learning
         if not self.learning_enabled:
-            return self.cost_model
-        if route.follow(route.method.split(":")[-1], self.cost_model, settings):
+            return self._prior_model(route)
+        if route.follow(route.method.split(":")[-1], self._prior_model(route), settings):
             route.learned_until = None
         assert route.learner is not None  # follow gave the route one
         since = route.learned_until
@@ -362,7 +372,7 @@ class Pipeline(EvaluationContext):
         """The route's cost model now: over its learned curve, else (or with learning off) the
         configured one."""
         if not self.learning_enabled:
-            return self.cost_model
+            return self._prior_model(route)
         learner = route.learner
         curve = learner.curve() if learner is not None else None
         if curve is None and learner is not None and route.restored_knots:
@@ -371,7 +381,7 @@ class Pipeline(EvaluationContext):
                     prior=learner.prior, knots=route.restored_knots, points=0.0, residual_ratio=math.nan
                 )
             curve = route.restored_curve
-        return route.model_over(self.cost_model, curve)
+        return route.model_over(self._prior_model(route), curve)
 
     def learners(self) -> dict[str, tuple[learned.StepTimeLearner, costmodel.CostModel]]:
         """Each route's learner and the cost model its verdicts use now."""

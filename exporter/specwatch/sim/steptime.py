@@ -50,6 +50,10 @@ class StepTimer:
             draft_method=scenario.method or "auto",
             draft_cost_per_token=scenario.draft_cost_per_token,
             draft_k=scenario.num_speculative_tokens or costmodel.DEFAULT_DRAFT_K,
+            # A simulated vLLM pays vLLM's fixed costs of speculation (its engine prior; V0's for
+            # the V0 schema), as the sidecar prices a payload it reads as vLLM.
+            engine="vllm",
+            engine_version="0" if scenario.schema == "v0" else None,
         )
         scale = scenario.spec_cost_scale
         if scale != 1.0:

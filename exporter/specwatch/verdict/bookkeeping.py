@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from specwatch import costmodel
 from specwatch.config import Config, LearningConfig
-from specwatch.config.cost_model import cost_model_from_config, learning_enabled
+from specwatch.config.cost_model import cost_model_from_config, learning_enabled, route_cost_model
 from specwatch.costmodel import learned
 from specwatch.engines.series import Counter
 from specwatch.engines.vllm_schedule import schedule_from_config
@@ -69,6 +69,11 @@ class EvaluationContext:
         if config.learning != old.learning or self.learning_enabled != was_enabled:
             rebuilt.append(LEARNERS)
         return rebuilt
+
+    def route_model(self, engine: str, schema: str | None) -> costmodel.CostModel:
+        """The cost model of a route read as ``engine`` (``schema``): the configured one with the
+        detected engine's prior, unless ``engine:`` is configured."""
+        return route_cost_model(self.cost_model, self.config, engine, schema)
 
     def expired(self, seen: Iterable[tuple[_K, int]], poll: int) -> list[_K]:
         """Of (key, poll last seen in): those unseen for route_ttl_polls polls at `poll`."""

@@ -372,7 +372,14 @@ def assess(
         previous_verdict=previous_verdict,
     )
     interval = uncertainty.speedup_interval(
-        cm, speedup, k=k, alpha=alpha, coverage=c, drafts=_finite(stats.drafts), confidence=decision.confidence
+        cm,
+        speedup,
+        k=k,
+        alpha=alpha,
+        coverage=c,
+        drafts=_finite(stats.drafts),
+        confidence=decision.confidence,
+        batch=b,
     )
     named = method if config_method == "same" else config_method
     verdict = partial(
