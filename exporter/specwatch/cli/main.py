@@ -35,8 +35,15 @@ FLAG_KEYS = {
 
 # Modules that contribute subcommands through add_parsers(subparsers). Imported only when the
 # command is not one of this module's own, so `specwatch replay` does not load the simulator,
-# the lesson tools or the HTTP server (start-up is part of every replay's cost).
-SUBCOMMAND_MODULES = ("specwatch.lesson", "specwatch.sim", "specwatch.cli.demo", "specwatch.fleet.backtest")
+# the lesson tools or the HTTP server (start-up is part of every replay's cost). cli.breakeven
+# follows the lesson: it gives the lesson's `breakeven` the sidecar's verdict for each row.
+SUBCOMMAND_MODULES = (
+    "specwatch.lesson",
+    "specwatch.cli.breakeven",
+    "specwatch.sim",
+    "specwatch.cli.demo",
+    "specwatch.fleet.backtest",
+)
 CORE_COMMANDS = ("run", "check-config", "record", "replay")
 
 # SIGHUPs that arrived before `specwatch run`'s service installed its own handler. The default

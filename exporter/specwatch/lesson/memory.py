@@ -9,9 +9,10 @@ from typing import IO, Any
 
 from specwatch import costmodel as cmod
 from specwatch.lesson.options import (
+    DEFAULT_TARGET,
     DTYPE_CHOICES,
     FORMATS,
-    LESSON_TARGET,
+    TargetBasis,
     cost_model_from_flags,
     emit_csv,
     emit_json,
@@ -19,6 +20,7 @@ from specwatch.lesson.options import (
     number,
     positive_int,
     rounded,
+    target_basis,
     target_options,
 )
 
@@ -32,9 +34,10 @@ def memory_report(
     concurrency: int,
     context_tokens: int,
     gpu_memory_utilization: float,
+    basis: TargetBasis | None = None,
 ) -> dict[str, Any]:
     """Memory of each component at ``concurrency`` requests of ``context_tokens``, and the KV cache
-    capacity each drafter costs the target."""
+    capacity each drafter costs the target (``basis``: which target settings were assumed)."""
     target = cm.model
     tokens = concurrency * context_tokens
     kv_scale = 1.0  # KV cache in bf16
@@ -114,6 +117,7 @@ def memory_report(
             "hardware": cm.hardware.name,
             "concurrency": concurrency,
             "context_tokens": context_tokens,
+            **({} if basis is None else {"engine_prior": basis.engine_prior, "assumed": list(basis.assumed)}),
         },
         "components": components,
         "kv_capacity": capacity,
@@ -130,6 +134,11 @@ def memory_text(rep: dict[str, Any]) -> str:
         (
             f"# memory of a drafter for {t['model']} ({t['dtype']}, TP{t['tensor_parallel']}, {t['hardware']}) "
             f"at {t['concurrency']} requests x {t['context_tokens']} context tokens"
+        ),
+        *(
+            [f"# assumed (not given): {', '.join(t['assumed']) or 'nothing'}; engine prior {t['engine_prior']}"]
+            if "assumed" in t
+            else []
         ),
         (
             f"{'component':<14} {'params (B)':>10} {'weights GB':>11} {'KV B/token':>11} {'KV GB at load':>14} "
@@ -176,7 +185,7 @@ def configurations_not_fitting(rep: dict[str, Any]) -> list[str]:
 
 def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
-    cm = cost_model_from_flags(args, LESSON_TARGET)
+    cm = cost_model_from_flags(args, DEFAULT_TARGET)
     if args.draft_model_config:
         draft = cmod.model_spec_from_hf_config(
             load_json(args.draft_model_config, "--draft-model-config"), name=args.draft_model_config
@@ -191,6 +200,7 @@ def cmd_memory(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         concurrency=args.concurrency,
         context_tokens=args.context,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        basis=target_basis(args, DEFAULT_TARGET, cm),
     )
     if args.format == "json":
         emit_json(rep, out)
@@ -206,7 +216,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     m = subparsers.add_parser(
         "memory",
         help="memory of an EAGLE-3 head vs a classic draft model",
-        parents=[target_options(LESSON_TARGET, role="target")],
+        parents=[target_options(DEFAULT_TARGET, role="target")],
         description="Weights + KV of an EAGLE-3 head and of a draft model for a target.",
     )
     dg = m.add_mutually_exclusive_group()

@@ -19,6 +19,7 @@ import yaml
 from specwatch import costmodel as cmod
 from specwatch.config.kinds import ConfigError, Context, Kind, Number
 from specwatch.config.nodes import Items, Key, Section
+from specwatch.config.result import Config
 from specwatch.config.schema import SCHEMA
 
 #: A bad value found after parsing: ``specwatch <cmd>: error: <message>`` and exit 2 (the CLI prints it).
@@ -172,15 +173,75 @@ DEFAULT_TRAFFIC = "chat=0.7:0.7,code=0.3:0.4"
 class ModelDefaults:
     """What a command assumes when the target options are left out (also shown in --help)."""
 
-    model: str = "llama-3.1-8b"
+    model: str = cmod.DEFAULT_MODEL
     dtype: str = "bf16"
     tensor_parallel: int = 1
     context_tokens: int = 2048
     hardware: str = cmod.DEFAULT_HARDWARE
+    #: The serving engine whose fixed costs of speculation are charged (costmodel.engine_priors).
+    engine: str = "vllm"
 
 
-#: Every lesson command's default target: the lesson's 70B fp8 on 4 GPUs (printed in each header).
-LESSON_TARGET = ModelDefaults(model="llama-3.3-70b", dtype="fp8", tensor_parallel=4)
+_SIDECAR = Config()
+#: Every lesson command's default target: the sidecar's own (config/result.py: the model
+#: build_cost_model assumes when none is configured, its dtype, TP, context and hardware), priced
+#: with today's vLLM engine prior (vllm-v1); printed in each header, ``--engine generic`` for the
+#: generic constants the sidecar uses when ``engine`` is not configured.
+DEFAULT_TARGET = ModelDefaults(
+    model=cmod.DEFAULT_MODEL,
+    dtype=_SIDECAR.model.dtype,
+    tensor_parallel=_SIDECAR.tensor_parallel,
+    context_tokens=_SIDECAR.model.context_tokens,
+    hardware=_SIDECAR.hardware.preset or cmod.DEFAULT_HARDWARE,
+)
+
+ASSUMED = "assumed"
+
+
+@dataclass(frozen=True)
+class TargetBasis:
+    """What a report's numbers rest on: the target, the engine prior, and which of them the flags
+    left to the defaults (``assumed``): a partial override never inherits another model's setup."""
+
+    hardware: str
+    model: str
+    dtype: str
+    tensor_parallel: int
+    context_tokens: int
+    engine_prior: str  # costmodel.engine_priors name: vllm-v1, generic, ...
+    assumed: tuple[str, ...] = ()  # of "hardware", "model", "dtype", "tensor_parallel", "engine_prior"
+    #: Neither hardware nor model given (and no profile): the sidecar widens its interval for that.
+    setup_assumed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "hardware": self.hardware,
+            "model": self.model,
+            "dtype": self.dtype,
+            "tensor_parallel": self.tensor_parallel,
+            "context_tokens_per_request": self.context_tokens,
+            "engine_prior": self.engine_prior,
+            "assumed": list(self.assumed),
+            "setup_assumed": self.setup_assumed,
+        }
+
+    def _tag(self, name: str) -> str:
+        return f" ({ASSUMED})" if name in self.assumed else ""
+
+    def line(self) -> str:
+        """One header line: ``target: model llama-3.1-8b (assumed), ..., tensor_parallel 1 (assumed) ...``."""
+        generic = "; --engine generic for the generic constants" if self.engine_prior != "generic" else ""
+        return (
+            f"target: model {self.model}{self._tag('model')}, dtype {self.dtype}{self._tag('dtype')}, "
+            f"tensor_parallel {self.tensor_parallel}{self._tag('tensor_parallel')}, "
+            f"hardware {self.hardware}{self._tag('hardware')}; "
+            f"engine prior {self.engine_prior}{self._tag('engine_prior')}{generic}"
+            + (
+                "; hardware and model both assumed: the speedup's interval is widened, as the sidecar's"
+                if self.setup_assumed
+                else ""
+            )
+        )
 
 
 def target_options(defaults: ModelDefaults, role: str = "model") -> argparse.ArgumentParser:
@@ -225,7 +286,8 @@ def target_options(defaults: ModelDefaults, role: str = "model") -> argparse.Arg
         "--engine",
         choices=cmod.ENGINE_NAMES,
         default=None,
-        help="serving engine whose fixed costs of speculation to charge (default: the generic ones)",
+        help=f"serving engine whose fixed costs of speculation to charge ({defaults.engine}: "
+        f"{cmod.prior_for(defaults.engine).engine}; generic: the constants the sidecar uses without engine:)",
     )
     p.add_argument("--engine-version", default=None, help="engine version (vLLM below 0.8: the V0 engine)")
     return p
@@ -244,6 +306,36 @@ def load_json(path: str, flag: str = "--model-config") -> dict[str, Any]:
     return data
 
 
+def _nothing_given(args: argparse.Namespace) -> bool:
+    """Neither hardware nor model given: the sidecar's ``config_is_default`` for the flags."""
+    return all(
+        getattr(args, name, None) is None
+        for name in ("hardware", "bandwidth", "flops", "model", "model_config", "params")
+    )
+
+
+def target_basis(args: argparse.Namespace, defaults: ModelDefaults, cm: cmod.CostModel) -> TargetBasis:
+    """What ``cost_model_from_flags`` priced, with the settings the flags left to ``defaults``."""
+    given = {
+        "hardware": any(getattr(args, n, None) is not None for n in ("hardware", "bandwidth", "flops")),
+        "model": any(getattr(args, n, None) is not None for n in ("model", "model_config", "params")),
+        "dtype": getattr(args, "dtype", None) is not None,
+        "tensor_parallel": getattr(args, "tp", None) is not None,
+        "engine_prior": getattr(args, "engine", None) is not None,
+    }
+    engine = getattr(args, "engine", None) or defaults.engine
+    return TargetBasis(
+        hardware=cm.hardware.name,
+        model=cm.model.name,
+        dtype=cm.dtype,
+        tensor_parallel=cm.tensor_parallel,
+        context_tokens=int(cm.context_tokens),
+        engine_prior=cmod.prior_for(engine, getattr(args, "engine_version", None)).engine,
+        assumed=tuple(name for name, stated in given.items() if not stated),
+        setup_assumed=cm.setup_assumed,
+    )
+
+
 def cost_model_from_flags(
     args: argparse.Namespace,
     defaults: ModelDefaults,
@@ -253,7 +345,10 @@ def cost_model_from_flags(
     draft_k: int = cmod.DEFAULT_DRAFT_K,
     profile: cmod.StepTimeCurve | None = None,
 ) -> cmod.CostModel:
-    """The CostModel of the ``target_options`` flags; a bad value exits with one error line."""
+    """The CostModel of the ``target_options`` flags; a bad value exits with one error line. What the
+    flags leave out is ``defaults`` (the sidecar's target: TP 1, bf16 unless given, whatever model
+    is named) and, as the sidecar does, an interval widened for an assumed setup when neither
+    hardware nor model is given."""
     hardware, bandwidth, flops = args.hardware, args.bandwidth, args.flops
     if hardware is None and bandwidth is None and flops is None:
         hardware = defaults.hardware
@@ -278,8 +373,9 @@ def cost_model_from_flags(
             draft_cost_per_token=draft_cost_per_token,
             draft_k=draft_k,
             profile=profile,
-            engine=getattr(args, "engine", None),
+            engine=getattr(args, "engine", None) or defaults.engine,
             engine_version=getattr(args, "engine_version", None),
+            setup_assumed=profile is None and _nothing_given(args),
         )
     except ValueError as exc:
         usage_error(str(exc))
@@ -336,8 +432,10 @@ def emit_csv(rows: Sequence[Mapping[str, Any]], out: IO[str]) -> None:
 FORMATS = ("table", "json", "csv")
 
 
-def describe(cm: cmod.CostModel) -> dict[str, Any]:
-    """The inputs a report was computed with (printed in every report's header)."""
+def describe(cm: cmod.CostModel, basis: TargetBasis | None = None) -> dict[str, Any]:
+    """The inputs a report was computed with (printed in every report's header); with ``basis``,
+    also the engine prior and what the flags left to the defaults."""
+    own = {} if basis is None else {"engine_prior": basis.engine_prior, "assumed": list(basis.assumed)}
     return {
         "hardware": cm.hardware.name,
         "model": cm.model.name,
@@ -351,4 +449,5 @@ def describe(cm: cmod.CostModel) -> dict[str, Any]:
         "overhead_seconds": cm.overhead_seconds,
         "spec_step_fixed_ms": rounded(cm.verify_overhead_seconds * 1e3),
         "spec_request_fixed_ms": rounded(cm.verify_seconds_per_request * 1e3),
+        **own,
     }

@@ -11,13 +11,15 @@ from typing import IO
 from specwatch import costmodel as cmod
 from specwatch.engines.vllm_schedule import complete_speculative_config, speculative_config
 from specwatch.lesson.options import (
+    DEFAULT_TARGET,
     DEFAULT_TRAFFIC,
-    LESSON_TARGET,
+    TargetBasis,
     Traffic,
     cost_model_from_flags,
     describe,
     positive_int,
     schema_type,
+    target_basis,
     target_options,
     traffic,
 )
@@ -38,8 +40,9 @@ class Rollout:
     hold: int = 2
 
 
-def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
-    """The staged rollout plan, with every expected number from ``cm``."""
+def plan_markdown(cm: cmod.CostModel, rollout: Rollout, basis: TargetBasis | None = None) -> str:
+    """The staged rollout plan, with every expected number from ``cm``; ``basis`` adds the line of
+    what the target rests on (what the flags left to the defaults, the engine prior)."""
     b, k = rollout.concurrency, rollout.k
     traffic = rollout.traffic
     blended = sum(s * a for _, s, a in traffic)
@@ -63,6 +66,7 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
     lines = [
         f"# Speculative decoding rollout plan: {d['model']} on {d['tensor_parallel']}x {d['hardware']}",
         "",
+        *([f"{basis.line().capitalize()}.", ""] if basis is not None else []),
         (
             f"Inputs: {d['dtype']} weights, TP {d['tensor_parallel']}, drafter `{rollout.method}` with K={k}, "
             f"target concurrency {b}, {d['context_tokens_per_request']} context tokens per request, "
@@ -177,7 +181,7 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout) -> str:
 def cmd_plan(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     cm = cost_model_from_flags(
-        args, LESSON_TARGET, draft_method=args.method, draft_cost_per_token=args.draft_cost, draft_k=args.k
+        args, DEFAULT_TARGET, draft_method=args.method, draft_cost_per_token=args.draft_cost, draft_k=args.k
     )
     rollout = Rollout(
         method=args.method,
@@ -190,7 +194,7 @@ def cmd_plan(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         min_drafts=args.min_drafts,
         hold=args.hold,
     )
-    out.write(plan_markdown(cm, rollout))
+    out.write(plan_markdown(cm, rollout, target_basis(args, DEFAULT_TARGET, cm)))
     return 0
 
 
@@ -198,7 +202,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     pl = subparsers.add_parser(
         "plan",
         help="staged rollout plan (markdown)",
-        parents=[target_options(LESSON_TARGET)],
+        parents=[target_options(DEFAULT_TARGET)],
         description="Staged speculative-decoding rollout plan with numbers from the cost model.",
     )
     pl.add_argument(

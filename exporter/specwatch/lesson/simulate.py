@@ -13,9 +13,10 @@ from typing import IO, Any
 
 from specwatch import costmodel as cmod
 from specwatch.lesson.options import (
+    DEFAULT_TARGET,
     DEFAULT_TRAFFIC,
     FORMATS,
-    LESSON_TARGET,
+    TargetBasis,
     Traffic,
     check_fractions,
     cost_model_from_flags,
@@ -29,6 +30,7 @@ from specwatch.lesson.options import (
     positive_int,
     rounded,
     schema_type,
+    target_basis,
     target_options,
     traffic,
     usage_error,
@@ -205,9 +207,11 @@ def simulate_report(
     itl_mean_change: float,
     itl_p99_change: float,
     progress: Progress | None = None,
+    basis: TargetBasis | None = None,
 ) -> dict[str, Any]:
     """The grid plus the lesson's answers: alpha for 2x/3x, overhead sensitivity, blended traffic
-    and the mean-vs-P99 ITL diagnosis."""
+    and the mean-vs-P99 ITL diagnosis. ``basis``: what the flags left to the defaults (the header's
+    target line)."""
     rows = _grid_rows(cm, grid, progress)
     answers: dict[str, Any] = {}
     answers["alpha_for_speedup_at_k5"] = [
@@ -243,7 +247,8 @@ def simulate_report(
     answers["blended_traffic"] = _blended_traffic(cm, grid, mix)
     answers["itl_diagnosis"] = _itl_diagnosis(cm, itl_mean_change, itl_p99_change)
     return {
-        "model": describe(cm),
+        "model": describe(cm, basis),
+        **({} if basis is None else {"target": basis.as_dict()}),
         "seed": grid.seed,
         "tokens_per_request": grid.tokens,
         "requests": grid.requests,
@@ -251,6 +256,19 @@ def simulate_report(
         "grid": rows,
         "answers": answers,
     }
+
+
+def _target_line(target: dict[str, Any]) -> str:
+    return TargetBasis(
+        hardware=target["hardware"],
+        model=target["model"],
+        dtype=target["dtype"],
+        tensor_parallel=target["tensor_parallel"],
+        context_tokens=target["context_tokens_per_request"],
+        engine_prior=target["engine_prior"],
+        assumed=tuple(target["assumed"]),
+        setup_assumed=target["setup_assumed"],
+    ).line()
 
 
 def _alpha(value: float | None) -> str:
@@ -266,6 +284,7 @@ def simulate_text(rep: dict[str, Any]) -> str:
             f"{d['context_tokens_per_request']} ctx, draft cost {d['draft_cost_per_token']} of a step per token, "
             f"seed {rep['seed']}, {rep['requests']}x{rep['tokens_per_request']} tokens"
         ),
+        *([f"# {_target_line(rep['target'])}"] if rep.get("target") else []),
         *([f"# draft cost from {rep['draft_cost_source']}"] if rep.get("draft_cost_source") else []),
         (
             f"{'B':>4} {'K':>2} {'alpha':>5} {'a*':>6} {'S(model)':>8} {'S(sim)':>7} "
@@ -382,7 +401,7 @@ def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
             "method instead: pass --method to compare the two"
         )
     cm = cost_model_from_flags(
-        args, LESSON_TARGET, draft_method=args.method, draft_cost_per_token=draft_cost, draft_k=max(args.k)
+        args, DEFAULT_TARGET, draft_method=args.method, draft_cost_per_token=draft_cost, draft_k=max(args.k)
     )
     grid = SimulationGrid(
         batches=args.batch,
@@ -400,6 +419,7 @@ def cmd_simulate(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         itl_mean_change=args.itl_mean_change,
         itl_p99_change=args.itl_p99_change,
         progress=_GridProgress(sys.stderr),
+        basis=target_basis(args, DEFAULT_TARGET, cm),
     )
     rep["draft_cost_source"] = source
     if args.format == "json":
@@ -419,10 +439,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     s = subparsers.add_parser(
         "simulate",
         help="the lesson's toy speculative decode simulator",
-        parents=[target_options(replace(LESSON_TARGET, context_tokens=1024))],
+        parents=[target_options(replace(DEFAULT_TARGET, context_tokens=1024))],
         description="Monte-Carlo decode loop with and without speculation over an alpha x K "
         "grid; prints break-even, speedup and P50/P99 ITL and answers the "
-        "lesson's exercises. Default: Llama-3.3-70B fp8 on 4x H100.",
+        f"lesson's exercises. Default target: the sidecar's ({DEFAULT_TARGET.model} {DEFAULT_TARGET.dtype}, "
+        f"TP {DEFAULT_TARGET.tensor_parallel}, {DEFAULT_TARGET.hardware}), engine prior "
+        f"{cmod.prior_for(DEFAULT_TARGET.engine).engine}.",
     )
     s.add_argument(
         "--method",

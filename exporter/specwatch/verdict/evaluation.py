@@ -258,6 +258,21 @@ def update_route_method(
     return memory.method
 
 
+def config_method_for(configured: str, cost_class: str) -> str | None:
+    """The method the recommended config names: only a known one, configured or inferred n-gram
+    (self-contained); an inferred model-based drafter's method and path are not known."""
+    return configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
+
+
+def drafts_vary(cost_class: str, stats: WindowStats) -> bool:
+    """Whether a short draft is the drafter's own (lookup ran out, the engine cut it) rather than a
+    schedule's band: decides how p_i is read from the window (derive.with_drafter)."""
+    if cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown":
+        return True
+    engine = BY_NAME.get(stats.engine)
+    return engine is not None and engine.drafts_vary_in_length
+
+
 def evaluate_route(
     config: Config,
     cost_model: costmodel.CostModel,
@@ -288,15 +303,10 @@ def evaluate_route(
     if method is None:
         method = update_route_method(config, memory, windows, schedule)
     cost_class = method.split(":")[-1]
-    # The recommended config names a method only when it is known: configured, or inferred
-    # n-gram (self-contained); an inferred model-based drafter's method and path are not.
-    config_method = configured if configured != "auto" else ("ngram" if cost_class == "ngram" else None)
-    variable_length = cost_class in VARIABLE_LENGTH_METHODS or cost_class == "unknown"
+    config_method = config_method_for(configured, cost_class)
     evaluations: list[RouteEvaluation] = []
     for _, label, view, measured in windows:
-        engine = BY_NAME.get(measured.engine)
-        varies = variable_length or (engine is not None and engine.drafts_vary_in_length)
-        stats = with_drafter(measured, variable_length=varies, schedule_ks=schedule_ks)
+        stats = with_drafter(measured, variable_length=drafts_vary(cost_class, measured), schedule_ks=schedule_ks)
         guard = passes_guard(stats, view.last.snapshot, decision.min_drafts)
         previous = memory.verdicts.get(label)
         assessment = assess(

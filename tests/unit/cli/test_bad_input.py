@@ -39,6 +39,10 @@ CASES = {
     "breakeven-bandwidth-0": (["breakeven", "--bandwidth", "0", "--flops", "1e15", *K], "--bandwidth"),
     "breakeven-batch-0": (["breakeven", "--k", "3", "--batch", "0"], "--batch"),
     "breakeven-alpha-1.5": (["breakeven", *K, "--alpha", "1.5"], "--alpha"),
+    "breakeven-drafts-0": (["breakeven", *K, "--alpha", "0.5", "--drafts", "0"], "--drafts"),
+    "breakeven-drafts-nan": (["breakeven", *K, "--alpha", "0.5", "--drafts", "nan"], "--drafts"),
+    "breakeven-drafts-without-alpha": (["breakeven", *K, "--drafts", "1000"], "--drafts needs --alpha"),
+    "breakeven-engine-unknown": (["breakeven", *K, "--engine", "vlm"], "--engine"),
     "memory-utilization-1.5": (["memory", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
     "memory-concurrency-0": (["memory", "--concurrency", "0"], "--concurrency"),
     # files that are not there

@@ -107,6 +107,8 @@ def test_breakeven_command_prints_the_calibrated_speedup_of_a_held_out_row():
             "32",
             "--context",
             "512",
+            "--engine",
+            "generic",  # the calculators charge vLLM V1's prior by default; this row is the generic fit's
             "--alpha",
             str(alpha),
             "--format",

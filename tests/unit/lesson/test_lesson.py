@@ -22,6 +22,8 @@ from specwatch import costmodel as cmod
 from specwatch import lesson
 from specwatch.config import Config, DecisionConfig, DraftConfig, ModelConfig, from_mapping
 from specwatch.config.cost_model import cost_model_from_config
+from specwatch.config.result import EngineConfig
+from specwatch.lesson.options import TargetBasis
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.verdict import decide
 from specwatch.windows.derive import WindowStats
@@ -31,11 +33,15 @@ UPDATE = os.environ.get("SPECWATCH_UPDATE_GOLDEN") == "1"
 
 
 def run(argv: list[str]) -> tuple[int, str]:
-    """A lesson command through specwatch's parser: a bad value is SystemExit(2) and two lines."""
+    """A lesson command through specwatch's parser (with the sidecar's answer for breakeven's rows,
+    cli/breakeven.py): a bad value is SystemExit(2) and two lines."""
+    from specwatch.cli import breakeven
     from specwatch.cli.args import CliParser, subparser_for
 
     parser = CliParser(prog="specwatch")
-    lesson.add_parsers(parser.add_subparsers(dest="command", required=True))
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    lesson.add_parsers(subparsers)
+    breakeven.add_parsers(subparsers)
     args = parser.parse_args(argv)
     out = io.StringIO()
     try:
@@ -59,12 +65,13 @@ def check_golden(name: str, text: str) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def test_breakeven_json_matches_golden_for_the_lessons_default_target():
+def test_breakeven_json_matches_golden_for_the_default_target_the_sidecars():
     rc, out = run(["breakeven", "--k", "3", "--batch", "1,8,64,256", "--alpha", "0.6", "--format", "json"])
     assert rc == 0
     check_golden("breakeven_default.json", out)
     doc = json.loads(out)
-    assert doc["assumptions"]["model"] == "llama-3.3-70b" and doc["assumptions"]["tensor_parallel"] == 4
+    assert doc["assumptions"]["model"] == "llama-3.1-8b" and doc["assumptions"]["tensor_parallel"] == 1
+    assert doc["target"]["engine_prior"] == "vllm-v1" and doc["target"]["setup_assumed"] is True
     rows = doc["rows"]
     assert [r["batch"] for r in rows] == [1, 8, 64, 256]
     assert set(rows[0]) == {"batch", "k", "breakeven_acceptance_rate", "expected_speedup"} | {
@@ -72,7 +79,7 @@ def test_breakeven_json_matches_golden_for_the_lessons_default_target():
         "epsilon_verify",
         "epsilon_drafting",
         "epsilon_fixed",
-    }
+    } | {"drafts", "verdict", "expected_speedup_lower", "expected_speedup_upper", "loss_probability"}
     for r in rows:  # the lesson's formula, epsilon priced at the batch
         assert r["breakeven_acceptance_rate"] == pytest.approx(r["epsilon"] / r["k"], abs=2e-4)
 
@@ -123,7 +130,10 @@ def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
     )
     row = json.loads(out)["rows"][0]
     # The sidecar path: config -> cost_model_from_config -> decide.assess on a window.
-    cm = cost_model_from_config(Config(model=ModelConfig(context_tokens=2048), draft=DraftConfig(k=3)))
+    # The calculators charge vLLM V1's fixed costs unless --engine says otherwise: `engine: {name: vllm}`.
+    cm = cost_model_from_config(
+        Config(model=ModelConfig(context_tokens=2048), draft=DraftConfig(k=3), engine=EngineConfig(name="vllm"))
+    )
     stats = WindowStats(
         route="r",
         window="1m",
@@ -240,7 +250,9 @@ def test_simulated_speedup_and_alpha_track_the_model_over_many_requests():
 
 
 def test_simulate_answers_the_lesson_exercises():
-    rep = json.loads(run(["simulate", "--format", "json", "--requests", "4", "--tokens", "32"])[1])
+    # The lesson's own world: Llama-3.3-70B fp8 on 4 GPUs, with the generic fixed costs.
+    lesson_target = ["--model", "llama-3.3-70b", "--dtype", "fp8", "--tp", "4", "--engine", "generic"]
+    rep = json.loads(run(["simulate", "--format", "json", "--requests", "4", "--tokens", "32", *lesson_target])[1])
     a = rep["answers"]
     # K=5 with overhead 0.15 at batch 1: 2x needs (2*1.15-1)/5 = 0.26, 3x needs 0.49.
     b1 = a["alpha_for_speedup_at_k5"][0]
@@ -389,10 +401,13 @@ def test_missing_model_config_file_is_a_clear_error(tmp_path, capsys):
 
 
 def test_plan_and_memory_reports_called_directly_match_the_commands():
-    cm = cmod.build_cost_model(model="llama-3.3-70b", dtype="fp8", tensor_parallel=4, draft_method="eagle3")
+    cm = cmod.build_cost_model(draft_method="eagle3", engine="vllm", setup_assumed=True)
+    assumed = ("hardware", "model", "dtype", "tensor_parallel", "engine_prior")
+    basis = TargetBasis("h100-sxm", "llama-3.1-8b", "bf16", 1, 2048, "vllm-v1", assumed, setup_assumed=True)
     mix = [("chat", 0.7, 0.7), ("code", 0.3, 0.4)]
     _, plan_out = run(["plan", "--traffic", "chat=0.7:0.7,code=0.3:0.4"])
-    assert lesson.plan_markdown(cm, lesson.Rollout(method="eagle3", k=3, concurrency=64, traffic=mix)) == plan_out
+    rollout = lesson.Rollout(method="eagle3", k=3, concurrency=64, traffic=mix)
+    assert lesson.plan_markdown(cm, rollout, basis) == plan_out
     _, memory_out = run(["memory", "--format", "json"])
     rep = lesson.memory_report(
         cm,
@@ -402,6 +417,7 @@ def test_plan_and_memory_reports_called_directly_match_the_commands():
         concurrency=64,
         context_tokens=2048,
         gpu_memory_utilization=0.9,
+        basis=basis,
     )
     assert json.loads(memory_out) == rep
 
@@ -528,7 +544,9 @@ def test_breakeven_with_the_sidecars_profile_gives_the_sidecars_numbers(tmp_path
         ]
     )
     row = json.loads(out)["rows"][0]
-    config = from_mapping({"profile": str(path), "draft": {"method": "ngram", "k": 3}}, environ={})
+    config = from_mapping(
+        {"profile": str(path), "draft": {"method": "ngram", "k": 3}, "engine": {"name": "vllm"}}, environ={}
+    )
     stats = WindowStats(
         route="r",
         window="1m",
