@@ -80,16 +80,24 @@ def detected_prior(engine: str, schema: str | None) -> EnginePrior:
     return prior_for(engine)
 
 
+def uses_detected_prior(config: Config) -> bool:
+    """Whether routes are priced with the prior of the engine their payload shows: when ``engine:``
+    is not configured and the setup is (hardware or model stated, or a profile). The priors' fixed
+    costs are seconds fitted on datacenter GPUs; on a guessed setup the generic constants stand
+    (the assumed setup's error dominates the interval either way)."""
+    return config.engine.name is None and (config.profile is not None or not config_is_default(config))
+
+
 def route_prior(config: Config, engine: str, schema: str | None) -> EnginePrior:
-    """The prior a route's verdicts use: ``engine:`` when configured, else the detected engine's."""
-    if config.engine.name is not None:
-        return prior_for(config.engine.name, config.engine.version)
-    return detected_prior(engine, schema)
+    """The prior a route's verdicts use: ``engine:`` when configured, else the detected engine's
+    (generic on an assumed setup: ``uses_detected_prior``)."""
+    if uses_detected_prior(config):
+        return detected_prior(engine, schema)
+    return prior_for(config.engine.name, config.engine.version)
 
 
 def route_cost_model(cost_model: CostModel, config: Config, engine: str, schema: str | None) -> CostModel:
-    """``cost_model`` (built from ``config``) with the route's prior: the detected engine's unless
-    ``engine:`` is configured (then ``cost_model`` already carries it)."""
-    if config.engine.name is not None:
+    """``cost_model`` (built from ``config``) with the route's prior (``route_prior``)."""
+    if not uses_detected_prior(config):
         return cost_model
     return cost_model.with_prior(detected_prior(engine, schema))

@@ -184,7 +184,9 @@ def _route_dict(r: RouteAssumptions) -> dict[str, object]:
         "detected_engine": f.engine,
         "detected_engine_prior": r.detected_prior.engine,
         "engine_prior": r.prior.engine,
-        "engine_prior_chosen": "configured" if _configured(r) else "detected",
+        "engine_prior_chosen": "detected"
+        if not _configured(r)
+        else ("configured" if r.engine_configured else "generic_setup_assumed"),
         "engine_mismatch": r.mismatch,
         "step_time": f.step_time,
         "baseline": f.baseline,
@@ -195,7 +197,7 @@ def _route_dict(r: RouteAssumptions) -> dict[str, object]:
 
 
 def _configured(r: RouteAssumptions) -> bool:
-    return r.engine_configured
+    return r.engine_configured or r.prior is not r.detected_prior
 
 
 def _route_line(r: RouteAssumptions) -> str:
@@ -203,7 +205,7 @@ def _route_line(r: RouteAssumptions) -> str:
     step = f.step_time
     if step == "learned":
         step += f" (baseline {f.baseline}" + (", the split is the prior's)" if r.keeps_prior_split else ")")
-    how = "configured" if _configured(r) else "detected"
+    how = "detected" if not _configured(r) else ("configured" if r.engine_configured else "generic: setup assumed")
     parts = [f"route {f.route}: engine {f.engine} detected", f"prior {r.prior.engine} ({how})", f"step time {step}"]
     if f.model_log_error is not None:
         sigma = f"model sigma {f.model_log_error:.3f}"

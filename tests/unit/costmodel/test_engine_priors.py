@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from specwatch.costmodel import draft, roofline
-from specwatch.costmodel.engine_priors import ENGINE_PRIORS, GENERIC, POOLED, prior_for
+from specwatch.costmodel.engine_priors import (
+    ENGINE_PRIORS,
+    EXTRAPOLATION_LOG_ERROR_PER_DOUBLING,
+    GENERIC,
+    MOE_LOG_ERROR,
+    POOLED,
+    TAIL_FACTOR,
+    prior_for,
+)
 
 ROOT = Path(__file__).parents[3]
 FIT_SCRIPT = ROOT / "tests/fixtures/calibration/fit_engine_priors.py"
@@ -84,7 +92,7 @@ def test_doc_table_is_the_computed_loso(doc: Path) -> None:
 def test_every_row_has_a_fate() -> None:
     fe = fit_module()
     cases, skipped = fe.classify()
-    files = (fe.V1_ROWS, fe.V2_ROWS, fe.V3_ROWS, fe.V4_ROWS, fe.V5_ROWS)
+    files = (fe.V1_ROWS, fe.V2_ROWS, fe.V3_ROWS, fe.V4_ROWS, fe.V5_ROWS, fe.V6_ROWS)
     assert len(cases) + len(skipped) == sum(len(rows) for rows in files)
     assert all(s.reason for s in skipped)
     assert all(c.tau_source for c in cases)
@@ -132,18 +140,47 @@ def test_fallback_families_carry_the_pooled_values() -> None:
         assert prior.engine == key
 
 
-def test_each_priors_error_is_its_leave_one_source_out_rms() -> None:
-    """The error a prior's speedups carry (costmodel/uncertainty.py) is what the LOSO run measures:
-    a family's own rows where it has any, the pooled fit's otherwise; generic its RMS on vLLM V1."""
+def test_each_priors_error_model_is_what_the_cross_validation_fits() -> None:
+    """The error a prior's speedups carry (engine_priors.log_error_at) is what the cross-validated
+    residuals give: own fits their dense in-range RMS and batch range, the MoE, per-doubling and
+    tail terms pooled; pooled priors their LOSO RMS; generic its RMS on vLLM V1's rows."""
+    fe = fit_module()
+    rows, _ = fe.reduced_cases()
+    model = fe.error_model(fe.all_residuals(rows))
     by_family = {rep.family: rep for rep in reports()}
-    pooled = by_family["pooled"].loso.rms
     for family, prior in ENGINE_PRIORS.items():
-        if family == "generic":
-            want = by_family["vllm-v1"].generic.rms
+        if family in fe.OWN_FIT_FAMILIES:
+            assert prior.log_error == model.family_log_error[family], family
+            assert prior.batch_range == fe.batch_range([r for r in rows if r.case.engine == family])
+        elif family == "generic":
+            assert prior.log_error == pytest.approx(by_family["vllm-v1"].generic.rms, abs=5e-4)
         else:
-            rep = by_family.get(family)
-            want = rep.loso.rms if rep is not None and rep.loso.sign_scored else pooled
-        assert prior.log_error == pytest.approx(want, abs=5e-4), family
+            assert prior.log_error == pytest.approx(by_family["pooled"].loso.rms, abs=5e-4), family
+            assert prior.batch_range is None
+    assert (MOE_LOG_ERROR, EXTRAPOLATION_LOG_ERROR_PER_DOUBLING, TAIL_FACTOR) == (
+        model.moe_log_error,
+        model.per_doubling,
+        model.tail,
+    )
+
+
+@pytest.mark.parametrize("doc", DOCS[:1], ids=lambda p: p.name)
+def test_doc_carries_the_validation_table(doc: Path) -> None:
+    text = doc.read_text()
+    fe = fit_module()
+    rows, _ = fe.reduced_cases()
+    for line in fe.error_table(rows):
+        assert line in text, f"{doc.name} lacks (or has a stale) line:\n{line}"
+
+
+def test_no_held_out_calibration_row_gets_a_wrong_side_call() -> None:
+    """Every row, predicted by a fit that did not see it, with the error model's 90 % interval:
+    never keep where the measured speedup is below 0.95, never disable where it is above 1.05."""
+    fe = fit_module()
+    rows, _ = fe.reduced_cases()
+    residuals = fe.all_residuals(rows)
+    model = fe.error_model(residuals)
+    assert [r.row.case.id for r in residuals if fe.wrong_side(r, model.of(r))] == []
 
 
 def test_additive_experiment_restores_the_roofline_and_its_figures_are_the_docs() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from specwatch import costmodel as cmod
 from specwatch.costmodel import uncertainty
-from specwatch.costmodel.engine_priors import ENGINE_PRIORS, GENERIC
+from specwatch.costmodel.engine_priors import EXTRAPOLATION_LOG_ERROR_PER_DOUBLING, MOE_LOG_ERROR, TAIL_FACTOR, ENGINE_PRIORS, GENERIC
 from specwatch.costmodel.learned import LearnedStepCurve
 
 CM = cmod.build_cost_model(hardware="h100-sxm", model="llama-3.1-8b", draft_method="eagle3")
@@ -25,7 +25,28 @@ def learned(cm: cmod.CostModel, *, residual: float, spec_scale: float | None) ->
 def test_a_configured_model_carries_its_engine_priors_calibration_error():
     assert uncertainty.model_log_error(CM) == GENERIC.log_error
     vllm = cmod.build_cost_model(hardware="h100-sxm", model="llama-3.1-8b", engine="vllm", engine_version="0.10.1")
-    assert uncertainty.model_log_error(vllm) == ENGINE_PRIORS["vllm-v1"].log_error != GENERIC.log_error
+    own = ENGINE_PRIORS["vllm-v1"]
+    # inside its batch range, on a dense target: the prior's own error with the tail factor
+    assert uncertainty.model_log_error(vllm, 64.0) == pytest.approx(TAIL_FACTOR * own.log_error)
+    assert uncertainty.model_log_error(vllm, 64.0) < GENERIC.log_error
+
+
+def test_the_priors_error_grows_outside_its_batch_range_and_on_a_moe_target():
+    vllm = cmod.build_cost_model(hardware="h100-sxm", model="llama-3.1-8b", engine="vllm")
+    inside, edge, twice, four = (uncertainty.model_log_error(vllm, b) for b in (64.0, 128.0, 256.0, 512.0))
+    assert inside == edge < twice < four
+    assert twice == pytest.approx(TAIL_FACTOR * math.hypot(0.103, EXTRAPOLATION_LOG_ERROR_PER_DOUBLING))
+    moe = cmod.build_cost_model(hardware="h100-sxm", model="qwen3-30b-a3b", engine="vllm")
+    assert uncertainty.model_log_error(moe, 64.0) == pytest.approx(TAIL_FACTOR * math.hypot(0.103, MOE_LOG_ERROR))
+    # pooled and generic: one number for every batch
+    assert uncertainty.model_log_error(CM, 1.0) == uncertainty.model_log_error(CM, 4096.0) == GENERIC.log_error
+
+
+def test_the_loss_probability_is_the_intervals_mass_below_1():
+    assert uncertainty.loss_probability(1.0, 0.2, 0.0) == pytest.approx(0.5)
+    assert uncertainty.loss_probability(math.exp(-0.2 * 1.2816), 0.2, 0.0) == pytest.approx(0.9, abs=1e-4)
+    assert uncertainty.loss_probability(math.exp(0.3), 0.3, 0.4) == pytest.approx(0.5 - 0.5 * math.erf(0.6 / 2**0.5))
+    assert uncertainty.loss_probability(0.9, 0.0, 0.0) == 1.0 and uncertainty.loss_probability(1.1, 0.0, 0.0) == 0.0
 
 
 def test_assumed_hardware_and_model_widen_the_error_until_a_curve_measured_spec_off_steps():
