@@ -475,7 +475,7 @@ MUTATIONS = [
     ),
     (
         "specwatch-alerts.yaml",
-        '\n            unless on (cluster, job, instance, target, route)\n'
+        "\n            unless on (cluster, job, instance, target, route)\n"
         '          (specwatch_verdict{window="5m", verdict=~"disable|spec_off"} == 1)\n',
         "\n",
         "probably-losing fires beside the disable verdict's own alert",
