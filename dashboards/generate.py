@@ -34,6 +34,7 @@ RUNBOOK = "https://github.com/specwatch/specwatch/blob/main/docs/runbook.md"
 # Panels that show what an alert fires on link to its runbook section.
 PANEL_RUNBOOKS = {
     "Acceptance margin α − α*": ("SpecDecodeBelowBreakeven", "SpecDecodeFleetBelowBreakeven"),
+    "P(speculation loses) ($window window)": ("SpecDecodeProbablyLosing",),
     "Acceptance rate α vs break-even α* ($window window)": ("SpecDecodeBelowBreakeven",),
     "Fleet acceptance rate α per route (all pods, 5m)": ("SpecDecodeFleetBelowBreakeven",),
     "Recommended K": ("SpecDecodeShorterDraftRecommended",),
@@ -68,6 +69,10 @@ VERDICTS = [
     ("spec_off", "spec off", "text"),
     ("undecided", "undecided: measure", "purple"),
 ]
+
+# SpecDecodeProbablyLosing's threshold on specwatch_loss_probability (rules/specwatch-alerts.yaml),
+# drawn as a line on the loss-probability panel.
+LOSS_PROBABILITY_ALERT = 0.8
 
 # The default decision guard (`decision.min_drafts`), drawn as a line on the drafts panel.
 DEFAULT_MIN_DRAFTS = 500
@@ -339,6 +344,21 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         decimals=2,
         thresh=thresholds((None, "red"), (1.0, "yellow"), (1.1, "green")),
     )
+    loss = share(
+        "P(speculation loses) ($window window)",
+        "Probability that speculation is slower than plain decoding at the live batch size (true speedup "
+        "< 1), per route and pod on the selected window: specwatch_loss_probability, from the same interval "
+        "as the expected speedup's lower and upper bounds. At or above the dashed line "
+        f"({LOSS_PROBABILITY_ALERT:.0%}) for 15m, SpecDecodeProbablyLosing fires (not when the verdict is "
+        "already disable or spec off). Disable needs the whole interval below 1 (about 95 % at the default "
+        "decision.confidence), so between the two the verdict stays undecided: the status JSON's measurement "
+        "(a spec-off canary at the live batch) confirms it.",
+        [per_route("A", "specwatch_loss_probability")],
+        decimals=0,
+        thresh=thresholds((None, "green"), (LOSS_PROBABILITY_ALERT, "red")),
+        thresholds_style="dashed",
+    )
+    loss["options"]["legend"] = {"showLegend": True, "displayMode": "list", "placement": "bottom", "calcs": []}
     margin = stat(
         "Acceptance margin α − α*",
         "Measured acceptance rate minus the break-even acceptance rate for the live batch size and draft "
@@ -400,7 +420,16 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         ],
         value_size=14,
     )
-    return [(verdict, 6, 5), (speedup, 4, 5), (margin, 4, 5), (alpha_vs, 5, 5), (rec_k, 5, 5), (config, 24, 4)]
+    # the loss probability beside the expected speedup and its interval it is read from
+    return [
+        (verdict, 5, 6),
+        (speedup, 4, 6),
+        (loss, 7, 6),
+        (margin, 4, 6),
+        (alpha_vs, 4, 6),
+        (rec_k, 5, 4),
+        (config, 19, 4),
+    ]
 
 
 def acceptance_row() -> list[tuple[dict, int, int]]:

@@ -56,6 +56,7 @@ ALERTS = {
     "spec-decode": {
         "SpecDecodeFleetBelowBreakeven",
         "SpecDecodeBelowBreakeven",
+        "SpecDecodeProbablyLosing",
         "SpecDecodeShorterDraftRecommended",
         "SpecDecodeITLP99Regression",
         "SpecDecodeAppliedAdviceSlowedDecode",
@@ -73,6 +74,10 @@ REPLICA_COUNTS = {
 }
 # alerts about spec-decode performance: their description carries the live numbers + recommendation
 PERFORMANCE_ALERTS = {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended", "SpecDecodeITLP99Regression"}
+# alerts that warn while the verdict is still undecided (the speedup's interval reaches 1): they quote the
+# probability and the interval and name the measurement that would decide (the action="measure" series,
+# the status JSON's measurement), never a config to apply; silent where the verdict says disable/spec_off
+MEASURE_ALERTS = {"SpecDecodeProbablyLosing"}
 
 
 def alerts() -> dict[str, dict]:
@@ -269,7 +274,7 @@ def test_every_alert_quoting_the_recommendation_renders_it_by_action_with_one_te
     snippets = {
         name: re.findall(pattern, rule["annotations"]["description"])
         for name, rule in alerts().items()
-        if "specwatch_recommended_config_info" in rule["annotations"]["description"]
+        if "specwatch_recommended_config_info" in rule["annotations"]["description"] and name not in MEASURE_ALERTS
     }
     assert set(snippets) == PERFORMANCE_ALERTS
     rendered = {s for found in snippets.values() for s in found}
@@ -277,6 +282,30 @@ def test_every_alert_quoting_the_recommendation_renders_it_by_action_with_one_te
     (template,) = rendered
     for branch in ('eq $action "apply"', 'eq $action "remove_speculative_config"', "merge {{ $config }}", "no change"):
         assert branch in template, branch
+
+
+def test_undecided_warnings_quote_probability_and_interval_name_the_measurement_and_yield_to_the_verdict():
+    for name in MEASURE_ALERTS:
+        rule = alerts()[name]
+        desc = rule["annotations"]["description"]
+        assert "Recommended:" not in desc, name
+        measure = [q for q in template_queries(desc) if q.startswith("specwatch_recommended_config_info")]
+        assert measure and all('action="measure"' in q for q in measure), (name, measure)
+        for needle in (
+            "$value | humanizePercentage",
+            "specwatch_expected_speedup_lower",
+            "specwatch_expected_speedup_upper",
+            "/api/v1/status",
+            ".measurement",
+            'specwatch_recommended_config_info{action="measure"}',
+            "spec-off canary",
+        ):
+            assert needle in desc, (name, needle)
+        # the verdict in effect on the same window and replica: disable (SpecDecodeBelowBreakeven) or spec_off
+        assert (
+            "unless on (cluster, job, instance, target, route)\n"
+            '(specwatch_verdict{window="5m", verdict=~"disable|spec_off"} == 1)'
+        ) in rule["expr"], rule["expr"]
 
 
 def test_runbook_has_a_section_for_every_alert_at_its_runbook_url_anchor():
@@ -419,6 +448,55 @@ MUTATIONS = [
         '(\n            specwatch_acceptance_margin{window="5m"} < 0',
         "(\n            specwatch_acceptance_margin < 0",
         "fleet count reads every window",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'specwatch_loss_probability{window="5m"} >= 0.8',
+        'specwatch_loss_probability{window="5m"} >= 0.75',
+        "probably-losing fires at 0.79",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'specwatch_loss_probability{window="5m"} >= 0.8',
+        'specwatch_loss_probability{window="5m"} > 0.8',
+        "probably-losing misses exactly 0.8 (at or above)",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'specwatch_loss_probability{window="5m"} >= 0.8',
+        "specwatch_loss_probability >= 0.8",
+        "probably-losing reads every window: another route's 1m window fires",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        '(specwatch_verdict{window="5m", verdict=~"disable|spec_off"} == 1)\n        for: 15m',
+        '(specwatch_verdict{window="5m", verdict=~"disable|spec_off"} == 1)\n        for: 5m',
+        "probably-losing fires before for: 15m",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "\n            unless on (cluster, job, instance, target, route)\n"
+        '          (specwatch_verdict{window="5m", verdict=~"disable|spec_off"} == 1)\n',
+        "\n",
+        "probably-losing fires beside the disable verdict's own alert",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'verdict=~"disable|spec_off"',
+        'verdict=~"disable"',
+        "probably-losing fires on a server that no longer speculates (spec_off)",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'specwatch_verdict{window="5m", verdict=~"disable|spec_off"}',
+        'specwatch_verdict{verdict=~"disable|spec_off"}',
+        "probably-losing silenced by another window's disable",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'unless on (cluster, job, instance, target, route)\n          (specwatch_verdict{window="5m"',
+        'unless on (cluster, job, instance, route)\n          (specwatch_verdict{window="5m"',
+        "standalone/fleet mode: one target's disable silences another target's probably-losing",
     ),
     (
         "specwatch-recording.yaml",
