@@ -97,7 +97,7 @@ CASES = {
     ),
     "70b-tp4-fp8-generic": (
         ["--model", "llama-3.3-70b", "--dtype", "fp8", "--tp", "4", "--engine", "generic"],
-        {"model": {"preset": "llama-3.3-70b", "dtype": "fp8"}, "tensor_parallel": 4},
+        {"model": {"preset": "llama-3.3-70b", "dtype": "fp8"}, "tensor_parallel": 4, "engine": {"name": "generic"}},
         256,
         0.35,
         25600.0,

@@ -11,7 +11,7 @@ import pytest
 
 from specwatch import costmodel
 from specwatch.cli.demo import CLEAR, breakeven_line, demo_config, render_table
-from specwatch.config.cost_model import cost_model_from_config
+from specwatch.config.cost_model import cost_model_from_config, route_cost_model
 from specwatch.sidecar.state import State, TargetState
 from specwatch.sim.describe import PLACEHOLDER, DescriptionError, describe
 from specwatch.sim.scenario import list_scenarios, load_scenario
@@ -67,7 +67,8 @@ def test_the_printed_break_even_is_the_sidecar_s(name):
     config = demo_config(
         scenario, target_url="http://127.0.0.1:9/metrics", port=0, poll_interval=1.0, windows=("5s", "15s")
     )
-    cm = cost_model_from_config(config)
+    # the simulated vLLM's routes, as the sidecar prices them (its detected engine's prior)
+    cm = route_cost_model(cost_model_from_config(config), config, "vllm", None)
     for route, values in truth["routes"].items():
         sidecar = costmodel.breakeven_acceptance_rate(cm, values["nominal_batch"], values["k"])
         printed = float(re.search(rf"{route} ([\d.]+) at batch", line).group(1))

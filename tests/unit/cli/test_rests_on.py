@@ -38,7 +38,7 @@ def test_check_config_names_the_configured_setup_and_prior(tmp_path, capsys, mon
     out = capsys.readouterr().out.splitlines()
     assert "  hardware: h100-sxm (preset)" in out and "  model: llama-3.1-70b (preset)" in out
     assert "  tensor parallel: 4 (configured)" in out
-    assert any(line.startswith("  engine prior: sglang (configured)") and "0.225" in line for line in out)
+    assert any(line.startswith("  engine prior: sglang (configured)") and "0.100" in line for line in out)
     assert not any("ASSUMED:" in line for line in out)
 
 
@@ -64,10 +64,20 @@ def test_replay_keeps_stdout_json_and_says_on_stderr_what_each_route_rested_on(c
     routes = [line for line in err if "rested on: route " in line]
     assert len(routes) == 1
     assert "engine vllm detected" in routes[0] and "step time learned" in routes[0]
-    assert "`engine: {name: vllm}`" in routes[0]
+    # nothing configured: the generic constants stand on the assumed setup, and the line says so
+    assert "prior generic (generic: setup assumed)" in routes[0]
 
 
 def test_replay_quiet_writes_nothing_to_stderr(capsys):
     assert main(["replay", "--quiet", str(RECORDING)]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and captured.out
+
+
+def test_replay_prices_a_vllm_v1_payload_with_vllms_prior_when_the_setup_is_stated_and_engine_is_not(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("hardware: {preset: h100-sxm}\nmodel: {preset: llama-3.1-8b}\n")
+    assert main(["replay", "--config", str(config), str(RECORDING)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    (route,) = [line for line in err if "rested on: route " in line]
+    assert "engine vllm detected" in route and "prior vllm-v1 (detected)" in route

@@ -157,11 +157,11 @@ def test_each_priors_error_model_is_what_the_cross_validation_fits() -> None:
         else:
             assert prior.log_error == pytest.approx(by_family["pooled"].loso.rms, abs=5e-4), family
             assert prior.batch_range is None
-    assert (MOE_LOG_ERROR, EXTRAPOLATION_LOG_ERROR_PER_DOUBLING, TAIL_FACTOR) == (
+    assert (
         model.moe_log_error,
         model.per_doubling,
         model.tail,
-    )
+    ) == (MOE_LOG_ERROR, EXTRAPOLATION_LOG_ERROR_PER_DOUBLING, TAIL_FACTOR)
 
 
 @pytest.mark.parametrize("doc", DOCS[:1], ids=lambda p: p.name)

@@ -9,7 +9,13 @@ import pytest
 
 from specwatch import costmodel as cmod
 from specwatch.costmodel import uncertainty
-from specwatch.costmodel.engine_priors import EXTRAPOLATION_LOG_ERROR_PER_DOUBLING, MOE_LOG_ERROR, TAIL_FACTOR, ENGINE_PRIORS, GENERIC
+from specwatch.costmodel.engine_priors import (
+    ENGINE_PRIORS,
+    EXTRAPOLATION_LOG_ERROR_PER_DOUBLING,
+    GENERIC,
+    MOE_LOG_ERROR,
+    TAIL_FACTOR,
+)
 from specwatch.costmodel.learned import LearnedStepCurve
 
 CM = cmod.build_cost_model(hardware="h100-sxm", model="llama-3.1-8b", draft_method="eagle3")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specwatch.config import from_mapping
-from specwatch.costmodel.engine_priors import ENGINE_PRIORS, GENERIC
+from specwatch.costmodel.engine_priors import GENERIC
 from specwatch.costmodel.uncertainty import ASSUMED_SETUP_LOG_ERROR, z_for
 from specwatch.export.assumptions import ASSUMED, CONFIGURED, PRESET, RouteFacts, assumptions, sidecar_assumptions
 from specwatch.export.status import status_document
@@ -67,7 +67,7 @@ def test_nothing_configured_is_the_default_h100_and_llama_with_the_assumed_setup
     assert a.model_log_error == pytest.approx(math.hypot(GENERIC.log_error, ASSUMED_SETUP_LOG_ERROR))
     lines = a.config_lines()
     assert "hardware: h100-sxm (ASSUMED)" in lines and "model: llama-3.1-8b (ASSUMED)" in lines
-    assert any("`engine: {name: vllm}` (log error 0.355)" in line for line in lines)
+    assert any(line.startswith("engine prior per route:") and "vllm-v1 (log error 0.103)" in line for line in lines)
 
 
 def test_a_profile_is_the_step_time_source_and_no_assumed_setup(tmp_path):
@@ -91,57 +91,53 @@ def _route(engine: str, schema: str = "v1", **kw: object) -> RouteFacts:
 
 
 ENGINES = {
-    # engine config, detected engine and schema -> prior in use, detected prior, suggested config, mismatch
-    "unconfigured vLLM: its own prior is offered": (
-        None,
-        "vllm",
-        "v1",
-        "generic",
-        "vllm-v1",
-        "engine: {name: vllm}",
-        False,
-    ),
-    "unconfigured SGLang": (None, "sglang", "v1", "generic", "sglang", "engine: {name: sglang}", False),
-    "vLLM under Ray Serve": (None, "ray-vllm", "v1", "generic", "vllm-v1", "engine: {name: vllm}", False),
-    "vLLM V0 has only the pooled fit": (None, "vllm", "v0", "generic", "vllm-v0", None, False),
-    "llama.cpp has only the pooled fit": (None, "llamacpp", "v1", "generic", "llamacpp", None, False),
-    "an engine without a prior": (None, "lmdeploy", "v1", "generic", "generic", None, False),
+    # case: (engine:, detected engine, schema, configured prior, detected engine's prior,
+    #        the route's prior with hardware stated, with nothing stated, mismatch)
+    "unconfigured vLLM: its own prior": (None, "vllm", "v1", "generic", "vllm-v1", "vllm-v1", "generic", False),
+    "unconfigured SGLang": (None, "sglang", "v1", "generic", "sglang", "sglang", "generic", False),
+    "vLLM under Ray Serve": (None, "ray-vllm", "v1", "generic", "vllm-v1", "vllm-v1", "generic", False),
+    "vLLM V0: the pooled fit": (None, "vllm", "v0", "generic", "vllm-v0", "vllm-v0", "generic", False),
+    "llama.cpp: the pooled fit": (None, "llamacpp", "v1", "generic", "llamacpp", "llamacpp", "generic", False),
+    "an engine without a prior": (None, "lmdeploy", "v1", "generic", "generic", "generic", "generic", False),
     "engine pinned to the detected one": (
         {"name": "vllm", "version": "0.10"},
         "vllm",
         "v1",
         "vllm-v1",
         "vllm-v1",
-        None,
+        "vllm-v1",
+        "vllm-v1",
         False,
     ),
-    "engine pinned to another than detected": ({"name": "sglang"}, "vllm", "v1", "sglang", "vllm-v1", None, True),
+    "engine pinned to another than detected": (
+        {"name": "sglang"},
+        "vllm",
+        "v1",
+        "sglang",
+        "vllm-v1",
+        "sglang",
+        "sglang",
+        True,
+    ),
 }
 
 
 @pytest.mark.parametrize("case", ENGINES, ids=list(ENGINES))
-def test_the_detected_engines_prior_is_offered_only_when_none_is_configured_and_it_has_its_own(case):
-    engine, detected, schema, in_use, detected_prior, suggested, mismatch = ENGINES[case]
-    raw = {"engine": engine} if engine else {}
-    a = assumptions(from_mapping(raw, environ={}), [_route(detected, schema)])
-    (route,) = a.routes
-    assert a.prior.engine == in_use and a.engine_configured is (engine is not None)
-    assert route.detected_prior.engine == detected_prior
-    assert (route.suggestion.config if route.suggestion else None) == suggested
-    assert route.mismatch is mismatch
-    entry = a.as_dict()["routes"][0]
-    assert entry["engine_mismatch"] is mismatch
-    if suggested is not None:
-        own = ENGINE_PRIORS[detected_prior]
-        assert entry["engine_suggestion"] == {
-            "config": suggested,
-            "prior": detected_prior,
-            "log_error": own.log_error,
-            "current_log_error": GENERIC.log_error,
-        }
-        assert f"`{suggested}`" in a.route_lines()[0]
-    else:
-        assert entry["engine_suggestion"] is None
+def test_each_route_uses_its_detected_engines_prior_unless_engine_is_configured_or_the_setup_assumed(case):
+    engine, detected, schema, configured, detected_prior, with_setup, assumed, mismatch = ENGINES[case]
+    for raw, want in (({"model": {"preset": "llama-3.1-70b"}}, with_setup), ({}, assumed)):
+        raw = {**raw, "engine": engine} if engine else raw
+        a = assumptions(from_mapping(raw, environ={}), [_route(detected, schema)])
+        (route,) = a.routes
+        assert a.prior.engine == configured and a.engine_configured is (engine is not None)
+        assert route.detected_prior.engine == detected_prior
+        assert route.prior.engine == want, (case, raw)
+        assert route.mismatch is mismatch
+        entry = a.as_dict()["routes"][0]
+        assert entry["engine_mismatch"] is mismatch and entry["engine_prior"] == want
+        chosen = "configured" if engine else ("detected" if want == detected_prior else "generic_setup_assumed")
+        assert entry["engine_prior_chosen"] == chosen, (case, raw)
+        assert f"prior {want} (" in a.route_lines()[0]
 
 
 def test_a_learned_curve_without_spec_off_steps_keeps_the_priors_split():
@@ -176,4 +172,6 @@ def test_the_pipelines_routes_carry_their_learned_source_and_the_sigma_parts_of_
     block = status_document(state, config)["assumptions"]
     assert block["setup"]["hardware"] == {"value": "h100-sxm", "origin": ASSUMED}
     assert block["routes"][0]["step_time"] == "learned"
-    assert block["routes"][0]["engine_suggestion"]["config"] == "engine: {name: vllm}"
+    # nothing configured: the generic constants stand, and the route says why
+    assert block["routes"][0]["engine_prior"] == "generic"
+    assert block["routes"][0]["engine_prior_chosen"] == "generic_setup_assumed"

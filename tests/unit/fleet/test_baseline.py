@@ -15,7 +15,8 @@ import pytest
 
 from specwatch import costmodel
 from specwatch.config import from_mapping
-from specwatch.config.cost_model import cost_model_from_config
+from specwatch.config.cost_model import cost_model_from_config, route_cost_model
+from specwatch.costmodel import uncertainty
 from specwatch.export.status import fleet_status_document
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import Sample
@@ -43,7 +44,8 @@ def _config(**extra: object):
     )
 
 
-PRIOR = cost_model_from_config(_config()).with_method("eagle3")
+# The route's model before learning: the configured one with the detected engine's (vLLM V1) prior.
+PRIOR = route_cost_model(cost_model_from_config(_config()), _config(), "vllm", "v1").with_method("eagle3")
 # The server: the prior's step, twice its fixed costs of speculation.
 TRUTH = dataclasses.replace(
     PRIOR,
@@ -155,7 +157,7 @@ def test_each_replica_gives_one_point_per_shortest_window_however_often_it_is_po
 def test_with_learning_off_the_verdicts_rest_on_the_configured_preset_and_the_status_says_so():
     evaluator = FleetEvaluator(_config(learning={"enabled": False}))
     _run(evaluator, SPEC_ON | CANARY, 8)
-    assert evaluator.learning.cost_model_for("llama") is evaluator.cost_model
+    assert evaluator.learning.cost_model_for("llama") is evaluator.route_model("vllm", "v1")
     document = fleet_status_document(evaluator.state(), evaluator.config)
     assert [(c["route"], c["source"], c["baseline"]) for c in document["cost_models"]] == [("llama", "preset", "none")]
 
@@ -198,11 +200,12 @@ def test_the_status_assumptions_name_each_replicas_learned_source_and_whether_th
     for (pod, _), entry in entries.items():
         assert (entry["step_time"], entry["baseline"]) == ("learned", baseline)
         assert entry["interval_keeps_prior_error"] is keeps_split
-        assert entry["detected_engine"] == "vllm" and entry["engine_suggestion"]["prior"] == "vllm-v1"
+        assert entry["detected_engine"] == "vllm" and entry["engine_prior"] == "vllm-v1"
+        assert entry["engine_prior_chosen"] == "detected"
         if replicas[pod][0]:  # spec on: an interval, and its two parts
             assert entry["model_log_error"] is not None and set(entry["sampling_log_error"]) == {"1m", "5m"}
             # A measured split leaves the curve's residual alone; spec-on steps alone keep the prior's error.
-            prior_error = block["engine_prior"]["log_error"]
+            prior_error = uncertainty.model_log_error(PRIOR)
             assert (entry["model_log_error"] >= prior_error) is keeps_split
         else:
             assert entry["sampling_log_error"] == {}

@@ -192,7 +192,9 @@ def test_a_reload_that_turns_auto_learning_off_drops_the_learners_and_serves_the
     assert mode.learners(evaluator) == {}
     if mode.name == "sidecar":  # what status, the page and replay read
         assert evaluator.cost_model_info().source == "preset"
-        assert all(route.cost_model is evaluator.cost_model for route in evaluator.state().routes)
+        assert all(
+            route.cost_model is evaluator.route_model(route.engine, route.schema) for route in evaluator.state().routes
+        )
 
 
 def _point(t: float) -> learned.StepObservation:

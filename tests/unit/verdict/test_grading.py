@@ -77,14 +77,18 @@ def drive(sc, until: float, marks: tuple[float, ...] = ()):
 
 @pytest.fixture(scope="module")
 def applied():
-    # 1. The sidecar watches K=4 at batch 64 and asks for a shorter draft: the speedup's interval
-    # spans 1 at this batch, so as the measurement that decides (a restart with K').
+    # 1. The sidecar watches K=4 at batch 64 and asks for a shorter draft: a shorten verdict, or,
+    # while the speedup's interval spans 1, the measurement that decides (a restart with K').
     before_only, _, _ = drive(scenario(None), BEFORE)
     longest = before_only.state().routes[0].evaluations[-1]
-    measurement = longest.measurement
-    assert longest.verdict == "undecided" and measurement is not None
-    assert measurement.kind == "restart_with_draft_length" and measurement.draft_length is not None
-    recommended = measurement.draft_length
+    if longest.verdict == "shorten":
+        recommended = longest.recommended_draft_length
+    else:
+        measurement = longest.measurement
+        assert longest.verdict == "undecided" and measurement is not None
+        assert measurement.kind == "restart_with_draft_length"
+        recommended = measurement.draft_length
+    assert recommended is not None
     assert 0 < recommended < 4
     # 2. The same run with the recommendation applied at BEFORE (same seed: the same first phase).
     marks = (60.0, BEFORE, BEFORE + 60.0, BEFORE + AFTER)

@@ -13,7 +13,7 @@ import pytest
 from specwatch import costmodel as cmod
 from specwatch import sim
 from specwatch.config import DecisionConfig, from_mapping
-from specwatch.config.cost_model import cost_model_from_config
+from specwatch.config.cost_model import cost_model_from_config, route_cost_model
 from specwatch.costmodel import learned
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
@@ -82,7 +82,7 @@ class CheckedCache(AssessmentCache):
         got = super().assess(
             cm, stats, decision, method, previous_verdict, config_method=config_method, base_config=base_config
         )
-        fresh = self.fresh_model()
+        fresh = self.fresh_model(stats)
         if cm.profile is not None and fresh.profile is None:
             # Learning is on (hardware and model not configured): the route's model is the
             # configured one over the curve learned so far; build that afresh too.
@@ -96,7 +96,9 @@ class CheckedCache(AssessmentCache):
 
 def replay_both_ways(config, lines: list[str]) -> tuple[list[dict], list[dict], CheckedCache]:
     checked = Pipeline(config)
-    cache = CheckedCache(lambda: cost_model_from_config(config))
+    cache = CheckedCache(
+        lambda stats: route_cost_model(cost_model_from_config(config), config, stats.engine, stats.schema)
+    )
     checked.assessments = cache
     uncached = Pipeline(config)
     uncached.assessments = AssessmentCache(size=0)  # keeps nothing: every window assessed afresh
