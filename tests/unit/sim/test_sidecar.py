@@ -107,6 +107,8 @@ def test_verdict_changes_when_and_only_when_the_scenario_crosses_breakeven(name,
             )
         ours = [r for r in records if r["route"] == route]
         for i, c in enumerate(expected):
+            if any(n["at"] - c["at"] < transition for n in expected[i + 1 :]):
+                continue  # a blip: the next crossing comes before a window can settle on this one
             # Settled by the end of the transition, or just before the next crossing, or at the end.
             by = min([c["at"] + transition] + [n["at"] - POLL for n in expected[i + 1 :]] + [ours[-1]["sim_t"]])
             settled = [r for r in ours if r["sim_t"] <= by][-1]
@@ -118,19 +120,16 @@ def test_mixed_routes_are_judged_separately(tmp_path):
     last = {}
     for r in records:
         last[r["route"]] = r
-    # Both routes would shorten (scenario.expected), but their true speedups (1.27x, 0.90x) lie
-    # within the model's error of 1: each is undecided and asks for a restart with its own K'.
+    # Both routes would shorten (scenario.expected). chat's true speedup (1.27x) is clear of 1 by
+    # more than vLLM's prior's error: shorten, with the config to apply. code's (0.90x) is not: it
+    # is undecided and asks for a restart with its own K'.
     assert set(scenario.expected["verdicts"].values()) == {"shorten"}
-    assert {route: r["verdict"] for route, r in last.items()} == dict.fromkeys(
-        scenario.expected["verdicts"], "undecided"
-    )
+    assert {route: r["verdict"] for route, r in last.items()} == {"chat": "shorten", "code": "undecided"}
     assert last["chat"]["acceptance_rate"] == pytest.approx(0.7, abs=0.02)
     assert last["code"]["acceptance_rate"] == pytest.approx(0.4, abs=0.02)
-    assert {route: r["measurement"]["kind"] for route, r in last.items()} == {
-        "chat": "restart_with_draft_length",
-        "code": "restart_with_draft_length",
-    }
-    assert last["chat"]["measurement"]["draft_length"] == 2 and last["code"]["measurement"]["draft_length"] == 1
+    assert last["chat"]["recommended_draft_length"] == 2 and last["chat"]["measurement"] is None
+    assert last["code"]["measurement"]["kind"] == "restart_with_draft_length"
+    assert last["code"]["measurement"]["draft_length"] == 1
 
 
 def test_demo_runs_for_a_fixed_duration_and_prints_the_table():
@@ -143,23 +142,31 @@ def test_demo_runs_for_a_fixed_duration_and_prints_the_table():
     assert any(v in out for v in ("keep", "disable", "shorten"))
 
 
-def test_a_true_speedup_within_the_models_error_of_1_is_never_disabled(tmp_path):
-    """batch-surge from batch 96 on: speculation truly loses (0.56-0.79x) and the truth says disable,
-    but by less than the model's error, so the sidecar must not switch it off: it asks to measure."""
+def test_batch_surge_flags_the_loss_from_batch_96_and_disables_only_where_no_draft_length_pays(tmp_path):
+    """batch-surge: from batch 96 (t = 240 s) K=3 truly loses (0.86x, then 0.73x, 0.62x). Every
+    evaluation after a window and the hold flags it: a shorten or disable verdict, or a loss
+    probability of at least 0.8. disable comes only once the truth is disable (batch 192, t = 480 s)."""
     scenario, records = timeline("batch-surge", tmp_path)
-    late = [r for r in records if r["sim_t"] >= 240.0 + WINDOW + HOLD * POLL]
-    truths = [truth_at(scenario, r["sim_t"])["routes"]["llama-70b"] for r in late[::12]]
-    assert {t["verdict"] for t in truths} == {"disable"} and max(t["expected_speedup"] for t in truths) < 0.8
-    assert late and {r["verdict"] for r in late} == {"undecided"}
-    assert {r["measurement"]["kind"] for r in late} == {"spec_off_canary"}
-    assert all(r["expected_speedup_lower"] < 1.0 < r["expected_speedup_upper"] for r in late)
+    settle = WINDOW + HOLD * POLL
+    assert truth_at(scenario, 300.0)["routes"]["llama-70b"]["expected_speedup"] < 0.9
+    late = [r for r in records if r["sim_t"] >= 240.0 + settle]
+    assert late
+    for r in late:
+        flagged = r["verdict"] in ("shorten", "disable") or r["loss_probability"] >= 0.8
+        assert flagged, (r["sim_t"], r["verdict"], r["loss_probability"], r["expected_speedup"])
+    assert all(r["verdict"] != "disable" for r in records if r["sim_t"] < 480.0)
+    assert any(r["verdict"] == "disable" for r in records if r["sim_t"] >= 480.0 + settle)
 
 
 def test_a_true_speedup_clearly_below_1_is_disabled_within_the_window_and_the_hold(tmp_path):
-    """alpha-drop: at 240 s acceptance falls to 0.15 and the true speedup to 0.45x, clear of 1 by
-    more than the model's error: disable within one window plus the hold."""
+    """alpha-drop: at 240 s acceptance falls to 0.15 and the true speedup to 0.59x (break-even about 0.49), clear of 1 by
+    more than the model's error: disable within one window plus the hold. Before it, alpha 0.80 against
+    the same break-even (about 0.49 at batch 160) pays 1.37x: keep, with a loss probability under 0.2."""
     scenario, records = timeline("alpha-drop", tmp_path)
-    assert truth_at(scenario, 300.0)["routes"]["llama-70b"]["expected_speedup"] < 0.5
+    assert truth_at(scenario, 300.0)["routes"]["llama-70b"]["expected_speedup"] < 0.6
+    before = [r for r in records if WINDOW + HOLD * POLL <= r["sim_t"] <= 240.0]
+    assert before and all(r["verdict"] == "keep" and r["loss_probability"] <= 0.2 for r in before)
+    assert all(0.45 <= r["breakeven_acceptance_rate"] <= 0.53 for r in before)
     first = next(r for r in records if r["verdict"] == "disable")
     assert 240.0 < first["sim_t"] <= 240.0 + WINDOW + HOLD * POLL
     assert first["expected_speedup_upper"] < 1.0 and first["recommended_action"] == "remove_speculative_config"
