@@ -59,6 +59,11 @@ def _recommendation(evaluation: RouteEvaluation) -> str:
         return "remove" if rendered.action == "disable" else (rendered.label or "no change")
     if advice.action == "remove_speculative_config":
         return "remove"
+    if advice.action == "measure":
+        m = advice.measurement
+        if m is None or m.kind == "near_breakeven":
+            return "nothing to measure (near 1)"
+        return f"measure: {m.kind.replace('_', ' ')}" + (f" {m.minutes:.0f} min" if m.minutes else "")
     keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
     if not keys:
         return "no change"
@@ -144,7 +149,8 @@ def render_table(
         "batch",
         "ITL p50 ms/step",
         "ITL p99 ms/step",
-        "speedup",
+        "speedup (90 % interval)",
+        "P(loss)",
         "verdict",
         "pending (held/hold)",
         "--speculative-config",
@@ -153,12 +159,15 @@ def render_table(
     pending = pending or Pending()
     rows = []
     configs: dict[str, str] = {}
+    measures: dict[str, str] = {}
     for route in state.routes:
         for evaluation in route.evaluations:
             stats = evaluation.stats
             recommendation = _recommendation(evaluation)
             if recommendation.startswith(("merge ", "{")):
                 configs[route.route] = f"{recommendation} (verdict {evaluation.verdict}, window {stats.window})"
+            if recommendation.startswith("measure") and evaluation.measurement is not None:
+                measures[route.route] = f"{evaluation.measurement.how} (window {stats.window})"
             candidate = evaluation.assessment.candidate if evaluation.assessment is not None else None
             rows.append(
                 (
@@ -169,7 +178,8 @@ def render_table(
                     _fmt(stats.batch_size, ".1f"),
                     _fmt(stats.itl_p50_seconds and stats.itl_p50_seconds * 1000, ".1f"),
                     _fmt(stats.itl_p99_seconds and stats.itl_p99_seconds * 1000, ".1f"),
-                    _fmt(evaluation.value("expected_speedup"), ".2f"),
+                    _speedup_cell(evaluation),
+                    _fmt(evaluation.loss_probability, ".2f"),
                     evaluation.verdict or "-",
                     pending.describe(route.route, stats.window, candidate, evaluation.verdict, now),
                     _action(recommendation),
@@ -188,9 +198,28 @@ def render_table(
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     if not rows and not faults:
         lines.append("(waiting for two polls...)")
-    for name, text in configs.items():
-        lines.append(f"--speculative-config for {name}: {text}")
-    return "\n".join(lines)
+    return "\n".join(lines + _footer(configs, measures))
+
+
+def _footer(configs: Mapping[str, str], measures: Mapping[str, str]) -> list[str]:
+    """Each route's full --speculative-config, or the measurement that decides it, once."""
+    return [f"--speculative-config for {name}: {text}" for name, text in configs.items()] + [
+        f"to decide {name}: {text}" for name, text in measures.items()
+    ]
+
+
+def _speedup_cell(evaluation: RouteEvaluation) -> str:
+    """The expected speedup with the interval the verdict rests on: 0.59 (0.47-0.74)."""
+    speedup, lower, upper = (
+        evaluation.value("expected_speedup"),
+        evaluation.expected_speedup_lower,
+        evaluation.expected_speedup_upper,
+    )
+    if speedup is None:
+        return "-"
+    if lower is None or upper is None:
+        return f"{speedup:.2f}"
+    return f"{speedup:.2f} ({lower:.2f}-{upper:.2f})"
 
 
 def _truth_line(truth: dict[str, Any]) -> str:
