@@ -315,7 +315,7 @@ def windows_table(
         cannot_pay = record.get("speculation_cannot_pay")
         breakeven = num(record["breakeven_acceptance_rate"]) + (" (cannot pay)" if cannot_pay else "")
         speedup = num(record["expected_speedup"], ".2f", "×") + _interval_text(
-            record["expected_speedup_lower"], record["expected_speedup_upper"]
+            record["expected_speedup_lower"], record["expected_speedup_upper"], record["loss_probability"]
         )
         rows.append(
             "<tr>"
@@ -387,11 +387,13 @@ def _vllm_advice(r: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _interval_text(lower: float | None, upper: float | None) -> str:
-    """The expected speedup's interval, after the speedup (nothing without one)."""
+def _interval_text(lower: float | None, upper: float | None, loss: float | None = None) -> str:
+    """The expected speedup's interval and the probability that speculation loses, after the
+    speedup (nothing without an interval)."""
     if _finite(lower) is None or _finite(upper) is None:
         return ""
-    return f" <span class=small>({num(lower, '.2f')}–{num(upper, '.2f')})</span>"
+    losing = f", P(loss) {num(loss, '.2f')}" if _finite(loss) is not None else ""
+    return f" <span class=small>({num(lower, '.2f')}–{num(upper, '.2f')}{losing})</span>"
 
 
 def _chart_window(config: Config) -> str:
@@ -414,7 +416,7 @@ def answer_line(e: RouteEvaluation | None) -> str:
     facts = (
         f"α {num(e.acceptance_rate)} vs break-even {num(e.breakeven_acceptance_rate)} at batch "
         f"{num(e.batch_size, '.1f')}, expected speedup {num(e.expected_speedup, '.2f', '×')}"
-        f"{_interval_text(e.expected_speedup_lower, e.expected_speedup_upper)}"
+        f"{_interval_text(e.expected_speedup_lower, e.expected_speedup_upper, e.loss_probability)}"
         f" ({esc(e.stats.window)})"
     )
     return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>"

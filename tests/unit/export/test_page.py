@@ -258,3 +258,12 @@ def test_the_fleet_page_shows_each_replica_and_the_fleet_rows(alpha_drop):
     source = html.split("<h2>Query source</h2>", 1)[1].split("</table>", 1)[0]
     assert '<span class="down">down</span>' in source and "<b>timeout</b>" in source
     assert "replica llm/vllm-0" not in html
+
+
+def test_the_page_shows_the_loss_probability_beside_the_speedups_interval():
+    config, state, history = _run("alpha-drop", 80)
+    e = next(e for e in state.routes[0].evaluations if e.stats.window == "1m")
+    assert e.loss_probability is not None
+    html = render_page(state, None, config, history).decode()
+    lower, upper = e.expected_speedup_lower, e.expected_speedup_upper
+    assert f"({num(lower, '.2f')}–{num(upper, '.2f')}, P(loss) {num(e.loss_probability, '.2f')})" in html
