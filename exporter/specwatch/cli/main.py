@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -286,6 +287,22 @@ def config_error(prog: str, args: argparse.Namespace, exc: ConfigError) -> None:
     fail(prog, str(exc), label="config error")
 
 
+_NEGATIVE = re.compile(r"^-\.?\d")
+
+
+def negative_values_attached(words: Sequence[str]) -> list[str]:
+    """``--duration -5s`` as ``--duration=-5s``: argparse takes a word starting with '-' for an
+    option and answers "expected one argument"; attached, the value reaches its own check, which
+    says what is wrong with it."""
+    out: list[str] = []
+    for word in words:
+        if out and _NEGATIVE.match(word) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if _command(words) == "run":
@@ -293,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specwatch.config import ConfigError
 
     parser = build_parser(() if _command(words) in CORE_COMMANDS else SUBCOMMAND_MODULES)
-    args = parser.parse_args(words)
+    args = parser.parse_args(negative_values_attached(words))
     command = subparser_for(parser, args.command)
     try:
         return int(args.func(args) or 0)

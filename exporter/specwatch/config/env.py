@@ -61,11 +61,31 @@ def _dotted(path: tuple[str | int, ...]) -> str:
     return "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path).lstrip(".")
 
 
+#: SPECWATCH_<KEY> of a config key that has no variable (a list of sections: routes, targets):
+#: an error, not silently ignored.
+UNSETTABLE = {
+    derived_name((node.name,)): node.name
+    for node in SCHEMA.keys
+    if derived_name((node.name,)) not in {b.name for b in ENV_BINDINGS}
+}
+#: The values SPECWATCH_MODE takes (read by the CLI).
+MODES = ("sidecar", "standalone", "fleet")
+
+
 def check_misspelled(environ: Mapping[str, str]) -> None:
     """A SPECWATCH_* variable that is one typo away from a known one is an error, as an unknown
-    YAML key is. Variables far from every name are left alone: tools of their own (test
-    harnesses, wrappers) share the prefix."""
+    YAML key is, and so is one named after a key that cannot be set from the environment.
+    Variables far from every name are left alone: tools of their own (test harnesses, wrappers)
+    share the prefix."""
+    mode = environ.get("SPECWATCH_MODE")
+    if mode is not None and mode.strip().lower() not in ("", *MODES):
+        raise ConfigError("environment variable SPECWATCH_MODE", f"{mode!r} is not one of {', '.join(MODES)}")
     for name in environ:
+        if name in UNSETTABLE:
+            raise ConfigError(
+                f"environment variable {name}",
+                f"{UNSETTABLE[name]} cannot be set from the environment; set it in the config file",
+            )
         if not name.startswith(ENV_PREFIX) or name in KNOWN_VARIABLES:
             continue
         near = difflib.get_close_matches(name, sorted(KNOWN_VARIABLES), n=1, cutoff=0.85)
@@ -94,7 +114,12 @@ def apply_env(raw: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, A
     for binding in ENV_BINDINGS:
         if binding.name in environ:
             text = environ[binding.name]
-            value = binding.kind.from_env(text) if binding.kind else text
+            try:
+                value = binding.kind.from_env(text) if binding.kind else text
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"environment variable {binding.name}", f"{exc.reason} (it sets {_dotted(binding.path)})"
+                ) from None
             _checked(binding, value, environ)
             _set(result, binding.path, value)
     return result
@@ -142,3 +167,17 @@ def _section_at(path: tuple[str | int, ...]) -> Section | None:
         found = next((n for n in section.keys if n.name == step), None)
         section = found if isinstance(found, Section) else found.item if isinstance(found, Items) else None
     return section
+
+
+def named_by_environment(exc: ConfigError, environ: Mapping[str, str], overrides: Mapping[str, Any]) -> ConfigError:
+    """``exc`` reported under the SPECWATCH_* variable that set its key, when one did (and no flag
+    overrode it): the user never wrote the key. Else ``exc`` itself."""
+    if exc.key.startswith("environment variable "):
+        return exc
+    for binding in reversed(ENV_BINDINGS):  # the main name after its aliases: it wins when both are set
+        if binding.name not in environ or str(binding.path[0]) in overrides:
+            continue
+        path = _dotted(binding.path)
+        if exc.key == path or exc.key.startswith((path + ".", path + "[")):
+            return ConfigError(f"environment variable {binding.name}", f"{exc.reason} (it sets {exc.key})")
+    return exc

@@ -57,12 +57,15 @@ class StringMap(Kind):
         return schema
 
     def from_env(self, text: str) -> object:
-        """A JSON object ({"X-Scope-OrgID": "tenant-a"}); other text is left for parse to refuse."""
+        """A JSON object ({"X-Scope-OrgID": "tenant-a"}); anything else is refused here, where the
+        error can say that JSON is expected (the variable's name is added by the caller)."""
         try:
             value = json.loads(text)
         except ValueError:
-            return text
-        return value if isinstance(value, dict) else text
+            value = None
+        if not isinstance(value, dict):
+            raise ConfigError("", """expected a JSON object, e.g. '{"X-Scope-OrgID": "tenant-a"}'""")
+        return value
 
 
 # RFC 9110 token; a value as `requests` accepts it (no CR/LF/NUL, no leading whitespace).

@@ -16,7 +16,7 @@ import yaml
 
 from specwatch.base.units import format_duration
 from specwatch.config.cost_model import cost_model_from_config
-from specwatch.config.env import apply_env
+from specwatch.config.env import apply_env, named_by_environment
 from specwatch.config.kinds import ConfigError, Context, error_from
 from specwatch.config.nodes import FROM_RESULT, Items, Key, Section, result_fields
 from specwatch.config.result import Config, PrometheusConfig, ReadbackConfig, RouteConfig, TargetConfig
@@ -98,10 +98,25 @@ def from_mapping(
     for key, value in (overrides or {}).items():
         if value is not None:
             raw[key] = value
-    values = parse_section(SCHEMA, raw, "", Context(base_dir=base_dir, environ=environ))
-    config = _build({**values, "stated": stated_keys(raw)})
-    _check_cost_model(config)
+    try:
+        values = parse_section(SCHEMA, raw, "", Context(base_dir=base_dir, environ=environ))
+        _check_model_source(values.get("model"))
+        config = _build({**values, "stated": stated_keys(raw)})
+        _check_cost_model(config)
+    except ConfigError as exc:
+        # A value the user set in the environment is reported under the variable's name.
+        raise named_by_environment(exc, environ, overrides or {}) from None
     return config
+
+
+def _check_model_source(model: object) -> None:
+    """One source of the target's size: a preset, a config.json or a parameter count, not several
+    (the cost model would silently prefer one)."""
+    given = [name for name in ("preset", "config_json", "params") if getattr(model, name, None) is not None]
+    if len(given) > 1:
+        raise ConfigError(
+            "model", f"give one of model.preset, model.config_json or model.params, not {' and '.join(given)}"
+        )
 
 
 def stated_keys(raw: Mapping[str, Any]) -> frozenset[str]:
@@ -257,6 +272,14 @@ def _build_routes(values: dict[str, Any], names: list[str]) -> list[RouteConfig]
                 f"routes[{i}].target", f"{target!r} is not a configured target ({', '.join(sorted(names))})"
             )
         routes.append(RouteConfig(**{**route, "target": target}))
+    for i, route in enumerate(routes):
+        # A route without match takes every series of its target: alone that is a catch-all (on
+        # purpose); beside other routes of the same target it would take their series too.
+        if not route.match and sum(r.target == route.target for r in routes) > 1:
+            raise ConfigError(
+                f"routes[{i}].match",
+                "required when its target has several routes (without one a route takes every series)",
+            )
     return routes
 
 

@@ -77,7 +77,7 @@ ROUTE = Section(
         Key(
             "match",
             StringMap(keys=("model_name", "engine"), keys_hint="only model_name and engine can be matched"),
-            "vLLM labels that select the route's series: model_name and/or engine",
+            "vLLM labels that select the route's series: model_name and/or engine; without it the route takes every series of its target (allowed only for a target's one route)",
             example={"model_name": "llama-code"},
             nullable=True,
         ),

@@ -145,7 +145,12 @@ class Assumptions:
             what = " and ".join(assumed) + verb if assumed else "the default hardware and model, stated"
             interval += f" with the assumed setup's {ASSUMED_SETUP_LOG_ERROR:.1f}: {what}"
         lines.append(interval + ")")
-        if not self.engine_configured:
+        if not self.engine_configured and self.setup_assumed:
+            lines.append(
+                "engine prior per route: generic while hardware and model are assumed; once either is "
+                "configured, each route uses the prior of the engine its payload shows (set engine: to pin one)"
+            )
+        elif not self.engine_configured:
             own = ", ".join(f"{q.engine} (log error {q.log_error:.3f})" for q in ENGINE_PRIORS.values() if q.own_fit)
             lines.append(
                 "engine prior per route: engine: not configured, so each route uses the prior of the engine its "

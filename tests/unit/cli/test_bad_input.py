@@ -110,6 +110,9 @@ def test_a_busy_port_names_the_flag(capsys):
         ("SPECWATCH_POLL_INTERVALL", "2s", "did you mean SPECWATCH_POLL_INTERVAL"),
         ("SPECWATCH_POLL_INTERVAL", "soon", "SPECWATCH_POLL_INTERVAL"),
         ("SPECWATCH_TENSOR_PARALLEL", "0", "SPECWATCH_TENSOR_PARALLEL"),
+        ("SPECWATCH_HARDWARE", "bogus", "SPECWATCH_HARDWARE: unknown preset 'bogus'"),
+        ("SPECWATCH_ROUTES", "chat", "routes cannot be set from the environment"),
+        ("SPECWATCH_MODE", "bogus", "SPECWATCH_MODE: 'bogus' is not one of sidecar, standalone, fleet"),
     ],
 )
 @pytest.mark.parametrize("command", [["check-config", "/dev/null"], ["replay", "/dev/null"]])
@@ -158,3 +161,36 @@ def test_record_in_fleet_mode_is_refused(tmp_path, capsys):
     check_refused(
         ["record", "--config", str(path), "--out", str(tmp_path / "r.jsonl"), "--duration", "1s"], "fleet", capsys
     )
+
+
+def test_a_json_variable_that_is_not_json_says_json_is_expected(monkeypatch, capsys):
+    monkeypatch.setenv("SPECWATCH_PROMETHEUS__URL", "http://127.0.0.1:9090")
+    monkeypatch.setenv("SPECWATCH_PROMETHEUS__HEADERS", "notjson")
+    check_refused(["check-config", "/dev/null"], "SPECWATCH_PROMETHEUS__HEADERS: expected a JSON object", capsys)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("model: {preset: llama-3.1-8b, params: 8e9}\n", "model: give one of model.preset"),
+        (
+            "routes:\n  - name: a\n  - name: b\n    match: {model_name: x}\n",
+            "routes[0].match: required when its target has several routes",
+        ),
+    ],
+    ids=["preset-and-params", "route-without-match-beside-others"],
+)
+def test_conflicting_config_keys_are_one_line_naming_the_key(text, needle, tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    check_refused(["check-config", str(path)], needle, capsys)
+
+
+def test_a_single_route_without_match_is_a_catch_all_on_purpose(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("routes:\n  - name: everything\n")
+    assert main(["check-config", str(path)]) == 0
+
+
+def test_a_negative_value_reaches_its_own_check_not_argparse(capsys):
+    check_refused(["demo", "--duration", "-5s"], "--duration: expected a duration", capsys)

@@ -674,7 +674,9 @@ def test_the_prometheus_section_comes_from_the_environment_alone():
         environ={"SPECWATCH_PROMETHEUS__URL": "http://env:9090"},
     )
     assert (overridden.prometheus.url, overridden.prometheus.timeout) == ("http://env:9090", 2.0)
-    with pytest.raises(ConfigError, match=r"^prometheus\.headers: expected a mapping"):
+    with pytest.raises(
+        ConfigError, match=r"^environment variable SPECWATCH_PROMETHEUS__HEADERS: expected a JSON object"
+    ):
         from_mapping(
             {},
             environ={"SPECWATCH_PROMETHEUS__URL": "http://p:9090", "SPECWATCH_PROMETHEUS__HEADERS": "X-Scope-OrgID=a"},
