@@ -350,6 +350,19 @@ def test_image_digest_and_registry_compose_the_reference(chart):
     assert container["image"] == f"ghcr.io/specwatch/specwatch:0.1.1@{digest}"
 
 
+def test_global_image_registry_prefixes_the_image_unless_image_registry_is_set(chart):
+    def image(values: dict) -> str:
+        deployment = one(render(chart, merged(STANDALONE, values)), "Deployment")
+        return str(exporter_container(deployment["spec"]["template"]["spec"])["image"])
+
+    assert image({"global": {"imageRegistry": "mirror.example:5000"}, "image": {"tag": "0.1.1"}}) == (
+        "mirror.example:5000/specwatch/specwatch:0.1.1"
+    )
+    assert image({"global": {"imageRegistry": "mirror.example"}, "image": {"registry": "ghcr.io", "tag": "1"}}) == (
+        "ghcr.io/specwatch/specwatch:1"
+    )
+
+
 # ---- config map and checksum ---------------------------------------------------------------------------
 
 
@@ -473,6 +486,19 @@ def test_service_monitor_selects_the_service_port_and_carries_extra_labels(chart
     # job = the Service's app.kubernetes.io/name label; SpecDecodeExporterDown selects job=~".*specwatch.*"
     job = svc["metadata"]["labels"][sm["spec"]["jobLabel"]]
     assert re.fullmatch(".*specwatch.*", job)
+
+
+@pytest.mark.parametrize(
+    ("interval", "timeout", "rendered"),
+    [("5s", "10s", "5s"), ("1m", "10s", "10s"), ("500ms", "1s", "500ms"), ("", "10s", "10s")],
+)
+def test_the_scrape_timeout_is_never_above_the_scrape_interval(chart, interval, timeout, rendered):
+    """Prometheus refuses a ServiceMonitor or PodMonitor whose scrapeTimeout exceeds its interval."""
+    monitor = {"interval": interval, "scrapeTimeout": timeout}
+    objects = render(chart, merged(ci_values("standalone-monitoring-values.yaml"), {"serviceMonitor": monitor}))
+    assert one(objects, "ServiceMonitor")["spec"]["endpoints"][0]["scrapeTimeout"] == rendered
+    objects = render(chart, merged(ci_values("sidecar-values.yaml"), {"podMonitor": monitor}))
+    assert one(objects, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["scrapeTimeout"] == rendered
 
 
 def test_pod_monitor_in_sidecar_mode_selects_the_vllm_pods_on_the_sidecar_port(chart):
@@ -1484,3 +1510,12 @@ def test_fleet_mode_takes_explicit_resources_and_other_modes_keep_theirs(chart):
     assert fleet["resources"] == explicit
     standalone = {"mode": "standalone", "config": {"targets": [{"name": "a", "url": "http://vllm-0:8000/metrics"}]}}
     assert _fleet_container(render(chart, standalone))["resources"]["limits"]["memory"] == "128Mi"
+
+
+def test_the_chart_readme_lists_every_hardware_preset_the_cost_model_has():
+    from specwatch.costmodel.hardware import HARDWARE_PRESETS
+
+    readme = (CHART / "README.md").read_text(encoding="utf-8")
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `config.hardware` |")]
+    listed = set(re.findall(r"`([a-z0-9-]+)`", row.split("Hardware preset (", 1)[1].split(")", 1)[0]))
+    assert listed == set(HARDWARE_PRESETS)

@@ -65,8 +65,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "specwatch.image" -}}
 {{- $tag := .Values.image.tag | default .Chart.AppVersion | toString }}
 {{- $repo := .Values.image.repository }}
-{{- if .Values.image.registry }}
-{{- $repo = printf "%s/%s" .Values.image.registry .Values.image.repository }}
+{{- /* image.registry wins; else the umbrella chart's global.imageRegistry (the Bitnami convention) */}}
+{{- $registry := .Values.image.registry | default (dig "imageRegistry" "" (.Values.global | default dict)) }}
+{{- if $registry }}
+{{- $repo = printf "%s/%s" $registry .Values.image.repository }}
 {{- end }}
 {{- if .Values.image.digest }}
 {{- printf "%s:%s@%s" $repo $tag .Values.image.digest }}
@@ -434,4 +436,25 @@ limits:
 {{- else }}
 {{- toYaml .Values.resources }}
 {{- end }}
+{{- end }}
+
+{{- /* A Prometheus duration of one unit (500ms, 10s, 1m, 2h) in seconds, for comparing two of them. */}}
+{{- define "specwatch.durationSeconds" -}}
+{{- $d := toString . }}
+{{- $n := regexFind "^[0-9.]+" $d | float64 }}
+{{- $unit := regexReplaceAll "^[0-9.]+" $d "" }}
+{{- $scale := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- mulf $n (get $scale $unit | default 1.0) }}
+{{- end }}
+
+{{- /* scrapeTimeout no longer than interval: Prometheus refuses a timeout above the scrape interval. */}}
+{{- define "specwatch.scrapeTimeout" -}}
+{{- $monitor := . }}
+{{- $timeout := $monitor.scrapeTimeout }}
+{{- if and $timeout $monitor.interval }}
+{{- if gt (include "specwatch.durationSeconds" $timeout | float64) (include "specwatch.durationSeconds" $monitor.interval | float64) }}
+{{- $timeout = $monitor.interval }}
+{{- end }}
+{{- end }}
+{{- $timeout }}
 {{- end }}
