@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Mapping
@@ -62,8 +63,8 @@ def _recommendation(evaluation: RouteEvaluation) -> str:
     if advice.action == "measure":
         m = advice.measurement
         if m is None or m.kind == "near_breakeven":
-            return "nothing to measure (near 1)"
-        return f"measure: {m.kind.replace('_', ' ')}" + (f" {m.minutes:.0f} min" if m.minutes else "")
+            return "near 1: none"
+        return "measure"
     keys = advice.recommended_config if advice.action == "apply" else advice.config_changes
     if not keys:
         return "no change"
@@ -72,11 +73,12 @@ def _recommendation(evaluation: RouteEvaluation) -> str:
 
 
 def _action(recommendation: str) -> str:
-    """The table's short action column: the full --speculative-config is printed once below it."""
+    """The table's short action column: the full --speculative-config to apply or merge, or the
+    measurement, is printed once below the table."""
     if recommendation.startswith("merge "):
-        return "merge (below)"
+        return "merge"
     if recommendation.startswith("{"):
-        return "apply (below)"
+        return "apply"
     return recommendation
 
 
@@ -130,6 +132,15 @@ def _target_lines(state: State, watch: TargetWatch | None) -> list[str]:
     return lines
 
 
+#: The table fits a terminal this wide (the default 80 columns); longer route names are shortened.
+TABLE_WIDTH = 80
+ROUTE_WIDTH = 12
+
+
+def _short(name: str, width: int = ROUTE_WIDTH) -> str:
+    return name if len(name) <= width else name[: width - 1] + "~"
+
+
 def render_table(
     state: State,
     sim_truth: dict[str, Any] | None = None,
@@ -139,25 +150,15 @@ def render_table(
     watch: TargetWatch | None = None,
     now: float | None = None,
 ) -> str:
-    """One frame: the simulated time and the truth, target faults, the table, then each route's
-    full --speculative-config once (rows stay narrow)."""
-    header = (
-        "route",
-        "window",
-        "alpha",
-        "break-even",
-        "batch",
-        "ITL p50 ms/step",
-        "ITL p99 ms/step",
-        "speedup (90 % interval)",
-        "P(loss)",
-        "verdict",
-        "pending (held/hold)",
-        "--speculative-config",
-    )
+    """One frame, within TABLE_WIDTH columns: the simulated time and the truth, target faults, one
+    row per route and window (alpha, break-even, batch, expected speedup with its 90 % interval,
+    P(loss), verdict, action), then per route the ITL tails, a candidate waiting out its hold, and
+    the full --speculative-config or the measurement that would decide, each once."""
+    header = ("route", "win", "alpha", "b-even", "batch", "speedup [90 %]", "P(loss)", "verdict", "action")
     now = time.monotonic() if now is None else now
     pending = pending or Pending()
     rows = []
+    notes: list[str] = []
     configs: dict[str, str] = {}
     measures: dict[str, str] = {}
     for route in state.routes:
@@ -168,20 +169,17 @@ def render_table(
                 configs[route.route] = f"{recommendation} (verdict {evaluation.verdict}, window {stats.window})"
             if recommendation.startswith("measure") and evaluation.measurement is not None:
                 measures[route.route] = f"{evaluation.measurement.how} (window {stats.window})"
-            candidate = evaluation.assessment.candidate if evaluation.assessment is not None else None
+            notes += _notes(route.route, evaluation, pending, now)
             rows.append(
                 (
-                    route.route,
+                    _short(route.route),
                     stats.window,
                     _fmt(evaluation.value("acceptance_rate")),
                     _fmt_breakeven(evaluation.value("breakeven_acceptance_rate")),
-                    _fmt(stats.batch_size, ".1f"),
-                    _fmt(stats.itl_p50_seconds and stats.itl_p50_seconds * 1000, ".1f"),
-                    _fmt(stats.itl_p99_seconds and stats.itl_p99_seconds * 1000, ".1f"),
+                    _fmt(stats.batch_size, ".0f"),
                     _speedup_cell(evaluation),
                     _fmt(evaluation.loss_probability, ".2f"),
                     evaluation.verdict or "-",
-                    pending.describe(route.route, stats.window, candidate, evaluation.verdict, now),
                     _action(recommendation),
                 )
             )
@@ -193,12 +191,32 @@ def render_table(
         lines.append(f"truth: {_truth_line(sim_truth)}")
     faults = _target_lines(state, watch)
     lines += faults
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
+    lines.append(" ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        lines.append(" ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     if not rows and not faults:
         lines.append("(waiting for two polls...)")
-    return "\n".join(lines + _footer(configs, measures))
+    return "\n".join(lines + notes + [_wrap(line) for line in _footer(configs, measures)])
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=TABLE_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+
+
+def _notes(route: str, evaluation: RouteEvaluation, pending: Pending, now: float) -> list[str]:
+    """Below the table, per route and window: a candidate waiting out its hold, the ITL tails."""
+    stats = evaluation.stats
+    out = []
+    candidate = evaluation.assessment.candidate if evaluation.assessment is not None else None
+    held = pending.describe(route, stats.window, candidate, evaluation.verdict, now)
+    if held != "-":
+        out.append(f"{route} {stats.window}: {held} held before it takes effect")
+    if stats.itl_p50_seconds and stats.itl_p99_seconds:
+        out.append(
+            f"{route} {stats.window}: ITL per engine step p50 {stats.itl_p50_seconds * 1000:.1f} ms, "
+            f"p99 {stats.itl_p99_seconds * 1000:.1f} ms"
+        )
+    return out
 
 
 def _footer(configs: Mapping[str, str], measures: Mapping[str, str]) -> list[str]:
@@ -219,7 +237,7 @@ def _speedup_cell(evaluation: RouteEvaluation) -> str:
         return "-"
     if lower is None or upper is None:
         return f"{speedup:.2f}"
-    return f"{speedup:.2f} ({lower:.2f}-{upper:.2f})"
+    return f"{speedup:.2f} [{lower:.2f}-{upper:.2f}]"
 
 
 def _truth_line(truth: dict[str, Any]) -> str:
@@ -330,13 +348,16 @@ def _show(
 
     base = f"http://127.0.0.1:{service.port}"
     intro = [
-        f"specwatch demo: scenario {scenario.name!r} at {speed:g}x, windows {', '.join(config.window_labels)} "
-        f"(wall time), poll every {config.poll_interval:g}s, verdict hold {config.decision.hold_seconds(config.poll_interval):g}s",
-        "  " + describe(scenario),
-        "  " + breakeven_line(handle.truth()),
+        _wrap(
+            f"specwatch demo: scenario {scenario.name!r} at {speed:g}x, windows {', '.join(config.window_labels)} "
+            f"(wall time), poll every {config.poll_interval:g}s, verdict hold "
+            f"{config.decision.hold_seconds(config.poll_interval):g}s"
+        ),
+        _wrap("  " + describe(scenario)),
+        _wrap("  " + breakeven_line(handle.truth())),
         f"simulated vLLM: {handle.url}",
         f"sidecar: {base}/metrics  {base}/api/v1/status",
-        "ITL is vLLM's histogram: one sample per engine step (a step carries 1 + accepted tokens).",
+        _wrap("ITL is vLLM's histogram: one sample per engine step (a step carries 1 + accepted tokens)."),
         "Ctrl-C to stop.",
         "",
     ]
