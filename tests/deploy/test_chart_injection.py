@@ -271,6 +271,164 @@ def test_post_renderer_refuses_a_missing_patch_and_unknown_arguments(tmp_path):
     assert unknown.returncode == 2 and "unknown argument" in unknown.stderr
 
 
+# ---- the post-renderer takes data, not code ------------------------------------------------------------
+
+EVIL_IMAGE = "evil/evil:1"
+# Values that try to leave the `name:` scalar and add YAML of their own: a second patch that replaces
+# vLLM's image, a kustomize `images:` override, a resource. A newline is the only way out of a
+# single-quoted scalar, so every one of them is refused.
+INJECTIONS = {
+    "patch-replacing-vllms-image": (
+        'x"\n  - patch: |-\n      - op: replace\n        path: /spec/template/spec/containers/0/image\n'
+        f'        value: {EVIL_IMAGE}\n    target:\n      kind: Deployment\n      name: ".*'
+    ),
+    "images-override": 'x"\nimages:\n  - name: vllm/vllm-openai\n    newName: evil/evil\n    newTag: "1',
+    "single-quoted-escape": f"x'\nimages: [{{name: vllm/vllm-openai, newName: {EVIL_IMAGE}}}]\n#",
+    "carriage-return": "x\r\nimages: [{name: vllm/vllm-openai, newName: evil/evil}]",
+}
+# One line each, so they stay inside the scalar: quotes, flow and block indicators, comments, anchors,
+# tags, shell syntax. Each must reach kustomize exactly, as the one patch's target name.
+PRINTABLE_HOSTILE = [
+    "vllm-llama\\d-deployment-vllm",
+    "[\\w-]+-deployment-vllm",
+    "a\\\\b\\x41\\u0041\\",
+    "it's ''quoted'' \"twice\"",
+    "x', images: [{name: vllm/vllm-openai, newName: evil/evil}], name: 'y",
+    'x", images: [{name: vllm/vllm-openai, newName: evil/evil}], name: "y',
+    "x} # {images: [evil]} &a *a !!python/object:os.system %TAG @`",
+    "$(touch pwned) `id` ${HOME} $HOME",
+    "- path: evil.yaml",
+    "? key : value",
+]
+
+
+def images_in(docs: list) -> set[str]:
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "image" and isinstance(value, str):
+                    found.add(value)
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(docs)
+    return found
+
+
+def run_post_renderer(args: list[str], rendered: str, env: dict[str, str] | None = None):
+    return subprocess.run(
+        ["sh", str(POST_RENDERER), *args],
+        input=rendered,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def kustomize_stub(tmp_path: Path) -> dict[str, str]:
+    """A `kustomize` first on PATH that prints the kustomization it is handed, instead of building it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "kustomize"
+    stub.write_text('#!/bin/sh\ncat "$2/kustomization.yaml"\n')
+    stub.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("target", PRINTABLE_HOSTILE)
+def test_post_renderer_writes_any_printable_target_as_one_exact_yaml_string(target, tmp_path):
+    out = run_post_renderer([f"--target={target}"], "", env=kustomize_stub(tmp_path))
+    assert out.returncode == 0, out.stderr
+    kustomization = yaml.safe_load(out.stdout)
+    assert kustomization == {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["rendered.yaml"],
+        "patches": [
+            {"path": "specwatch-patch.yaml", "target": {"group": "apps", "kind": "Deployment", "name": target}}
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    "target, patched",
+    [
+        ("vllm-llama\\d-deployment-vllm", True),  # \d: a digit, as Go's regexp reads it
+        ("vllm-llama\\d+-deployment-\\w+", True),
+        ("vllm-llama\\\\d-deployment-vllm", False),  # a literal backslash: matches nothing
+        ("vllm-llama3-deployment-vllm|it's", True),  # a quote survives
+    ],
+)
+def test_post_renderer_target_regex_with_backslashes_renders_with_kustomize(target, patched):
+    need_kubectl()
+    rendered = helm_rendered_vllm_release("production-stack")
+    out = run_post_renderer([f"--target={target}"], rendered)
+    assert out.returncode == 0, out.stderr
+    docs = {d["kind"]: d for d in yaml.safe_load_all(out.stdout) if d}
+    original = {d["kind"]: d for d in yaml.safe_load_all(rendered) if d}
+    if patched:
+        assert_injected(docs["Deployment"], original["Deployment"])
+    else:
+        assert docs["Deployment"] == original["Deployment"]
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+@pytest.mark.parametrize("name", sorted(INJECTIONS))
+def test_post_renderer_refuses_a_target_that_would_add_yaml_and_never_outputs_an_image_it_was_not_given(
+    name, how, tmp_path
+):
+    need_kubectl()
+    rendered = helm_rendered_vllm_release("production-stack")
+    value = INJECTIONS[name]
+    args, env = ([f"--target={value}"], None) if how == "argument" else ([], {"SPECWATCH_TARGET": value})
+    out = run_post_renderer(args, rendered, env=env)
+    assert out.returncode == 2, (out.returncode, out.stdout[-2000:], out.stderr)
+    assert out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1 and "--target" in out.stderr, out.stderr
+    assert "evil" not in out.stdout
+
+
+@pytest.mark.parametrize("target", PRINTABLE_HOSTILE[3:])
+def test_post_renderer_output_holds_only_the_images_it_was_given(target):
+    """Hostile one-line targets reach real kustomize as a name to match and nothing else."""
+    need_kubectl()
+    rendered = helm_rendered_vllm_release("production-stack")
+    given = images_in(list(yaml.safe_load_all(rendered))) | images_in([load(COMPONENT_PATCH)])
+    out = run_post_renderer([f"--target={target}"], rendered)
+    assert out.returncode in (0, 2), out.stderr  # matched nothing, or not a Go regexp (refused)
+    if out.returncode == 0:
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        assert images_in(docs) <= given
+        assert docs == [d for d in yaml.safe_load_all(rendered) if d], "no name here matches a Deployment"
+    else:
+        assert out.stdout == "" and len(out.stderr.splitlines()) == 1 and "regular expression" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("", "is empty"),
+        ("vllm\u202e-deployment-vllm", "printable ASCII"),  # a bidi override
+        ("\u0442est-deployment-vllm", "printable ASCII"),  # a Cyrillic look-alike
+        ("a" * 1025, "more than 1024"),
+        ("(unclosed", "not a regular expression"),
+    ],
+    ids=["empty", "bidi", "non-ascii", "too-long", "bad-regexp"],
+)
+def test_post_renderer_refuses_a_bad_target_with_one_line_and_exit_2(target, message):
+    need_kubectl()
+    out = run_post_renderer([f"--target={target}"], helm_rendered_vllm_release("production-stack"))
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
 HELM4_PLUGIN_SCRIPT = r"""
 import json, sys
 import helm_python as helm

@@ -20,9 +20,15 @@ Choices:
   poll anyway, so reloading it is exactly as fresh as polling /api/v1/status from a script would be,
   with no client code to keep in step with the JSON.
 - Everything from a target, a route match or Prometheus (label values are attacker-controlled) is
-  HTML-escaped, in text and attributes alike. Absent values are "—", never 0.
-- Bounded: at most MAX_ROUTES route sections ("and N more"), plots for the first MAX_PLOTTED of
-  them, at most one plotted point per pixel column; a page is some tens of kB at most.
+  HTML-escaped, in text and attributes alike, and Unicode bidi controls in it are shown as their
+  code points ("[U+202E]"): a label cannot reorder what the page says around it. Absent values are
+  "—", never 0. The server sends the same policy as an HTTP header (serve/http_server.py), with
+  nosniff and frame-ancestors, which a meta tag cannot carry.
+- Bounded: names and label values are clipped to MAX_LABEL_CHARS (other text to MAX_TEXT_CHARS)
+  with an ellipsis; at most MAX_ROUTES route sections, and fewer when their bytes would take the
+  page past MAX_PAGE_BYTES ("and N more" says how many were left out); plots for the first
+  MAX_PLOTTED of them, at most one plotted point per pixel column. A page with 50 routes is some
+  hundred kB; no label values make it larger than MAX_PAGE_BYTES.
 """
 
 from __future__ import annotations
@@ -47,12 +53,33 @@ from specwatch.sidecar.scrape import redact_url
 from specwatch.sidecar.state import State, TargetState
 from specwatch.verdict.evaluation import RouteEvaluation
 
-__all__ = ["MAX_PLOTTED", "MAX_ROUTES", "render_page"]
+__all__ = [
+    "BIDI_CONTROLS",
+    "CONTENT_SECURITY_POLICY",
+    "MAX_LABEL_CHARS",
+    "MAX_PAGE_BYTES",
+    "MAX_PLOTTED",
+    "MAX_ROUTES",
+    "render_page",
+]
 
 MAX_ROUTES = 50  # route sections on the page (fleet mode: replica-routes); the rest are counted
 MAX_PLOTTED = 12  # of those, the first ones get the two plots
 MAX_TARGETS = 50
 MAX_FLEET_ROWS = 100
+MAX_LABELS = 12  # label pairs shown per replica
+MAX_LABEL_CHARS = 120  # a name or label value (route, target, replica, model...), then "…"
+MAX_TEXT_CHARS = 1024  # any other text (a message, a command), then "…"
+MAX_PAGE_BYTES = 512 * 1024  # the whole page; 64 names of 60 kB once made 3.8 MiB
+PAGE_RESERVE = 32 * 1024  # of MAX_PAGE_BYTES: the head, the header, the banner and the closing lines
+#: Unicode bidi controls (embeddings, overrides, isolates, marks): a label holding one could make the
+#: text after it read differently from what it is, so each is shown as its code point instead.
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_BIDI_VISIBLE = str.maketrans({c: f"[U+{ord(c):04X}]" for c in BIDI_CONTROLS})
+#: The page's Content-Security-Policy: nothing fetched, no script, inline styles and data: images only.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+)
 DASH = "—"
 QUESTION = "Is vLLM's speculative decoding paying for itself at the live batch size?"
 
@@ -95,9 +122,25 @@ polyline{fill:none;stroke-width:1.6}.alpha{stroke:#1f6feb}.breakeven{stroke:#d12
 
 
 # ---- formatting --------------------------------------------------------------------------------
-def esc(value: object) -> str:
-    """Any value as HTML text or attribute content (quotes escaped too)."""
-    return html.escape(str(value), quote=True)
+def clip(text: str, limit: int) -> str:
+    """`text`, or its first limit - 1 characters and an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def esc(value: object, limit: int = MAX_TEXT_CHARS) -> str:
+    """Any value as HTML text or attribute content (quotes escaped too), at most `limit` characters
+    of it, bidi controls shown as their code points."""
+    return html.escape(clip(str(value), limit).translate(_BIDI_VISIBLE), quote=True)
+
+
+def label(value: object) -> str:
+    """A name or label value (from a target, a route match or Prometheus), escaped and clipped."""
+    return esc(value, MAX_LABEL_CHARS)
+
+
+def size(text: str) -> int:
+    """Bytes as served (UTF-8)."""
+    return len(text.encode())
 
 
 def _finite(x: object) -> float | None:
@@ -359,7 +402,7 @@ def recommendations(records: Sequence[tuple[str, Mapping[str, Any]]], engine: st
             grouped[text].append(window)
     out = []
     if grouped:
-        heading = "<code>--speculative-config</code>" if vllm else f"speculative settings ({esc(engine)})"
+        heading = "<code>--speculative-config</code>" if vllm else f"speculative settings ({label(engine)})"
         out.append(f"<h3>Recommended {heading}</h3>")
         out += [
             f"<div><span class=small>window {esc(', '.join(ws))}:</span> {text}</div>" for text, ws in grouped.items()
@@ -433,15 +476,15 @@ def targets_section(state: State, history: PageHistory) -> str:
 
 
 def _errors_text(errors: Mapping[str, int]) -> str:
-    return ", ".join(f"{esc(k)} {n}" for k, n in errors.items() if n) or DASH
+    return ", ".join(f"{label(k)} {n}" for k, n in errors.items() if n) or DASH
 
 
 def _last_error(name: str, history: PageHistory, now: float | None) -> str:
     err = history.errors.get(name)
     if err is None:
         return DASH
-    message = f": {esc(err.message)}" if err.message else ""
-    return f"<b>{esc(err.reason)}</b>{message} <span class=small>({esc(ago(err.t, now))})</span>"
+    message = f": {esc(err.message, 3 * MAX_LABEL_CHARS)}" if err.message else ""
+    return f"<b>{label(err.reason)}</b>{message} <span class=small>({esc(ago(err.t, now))})</span>"
 
 
 def _health(up: bool | None) -> str:
@@ -453,8 +496,8 @@ def _health(up: bool | None) -> str:
 def _target_row(t: TargetState, now: float | None, history: PageHistory) -> str:
     return (
         "<tr>"
-        + td(esc(t.name), "l")
-        + td(esc(redact_url(t.url)), "l")
+        + td(label(t.name), "l")
+        + td(esc(redact_url(t.url), 2 * MAX_LABEL_CHARS), "l")
         + td(_health(t.up), "l")
         + td(esc(ago(t.last_success, now)))
         + td(ms(t.scrape_duration))
@@ -479,7 +522,7 @@ def cost_model_section(state: State, config: Config) -> str:
         ("hold", duration(config.decision.hold_seconds(config.poll_interval))),
         ("min drafts per window", num(config.decision.min_drafts, ".0f")),
     ]
-    body = "".join(f"<tr>{td(esc(k), 'l')}{td(esc(v), 'l')}</tr>" for k, v in rows)
+    body = "".join(f"<tr>{td(esc(k), 'l')}{td(label(v), 'l')}</tr>" for k, v in rows)
     warn = ""
     if info.source == "default":
         warn = (
@@ -504,25 +547,36 @@ def _more(shown: int, total: int, what: str) -> str:
 
 
 # ---- the modes ---------------------------------------------------------------------------------
+def _route_budget(*fixed: str) -> int:
+    """The bytes left to route sections once the parts that are always shown are counted."""
+    return MAX_PAGE_BYTES - PAGE_RESERVE - sum(size(part) for part in fixed)
+
+
 def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[str, list[str | None]]:
     window = _chart_window(config)
     routes = [r for r in state.routes if r.current]
-    shown = routes[:MAX_ROUTES]
-    answers, sections = [], []
+    answers: list[str] = []
+    sections: list[str] = []
     basis = sidecar_assumptions(state, config)
     rests_on = {
         (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
     }
-    for i, route in enumerate(shown):
+    unmatched = ""
+    if state.unmatched_routes:
+        items = "".join(f"<li>{label(r)} (target {label(t)})</li>" for r, t, _ in state.unmatched_routes[:MAX_ROUTES])
+        unmatched = f'<div class="warn">Configured routes that match nothing yet:<ul>{items}</ul></div>'
+    rest = targets_section(state, history) + cost_model_section(state, config) + _rests_on(basis.summary())
+    budget, used = _route_budget(unmatched, rest), 0
+    for i, route in enumerate(routes[:MAX_ROUTES]):
         headline = _headline(route.evaluations, window)
-        answers.append(
-            f"<tr>{td(f'<a href=#r{i}>{esc(route.route)}</a>', 'l')}{td(esc(route.target), 'l')}"
+        answer_row = (
+            f"<tr>{td(f'<a href=#r{i}>{label(route.route)}</a>', 'l')}{td(label(route.target), 'l')}"
             f"{td(answer_line(headline), 'l')}</tr>"
         )
         table, records = windows_table(route.target, route.evaluations, history, config, state.t)
         meta = (
-            f"target {esc(route.target)} · engine {esc(route.engine)} · model_name {esc(route.model_name)} · "
-            f"method {esc(route.method)} · K {num(route.configured_k, '.0f')} · schema {esc(route.schema)}"
+            f"target {label(route.target)} · engine {label(route.engine)} · model_name {label(route.model_name)} · "
+            f"method {label(route.method)} · K {num(route.configured_k, '.0f')} · schema {label(route.schema)}"
             + (
                 f" · spec-off ITL P99 baseline {ms(route.baseline_itl_p99_seconds)}"
                 if route.baseline_itl_p99_seconds
@@ -530,34 +584,35 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
             )
         )
         plot = plots(history, (route.target, route.route, window), config.poll_interval) if i < MAX_PLOTTED else ""
-        sections.append(
-            f'<section class="route" id="r{i}"><h2>{esc(route.route)} {badge(headline.verdict if headline else None)}</h2>'
+        section = (
+            f'<section class="route" id="r{i}"><h2>{label(route.route)} '
+            f"{badge(headline.verdict if headline else None)}</h2>"
             f"<p class=meta>{meta}</p>{_rests_on(rests_on.get((route.target, route.route)))}"
             f"{table}{recommendations(records, route.engine)}{plot}</section>"
         )
-    unmatched = ""
-    if state.unmatched_routes:
-        items = "".join(f"<li>{esc(r)} (target {esc(t)})</li>" for r, t, _ in state.unmatched_routes[:MAX_ROUTES])
-        unmatched = f'<div class="warn">Configured routes that match nothing yet:<ul>{items}</ul></div>'
+        used += size(answer_row) + size(section)
+        if used > budget:  # the rest are counted, not shown: the page stays under MAX_PAGE_BYTES
+            break
+        answers.append(answer_row)
+        sections.append(section)
+    shown = len(sections)
     answer = (
         "<h2>The answer, per route</h2>"
         + (_table(("route", "target", "verdict"), answers, left=3) if answers else "<p>No route seen yet.</p>")
-        + _more(len(shown), len(routes), "routes")
+        + _more(shown, len(routes), "routes")
         + unmatched
     )
-    body = answer + targets_section(state, history) + cost_model_section(state, config)
-    body += _rests_on(basis.summary()) + "".join(sections)
-    body += _more(len(shown), len(routes), "routes")
+    body = answer + rest + "".join(sections) + _more(shown, len(routes), "routes")
     verdicts = [_headline(r.evaluations, window) for r in routes]
     return body, [e.verdict if e else None for e in verdicts]
 
 
 def _fleet_row(row: FleetRow) -> str:
-    verdicts = ", ".join(f"{esc(v)} {n}" for v, n in row.verdicts.items() if n) or DASH
+    verdicts = ", ".join(f"{label(v)} {n}" for v, n in row.verdicts.items() if n) or DASH
     return (
         "<tr>"
-        + td(esc(row.route), "l")
-        + td(esc(row.window), "l")
+        + td(label(row.route), "l")
+        + td(label(row.window), "l")
         + td(str(row.replicas))
         + td(verdicts, "l")
         + td(num(row.acceptance_rate))
@@ -570,7 +625,7 @@ def _fleet_row(row: FleetRow) -> str:
 def prometheus_section(fleet: FleetState, config: Config, history: PageHistory) -> str:
     url = redact_url(config.prometheus.url) if config.prometheus else DASH
     cells = (
-        td(esc(url), "l")
+        td(esc(url, 2 * MAX_LABEL_CHARS), "l")
         + td(_health(fleet.up), "l")
         + td(esc(ago(fleet.last_success, fleet.t)))
         + td(ms(fleet.query_duration))
@@ -597,6 +652,12 @@ def prometheus_section(fleet: FleetState, config: Config, history: PageHistory) 
     return "<h2>Query source</h2>" + _table(head, [f"<tr>{cells}</tr>"], left=2) + zero
 
 
+def _replica_labels(replica: Sequence[tuple[str, str]]) -> str:
+    shown = " · ".join(f"{label(k)} {label(v)}" for k, v in replica[:MAX_LABELS])
+    more = len(replica) - MAX_LABELS
+    return shown + (f" · and {more} more labels" if more > 0 else "")
+
+
 def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple[str, list[str | None]]:
     window = _chart_window(config)
     live = fleet_order(fleet)
@@ -612,38 +673,48 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
         _table(fleet_head, fleet_rows, left=2) if fleet_rows else "<p>No replica evaluated yet.</p>"
     )
     answer += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
-    sections, shown = [], 0
     basis = fleet_assumptions(fleet, config)
     rests_on = {
         (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
     }
+    top = prometheus_section(fleet, config, history) + _rests_on(basis.summary()) + answer
+    budget, used = _route_budget(top), 0
+    sections: list[str] = []
+    shown, full = 0, False
     for route, replicas in by_route.items():
-        if shown >= MAX_ROUTES:
+        if shown >= MAX_ROUTES or full:
             break
-        part = [f'<section class="route" id="r{shown}"><h2>{esc(route)}</h2>']
+        opening = f'<section class="route" id="r{shown}"><h2>{label(route)}</h2>'
         if rows_by_route.get(route):
-            part.append(
-                "<h3>Fleet rows</h3>" + _table(fleet_head, [_fleet_row(r) for r in rows_by_route[route]], left=2)
-            )
+            opening += "<h3>Fleet rows</h3>" + _table(fleet_head, [_fleet_row(r) for r in rows_by_route[route]], left=2)
+        used += size(opening)
+        part: list[str] = []
         for r in replicas:
-            if shown >= MAX_ROUTES:
-                part.append(_more(replicas.index(r), len(replicas), f"replicas of {esc(route)}"))
+            full = used > budget
+            if shown >= MAX_ROUTES or full:
                 break
             name = replica_name(r.replica)
             headline = _headline(r.evaluations, window)
-            labels = " · ".join(f"{esc(k)} {esc(v)}" for k, v in r.replica)
             table, records = windows_table(name, r.evaluations, history, config, fleet.t)
             plot = plots(history, (name, r.route, window), config.poll_interval) if shown < MAX_PLOTTED else ""
-            part.append(
-                f"<h3>replica {esc(name)} {badge(headline.verdict if headline else None)}</h3>"
-                f"<p class=meta>{labels} · engine {esc(r.engine)} · "
-                f"model_name {esc(r.model_name)} · method {esc(r.method)}</p>"
-                f"{_rests_on(rests_on.get((name, r.route)))}{table}{recommendations(records, engine_of(r.evaluations))}{plot}"
+            replica = (
+                f"<h3>replica {label(name)} {badge(headline.verdict if headline else None)}</h3>"
+                f"<p class=meta>{_replica_labels(r.replica)} · engine {label(r.engine)} · "
+                f"model_name {label(r.model_name)} · method {label(r.method)}</p>"
+                f"{_rests_on(rests_on.get((name, r.route)))}{table}{recommendations(records, engine_of(r.evaluations))}"
+                f"{plot}"
             )
+            used += size(replica)
+            full = used > budget  # the rest are counted, not shown: the page stays under MAX_PAGE_BYTES
+            if full:
+                break
+            part.append(replica)
             shown += 1
-        part.append("</section>")
-        sections.append("".join(part))
-    body = prometheus_section(fleet, config, history) + _rests_on(basis.summary()) + answer + "".join(sections)
+        if part:
+            taken = len(part)
+            more = _more(taken, len(replicas), f"replicas of {label(route)}") if taken < len(replicas) else ""
+            sections.append(opening + "".join(part) + more + "</section>")
+    body = top + "".join(sections)
     body += _more(shown, len(live), "replica-routes")
     verdicts = [e.verdict if (e := _headline(r.evaluations, window)) else None for r in live]
     return body, verdicts
@@ -679,8 +750,7 @@ def render_page(
         banner = f'<p class="bad">Config error ({what}): {esc(config_error[:500])}</p>'
     head = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        "img-src data:; base-uri 'none'; form-action 'none'\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'
         f'<meta http-equiv="refresh" content="{refresh}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"

@@ -23,6 +23,10 @@ exhaust its memory nor lock a scraper or the kubelet's probes out:
 
 Request bodies are never read, and a request carrying one closes its keep-alive connection.
 
+Every response carries SECURITY_HEADERS: the page's Content-Security-Policy (export/page.py; as a
+header it also holds frame-ancestors, which its meta tag cannot) and `X-Content-Type-Options:
+nosniff`, so no browser runs a status JSON or an error text as HTML or script whatever is in it.
+
 Clients are told the idle deadline, so one that honours it and reuses its connection on the
 deadline's own cadence (a sampler every 5 s) does not send a request just as the server closes
 (`RemoteDisconnected`; urllib3 neither honours the header nor retries that, so bench/soak.py
@@ -58,6 +62,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from specwatch import __version__
 from specwatch.config import Config
+from specwatch.export.page import CONTENT_SECURITY_POLICY
 from specwatch.sidecar.state import State
 
 MAX_CONNECTIONS = 512  # open connections; past it a new one evicts the longest waiter, never queues
@@ -71,6 +76,14 @@ SOCKET_BUFFER = 64 * 1024  # SO_SNDBUF / SO_RCVBUF per connection (the kernel do
 SWEEP_INTERVAL = 0.1  # how often deadlines are checked
 ACCEPT_BATCH = 64  # connections accepted per readiness of the listening socket
 CLIENT_SOCKET_TIMEOUT = HEAD_TIMEOUT  # the former name (an idle client is dropped after this)
+
+#: Sent with every response (see the module docstring).
+SECURITY_HEADERS = (
+    ("Content-Security-Policy", f"{CONTENT_SECURITY_POLICY}; frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+)
+_SECURITY_HEAD = "".join(f"{name}: {value}\r\n" for name, value in SECURITY_HEADERS)
 
 _BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head: a line ending, then an empty line
 
@@ -392,7 +405,7 @@ class CappedHTTPServer:
         body = f"{reason}: a request head is at most {MAX_HEAD_BYTES} bytes\n".encode()
         head = (
             f"HTTP/1.1 {code} {reason}\r\nServer: specwatch/{__version__}\r\nContent-Type: text/plain\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            f"Content-Length: {len(body)}\r\n{_SECURITY_HEAD}Connection: close\r\n\r\n"
         ).encode()
         conn.inbuf = bytearray()
         self._respond(conn, [head, body], close=True)
@@ -464,6 +477,8 @@ def handler_for(service: PublishedView) -> type[BufferedRequestHandler]:
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            for name, value in SECURITY_HEADERS:
+                self.send_header(name, value)
             if self.close_connection:
                 self.send_header("Connection", "close")
             self.end_headers()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+from html import escape as html_escape
 
 import pytest
 
@@ -267,3 +268,75 @@ def test_the_page_shows_the_loss_probability_beside_the_speedups_interval():
     html = render_page(state, None, config, history).decode()
     lower, upper = e.expected_speedup_lower, e.expected_speedup_upper
     assert f"({num(lower, '.2f')}–{num(upper, '.2f')}, P(loss) {num(e.loss_probability, '.2f')})" in html
+
+
+# ---- hostile labels: bidi controls and size ------------------------------------------------------------
+
+PAGE_CAP = 512 * 1024  # the bound docs/architecture.md states (page.MAX_PAGE_BYTES)
+#: Every bidi control the page neutralises: the embeddings and overrides, the isolates, the marks.
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+
+
+def _renamed(state, count: int, name):
+    """`state` with `count` routes, route i named name(i) (its target and model_name too)."""
+    route = state.routes[0]
+    routes = tuple(dataclasses.replace(route, route=name(i), target=name(i), model_name=name(i)) for i in range(count))
+    return dataclasses.replace(state, routes=routes)
+
+
+def test_bidi_controls_in_labels_are_shown_as_code_points_never_raw(alpha_drop):
+    config, state, history = alpha_drop
+    spoof = "llama\u202eexe.3b\u2066admin\u2069\u200f\u061c"
+    html = render_page(_renamed(state, 2, lambda i: f"{spoof}-{i}"), None, config, history).decode()
+    assert not set(html) & set(BIDI), "a raw bidi control reached the page"
+    assert "llama[U+202E]exe.3b[U+2066]admin[U+2069][U+200F][U+061C]-0" in html
+    # fleet mode: replica label names and values come from Prometheus
+    fleet = _fleet(state, replicas=[(("namespace", "llm\u202a"), ("pod\u2067", f"vllm-{c}")) for c in BIDI])
+    html = render_page(state, fleet, _fleet_config(config), PageHistory()).decode()
+    assert not set(html) & set(BIDI)
+    assert "namespace llm[U+202A]" in html and "pod[U+2067] vllm-[U+202E]" in html
+
+
+def test_the_page_cap_is_the_documented_one():
+    assert page_mod.MAX_PAGE_BYTES == PAGE_CAP
+
+
+def test_many_long_names_keep_the_page_under_its_byte_cap_with_clipped_names(alpha_drop):
+    """The attack: 64 names of 60 kB made a 3.8 MiB page, rendered every poll."""
+    config, state, history = alpha_drop
+    # Escaping multiplies '"' by six and an emoji is four bytes: the worst bytes per character.
+    long = '"<&🙂' * 15_000
+    page = render_page(_renamed(state, 64, lambda i: f"{i}-{long}"), None, config, history)
+    assert len(page) <= PAGE_CAP, len(page)
+    html = page.decode()
+    clipped = "0-" + html_escape(long[: page_mod.MAX_LABEL_CHARS - 3]) + "…"
+    assert clipped in html
+    sections = html.count('<section class="route"')
+    assert 0 < sections <= MAX_ROUTES
+    assert f"and {64 - sections} more routes not shown" in html
+
+
+def test_route_sections_stop_at_the_byte_cap_and_say_how_many_were_left_out(alpha_drop, monkeypatch):
+    """Names are clipped, but many routes of clipped names still add up: sections stop at the cap."""
+    config, state, history = alpha_drop
+    monkeypatch.setattr(page_mod, "MAX_PAGE_BYTES", 96 * 1024)
+    page = render_page(_renamed(state, 64, lambda i: f"{i}-" + "n" * 500), None, config, history)
+    assert len(page) <= 96 * 1024, len(page)
+    html = page.decode()
+    sections = html.count('<section class="route"')
+    assert 0 < sections < MAX_ROUTES
+    assert html.count("<a href=#r") == sections, "the answer table lists the routes that are shown"
+    assert f"and {64 - sections} more routes not shown" in html
+
+
+def test_a_fleet_of_replicas_with_many_long_labels_stays_under_the_byte_cap(alpha_drop):
+    config, state, _ = alpha_drop
+    long = '"<&🙂' * 500
+    replicas = [tuple((f"label{j}-{long}", f"{i}-{j}-{long}") for j in range(40)) for i in range(64)]
+    fleet = _fleet(state, replicas)
+    page = render_page(state, fleet, _fleet_config(config), PageHistory())
+    assert len(page) <= PAGE_CAP, len(page)
+    html = page.decode()
+    assert "and 28 more labels" in html
+    shown = html.count("<h3>replica ")
+    assert 0 < shown <= MAX_ROUTES and f"and {64 - shown} more replica-routes not shown" in html

@@ -163,3 +163,47 @@ def test_a_kept_alive_connection_keeps_its_advertised_wait_when_slots_turn_scarc
     finally:
         for s in holders:
             s.close()
+
+
+# ---- security headers: sent by the server, not only as the page's meta tags -------------------------
+
+
+@pytest.mark.parametrize(
+    "request_line",
+    [
+        b"GET / HTTP/1.1",
+        b"HEAD / HTTP/1.1",
+        b"GET /api/v1/status HTTP/1.1",
+        b"GET /metrics HTTP/1.1",
+        b"GET /healthz HTTP/1.1",
+        b"GET /readyz HTTP/1.1",
+        b"GET /nowhere HTTP/1.1",
+        b"POST / HTTP/1.1",
+    ],
+)
+def test_every_response_carries_the_content_security_policy_and_nosniff_as_http_headers(front, request_line):
+    with connect(front) as s:
+        s.sendall(request_line + b"\r\nHost: x\r\nConnection: close\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(65536)
+            assert chunk, head
+            head += chunk
+    lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")[1:]
+    headers = {name.lower(): value.strip() for name, value in (line.split(":", 1) for line in lines)}
+    csp = headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "script-src" not in csp
+    assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_an_oversized_request_head_is_refused_with_the_security_headers_too(front):
+    with connect(front) as s:
+        # One byte past the limit, all of which the server reads: it closes with nothing unread (no RST).
+        s.sendall(b"GET /" + b"a" * (http_server.MAX_HEAD_BYTES + 1 - 5))
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    assert head.startswith("HTTP/1.1 414")
+    assert "\r\nX-Content-Type-Options: nosniff\r\n" in head
+    assert "\r\nContent-Security-Policy: default-src 'none';" in head
