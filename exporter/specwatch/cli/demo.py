@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 
 #: ANSI: cursor home, clear screen (a TTY redraws the table in place).
 CLEAR = "\x1b[H\x1b[2J"
+#: A terminal's alternate screen: the redrawn frames stay off the scrollback; the last frame is
+#: printed once on the normal screen when the demo ends.
+ALT_SCREEN_ON, ALT_SCREEN_OFF = "\x1b[?1049h", "\x1b[?1049l"
+#: The exit status of a run stopped with Ctrl-C (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
 #: Demo config keys and the flags that set them (an error names the flag).
 FLAG_KEYS = {"windows": "--windows", "poll_interval": "--poll-interval", "listen": "--port"}
 
@@ -188,7 +193,7 @@ def render_table(
     if sim_time is not None:
         lines.append(f"simulated time {sim_time:7.1f}s" + (f"  phase {sim_truth['phase']}" if sim_truth else ""))
     if sim_truth:
-        lines.append(f"truth: {_truth_line(sim_truth)}")
+        lines.append(_wrap(f"truth: {_truth_line(sim_truth)}"))
     faults = _target_lines(state, watch)
     lines += faults
     lines.append(" ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
@@ -361,13 +366,14 @@ def _show(
         "Ctrl-C to stop.",
         "",
     ]
-    out.write("\n".join(intro) + "\n")
+    out.write((ALT_SCREEN_ON if tty else "") + "\n".join(intro) + "\n")
     out.flush()
     pending = Pending(hold_seconds=config.decision.hold_seconds(config.poll_interval))
     watch = TargetWatch()
     stop = threading.Event()
     end = time.monotonic() + duration if duration else None
     reason = "the scenario ended"
+    frame = ""
     try:
         while not stop.is_set():
             wait = refresh if end is None else min(refresh, max(0.0, end - time.monotonic()))
@@ -390,8 +396,10 @@ def _show(
                 break
     except KeyboardInterrupt:
         reason = "interrupted"
+    if tty:
+        out.write(ALT_SCREEN_OFF + "\n".join(intro) + "\n" + frame + "\n")
     out.write(f"demo finished ({reason}).\n")
-    return 0
+    return INTERRUPTED if reason == "interrupted" else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

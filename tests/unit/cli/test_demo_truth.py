@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from specwatch import costmodel
-from specwatch.cli.demo import CLEAR, breakeven_line, demo_config, render_table
+from specwatch.cli.demo import ALT_SCREEN_OFF, ALT_SCREEN_ON, CLEAR, breakeven_line, demo_config, render_table
 from specwatch.config.cost_model import cost_model_from_config, route_cost_model
 from specwatch.sidecar.state import State, TargetState
 from specwatch.sim.describe import PLACEHOLDER, DescriptionError, describe
@@ -123,4 +123,40 @@ def test_the_table_redraws_in_place_on_a_tty_and_appends_otherwise():
         )
         frames.append(out.getvalue())
     assert frames[0].count(CLEAR) >= 2
-    assert CLEAR not in frames[1] and frames[1].count("simulated time") >= 2
+    # the redraws happen on the alternate screen; the last frame is printed once on the normal one
+    assert frames[0].startswith(ALT_SCREEN_ON) and ALT_SCREEN_OFF in frames[0]
+    assert frames[0].rsplit(ALT_SCREEN_OFF, 1)[1].count("simulated time") == 1
+    assert CLEAR not in frames[1] and ALT_SCREEN_ON not in frames[1] and frames[1].count("simulated time") >= 2
+
+
+def test_every_frame_fits_an_80_column_terminal():
+    from specwatch.cli import demo
+
+    out = io.StringIO()
+    demo.run_demo(
+        scenario_name="mixed-routes",
+        speed=50,
+        duration=1.5,
+        poll_interval=0.2,
+        windows=("1s",),
+        port=0,
+        refresh=0.5,
+        out=out,
+        tty=False,
+    )
+    wide = [line for line in out.getvalue().splitlines() if len(line) > demo.TABLE_WIDTH]
+    assert wide == []
+
+
+def test_ctrl_c_ends_the_demo_with_the_shells_interrupted_status(monkeypatch):
+    from specwatch.cli import demo
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "render_table", interrupted)
+    out = io.StringIO()
+    code = demo.run_demo(
+        scenario_name="steady", speed=50, duration=5.0, poll_interval=0.2, windows=("1s",), port=0, refresh=0.2, out=out
+    )
+    assert code == 130 and "demo finished (interrupted)" in out.getvalue()
