@@ -383,7 +383,16 @@ def test_config_map_carries_the_values_config_with_empty_keys_left_to_exporter_d
     expected["alerting"] = {"window": "5m"}  # from prometheusRule.alertWindow
     assert cfg == expected
     defaults = rendered_config(render(chart, {}))
-    assert set(defaults) == {"listen", "poll_interval", "windows", "targets", "tensor_parallel", "log", "alerting"}
+    assert set(defaults) == {
+        "listen",
+        "poll_interval",
+        "windows",
+        "targets",
+        "tensor_parallel",
+        "log",
+        "alerting",
+        "shutdown_drain",  # sidecar mode: derived from terminationGracePeriodSeconds
+    }
 
 
 def test_sidecar_mode_defaults_its_target_to_vllm_on_loopback(chart):
@@ -744,6 +753,50 @@ def test_the_env_only_sidecar_learns_the_alert_window_from_its_variable(chart):
     notes = render_files(chart, {"prometheusRule": {"alertWindow": "1m"}})["specwatch/templates/NOTES.txt"]
     (container,) = notes_extra_containers(notes)
     assert {"name": "SPECWATCH_ALERTING__WINDOW", "value": "1m"} in container["env"]
+
+
+STOP_MARGIN = 5.0  # seconds the drain's cap ends before the grace period (exporter serve/drain.py)
+
+
+@pytest.mark.parametrize("grace", [30, 10, 120, 300, 5, 0, None])
+def test_the_rendered_shutdown_drain_ends_before_the_pods_termination_grace_period(chart, tmp_path, grace):
+    """Never longer than the pod: the sidecar's drain cap, as the exporter reads the rendered config
+    (and the env-only container's variable), ends STOP_MARGIN before terminationGracePeriodSeconds."""
+    values = {} if grace is None else {"terminationGracePeriodSeconds": grace}
+    period = 30 if grace is None else grace
+    files = render_files(chart, values)
+    objects = render(chart, values)
+    path = tmp_path / "specwatch.yaml"
+    path.write_text(config_map(objects)["data"]["specwatch.yaml"])
+    drain = exporter_config().load(str(path), environ={}).shutdown_drain
+    assert drain + STOP_MARGIN <= period or drain == 0.0
+    assert drain < period or period == 0
+    assert drain == max(period - STOP_MARGIN, 0.0)  # derived: the longest drain that fits
+    (container,) = notes_extra_containers(files["specwatch/templates/NOTES.txt"])
+    (variable,) = [e["value"] for e in container["env"] if e["name"] == "SPECWATCH_SHUTDOWN_DRAIN"]
+    config = exporter_config()
+    assert config.from_mapping({}, environ={"SPECWATCH_SHUTDOWN_DRAIN": variable}).shutdown_drain == drain
+
+
+@pytest.mark.parametrize(("drain", "grace"), [("1m", 30), ("25500ms", 30), (26, 30), ("10s", 12), ("1h", 600)])
+def test_a_shutdown_drain_that_does_not_end_before_the_grace_period_fails_the_render(chart, drain, grace):
+    values = {"terminationGracePeriodSeconds": grace, "config": {"shutdown_drain": drain}}
+    with pytest.raises(
+        helm.HelmRenderError,
+        match=rf"config\.shutdown_drain={drain} does not end 5s before terminationGracePeriodSeconds={grace}",
+    ):
+        render(chart, values)
+
+
+@pytest.mark.parametrize(("drain", "grace", "seconds"), [("20s", 30, 20.0), (0, 30, 0.0), ("1m", 300, 60.0)])
+def test_a_shutdown_drain_that_fits_the_grace_period_is_rendered_as_given(chart, tmp_path, drain, grace, seconds):
+    for mode in ({}, STANDALONE):
+        values = merged(mode, {"terminationGracePeriodSeconds": grace, "config": {"shutdown_drain": drain}})
+        path = tmp_path / "specwatch.yaml"
+        path.write_text(config_map(render(chart, values))["data"]["specwatch.yaml"])
+        assert exporter_config().load(str(path), environ={}).shutdown_drain == seconds
+    deployment = one(render(chart, merged(STANDALONE, {"terminationGracePeriodSeconds": grace})), "Deployment")
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
 
 
 def test_an_alerting_window_in_the_config_values_that_disagrees_with_the_rules_fails_the_render(chart):

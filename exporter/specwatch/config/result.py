@@ -204,9 +204,11 @@ class Config:
     alerting: AlertingConfig = AlertingConfig()
     # Routes not seen for this many polls are dropped (label churn must not grow memory).
     route_ttl_polls: int = 60
-    # Sidecar mode: seconds to keep polling and serving after SIGTERM while vLLM drains (its pod got
-    # the same signal); the kubelet's grace period bounds it from outside anyway.
-    shutdown_drain: float = 600.0
+    # Sidecar mode: the most seconds to keep polling and serving after SIGTERM while vLLM still answers
+    # with metrics (its pod got the same signal; serve/drain.py). It must end before the pod's
+    # terminationGracePeriodSeconds: the default fits Kubernetes' default 30 s with serve/drain.py's
+    # STOP_MARGIN (5 s) to stop in, and the chart derives it from the grace period it is given.
+    shutdown_drain: float = 25.0
     # Fleet mode when set (targets is then empty); None: sidecar mode, polling targets.
     prometheus: PrometheusConfig | None = None
     # Sidecar mode: restore the previous pod's before-window at start (None: start from nothing).

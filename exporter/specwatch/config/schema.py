@@ -147,9 +147,11 @@ SCHEMA = Section(
         Key(
             "shutdown_drain",
             Duration(allow_zero=True),
-            "sidecar mode: after SIGTERM keep polling and serving while vLLM drains, until every target has "
-            "stopped answering or this long (then exit); 0s exits at once",
-            example="5m",
+            "sidecar mode: after SIGTERM keep polling (every 0.5s) and serving while vLLM still answers with "
+            "metrics; exit at every target's first refused connection or non-metrics answer, or after this "
+            "long, whichever comes first; keep it 5s below the pod's terminationGracePeriodSeconds (the chart "
+            "derives it); 0s exits at once",
+            example="20s",
         ),
         PROMETHEUS,
         READBACK,

@@ -44,6 +44,7 @@ from specwatch.fleet.evaluator import FleetEvaluator, FleetSource, FleetState, r
 from specwatch.fleet.history import DEADLINE, HISTORY_ERROR_REASONS, read_history
 from specwatch.fleet.state import HistoryRead
 from specwatch.serve.change_log import ChangeLog
+from specwatch.serve.drain import Drain
 from specwatch.serve.http_server import CappedHTTPServer, Published, handler_for
 from specwatch.serve.readback import Readback, readback_collector
 from specwatch.serve.reload import ConfigSource, ReloadCollector, ReloadStatus, warn_about_alert_window
@@ -113,7 +114,7 @@ class Service:
         self.registry.register(ReloadCollector(lambda: self.reload_status))
         self.registry.register(readback_collector(lambda: self.readback))
         self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
-        self._failed_polls: dict[str, int] = {}  # consecutive failed polls per target (the drain)
+        self.drain = Drain()  # sidecar mode after SIGTERM: what each target answered since (drain.py)
         self.registry.register(PollErrorsCollector(lambda: self.poll_errors))
         self.registry.register(
             StartReadCollector("specwatch_history_errors", "specwatch_history_steps", self._history_read)
@@ -257,13 +258,13 @@ class Service:
         for target, (now, result) in zip(self.config.targets, results, strict=True):
             if isinstance(result, ScrapeError):
                 exc = result
-                self._failed_polls[target.name] = self._failed_polls.get(target.name, 0) + 1
+                self.drain.note(target.name, exc.reason)
                 self.pipeline.ingest_error(target.name, now, exc.reason)
                 self.page_history.note_error(target.name, now, exc.reason, str(exc))
                 self._changes.target_down(target.name, "target_down", exc.reason, str(exc))
                 continue
-            self._failed_polls[target.name] = 0
             outcome = self.pipeline.ingest(target.name, now, result.text, result.duration)
+            self.drain.note(target.name, None if outcome.ok else outcome.reason)  # not metrics: gone
             if not outcome.ok:
                 self.page_history.note_error(target.name, now, outcome.reason, outcome.message or "")
                 self._changes.target_down(target.name, "target_rejected", outcome.reason, outcome.message or "")
@@ -395,8 +396,13 @@ class Service:
                     self.published = self._publish(ready=False)  # alive, waiting for a good config
             except Exception as exc:  # noqa: BLE001 - a bug, not a target fault: recovered here
                 self._recover(exc)
-            # Without a config, tick every second: the file is checked once per tick.
+            if self.drain.check(t.name for t in self.config.targets):
+                return  # every target has gone since SIGTERM: run_forever stops the rest
+            # Without a config, tick every second: the file is checked once per tick. Draining: poll
+            # faster, so the exit follows vLLM's within a fraction of a second.
             interval = self.config.poll_interval if self.active else 1.0
+            if self.drain.active:
+                interval = self.drain.interval(interval)
             next_tick += interval
             now = time.monotonic()
             if next_tick < now:  # overran: skip missed ticks rather than bunch polls together
@@ -482,9 +488,11 @@ class Service:
     def run_forever(self, reload_pending: Callable[[], bool] | None = None, *, sidecar: bool = False) -> int:
         """Serve until SIGTERM or SIGINT. reload_pending: whether a SIGHUP arrived before this
         installed its handler (cli.py queues those); it is then done as a reload after start.
-        sidecar: SIGTERM comes to the whole vLLM pod at once and vLLM drains for minutes, so keep
-        polling and serving (the last windows reach Prometheus) until every target has stopped
-        answering, or `shutdown_drain` has passed; a second signal exits at once."""
+        sidecar: SIGTERM comes to the whole vLLM pod at once and vLLM may drain a while, so keep
+        polling (every DRAIN_POLL_INTERVAL) and serving, so the last windows reach Prometheus, until
+        every target's first answer that says vLLM has gone (a refused connection, a non-metrics
+        answer: drain.py), or `shutdown_drain` has passed, whichever comes first; the chart keeps
+        that cap below the pod's terminationGracePeriodSeconds. A second signal exits at once."""
         signals = threading.Semaphore(0)
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -501,25 +509,33 @@ class Service:
         reason = "signal"
         drain = self.config.shutdown_drain if sidecar and self.active and self.config.prometheus is None else 0.0
         if drain > 0:
-            log.info("draining", until="every target stopped answering", at_most_seconds=drain)
-            deadline = time.monotonic() + drain
-            while not self._targets_gone():
-                if signals.acquire(timeout=0.2):
+            started = time.monotonic()
+            deadline = started + drain
+            self.drain.begin()
+            self._wake.set()  # poll now: vLLM may already be gone
+            log.info(
+                "draining",
+                until="every target refuses or answers without metrics",
+                at_most_seconds=drain,
+                poll_interval=self.drain.interval(self.config.poll_interval),
+            )
+            reason = "drain timeout"
+            while (left := deadline - time.monotonic()) > 0:
+                if self.drain.done.is_set():
+                    reason = "targets gone"
+                    break
+                if signals.acquire(timeout=min(left, 0.05)):
                     reason = "second signal"
                     break
-                if time.monotonic() >= deadline:
-                    reason = "drain timeout"
-                    break
-            else:
-                reason = "targets gone"
+            log.info(
+                "drained",
+                reason=reason,
+                seconds=round(time.monotonic() - started, 3),
+                ended=dict(self.drain.ended),
+            )
         self.stop()
         log.info("stopped", reason=reason)
         return 0
-
-    def _targets_gone(self) -> bool:
-        """Every target's last two polls failed (vLLM has exited), or there is none to wait for."""
-        targets = self.published.state.targets
-        return all(t.up is False and self._failed_polls.get(t.name, 0) >= 2 for t in targets)
 
 
 class PollErrorsCollector(Collector):

@@ -173,7 +173,49 @@ when the window is not exported; prometheusRule.alertWindow is the one chart val
 {{- end }}
 {{- $_ := set $alerting "window" $alertWindow }}
 {{- $_ := set $cfg "alerting" $alerting }}
+{{- /* The drain after SIGTERM ends before the pod's grace period (specwatch.shutdownDrain). */}}
+{{- $drain := include "specwatch.shutdownDrain" . }}
+{{- if or (eq .Values.mode "sidecar") (hasKey .Values.config "shutdown_drain") }}
+{{- $_ := set $cfg "shutdown_drain" $drain }}
+{{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+A specwatch duration ("500ms", "30s", "5m", "1h", or a number of seconds; the values schema checks
+the pattern) as a number of seconds.
+*/}}
+{{- define "specwatch.seconds" -}}
+{{- $s := trim (toString .) }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $s }}
+{{- $unit := trim (trimPrefix $number $s) }}
+{{- $scale := dict "" 1.0 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- if not (and $number (hasKey $scale $unit)) }}
+{{- fail (printf "config.shutdown_drain=%v is not a duration such as 20s" .) }}
+{{- end }}
+{{- printf "%g" (mulf (float64 $number) (get $scale $unit)) }}
+{{- end }}
+
+{{/*
+config.shutdown_drain as rendered: the most the sidecar keeps polling after SIGTERM while vLLM still
+answers with metrics (it exits at vLLM's first refused connection or non-metrics answer). The kubelet
+SIGKILLs the pod's containers terminationGracePeriodSeconds after SIGTERM, and the sidecar needs a
+few seconds to stop after the cap, so the cap ends 5 s before the grace period: derived as
+terminationGracePeriodSeconds - 5 (at least 0s) when not set, and a set value that does not end that
+early fails the render. In sidecar mode terminationGracePeriodSeconds must be the vLLM pod's.
+*/}}
+{{- define "specwatch.shutdownDrain" -}}
+{{- $grace := int .Values.terminationGracePeriodSeconds }}
+{{- $cap := max 0 (sub $grace 5) }}
+{{- if hasKey .Values.config "shutdown_drain" }}
+{{- $given := .Values.config.shutdown_drain }}
+{{- if gt (float64 (include "specwatch.seconds" $given)) (float64 $cap) }}
+{{- fail (printf "config.shutdown_drain=%v does not end 5s before terminationGracePeriodSeconds=%d (the kubelet SIGKILLs the pod then): set it to at most %ds, or leave it unset to derive it, and set terminationGracePeriodSeconds to the vLLM pod's grace period" $given $grace $cap) }}
+{{- end }}
+{{- toString $given }}
+{{- else }}
+{{- printf "%ds" $cap }}
+{{- end }}
 {{- end }}
 
 {{/* The window every alert reads (rules/ read window="5m"). */}}
@@ -295,6 +337,8 @@ of those variables changes the pod template, so prefer the ConfigMap (patch) whe
 {{- $env := list (dict "name" "SPECWATCH_TARGET_URL" "value" (printf "http://127.0.0.1:%d/metrics" (int .Values.sidecar.vllmPort))) }}
 {{- /* No config file here: the alert window comes through its variable. */}}
 {{- $env = append $env (dict "name" "SPECWATCH_ALERTING__WINDOW" "value" (include "specwatch.alertWindow" .)) }}
+{{- /* ... and the drain's cap, below the grace period, through its own. */}}
+{{- $env = append $env (dict "name" "SPECWATCH_SHUTDOWN_DRAIN" "value" (include "specwatch.shutdownDrain" .)) }}
 {{- $_ := set $c "env" (concat $env $c.env) }}
 {{- toYaml $c }}
 {{- end }}
