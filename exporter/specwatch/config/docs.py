@@ -1,9 +1,9 @@
-"""Write the README's annotated example config from the config schema (config/schema.py).
+"""Write docs/configuration.md's annotated example config from the config schema (config/schema.py).
 
 Only the lines between `<!-- config:begin -->` and `<!-- config:end -->` are replaced.
 
-    python -m specwatch.config.docs README.md           # rewrite
-    python -m specwatch.config.docs README.md --check   # exit 1 on drift (CI)
+    python -m specwatch.config.docs docs/configuration.md           # rewrite
+    python -m specwatch.config.docs docs/configuration.md --check   # exit 1 on drift (CI)
 """
 
 from __future__ import annotations
@@ -127,9 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return regenerate(
         argv,
         module="specwatch.config.docs",
-        description="README example config",
+        description="docs/configuration.md example config",
         file_arg="readme",
-        file_help="the README holding the config markers",
+        file_help="the Markdown file holding the config markers",
         what="example config",
         render=render,
     )

@@ -116,12 +116,14 @@ class Assumptions:
     def summary(self) -> str:
         """The setup, the prior and the step-time source in one line."""
         setup = ", ".join(f"{name} {s.value} ({_origin(s)})" for name, s in self.settings())
-        engine = "configured" if self.engine_configured else "engine not configured"
+        step = f"step time {self.step_time}{' until learned' if self.learning else ''}"
+        if not self.engine_configured and not self.setup_assumed:
+            # each route's own line names its prior and sigma: no config-wide figure to contradict them
+            return f"{setup}; engine prior per route: the detected engine's (engine not configured); {step}"
+        engine = "configured" if self.engine_configured else "engine not configured: generic on an assumed setup"
         return (
-            f"{setup}; engine prior {self.prior.engine if self.engine_configured else 'the detected engine’s'} "
-            f"({engine}, log error {self.prior.log_error:.3f}); "
-            f"step time {self.step_time}{' until learned' if self.learning else ''}; "
-            f"model sigma {self.model_log_error:.3f}"
+            f"{setup}; engine prior {self.prior.engine} ({engine}, log error {self.prior.log_error:.3f}); "
+            f"{step}; model sigma {self.model_log_error:.3f}"
         )
 
     def config_lines(self) -> list[str]:

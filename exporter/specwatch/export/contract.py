@@ -1,6 +1,6 @@
 """The metric contract, declared once: every family specwatch exports, with its type, HELP, labels
 and the modes that export it. The collectors (sidecar, fleet, the service's own) build their
-families from this table and only fill in samples; the README's metric list is generated from it
+families from this table and only fill in samples; the metric list of docs/metrics.md is generated from it
 and the tests check the docs against it.
 
 One row per family, in export order: its name without `specwatch_`; its type; the modes that export
@@ -12,7 +12,7 @@ gauge filled from an evaluation, the RouteEvaluation value it exports; its HELP 
 differ between the modes has a row per mode. Adding a family is one
 row here (and, unless it is such a derived gauge, the line in its collector that fills it).
 
-`python -m specwatch.export.contract README.md [--check]` writes (or checks) the README's metric list.
+`python -m specwatch.export.contract docs/metrics.md [--check]` writes (or checks) the metric list of docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ BEGIN, END = "<!-- metrics:begin -->", "<!-- metrics:end -->"
 
 
 def metric_table() -> str:
-    """The contract as the Markdown table the README carries between its metrics markers."""
+    """The contract as the Markdown table docs/metrics.md carries between its metrics markers."""
     rows = ["| name | type | labels | modes | help |", "|---|---|---|---|---|"]
     for family in FAMILIES:
         names = ", ".join(f"`{name}`" for name in family.sample_names())
@@ -271,9 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return regenerate(
         argv,
         module="specwatch.export.contract",
-        description="README metric list",
+        description="docs/metrics.md metric list",
         file_arg="readme",
-        file_help="the README holding the metrics markers",
+        file_help="the Markdown file holding the metrics markers",
         what="metric list",
         render=render,
     )

@@ -441,8 +441,8 @@ def test_one_duration_grammar_for_config_and_scenarios():
     assert DurationList().from_env(" 30s, 2m ,") == ["30s", "2m"]
 
 
-def test_the_readme_example_config_is_generated_from_the_schema_and_loads():
-    readme = ROOT / "README.md"
+def test_the_documented_example_config_is_generated_from_the_schema_and_loads():
+    readme = ROOT / "docs" / "configuration.md"
     proc = run_cli(str(readme), "--check", module="specwatch.config.docs", timeout=60)
     assert proc.returncode == 0, proc.stderr
     block = readme.read_text(encoding="utf-8").split("<!-- config:begin -->")[1].split("<!-- config:end -->")[0]
@@ -782,8 +782,8 @@ def test_check_config_names_the_bad_prometheus_key_in_one_line_and_exits_2(tmp_p
     assert proc.stderr.strip().startswith("prometheus.selector:") or "prometheus.selector:" in proc.stderr
 
 
-def test_the_readme_shows_the_prometheus_section_commented_out_and_it_loads_uncommented(tmp_path):
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_documented_config_shows_the_prometheus_section_commented_out_and_it_loads_uncommented(tmp_path):
+    readme = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     block = readme.split("<!-- config:begin -->")[1].split("<!-- config:end -->")[0]
     files = _example_files(tmp_path)
 
