@@ -333,7 +333,9 @@ class Pipeline(EvaluationContext):
             )
             route.evaluations = evaluations
             if route.fresh:
-                route.grader.observe(now, [w[3] for w in windows], route.method, config.decision.min_drafts, cost_model)
+                route.grader.observe(
+                    now, [w[3] for w in windows], route.method, config.decision.min_drafts, cost_model, self.k_plan
+                )
             route.fresh = False
             out.extend(evaluations)
         self._t = now
