@@ -5,9 +5,16 @@ A changed `_created` timestamp is a restart (vLLM's counters are monotonic per p
 `_created` names the process), and a histogram resets as a whole. A value below its base (the
 highest value seen since the process started) is a *dip*, not a restart, when the series'
 `_created` is present and unchanged, or, without `_created`, when the drop is within measurement
-noise (`dip_tolerance`): the dip adds 0 and the base stays, so the recovery is not counted twice.
-Only a larger drop without `_created` is a restart (Prometheus's rule: the new value is the
-increase). A window's increase is then the difference of two mirrors, so evaluating a 5m window
+noise (`dip_tolerance`). Only a larger drop without `_created` is a restart (Prometheus's rule: the
+new value is the increase).
+
+A poll is one unit per engine: when any counter of an engine dips, that engine's whole poll is held
+back (every counter of it adds 0 and keeps its base), so no window pairs its drafts of one moment
+with its accepted tokens of another. The next poll settles it: back at or above the bases, it counts
+the whole interval from them (nothing lost, nothing twice); still below them but at or above the
+held values, the engine really went backwards (a data-parallel engine's sum losing a rank's part)
+and it counts from the held values on, losing one poll of that engine rather than everything up to
+its old high-water mark. A window's increase is then the difference of two mirrors, so evaluating a 5m window
 costs O(series), not O(series x snapshots).
 
 The route's exported counters are `RouteWindow.mirror`: this poll's deltas summed over the
@@ -109,6 +116,8 @@ class RouteWindow:
         self.resets = 0
         self.dips = 0  # polls with a series below its base that was no restart (clamped)
         self.last_dips = 0  # such series in the last ingested poll
+        # Per engine whose last poll was held back (a dip): the values it held then.
+        self._held: dict[str, dict[SeriesKey, float]] = {}
         # Entries are in time order (ingest drops any snapshot not after the last) unless a time
         # was NaN, which compares false with everything: then view() looks at every entry.
         self._unordered = False
@@ -148,7 +157,7 @@ class RouteWindow:
             self._seed_mirror(counters)
         dips = self._classify_drops(below, snap, reset_groups) if below else []
         for key in dips:
-            deltas[key] = 0.0
+            deltas[key] = 0.0  # held back with its engine's whole poll below (_hold_dipped)
         if reset_groups:
             for key, value in counters.items():
                 if reset_group(key) in reset_groups:
@@ -166,6 +175,8 @@ class RouteWindow:
                         deltas[key] = value
             if broken:
                 dips = [key for key in dips if key.series not in broken]
+        base = dict(counters)
+        self._hold_dipped(dips, counters, deltas, base, reset_groups)
         totals = self.totals
         mirror = self.mirror
         mirror_keys = self._mirror_keys
@@ -173,9 +184,6 @@ class RouteWindow:
             totals[key] = totals.get(key, 0.0) + delta
             if delta:
                 mirror[mirror_keys[key]] += delta  # deltas are >= 0: it never goes down
-        base = dict(counters)
-        for key in dips:
-            base[key] = raw[key]  # the high-water mark stays the base: the recovery is counted once
         self._raw = base
         self._created.update(snap.created)
         self.entries.append(Entry(snap.t, dict(totals), snap))
@@ -217,6 +225,40 @@ class RouteWindow:
             else:
                 dips.append(key)
         return [key for key in dips if reset_group(key) not in reset_groups]
+
+    def _hold_dipped(
+        self,
+        dips: list[SeriesKey],
+        counters: Mapping[SeriesKey, float],
+        deltas: dict[SeriesKey, float],
+        base: dict[SeriesKey, float],
+        reset_groups: set[SeriesKey],
+    ) -> None:
+        """Hold back the poll of every engine with a dip, as a whole (module docstring): its deltas
+        become 0 and its bases stay, unless it went backwards for good at the held poll (then it
+        counts from the held values). An engine that restarted in this poll keeps its reset deltas,
+        its dips in other groups add 0."""
+        raw, held = self._raw, self._held
+        restarted = {group.series for group in reset_groups}
+        dipped = {key.series for key in dips}
+        for key in dips:
+            if key.series in restarted:
+                deltas[key], base[key] = 0.0, raw[key]  # the high-water mark stays: counted once
+        for series in [s for s in held if s not in dipped]:
+            del held[series]  # back at or above its bases: this poll's deltas span the held one too
+        for series in dipped - restarted:
+            keys = [key for key in counters if key.series == series]
+            before = held.pop(series, None)
+            if before is not None and all(counters[k] >= before.get(k, counters[k]) for k in keys):
+                # Below its bases twice, and moving on from the held values: it went backwards then.
+                for key in keys:
+                    deltas[key] = counters[key] - before.get(key, counters[key])
+                continue
+            held[series] = {key: counters[key] for key in keys}
+            for key in keys:
+                deltas[key] = 0.0
+                if key in raw:
+                    base[key] = raw[key]
 
     def _seed_mirror(self, counters: Mapping[SeriesKey, float]) -> None:
         """Give the route's mirror every (counter, sub) of the poll, at 0; but a bucket bound it has not
@@ -280,6 +322,7 @@ class RouteWindow:
                 del held[key]
         for name in gone:
             self._le_sets.pop(name, None)
+            self._held.pop(name, None)
 
     def _prune(self, now: float) -> None:
         while self.entries and self.entries[0].t < now - self.horizon:
