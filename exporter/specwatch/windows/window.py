@@ -29,9 +29,9 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, pairwise
 
-from specwatch.engines.series import Counter, RouteSnapshot, SeriesKey, reset_group
+from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey, reset_group
 
 #: Without `_created` a drop is a restart only when it is beyond measurement noise. A restarted
 #: process counts from 0, so its first value is what it counted since it started (about one poll's
@@ -402,3 +402,61 @@ def increases_by_counter(increases: Mapping[SeriesKey, float], counters: Iterabl
         if key.counter in out:
             out[key.counter] += delta
     return out
+
+
+#: A gauge pair may disagree by this much (relative) and still be the same engine's estimate.
+GAUGE_AGREEMENT = 0.25
+
+
+def implausible(snap: RouteSnapshot, stated_k: int | None = None) -> str | None:
+    """Why one poll's values cannot be one engine's at one moment (#34), or None. Checked on the
+    poll as read, before any window takes it: an engine's counters obey vLLM's identities over its
+    whole life (accepted at a position <= accepted at the position before; accepted at a position
+    <= drafted there; accepted <= K x drafts, i.e. tau <= K + 1), within one half-applied step
+    (multiprocess); an engine's gauges agree with each other (tau = 1 + K x alpha: an acceptance
+    rate well above 0 with an acceptance length of 1 is no estimate, nor a length above K + 1)."""
+    gauges = snap.gauges
+    k_gauge = gauges.get(Gauge.DRAFT_LENGTH)
+    k = k_gauge if k_gauge is not None and k_gauge >= 1 else (snap.configured_k or stated_k)
+    why = _gauges_disagree(gauges, k)
+    if why is not None or not any(key.counter in (Counter.POS, Counter.ACCEPTED) for key in snap.counters):
+        return why
+    slack = _one_step_slack(snap, None)
+    for series in sorted({key.series for key in snap.counters}):
+        why = _counts_impossible(snap.counters, series, k, slack)
+        if why is not None:
+            return f"engine {series}: {why}"
+    return None
+
+
+def _gauges_disagree(gauges: Mapping[str, float], k: float | None) -> str | None:
+    length, rate = gauges.get(Gauge.ACCEPTANCE_LENGTH), gauges.get(Gauge.ACCEPTANCE_RATE)
+    if length is None or length < 1:  # SGLang's unset value is 0
+        return None
+    if k is not None and length > (k + 1) * (1 + 1e-6):
+        return f"acceptance length {length:g} above K + 1 = {k + 1:g}"
+    if rate is not None and 0 < rate <= 1 and length - 1 < rate * (1 - GAUGE_AGREEMENT) - 0.05:
+        return f"acceptance rate {rate:g} with acceptance length {length:g} (tau = 1 + K x alpha)"
+    return None
+
+
+def _counts_impossible(counters: Mapping[SeriesKey, float], series: str, k: float | None, slack: float) -> str | None:
+    def beyond(value: float, bound: float) -> bool:
+        return value > bound + max(slack, DIP_RELATIVE * bound)
+
+    positions = sorted(
+        (key.position, value) for key, value in counters.items() if key.series == series and key.counter == Counter.POS
+    )
+    for (i, before), (j, value) in pairwise(positions):
+        if j == i + 1 and beyond(value, before):
+            return f"{value:g} accepted at position {j} above {before:g} at position {i}"
+    for position, value in positions:
+        drafted = counters.get(SeriesKey(Counter.POS_DRAFTS, series, position))
+        if drafted is not None and beyond(value, drafted):
+            return f"{value:g} accepted at position {position} of {drafted:g} drafted there"
+    accepted = counters.get(SeriesKey(Counter.ACCEPTED, series))
+    drafts = counters.get(SeriesKey(Counter.DRAFTS, series))
+    k_counted = len(positions) or k
+    if accepted is not None and drafts is not None and k_counted and beyond(accepted, k_counted * drafts):
+        return f"{accepted:g} accepted in {drafts:g} drafts of K={k_counted:g} (tau above K + 1)"
+    return None
