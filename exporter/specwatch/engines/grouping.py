@@ -109,6 +109,10 @@ def position_limit(stated_k: int | None) -> int:
 
 _RUNNING_SOURCE, _V0_SOURCE, _GAUGE_SOURCE = -1, -2, -3
 
+#: Consecutive polls another engine's payload must hold before a detected target is taken to speak
+#: it: an engine flipping from poll to poll is a mismatch, never a restart of the windows (#34).
+ENGINE_SWITCH_POLLS = 3
+
 #: A parser of every engine's names: what detection reads a payload of an unknown engine with.
 SELECTOR = Selector(registry.FAMILIES)
 
@@ -146,6 +150,10 @@ class Grouping:
         # The engine the last payload looks like when it held none of the fixed engine's families.
         self.mismatched: EngineSchema | None = None
         self.engine: EngineSchema = engine if engine is not None else registry.DEFAULT  # the last payload's
+        # Detected targets: whether a payload was read as self.engine yet, and the other engine the
+        # last payloads spoke with how many polls in a row (ENGINE_SWITCH_POLLS).
+        self._settled = False
+        self._switching: tuple[EngineSchema, int] | None = None
         self.max_position = max_position  # a `position` at or past it rejects the payload
         # What the last parse left out past the bounds (DROPPED_KINDS -> count), and whether it
         # worked out a new plan (False: the same series, routes and engines as the poll before).
@@ -386,6 +394,7 @@ class Grouping:
                         tuple(i for name, created in self._plan.parts for i in shape.positions(name, created))
                     )
                 self.replanned, self.dropped = False, self._plan.dropped
+                self._switching = None
                 return self._emit(self._plan, self._pick_values(values), self._plan_schema, t, target)
             families = shape.families_of(values)
         self.mismatched = None
@@ -399,10 +408,32 @@ class Grouping:
                     f"the target's engine is {self.fixed_engine.name} but the payload looks like {spoken.name}",
                 )
             if spoken is not self.engine:
+                self._confirm_switch(spoken)
                 self.engine = spoken
                 self._forget_plans()
                 return self.parse(text, t=t, target=target)  # the new engine's families are there
-        return self.snapshots(families, t=t, target=target, shape=shape)
+        snaps = self.snapshots(families, t=t, target=target, shape=shape)
+        self._settled, self._switching = self._settled or bool(snaps), None  # read as its engine
+        return snaps
+
+    def _confirm_switch(self, spoken: EngineSchema) -> None:
+        """A detected target that has spoken one engine takes another only after
+        ENGINE_SWITCH_POLLS payloads of it in a row; until then each is a failed poll
+        (engine_mismatch) and the windows keep the engine they have."""
+        if not self._settled:
+            return
+        previous = self._switching
+        polls = previous[1] + 1 if previous is not None and previous[0] is spoken else 1
+        if polls >= ENGINE_SWITCH_POLLS:
+            self._switching = None
+            return
+        self._switching = (spoken, polls)
+        self.mismatched = spoken
+        raise ExpositionError(
+            "engine_mismatch",
+            f"the target spoke {self.engine.name} but the payload looks like {spoken.name} "
+            f"({polls} of {ENGINE_SWITCH_POLLS} polls in a row before it is taken as a new engine)",
+        )
 
 
 def gauge_k(gauges: Mapping[str, float]) -> int | None:

@@ -228,7 +228,13 @@ class FleetEvaluator(EvaluationContext):
         rollout = self._rollouts.setdefault((route, deployment), RolloutGrader())
         stats = [e.stats for e in evaluations]
         rollout.observe(
-            replica, now, stats, method, self.config.decision.min_drafts, self.learning.cost_model_for(route)
+            replica,
+            now,
+            stats,
+            method,
+            self.config.decision.min_drafts,
+            self.learning.cost_model_for(route),
+            self.k_plan,  # replicas at other batches drafting the schedule's other K: no rollout
         )
 
     def _windows(

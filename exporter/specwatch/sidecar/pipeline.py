@@ -31,7 +31,7 @@ from specwatch.verdict.bookkeeping import EvaluationContext, RouteLearning, wind
 from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route, update_route_method
 from specwatch.verdict.grading import AdviceGrader, WindowSummary
 from specwatch.windows.derive import window_stats
-from specwatch.windows.window import RouteWindow
+from specwatch.windows.window import RouteWindow, implausible
 
 __all__ = ["Pipeline"]
 
@@ -178,7 +178,7 @@ class Pipeline(EvaluationContext):
         if grouping.max_position != limit:
             grouping.set_position_limit(limit)
         try:
-            snaps = grouping.parse(text, t=t, target=target)
+            snaps = self._read(grouping, text, t, target)
         except ExpositionError as exc:
             self.ingest_error(target, t, exc.reason, duration)
             return IngestResult(False, exc.reason, str(exc))
@@ -227,6 +227,17 @@ class Pipeline(EvaluationContext):
             dropped=dropped,
             engine=grouping.engine.name,
         )
+
+    def _read(self, grouping: Grouping, text: str, t: float, target: str) -> list[RouteSnapshot]:
+        """The poll's route snapshots; ExpositionError on bad input, and ("invalid") on values no
+        engine can hold at one moment (#34, window.implausible): the poll is rejected whole, before
+        any window takes it (counted; the windows keep the last good poll)."""
+        snaps = grouping.parse(text, t=t, target=target)
+        stated_k = self.schedule.num_speculative_tokens if self.schedule is not None else self.config.draft.k
+        for snap in snaps:
+            if (why := implausible(snap, stated_k)) is not None:
+                raise ExpositionError("invalid", f"route {snap.route}: {why}")
+        return snaps
 
     def position_limit(self) -> int:
         """The first `position` a payload may not carry under the current config (the stated K:
@@ -333,7 +344,9 @@ class Pipeline(EvaluationContext):
             )
             route.evaluations = evaluations
             if route.fresh:
-                route.grader.observe(now, [w[3] for w in windows], route.method, config.decision.min_drafts, cost_model)
+                route.grader.observe(
+                    now, [w[3] for w in windows], route.method, config.decision.min_drafts, cost_model, self.k_plan
+                )
             route.fresh = False
             out.extend(evaluations)
         self._t = now

@@ -17,6 +17,7 @@ from specwatch.config.cost_model import cost_model_from_config, learning_enabled
 from specwatch.costmodel import learned
 from specwatch.engines.series import Counter
 from specwatch.engines.vllm_schedule import schedule_from_config
+from specwatch.verdict.grading import k_plan
 from specwatch.verdict.memo import AssessmentCache
 from specwatch.windows.window import WindowView, increases_by_counter
 
@@ -50,6 +51,7 @@ class EvaluationContext:
     def _derive(self, config: Config) -> None:
         """What follows from the config alone, whether or not its cost inputs changed."""
         self.schedule = schedule_from_config(config.draft.config)  # validated when the config loaded
+        self.k_plan = k_plan(config.draft.config)  # K moving along it is no change to grade
         self.assessments = AssessmentCache()  # an unchanged window is not assessed twice
         self.labelled_windows = tuple(zip(config.windows, config.window_labels, strict=True))
         # learning.enabled, auto meaning: when the verdict would rest on defaults (no profile).

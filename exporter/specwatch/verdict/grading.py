@@ -3,7 +3,11 @@ or any config change), compare what the sidecar predicted with what the server t
 
 A change is seen as a change of the observed draft length K (Δdraft_tokens / Δdrafts over the
 shortest window, 0 when speculation is off or a K=0 band covers the live batch) by more than
-max(0.5, 15 %), or of an explicitly configured method. Then:
+max(0.5, 15 %), or of an explicitly configured method. K moving along a stated plan is no change:
+with a batch schedule in `draft.config` (num_speculative_tokens_per_batch_size) or an engine that
+picks K per step (vLLM's adaptive verification, SGLang's speculative_adaptive), a K the plan gives
+at the window's batch, after a K it gave at the regime's batch, is the same configuration
+(`KPlan`, `on_plan`); only a K the plan cannot give, or another method, is graded. Then:
 
 - before: the summary of the last longest window that ended before the change (tokens per step,
   step time, ITL P99, tokens per engine step, decode speed per request);
@@ -37,11 +41,16 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specwatch import costmodel
+from specwatch.engines.advice import adapts_draft_length
+from specwatch.engines.vllm_schedule import SpeculativeSchedule, schedule_from_config
 from specwatch.windows.derive import WindowStats
 
 #: A change of observed K larger than this (absolute, or relative to K) is a config change.
 K_CHANGE_ABSOLUTE = 0.5
 K_CHANGE_RELATIVE = 0.15
+#: A window's mean batch hides steps at other batch sizes (load moving inside it): the K a plan
+#: gives is looked up over batch sizes within this factor of the mean, either way.
+PLAN_BATCH_FACTOR = 2.0
 #: Batch movement between before and after beyond which the measured gain is flagged.
 BATCH_SHIFT_NOTE = 0.2
 #: Before-window candidates kept (one per evaluation): enough to reach back one short window.
@@ -281,6 +290,57 @@ def _explicit(method: str) -> bool:
     return not method.startswith("auto")
 
 
+@dataclass(frozen=True)
+class KPlan:
+    """How the stated configuration moves K by itself: a batch schedule, or the engine's own
+    controller (adaptive: any K from 1 to num_speculative_tokens, as the engine decides per step)."""
+
+    schedule: SpeculativeSchedule
+    adaptive: bool = False
+
+    def k_range(self, batch: float | None) -> tuple[float, float]:
+        """Lowest and highest K the plan drafts around this mean batch (PLAN_BATCH_FACTOR)."""
+        top = float(self.schedule.num_speculative_tokens)
+        if self.adaptive or self.schedule.adaptive:
+            return 1.0, top
+        if batch is None or not math.isfinite(batch) or batch <= 0:
+            values = self.schedule.k_values
+            return float(min(values)), float(max(values))
+        low_batch = max(1, math.floor(batch / PLAN_BATCH_FACTOR))
+        high_batch = max(low_batch, math.ceil(batch * PLAN_BATCH_FACTOR))
+        points = {low_batch, high_batch}
+        for e in self.schedule.entries:
+            for b in (e.batch_low, e.batch_high, e.batch_high + 1):
+                if low_batch <= b <= high_batch:
+                    points.add(b)
+        ranges = [self.schedule.k_range_at(b) for b in sorted(points)]
+        low = float(min(r[0] for r in ranges))
+        if self.schedule.one_sided:
+            low = 0.0  # n-gram and suffix lookup may propose fewer tokens than the plan's K
+        return low, float(max(r[1] for r in ranges))
+
+
+def k_plan(config: Mapping[str, object] | None) -> KPlan | None:
+    """The stated config's plan for K (draft.config), or None when it states one fixed K (or nothing)."""
+    schedule = schedule_from_config(config)
+    if schedule is None:
+        return None
+    adaptive = schedule.adaptive or adapts_draft_length(config)
+    if not schedule.has_schedule and not adaptive:
+        return None
+    return KPlan(schedule, adaptive)
+
+
+def on_plan(plan: KPlan | None, k: float, batch: float | None) -> bool:
+    """Whether a window's observed K is one the plan drafts around its batch (within the K change
+    tolerance): then K moved because the batch did, not because the configuration changed."""
+    if plan is None:
+        return False
+    low, high = plan.k_range(batch)
+    limit = max(K_CHANGE_ABSOLUTE, K_CHANGE_RELATIVE * high)
+    return low - limit <= k <= high + limit
+
+
 def regime_changed(k_before: float, method_before: str | None, k: float, method: str) -> bool:
     """K moved by more than max(0.5, 15 %), or an explicitly configured method changed."""
     limit = max(K_CHANGE_ABSOLUTE, K_CHANGE_RELATIVE * k_before)
@@ -290,12 +350,45 @@ def regime_changed(k_before: float, method_before: str | None, k: float, method:
     return abs(k - k_before) > limit or method_changed
 
 
+@dataclass
+class Regime:
+    """One configuration as its windows show it, under the two readings a stated plan leaves open:
+    one fixed K (`k`), or K following the plan at each window's batch. Each window that contradicts
+    a reading rules it out for the regime; a window that contradicts every reading still open is a
+    change. Without a plan only the fixed reading exists (K moved by more than max(0.5, 15 %)); a
+    server that ignores its stated schedule stays one fixed-K regime at every batch."""
+
+    k: float
+    method: str
+    plan: KPlan | None = None
+    fixed: bool = True  # every window so far drafted k
+    follows: bool = False  # every window so far drafted what the plan gives at its batch
+
+    @classmethod
+    def first(cls, k: float, method: str, batch: float | None, plan: KPlan | None) -> Regime:
+        return cls(k, method, plan, follows=on_plan(plan, k, batch))
+
+    def admits(self, k: float, method: str, batch: float | None) -> bool:
+        """Whether a window (its K, method and batch) can belong to this regime."""
+        if regime_changed(self.k, self.method, self.k, method):
+            return False  # another explicitly configured method
+        fixed = self.fixed and not regime_changed(self.k, self.method, k, method)
+        return fixed or (self.follows and on_plan(self.plan, k, batch))
+
+    def take(self, k: float, batch: float | None) -> None:
+        """A window of this regime: rule out the readings it contradicts."""
+        if self.fixed and regime_changed(self.k, None, k, ""):
+            self.fixed = False
+        if self.follows and not on_plan(self.plan, k, batch):
+            self.follows = False
+
+
 class AdviceGrader:
     """Watches one route's windows for a change of K or method and grades the change."""
 
     def __init__(self) -> None:
-        self._regime_k: float | None = None
-        self._regime_method: str | None = None
+        self._regime: Regime | None = None
+        self._plan: KPlan | None = None  # the stated plan for K (draft.config), as of the last observe
         self._regime_since = -math.inf  # windows starting before this mix two regimes
         self._history: deque[WindowSummary] = deque(maxlen=HISTORY)
         self._restored: WindowSummary | None = None
@@ -313,9 +406,17 @@ class AdviceGrader:
         return self._history[-1] if self._history else None
 
     def observe(
-        self, t: float, windows: Sequence[WindowStats], method: str, min_drafts: float, cost_model: costmodel.CostModel
+        self,
+        t: float,
+        windows: Sequence[WindowStats],
+        method: str,
+        min_drafts: float,
+        cost_model: costmodel.CostModel,
+        plan: KPlan | None = None,
     ) -> Grading | None:
-        """Feed one evaluation's windows (any order); returns the route's current grading."""
+        """Feed one evaluation's windows (any order); returns the route's current grading. `plan`:
+        the stated plan for K (k_plan of draft.config): K following it is no change."""
+        self._plan = plan
         ordered = sorted(windows, key=lambda s: s.span_seconds)
         if not ordered:
             return self.grading
@@ -323,20 +424,21 @@ class AdviceGrader:
         k_now = observed_draft_length(shortest, min_drafts)
         if k_now is None:
             return self.grading
-        if self._regime_k is None:
+        if self._regime is None:
             if shortest.t - shortest.span_seconds >= self._regime_since:
                 self._settle(t, ordered, k_now, method, min_drafts, cost_model)
             return self.grading
         if self._restored is not None:
             self._take_restored(ordered, cost_model)
-        if self._changed(k_now, method):
+        if self._changed(k_now, method, shortest.batch_size):
             self._on_change(t, shortest, method)
             return self.grading
+        self._regime.take(k_now, shortest.batch_size)
         # Same regime: remember the longest clean window as a before candidate.
         clean = [s for s in ordered if s.t - s.span_seconds >= self._regime_since]
         if clean:
             summary = summarize(clean[-1], method, min_drafts)
-            if summary is not None and not self._changed(summary.draft_length, method):
+            if summary is not None and not self._changed(summary.draft_length, method, summary.batch_size):
                 self._history.append(summary)
         self._grade_after(ordered, method, min_drafts)
         return self.grading
@@ -344,10 +446,11 @@ class AdviceGrader:
     def _take_restored(self, ordered: Sequence[WindowStats], cost_model: costmodel.CostModel) -> None:
         """Grade this process's regime against the previous pod's window (read back after start)."""
         restored, self._restored = self._restored, None
-        k, method = self._regime_k, self._regime_method
-        if restored is None or k is None or method is None or self.grading is not None:
+        regime = self._regime
+        if restored is None or regime is None or self.grading is not None:
             return
-        if regime_changed(restored.draft_length, restored.method, k, method):
+        k, method = regime.k, regime.method
+        if not regime.admits(restored.draft_length, restored.method, restored.batch_size):
             self.grading = Grading(
                 changed_at=ordered[0].t - ordered[0].span_seconds,  # this process's first window: after it
                 before=restored,
@@ -357,9 +460,9 @@ class AdviceGrader:
                 method_after=method,
             )
 
-    def _changed(self, k: float, method: str) -> bool:
-        assert self._regime_k is not None
-        return regime_changed(self._regime_k, self._regime_method, k, method)
+    def _changed(self, k: float, method: str, batch: float | None) -> bool:
+        assert self._regime is not None
+        return not self._regime.admits(k, method, batch)
 
     def _on_change(self, t: float, shortest: WindowStats, method: str) -> None:
         # The change happened inside the shortest window: the before window must end before it.
@@ -368,8 +471,7 @@ class AdviceGrader:
         self.grading = (
             Grading(changed_at=change_start, before=before, method_before=before.method) if before is not None else None
         )
-        self._regime_k = None
-        self._regime_method = None
+        self._regime = None
         self._regime_since = t  # windows must start after the detection to be "after"
         self._history.clear()
 
@@ -383,8 +485,7 @@ class AdviceGrader:
         cost_model: costmodel.CostModel,
     ) -> None:
         """The first window after a change (or at start) fixes the new regime and the prediction."""
-        self._regime_k = k_now
-        self._regime_method = method
+        self._regime = Regime.first(k_now, method, ordered[0].batch_size, self._plan)
         if self.grading is not None and self.grading.new_draft_length is None:
             self.grading = Grading(
                 changed_at=self.grading.changed_at,
@@ -427,10 +528,11 @@ class RolloutGrader:
     shortest window's K and method; the route's regime is the first seen. A replica in another
     regime is graded against the old regime's latest windows at the batch nearest its own; once no
     old-regime replica has been seen for two longest windows (the new replicas' have filled), the
-    new regime is the route's."""
+    new regime is the route's. With a stated plan for K (k_plan), replicas drafting the Ks the plan
+    gives at their batches are one regime, whatever their K."""
 
     def __init__(self) -> None:
-        self._regime: tuple[float, str] | None = None
+        self._regime: Regime | None = None
         self._old: deque[WindowSummary] = deque(maxlen=HISTORY)  # the regime's windows: before candidates
         self._old_seen = -math.inf  # when an old-regime replica was last evaluated
         self._span = 0.0  # the longest window span seen: the new regime's windows fill within it
@@ -444,35 +546,44 @@ class RolloutGrader:
         method: str,
         min_drafts: float,
         cost_model: costmodel.CostModel,
+        plan: KPlan | None = None,
     ) -> Grading | None:
-        """Feed one replica's windows of one poll; returns the route's current grading."""
+        """Feed one replica's windows of one poll; returns the route's current grading. `plan`: the
+        stated plan for K (k_plan of draft.config): K following it is no rollout."""
         ordered = sorted(windows, key=lambda s: s.span_seconds)
         if not ordered:
             return self.grading
         k_now = observed_draft_length(ordered[0], min_drafts)
         if k_now is None:
             return self.grading
+        batch = ordered[0].batch_size
         longest = summarize(ordered[-1], method, min_drafts)
         self._span = max(self._span, ordered[-1].span_seconds)
         if self._is_canary(k_now, t):
             return self.grading
         if self._regime is None:
-            self._regime = (k_now, method)
-        if not regime_changed(*self._regime, k_now, method):
+            self._regime = Regime.first(k_now, method, batch, plan)
+        regime = self._regime
+        regime.plan = plan  # the config's, as of this poll (a reload may state another)
+        if regime.admits(k_now, method, batch):
+            regime.take(k_now, batch)
             self._old_seen = t
-            if longest is not None and not regime_changed(*self._regime, longest.draft_length, method):
+            if longest is not None and regime.admits(longest.draft_length, method, longest.batch_size):
                 self._old.append(longest)
             return self.grading
         gone_for = t - self._old_seen
         if gone_for > 2 * self._span and self._old_seen > -math.inf and self.grading is not None:
             # The old regime is gone: the new one becomes the route's (the next change is graded on it).
-            self._regime, self._old, self._old_seen = (k_now, method), deque(maxlen=HISTORY), t
+            self._regime, self._old, self._old_seen = Regime.first(k_now, method, batch, plan), deque(maxlen=HISTORY), t
             if longest is not None:
                 self._old.append(longest)
             return self.grading
-        if longest is None or regime_changed(k_now, method, longest.draft_length, method):
+        # The replica's own longest window must be of its regime too (it has filled since the change).
+        if longest is None or not Regime.first(k_now, method, batch, plan).admits(
+            longest.draft_length, method, longest.batch_size
+        ):
             return self.grading
-        self._grade(longest, k_now, method, cost_model)
+        self._grade(longest, k_now, method, cost_model, plan)
         return self.grading
 
     def _is_canary(self, k_now: float, t: float) -> bool:
@@ -483,12 +594,15 @@ class RolloutGrader:
             return False
         if self._regime is None:
             return True
-        return self._regime[0] != 0 and t - self._old_seen <= 2 * self._span
+        return self._regime.k != 0 and t - self._old_seen <= 2 * self._span
 
-    def _grade(self, after: WindowSummary, k_now: float, method: str, cost_model: costmodel.CostModel) -> None:
+    def _grade(
+        self, after: WindowSummary, k_now: float, method: str, cost_model: costmodel.CostModel, plan: KPlan | None
+    ) -> None:
         grading = self.grading
         if grading is not None and grading.new_draft_length is not None and grading.after is not None:
-            same = not regime_changed(grading.new_draft_length, grading.method_after, k_now, method)
+            previous = Regime.first(grading.new_draft_length, grading.method_after, grading.after.batch_size, plan)
+            same = previous.admits(k_now, method, after.batch_size)
             newer = (after.span_seconds, after.t) >= (grading.after.span_seconds, grading.after.t)
             if same and not newer:
                 return

@@ -5,9 +5,16 @@ A changed `_created` timestamp is a restart (vLLM's counters are monotonic per p
 `_created` names the process), and a histogram resets as a whole. A value below its base (the
 highest value seen since the process started) is a *dip*, not a restart, when the series'
 `_created` is present and unchanged, or, without `_created`, when the drop is within measurement
-noise (`dip_tolerance`): the dip adds 0 and the base stays, so the recovery is not counted twice.
-Only a larger drop without `_created` is a restart (Prometheus's rule: the new value is the
-increase). A window's increase is then the difference of two mirrors, so evaluating a 5m window
+noise (`dip_tolerance`). Only a larger drop without `_created` is a restart (Prometheus's rule: the
+new value is the increase).
+
+A poll is one unit per engine: when any counter of an engine dips, that engine's whole poll is held
+back (every counter of it adds 0 and keeps its base), so no window pairs its drafts of one moment
+with its accepted tokens of another. The next poll settles it: back at or above the bases, it counts
+the whole interval from them (nothing lost, nothing twice); still below them but at or above the
+held values, the engine really went backwards (a data-parallel engine's sum losing a rank's part)
+and it counts from the held values on, losing one poll of that engine rather than everything up to
+its old high-water mark. A window's increase is then the difference of two mirrors, so evaluating a 5m window
 costs O(series), not O(series x snapshots).
 
 The route's exported counters are `RouteWindow.mirror`: this poll's deltas summed over the
@@ -22,9 +29,9 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, pairwise
 
-from specwatch.engines.series import Counter, RouteSnapshot, SeriesKey, reset_group
+from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey, reset_group
 
 #: Without `_created` a drop is a restart only when it is beyond measurement noise. A restarted
 #: process counts from 0, so its first value is what it counted since it started (about one poll's
@@ -109,6 +116,8 @@ class RouteWindow:
         self.resets = 0
         self.dips = 0  # polls with a series below its base that was no restart (clamped)
         self.last_dips = 0  # such series in the last ingested poll
+        # Per engine whose last poll was held back (a dip): the values it held then.
+        self._held: dict[str, dict[SeriesKey, float]] = {}
         # Entries are in time order (ingest drops any snapshot not after the last) unless a time
         # was NaN, which compares false with everything: then view() looks at every entry.
         self._unordered = False
@@ -148,7 +157,7 @@ class RouteWindow:
             self._seed_mirror(counters)
         dips = self._classify_drops(below, snap, reset_groups) if below else []
         for key in dips:
-            deltas[key] = 0.0
+            deltas[key] = 0.0  # held back with its engine's whole poll below (_hold_dipped)
         if reset_groups:
             for key, value in counters.items():
                 if reset_group(key) in reset_groups:
@@ -166,6 +175,8 @@ class RouteWindow:
                         deltas[key] = value
             if broken:
                 dips = [key for key in dips if key.series not in broken]
+        base = dict(counters)
+        self._hold_dipped(dips, counters, deltas, base, reset_groups)
         totals = self.totals
         mirror = self.mirror
         mirror_keys = self._mirror_keys
@@ -173,9 +184,6 @@ class RouteWindow:
             totals[key] = totals.get(key, 0.0) + delta
             if delta:
                 mirror[mirror_keys[key]] += delta  # deltas are >= 0: it never goes down
-        base = dict(counters)
-        for key in dips:
-            base[key] = raw[key]  # the high-water mark stays the base: the recovery is counted once
         self._raw = base
         self._created.update(snap.created)
         self.entries.append(Entry(snap.t, dict(totals), snap))
@@ -217,6 +225,40 @@ class RouteWindow:
             else:
                 dips.append(key)
         return [key for key in dips if reset_group(key) not in reset_groups]
+
+    def _hold_dipped(
+        self,
+        dips: list[SeriesKey],
+        counters: Mapping[SeriesKey, float],
+        deltas: dict[SeriesKey, float],
+        base: dict[SeriesKey, float],
+        reset_groups: set[SeriesKey],
+    ) -> None:
+        """Hold back the poll of every engine with a dip, as a whole (module docstring): its deltas
+        become 0 and its bases stay, unless it went backwards for good at the held poll (then it
+        counts from the held values). An engine that restarted in this poll keeps its reset deltas,
+        its dips in other groups add 0."""
+        raw, held = self._raw, self._held
+        restarted = {group.series for group in reset_groups}
+        dipped = {key.series for key in dips}
+        for key in dips:
+            if key.series in restarted:
+                deltas[key], base[key] = 0.0, raw[key]  # the high-water mark stays: counted once
+        for series in [s for s in held if s not in dipped]:
+            del held[series]  # back at or above its bases: this poll's deltas span the held one too
+        for series in dipped - restarted:
+            keys = [key for key in counters if key.series == series]
+            before = held.pop(series, None)
+            if before is not None and all(counters[k] >= before.get(k, counters[k]) for k in keys):
+                # Below its bases twice, and moving on from the held values: it went backwards then.
+                for key in keys:
+                    deltas[key] = counters[key] - before.get(key, counters[key])
+                continue
+            held[series] = {key: counters[key] for key in keys}
+            for key in keys:
+                deltas[key] = 0.0
+                if key in raw:
+                    base[key] = raw[key]
 
     def _seed_mirror(self, counters: Mapping[SeriesKey, float]) -> None:
         """Give the route's mirror every (counter, sub) of the poll, at 0; but a bucket bound it has not
@@ -280,6 +322,7 @@ class RouteWindow:
                 del held[key]
         for name in gone:
             self._le_sets.pop(name, None)
+            self._held.pop(name, None)
 
     def _prune(self, now: float) -> None:
         while self.entries and self.entries[0].t < now - self.horizon:
@@ -359,3 +402,61 @@ def increases_by_counter(increases: Mapping[SeriesKey, float], counters: Iterabl
         if key.counter in out:
             out[key.counter] += delta
     return out
+
+
+#: A gauge pair may disagree by this much (relative) and still be the same engine's estimate.
+GAUGE_AGREEMENT = 0.25
+
+
+def implausible(snap: RouteSnapshot, stated_k: int | None = None) -> str | None:
+    """Why one poll's values cannot be one engine's at one moment (#34), or None. Checked on the
+    poll as read, before any window takes it: an engine's counters obey vLLM's identities over its
+    whole life (accepted at a position <= accepted at the position before; accepted at a position
+    <= drafted there; accepted <= K x drafts, i.e. tau <= K + 1), within one half-applied step
+    (multiprocess); an engine's gauges agree with each other (tau = 1 + K x alpha: an acceptance
+    rate well above 0 with an acceptance length of 1 is no estimate, nor a length above K + 1)."""
+    gauges = snap.gauges
+    k_gauge = gauges.get(Gauge.DRAFT_LENGTH)
+    k = k_gauge if k_gauge is not None and k_gauge >= 1 else (snap.configured_k or stated_k)
+    why = _gauges_disagree(gauges, k)
+    if why is not None or not any(key.counter in (Counter.POS, Counter.ACCEPTED) for key in snap.counters):
+        return why
+    slack = _one_step_slack(snap, None)
+    for series in sorted({key.series for key in snap.counters}):
+        why = _counts_impossible(snap.counters, series, k, slack)
+        if why is not None:
+            return f"engine {series}: {why}"
+    return None
+
+
+def _gauges_disagree(gauges: Mapping[str, float], k: float | None) -> str | None:
+    length, rate = gauges.get(Gauge.ACCEPTANCE_LENGTH), gauges.get(Gauge.ACCEPTANCE_RATE)
+    if length is None or length < 1:  # SGLang's unset value is 0
+        return None
+    if k is not None and length > (k + 1) * (1 + 1e-6):
+        return f"acceptance length {length:g} above K + 1 = {k + 1:g}"
+    if rate is not None and 0 < rate <= 1 and length - 1 < rate * (1 - GAUGE_AGREEMENT) - 0.05:
+        return f"acceptance rate {rate:g} with acceptance length {length:g} (tau = 1 + K x alpha)"
+    return None
+
+
+def _counts_impossible(counters: Mapping[SeriesKey, float], series: str, k: float | None, slack: float) -> str | None:
+    def beyond(value: float, bound: float) -> bool:
+        return value > bound + max(slack, DIP_RELATIVE * bound)
+
+    positions = sorted(
+        (key.position, value) for key, value in counters.items() if key.series == series and key.counter == Counter.POS
+    )
+    for (i, before), (j, value) in pairwise(positions):
+        if j == i + 1 and beyond(value, before):
+            return f"{value:g} accepted at position {j} above {before:g} at position {i}"
+    for position, value in positions:
+        drafted = counters.get(SeriesKey(Counter.POS_DRAFTS, series, position))
+        if drafted is not None and beyond(value, drafted):
+            return f"{value:g} accepted at position {position} of {drafted:g} drafted there"
+    accepted = counters.get(SeriesKey(Counter.ACCEPTED, series))
+    drafts = counters.get(SeriesKey(Counter.DRAFTS, series))
+    k_counted = len(positions) or k
+    if accepted is not None and drafts is not None and k_counted and beyond(accepted, k_counted * drafts):
+        return f"{accepted:g} accepted in {drafts:g} drafts of K={k_counted:g} (tau above K + 1)"
+    return None

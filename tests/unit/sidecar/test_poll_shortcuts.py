@@ -135,11 +135,37 @@ class ReferenceWindow(RouteWindow):
             if mkey not in self.mirror:
                 lower = [le for (c, le) in self.mirror if c == Counter.ITL_BUCKET == key.counter and le < key.sub]
                 self.mirror[mkey] = self.mirror[(Counter.ITL_BUCKET, max(lower))] if lower else 0.0
+        # A poll is one unit per engine (#34): an engine with a dip (not restarting) is held back
+        # whole (all its deltas 0, all its bases kept) unless, held the poll before, it moved on from
+        # the held values everywhere (it went backwards then: count from those).
+        new_raw = dict(snap.counters)
+        held = getattr(self, "_plain_held", {})
+        restarted = {group.series for group in reset_groups}
+        dipped = {key.series for key in dips}
+        for key in dips:
+            if key.series in restarted:
+                new_raw[key] = raw[key]
+        for series in list(held):
+            if series not in dipped:
+                del held[series]
+        for series in sorted(dipped - restarted):
+            keys = [key for key in snap.counters if key.series == series]
+            before = held.pop(series, None)
+            if before is not None and all(snap.counters[k] >= before.get(k, snap.counters[k]) for k in keys):
+                for key in keys:
+                    deltas[key] = snap.counters[key] - before.get(key, snap.counters[key])
+                continue
+            held[series] = {key: snap.counters[key] for key in keys}
+            for key in keys:
+                deltas[key] = 0.0
+                if key in raw:
+                    new_raw[key] = raw[key]
+        self._plain_held = held
         totals = self.totals
         for key, delta in deltas.items():
             totals[key] = totals.get(key, 0.0) + delta
             self.mirror[(key.counter, key.sub)] += delta
-        self._raw = {**snap.counters, **{key: raw[key] for key in dips}}
+        self._raw = new_raw
         self._created.update(snap.created)
         self.entries.append(Entry(snap.t, dict(totals), snap))
         self._prune(snap.t)
