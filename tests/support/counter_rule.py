@@ -15,19 +15,27 @@ def noise(base: float, counts: bool = True) -> float:
 
 
 def poll_increases(values: Iterable[float], counts: bool = True) -> list[float]:
-    """The increase each poll adds (0 for the first); a restart resets the base to its value."""
+    """The increase each poll adds (0 for the first); a restart resets the base to its value. A dip
+    (a drop within noise) is held back: it adds 0 and the base stays; a second dip that has moved
+    on from the held value went backwards for good and counts on from the held value."""
     out: list[float] = []
     base: float | None = None
+    held: float | None = None
     for value in values:
         if base is None:
             out.append(0.0)
             base = value
         elif value >= base:
             out.append(value - base)
-            base = value
+            base, held = value, None
         elif base - value <= noise(base, counts):
-            out.append(0.0)  # a dip: no restart, the base stays
+            if held is not None and value >= held:
+                out.append(value - held)  # below the base twice, moving on: it went backwards
+                base, held = value, None
+            else:
+                out.append(0.0)  # a dip: held back, the base stays
+                held = value
         else:
             out.append(value)  # a restart from 0
-            base = value
+            base, held = value, None
     return out

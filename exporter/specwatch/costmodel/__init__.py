@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from specwatch.costmodel.breakeven import (
     MAX_BATCH_LIMIT,
-    ZERO_K_BAND_SLOWDOWN,
-    ZERO_K_BAND_SPEEDUP,
+    ZERO_K_BAND_SLOWDOWN_POINTS,
     OverheadBreakdown,
     best_draft_length,
     breakeven_acceptance_rate,
@@ -34,6 +33,8 @@ from specwatch.costmodel.breakeven import (
     per_token_rate_from_alpha,
     position_rates_from_alpha,
     recommend_schedule,
+    zero_k_band_slowdown,
+    zero_k_band_speedup,
 )
 from specwatch.costmodel.build import DEFAULT_DRAFT_K, build_cost_model
 from specwatch.costmodel.draft import (
@@ -98,8 +99,7 @@ __all__ = [
     "MODEL_PRESETS",
     "MODEL_SOURCES",
     "NGRAM_FRACTION_OF_VERIFY",
-    "ZERO_K_BAND_SLOWDOWN",
-    "ZERO_K_BAND_SPEEDUP",
+    "ZERO_K_BAND_SLOWDOWN_POINTS",
     "CostModel",
     "CostModelError",
     "DraftCost",
@@ -135,4 +135,6 @@ __all__ = [
     "prior_for",
     "recommend_schedule",
     "solve_increasing",
+    "zero_k_band_slowdown",
+    "zero_k_band_speedup",
 ]

@@ -9,7 +9,8 @@ model-based drafters). Derivations: docs/costmodel.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from specwatch.costmodel.roofline import CostModel
@@ -86,7 +87,7 @@ def best_draft_length(
     than comparing against K'=0 first: a fixed per-proposal draft cost can make K'=1 lose while
     K'=2 wins, so K'=0 is chosen only if the best scanned K' does not beat ``floor``, the speedup
     of K'=0: 1 for a server without speculation, less for a K=0 band of a schedule (which still
-    pays for speculation being configured, see ZERO_K_BAND_SLOWDOWN).
+    pays for speculation being configured, see zero_k_band_slowdown).
     """
     return first_drop_best(_scan_speedups(cm, batch, position_rates, coverage), floor)
 
@@ -173,13 +174,27 @@ def max_speculative_batch_size(
     return last_true(pays, lo, hi)
 
 
-#: Steps in a K=0 band of a vLLM schedule ran about 10 % slower than a server without speculation
-#: (vLLM 0.32 on CPU, n-gram, concurrency 16: 216 vs 239 output tokens/s): the band keeps the spec
-#: decode machinery (and, on GPUs, piecewise instead of full CUDA graphs). A schedule therefore
-#: prefers K=1 to K=0 wherever K=1 loses less than this.
-ZERO_K_BAND_SLOWDOWN = 0.10
-#: Speedup of a K=0 band relative to no speculation.
-ZERO_K_BAND_SPEEDUP = 1.0 / (1.0 + ZERO_K_BAND_SLOWDOWN)
+#: What a K=0 band of a vLLM schedule costs against a server without speculation, by load: the
+#: band keeps the speculative decode machinery (and, on GPUs, piecewise instead of full CUDA graphs),
+#: and the cost grows with the batch. vLLM issue #49548 (H100 NVL, gemma-4-31B, TPOT of a schedule
+#: that never drafts against speculation off): +6.56 % at concurrency 2, +21.58 % at 189; between and
+#: beyond them, linear in log(batch), held at the ends. Held out: KookiesNKareem/spec-goodput-control
+#: (A40, batch 32) measured 14.9 % (vLLM V1, n-gram attached) and 15-18 % (V0); this gives 15.7 %.
+#: On vLLM 0.32 on CPU at concurrency 16 the band ran 10 % slower (216 vs 239 tokens/s); this gives 13.4 %.
+ZERO_K_BAND_SLOWDOWN_POINTS = ((2.0, 0.0656), (189.0, 0.2158))
+
+
+def zero_k_band_slowdown(batch: float) -> float:
+    """Fractional slowdown of a K=0 band's steps against no speculation at ``batch``."""
+    (b0, s0), (b1, s1) = ZERO_K_BAND_SLOWDOWN_POINTS
+    b = min(max(float(batch), b0), b1)
+    return s0 + (s1 - s0) * math.log(b / b0) / math.log(b1 / b0)
+
+
+def zero_k_band_speedup(batch: float) -> float:
+    """Speedup of a K=0 band relative to no speculation at ``batch`` (below 1): what K'=0 is worth
+    inside a schedule. A schedule therefore prefers K=1 to K=0 wherever K=1 loses less."""
+    return 1.0 / (1.0 + zero_k_band_slowdown(batch))
 
 
 def recommend_schedule(
@@ -188,14 +203,14 @@ def recommend_schedule(
     max_batch: int = 512,
     *,
     live_batch: float | None = None,
-    zero_band_speedup: float = 1.0,
+    zero_band_speedup: float | Callable[[float], float] = 1.0,
     coverage: float = 1.0,
 ) -> list[list[int]]:
     """V1 ``num_speculative_tokens_per_batch_size``: ``[[lo, hi, K], ...]`` covering 1..max_batch,
     inclusive ranges, first range starting at 1, K non-increasing in batch, K = 0 disables.
 
-    K is the best K' per batch (``zero_band_speedup`` is what a K=0 band is worth, see
-    ZERO_K_BAND_SPEEDUP), made non-increasing around ``live_batch``: the live batch keeps its own
+    K is the best K' per batch (``zero_band_speedup`` is what a K=0 band is worth: a number, or a
+    function of the batch such as zero_k_band_speedup), made non-increasing around ``live_batch``: the live batch keeps its own
     best K' (the verdict is given there), larger batches are capped by it and smaller ones raised
     to it. A profile whose best K' is not monotone in batch (a measured curve with a bump) thus
     never gets K=0 at the live batch because some smaller batch had K=0. Without ``live_batch``
@@ -205,17 +220,21 @@ def recommend_schedule(
     p = tuple(position_rates)
     cache: dict[int, int] = {}
 
+    def floor(b: float) -> float:
+        return zero_band_speedup(b) if callable(zero_band_speedup) else zero_band_speedup
+
     def best(b: int) -> int:
         k = cache.get(b)
         if k is None:
-            k = cache[b] = best_draft_length(cm, b, p, zero_band_speedup, coverage)
+            k = cache[b] = best_draft_length(cm, b, p, floor(b), coverage)
         return k
 
     top = int(max_batch)
     anchor = min(max(round(live_batch or 1), 1), top)
     if live_batch is not None:
         # The live batch's band gets the best K' at the measured (fractional) batch itself.
-        cache[anchor] = best_draft_length(cm, max(float(live_batch), 1.0), p, zero_band_speedup, coverage)
+        live = max(float(live_batch), 1.0)
+        cache[anchor] = best_draft_length(cm, live, p, floor(live), coverage)
 
     # best K' falls with batch (verification cost rises), so evaluate the ends of a range and
     # split it only where they differ: O(bands · log max_batch) evaluations instead of max_batch.

@@ -53,7 +53,7 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout, basis: TargetBasis | Non
     prefill = cm.step_time(rollout.prompt_tokens, 0.0)  # one prompt alone, no queueing
     rates = cmod.position_rates_from_alpha(blended, k)
     sched = cmod.recommend_schedule(
-        cm, rates, max(rollout.max_batch, b), live_batch=b, zero_band_speedup=cmod.ZERO_K_BAND_SPEEDUP
+        cm, rates, max(rollout.max_batch, b), live_batch=b, zero_band_speedup=cmod.zero_k_band_speedup
     )
     best = cmod.best_draft_length(cm, b, rates)
     config = speculative_config(rollout.method, k, sched) if any(x > 0 for *_, x in sched) else None

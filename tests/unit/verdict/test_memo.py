@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -193,19 +194,27 @@ def test_the_memo_keeps_its_size_and_starts_afresh_with_a_new_cost_model():
 
 
 def schedule_with_per_batch_loops(
-    cm: cmod.CostModel, rates: tuple[float, ...], max_batch: int, live_batch: float | None, zero_band_speedup: float
+    cm: cmod.CostModel,
+    rates: tuple[float, ...],
+    max_batch: int,
+    live_batch: float | None,
+    zero_band_speedup: float | Callable[[float], float],
 ) -> list[list[int]]:
     """The previous construction: the same bisection filling a K per batch, then loops over every batch."""
     cache: dict[int, int] = {}
 
+    def floor(b: float) -> float:
+        return zero_band_speedup(b) if callable(zero_band_speedup) else zero_band_speedup
+
     def best(b: int) -> int:
         if b not in cache:
-            cache[b] = cmod.best_draft_length(cm, b, rates, floor=zero_band_speedup)
+            cache[b] = cmod.best_draft_length(cm, b, rates, floor=floor(b))
         return cache[b]
 
     anchor = min(max(round(live_batch or 1), 1), max_batch)
     if live_batch is not None:
-        cache[anchor] = cmod.best_draft_length(cm, max(float(live_batch), 1.0), rates, floor=zero_band_speedup)
+        live = max(float(live_batch), 1.0)
+        cache[anchor] = cmod.best_draft_length(cm, live, rates, floor=floor(live))
     ks = [0] * (max_batch + 1)
 
     def fill(lo: int, hi: int) -> None:
@@ -239,7 +248,7 @@ def test_schedule_bands_built_from_settled_ranges_equal_the_per_batch_constructi
     cm = cmod.build_cost_model(**settings)
     for rates in ((0.9, 0.7, 0.5, 0.3), (0.6, 0.35, 0.2), (0.45, 0.2), (0.99, 0.97, 0.95, 0.9, 0.8)):
         for max_batch, live_batch, zero in itertools.product(
-            (1, 7, 512), (None, 1.0, 5.5, 300.0, 900.0), (1.0, cmod.ZERO_K_BAND_SPEEDUP)
+            (1, 7, 512), (None, 1.0, 5.5, 300.0, 900.0), (1.0, cmod.zero_k_band_speedup)
         ):
             assert cmod.recommend_schedule(
                 cm, rates, max_batch, live_batch=live_batch, zero_band_speedup=zero
