@@ -20,8 +20,8 @@ import argparse
 import json
 import math
 import sys
-from collections import defaultdict
 from array import array
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime

@@ -133,12 +133,9 @@ class FleetLearning:
                 route.seen[w.replica] = self._polls
                 if not enabled:
                     continue  # the route is still reported: on the prior
-                if not w.spec and canary and not canary_matches(canary, w.replica, w.model_name):
-                    continue  # a spec-off replica the config does not name as a canary
                 obs = window_point(w.view, now)
-                if not w.spec and obs is not None and not like_for_like(obs, spec_points, route.learner.prior):
-                    self.unlike_canaries += 1
-                    continue  # another pool or other hardware: not this route's baseline
+                if not self._counts(w, obs, spec_points, route, canary):
+                    continue  # not named as a canary, or another pool or hardware: not this route's baseline
                 canaries += not w.spec
                 since = route.until.get(w.replica)
                 if since is not None and now - since < width - 1e-6:
@@ -150,6 +147,23 @@ class FleetLearning:
             if points:
                 route.learner.add_together(points)
         self._expire()
+
+    def _counts(
+        self,
+        w: ReplicaWindow,
+        obs: StepObservation | None,
+        spec: Sequence[StepObservation],
+        route: _Route,
+        canary: Mapping[str, str],
+    ) -> bool:
+        """A spec-on window always; a spec-off one when the config names it a canary (or names
+        none) and it is like-for-like (counted when not)."""
+        if not w.spec and canary and not canary_matches(canary, w.replica, w.model_name):
+            return False
+        if w.spec or obs is None or route.learner is None or like_for_like(obs, spec, route.learner.prior):
+            return True
+        self.unlike_canaries += 1
+        return False
 
     def _expire(self) -> None:
         """Replicas gone route_ttl_polls polls are forgotten; a route with none left goes too."""

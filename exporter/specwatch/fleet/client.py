@@ -444,7 +444,7 @@ class PromClient:
         if not (step > 0) or (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
             raise PromQueryError("limit", f"more than {MAX_POINTS_PER_SERIES} points per series: split the range")
         body = bytearray()
-        data, duration, size = self._post(
+        _, duration, size = self._post(
             "/api/v1/query_range",
             {"query": expr, "start": _ts(start), "end": _ts(end), "step": _ts(step)},
             body.extend,

@@ -152,9 +152,7 @@ class Restored:
         return sorted(set(self.before_windows) | set(self.curves))
 
 
-def restored_from_series(
-    series: Iterable[Series], now: float | None = None, lookback: float | None = None
-) -> Restored:
+def restored_from_series(series: Iterable[Series], now: float | None = None, lookback: float | None = None) -> Restored:
     """Per route, the newest group's before-window and curve (what does not make one is skipped).
     With ``now`` (and ``lookback``), a sample stamped after now, before now - lookback or at a
     non-finite time is dropped and counted in `rejected`: it must not beat the real previous pod."""
@@ -211,7 +209,12 @@ class Readback:
         lookback = self.config.lookback
         try:
             answer = self._client.query_range(
-                readback_query(self.config), now - lookback, now, lookback / _POINTS, last_only=True, max_series=MAX_SERIES
+                readback_query(self.config),
+                now - lookback,
+                now,
+                lookback / _POINTS,
+                last_only=True,
+                max_series=MAX_SERIES,
             )
             result = restored_from_series(answer.series, now, lookback)
             out_of_range = self._client.last_out_of_range

@@ -46,10 +46,6 @@ from specwatch.fleet.state import HistoryRead
 from specwatch.serve.change_log import ChangeLog
 from specwatch.serve.http_server import CappedHTTPServer, Published, handler_for
 from specwatch.serve.readback import Readback, readback_collector
-
-#: After a poll-loop bug the fleet evaluator starts afresh; it reads the history again only when the
-#: last read is at least this old, so a fault that recurs poll after poll costs one read an hour.
-HISTORY_REREAD_SECONDS = 3600.0
 from specwatch.serve.reload import ConfigSource, ReloadCollector, ReloadStatus, warn_about_alert_window
 from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.sidecar.pipeline import Pipeline
@@ -58,6 +54,10 @@ from specwatch.sidecar.state import State
 
 __all__ = ["Service"]
 
+
+#: After a poll-loop bug the fleet evaluator starts afresh; it reads the history again only when the
+#: last read is at least this old, so a fault that recurs poll after poll costs one read an hour.
+HISTORY_REREAD_SECONDS = 3600.0
 log = structlog.get_logger("specwatch")
 
 

@@ -43,6 +43,9 @@ log = structlog.get_logger("specwatch.readback")
 RESTORED_CURVE_TOLERANCE = 1.5
 #: A restored curve's knots may be this far from the engine prior's step at the same tokens.
 RESTORED_CURVE_PRIOR_RATIO = 10.0
+#: ... and their ratios to the prior this far from each other: a learned curve is the prior's shape
+#: scaled by bin, never a plain step several times cheaper than the verify step it was read from.
+RESTORED_CURVE_SHAPE = 3.0
 
 #: The route-level counters State carries (RouteState.mirrored), each once the engine exports it.
 _MIRRORED = frozenset((Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN))
@@ -397,7 +400,9 @@ class Pipeline(EvaluationContext):
         ratios = [v / prior.base_step_time(n) for n, v in route.restored_knots]
         predicted = learned.model_step_seconds(learned.learned_cost_model(prior, curve), obs, prior)
         measured = obs.step_seconds
-        in_range = all(1 / RESTORED_CURVE_PRIOR_RATIO <= r <= RESTORED_CURVE_PRIOR_RATIO for r in ratios)
+        in_range = all(1 / RESTORED_CURVE_PRIOR_RATIO <= r <= RESTORED_CURVE_PRIOR_RATIO for r in ratios) and (
+            max(ratios) <= RESTORED_CURVE_SHAPE * min(ratios)
+        )
         agrees = predicted > 0 and 1 / RESTORED_CURVE_TOLERANCE <= predicted / measured <= RESTORED_CURVE_TOLERANCE
         if in_range and agrees:
             route.restored_confirmed, route.restored_curve = True, curve
@@ -409,7 +414,9 @@ class Pipeline(EvaluationContext):
             route=name,
             predicted_step_seconds=round(predicted, 6),
             measured_step_seconds=round(measured, 6),
-            reason="knots out of the prior's range" if not in_range else "disagrees with the first live window",
+            reason="knots out of the prior's range or shape"
+            if not in_range
+            else "disagrees with the first live window",
             action="the prior until this process's own curve fits",
         )
 

@@ -56,8 +56,7 @@ def _probe(script: str, *args: str, timeout: float = 240.0) -> dict[str, object]
 
 
 _HWM = (
-    "hwm = next(int(l.split()[1]) for l in open('/proc/self/status').read().splitlines()"
-    " if l.startswith('VmHWM:'))\n"
+    "hwm = next(int(l.split()[1]) for l in open('/proc/self/status').read().splitlines() if l.startswith('VmHWM:'))\n"
 )
 
 READBACK_PROBE = (
