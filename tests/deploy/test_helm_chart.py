@@ -1548,9 +1548,10 @@ def _fleet_container(objects: list[dict]) -> dict:
     return container
 
 
-@pytest.mark.parametrize(("replicas", "memory"), [(1000, "127Mi"), (100, "71Mi"), (5000, "377Mi")])
+@pytest.mark.parametrize(("replicas", "memory"), [(1000, "314Mi"), (100, "89Mi"), (16, "68Mi"), (5000, "1314Mi")])
 def test_fleet_mode_sizes_its_memory_from_the_replicas_it_reads(chart, replicas, memory):
-    """64 MiB + 64 KiB per replica (1.5x the 42 KiB per replica measured by bench/fleet.py)."""
+    """64 MiB + 64 KiB per replica (1.5x the 42 KiB per replica measured by bench/fleet.py) + 192 KiB
+    per replica for the history read at start (fleet/history.py HISTORY_BYTES_PER_REPLICA)."""
     values = {**PROMETHEUS, "prometheus": {"expectedReplicas": replicas}}
     resources = _fleet_container(render(chart, values))["resources"]
     assert resources["limits"]["memory"] == resources["requests"]["memory"] == memory

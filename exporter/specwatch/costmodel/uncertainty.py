@@ -42,6 +42,9 @@ MIN_CANARY_MINUTES = 10.0
 MAX_CANARY_MINUTES = 60.0
 #: Spread of one step's time in log units when the window gives none (the learner's own start).
 DEFAULT_STEP_LOG_SPREAD = 0.15
+#: The least model error of a curve whose spec-off and spec-on steps were both measured (log
+#: units): near the learner's residual floor (learned.MIN_RESIDUAL_SCALE, 0.05).
+MIN_MEASURED_LOG_ERROR = 0.04
 #: z of P99 over P50 for a log-normal step time.
 _Z_P99 = NormalDist().inv_cdf(0.99)
 
@@ -73,7 +76,9 @@ def model_log_error(cm: CostModel, batch: float | None = None) -> float:
     if isinstance(curve, LearnedStepCurve):
         residual = math.log1p(curve.residual_ratio) if math.isfinite(curve.residual_ratio) else 0.0
         if curve.spec_scale is not None:  # spec-off and spec-on steps both measured
-            return residual
+            # Never below the learner's own noise floor: one replica's consistent windows fit
+            # with ~0 residual, and an interval must not collapse to zero width from them.
+            return max(residual, MIN_MEASURED_LOG_ERROR)
         # Spec-on steps alone fix the curve's scale, not its split between the target and the cost
         # of speculation: that split is still the prior's, and on an assumed setup a guess.
         assumed = ASSUMED_SETUP_LOG_ERROR if cm.setup_assumed else 0.0

@@ -16,6 +16,12 @@ the drafting and fixed costs (costmodel/learned.py). Fleet mode has two sources 
   replicas that switched it off). They stay in the learner's bins, bounded, fading with
   ``learning.half_life`` and dropped BASELINE_HALF_LIVES half-lives after the last one.
 
+A canary counts only when it is like-for-like (``like_for_like``): its plain step at its batch must
+be consistent with the spec-on replicas' measured steps of the same poll at the nearest batch, as
+the prior relates a plain step to a speculative one: not slower per step than a spec-on replica at
+the same batch, nor more than CANARY_FACTOR faster or slower than the prior's ratio says (another
+pool, other hardware). A canary with no spec-on replica beside it to compare with counts as before.
+
 One point per replica per shortest window (non-overlapping spans, as the sidecar's), all of one
 poll added together. What each route's verdicts rest on is reported (RouteBaseline): its source
 (the prior's: default, preset, profile; or learned) and its baseline (canary, history, none).
@@ -24,16 +30,22 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specwatch import costmodel
 from specwatch.config.cost_model import prior_source
+from specwatch.costmodel.observation import StepObservation, prior_step_seconds
 from specwatch.fleet.grouping import ReplicaKey
 from specwatch.verdict.bookkeeping import LEARNERS, EvaluationContext, RouteLearning, window_point
 from specwatch.windows.window import WindowView
 
 CANARY, HISTORY, NONE = "canary", "history", "none"
+#: How far a canary's step may be from what the spec-on replicas' steps and the prior's ratio say.
+CANARY_FACTOR = 2.0
+#: Batches this close (ratio) are "the same batch": a plain step must not be slower than the spec one.
+SAME_BATCH = 1.25
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,7 @@ class FleetLearning:
         self._polls = 0
         # The engine and schema each route's replicas were last read as: which engine prior it uses.
         self.engine_of: dict[str, tuple[str, str | None]] = {}
+        self.unlike_canaries = 0  # spec-off replica windows not counted: not like-for-like
 
     def prior_model(self, route: str) -> costmodel.CostModel:
         """The route's model before learning: the configured one, with its engine's prior."""
@@ -115,23 +128,42 @@ class FleetLearning:
             assert route.learner is not None  # follow gave the route one
             points = []
             canaries = 0
+            spec_points = [obs for w in replicas if w.spec and (obs := window_point(w.view, now)) is not None]
             for w in replicas:
                 route.seen[w.replica] = self._polls
                 if not enabled:
                     continue  # the route is still reported: on the prior
-                if not w.spec and canary and not canary_matches(canary, w.replica, w.model_name):
-                    continue  # a spec-off replica the config does not name as a canary
+                obs = window_point(w.view, now)
+                if not self._counts(w, obs, spec_points, route, canary):
+                    continue  # not named as a canary, or another pool or hardware: not this route's baseline
                 canaries += not w.spec
                 since = route.until.get(w.replica)
                 if since is not None and now - since < width - 1e-6:
                     continue
                 route.until[w.replica] = now
-                if (obs := window_point(w.view, now)) is not None:
+                if obs is not None:
                     points.append(obs)
             route.canaries = canaries
             if points:
                 route.learner.add_together(points)
         self._expire()
+
+    def _counts(
+        self,
+        w: ReplicaWindow,
+        obs: StepObservation | None,
+        spec: Sequence[StepObservation],
+        route: _Route,
+        canary: Mapping[str, str],
+    ) -> bool:
+        """A spec-on window always; a spec-off one when the config names it a canary (or names
+        none) and it is like-for-like (counted when not)."""
+        if not w.spec and canary and not canary_matches(canary, w.replica, w.model_name):
+            return False
+        if w.spec or obs is None or route.learner is None or like_for_like(obs, spec, route.learner.prior):
+            return True
+        self.unlike_canaries += 1
+        return False
 
     def _expire(self) -> None:
         """Replicas gone route_ttl_polls polls are forgotten; a route with none left goes too."""
@@ -167,6 +199,24 @@ class FleetLearning:
                 baseline = (CANARY if route.canaries else HISTORY) if measured > 0 else NONE
             out.append(RouteBaseline(name, source, baseline, route.canaries, learner.points, measured))
         return tuple(out)
+
+
+def like_for_like(canary: StepObservation, spec: Sequence[StepObservation], prior: costmodel.CostModel) -> bool:
+    """Whether a spec-off window's step is consistent with the spec-on replicas' measured steps at
+    the nearest batch (true when there is none to compare with)."""
+    if not spec or canary.batch <= 0 or canary.step_seconds <= 0:
+        return True
+    other = min(spec, key=lambda o: abs(math.log(max(o.batch, 1e-9) / canary.batch)))
+    if other.step_seconds <= 0 or other.batch <= 0:
+        return True
+    measured = canary.step_seconds / other.step_seconds
+    plain, speculative = prior_step_seconds(prior, canary), prior_step_seconds(prior, other)
+    if not (plain > 0 and speculative > 0):
+        return True
+    expected = plain / speculative
+    if max(other.batch, canary.batch) / min(other.batch, canary.batch) <= SAME_BATCH and measured > 1.05:
+        return False  # slower per step than speculation at the same batch: not the same hardware
+    return 1 / CANARY_FACTOR <= measured / expected <= CANARY_FACTOR
 
 
 def _class(method: str) -> str:

@@ -39,9 +39,9 @@ import os
 import re
 import time
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 from urllib.parse import urlencode, urlsplit
 
 from specwatch.base.httpconn import DeadlineConnection, TransferError
@@ -51,6 +51,9 @@ QUERY_ERROR_REASONS = ("timeout", "connect", "tls", "http_4xx", "http_5xx", "too
 
 #: Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS_PER_SERIES = 11_000
+#: Series of one range answer at most (more is "too_large"): fleet history chunks of 1,000
+#: replicas hold ~35,000 a query; labels cost ~1 KiB a series, so this bounds them to ~100 MiB.
+MAX_RANGE_SERIES = 100_000
 
 # Errors that mean "the server's limits refused this query" (Prometheus, Thanos, Mimir wording).
 _LIMIT_MARKERS = (
@@ -76,7 +79,39 @@ class Sample(NamedTuple):  # a tuple: a 1,000-replica answer holds ~30,000 of th
 
 class Series(NamedTuple):
     labels: Mapping[str, str]
-    points: tuple[tuple[float, float], ...]  # (unix seconds, value)
+    points: Sequence[tuple[float, float]]  # (unix seconds, value): a tuple, or Points
+
+
+class Points(Sequence[tuple[float, float]]):
+    """A series' points packed in one array of doubles (t0, v0, t1, v1, ...): 16 bytes a point,
+    where a tuple of float pairs costs ~100 (a 12 h history of 16 replicas is ~800,000 points)."""
+
+    __slots__ = ("packed",)
+
+    def __init__(self, packed: array[float] | None = None) -> None:
+        self.packed: array[float] = packed if packed is not None else array("d")
+
+    def __len__(self) -> int:
+        return len(self.packed) // 2
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[float, float]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[float, float]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[float, float] | Sequence[tuple[float, float]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(index)
+        return self.packed[2 * index], self.packed[2 * index + 1]
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        packed = self.packed
+        for i in range(0, len(packed), 2):
+            yield packed[i], packed[i + 1]
 
 
 class Vector:
@@ -109,7 +144,7 @@ class Vector:
         try:
             for item in self.items:
                 yield Sample(_labels(item["metric"]), _float(item["value"][1]))  # type: ignore[index]
-        except (KeyError, IndexError, TypeError):
+        except (KeyError, IndexError, TypeError, OverflowError):
             raise PromQueryError("invalid", "malformed vector sample") from None
 
 
@@ -118,7 +153,7 @@ def label_set(key: bytes) -> dict[str, str]:
     not a JSON object: the decoder checks a label set's text when it is first read)."""
     try:
         labels = json.loads(key)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise PromQueryError("invalid", "series labels are not JSON") from None
     return _labels(labels)
 
@@ -282,9 +317,9 @@ class VectorDecoder:
                 value = float(item["value"][1])  # as WindowGrouper reads a decoded item
                 if not isinstance(labels, dict):
                     raise TypeError
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise PromQueryError("invalid", "not a query API answer") from None
-            except (KeyError, IndexError, TypeError):
+            except (KeyError, IndexError, TypeError, OverflowError):
                 raise PromQueryError("invalid", "malformed vector sample") from None
             key = json.dumps(labels, separators=(",", ":")).encode("ascii")
             self.keys.append(self.intern.setdefault(key, key))
@@ -335,7 +370,7 @@ class RangeAnswer:
 def _float(text: Any) -> float:
     try:
         return float(text)  # Prometheus writes "NaN", "+Inf", "-Inf"
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a 400-digit JSON integer
         raise PromQueryError("invalid", f"not a sample value: {str(text)[:40]!r}") from None
 
 
@@ -352,6 +387,7 @@ class PromClient:
         # Label-set texts of recent vector answers (VectorDecoder.intern), and those answers' sizes.
         self.label_sets: dict[bytes, bytes] = {}
         self._recent: tuple[int, ...] = (0, 0, 0, 0)
+        self.last_out_of_range = 0  # points of the last range answer outside its [start, end]
 
     def close(self) -> None:
         self._http.close()
@@ -390,21 +426,33 @@ class PromClient:
             self.label_sets.clear()
         return vector
 
-    def query_range(self, expr: str, start: float, end: float, step: float) -> RangeAnswer:
-        if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
+    def query_range(
+        self,
+        expr: str,
+        start: float,
+        end: float,
+        step: float,
+        *,
+        last_only: bool = False,
+        max_series: int = MAX_RANGE_SERIES,
+    ) -> RangeAnswer:
+        """A range query's series, decoded by MatrixDecoder: points packed (Points), only those in
+        [start, end] (a sample stamped in the future, at +Inf or before the range is dropped and
+        counted in `last_out_of_range`), with ``last_only`` only the newest of each series; more
+        than ``max_series`` series is "too_large". Memory: the body (at most max_bytes) while it is
+        scanned, then 16 bytes a kept point and each series' labels, never a Python object a point."""
+        if not (step > 0) or (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
             raise PromQueryError("limit", f"more than {MAX_POINTS_PER_SERIES} points per series: split the range")
-        data, duration, size = self._post(
-            "/api/v1/query_range", {"query": expr, "start": _ts(start), "end": _ts(end), "step": _ts(step)}
+        body = bytearray()
+        _, duration, size = self._post(
+            "/api/v1/query_range",
+            {"query": expr, "start": _ts(start), "end": _ts(end), "step": _ts(step)},
+            body.extend,
         )
-        if data is None or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-            raise PromQueryError("invalid", "expected a matrix result")
-        series = []
-        for item in data["result"]:
-            try:
-                points = tuple((float(t), _float(v)) for t, v in item["values"])
-                series.append(Series(_labels(item["metric"]), points))
-            except (KeyError, TypeError, ValueError):
-                raise PromQueryError("invalid", "malformed matrix series") from None
+        decoder = MatrixDecoder(start, end, last_only=last_only, max_series=max_series)
+        series = decoder.decode(body)
+        del body
+        self.last_out_of_range = decoder.out_of_range
         return RangeAnswer(tuple(series), duration, size)
 
     def _post(
@@ -460,7 +508,7 @@ class PromClient:
     def _decode(status: int, body: bytes) -> dict[str, Any]:
         try:
             payload = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested 100,000 deep
             payload = None
         error = str(payload.get("error", "")) if isinstance(payload, dict) else ""
         if status != 200 or (isinstance(payload, dict) and payload.get("status") == "error"):
@@ -491,6 +539,241 @@ def _labels(metric: Any) -> dict[str, str]:
     if not isinstance(metric, dict):
         raise PromQueryError("invalid", "series labels are not an object")
     return metric
+
+
+# -- bounded decode of a range (matrix) answer --------------------------------------------------
+# The body (at most max_bytes) is scanned in place, never built as Python objects: a point
+# [t,"v"] is matched by one regex and kept as two doubles (or, with last_only, only the newest);
+# a series' labels (a flat object: label values are strings) are read by json one series at a
+# time; any other member (stats, histograms, infos) is skipped with a depth-bounded scan. Whatever
+# the bytes (a 400-digit number, JSON nested 100,000 deep, a value that is no number), the outcome
+# is the series or a PromQueryError, never another exception, and memory is the body plus what is kept.
+_WS = re.compile(rb"[ \t\n\r]*")
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_SCALAR = re.compile(rb'"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null')
+_FLAT_OBJECT = re.compile(rb'\{(?:[^{}\[\]"]|"(?:[^"\\]|\\.)*")*\}')
+_NUMBER = rb"(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
+_POINT = re.compile(rb"\[[ \t\n\r]*" + _NUMBER + rb'[ \t\n\r]*,[ \t\n\r]*"([^"\\]*)"[ \t\n\r]*\]')
+#: Nesting a skipped member may have (Prometheus's deepest, a native histogram, is 4).
+MAX_DEPTH = 32
+
+
+class MatrixDecoder:
+    """One range answer's series: (labels, Points), the points inside [start, end] only."""
+
+    def __init__(self, start: float, end: float, *, last_only: bool = False, max_series: int = MAX_RANGE_SERIES):
+        slack = 1e-6 * max(abs(start), abs(end), 1.0)
+        self.start, self.end = start - slack, end + slack
+        self.last_only = last_only
+        self.max_series = max_series
+        self.out_of_range = 0
+        self._buf: bytes | bytearray = b""
+        self._pos = 0
+
+    def decode(self, body: bytes | bytearray) -> list[Series]:
+        self._buf, self._pos = body, 0
+        try:
+            return self._answer()
+        except PromQueryError:
+            raise
+        except (ValueError, TypeError, OverflowError, RecursionError, IndexError, KeyError, UnicodeDecodeError):
+            raise PromQueryError("invalid", "not a query API answer") from None
+        finally:
+            self._buf = b""
+
+    # -- the envelope ----------------------------------------------------------------------------
+    def _answer(self) -> list[Series]:
+        status: object = None
+        series: list[Series] | None = None
+        result_type: object = None
+        warnings = False
+        for key in self._members():
+            if key == "status":
+                status = self._scalar()
+            elif key == "data":
+                if series is not None:
+                    raise PromQueryError("invalid", "data given twice")
+                result_type, series = self._data()
+            elif key == "warnings":
+                warnings = self._non_empty()
+            else:
+                self._skip()
+        if _WS.match(self._buf, self._pos).end() != len(self._buf):  # type: ignore[union-attr]
+            raise PromQueryError("invalid", "not a query API answer")
+        if status == "error":
+            PromClient._decode(200, bytes(self._buf))  # raises with the answer's own reason
+        if status != "success" or series is None or result_type != "matrix":
+            raise PromQueryError("invalid", "expected a matrix result")
+        if warnings:
+            raise PromQueryError("warnings", "partial answer")
+        return series
+
+    def _data(self) -> tuple[object, list[Series] | None]:
+        result_type: object = None
+        series: list[Series] | None = None
+        for key in self._members():
+            if key == "resultType":
+                result_type = self._scalar()
+            elif key == "result" and series is None:
+                series = self._result()
+            else:
+                self._skip()
+        return result_type, series
+
+    def _result(self) -> list[Series]:
+        out: list[Series] = []
+        self._expect(b"[")
+        if self._peek() == b"]":
+            self._pos += 1
+            return out
+        while True:
+            if len(out) >= self.max_series:
+                raise PromQueryError("too_large", f"more than {self.max_series} series")
+            item = self._series()
+            if item is not None:
+                out.append(item)
+            if self._separator(b"]"):
+                return out
+
+    def _series(self) -> Series | None:
+        labels: dict[str, str] | None = None
+        points: Points | None = None
+        for key in self._members():
+            if key == "metric":
+                self._ws()
+                m = _FLAT_OBJECT.match(self._buf, self._pos)
+                if m is None:
+                    raise PromQueryError("invalid", "series labels are not a flat object")
+                self._pos = m.end()
+                decoded = json.loads(m.group())
+                if not isinstance(decoded, dict) or not all(isinstance(v, str) for v in decoded.values()):
+                    raise PromQueryError("invalid", "series labels are not strings")
+                labels = decoded
+            elif key == "values":
+                if points is not None:
+                    raise PromQueryError("invalid", "values given twice")
+                points = self._points()
+            else:
+                self._skip()
+        if labels is None:
+            raise PromQueryError("invalid", "malformed matrix series")
+        return Series(labels, points if points is not None else Points())
+
+    def _points(self) -> Points:
+        packed: array[float] = array("d")
+        self._expect(b"[")
+        if self._peek() == b"]":
+            self._pos += 1
+            return Points(packed)
+        buf, match, start, end = self._buf, _POINT.match, self.start, self.end
+        last_only = self.last_only
+        newest = -math.inf
+        while True:
+            self._ws()
+            m = match(buf, self._pos)
+            if m is None:
+                raise PromQueryError("invalid", "malformed matrix point")
+            self._pos = m.end()
+            t = float(m.group(1))  # a 400-digit integer is inf: outside any range
+            value = float(m.group(2))  # ValueError: not a sample value (decode turns it "invalid")
+            if not start <= t <= end:
+                self.out_of_range += 1
+            elif not last_only:
+                packed.append(t)
+                packed.append(value)
+            elif t >= newest:
+                newest = t
+                packed = array("d", (t, value))
+            if self._separator(b"]"):
+                return Points(packed)
+
+    # -- tokens ----------------------------------------------------------------------------------
+    def _ws(self) -> None:
+        self._pos = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+
+    def _peek(self) -> bytes:
+        self._ws()
+        return bytes(self._buf[self._pos : self._pos + 1])
+
+    def _expect(self, char: bytes) -> None:
+        if self._peek() != char:
+            raise PromQueryError("invalid", "not a query API answer")
+        self._pos += 1
+
+    def _separator(self, close: bytes) -> bool:
+        """After a member or an element: True at ``close`` (consumed), False at a comma."""
+        char = self._peek()
+        self._pos += 1
+        if char == close:
+            return True
+        if char != b",":
+            raise PromQueryError("invalid", "not a query API answer")
+        return False
+
+    def _members(self) -> Iterator[str]:
+        """An object's keys, each positioned at its value (the caller reads or skips it)."""
+        self._expect(b"{")
+        if self._peek() == b"}":
+            self._pos += 1
+            return
+        while True:
+            self._ws()
+            m = _STRING.match(self._buf, self._pos)
+            if m is None:
+                raise PromQueryError("invalid", "not a query API answer")
+            self._pos = m.end()
+            key = json.loads(m.group())
+            self._expect(b":")
+            yield key
+            if self._separator(b"}"):
+                return
+
+    def _scalar(self) -> object:
+        self._ws()
+        m = _SCALAR.match(self._buf, self._pos)
+        if m is None:
+            self._skip()
+            return None
+        self._pos = m.end()
+        return json.loads(m.group())
+
+    def _non_empty(self) -> bool:
+        """Skips a value; whether it is anything but null, an empty array or an empty string."""
+        begin = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+        self._skip()
+        text = bytes(self._buf[begin : self._pos]).replace(b" ", b"")
+        return text not in (b"null", b"[]", b'""', b"false", b"{}")
+
+    def _skip(self) -> None:
+        """One value, whatever it holds, without building it (at most MAX_DEPTH deep)."""
+        depth = 0
+        buf = self._buf
+        while True:
+            self._ws()
+            char = buf[self._pos : self._pos + 1]
+            if char in (b"{", b"["):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise PromQueryError("invalid", f"nested deeper than {MAX_DEPTH}")
+                self._pos += 1
+                continue
+            if char in (b"}", b"]"):
+                depth -= 1
+                self._pos += 1
+            elif char in (b",", b":"):
+                if depth == 0:
+                    raise PromQueryError("invalid", "not a query API answer")
+                self._pos += 1
+                continue
+            else:
+                m = _SCALAR.match(buf, self._pos)
+                if m is None:
+                    raise PromQueryError("invalid", "not a query API answer")
+                self._pos = m.end()
+            if depth <= 0:
+                if depth < 0:
+                    raise PromQueryError("invalid", "not a query API answer")
+                return
 
 
 def _ts(seconds: float) -> str:

@@ -9,7 +9,11 @@ queries, the same FleetEvaluator path): the learners, the verdicts' hysteresis a
 grader all carry them, and nothing is written or served for them.
 
 Bounded: at most MAX_STEPS steps (the newest), MAX_QUERIES range queries and DEADLINE seconds of
-wall time, queries and evaluation together. A query that fails, or the deadline, ends the read; what
+wall time, queries and evaluation together. Memory, like a poll's: the range is read in chunks of
+CHUNK_STEPS steps, each answer decoded in place with its points packed (16 bytes a point, client.
+MatrixDecoder) and pivoted one step at a time (backtest._Pivot), so the read holds one chunk's
+points and one answer's body at a time: about HISTORY_BYTES_PER_REPLICA a replica, whatever the
+lookback (the chart adds it to fleet mode's memory, docs/kubernetes.md). A query that fails, or the deadline, ends the read; what
 was evaluated by then stays learned, and the reason is reported (HistoryRead.error). The live polls
 then start as they would without it.
 """
@@ -35,9 +39,15 @@ from specwatch.fleet.state import HistoryRead
 #: Steps replayed at most: the learner's horizon for spec-off windows at the default half-life
 #: (they are dropped BASELINE_HALF_LIVES half-lives after the last) at a 1m window: two days.
 MAX_STEPS = round(learned.BASELINE_HALF_LIVES * learned.DEFAULT_HALF_LIFE_SECONDS / 60.0)
+#: Steps of one chunk of range queries: 1 h at a 1m window. A replica answers ~35 series a
+#: window query, so a chunk holds ~35 x 3 x 60 points of it (~100 KiB packed).
+CHUNK_STEPS = 60
 #: Range queries at most (a chunk is one query per window plus the freshness query; a server's
-#: sample limit splits chunks in halves).
-MAX_QUERIES = 64
+#: sample limit splits chunks in halves): MAX_STEPS in chunks of CHUNK_STEPS at three queries each.
+MAX_QUERIES = 3 * (-(-MAX_STEPS // CHUNK_STEPS)) + 16
+#: What the read costs a replica at its peak (measured 16 replicas, 12 h, windows 1m and 5m, with
+#: margin): the chart adds it per expected replica to fleet mode's memory.
+HISTORY_BYTES_PER_REPLICA = 192 * 1024
 #: The reason a read ends when MAX_QUERIES were taken: not the server's "limit", which replay
 #: answers by splitting the chunk (here every half would be refused again).
 BUDGET = "budget"
@@ -108,7 +118,7 @@ def read_history(
     done, first, last, error = 0, None, None, None
     try:
         for _, t, _ in replay(
-            evaluator, bounded, origin, now - step, step, MAX_POINTS_PER_SERIES, from_first_data=True
+            evaluator, bounded, origin, now - step, step, min(CHUNK_STEPS, MAX_POINTS_PER_SERIES), from_first_data=True
         ):
             done += 1
             first = t if first is None else first

@@ -10,6 +10,16 @@ new with each pod). Per route the series group (every label but the quantity's) 
 sample wins: the last pod before this one. It runs once, on its own thread, under one deadline:
 the first poll never waits for it. A failure is counted by reason and logged once; the sidecar then
 starts from nothing, as without `readback:`.
+
+Bounded like a poll: the answer (at most `max_bytes`) is decoded in place and only the newest point
+of each series inside [now - lookback, now] is kept (client.MatrixDecoder), at most MAX_SERIES
+series; a sample stamped in the future, at +Inf or before the lookback is dropped and counted
+(`implausible`). Whatever the answer holds (a 400-digit number, JSON nested 100,000 deep), the
+thread ends with a result: anything unforeseen is counted as `invalid` and logged once.
+
+What is restored is evidence, not truth: a before-window or curve out of the magnitudes a server
+can have is dropped here (`implausible`); the pipeline checks the rest against this process's
+first live windows before using it (`disagrees`, sidecar/pipeline.py).
 """
 
 from __future__ import annotations
@@ -29,6 +39,19 @@ from specwatch.config import ReadbackConfig
 from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Series
 from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.verdict.grading import WindowSummary, restored_summary
+
+#: Reasons of specwatch_readback_errors_total besides the query's: restored state dropped as out
+#: of range (times outside the lookback, impossible magnitudes), or disagreeing with live windows.
+IMPLAUSIBLE, DISAGREES = "implausible", "disagrees"
+READBACK_ERROR_REASONS = (*QUERY_ERROR_REASONS, IMPLAUSIBLE, DISAGREES)
+#: Series of one read-back answer at most: a route exports ~100 (its quantities, positions and
+#: 65 knots), so this is 50 routes over several pods in the lookback.
+MAX_SERIES = 20_000
+#: A restored before-window's plain magnitudes: ITL per token and batch a server can have.
+ITL_PER_TOKEN_RANGE = (1e-5, 10.0)
+MAX_BATCH = 65536.0
+#: A restored curve's step time at any knot, seconds.
+STEP_SECONDS_RANGE = (1e-5, 60.0)
 
 log = structlog.get_logger("specwatch.readback")
 
@@ -97,37 +120,70 @@ class _Group:
         return (newest, knots) if finite and rising else (-math.inf, ())
 
 
+def plausible_before(summary: WindowSummary) -> bool:
+    """Whether a restored before-window's magnitudes are a server's (restored_summary checked
+    that each is present, finite and in its own range)."""
+    low, high = ITL_PER_TOKEN_RANGE
+    rates = summary.position_rates or ()
+    return (
+        low <= summary.itl_per_token_seconds <= high
+        and summary.batch_size <= MAX_BATCH
+        and summary.drafts >= 0
+        and summary.span_seconds <= 7 * 86400.0
+        and all(r1 <= r0 + 0.05 for r0, r1 in itertools.pairwise(rates))  # conditional rates fall with position
+    )
+
+
+def plausible_curve(knots: Knots) -> bool:
+    low, high = STEP_SECONDS_RANGE
+    return all(low <= v <= high and 1.0 <= n <= 65536.0 * 2 for n, v in knots)
+
+
 @dataclass(frozen=True)
 class Restored:
     """What the previous pod exported, per route."""
 
     before_windows: Mapping[str, WindowSummary]
     curves: Mapping[str, Knots]
+    rejected: int = 0  # points, before-windows and curves dropped as implausible
 
     @property
     def routes(self) -> list[str]:
         return sorted(set(self.before_windows) | set(self.curves))
 
 
-def restored_from_series(series: Iterable[Series]) -> Restored:
-    """Per route, the newest group's before-window and curve (what does not make one is skipped)."""
+def restored_from_series(series: Iterable[Series], now: float | None = None, lookback: float | None = None) -> Restored:
+    """Per route, the newest group's before-window and curve (what does not make one is skipped).
+    With ``now`` (and ``lookback``), a sample stamped after now, before now - lookback or at a
+    non-finite time is dropped and counted in `rejected`: it must not beat the real previous pod."""
     groups: dict[tuple[tuple[str, str], ...], _Group] = {}
+    rejected = 0
+    earliest = now - lookback if now is not None and lookback is not None else -math.inf
+    latest = now if now is not None else math.inf
     for item in series:
         route = item.labels.get("route")
         if not isinstance(route, str) or not item.points:
             continue
+        point = item.points[-1]
+        if not (math.isfinite(point[0]) and earliest <= point[0] <= latest):
+            rejected += 1
+            continue
         identity = tuple(sorted((k, str(v)) for k, v in item.labels.items() if k not in _OWN_LABELS))
-        groups.setdefault(identity, _Group(route)).add(item.labels, item.points[-1])
+        groups.setdefault(identity, _Group(route)).add(item.labels, point)
     before: dict[str, tuple[float, WindowSummary]] = {}
     curves: dict[str, tuple[float, Knots]] = {}
     for group in groups.values():
         t, summary = group.summary()
-        if summary is not None and t > before.get(group.route, (-math.inf,))[0]:
+        if summary is not None and not plausible_before(summary):
+            rejected += 1
+        elif summary is not None and t > before.get(group.route, (-math.inf,))[0]:
             before[group.route] = (t, summary)
         t, knots = group.curve()
-        if knots and t > curves.get(group.route, (-math.inf,))[0]:
+        if knots and not plausible_curve(knots):
+            rejected += 1
+        elif knots and t > curves.get(group.route, (-math.inf,))[0]:
             curves[group.route] = (t, knots)
-    return Restored({r: s for r, (_, s) in before.items()}, {r: k for r, (_, k) in curves.items()})
+    return Restored({r: s for r, (_, s) in before.items()}, {r: k for r, (_, k) in curves.items()}, rejected)
 
 
 class Readback:
@@ -136,7 +192,7 @@ class Readback:
     def __init__(self, config: ReadbackConfig, client: PromClient | None = None) -> None:
         self.config = config
         self._client = client or PromClient(config.as_prometheus())
-        self.errors = dict.fromkeys(QUERY_ERROR_REASONS, 0)
+        self.errors = dict.fromkeys(READBACK_ERROR_REASONS, 0)
         self.restored: int | None = None  # routes restored (None: not done yet)
         self._result = Restored({}, {})
         self._done = threading.Event()  # set once _result is final (the poll thread reads it then)
@@ -149,16 +205,38 @@ class Readback:
         self._thread.start()
 
     def run(self, now: float) -> None:
+        """The read; never raises: whatever goes wrong is counted, logged once and restores nothing."""
         lookback = self.config.lookback
         try:
-            answer = self._client.query_range(readback_query(self.config), now - lookback, now, lookback / _POINTS)
-            result = restored_from_series(answer.series)
+            answer = self._client.query_range(
+                readback_query(self.config),
+                now - lookback,
+                now,
+                lookback / _POINTS,
+                last_only=True,
+                max_series=MAX_SERIES,
+            )
+            result = restored_from_series(answer.series, now, lookback)
+            out_of_range = self._client.last_out_of_range
+            if result.rejected or out_of_range:
+                self.errors[IMPLAUSIBLE] += result.rejected + out_of_range
+                log.warning(
+                    "readback_implausible",
+                    dropped=result.rejected,
+                    samples_outside_lookback=out_of_range,
+                    action="dropped: samples stamped outside [now - lookback, now], magnitudes no server has",
+                )
         except PromQueryError as exc:
             self.errors[exc.reason if exc.reason in self.errors else "invalid"] += 1
             log.warning("readback_failed", reason=exc.reason, message=str(exc), action="starting from nothing")
             result = Restored({}, {})
+        except Exception as exc:  # noqa: BLE001 - a bug or an answer nothing foresaw: never a silent dead thread
+            self.errors["invalid"] += 1
+            log.warning("readback_failed", reason="invalid", message=repr(exc)[:200], action="starting from nothing")
+            result = Restored({}, {})
         finally:
-            self._client.close()
+            with contextlib.suppress(Exception):
+                self._client.close()
         self.restored = len(result.routes)
         if result.routes:
             log.info("readback_restored", routes=result.routes, curves=sorted(result.curves))
@@ -173,11 +251,18 @@ class Readback:
         return self._result
 
 
-def readback_collector(get: Callable[[], Readback | None]) -> StartReadCollector:
-    """specwatch_readback_errors_total{reason} and specwatch_readback_restored_routes."""
+def readback_collector(
+    get: Callable[[], Readback | None], disagreed: Callable[[], int] = lambda: 0
+) -> StartReadCollector:
+    """specwatch_readback_errors_total{reason} and specwatch_readback_restored_routes; `disagreed`:
+    restored state the pipeline dropped for disagreeing with its first live windows."""
 
     def read() -> StartRead | None:
         readback = get()
-        return None if readback is None else (readback.errors, readback.restored)
+        if readback is None:
+            return None
+        errors = dict(readback.errors)
+        errors[DISAGREES] += disagreed()
+        return errors, readback.restored
 
     return StartReadCollector("specwatch_readback_errors", "specwatch_readback_restored_routes", read)

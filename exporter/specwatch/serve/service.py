@@ -55,6 +55,10 @@ from specwatch.sidecar.state import State
 
 __all__ = ["Service"]
 
+
+#: After a poll-loop bug the fleet evaluator starts afresh; it reads the history again only when the
+#: last read is at least this old, so a fault that recurs poll after poll costs one read an hour.
+HISTORY_REREAD_SECONDS = 3600.0
 log = structlog.get_logger("specwatch")
 
 
@@ -98,6 +102,7 @@ class Service:
         self.history: HistoryRead | None = None
         self.history_errors = dict.fromkeys(HISTORY_ERROR_REASONS, 0)
         self._history_crashed = False  # the last poll-loop bug came from the history read
+        self._history_read_at: float | None = None  # monotonic start of the last history read
         # Sidecar mode with `readback:`: what the previous pod exported, read once after start.
         self.readback = Readback(config.readback) if self.active and config.readback and not self.fleet else None
         self._stop = threading.Event()
@@ -112,7 +117,7 @@ class Service:
             )
         )
         self.registry.register(ReloadCollector(lambda: self.reload_status))
-        self.registry.register(readback_collector(lambda: self.readback))
+        self.registry.register(readback_collector(lambda: self.readback, lambda: self.pipeline.restore_disagreed))
         self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
         self.drain = Drain()  # sidecar mode after SIGTERM: what each target answered since (drain.py)
         self.registry.register(PollErrorsCollector(lambda: self.poll_errors))
@@ -322,6 +327,7 @@ class Service:
             return
         result: list[HistoryRead] = []
         failure: list[Exception] = []
+        self._history_read_at = time.monotonic()
 
         def reading() -> None:
             try:
@@ -428,7 +434,11 @@ class Service:
                 if self.fleet is not None:
                     self.fleet.client.close()
                     self.fleet = FleetSource(FleetEvaluator(self.config))
-                    self._history_pending, self.history = not history_crashed, None
+                    # Re-read only when the last read is old: a fault that recurs poll after poll
+                    # must not re-read hours of history each time (a re-read storm on Prometheus).
+                    last = self._history_read_at
+                    recent = last is not None and time.monotonic() - last < HISTORY_REREAD_SECONDS
+                    self._history_pending, self.history = not (history_crashed or recent), None
             self.published = self._publish(ready=self.published.ready)
         except Exception:  # the rebuild itself failed: /healthz goes stale, alerts fire
             log.exception("poll_recovery_failed")

@@ -9,8 +9,10 @@ replay from a recording.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+import structlog
 
 from specwatch import costmodel
 from specwatch.config import Config, RouteConfig
@@ -29,11 +31,21 @@ from specwatch.exposition import ExpositionError
 from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState
 from specwatch.verdict.bookkeeping import EvaluationContext, RouteLearning, window_point
 from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route, update_route_method
-from specwatch.verdict.grading import AdviceGrader, WindowSummary
+from specwatch.verdict.grading import AdviceGrader, WindowSummary, predicted_gain, summarize
 from specwatch.windows.derive import window_stats
 from specwatch.windows.window import RouteWindow, implausible
 
 __all__ = ["Pipeline"]
+
+log = structlog.get_logger("specwatch.readback")
+
+#: A restored curve is used once it predicts this process's first live step within this factor.
+RESTORED_CURVE_TOLERANCE = 1.5
+#: A restored curve's knots may be this far from the engine prior's step at the same tokens.
+RESTORED_CURVE_PRIOR_RATIO = 10.0
+#: ... and their ratios to the prior this far from each other: a learned curve is the prior's shape
+#: scaled by bin, never a plain step several times cheaper than the verify step it was read from.
+RESTORED_CURVE_SHAPE = 3.0
 
 #: The route-level counters State carries (RouteState.mirrored), each once the engine exports it.
 _MIRRORED = frozenset((Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED, Counter.GEN))
@@ -72,9 +84,13 @@ class _RouteRecord(RouteRecord, RouteLearning):
     fresh: bool = True  # a snapshot arrived since the last evaluation
     grader: AdviceGrader = field(default_factory=AdviceGrader)
     learned_until: float | None = None  # end of the last window given to the learner
-    # The previous pod's learned curve (read back at start): used until this process's own fits.
+    # The previous pod's learned curve (read back at start): used until this process's own fits,
+    # once it agrees with this process's first live step (restored_confirmed); dropped otherwise.
     restored_knots: tuple[tuple[float, float], ...] = ()
     restored_curve: learned.LearnedStepCurve | None = None
+    restored_confirmed: bool = False
+    # The previous pod's before-window, until this process's first measured window confirms it.
+    restored_before: WindowSummary | None = None
     # The series (engines) the window remembers, least recently seen first, and those of the last
     # snapshot: past MAX_ENGINES_PER_ROUTE the oldest gone ones are forgotten (_track_series).
     series_order: dict[str, None] = field(default_factory=dict)
@@ -116,6 +132,8 @@ class Pipeline(EvaluationContext):
 
         # What the previous pod exported (read back at start), for routes not seen yet (bounded).
         self._restored: dict[str, tuple[WindowSummary | None, tuple[tuple[float, float], ...]]] = {}
+        # Restored before-windows and curves dropped for disagreeing with the first live windows.
+        self.restore_disagreed = 0
         # Windows of the pipeline this one replaced (reload), by route: their mirrors continue.
         self._adopted: dict[str, tuple[str, RouteWindow, bool]] = {}  # route: (target, window, same series)
 
@@ -294,6 +312,7 @@ class Pipeline(EvaluationContext):
         windows = {name: (t, w, same) for name, (t, w, same) in old._adopted.items()}
         windows |= {name: (r.target, r.window, True) for name, r in old._routes.items()}
         self._restored |= old._restored
+        self.restore_disagreed += old.restore_disagreed
         for name, (target_name, window, same) in windows.items():
             target = self._targets.get(target_name)
             previous = old._targets.get(target_name)
@@ -330,7 +349,7 @@ class Pipeline(EvaluationContext):
             method = update_route_method(config, route, windows, self.schedule)  # this poll's class, before learning
             if windows:
                 route.engine_schema = (windows[0][3].engine, windows[0][3].schema)
-            cost_model = self._learn(route, now)
+            cost_model = self._learn(route, now, name)
             evaluations = evaluate_route(
                 config,
                 cost_model,
@@ -343,6 +362,8 @@ class Pipeline(EvaluationContext):
                 method=method,
             )
             route.evaluations = evaluations
+            if route.fresh and route.restored_before is not None:
+                self._check_restored_before(name, route, windows, cost_model)
             if route.fresh:
                 route.grader.observe(
                     now, [w[3] for w in windows], route.method, config.decision.min_drafts, cost_model, self.k_plan
@@ -359,7 +380,7 @@ class Pipeline(EvaluationContext):
             return self.cost_model
         return self.route_model(*route.engine_schema)
 
-    def _learn(self, route: _RouteRecord, now: float) -> costmodel.CostModel:
+    def _learn(self, route: _RouteRecord, now: float, name: str = "") -> costmodel.CostModel:
         """Give the learner the window since its last point and return the route's cost model:
         the learned curve once it has enough points, else the configured (prior) model."""
         settings = self.config.learning
@@ -377,9 +398,67 @@ class Pipeline(EvaluationContext):
                 route.learned_until = None  # the point lost its start (gap, restart): begin anew
             if view is not None:
                 if (obs := window_point(view, view.last.t)) is not None:
+                    if route.restored_knots and not route.restored_confirmed:
+                        self._check_restored_curve(name, route, obs)
                     route.learner.add(obs)
                 route.learned_until = view.last.t
         return self._learned_model(route)
+
+    def _check_restored_curve(self, name: str, route: _RouteRecord, obs: learned.StepObservation) -> None:
+        """The restored curve against the engine prior's magnitudes and this process's first live
+        step: used from now on when both agree, else dropped (counted, logged)."""
+        assert route.learner is not None
+        prior = route.learner.prior
+        curve = learned.LearnedStepCurve(prior=prior, knots=route.restored_knots, points=0.0, residual_ratio=math.nan)
+        ratios = [v / prior.base_step_time(n) for n, v in route.restored_knots]
+        predicted = learned.model_step_seconds(learned.learned_cost_model(prior, curve), obs, prior)
+        measured = obs.step_seconds
+        in_range = all(1 / RESTORED_CURVE_PRIOR_RATIO <= r <= RESTORED_CURVE_PRIOR_RATIO for r in ratios) and (
+            max(ratios) <= RESTORED_CURVE_SHAPE * min(ratios)
+        )
+        agrees = predicted > 0 and 1 / RESTORED_CURVE_TOLERANCE <= predicted / measured <= RESTORED_CURVE_TOLERANCE
+        if in_range and agrees:
+            route.restored_confirmed, route.restored_curve = True, curve
+            return
+        self.restore_disagreed += 1
+        route.restored_knots, route.restored_curve, route.learned_model = (), None, None
+        log.warning(
+            "readback_curve_dropped",
+            route=name,
+            predicted_step_seconds=round(predicted, 6),
+            measured_step_seconds=round(measured, 6),
+            reason="knots out of the prior's range or shape"
+            if not in_range
+            else "disagrees with the first live window",
+            action="the prior until this process's own curve fits",
+        )
+
+    def _check_restored_before(
+        self, name: str, route: _RouteRecord, windows: Sequence[WindowEntry], cost_model: costmodel.CostModel
+    ) -> None:
+        """The restored before-window against this process's first measured window: a gain of
+        more than K + 1 either way (predicted from it, or its ITL per token over the live one's,
+        with a factor 2 for the load) is no change of K or method; the window is then dropped."""
+        shortest = min(windows, key=lambda w: w[0])[3] if windows else None
+        live = summarize(shortest, route.method, self.config.decision.min_drafts) if shortest is not None else None
+        if live is None or route.restored_before is None:
+            return  # nothing measured yet: it stays pending
+        before, route.restored_before = route.restored_before, None
+        bound = max(before.draft_length, live.draft_length, 1.0) + 1.0
+        itl_ratio = before.itl_per_token_seconds / live.itl_per_token_seconds
+        predicted = predicted_gain(cost_model, before, live.draft_length)
+        if 1 / (2 * bound) <= itl_ratio <= 2 * bound and (predicted is None or 1 / bound <= predicted <= bound):
+            route.grader.restore(before)
+            return
+        self.restore_disagreed += 1
+        log.warning(
+            "readback_before_window_dropped",
+            route=name,
+            itl_ratio=round(itl_ratio, 6),
+            predicted_gain=round(predicted, 6) if predicted is not None else None,
+            reason="disagrees with the first live window",
+            action="this process's own before-windows only",
+        )
 
     def _learned_model(self, route: _RouteRecord) -> costmodel.CostModel:
         """The route's cost model now: over its learned curve, else (or with learning off) the
@@ -388,7 +467,7 @@ class Pipeline(EvaluationContext):
             return self._prior_model(route)
         learner = route.learner
         curve = learner.curve() if learner is not None else None
-        if curve is None and learner is not None and route.restored_knots:
+        if curve is None and learner is not None and route.restored_knots and route.restored_confirmed:
             if route.restored_curve is None or route.restored_curve.prior is not learner.prior:
                 route.restored_curve = learned.LearnedStepCurve(
                     prior=learner.prior, knots=route.restored_knots, points=0.0, residual_ratio=math.nan
@@ -405,11 +484,16 @@ class Pipeline(EvaluationContext):
         return out
 
     def cost_model_source(self) -> str:
-        """default | preset | profile | learned: what the verdicts rest on now."""
+        """default | preset | profile | learned | restored: what the verdicts rest on now (restored:
+        the previous pod's curve, read back and confirmed, until this process's own fits)."""
         if self.learning_enabled and any(
             r.learner is not None and r.learner.curve() is not None for r in self._routes.values()
         ):
             return "learned"
+        if self.learning_enabled and any(
+            r.learner is not None and r.restored_knots and r.restored_confirmed for r in self._routes.values()
+        ):
+            return "restored"
         return prior_source(self.config)
 
     def cost_model_baseline(self) -> str:
@@ -526,10 +610,12 @@ class Pipeline(EvaluationContext):
 
 
 def _restore_route(route: _RouteRecord, before: WindowSummary | None, knots: tuple[tuple[float, float], ...]) -> None:
+    """Pending until this process's first live windows confirm them (Pipeline._check_restored_*)."""
     if before is not None:
-        route.grader.restore(before)
+        route.restored_before = before
     if knots:
         route.restored_knots, route.restored_curve, route.learned_model = knots, None, None
+        route.restored_confirmed = False
 
 
 def _knots(learner: learned.StepTimeLearner | None) -> tuple[tuple[float, float], ...]:

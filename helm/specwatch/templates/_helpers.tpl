@@ -463,11 +463,14 @@ its exclusive cores under the static CPU manager.
 
 {{/*
 The container's resources: `resources`, except in fleet mode, where memory follows the fleet's size
-(64 MiB + 64 KiB per expected replica, docs/fleet.md) unless prometheus.resources is set.
+(64 MiB + 64 KiB per expected replica for the polls, docs/fleet.md, + 192 KiB per expected replica
+for the history read at start, fleet/history.py HISTORY_BYTES_PER_REPLICA, docs/kubernetes.md)
+unless prometheus.resources is set.
 */}}
 {{- define "specwatch.resources" -}}
 {{- if and (eq .Values.mode "prometheus") (not .Values.prometheus.resources) }}
-{{- $mib := add 64 (div (add (mul 64 (int .Values.prometheus.expectedReplicas)) 1023) 1024) }}
+{{- $historyKib := 192 }}
+{{- $mib := add 64 (div (add (mul (add 64 $historyKib) (int .Values.prometheus.expectedReplicas)) 1023) 1024) }}
 {{- $cpu := .Values.resources.limits.cpu | default "200m" }}
 requests:
   cpu: {{ $cpu | quote }}

@@ -59,7 +59,7 @@ def _breakeven(model: costmodel.CostModel, batch: float) -> float:
     return (model.spec_step_time(batch, K) / model.base_step_time(batch) - 1) / K
 
 
-def _answer(pod: str, batch: float, spec: bool, windows: float = 1.0) -> list[Sample]:
+def _answer(pod: str, batch: float, spec: bool, windows: float = 1.0, speed: float = 1.0) -> list[Sample]:
     """One replica's window answer (``windows`` 1m windows' worth) at ``batch``, K=3 when spec is on."""
     base = {"pod": pod, "engine": "0", "model_name": "llama"}
 
@@ -68,7 +68,7 @@ def _answer(pod: str, batch: float, spec: bool, windows: float = 1.0) -> list[Sa
 
     steps = STEPS * windows
     observations = steps * batch
-    seconds = TRUTH.spec_step_time(batch, K) if spec else TRUTH.base_step_time(batch)
+    seconds = (TRUTH.spec_step_time(batch, K) if spec else TRUTH.base_step_time(batch)) / speed
     out = [
         sample(promql.STEPS, steps),
         sample(promql.RUNNING_MEAN, batch),
@@ -89,14 +89,33 @@ def _answer(pod: str, batch: float, spec: bool, windows: float = 1.0) -> list[Sa
     return out
 
 
-def _run(evaluator: FleetEvaluator, replicas: dict[str, tuple[bool, tuple[float, ...]]], polls: int, t0: float = START):
-    """``polls`` one-minute polls; each replica cycles through its batches, spec on or off."""
+def _run(
+    evaluator: FleetEvaluator,
+    replicas: dict[str, tuple[bool, tuple[float, ...]]],
+    polls: int,
+    t0: float = START,
+    speeds: dict[str, float] | None = None,
+    last: list | None = None,
+):
+    """``polls`` one-minute polls; each replica cycles through its batches, spec on or off (``speeds``:
+    a replica on hardware that many times faster)."""
+    speeds = speeds or {}
     for n in range(polls):
         now = t0 + 60.0 * n
-        one = [s for pod, (spec, loads) in replicas.items() for s in _answer(pod, loads[n % len(loads)], spec)]
-        five = [s for pod, (spec, loads) in replicas.items() for s in _answer(pod, loads[n % len(loads)], spec, 5.0)]
+        one = [
+            s
+            for pod, (spec, loads) in replicas.items()
+            for s in _answer(pod, loads[n % len(loads)], spec, speed=speeds.get(pod, 1.0))
+        ]
+        five = [
+            s
+            for pod, (spec, loads) in replicas.items()
+            for s in _answer(pod, loads[n % len(loads)], spec, 5.0, speed=speeds.get(pod, 1.0))
+        ]
         fresh = [Sample({"pod": pod}, now - 5) for pod in replicas]
-        evaluator.evaluate(now, {"1m": one, "5m": five}, fresh)
+        results = evaluator.evaluate(now, {"1m": one, "5m": five}, fresh)
+        if last is not None:
+            last[:] = results
     return now
 
 
@@ -209,3 +228,29 @@ def test_the_status_assumptions_name_each_replicas_learned_source_and_whether_th
             assert (entry["model_log_error"] >= prior_error) is keeps_split
         else:
             assert entry["sampling_log_error"] == {}
+
+
+@pytest.mark.parametrize("speed", [2.5, 1 / 2.5], ids=["canary 2.5x faster", "canary 2.5x slower"])
+def test_a_canary_on_other_hardware_is_not_the_routes_baseline_and_the_verdict_stays_keep(speed):
+    evaluator, results = FleetEvaluator(_config()), []
+    _run(evaluator, SPEC_ON | CANARY, 12, speeds={"canary-0": speed}, last=results)
+    (route,) = evaluator.state().cost_models
+    assert (route.baseline, route.canaries, route.baseline_points) == ("none", 0, 0)
+    assert evaluator.learning.unlike_canaries > 0
+    spec_on = [e for replica, e in results if dict(replica)["pod"] in SPEC_ON and e.verdict is not None]
+    assert spec_on
+    for e in spec_on:
+        assert e.verdict != "disable"
+        lower, upper = e.value("expected_speedup_lower"), e.value("expected_speedup_upper")
+        if lower is not None and upper is not None:
+            assert upper > lower, "never a zero-width interval"
+
+
+def test_a_like_for_like_canary_never_gives_a_zero_width_interval():
+    evaluator = FleetEvaluator(_config())
+    _run(evaluator, SPEC_ON | CANARY, 12)
+    model = evaluator.learning.cost_model_for("llama")
+    assert model.profile is not None and model.profile.spec_scale is not None  # split measured
+    assert uncertainty.model_log_error(model, 8.0) >= uncertainty.MIN_MEASURED_LOG_ERROR
+    interval = uncertainty.speedup_interval(model, 1.2, k=K, alpha=ALPHA, coverage=1.0, drafts=None, confidence=0.9)
+    assert interval.upper / interval.lower > 1.1

@@ -53,14 +53,20 @@ def test_history_lookback_0s_reads_nothing_and_says_so():
     assert b"specwatch_history_steps 0.0" in service.published.metrics
 
 
-def test_the_evaluator_rebuilt_after_a_poll_loop_bug_reads_the_history_again():
+def test_a_poll_loop_bug_that_recurs_rereads_the_history_at_most_once_an_hour():
     service = Service(_fleet(f"http://127.0.0.1:{free_port()}"), clock=lambda: 1e9)
     service.poll_once()
     assert service.history_errors["connect"] == 1
+    for _ in range(8):  # one malformed live sample, every poll: no re-read storm
+        service._recover(RuntimeError("a bug in a live poll"))
+        service.poll_once()
+    assert service.history_errors["connect"] == 1, "read once, not once per recovered poll"
+    assert service._history_read_at is not None
+    service._history_read_at -= service_module.HISTORY_REREAD_SECONDS  # an hour later
     service._recover(RuntimeError("a bug in a live poll"))
     assert service.history is None, "the new evaluator has read nothing yet"
     service.poll_once()
-    assert service.history_errors["connect"] == 2, "its learners get the history too"
+    assert service.history_errors["connect"] == 2, "its learners get the history again"
     assert service.history is not None and service.history.error == "connect"
 
 

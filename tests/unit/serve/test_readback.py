@@ -214,3 +214,30 @@ def test_a_sidecar_that_started_on_a_bad_config_reads_back_once_a_good_one_arriv
 def test_a_restored_window_carries_the_time_prometheus_last_stored_it():
     old, _ = run_pod(4, 300.0)
     assert restored_from_series(as_stored(old, 1234.5, pod="vllm-old")).before_windows["chat"].t == 1234.5
+
+
+def test_a_sample_stamped_in_the_future_or_before_the_lookback_never_beats_the_previous_pod():
+    old, _ = run_pod(4, 300.0)
+    real = as_stored(old, 1000.0, pod="vllm-old")
+    forged = [
+        Series(
+            {**s.labels, "pod": "forged"}, ((at, 2 * s.points[0][1] if s.labels.get("quantity") else s.points[0][1]),)
+        )
+        for at in (5000.0, float("inf"), 1.0)
+        for s in real
+    ]
+    restored = restored_from_series(forged + real, now=1200.0, lookback=600.0)
+    assert restored.before_windows["chat"].t == 1000.0
+    assert restored.before_windows["chat"].draft_length == pytest.approx(4.0, abs=0.01)
+    assert restored.rejected == 3 * len(real)
+
+
+def test_a_before_window_with_magnitudes_no_server_has_is_not_restored():
+    old, _ = run_pod(4, 300.0)
+    real = as_stored(old, 1000.0, pod="vllm-old")
+    slow = [
+        Series(s.labels, ((1000.0, 1e3 if s.labels.get("quantity") == "itl_per_token_seconds" else s.points[0][1]),))
+        for s in real
+    ]
+    restored = restored_from_series(slow, now=1200.0, lookback=600.0)
+    assert "chat" not in restored.before_windows and restored.rejected == 1
