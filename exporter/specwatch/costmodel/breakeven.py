@@ -220,13 +220,13 @@ def recommend_schedule(
     p = tuple(position_rates)
     cache: dict[int, int] = {}
 
-    def floor(b: float) -> float:
+    def zero_band(b: float) -> float:
         return zero_band_speedup(b) if callable(zero_band_speedup) else zero_band_speedup
 
     def best(b: int) -> int:
         k = cache.get(b)
         if k is None:
-            k = cache[b] = best_draft_length(cm, b, p, floor(b), coverage)
+            k = cache[b] = best_draft_length(cm, b, p, zero_band(b), coverage)
         return k
 
     top = int(max_batch)
@@ -234,7 +234,7 @@ def recommend_schedule(
     if live_batch is not None:
         # The live batch's band gets the best K' at the measured (fractional) batch itself.
         live = max(float(live_batch), 1.0)
-        cache[anchor] = best_draft_length(cm, live, p, floor(live), coverage)
+        cache[anchor] = best_draft_length(cm, live, p, zero_band(live), coverage)
 
     # best K' falls with batch (verification cost rises), so evaluate the ends of a range and
     # split it only where they differ: O(bands · log max_batch) evaluations instead of max_batch.
