@@ -24,6 +24,7 @@ def render(manifest: str, *args: str, env: dict | None = None) -> subprocess.Com
     need_kubectl()
     return subprocess.run(
         [str(POST_RENDERER), *args],
+        check=False,
         input=manifest,
         capture_output=True,
         text=True,
@@ -88,7 +89,9 @@ def test_canary_is_one_spec_off_replica_labelled_for_fleet_mode_beside_the_untou
     assert label.items() <= canary["spec"]["template"]["metadata"]["labels"].items()
     assert canary["spec"]["template"]["metadata"]["annotations"]["specwatch.dev/canary-of"] == name
     # the original's selector still matches the canary's pods (same Service, same traffic share)
-    assert original["spec"]["selector"]["matchLabels"].items() <= canary["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        original["spec"]["selector"]["matchLabels"].items() <= canary["spec"]["template"]["metadata"]["labels"].items()
+    )
     pod = canary["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["containers"]] == ["vllm"], "no sidecar: it would raise SpecDecodeMetricsMissing"
     assert not {"specwatch-config", "specwatch-tmp"} & {v["name"] for v in pod.get("volumes", [])}

@@ -58,6 +58,26 @@ def without_flag(words: list[str]) -> tuple[list[str], int]:
     return out, removed
 
 
+def spec_off(pod: dict) -> int:
+    """The pod spec without the sidecar and the flag; how many flags were removed."""
+    removed = 0
+    for field in ("containers", "initContainers"):
+        kept = []
+        for container in pod.get(field) or []:
+            if container.get("name") == SIDECAR:
+                continue
+            for key in ("command", "args"):
+                if isinstance(container.get(key), list):
+                    container[key], n = without_flag(container[key])
+                    removed += n
+            kept.append(container)
+        if field in pod:
+            pod[field] = kept
+    if "volumes" in pod:
+        pod["volumes"] = [v for v in pod["volumes"] if v.get("name") not in SIDECAR_VOLUMES]
+    return removed
+
+
 def canary(deployment: dict, suffix: str) -> dict:
     name = deployment.get("metadata", {}).get("name", "")
     if deployment.get("kind") != "Deployment" or not name:
@@ -79,21 +99,7 @@ def canary(deployment: dict, suffix: str) -> dict:
     template.setdefault("metadata", {}).setdefault("labels", {})[LABEL] = VALUE
     template["metadata"].setdefault("annotations", {})[SOURCE] = name
     pod = template.setdefault("spec", {})
-    removed = 0
-    for field in ("containers", "initContainers"):
-        kept = []
-        for container in pod.get(field) or []:
-            if container.get("name") == SIDECAR:
-                continue
-            for key in ("command", "args"):
-                if isinstance(container.get(key), list):
-                    container[key], n = without_flag(container[key])
-                    removed += n
-            kept.append(container)
-        if field in pod:
-            pod[field] = kept
-    if "volumes" in pod:
-        pod["volumes"] = [v for v in pod["volumes"] if v.get("name") not in SIDECAR_VOLUMES]
+    removed = spec_off(pod)
     if not removed:
         raise CanaryError(
             f"Deployment {name}: no --speculative-config in a container's command or args list "
