@@ -87,4 +87,4 @@ def test_dockerfile_installs_only_the_hashed_lock_offline_and_removes_pip():
     assert re.search(r'rm -rf "\$site"/pip ', runtime) and "ensurepip" in runtime
     assert 'python -c "import pip"' in runtime, "the build fails if pip survived"
     assert "COPY requirements.lock" in text
-    assert not re.search(r"pip install [^&]*(?<!-)(-r )?(?:prometheus|requests|pyyaml|structlog)", runtime)
+    assert not re.search(r"pip install [^&]*(?<!-)(-r )?(?:certifi|prometheus|pyyaml|structlog)", runtime)
