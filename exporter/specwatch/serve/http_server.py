@@ -15,7 +15,8 @@ exhaust its memory nor lock a scraper or the kubelet's probes out:
   the one that has waited longest without a complete request, so a holder of every slot cannot
   lock anybody out: a real request completes in a millisecond, an attacker's never does;
 - only a complete head is handed to the handler (http.server's parser and limits, through a
-  buffer), which runs in the loop: serving a published view is a few tens of microseconds;
+  buffer), which runs in the loop: serving a published view is a few tens of microseconds (the first read
+  of a view's page, status or /metrics renders it once: a few ms);
 - the response is written non-blocking from the published bytes themselves (no copy per
   connection) with a deadline (WRITE_TIMEOUT); while it is pending nothing more is read, so a
   pipelining client that never reads holds at most one response and one head;

@@ -1,8 +1,9 @@
 """`specwatch run`: the Service that owns the poll loop, the config it runs, and the HTTP server.
 
 The poller is the only writer: each tick it polls every target, feeds the Pipeline, evaluates,
-renders /metrics once, and swaps one immutable published view (http_server.Published, its JSON
-status from status.py). HTTP handlers (http_server.py) only read that view, so a scrape does no
+collects the /metrics families, records the page's history point, and swaps one immutable published
+view (http_server.Published). Its page, status JSON (status.py) and /metrics bytes are rendered on
+their first read and kept until the next poll: nothing is drawn for a view nobody reads. HTTP handlers (http_server.py) only read that view, so a scrape does no
 I/O towards vLLM and takes no lock. Target, schema and verdict changes are logged once each
 (change_log.py), not once per poll.
 
