@@ -4,8 +4,8 @@ scraper (scrape.py, vLLM's /metrics) and fleet mode's query client (promsource.p
 - plain `http.client` on a connection opened and owned here: no proxy from the environment can
   capture a request, and no redirect is followed (the callers refuse a 3xx);
 - a whole-request deadline: a socket timeout bounds each read, not the request, so a server
-  dripping a byte every 0.1 s would hold a request forever. A watchdog thread shuts the socket down
-  at the deadline, so whatever read is blocked (connect, headers, body) returns at once; the body
+  dripping a byte every 0.1 s would hold a request forever. One watchdog thread for the process
+  (WATCHDOG, started on first use; no thread per request) shuts the socket down at the deadline, so whatever read is blocked (connect, headers, body) returns at once; the body
   loop also checks the deadline per chunk and shrinks the socket timeout to the time left. Only
   public interfaces of the standard library are used (`socket.shutdown`, `HTTPConnection.sock`,
   `HTTPResponse.read1`), so an upgrade cannot silently disable the guard (tests/test_scrape.py,
@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import heapq
 import http.client
+import itertools
 import select
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from urllib.parse import unquote, urlsplit
 
 CHUNK = 64 * 1024
@@ -82,6 +84,57 @@ def dropped(sock: socket.socket) -> bool:
     return bool(readable)
 
 
+class Watchdog:
+    """One daemon thread that calls each armed function at its deadline unless it was disarmed
+    first: the whole-request deadline of every connection of the process, without a thread (or a
+    threading.Timer) per request. Disarmed entries are dropped when they come due. The functions
+    must be quick and must not arm or disarm (a socket shutdown: DeadlineConnection._cut)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, list[Callable[[], None] | None]]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, when: float, fn: Callable[[], None]) -> list[Callable[[], None] | None]:
+        """Call fn at monotonic time `when`; the returned token disarms it (disarm)."""
+        token: list[Callable[[], None] | None] = [fn]
+        with self._cond:
+            heapq.heappush(self._due, (when, next(self._seq), token))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="specwatch-deadlines", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return token
+
+    def disarm(self, token: list[Callable[[], None] | None]) -> None:
+        """After this returns the function has run or never will (it runs under the same lock)."""
+        with self._cond:
+            token[0] = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._due and self._due[0][2][0] is None:
+                    heapq.heappop(self._due)  # disarmed
+                if not self._due:
+                    self._cond.wait()
+                    continue
+                when, _, token = self._due[0]
+                left = when - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                heapq.heappop(self._due)
+                fn, token[0] = token[0], None
+                if fn is not None:  # under the lock: a disarm never races a late call
+                    with contextlib.suppress(Exception):
+                        fn()
+
+
+WATCHDOG = Watchdog()
+
+
 class DeadlineConnection:
     """One connection to the host of `url`, kept alive between requests, one request at a time.
     `error` is the caller's TransferError subclass, raised for every failure here."""
@@ -120,10 +173,8 @@ class DeadlineConnection:
         completed in time."""
         with self._lock:
             self._expired = False
-        watchdog = threading.Timer(timeout, self._cut)
-        watchdog.daemon = True
         deadline = time.monotonic() + timeout
-        watchdog.start()
+        watchdog = WATCHDOG.arm(deadline, self._cut)
         completed = False
         try:
             yield deadline
@@ -133,7 +184,7 @@ class DeadlineConnection:
                 raise type(exc)("timeout", f"whole-request deadline of {timeout:g}s passed") from None
             raise
         finally:
-            watchdog.cancel()
+            WATCHDOG.disarm(watchdog)
             if not completed or self._expired:
                 self.close()  # a connection in an unknown state is never reused
 

@@ -47,6 +47,37 @@ SUBCOMMAND_MODULES = (
 )
 CORE_COMMANDS = ("run", "check-config", "record", "replay")
 
+# The subcommands SUBCOMMAND_MODULES add, in their order, with the modules each needs and its help:
+# `specwatch --help` (and a mistyped command) lists them from here without importing the simulator,
+# the lesson or backtest; a command imports only its own modules. Checked against what the modules
+# register by tests/unit/cli/test_lazy_commands.py.
+PLUGIN_COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "breakeven": (("specwatch.lesson", "specwatch.cli.breakeven"), "break-even acceptance rate vs batch size"),
+    "simulate": (("specwatch.lesson",), "the lesson's toy speculative decode simulator"),
+    "plan": (("specwatch.lesson",), "staged rollout plan (markdown)"),
+    "memory": (("specwatch.lesson",), "memory of an EAGLE-3 head vs a classic draft model"),
+    "sim": (
+        ("specwatch.sim",),
+        "run the simulated vLLM (serve /metrics on loopback, or --record a JSONL recording)",
+    ),
+    "demo": (("specwatch.cli.demo",), "run the built-in simulated vLLM and the sidecar, and print a live table"),
+    "backtest": (
+        ("specwatch.fleet.backtest",),
+        "evaluate history from Prometheus (fleet mode) at start + n*step; JSON lines",
+    ),
+}
+
+
+def modules_for(command: str | None) -> tuple[tuple[str, ...], bool]:
+    """The subcommand modules to import for `command`, and whether the others are listed from
+    PLUGIN_COMMANDS instead (no command, or one that is not known: help and the error list them)."""
+    if command in CORE_COMMANDS:
+        return (), False
+    if command in PLUGIN_COMMANDS:
+        return PLUGIN_COMMANDS[command][0], False
+    return (), True
+
+
 # SIGHUPs that arrived before `specwatch run`'s service installed its own handler. The default
 # action of SIGHUP is to terminate, so `run` installs this one first thing in main(), before any
 # slow import or config load (this module imports the config package lazily for that reason); the
@@ -191,7 +222,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argparse.ArgumentParser:
+def build_parser(
+    subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES, *, listed: bool = False
+) -> argparse.ArgumentParser:
+    """listed: add PLUGIN_COMMANDS as named entries with their help only (for `--help`)."""
     parser = CliParser(
         prog="specwatch",
         description=(
@@ -262,6 +296,10 @@ def build_parser(subcommand_modules: Sequence[str] = SUBCOMMAND_MODULES) -> argp
 
     for name in subcommand_modules:
         importlib.import_module(name).add_parsers(sub)
+    if listed:
+        for command, (_, text) in PLUGIN_COMMANDS.items():
+            if command not in sub.choices:
+                sub.add_parser(command, help=text)
     return parser
 
 
@@ -309,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _install_early_sighup()  # before anything slow: a SIGHUP must never kill a starting sidecar
     from specwatch.config import ConfigError
 
-    parser = build_parser(() if _command(words) in CORE_COMMANDS else SUBCOMMAND_MODULES)
+    modules, listed = modules_for(_command(words))
+    parser = build_parser(modules, listed=listed)
     args = parser.parse_args(negative_values_attached(words))
     command = subparser_for(parser, args.command)
     try:

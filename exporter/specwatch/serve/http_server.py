@@ -15,7 +15,8 @@ exhaust its memory nor lock a scraper or the kubelet's probes out:
   the one that has waited longest without a complete request, so a holder of every slot cannot
   lock anybody out: a real request completes in a millisecond, an attacker's never does;
 - only a complete head is handed to the handler (http.server's parser and limits, through a
-  buffer), which runs in the loop: serving a published view is a few tens of microseconds;
+  buffer), which runs in the loop: serving a published view is a few tens of microseconds (the first read
+  of a view's page, status or /metrics renders it once: a few ms);
 - the response is written non-blocking from the published bytes themselves (no copy per
   connection) with a deadline (WRITE_TIMEOUT); while it is pending nothing more is read, so a
   pipelining client that never reads holds at most one response and one head;
@@ -54,11 +55,13 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
 
 from specwatch import __version__
 from specwatch.config import Config
@@ -107,17 +110,63 @@ def advertised_idle_timeout(head_timeout: float) -> int | None:
     return seconds if seconds >= 1 else None
 
 
+class Rendered:
+    """Bytes rendered on their first read and kept: one render per published view at most, and
+    none for a view nobody reads (the page, the status document, /metrics in each format). The
+    render runs in the reader's thread (the HTTP loop), once, under a lock."""
+
+    __slots__ = ("_lock", "_render", "_value")
+
+    def __init__(self, render: Callable[[], bytes] | bytes):
+        self._lock = threading.Lock()
+        self._value: bytes | None = render if isinstance(render, bytes) else None
+        self._render: Callable[[], bytes] | None = None if isinstance(render, bytes) else render
+
+    @property
+    def rendered(self) -> bool:
+        return self._value is not None
+
+    def get(self) -> bytes:
+        value = self._value
+        if value is None:
+            with self._lock:
+                if self._value is None:
+                    render, self._render = self._render, None
+                    self._value = render() if render is not None else b""
+                value = self._value
+        return value
+
+
 @dataclass(frozen=True)
 class Published:
-    """One poll's result as served: swapped whole by the poller, only read by the handlers."""
+    """One poll's result as served: swapped whole by the poller, only read by the handlers. The
+    page, the status document and /metrics are rendered on their first read (Rendered) and kept
+    until the next poll publishes a new view."""
 
     state: State
-    metrics: bytes
-    status: bytes
+    rendered_metrics: Rendered
+    rendered_status: Rendered
     ready: bool
     last_tick: float  # monotonic time of the last loop tick (liveness)
-    page: bytes = b""  # `/` (export/page.py), rendered once per poll; empty: the static LANDING
-    not_ready: bytes = b"starting\n"  # /readyz's body while not ready: starting, or the config error
+    rendered_page: Rendered  # `/` (export/page.py); empty: the static LANDING
+    not_ready: bytes  # /readyz's body while not ready: starting, or the config error
+    rendered_openmetrics: Rendered  # /metrics when OpenMetrics is asked for
+
+    @property
+    def metrics(self) -> bytes:
+        return self.rendered_metrics.get()
+
+    @property
+    def openmetrics(self) -> bytes:
+        return self.rendered_openmetrics.get()
+
+    @property
+    def status(self) -> bytes:
+        return self.rendered_status.get()
+
+    @property
+    def page(self) -> bytes:
+        return self.rendered_page.get()
 
 
 class PublishedView(Protocol):
@@ -456,6 +505,18 @@ class CappedHTTPServer:
                 self._close(conn)
 
 
+def wants_openmetrics(accept: str) -> bool:
+    """Whether an Accept header asks for OpenMetrics (`application/openmetrics-text`, any version,
+    not refused with q=0), as prometheus_client's own choose_encoder negotiates; else the text format."""
+    for accepted in accept.split(","):
+        media, *params = (part.strip() for part in accepted.split(";"))
+        if media.lower() == "application/openmetrics-text":
+            refused = any(p.replace(" ", "").lower() in ("q=0", "q=0.0", "q=0.00", "q=0.000") for p in params)
+            if not refused:
+                return True
+    return False
+
+
 LANDING = b"""<!doctype html><html><head><title>specwatch</title></head><body>
 <h1>specwatch</h1><p>Is vLLM's speculative decoding paying for itself at the live batch size?</p>
 <ul><li><a href="/metrics">/metrics</a> (Prometheus)</li><li><a href="/api/v1/status">/api/v1/status</a> (JSON)</li>
@@ -501,7 +562,10 @@ def handler_for(service: PublishedView) -> type[BufferedRequestHandler]:
             path = self.path.split("?", 1)[0]  # query strings are ignored: nothing can change what is polled
             published = service.published
             if path == "/metrics":
-                self._send(200, published.metrics, CONTENT_TYPE_LATEST)
+                if wants_openmetrics(self.headers.get("Accept", "")):
+                    self._send(200, published.openmetrics, OPENMETRICS_CONTENT_TYPE)
+                else:
+                    self._send(200, published.metrics, CONTENT_TYPE_LATEST)
             elif path == "/api/v1/status":
                 self._send(200, published.status, "application/json")
             elif path == "/healthz":

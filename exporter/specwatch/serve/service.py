@@ -1,8 +1,9 @@
 """`specwatch run`: the Service that owns the poll loop, the config it runs, and the HTTP server.
 
 The poller is the only writer: each tick it polls every target, feeds the Pipeline, evaluates,
-renders /metrics once, and swaps one immutable published view (http_server.Published, its JSON
-status from status.py). HTTP handlers (http_server.py) only read that view, so a scrape does no
+collects the /metrics families, records the page's history point, and swaps one immutable published
+view (http_server.Published). Its page, status JSON (status.py) and /metrics bytes are rendered on
+their first read and kept until the next poll: nothing is drawn for a view nobody reads. HTTP handlers (http_server.py) only read that view, so a scrape does no
 I/O towards vLLM and takes no lock. Target, schema and verdict changes are logged once each
 (change_log.py), not once per poll.
 
@@ -28,13 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import structlog
-from prometheus_client import generate_latest
+from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
 from specwatch.config import Config, ConfigError
-from specwatch.export import contract
+from specwatch.export import contract, metrics_text
 from specwatch.export.collector import SpecwatchCollector
 from specwatch.export.fleet_collector import FleetCollector
 from specwatch.export.history import PageHistory
@@ -45,7 +46,7 @@ from specwatch.fleet.history import DEADLINE, HISTORY_ERROR_REASONS, read_histor
 from specwatch.fleet.state import HistoryRead
 from specwatch.serve.change_log import ChangeLog
 from specwatch.serve.drain import Drain
-from specwatch.serve.http_server import CappedHTTPServer, Published, handler_for
+from specwatch.serve.http_server import CappedHTTPServer, Published, Rendered, handler_for
 from specwatch.serve.readback import Readback, readback_collector
 from specwatch.serve.reload import ConfigSource, ReloadCollector, ReloadStatus, warn_about_alert_window
 from specwatch.serve.start_read import StartRead, StartReadCollector
@@ -127,6 +128,14 @@ class Service:
         self._rendering_state: State = self.pipeline.state()
         self._rendering_fleet: FleetState | None = None
         self._changes = ChangeLog()
+        # The page's history is written by the poll thread and read by a page render (the HTTP
+        # thread) under this lock; the generation says whether a render's view is still the newest.
+        self._page_lock = threading.Lock()
+        self._page_generation = 0
+        # prometheus_client's process_* and python_info, rendered after the sidecar's families.
+        self.self_registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.self_registry)
+        PlatformCollector(registry=self.self_registry)
         self.page_history = PageHistory()  # the page's last hour per route-window (bounded)
         self.published = self._publish(ready=False)
         self.httpd: CappedHTTPServer | None = None
@@ -367,25 +376,84 @@ class Service:
         return self.history_errors, self.history.steps if self.history is not None else None
 
     def _publish(self, *, ready: bool) -> Published:
+        """Swap in (and return) this poll's view. The page's history is recorded here (one point per
+        route-window, cheap); the /metrics families are collected here, so they hold this poll's
+        values; their bytes, the status document and the page are rendered on their first read
+        (Rendered), at most once per view, and not at all for a view nobody reads."""
         state = self.pipeline.state()
         self._rendering_state = state
         fleet = self.fleet.evaluator.state() if self.fleet is not None else None
         if fleet is not None and self.history is not None:
             fleet = replace(fleet, history=self.history)
         self._rendering_fleet = fleet
-        metrics = generate_latest(self.registry)
-        status = encode_status(state, fleet, self.config)
+        families = metrics_text.collect(self.registry)
+        config = self.config
         error = self.reload_status.error if not self.active else None
         not_ready = f"config error: {error}\n".encode() if error else b"starting\n"
-        return Published(state, metrics, status, ready, time.monotonic(), self._render_page(state, fleet), not_ready)
+        with self._page_lock:
+            recorded = self._record_page(state, fleet)
+            self._page_generation += 1
+            page = self._page_renderer(
+                state, fleet, config, self.reload_status.error, self.active, time.time(), self._page_generation
+            )
+            published = Published(
+                state,
+                Rendered(lambda: metrics_text.render_text(families, self._self_families())),
+                Rendered(lambda: encode_status(state, fleet, config)),
+                ready,
+                time.monotonic(),
+                Rendered(page) if recorded else Rendered(b""),
+                not_ready,
+                Rendered(lambda: metrics_text.render_openmetrics(families, self._self_families())),
+            )
+            self.published = published
+        return published
 
-    def _render_page(self, state: State, fleet: FleetState | None) -> bytes:
-        """`/`, once per publish (never per request). A bug in the page must not cost the poll its
-        windows (_recover): it is logged once and `/` falls back to the static landing page."""
+    def _self_families(self) -> list[Metric]:
+        """process_* and python_info (prometheus_client's own collectors), read when /metrics is
+        rendered: the process's memory and CPU against its limits (issue #37)."""
+        return metrics_text.collect(self.self_registry)
+
+    def _record_page(self, state: State, fleet: FleetState | None) -> bool:
+        """The page's history point for this view. A bug in it must not cost the poll its windows
+        (_recover): it is logged once and `/` falls back to the static landing page."""
         try:
             self.page_history.record(state, fleet)
-            error = self.reload_status.error
-            return render_page(state, fleet, self.config, self.page_history, config_error=error, polling=self.active)
+        except Exception as exc:  # logged below: the page is an extra, /metrics and the verdicts go on
+            if self._changes.changed(("page_failed",), repr(exc)[:200]):
+                log.exception("page_render_failed")
+            return False
+        return True
+
+    def _page_renderer(
+        self,
+        state: State,
+        fleet: FleetState | None,
+        config: Config,
+        error: str | None,
+        polling: bool,
+        wall: float,
+        generation: int,
+    ) -> Callable[[], bytes]:
+        """`/` for one view, rendered on its first request (in the HTTP thread) under the page lock,
+        against the history as it was when the view was published. A request that reaches a view
+        after the poller has published a newer one (the history has moved on) gets the newer page."""
+
+        def render() -> bytes:
+            with self._page_lock:
+                if generation == self._page_generation:
+                    return self._render_page(state, fleet, config, error, polling, wall)
+            return self.published.page
+
+        return render
+
+    def _render_page(
+        self, state: State, fleet: FleetState | None, config: Config, error: str | None, polling: bool, wall: float
+    ) -> bytes:
+        """`/` for one view. A bug in the page is logged once and `/` falls back to the static
+        landing page."""
+        try:
+            return render_page(state, fleet, config, self.page_history, now=wall, config_error=error, polling=polling)
         except Exception as exc:  # logged below: the page is an extra, /metrics and the verdicts go on
             if self._changes.changed(("page_failed",), repr(exc)[:200]):
                 log.exception("page_render_failed")

@@ -207,3 +207,19 @@ def test_an_oversized_request_head_is_refused_with_the_security_headers_too(fron
     assert head.startswith("HTTP/1.1 414")
     assert "\r\nX-Content-Type-Options: nosniff\r\n" in head
     assert "\r\nContent-Security-Policy: default-src 'none';" in head
+
+
+def test_openmetrics_is_served_when_the_accept_header_asks_for_it(front):
+    from specwatch.serve.http_server import wants_openmetrics
+
+    prometheus = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+    assert wants_openmetrics(prometheus) and wants_openmetrics("application/OpenMetrics-Text")
+    assert not wants_openmetrics("") and not wants_openmetrics("text/plain;version=0.0.4")
+    assert not wants_openmetrics("application/openmetrics-text;q=0")
+    with connect(front) as sock:
+        status, headers = exchange(
+            sock, b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: " + prometheus.encode() + b"\r\n\r\n"
+        )
+        assert status.endswith(b"200 OK") and headers["content-type"].startswith("application/openmetrics-text")
+        status, headers = exchange(sock, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert headers["content-type"].startswith("text/plain")

@@ -127,3 +127,33 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_failed_
         time.sleep(0.05)  # the server's close reaches the client
     scraper.close()
     assert len({address for address, _ in seen}) == 3
+
+
+def test_scrapes_start_no_thread_each_one_deadline_thread_serves_them_all(keepalive_server):
+    httpd, _ = keepalive_server
+    scraper = Scraper(f"http://127.0.0.1:{httpd.server_address[1]}/metrics", timeout=2, max_bytes=1 << 20)
+    try:
+        scraper.fetch()  # the process's deadline thread starts on first use (and the server's for the connection)
+        before = {t.ident for t in threading.enumerate()}
+        for _ in range(20):
+            scraper.fetch()
+        started = {t.name for t in threading.enumerate() if t.ident not in before}
+        assert started == set()
+        assert sum(t.name == "specwatch-deadlines" for t in threading.enumerate()) == 1
+    finally:
+        scraper.close()
+
+
+def test_the_watchdog_calls_what_is_due_and_never_what_was_disarmed():
+    from specwatch.base.httpconn import Watchdog
+
+    watchdog, called = Watchdog(), []
+    kept = watchdog.arm(time.monotonic() + 0.05, lambda: called.append("due"))
+    dropped = watchdog.arm(time.monotonic() + 0.02, lambda: called.append("disarmed"))
+    watchdog.disarm(dropped)
+    deadline = time.monotonic() + 5
+    while not called and time.monotonic() < deadline:
+        time.sleep(0.01)
+    watchdog.disarm(kept)  # after it ran: nothing happens
+    time.sleep(0.05)
+    assert called == ["due"]
