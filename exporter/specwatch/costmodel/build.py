@@ -8,7 +8,6 @@ them get the same numbers for the same inputs. Bad inputs raise CostModelError n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 from specwatch.costmodel.draft import draft_cost_for
 from specwatch.costmodel.engine_priors import prior_for
@@ -96,10 +95,9 @@ def build_cost_model(
         except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
             raise CostModelError("draft.model", str(exc)) from exc
     draft = draft_cost_for(draft_method, spec, draft_cost_per_token, draft_k, draft_model=drafter)
-    prior = prior_for(engine, engine_version)
-    if draft.fixed_seconds > 0:  # only a draft head pays a fixed cost per drafting pass
-        draft = replace(draft, fixed_seconds=prior.draft_fixed_seconds)
-    return CostModel(
+    # Built with the generic fixed costs (the model's defaults), then given the engine's prior the
+    # one way every caller gives it (CostModel.with_prior: the per-pass cost only for a draft head).
+    generic = CostModel(
         hardware=hw,
         model=spec,
         dtype=dtype,
@@ -110,10 +108,6 @@ def build_cost_model(
         context_tokens=float(context_tokens),
         draft=draft,
         profile=profile,
-        verify_overhead_seconds=prior.verify_overhead_seconds,
-        verify_seconds_per_request=prior.verify_seconds_per_request,
-        calibration_log_error=prior.log_error,
-        calibration_batch_range=prior.batch_range,
-        prior_name=prior.engine,
         setup_assumed=setup_assumed,
     )
+    return generic.with_prior(prior_for(engine, engine_version))
