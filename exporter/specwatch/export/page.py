@@ -43,6 +43,7 @@ from typing import Any
 
 from specwatch import __version__
 from specwatch.config import Config
+from specwatch.costmodel import MAX_BATCH_LIMIT
 from specwatch.engines.advice import VLLM_ENGINES
 from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.export.assumptions import sidecar_assumptions
@@ -89,7 +90,7 @@ ANSWERS = {
     "shorten": "pays only with a shorter draft",
     "disable": "not paying: turn it off",
     "spec_off": "speculation is off",
-    "insufficient_data": "not enough drafts yet",
+    "insufficient_data": "no verdict yet: too few drafts in the window, or an input missing",
     "undecided": "the data cannot decide: measure",
 }
 
@@ -369,7 +370,7 @@ def windows_table(
             + td(breakeven)
             + td(num(record["acceptance_margin"], "+.3f"))
             + td(num(record["batch_size"], ".1f"))
-            + td(num(record["max_speculative_batch_size"], ".0f"))
+            + td(_max_batch_text(record["max_speculative_batch_size"]))
             + td(speedup)
             + td(ms(record["itl_p50_seconds"]))
             + td(ms(record["itl_p99_seconds"]))
@@ -451,11 +452,21 @@ def _headline(evaluations: Sequence[RouteEvaluation], window: str) -> RouteEvalu
     return next((e for e in evaluations if e.stats.window == window), evaluations[0] if evaluations else None)
 
 
+def _max_batch_text(value: float | None) -> str:
+    """The largest batch at which alpha still pays; at the search's cap it is a bound, not a value."""
+    if _finite(value) is not None and value is not None and value >= MAX_BATCH_LIMIT:
+        return f"≥ {MAX_BATCH_LIMIT} <span class=small>(search cap)</span>"
+    return num(value, ".0f")
+
+
 def answer_line(e: RouteEvaluation | None) -> str:
     """The one-line answer for a route, in its headline window."""
     if e is None:
         return f"{badge(None)} no window evaluated yet"
     words = ANSWERS.get(e.verdict or "", "no verdict yet")
+    if e.verdict == "insufficient_data":
+        facts = f"{num(e.stats.drafts, '.0f')} drafts, batch {num(e.batch_size, '.1f')} ({esc(e.stats.window)})"
+        return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>"
     facts = (
         f"α {num(e.acceptance_rate)} vs break-even {num(e.breakeven_acceptance_rate)} at batch "
         f"{num(e.batch_size, '.1f')}, expected speedup {num(e.expected_speedup, '.2f', '×')}"
@@ -758,7 +769,7 @@ def render_page(
     header = (
         f"<header><h1>specwatch</h1><p class=q>{esc(QUESTION)}</p><p class=meta>{mode} mode · specwatch "
         f"{esc(__version__)} · polls every {esc(duration(config.poll_interval))} · this page refreshes every "
-        f"{refresh} s · updated {esc(updated)} · plots: window {esc(_chart_window(config))}, last hour · "
+        f"{refresh} s · updated {esc(updated)} · plots: window {esc(_chart_window(config))}, up to the last hour · "
         '<a href="/metrics">/metrics</a> · <a href="/api/v1/status">/api/v1/status</a> · '
         '<a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p></header>'
     )

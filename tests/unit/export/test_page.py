@@ -340,3 +340,15 @@ def test_a_fleet_of_replicas_with_many_long_labels_stays_under_the_byte_cap(alph
     assert "and 28 more labels" in html
     shown = html.count("<h3>replica ")
     assert 0 < shown <= MAX_ROUTES and f"and {64 - shown} more replica-routes not shown" in html
+
+
+def test_the_page_never_says_too_few_drafts_without_the_count_nor_shows_the_search_cap_as_a_measurement():
+    assert page_mod._max_batch_text(float(page_mod.MAX_BATCH_LIMIT)).startswith(f"≥ {page_mod.MAX_BATCH_LIMIT}")
+    assert page_mod._max_batch_text(63.0) == "63"
+    config, state, history = _run("steady", 3)
+    insufficient = [e for r in state.routes for e in r.evaluations if e.verdict == "insufficient_data"]
+    for e in insufficient:
+        line = page_mod.answer_line(e)
+        assert "drafts" in line and "not enough drafts" not in line
+    html = render_page(state, None, config, history).decode()
+    assert "last hour ·" not in html or "up to the last hour" in html
