@@ -90,6 +90,9 @@ def other_alerts(samples: Samples, route: str) -> set[str]:
     return fired
 
 
+LAST: dict[str, Pipeline] = {}
+
+
 def run(name: str) -> tuple[sim.Scenario, sim.Simulator, list[tuple[float, str | None, set[str], str | None]]]:
     """(scenario, simulator at its end, per poll: sim time, stopped reason, other alerts, mode)."""
     scenario = sim.load_scenario(name)
@@ -107,6 +110,7 @@ def run(name: str) -> tuple[sim.Scenario, sim.Simulator, list[tuple[float, str |
         modes = [labels["mode"] for labels, _ in samples.get("specwatch_speculation_controller_info", [])]
         out.append((t, stopped(samples, route), other_alerts(samples, route), modes[0] if modes else None))
         t += POLL
+    LAST[name] = pipeline
     return scenario, simulator, out
 
 
@@ -141,3 +145,21 @@ def test_before_the_gate_fires_the_route_is_marked_gated_from_its_stated_config(
     fired_at = simulator.gate_fired_at("llama-8b")
     assert fired_at is not None
     assert {mode for t, _, _, mode in polls if POLL <= t < fired_at} == {"gated"}
+
+
+def test_the_status_json_and_the_page_give_the_controller_with_its_evidence():
+    from specwatch.export.history import PageHistory
+    from specwatch.export.page import render_page
+    from specwatch.export.status import status_document
+
+    run("schedule-dropped-dp")
+    pipeline = LAST["schedule-dropped-dp"]
+    state = pipeline.state()
+    (route,) = status_document(state, pipeline.config)["routes"]
+    controller = route["controller"]
+    assert controller["mode"] == "stopped" and controller["reason"] == "schedule_dropped"
+    assert controller["stated"] == "schedule" and controller["basis"] == "observed"
+    assert controller["expected"].startswith("the stated schedule gives K=2..2 at batch")
+    assert "on 2 data-parallel engines" in controller["seen"] and "data parallelism" in controller["evidence"]
+    html = render_page(state, None, pipeline.config, PageHistory()).decode()
+    assert "controller: stopped (schedule dropped): data parallelism &gt; 1 drops the batch schedule" in html
