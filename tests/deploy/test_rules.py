@@ -525,15 +525,15 @@ MUTATIONS = [
     ),
     (
         "specwatch-config-check.yaml",
-        '\n              unless on (cluster, job, instance, target, route)\n'
+        "\n              unless on (cluster, job, instance, target, route)\n"
         '            (specwatch_speculation_controller_info{mode="stopped"} == 1)\n',
         "\n",
         "a schedule data parallelism dropped fires the config mismatch beside speculation stopped",
     ),
     (
         "specwatch-config-check.yaml",
-        'unless on (cluster, job, instance, target, route)\n            (specwatch_speculation_controller_info',
-        'unless on (cluster, job, instance, route)\n            (specwatch_speculation_controller_info',
+        "unless on (cluster, job, instance, target, route)\n            (specwatch_speculation_controller_info",
+        "unless on (cluster, job, instance, route)\n            (specwatch_speculation_controller_info",
         "fleet mode: one replica's stopped mark silences another replica's config mismatch",
     ),
     (

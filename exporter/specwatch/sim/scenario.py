@@ -499,7 +499,9 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
         except SpeculativeConfigError as exc:
             raise ScenarioError(f"speculative_config.{exc.key}", exc.reason) from None
         if schedule.num_speculative_tokens != kmax:
-            raise ScenarioError("speculative_config.num_speculative_tokens", f"must equal num_speculative_tokens ({kmax})")
+            raise ScenarioError(
+                "speculative_config.num_speculative_tokens", f"must equal num_speculative_tokens ({kmax})"
+            )
     return Scenario(
         **{k: v for k, v in values.items() if k not in _BUILT},
         name=values["name"] or os.path.splitext(os.path.basename(source))[0] or "scenario",

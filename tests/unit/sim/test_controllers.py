@@ -57,9 +57,9 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 def stopped(samples: Samples, route: str) -> str | None:
     """SpecDecodeSpeculationStopped's condition: the reason, or None."""
     for labels, v in samples.get("specwatch_speculation_controller_info", []):
-        if labels["route"] == route and labels["mode"] == "stopped" and v == 1:
-            if value(samples, "specwatch_drafts_total", route=route) is not None:
-                return labels["reason"]
+        counted = value(samples, "specwatch_drafts_total", route=route) is not None
+        if labels["route"] == route and labels["mode"] == "stopped" and v == 1 and counted:
+            return labels["reason"]
     return None
 
 

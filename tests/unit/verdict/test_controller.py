@@ -81,10 +81,12 @@ def test_observe_keeps_only_guarded_windows_of_drafters_whose_k_is_the_engines_c
 
 def test_a_fired_gate_is_stopped_with_what_was_expected_and_what_is_seen():
     config = {"num_speculative_tokens": 3, "acceptance_rate_threshold": 0.4}
-    c = classify([(FROZEN, None, False), (stats("5m", 300.0, drafts=900.0, generation_tokens=2e5), None, True)], config=config)
+    c = classify(
+        [(FROZEN, None, False), (stats("5m", 300.0, drafts=900.0, generation_tokens=2e5), None, True)], config=config
+    )
     assert (c.mode, c.reason, c.stated) == ("stopped", "gate_fired", "gated")
     assert "acceptance_rate_threshold=0.4" in c.expected
-    assert "40000 tokens generated and no draft over the 1m window at batch 8.0" == c.seen
+    assert c.seen == "40000 tokens generated and no draft over the 1m window at batch 8.0"
     # TensorRT-LLM with its spec counters frozen: its gate, stated or not
     assert classify([(FROZEN, None, False)], engine="trtllm").reason == "gate_fired"
     # another engine with nothing stated: drafts simply stopped
@@ -99,7 +101,10 @@ def test_no_stop_without_spec_counters_enough_generation_or_configured_speculati
     assert classify([(idle, None, False)], config=config).mode == "gated"
     assert classify([(FROZEN, None, False)], configured=False).mode == "fixed"
     # the shortest window that can tell decides: drafts in the 1m window, whatever the 5m one says
-    assert classify([(stats("5m", 300.0, drafts=0.0, generation_tokens=2e5), None, False), (DRAFTING, None, True)]).mode == "fixed"
+    assert (
+        classify([(stats("5m", 300.0, drafts=0.0, generation_tokens=2e5), None, False), (DRAFTING, None, True)]).mode
+        == "fixed"
+    )
 
 
 def test_a_schedule_at_zero_where_it_gives_k_is_stopped_and_its_k0_band_is_not():
@@ -114,7 +119,9 @@ def test_a_schedule_at_zero_where_it_gives_k_is_stopped_and_its_k0_band_is_not()
 def test_a_schedule_dropped_under_data_parallelism_is_stopped_and_one_engine_is_the_config_checks():
     config = {"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 1024, 2]]}
     schedule = parse_speculative_config(config)
-    window = stats(drafts=9000.0, draft_length=4.0, acceptance_rate=0.6, batch_size=32.0, generation_tokens=3e4, engines=2)
+    window = stats(
+        drafts=9000.0, draft_length=4.0, acceptance_rate=0.6, batch_size=32.0, generation_tokens=3e4, engines=2
+    )
     check = check_draft_length(schedule, batch_size=32.0, drafts=9000.0, observed_k=4.0, min_drafts=MIN_DRAFTS)
     assert check is not None and check.mismatch
     c = classify([(window, check, True)], config=config, k=4)
