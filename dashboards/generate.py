@@ -38,7 +38,7 @@ PANEL_RUNBOOKS = {
     "Acceptance rate α vs break-even α* ($window window)": ("SpecDecodeBelowBreakeven",),
     "Fleet acceptance rate α per route (all pods, 5m)": ("SpecDecodeFleetBelowBreakeven",),
     "Recommended K": ("SpecDecodeShorterDraftRecommended",),
-    "Mean acceptance length τ and draft length K": ("SpecDecodeConfigMismatch",),
+    "Mean acceptance length τ and draft length K": ("SpecDecodeConfigMismatch", "SpecDecodeSpeculationStopped"),
     "ITL per step: P50 and P99 vs spec-off baseline": ("SpecDecodeITLP99Regression",),
     # The alert's measured gain is this per-token ITL before a change over after it.
     "ITL per token (mean)": ("SpecDecodeAppliedAdviceSlowedDecode",),

@@ -61,6 +61,7 @@ ALERTS = {
         "SpecDecodeITLP99Regression",
         "SpecDecodeAppliedAdviceSlowedDecode",
         "SpecDecodeMetricsMissing",
+        "SpecDecodeSpeculationStopped",
     },
     "specwatch-health": {"SpecDecodeTargetDown", "SpecDecodeExporterDown", "SpecwatchConfigReloadFailed"},
     "specwatch-config-check": {"SpecDecodeConfigMismatch"},
@@ -497,6 +498,43 @@ MUTATIONS = [
         'unless on (cluster, job, instance, target, route)\n          (specwatch_verdict{window="5m"',
         'unless on (cluster, job, instance, route)\n          (specwatch_verdict{window="5m"',
         "standalone/fleet mode: one target's disable silences another target's probably-losing",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        '(specwatch_speculation_controller_info{mode="stopped"} == 1)\n            and on',
+        '(specwatch_speculation_controller_info{mode=~"stopped|gated"} == 1)\n            and on',
+        "a stated gate that has not fired reads as stopped",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "\n            and on (cluster, job, instance, target, route)\n          specwatch_drafts_total\n",
+        "\n",
+        "speculation stopped fires where the metrics are simply missing (SpecDecodeMetricsMissing's case)",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "and on (cluster, job, instance, target, route)\n          specwatch_drafts_total",
+        "and on (cluster, job, instance, route)\n          specwatch_drafts_total",
+        "fleet mode: one replica's counters make another replica's stopped mark fire",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "specwatch_drafts_total\n        for: 5m",
+        "specwatch_drafts_total\n        for: 3m",
+        "speculation stopped fires before for: 5m",
+    ),
+    (
+        "specwatch-config-check.yaml",
+        "\n              unless on (cluster, job, instance, target, route)\n"
+        '            (specwatch_speculation_controller_info{mode="stopped"} == 1)\n',
+        "\n",
+        "a schedule data parallelism dropped fires the config mismatch beside speculation stopped",
+    ),
+    (
+        "specwatch-config-check.yaml",
+        "unless on (cluster, job, instance, target, route)\n            (specwatch_speculation_controller_info",
+        "unless on (cluster, job, instance, route)\n            (specwatch_speculation_controller_info",
+        "fleet mode: one replica's stopped mark silences another replica's config mismatch",
     ),
     (
         "specwatch-recording.yaml",

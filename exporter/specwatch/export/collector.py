@@ -173,6 +173,7 @@ class SpecwatchCollector(Collector):
                     families.add("specwatch_advice_before_position_acceptance_rate", [*labels, str(position)], rate)
             for evaluation in route.evaluations:
                 add_evaluation(families, labels + [evaluation.stats.window], evaluation)
+            _add_controller(route, labels, families)
 
 
 def _add_mirrored(route: RouteState, labels: list[str], families: contract.Families) -> None:
@@ -187,6 +188,13 @@ def _add_mirrored(route: RouteState, labels: list[str], families: contract.Famil
     if route.spec_present:
         for position, value in route.positions:
             families.add("specwatch_accepted_tokens_by_position", labels + [str(position)], value)
+
+
+def _add_controller(route: RouteState, labels: list[str], families: contract.Families) -> None:
+    """The controller of K the route's engine runs (verdict/controller.py)."""
+    c = route.controller
+    if c is not None:
+        families.add("specwatch_speculation_controller_info", [*labels, c.mode, c.stated, c.reason], 1)
 
 
 def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:

@@ -599,7 +599,8 @@ def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[st
             f'<section class="route" id="r{i}"><h2>{label(route.route)} '
             f"{badge(headline.verdict if headline else None)}</h2>"
             f"<p class=meta>{meta}</p>{_rests_on(rests_on.get((route.target, route.route)))}"
-            f"{table}{recommendations(records, route.engine)}{plot}</section>"
+            + (f"<p class=meta>{esc(route.controller.line)}</p>" if route.controller is not None else "")
+            + f"{table}{recommendations(records, route.engine)}{plot}</section>"
         )
         used += size(answer_row) + size(section)
         if used > budget:  # the rest are counted, not shown: the page stays under MAX_PAGE_BYTES

@@ -107,6 +107,8 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
             "baseline_itl_p99_seconds": route.baseline_itl_p99_seconds,
             "windows": _windows(route.evaluations),
             "grading": route.grading.as_dict() if route.grading is not None else None,
+            # The controller of K the engine runs, with its evidence (verdict/controller.py).
+            "controller": route.controller.as_dict() if route.controller is not None else None,
         }
         for route in state.routes
     ]

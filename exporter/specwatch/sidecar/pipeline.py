@@ -9,6 +9,7 @@ replay from a recording.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -29,8 +30,16 @@ from specwatch.engines.registry import AUTO, engine_named
 from specwatch.engines.series import Counter, RouteMatcher, RouteSnapshot
 from specwatch.exposition import ExpositionError
 from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState
+from specwatch.verdict import controller as ctl
 from specwatch.verdict.bookkeeping import EvaluationContext, RouteLearning, window_point
-from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route, update_route_method
+from specwatch.verdict.evaluation import (
+    RouteEvaluation,
+    RouteRecord,
+    WindowEntry,
+    drafts_vary,
+    evaluate_route,
+    update_route_method,
+)
 from specwatch.verdict.grading import AdviceGrader, WindowSummary, predicted_gain, summarize
 from specwatch.windows.derive import window_stats
 from specwatch.windows.window import RouteWindow, implausible
@@ -99,6 +108,10 @@ class _RouteRecord(RouteRecord, RouteLearning):
     engine_schema: tuple[str, str | None] | None = None
     # What forgotten series had added to the exported mirrors, by (counter, position): kept so the
     # exported counters never go down when their series leave the window.
+    # The (t, batch, K) of its shortest window at each fresh evaluation, and the controller of K
+    # they and the stated config show (verdict/controller.py).
+    k_history: deque[ctl.KObservation] = field(default_factory=deque)
+    controller: ctl.Controller | None = None
 
 
 @dataclass(frozen=True)
@@ -362,9 +375,13 @@ class Pipeline(EvaluationContext):
                 method=method,
             )
             route.evaluations = evaluations
+            route.controller = self._controller(name, route, evaluations, method)
             if route.fresh and route.restored_before is not None:
                 self._check_restored_before(name, route, windows, cost_model)
-            if route.fresh:
+            # Speculation that stopped by itself (a gate fired, a schedule dropped) is no change anyone
+            # applied: SpecDecodeSpeculationStopped says so, the advice grading waits it out.
+            stopped = route.controller is not None and route.controller.mode == "stopped"
+            if route.fresh and not stopped:
                 route.grader.observe(
                     now, [w[3] for w in windows], route.method, config.decision.min_drafts, cost_model, self.k_plan
                 )
@@ -373,6 +390,32 @@ class Pipeline(EvaluationContext):
         self._t = now
         self._evaluated = True
         return out
+
+    def _controller(
+        self, name: str, route: _RouteRecord, evaluations: Sequence[RouteEvaluation], method: str
+    ) -> ctl.Controller | None:
+        """The route's controller of K (verdict/controller.py): its history of (batch, K) grows only
+        with fresh data."""
+        if not evaluations:
+            return route.controller
+        config = self.config
+        shortest = min(evaluations, key=lambda e: e.stats.span_seconds)
+        if route.fresh:
+            varies = drafts_vary(method.rsplit(":", maxsplit=1)[-1], shortest.stats)
+            ctl.observe(route.k_history, shortest.stats, varies=varies, guarded=shortest.guard_passed)
+        route_config = self._route_configs.get(name)
+        stated = config.draft.config
+        configured = (route_config.expect_speculation if route_config is not None else True) or stated is not None
+        return ctl.classify(
+            [(e.stats, e.config_check, e.guard_passed) for e in evaluations],
+            route.k_history,
+            engine=shortest.stats.engine,
+            config=stated,
+            schedule=self.schedule,
+            k=shortest.stats.configured_k or config.draft.k,
+            min_drafts=config.decision.min_drafts,
+            configured=configured,
+        )
 
     def _prior_model(self, route: _RouteRecord) -> costmodel.CostModel:
         """The route's model before learning: the configured one, with its engine's prior."""
@@ -579,6 +622,7 @@ class Pipeline(EvaluationContext):
                     fit=self._fit_summary(route),
                     curve_knots=_knots(route.learner),
                     cost_model=self._learned_model(route),
+                    controller=route.controller if serving else None,
                 )
             )
         unmatched = tuple(

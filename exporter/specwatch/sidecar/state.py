@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from specwatch.costmodel import CostModel, learned
 from specwatch.engines.series import DEFAULT_ENGINE
+from specwatch.verdict.controller import Controller
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.verdict.grading import Grading, WindowSummary
 
@@ -43,6 +44,8 @@ class RouteState:
     curve_knots: tuple[tuple[float, float], ...] = ()
     # The cost model its verdicts use now (the learned curve's, else the configured one).
     cost_model: CostModel | None = None
+    # The controller of K the engine runs, with the evidence (None while not served).
+    controller: Controller | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,12 @@ and moves the counters by vLLM's own scheduler rules:
   observation per step; num_requests_running = the live batch.
 
 Step time = StepTimer.step_time(B·(K+1) + prefill tokens, context) + draft_time + seeded noise.
+
+What the server is started with (scenario `speculative_config`) acts as the engine would: vLLM's
+batch schedule caps K at the step's decode batch, and is dropped with more than one data-parallel
+engine; TensorRT-LLM's gate switches an engine's speculation off for good (until a restart) once
+its acceptance over the last `acceptance_rate_window_size` drafting steps is below
+`acceptance_rate_threshold`: its spec counters freeze while generation goes on.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ class SimulatorCore(Protocol):
     timer: StepTimer
 
     def params(self, route: str, t: float) -> RoutePhase: ...
+
+    def gate_fired(self, route: str, engine: int, t: float) -> None: ...
 
     def cum_table(self, cond: tuple[float, ...], k: int) -> list[float]: ...
 
@@ -79,6 +87,10 @@ class Engine:
         self.num_running = 0
         self.num_waiting = 0
         self.steps = 0
+        # TensorRT-LLM's gate: (accepted, drafted) of the last drafting steps, and whether it fired.
+        self.gate_window: collections.deque[tuple[int, int]] = collections.deque()
+        self.gate_sums = [0, 0]
+        self.gated = False
         self.h = engine_histograms(sc.max_model_len)
         # V0 engine bookkeeping: lifetime totals, and the sum-of-sums counters its logger produced.
         self.v0 = {
@@ -106,10 +118,13 @@ class Engine:
         t0 = self.clock
         rp = sim.params(self.route.name, t0)
         spec = sim.spec_enabled
-        k = rp.k if spec else 0
+        k = rp.k if spec and not self.gated else 0
         budget = sc.max_num_batched_tokens
         decoding = self.running
         n_dec = len(decoding)
+        schedule = sc.schedule
+        if k and schedule is not None:
+            k = min(k, schedule.k_at(max(n_dec, 1)))
         used = n_dec * (k + 1)
         # Admit waiting requests (prefill in this step) while slots and token budget allow.
         new: list[Request] = []
@@ -172,6 +187,7 @@ class Engine:
                 c["drafts"] += n_dec
                 c["draft_tokens"] += n_dec * k
                 c["accepted"] += acc
+                self._gate(acc, n_dec * k, t1)
                 self.v0["acc"] += acc + v0_extra
                 self.v0["draft"] += n_dec * k
                 self.v0["emit"] += acc + n_dec
@@ -209,6 +225,23 @@ class Engine:
             self._v0_log(k if k > 0 else sim.scenario.num_speculative_tokens)
         for _ in finished:
             self.route.on_finish(t1)
+
+    def _gate(self, accepted: int, drafted: int, t: float) -> None:
+        """TensorRT-LLM's one-way gate over this engine's last drafting steps."""
+        gate = self.sim.scenario.gate
+        if gate is None:
+            return
+        threshold, window = gate
+        self.gate_window.append((accepted, drafted))
+        self.gate_sums[0] += accepted
+        self.gate_sums[1] += drafted
+        if len(self.gate_window) > window:
+            old_accepted, old_drafted = self.gate_window.popleft()
+            self.gate_sums[0] -= old_accepted
+            self.gate_sums[1] -= old_drafted
+        if len(self.gate_window) == window and self.gate_sums[0] < threshold * self.gate_sums[1]:
+            self.gated = True
+            self.sim.gate_fired(self.route.name, self.index, t)
 
     def _finish(self, r: Request, t: float) -> None:
         h = self.h

@@ -21,6 +21,11 @@ max_model_len: 8192
 prompt_tokens: 512            # mean prompt length (per request, sampled)
 output_tokens: 256            # mean output length (per request, sampled)
 noise: 0.03                   # step-time noise (lognormal sigma)
+speculative_config:           # what the server is started with (and the sidecar told, draft.config):
+  num_speculative_tokens: 4   #   vLLM's batch schedule is applied per engine step, and dropped with
+  num_speculative_tokens_per_batch_size: [[1, 16, 4], [17, 1024, 2]]   # engines > 1 (vLLM < PR #54748);
+  acceptance_rate_threshold: 0.4      # TensorRT-LLM's gate: once an engine's rolling acceptance over
+  acceptance_rate_window_size: 200    # its last 200 drafting steps is below it, it drafts no more
 routes:                       # model names served (default: one, named after `model`)
   - model_name: chat
   - model_name: code
@@ -50,6 +55,7 @@ expected:                     # documentation for benchmarks; checked by tests
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -60,6 +66,7 @@ from specwatch.base import units
 from specwatch.config.kinds import Choice, ConfigError, Context, Duration, Flag, Kind, Number, Text
 from specwatch.config.nodes import FROM_RESULT, Items, Key, Section
 from specwatch.config.parse import parse_section
+from specwatch.engines.vllm_schedule import SpeculativeConfigError, SpeculativeSchedule, parse_speculative_config
 
 SCHEMAS = ("v1", "v1-legacy-itl", "v0")
 EVENT_TYPES = ("restart", "spec_off", "spec_on", "schema")
@@ -73,6 +80,8 @@ FAULT_KINDS = (
     "huge_labels",  # 200 with the real body plus one series carrying `labels` labels
     "empty",  # 200 with an empty body (multiprocess-mode name[] filtering)
 )
+#: Drafting steps of the rolling acceptance when a gate states no window.
+DEFAULT_GATE_WINDOW = 200
 SCENARIO_DIR = os.path.join(os.path.dirname(__file__), "scenarios")
 
 
@@ -206,6 +215,28 @@ class Scenario:
     #: The simulated engine's fixed costs of speculation (verify overhead, per request, per drafting
     #: pass) as a multiple of the cost model's: a server whose true costs a prior gets wrong.
     spec_cost_scale: float = 1.0
+    #: What the server is started with (vLLM's --speculative-config keys, plus TensorRT-LLM's gate
+    #: keys), and what the sidecar is told (draft.config); None: nothing stated.
+    speculative_config: Mapping[str, Any] | None = None
+
+    @functools.cached_property
+    def schedule(self) -> SpeculativeSchedule | None:
+        """The batch schedule each engine step applies: none with data parallelism > 1, which
+        drops it (vLLM before PR #54748)."""
+        if self.speculative_config is None or self.engines > 1:
+            return None
+        schedule = parse_speculative_config(self.speculative_config)
+        return schedule if schedule.has_schedule else None
+
+    @functools.cached_property
+    def gate(self) -> tuple[float, int] | None:
+        """TensorRT-LLM's one-way gate: (acceptance_rate_threshold, acceptance_rate_window_size in
+        drafting steps), or None."""
+        config = self.speculative_config or {}
+        threshold = config.get("acceptance_rate_threshold")
+        if not isinstance(threshold, int | float) or threshold <= 0:
+            return None
+        return float(threshold), int(config.get("acceptance_rate_window_size") or DEFAULT_GATE_WINDOW)
 
     @property
     def duration(self) -> float:
@@ -378,6 +409,7 @@ SCENARIO_SCHEMA = Section(
         _key("expected", _Values(), {}),
         _STEP_TIME,
         _key("spec_cost_scale", Number(minimum=0, maximum=100), 1.0),
+        _key("speculative_config", _Values(), None),
     ),
     "",
 )
@@ -460,6 +492,16 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
         for f in values.get("faults") or []
     ]
     step_time = values.get("step_time")
+    stated = values.get("speculative_config")
+    if stated is not None:
+        try:
+            schedule = parse_speculative_config(stated)
+        except SpeculativeConfigError as exc:
+            raise ScenarioError(f"speculative_config.{exc.key}", exc.reason) from None
+        if schedule.num_speculative_tokens != kmax:
+            raise ScenarioError(
+                "speculative_config.num_speculative_tokens", f"must equal num_speculative_tokens ({kmax})"
+            )
     return Scenario(
         **{k: v for k, v in values.items() if k not in _BUILT},
         name=values["name"] or os.path.splitext(os.path.basename(source))[0] or "scenario",

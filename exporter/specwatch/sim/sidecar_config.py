@@ -35,6 +35,8 @@ def sidecar_config_for(
             "method": scenario.method,
             "k": scenario.num_speculative_tokens,
             **({"cost_per_token": scenario.draft_cost_per_token} if scenario.draft_cost_per_token is not None else {}),
+            # What the server was started with, stated as the user would (draft.config).
+            **({"config": dict(scenario.speculative_config)} if scenario.speculative_config is not None else {}),
         },
         "decision": {"min_drafts": min_drafts, "hold": hold},
         "log": {"format": "json", "level": "warning"},

@@ -37,6 +37,8 @@ class Simulator:
         self.track_v0 = self.scenario.schema == "v0" or any(
             e.type == "schema" and e.schema == "v0" for e in self.scenario.events
         )
+        # When each (route, engine) gate fired (TensorRT-LLM's, scenario speculative_config): the truth.
+        self.gates_fired: dict[tuple[str, int], float] = {}
         self._cum_cache: dict[tuple[tuple[float, ...], int], list[float]] = {}
         self._events = self.scenario.events_sorted()
         self._next_event = 0
@@ -65,6 +67,14 @@ class Simulator:
             self._cum_cache.clear()
         self._cum_cache[key] = tab
         return tab
+
+    def gate_fired(self, route: str, engine: int, t: float) -> None:
+        self.gates_fired.setdefault((route, engine), t)
+
+    def gate_fired_at(self, route: str) -> float | None:
+        """Sim time at which every engine of the route had its speculation gated off (None: not yet)."""
+        times = [self.gates_fired.get((route, e.index)) for e in self.routes[route].engines]
+        return None if any(t is None for t in times) else max(t for t in times if t is not None)
 
     # -- time -------------------------------------------------------------------------------
     def _control(self, t: float) -> None:
@@ -97,8 +107,10 @@ class Simulator:
         self.restart(ev.at)
 
     def restart(self, t: float) -> None:
-        """vLLM restarted at t: in-flight requests are lost, counters restart at 0."""
+        """vLLM restarted at t: in-flight requests are lost, counters restart at 0 (a gate that
+        fired is open again)."""
         self.restarts += 1
+        self.gates_fired.clear()
         self.process_start = t
         for r in self.routes.values():
             r.in_flight = 0
@@ -154,7 +166,9 @@ class Simulator:
         routes = {}
         for name, r in self.routes.items():
             rp = self.params(name, t)
-            k = rp.k if self.spec_enabled else 0
+            k = rp.k if self.spec_enabled and self.gate_fired_at(name) is None else 0
+            if k and sc.schedule is not None:
+                k = min(k, sc.schedule.k_at(self.nominal_batch(name, t)))
             cond = list(rp.acceptance[:k])
             pp = unconditional(cond)
             alpha = (sum(pp) / k) if k else None
@@ -190,6 +204,9 @@ class Simulator:
                 ),
                 "concurrency": rp.concurrency,
                 "rate": rp.rate,
+                # What the server was started with and what it does (scenario speculative_config).
+                "gate_fired_at": self.gate_fired_at(name),
+                "schedule_applied": sc.schedule is not None,
             }
         return {
             "t": t,

@@ -1,0 +1,165 @@
+"""The simulator's controllers against the sidecar (issue #36): a TensorRT-LLM-like gate firing
+mid-run and a vLLM batch schedule dropped under data parallelism each make the exported signal
+SpecDecodeSpeculationStopped reads true within the alert window, and no other alert's condition
+is true for them at any poll.
+
+The alert conditions are the rules' expressions (rules/*.yaml) over the sidecar's own /metrics
+samples at each poll, without `for:` (a condition never true cannot fire)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from specwatch import sim
+from specwatch.config import from_mapping
+from specwatch.export.collector import SpecwatchCollector
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.sim.sidecar_config import sidecar_config_for
+
+POLL = 5.0
+ALERT_WINDOW = 300.0  # window="5m" in rules/
+SEED = 3
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def sidecar(scenario: sim.Scenario) -> Pipeline:
+    config = from_mapping(
+        sidecar_config_for(
+            scenario,
+            target_url="http://127.0.0.1:1/metrics",
+            listen="127.0.0.1:0",
+            poll_interval=POLL,
+            windows=("1m", "5m"),
+        )
+    )
+    return Pipeline(config)
+
+
+def samples_of(pipeline: Pipeline) -> Samples:
+    out: Samples = defaultdict(list)
+    state = pipeline.state()
+    for family in SpecwatchCollector(lambda: state).collect():
+        for sample in family.samples:
+            out[sample.name].append((dict(sample.labels), sample.value))
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    for have, v in samples.get(name, []):
+        if all(have.get(k) == want for k, want in labels.items()):
+            return v
+    return None
+
+
+def stopped(samples: Samples, route: str) -> str | None:
+    """SpecDecodeSpeculationStopped's condition: the reason, or None."""
+    for labels, v in samples.get("specwatch_speculation_controller_info", []):
+        counted = value(samples, "specwatch_drafts_total", route=route) is not None
+        if labels["route"] == route and labels["mode"] == "stopped" and v == 1 and counted:
+            return labels["reason"]
+    return None
+
+
+def other_alerts(samples: Samples, route: str) -> set[str]:
+    """The conditions of every other per-route alert, as the rules state them (window 5m)."""
+    w = {"route": route, "window": "5m"}
+    fired = set()
+    margin = value(samples, "specwatch_acceptance_margin", **w)
+    upper = value(samples, "specwatch_expected_speedup_upper", **w)
+    if margin is not None and margin < 0 and not (upper is not None and upper >= 1):
+        fired.add("SpecDecodeBelowBreakeven")  # and the fleet alert built on the same count
+    loss = value(samples, "specwatch_loss_probability", **w)
+    off = any(value(samples, "specwatch_verdict", verdict=v, **w) == 1 for v in ("disable", "spec_off"))
+    if loss is not None and loss >= 0.8 and not off:
+        fired.add("SpecDecodeProbablyLosing")
+    recommended = value(samples, "specwatch_recommended_draft_length", **w)
+    drafted = value(samples, "specwatch_draft_length", **w)
+    if recommended is not None and drafted is not None and recommended < drafted and recommended >= 1:
+        fired.add("SpecDecodeShorterDraftRecommended")
+    if value(samples, "specwatch_speculative_config_mismatch", **w) == 1 and stopped(samples, route) is None:
+        fired.add("SpecDecodeConfigMismatch")
+    expects = value(samples, "specwatch_route_expects_speculation", route=route) == 1
+    if expects and value(samples, "specwatch_drafts_total", route=route) is None:
+        fired.add("SpecDecodeMetricsMissing")
+    gain = value(samples, "specwatch_advice_measured_gain_ratio", route=route)
+    if gain is not None and gain < 0.95:
+        fired.add("SpecDecodeAppliedAdviceSlowedDecode")
+    return fired
+
+
+LAST: dict[str, Pipeline] = {}
+
+
+def run(name: str) -> tuple[sim.Scenario, sim.Simulator, list[tuple[float, str | None, set[str], str | None]]]:
+    """(scenario, simulator at its end, per poll: sim time, stopped reason, other alerts, mode)."""
+    scenario = sim.load_scenario(name)
+    simulator = sim.Simulator(scenario, seed=SEED)
+    pipeline = sidecar(scenario)
+    route = scenario.model_names[0]
+    out = []
+    t = 0.0
+    while t <= scenario.duration + 1e-9:
+        simulator.advance_to(t)
+        now = simulator.epoch + t
+        pipeline.ingest("vllm", now, simulator.render())
+        pipeline.evaluate(now)
+        samples = samples_of(pipeline)
+        modes = [labels["mode"] for labels, _ in samples.get("specwatch_speculation_controller_info", [])]
+        out.append((t, stopped(samples, route), other_alerts(samples, route), modes[0] if modes else None))
+        t += POLL
+    LAST[name] = pipeline
+    return scenario, simulator, out
+
+
+@pytest.mark.parametrize("name", ["gate-fires", "schedule-dropped-dp"])
+def test_speculation_stopped_within_the_alert_window_and_no_other_alert(name):
+    scenario, simulator, polls = run(name)
+    truth = scenario.expected["stopped"]
+    route = scenario.model_names[0]
+    if truth["reason"] == "gate_fired":
+        fired_at = simulator.gate_fired_at(route)
+        assert fired_at is not None and truth["after"] <= fired_at < truth["after"] + 30, fired_at
+    else:
+        fired_at = float(truth["after"])
+    before = [p for p in polls if p[0] < fired_at]
+    assert all(reason is None for _, reason, _, _ in before), [p for p in before if p[1]]
+    after = [p for p in polls if p[0] >= fired_at]
+    first = next((t for t, reason, _, _ in after if reason is not None), None)
+    assert first is not None, f"{name}: never marked stopped"
+    assert first - fired_at <= ALERT_WINDOW, (first, fired_at)
+    # Once marked, it stays so (a gate is one-way, a dropped schedule stays dropped): the alert's
+    # `for:` can run out.
+    marked = [p for p in after if p[0] >= first]
+    assert {reason for _, reason, _, _ in marked} == {truth["reason"]}
+    assert {mode for _, _, _, mode in marked} == {"stopped"}
+    assert marked[-1][0] - first >= ALERT_WINDOW
+    # No other alert's condition is true at any poll of the run.
+    assert not set().union(*(others for _, _, others, _ in polls)), [(t, o) for t, _, o, _ in polls if o]
+
+
+def test_before_the_gate_fires_the_route_is_marked_gated_from_its_stated_config():
+    _, simulator, polls = run("gate-fires")
+    fired_at = simulator.gate_fired_at("llama-8b")
+    assert fired_at is not None
+    assert {mode for t, _, _, mode in polls if POLL <= t < fired_at} == {"gated"}
+
+
+def test_the_status_json_and_the_page_give_the_controller_with_its_evidence():
+    from specwatch.export.history import PageHistory
+    from specwatch.export.page import render_page
+    from specwatch.export.status import status_document
+
+    run("schedule-dropped-dp")
+    pipeline = LAST["schedule-dropped-dp"]
+    state = pipeline.state()
+    (route,) = status_document(state, pipeline.config)["routes"]
+    controller = route["controller"]
+    assert controller["mode"] == "stopped" and controller["reason"] == "schedule_dropped"
+    assert controller["stated"] == "schedule" and controller["basis"] == "observed"
+    assert controller["expected"].startswith("the stated schedule gives K=2..2 at batch")
+    assert "on 2 data-parallel engines" in controller["seen"] and "data parallelism" in controller["evidence"]
+    html = render_page(state, None, pipeline.config, PageHistory()).decode()
+    assert "controller: stopped (schedule dropped): data parallelism &gt; 1 drops the batch schedule" in html
