@@ -127,7 +127,9 @@ def test_template_queries_pass_before_the_alpha_drop_and_fail_after_it(tmp_path:
         gains: list[float] = []
         while handle.sim_time() < scenario.duration:
             now = handle.sim_time()
-            at = time.time()  # one evaluation time for the three queries: a scrape may land between them
+            # One evaluation time for the queries, three scrape intervals back: a scrape stamped before
+            # `at` but ingested between two queries would otherwise give them different answers.
+            at = time.time() - 3.0
             loss = instant(api, loss_argo, at)
             assert loss == instant(api, flagger_queries["specwatch-loss-probability"], at)
             gains += instant(api, gain_argo, at) + instant(api, flagger_queries["specwatch-measured-gain"], at)
