@@ -1,4 +1,4 @@
-"""Cost model: roofline, presets, profiles, break-even, best K, schedules (issue #4)."""
+"""Cost model: roofline, presets, profiles, break-even, best K, schedules."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def model(hw="h100-sxm", name="llama-3.1-8b", method="eagle3", **kw) -> CostMode
 
 
 def plain(cm: CostModel) -> CostModel:
-    """The roofline without the fitted fixed costs of speculation (tests/test_calibration.py
+    """The roofline without the fitted fixed costs of speculation (tests/unit/costmodel/test_calibration.py
     checks those on published speedups; the tests here check the roofline underneath)."""
     return replace(
         cm, verify_overhead_seconds=0.0, verify_seconds_per_request=0.0, draft=replace(cm.draft, fixed_seconds=0.0)
@@ -266,7 +266,7 @@ def test_default_draft_model_costs_37_percent_of_an_8b_step_as_specdecode_bench_
 
 
 def test_default_eagle_draft_cost_lies_between_specdecode_bench_fit_and_vllm_issue_20780_slope_at_k3():
-    # The per-pass fixed cost was fitted on published batch sweeps (tests/test_calibration.py):
+    # The per-pass fixed cost was fitted on published batch sweeps (tests/unit/costmodel/test_calibration.py):
     # one EAGLE pass now costs ~0.95 ms at batch 1, between SpecDecode-Bench's 2.1 ms per round of
     # 3 and the 0.74-1.02 ms per pass that vLLM issue #20780's TPOT x AL slopes give.
     cm = model(method="eagle")
@@ -299,7 +299,7 @@ def test_speedup_sign_agrees_with_specdecode_bench_fit_on_llama_8b_h100_eagle():
 
 def test_breakeven_rises_with_batch_in_both_our_model_and_the_specdecode_bench_table():
     # SpecDecode-Bench measured break-even, K=3, 512 context (docs/costmodel.md): 0.10 / 0.14 / 0.21 / 0.28 / 0.35 for B=1..256.
-    # With the fixed costs fitted on published speedups (tests/test_calibration.py) batch 1 sits
+    # With the fixed costs fitted on published speedups (tests/unit/costmodel/test_calibration.py) batch 1 sits
     # at 0.21, inside the 0.13-0.20+ that vLLM issue #20780's bs1 sweep implies and above
     # SpecDecode-Bench's 0.10; at large batch the model is more pessimistic than that table
     # (docs/costmodel.md, "Fixed costs of speculation": known miss). The roofline alone matches it.

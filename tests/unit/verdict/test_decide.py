@@ -27,7 +27,7 @@ from support.builders import window_stats
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
 # Decision logic on the plain roofline (no fitted fixed costs of speculation): the scenarios below
-# were laid out on it, and the calibration has its own tests (tests/test_calibration.py). Taken as
+# were laid out on it, and the calibration has its own tests (tests/unit/costmodel/test_calibration.py). Taken as
 # exact (no calibration error), so the lines and configs are tested apart from the interval, which
 # EXACT_CM's siblings with the generic prior's error test below.
 ROOFLINE_CM = cmod.CostModel(

@@ -51,7 +51,7 @@ def test_any_drop_with_the_same_created_is_a_dip_because_created_names_the_proce
     w = RouteWindow(600)
     feed(w, [1000, 10, 500, 1200], created=1000.0)
     # 10 is held back; 500 is below the base again but on from 10: the engine went backwards at 10
-    # (#34) and counts on from there, 490 + 700, instead of nothing until it passes 1000 again.
+    # and counts on from there, 490 + 700, instead of nothing until it passes 1000 again.
     assert w.view(3, 600).increase(D) == 1190
     assert w.resets == 0 and w.dips == 2  # 10 and 500 are both below the base 1000
 
