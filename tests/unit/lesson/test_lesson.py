@@ -184,11 +184,16 @@ def test_breakeven_table_has_a_row_per_batch_and_k():
     assert len(rows) == 4 and out.count("x") >= 4
 
 
-def test_breakeven_requires_k_and_batch():
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["breakeven", "--batch", "1"], id="without-k"),
+        pytest.param(["breakeven", "--k", "3", "--batch", "0"], id="with-batch-0"),
+    ],
+)
+def test_breakeven_requires_k_and_a_batch_of_at_least_1(argv):
     with pytest.raises(SystemExit):
-        run(["breakeven", "--batch", "1"])
-    with pytest.raises(SystemExit):
-        run(["breakeven", "--k", "3", "--batch", "0"])
+        run(argv)
 
 
 # ------------------------------------------------------------------------------------------
