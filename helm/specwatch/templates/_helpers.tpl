@@ -62,11 +62,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- toYaml $labels }}
 {{- end }}
 
+{{/* image.registry wins; else the umbrella chart's global.imageRegistry (the Bitnami convention). */}}
+{{- define "specwatch.imageRegistry" -}}
+{{- .Values.image.registry | default (dig "imageRegistry" "" (.Values.global | default dict)) }}
+{{- end }}
+
+{{- define "specwatch.imageTag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- end }}
+
+{{/*
+"true" when the image is values.yaml's placeholder: repository specwatch/specwatch with no registry,
+i.e. Docker Hub, where no specwatch image is published. NOTES then says how to build and push one.
+*/}}
+{{- define "specwatch.imageIsPlaceholder" -}}
+{{- if and (not (include "specwatch.imageRegistry" .)) (eq .Values.image.repository "specwatch/specwatch") }}true{{ end }}
+{{- end }}
+
 {{- define "specwatch.image" -}}
-{{- $tag := .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- $tag := include "specwatch.imageTag" . }}
 {{- $repo := .Values.image.repository }}
-{{- /* image.registry wins; else the umbrella chart's global.imageRegistry (the Bitnami convention) */}}
-{{- $registry := .Values.image.registry | default (dig "imageRegistry" "" (.Values.global | default dict)) }}
+{{- $registry := include "specwatch.imageRegistry" . }}
 {{- if $registry }}
 {{- $repo = printf "%s/%s" $registry .Values.image.repository }}
 {{- end }}
