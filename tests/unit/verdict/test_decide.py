@@ -335,7 +335,7 @@ def test_the_flag_for_an_inferred_ngram_drafter_is_complete_and_accepted_by_vllm
     assert vllm_accepts(a.recommended_config) is None
     assert a.recommended_config["method"] == "ngram"
     assert {"prompt_lookup_max", "prompt_lookup_min"} <= set(a.recommended_config)
-    # The bug: the same keys without method, as printed before, are refused.
+    # Without method (and the n-gram window) the same keys are refused: the flag must be whole.
     partial = {
         k: v for k, v in a.recommended_config.items() if k not in ("method", "prompt_lookup_max", "prompt_lookup_min")
     }
@@ -381,7 +381,8 @@ def test_a_schedule_prefers_k1_to_a_k0_band_that_costs_more_than_k1_loses():
     priced = cmod.recommend_schedule(cm, p, 512, zero_band_speedup=cmod.zero_k_band_speedup)
     zero_from = next(lo for lo, _hi, k in plain if k == 0)
     k_priced = next(k for lo, hi, k in priced if lo <= zero_from <= hi)
-    assert k_priced == 1  # just past the old cliff K=1 still beats a K=0 band (which costs more under load)
+    # Just past where the plain schedule drops to K=0, K=1 still beats a K=0 band (which costs more under load).
+    assert k_priced == 1
     assert cmod.expected_speedup_for_positions(cm, zero_from, p[:1]) > cmod.zero_k_band_speedup(zero_from)
 
 
@@ -592,7 +593,8 @@ CPU_PROFILE = str(FIXTURES / "stepprofile-nospec.yaml")
 
 
 def test_with_a_profile_the_draft_cost_is_a_roofline_ratio_not_a_roofline_draft_over_a_measured_step():
-    """profile: + no hardware: the draft's H100 roofline step was divided by the CPU profile's step."""
+    """profile: + no hardware: the draft costs its roofline share of the profile's own step, not the draft's
+    H100 roofline step over the CPU profile's step."""
     plain = from_mapping({"draft": {"method": "draft_model"}}, environ={})
     profiled = from_mapping({"draft": {"method": "draft_model"}, "profile": CPU_PROFILE}, environ={})
     cm_plain, cm_prof = cost_model_from_config(plain), cost_model_from_config(profiled)

@@ -247,8 +247,9 @@ def _schedule_window(true_rates=(0.9, 0.8, 0.7, 0.6), drafts=1000.0):
 
 def test_positions_a_schedule_never_proposed_are_not_counted_as_rejections():
     accepted, drafts, draft_tokens = _schedule_window()
-    old = tuple(a / drafts for a in accepted)
-    assert old[2:] == pytest.approx((0.35, 0.3))  # the bug: half the drafts never had a position 2 or 3
+    over_all_drafts = tuple(a / drafts for a in accepted)
+    # What dividing by every draft gives: half the drafts never had a position 2 or 3.
+    assert over_all_drafts[2:] == pytest.approx((0.35, 0.3))
     rates = position_rates(accepted, drafts, draft_tokens, variable_length=False, schedule_ks=(4, 2))
     assert rates == pytest.approx((0.9, 0.8, 0.7, 0.6))
     reached = drafts_reaching_positions(drafts, draft_tokens, 4, variable_length=False, schedule_ks=(4, 2))
@@ -268,8 +269,9 @@ def test_a_model_based_drafter_shortened_by_an_unknown_schedule_leaves_unreached
     assert rates == pytest.approx((0.9, 0.8, 0.7))
 
 
-def test_the_advice_no_longer_ratchets_k_down_after_its_own_schedule_was_applied():
-    """After a schedule was applied, the sidecar recommended K=2 at batch 1 where K=4 was best."""
+def test_the_advice_does_not_ratchet_k_down_after_its_own_schedule_is_applied():
+    """Under an applied schedule, rates over every draft point to K=2 at batch 1 where K=4 is best;
+    rates over the drafts that reached each position keep K=4."""
     from specwatch import costmodel as cmod
     from specwatch.config import DecisionConfig
     from specwatch.verdict.decide import assess
@@ -307,7 +309,7 @@ def test_the_advice_no_longer_ratchets_k_down_after_its_own_schedule_was_applied
         )
         return assess(cm, s, DecisionConfig(min_drafts=500, margin=0.02), "draft_model", "keep")
 
-    before = verdict(tuple(a / drafts for a in accepted))
-    assert (before.candidate, before.recommended_draft_length) == ("shorten", 2)
-    after = verdict(position_rates(accepted, drafts, draft_tokens, variable_length=False, schedule_ks=(4, 2)))
-    assert (after.candidate, after.recommended_draft_length) == ("keep", 4)
+    over_all_drafts = verdict(tuple(a / drafts for a in accepted))
+    assert (over_all_drafts.candidate, over_all_drafts.recommended_draft_length) == ("shorten", 2)
+    over_reached = verdict(position_rates(accepted, drafts, draft_tokens, variable_length=False, schedule_ks=(4, 2)))
+    assert (over_reached.candidate, over_reached.recommended_draft_length) == ("keep", 4)
