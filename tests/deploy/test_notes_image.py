@@ -6,11 +6,20 @@ helm install")."""
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 import yaml
 
-from deploy.test_chart_injection import notes_patch_text, render_files
+from deploy.test_chart_injection import (
+    COMPONENT,
+    VLLM_DEPLOYMENTS,
+    load,
+    need_kubectl,
+    notes_patch_text,
+    render_files,
+    run,
+)
 
 STANDALONE = {"mode": "standalone", "config": {"targets": [{"name": "a", "url": "http://a:8000/metrics"}]}}
 FLEET = {"mode": "prometheus", "config": {"prometheus": {"url": "http://prometheus.monitoring.svc:9090"}}}
@@ -81,3 +90,28 @@ def test_the_placeholder_image_is_called_missing_with_the_build_push_and_upgrade
 def test_an_image_the_user_configured_is_not_called_missing(values):
     notes = render_files(values)["specwatch/templates/NOTES.txt"]
     assert MISSING not in notes and "buildah" not in notes
+
+
+def test_the_components_placeholder_image_is_replaced_by_a_kustomize_images_entry(tmp_path):
+    """docs/kubernetes.md: the Component's patch names the placeholder; an `images:` entry sets the
+    pushed image (registry, repository and digest) on the sidecar and leaves vLLM's image alone."""
+    kubectl = need_kubectl()
+    original = load(VLLM_DEPLOYMENTS["production-stack"])
+    digest = "sha256:" + "1" * 64
+    shutil.copytree(COMPONENT, tmp_path / "component")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "vllm.yaml").write_text(yaml.safe_dump(original))
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": ["vllm.yaml"],
+                "components": ["../component"],
+                "images": [{"name": "specwatch/specwatch", "newName": "localhost:5000/specwatch", "digest": digest}],
+            }
+        )
+    )
+    (patched,) = [d for d in yaml.safe_load_all(run([kubectl, "kustomize", str(overlay)])) if d]
+    images = {c["name"]: c["image"] for c in patched["spec"]["template"]["spec"]["containers"]}
+    vllm_image = next(c["image"] for c in original["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
+    assert images == {"vllm": vllm_image, "specwatch": f"localhost:5000/specwatch@{digest}"}
