@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from specwatch.sim.scenario import FAULT_KINDS, Fault, Scenario, load_scenario
@@ -34,11 +35,22 @@ class SimServer:
     """Handle returned by serve(): `.url` (…/metrics), `.stop()`, `.sim`, `.sim_time()`,
     `.inject(kind, **params)`, `.clear_faults()`, `.requests` (count of /metrics requests)."""
 
-    def __init__(self, sim: Simulator, host: str, port: int, speed: float, tick: float = 0.05):
+    def __init__(
+        self,
+        sim: Simulator,
+        host: str,
+        port: int,
+        speed: float,
+        tick: float = 0.05,
+        clock: Callable[[], float] | None = None,
+    ):
         if speed <= 0:
             raise ValueError("speed must be > 0")
         self.sim = sim
         self.speed = float(speed)
+        # The simulation's seconds: wall time x speed, or a caller's clock (tests step it by hand, so
+        # what the server answers never depends on how fast the machine runs).
+        self._clock = clock
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._manual: list[Fault] = []
@@ -60,6 +72,8 @@ class SimServer:
 
     # -- time -------------------------------------------------------------------------------
     def sim_time(self) -> float:
+        if self._clock is not None:
+            return self._clock()
         return (time.monotonic() - self._t0) * self.speed
 
     @property
@@ -251,9 +265,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 def serve(
-    scenario: Scenario | str, host: str = "127.0.0.1", port: int = 0, speed: float = 1.0, seed: int = 0
+    scenario: Scenario | str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    speed: float = 1.0,
+    seed: int = 0,
+    clock: Callable[[], float] | None = None,
 ) -> SimServer:
-    """Start the simulated vLLM on (host, port) (port 0 = a free port); returns the handle."""
+    """Start the simulated vLLM on (host, port) (port 0 = a free port); returns the handle. With
+    `clock`, simulated time is what it returns instead of wall time x speed."""
     sc = load_scenario(scenario)
     sim = Simulator(sc, seed=seed, epoch=time.time())
-    return SimServer(sim, host, port, speed)
+    return SimServer(sim, host, port, speed, clock=clock)
