@@ -104,9 +104,10 @@ def _lines(section: Section, indent: str, first: str = "", example: bool = False
             out.append(_line(lead, f"{node.name}: {value}", f"{rule_text(shorthand)}; or a mapping:"))
             out.extend("# " + line for line in _lines(node, indent + "  "))
         elif node.nullable:
-            # Off unless given: shown commented out, with an example value for every key.
-            out.append("# " + _line(lead, f"{node.name}:", f"{node.doc}; default null (off)"))
-            out.extend("# " + line for line in _lines(node, indent + "  ", showcase=True))
+            # Off unless given: shown commented out (once), with an example value for every key.
+            mark = "" if showcase else "# "
+            out.append(mark + _line(lead, f"{node.name}:", f"{node.doc}; default null (off)"))
+            out.extend(mark + line for line in _lines(node, indent + "  ", showcase=True))
         else:
             out.append(_line(lead, f"{node.name}:", node.doc))
             out.extend(_lines(node, indent + "  "))

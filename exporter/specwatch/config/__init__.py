@@ -35,6 +35,7 @@ from specwatch.config.result import (
     PrometheusConfig,
     ReadbackConfig,
     RouteConfig,
+    ShardConfig,
     TargetConfig,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "PrometheusConfig",
     "ReadbackConfig",
     "RouteConfig",
+    "ShardConfig",
     "TargetConfig",
     "format_duration",
     "from_mapping",

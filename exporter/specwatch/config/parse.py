@@ -19,7 +19,15 @@ from specwatch.config.cost_model import cost_model_from_config
 from specwatch.config.env import apply_env, named_by_environment
 from specwatch.config.kinds import ConfigError, Context, error_from
 from specwatch.config.nodes import FROM_RESULT, Items, Key, Section, result_fields
-from specwatch.config.result import SCHEMA, Config, PrometheusConfig, ReadbackConfig, RouteConfig, TargetConfig
+from specwatch.config.result import (
+    SCHEMA,
+    Config,
+    PrometheusConfig,
+    ReadbackConfig,
+    RouteConfig,
+    ShardConfig,
+    TargetConfig,
+)
 
 
 def _where(parent: str, name: str) -> str:
@@ -143,7 +151,19 @@ def parse_prometheus(raw: Any, *, environ: Mapping[str, str] | None = None, base
     _check_authorization(values)
     _check_canary(values)
     _check_deployment(values)
-    return PrometheusConfig(**values)
+    return PrometheusConfig(**{**values, "shard": _shard(values)})
+
+
+def _shard(values: Mapping[str, Any]) -> ShardConfig | None:
+    shard = values.get("shard")
+    if shard is None:
+        return None
+    config = ShardConfig(**shard)
+    if config.index >= config.total:
+        raise ConfigError(
+            "prometheus.shard.index", f"must be < prometheus.shard.total ({config.total}), got {config.index}"
+        )
+    return config
 
 
 def _check_canary(values: Mapping[str, Any]) -> None:
@@ -204,7 +224,7 @@ def _build_prometheus(values: dict[str, Any], poll_interval: float) -> Prometheu
                     f"windows[{i}]",
                     f"must be at least 2 x prometheus.scrape_interval ({format_duration(2 * scrape_interval)})",
                 )
-    return PrometheusConfig(**{**section, "timeout": timeout})
+    return PrometheusConfig(**{**section, "timeout": timeout, "shard": _shard(section)})
 
 
 def _build(values: dict[str, Any]) -> Config:

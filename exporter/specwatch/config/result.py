@@ -344,6 +344,18 @@ class AlertingConfig:
 
 
 @declared
+class ShardConfig:
+    """One of several specwatch instances that split a fleet's replicas between them."""
+
+    index: int = setting(
+        Number(minimum=0, integer=True), "this instance's shard, from 0 to total - 1", example=0, required=True
+    )
+    total: int = setting(
+        Number(minimum=1, integer=True), "how many shards the replicas are split into", example=2, required=True
+    )
+
+
+@declared
 class PrometheusConfig:
     """`prometheus:` fleet mode: specwatch polls no vLLM itself and reads every replica from a
     Prometheus-compatible query API instead."""
@@ -430,6 +442,20 @@ class PrometheusConfig:
         "learners, verdicts and rollout grader, serving none of it (docs/fleet.md); 0s: off",
         default=12 * 3600.0,
         example="6h",
+    )
+    # Whether the query API holds the series of specwatch's recording rules; None: detected.
+    recorded: bool | None = setting(
+        Flag(),
+        "whether the query API holds the series of specwatch's recording rules (rules/); null: detected at start",
+        default=None,
+        example=True,
+        nullable=True,
+    )
+    # None: this instance reads every replica the selector matches.
+    shard: ShardConfig | None = section(
+        ShardConfig,
+        "with several specwatch instances on one fleet: the share of the replicas this one reads; null: every replica",
+        nullable=True,
     )
 
     @property

@@ -15,6 +15,7 @@ from specwatch.base import units
 from specwatch.config import (
     ConfigError,
     PrometheusConfig,
+    ShardConfig,
     from_mapping,
     load,
     parse_duration,
@@ -262,6 +263,8 @@ def _base(path):
         return {"hardware": "h100-sxm"}
     if tuple(path) == ("prometheus", "deployment_labels"):  # named among the replica labels
         return {"prometheus": {**PROMETHEUS_URL, "replica_labels": ["namespace", "pod"]}}
+    if tuple(path[:2]) == ("prometheus", "shard"):  # the other of index and total given
+        return {"prometheus": {**PROMETHEUS_URL, "shard": {"index": 1, "total": 3}}}
     return {path[0]: dict(PROMETHEUS_URL)} if path[0] in ("prometheus", "readback") else {}
 
 
@@ -391,6 +394,8 @@ def test_chart_and_exporter_both_accept_every_documented_example(tmp_path):
             raw[path[0]] = {**PROMETHEUS_URL, **raw[path[0]]}
         if dotted == "prometheus.deployment_labels":  # named among the replica labels (a rule across keys)
             raw["prometheus"]["replica_labels"] = [*node.example, "pod"]
+        if path[:2] == ("prometheus", "shard"):  # index and total are given together
+            raw["prometheus"]["shard"] = {"index": 1, "total": 3, **raw["prometheus"]["shard"]}
         assert not list(validator.iter_errors(raw)), dotted
         from_mapping(raw, base_dir=str(tmp_path), environ={"VLLM_API_KEY": "k", "TENANT": "t"})
 
@@ -423,6 +428,9 @@ def test_chart_and_exporter_both_accept_every_documented_example(tmp_path):
         ({"prometheus": {"url": "http://p:9090", "wat": 1}}, False),
         ({"readback": {"url": "http://p:9090", "selector": '{job="specwatch"}'}}, True),
         ({"readback": {"selector": '{job="specwatch"}'}}, False),  # url is required
+        ({"prometheus": {"url": "http://p:9090", "recorded": None, "shard": None}}, True),
+        ({"prometheus": {"url": "http://p:9090", "shard": {"index": 0, "total": 1}}}, True),
+        ({"prometheus": {"url": "http://p:9090", "shard": {"index": 0}}}, False),  # total is required
     ],
 )
 def test_chart_and_exporter_agree(raw, accepted):
@@ -511,6 +519,8 @@ def test_the_fleet_sections_fields_match_the_fleet_sources_dataclass():
         ("scrape_interval", "float | None"),
         ("canary", "Mapping[str, str]"),
         ("history_lookback", "float"),
+        ("recorded", "bool | None"),
+        ("shard", "ShardConfig | None"),
     ]
     assert PrometheusConfig(url="http://p", selector=' { job="vllm", } ').matchers == 'job="vllm"'
     assert PrometheusConfig(url="http://p").matchers == ""
@@ -627,6 +637,36 @@ def test_check_config_names_a_deployment_label_that_is_no_replica_label_in_one_l
     proc = run_cli("check-config", str(bad))
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert "prometheus.deployment_labels[0]: namespace is not one of prometheus.replica_labels" in proc.stderr
+
+
+def test_recorded_and_shard_default_to_detected_and_every_replica():
+    prometheus = _prometheus().prometheus
+    assert (prometheus.recorded, prometheus.shard) == (None, None)
+
+
+def test_a_shard_takes_an_index_below_its_total_from_the_file_or_the_environment():
+    assert _prometheus(shard={"index": 1, "total": 3}, recorded=False).prometheus.shard == ShardConfig(index=1, total=3)
+    environ = {"SPECWATCH_PROMETHEUS__SHARD__INDEX": "0", "SPECWATCH_PROMETHEUS__SHARD__TOTAL": "2"}
+    environ |= {"SPECWATCH_PROMETHEUS__RECORDED": "true"}
+    prometheus = _prometheus(environ=environ).prometheus
+    assert (prometheus.shard, prometheus.recorded) == (ShardConfig(index=0, total=2), True)
+    assert parse_prometheus({**PROMETHEUS_URL, "shard": {"index": 2, "total": 4}}).shard == ShardConfig(2, 4)
+
+
+@pytest.mark.parametrize(
+    ("shard", "key"),
+    [
+        ({"index": 2, "total": 2}, "prometheus.shard.index"),
+        ({"index": -1, "total": 2}, "prometheus.shard.index"),
+        ({"index": 0}, "prometheus.shard.total"),
+        ({"index": 0, "total": 0}, "prometheus.shard.total"),
+        ("all", "prometheus.shard"),
+    ],
+)
+def test_a_bad_shard_raises_one_error_naming_its_key(shard, key):
+    with pytest.raises(ConfigError) as caught:
+        _prometheus(shard=shard)
+    assert caught.value.key == key
 
 
 def test_changing_only_history_lookback_keeps_the_fleet_shape():
