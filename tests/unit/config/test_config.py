@@ -220,6 +220,21 @@ def _walk(section, path=()):
             yield from _walk(node.item, (*here, 0))
 
 
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"model": {"hf_config": {}}}, "model.hf_config"),
+        ({"draft": {"model_hf_config": {}}}, "draft.model_hf_config"),
+        ({"profile_path": "p.yaml"}, "profile_path"),
+        ({"stated": ["listen"]}, "stated"),
+    ],
+)
+def test_a_field_derived_at_load_time_is_no_key(raw, key):
+    with pytest.raises(ConfigError, match="unknown key") as caught:
+        from_mapping(raw, environ={})
+    assert caught.value.key == key
+
+
 def test_the_environment_variables_of_earlier_releases_still_exist():
     earlier = (
         "listen",
