@@ -448,21 +448,22 @@ print(json.loads(payload)["manifest"])
 """
 
 
-@pytest.mark.parametrize("shape", sorted(VLLM_DEPLOYMENTS))
-def test_post_renderer_as_a_helm4_plugin_through_the_helm_engine(shape, tmp_path):
-    """Helm 4 takes plugin names for --post-renderer: plugin.yaml makes the directory one. Run in a
-    subprocess because the engine reads HELM_PLUGINS from the environment it starts with."""
+def helm4_install_through_the_plugin(tmp_path: Path, deployment: str, patch_text: str) -> str:
+    """The manifest of `helm install --dry-run=client --post-renderer specwatch` of a vLLM chart holding
+    `deployment`, with `patch_text` as --patch. Helm 4 takes plugin names for --post-renderer:
+    plugin.yaml makes the directory one. Run in a subprocess because the engine reads HELM_PLUGINS
+    from the environment it starts with."""
     need_kubectl()
     _helm()
     chart = tmp_path / "vllm"
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: vllm\nversion: 0.1.0\n")
-    shutil.copy(VLLM_DEPLOYMENTS[shape], chart / "templates" / "deployment.yaml")
+    (chart / "templates" / "deployment.yaml").write_text(deployment)
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     shutil.copytree(POST_RENDERER_DIR, plugins / "specwatch")  # what `helm plugin install` leaves
     patch = tmp_path / "specwatch-patch.yaml"
-    patch.write_text(notes_patch_text({}))
+    patch.write_text(patch_text)
     kubeconfig = tmp_path / "kubeconfig"  # never contacted: a client dry run
     kubeconfig.write_text(
         yaml.safe_dump(
@@ -477,7 +478,12 @@ def test_post_renderer_as_a_helm4_plugin_through_the_helm_engine(shape, tmp_path
         )
     )
     env = {**os.environ, "HELM_PLUGINS": str(plugins), "HOME": str(tmp_path)}
-    out = run([sys.executable, "-c", HELM4_PLUGIN_SCRIPT, str(chart), str(patch), str(kubeconfig)], env=env)
+    return run([sys.executable, "-c", HELM4_PLUGIN_SCRIPT, str(chart), str(patch), str(kubeconfig)], env=env)
+
+
+@pytest.mark.parametrize("shape", sorted(VLLM_DEPLOYMENTS))
+def test_post_renderer_as_a_helm4_plugin_through_the_helm_engine(shape, tmp_path):
+    out = helm4_install_through_the_plugin(tmp_path, VLLM_DEPLOYMENTS[shape].read_text(), notes_patch_text({}))
     (patched,) = [d for d in yaml.safe_load_all(out) if d]
     original = load(VLLM_DEPLOYMENTS[shape])
     assert_injected(patched, original)

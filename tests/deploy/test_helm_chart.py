@@ -66,7 +66,7 @@ def merged(base: dict, extra: dict) -> dict:
 def chart():
     for needed in (RULES_DIR, DASHBOARDS_DIR):
         if not needed.is_dir():
-            pytest.fail(f"{needed} is missing: the chart packages it through a symlink in helm/specwatch/files/")
+            pytest.fail(f"{needed} is missing: helm/specwatch/sync-files copies it into the chart's files/")
     with helm.Chart.load(str(CHART)) as loaded:
         yield loaded
 
@@ -1387,11 +1387,6 @@ def test_no_config_checksum_reaches_a_vllm_pod_from_any_sidecar_hook(chart):
 
 
 # ---- packaging -----------------------------------------------------------------------------------------
-
-
-def test_rules_and_dashboards_are_symlinks_to_the_single_source():
-    assert os.readlink(CHART / "files" / "rules") == "../../../rules"
-    assert os.readlink(CHART / "files" / "dashboards") == "../../../dashboards"
 
 
 def test_packaged_chart_contains_rules_and_dashboards_but_not_promtool_tests(chart, tmp_path):

@@ -1,15 +1,17 @@
 """One kept-alive HTTP connection with a whole-request deadline, for both sources: the sidecar's
-scraper (scrape.py, vLLM's /metrics) and fleet mode's query client (promsource.py, Prometheus).
+scraper (scrape.py, vLLM's /metrics) and fleet mode's query client (fleet/client.py, Prometheus).
 
 - plain `http.client` on a connection opened and owned here: no proxy from the environment can
   capture a request, and no redirect is followed (the callers refuse a 3xx);
 - a whole-request deadline: a socket timeout bounds each read, not the request, so a server
   dripping a byte every 0.1 s would hold a request forever. One watchdog thread for the process
-  (WATCHDOG, started on first use; no thread per request) shuts the socket down at the deadline, so whatever read is blocked (connect, headers, body) returns at once; the body
-  loop also checks the deadline per chunk and shrinks the socket timeout to the time left. Only
-  public interfaces of the standard library are used (`socket.shutdown`, `HTTPConnection.sock`,
-  `HTTPResponse.read1`), so an upgrade cannot silently disable the guard (tests/test_scrape.py,
-  tests/reliability/test_fault_matrix.py and tests/fleet/test_faults.py prove it);
+  (WATCHDOG, started on first use; no thread per request) shuts the socket down at the deadline,
+  so whatever read is blocked (connect, headers, body) returns at once; the body loop also
+  checks the deadline per chunk and shrinks the socket timeout to the time left. Only public
+  interfaces of the standard library are used (`socket.shutdown`, `HTTPConnection.sock`,
+  `HTTPResponse.read1`), so an upgrade cannot silently disable the guard
+  (tests/unit/sidecar/test_scrape.py, tests/system/reliability/test_fault_matrix.py and
+  tests/system/fleet/test_faults.py prove it);
 - a connection cut, expired or left mid-answer is closed, never reused; an idle kept-alive one
   the server closed is noticed before it is used.
 

@@ -1,7 +1,7 @@
 """Step-time cost model, break-even acceptance, best draft length and V1 schedules.
 
-Pure functions only: no I/O, and no import of ``specwatch.config`` at run time (config.py
-validates names against the presets defined here). Modules, in the order they build on each other:
+Pure functions only: no I/O, and no import of ``specwatch.config`` at run time (the config
+package validates names against the presets defined here). Modules, in the order they build on each other:
 
 - ``errors``     CostModelError (carries the config key at fault)
 - ``hardware``   HardwareSpec, HARDWARE_PRESETS, hardware_from

@@ -9,7 +9,7 @@ leave-one-source-out error in tests/fixtures/calibration/fit_engine_priors.py).
 
 A family with fewer than 15 usable rows or 3 sources gets the fit pooled over every family's rows
 (``POOLED``); its entry says so. ``prior_for`` maps an engine name and version to an entry, and
-anything it does not recognise to ``generic``, today's constants.
+anything it does not recognise to ``generic``, the cost model's default constants.
 
 Pure data and string matching: no imports from the rest of the package.
 """
@@ -76,7 +76,7 @@ def log_error_at(log_error: float, batch_range: tuple[float, float] | None, batc
 
 _FIT = "tests/fixtures/calibration/fit_engine_priors.py"
 
-#: Today's constants (roofline.DEFAULT_VERIFY_OVERHEAD_SECONDS, DEFAULT_VERIFY_SECONDS_PER_REQUEST,
+#: The cost model's default constants (roofline.DEFAULT_VERIFY_OVERHEAD_SECONDS, DEFAULT_VERIFY_SECONDS_PER_REQUEST,
 #: draft.DEFAULT_DRAFT_FIXED_SECONDS): fitted on the EAGLE-3 paper's Table 3 (SGLang v0.4.4) and vLLM
 #: issue #20780 (docs/costmodel.md). Used when the engine is unknown.
 GENERIC = EnginePrior(
@@ -206,7 +206,7 @@ def _vllm_family(version: str | None) -> str:
         return "vllm-v0"
     m = _VERSION.match(v)
     if m is None:
-        return "vllm-v1"  # "main", "nightly", a commit: today's engine
+        return "vllm-v1"  # "main", "nightly", a commit: V1, the engine vLLM ships
     return "vllm-v1" if (int(m.group(1)), int(m.group(2))) >= _VLLM_V1_FROM else "vllm-v0"
 
 
@@ -214,7 +214,7 @@ def prior_for(engine: str | None, version: str | None = None) -> EnginePrior:
     """The fixed costs for a serving engine. ``engine``: a family id (``vllm-v1``) or a product name
     (``vLLM``, ``SGLang``, ``TensorRT-LLM``, ``llama.cpp``), any case; ``version`` picks vLLM's V0 or
     V1 (below 0.8 is V0; none, ``main`` or unparsable is V1) and is ignored elsewhere. None or an
-    unknown engine: ``generic`` (today's constants)."""
+    unknown engine: ``generic`` (the cost model's default constants)."""
     if engine is None:
         return GENERIC
     key = _ALIASES.get(engine.strip().lower())

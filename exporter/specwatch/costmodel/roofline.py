@@ -26,7 +26,7 @@ from specwatch.costmodel.models import DTYPE_BYTES, ModelSpec, model_total_weigh
 from specwatch.costmodel.profile import RelativeStepTimeCurve, StepTimeCurve
 
 # Efficiency defaults, calibrated against the SpecDecode-Bench fitted step model for Llama-3.1-8B
-# on H100; docs/costmodel.md ("Defaults and why") shows the derivation and tests/test_costmodel.py
+# on H100; docs/costmodel.md ("Defaults and why") shows the derivation and tests/unit/costmodel/test_costmodel.py
 # checks the calibration.
 
 #: Share of peak HBM bandwidth reached: between the 0.82 implied by the fitted weight-read

@@ -21,11 +21,12 @@ good poll's lines with new values, only the values are converted and checked (`L
 
 - samples.py   Sample, Family, ExpositionError, the limits, Series (what one series text means)
 - syntax.py    label sets, values, the line-finding pattern and the line scan's lines
-- selector.py  Selector: the pattern path, the line scan (`parse_by_lines`) and the read itself
+- parser.py    Selector: the pattern path, the line scan (`parse_by_lines`) and the read itself
 - lastpoll.py  LastPoll: the values-only re-read of an unchanged poll
 - checks.py    the semantic checks: counters, gauges, histogram buckets
 """
 
+from specwatch.exposition.parser import Selector
 from specwatch.exposition.samples import (
     MAX_LABEL_VALUE_LENGTH,
     MAX_LABELS_PER_SERIES,
@@ -36,7 +37,6 @@ from specwatch.exposition.samples import (
     Labels,
     Sample,
 )
-from specwatch.exposition.selector import Selector
 from specwatch.exposition.syntax import TYPE_PREFIX
 
 __all__ = [

@@ -20,7 +20,8 @@ A canary counts only when it is like-for-like (``like_for_like``): its plain ste
 be consistent with the spec-on replicas' measured steps of the same poll at the nearest batch, as
 the prior relates a plain step to a speculative one: not slower per step than a spec-on replica at
 the same batch, nor more than CANARY_FACTOR faster or slower than the prior's ratio says (another
-pool, other hardware). A canary with no spec-on replica beside it to compare with counts as before.
+pool, other hardware). A canary with no spec-on replica beside it counts: nothing
+there contradicts it.
 
 One point per replica per shortest window (non-overlapping spans, as the sidecar's), all of one
 poll added together. What each route's verdicts rest on is reported (RouteBaseline): its source

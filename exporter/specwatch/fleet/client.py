@@ -27,7 +27,7 @@ objects: each series of Prometheus's own shape is matched in the bytes and kept 
 set's JSON text (one bytes object per label set, interned in the client between answers, so the
 same label set poll after poll is the same object) and its value (one double); anything else in
 the answer (other key orders, whitespace, escapes in a value, duplicate keys, an error) is read
-by the standard library's json, as before, so every answer gives what json.loads gave.
+by the standard library's json, so every answer gives what json.loads would give.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class VectorDecoder:
     """Decodes one instant query's answer chunk by chunk (feed, then finish), into a packed
     Vector when the answer has Prometheus's own shape; what does not is read by json: an item of
     another shape and the rest after it with json.JSONDecoder.raw_decode, an answer whose first
-    bytes differ (an error, another key order) whole with json.loads, as before. The vector, the
+    bytes differ (an error, another key order) whole with json.loads. The vector, the
     PromQueryErrors and their reasons are those of json.loads and the checks on the whole answer.
 
     `intern` maps label-set texts to themselves: equal label sets across answers are then one
@@ -219,7 +219,7 @@ class VectorDecoder:
             if len(buf) < len(_PREFIX) and _PREFIX.startswith(buf):
                 self._buf = buf
                 return
-            if not buf.startswith(_PREFIX):  # an error, another writer: read whole, as before
+            if not buf.startswith(_PREFIX):  # an error, another writer: read whole by json.loads
                 self._state, self._buf, self._parts = _WHOLE_STATE, b"", [buf]
                 return
             pos = len(_PREFIX)

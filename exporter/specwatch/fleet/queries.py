@@ -57,7 +57,6 @@ ITL_COUNT = "itl_count"
 STEPS = "steps"
 RUNNING_MEAN = "running_mean"
 SAMPLES = "samples"
-LAST_SAMPLE = "last_sample"
 GAUGE_PREFIX = "gauge_"  # + a Gauge (or BATCH): a gauge-only engine's window mean over its active polls
 
 #: The subquery step of the gauge means when prometheus.scrape_interval is not set.

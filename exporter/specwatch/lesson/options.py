@@ -184,7 +184,7 @@ class ModelDefaults:
 _SIDECAR = Config()
 #: Every lesson command's default target: the sidecar's own (config/result.py: the model
 #: build_cost_model assumes when none is configured, its dtype, TP, context and hardware), priced
-#: with today's vLLM engine prior (vllm-v1); printed in each header, ``--engine generic`` for the
+#: with the prior of vLLM's V1 engine (vllm-v1); printed in each header, ``--engine generic`` for the
 #: generic constants the sidecar uses when ``engine`` is not configured.
 DEFAULT_TARGET = ModelDefaults(
     model=cmod.DEFAULT_MODEL,

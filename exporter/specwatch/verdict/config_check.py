@@ -1,7 +1,7 @@
 """Does the server do what its speculative config says? Pure functions.
 
 The user states the JSON vLLM runs with (`draft.config`, the same object as `--speculative-config`).
-From it (read by `schedule.py`) we know the draft length K the server must propose at each batch
+From it (read by `engines/vllm_schedule.py`) we know the draft length K the server must propose at each batch
 size. The schedule has been reported to be dropped silently (e.g. with data parallelism): then the
 server drafts `num_speculative_tokens` at every batch size.
 

@@ -41,9 +41,9 @@ ASSESS_INPUTS = (
     "itl_p99_seconds",
 )
 
-#: Assessments kept, about 1.5 KiB each with their key. A repeated question is almost always the
-#: last one of the same route and window (or of the other window over the same polls), so a few
-#: per route-window suffice; with new traffic every poll the memo only costs its memory.
+#: Assessments kept (what one costs with its key: docs/benchmarks.md). A repeated question is almost
+#: always the last one of the same route and window (or of the other window over the same polls), so
+#: a few per route-window suffice; with new traffic every poll the memo only costs its memory.
 DEFAULT_SIZE = 256
 
 _Key = tuple[object, ...]

@@ -25,10 +25,12 @@ a histogram is re-laid out, or a reload rebuilds the pipeline (`RouteWindow.adop
 from __future__ import annotations
 
 import math
+import operator
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import islice, pairwise
 
 from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey, reset_group
@@ -124,7 +126,38 @@ class RouteWindow:
 
     def ingest(self, snap: RouteSnapshot) -> bool:
         """Fold a new snapshot in; return True when it showed a counter reset. `last_dips` is then
-        the number of series that dipped below their base without a restart (clamped)."""
+        the number of series that dipped below their base without a restart (clamped).
+
+        What ingest_plain does, taking a shorter way for the usual poll: the same series in the
+        same order as the last one, none below its base, every `_created` unchanged. Then nothing
+        resets, dips or is held, and each delta is the value less its base."""
+        raw, counters, created = self._raw, snap.counters, snap.created
+        if not (raw and created and len(counters) == len(raw)) or (self.entries and snap.t <= self.entries[-1].t):
+            return self.ingest_plain(snap)
+        keys = tuple(counters)
+        if keys != tuple(raw) or any(map(operator.lt, counters.values(), raw.values())):
+            return self.ingest_plain(snap)
+        known = self._created
+        for group, stamp in created.items():
+            if known.get(group, stamp) != stamp:
+                return self.ingest_plain(snap)
+        self._unordered = self._unordered or math.isnan(snap.t)
+        totals, mirror, mirror_keys = self.totals, self.mirror, self._mirror_keys
+        for key, delta in zip(keys, map(operator.sub, counters.values(), raw.values()), strict=True):
+            totals[key] = totals.get(key, 0.0) + delta
+            if delta:
+                mirror[mirror_keys[key]] += delta  # deltas are >= 0: it never goes down
+        self._held.clear()  # none dipped: a held engine's poll is settled by this one's deltas
+        self._raw = dict(counters)
+        known.update(created)
+        self.entries.append(Entry(snap.t, dict(totals), snap))
+        self._times.append(snap.t)
+        self._prune(snap.t)
+        self.last_dips = 0
+        return False
+
+    def ingest_plain(self, snap: RouteSnapshot) -> bool:
+        """ingest(), every step taken (the reference its shortcut is tested against)."""
         if self.entries and snap.t <= self.entries[-1].t:
             return False  # out-of-order or duplicate time: ignore rather than corrupt deltas
         self._unordered = self._unordered or math.isnan(snap.t)
@@ -414,7 +447,73 @@ def implausible(snap: RouteSnapshot, stated_k: int | None = None) -> str | None:
     whole life (accepted at a position <= accepted at the position before; accepted at a position
     <= drafted there; accepted <= K x drafts, i.e. tau <= K + 1), within one half-applied step
     (multiprocess); an engine's gauges agree with each other (tau = 1 + K x alpha: an acceptance
-    rate well above 0 with an acceptance length of 1 is no estimate, nor a length above K + 1)."""
+    rate well above 0 with an acceptance length of 1 is no estimate, nor a length above K + 1).
+
+    The same answer as `implausible_plain`, with the comparisons each series' keys call for worked
+    out once per layout of keys (`_identities`; a target sends the same keys every poll)."""
+    gauges = snap.gauges
+    k_gauge = gauges.get(Gauge.DRAFT_LENGTH)
+    k = k_gauge if k_gauge is not None and k_gauge >= 1 else (snap.configured_k or stated_k)
+    why = _gauges_disagree(gauges, k)
+    counters = snap.counters
+    identities = _identities(tuple(counters)) if why is None else None
+    if identities is None:
+        return why if why is not None or not counters else implausible_plain(snap, stated_k)
+    if not identities:
+        return None
+    values = list(counters.values())
+    slack = _one_step_slack(snap, None)
+    for series, positions, drafted_at, accepted_at, drafts_at in identities:
+        # beyond(value, bound) of implausible_plain, written out: value > bound + max(slack, rel x bound)
+        for (i, before_at), (j, at) in pairwise(positions):
+            before, value = values[before_at], values[at]
+            if j == i + 1 and value > before + max(slack, DIP_RELATIVE * before):
+                return f"engine {series}: {value:g} accepted at position {j} above {before:g} at position {i}"
+        for (position, at), drafted_index in zip(positions, drafted_at, strict=True):
+            if drafted_index >= 0:
+                value, drafted = values[at], values[drafted_index]
+                if value > drafted + max(slack, DIP_RELATIVE * drafted):
+                    return f"engine {series}: {value:g} accepted at position {position} of {drafted:g} drafted there"
+        k_counted = len(positions) or k
+        if accepted_at >= 0 and drafts_at >= 0 and k_counted:
+            accepted, bound = values[accepted_at], k_counted * values[drafts_at]
+            if accepted > bound + max(slack, DIP_RELATIVE * bound):
+                drafts = values[drafts_at]
+                return (
+                    f"engine {series}: {accepted:g} accepted in {drafts:g} drafts of K={k_counted:g} (tau above K + 1)"
+                )
+    return None
+
+
+#: Per series (sorted): its name, its POS keys' (position, index in the values) by position, the
+#: index of the POS_DRAFTS key at each of those positions (-1: none), of ACCEPTED and of DRAFTS.
+_SeriesIdentities = tuple[str, tuple[tuple[int, int], ...], tuple[int, ...], int, int]
+
+
+@lru_cache(maxsize=256)
+def _identities(keys: tuple[SeriesKey, ...]) -> tuple[_SeriesIdentities, ...] | None:
+    """What implausible() compares for a poll with these counter keys, in implausible_plain's
+    order: () when no key is checked, None when the plain version must decide (two keys of one
+    series at the same position, which it orders by value)."""
+    if not any(key.counter in (Counter.POS, Counter.ACCEPTED) for key in keys):
+        return ()
+    index = {key: at for at, key in enumerate(keys)}
+    out = []
+    for series in sorted({key.series for key in keys}):
+        positions = sorted(
+            (key.position, at) for at, key in enumerate(keys) if key.series == series and key.counter == Counter.POS
+        )
+        if len({position for position, _ in positions}) != len(positions):
+            return None
+        drafted_at = tuple(index.get(SeriesKey(Counter.POS_DRAFTS, series, position), -1) for position, _ in positions)
+        accepted_at = index.get(SeriesKey(Counter.ACCEPTED, series), -1)
+        drafts_at = index.get(SeriesKey(Counter.DRAFTS, series), -1)
+        out.append((series, tuple(positions), drafted_at, accepted_at, drafts_at))
+    return tuple(out)
+
+
+def implausible_plain(snap: RouteSnapshot, stated_k: int | None = None) -> str | None:
+    """implausible(), comparing key by key (the reference its shortcut is tested against)."""
     gauges = snap.gauges
     k_gauge = gauges.get(Gauge.DRAFT_LENGTH)
     k = k_gauge if k_gauge is not None and k_gauge >= 1 else (snap.configured_k or stated_k)

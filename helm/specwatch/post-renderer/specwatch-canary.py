@@ -9,6 +9,8 @@ Each canary is a copy of its Deployment with:
 - the name + SUFFIX (default "-spec-off-canary"), replicas 1, no status, no revision annotation;
 - `--speculative-config X`, `--speculative-config=X` (or `--speculative_config`, as vLLM also
   accepts) removed from every container's command and args, whatever X is (JSON included);
+- without the annotation specwatch.dev/canary-requested (the patch's request for this copy: the
+  canary itself asks for none);
 - the label specwatch.dev/canary: spec-off on the Deployment, its selector and its pod template,
   and the annotation specwatch.dev/canary-of: <the Deployment's name>, so the canary's pods are
   its own (the original's selector is a subset: it does not own them, its ReplicaSets' pod-template
@@ -29,6 +31,7 @@ import sys
 
 LABEL, VALUE = "specwatch.dev/canary", "spec-off"
 SOURCE = "specwatch.dev/canary-of"
+REQUEST = "specwatch.dev/canary-requested"
 FLAGS = ("--speculative-config", "--speculative_config")
 SIDECAR = "specwatch"
 SIDECAR_VOLUMES = ("specwatch-config", "specwatch-tmp")
@@ -91,6 +94,7 @@ def canary(deployment: dict, suffix: str) -> dict:
     meta.setdefault("labels", {})[LABEL] = VALUE
     annotations = meta.setdefault("annotations", {})
     annotations.pop("deployment.kubernetes.io/revision", None)
+    annotations.pop(REQUEST, None)
     annotations[SOURCE] = name
     spec = out.setdefault("spec", {})
     spec["replicas"] = 1

@@ -62,11 +62,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- toYaml $labels }}
 {{- end }}
 
+{{/* image.registry wins; else the umbrella chart's global.imageRegistry (the Bitnami convention). */}}
+{{- define "specwatch.imageRegistry" -}}
+{{- .Values.image.registry | default (dig "imageRegistry" "" (.Values.global | default dict)) }}
+{{- end }}
+
+{{- define "specwatch.imageTag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- end }}
+
+{{/*
+"true" when the image is values.yaml's placeholder: repository specwatch/specwatch with no registry,
+i.e. Docker Hub, where no specwatch image is published. NOTES then says how to build and push one.
+*/}}
+{{- define "specwatch.imageIsPlaceholder" -}}
+{{- if and (not (include "specwatch.imageRegistry" .)) (eq .Values.image.repository "specwatch/specwatch") }}true{{ end }}
+{{- end }}
+
 {{- define "specwatch.image" -}}
-{{- $tag := .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- $tag := include "specwatch.imageTag" . }}
 {{- $repo := .Values.image.repository }}
-{{- /* image.registry wins; else the umbrella chart's global.imageRegistry (the Bitnami convention) */}}
-{{- $registry := .Values.image.registry | default (dig "imageRegistry" "" (.Values.global | default dict)) }}
+{{- $registry := include "specwatch.imageRegistry" . }}
 {{- if $registry }}
 {{- $repo = printf "%s/%s" $registry .Values.image.repository }}
 {{- end }}
@@ -377,12 +393,18 @@ and the post-renderer ship it for release "specwatch" with the default values):
   default-container annotation says the same to kubectl. Both are static: a config change never
   changes the pod template.
 - sidecar.native puts specwatch in initContainers (restartPolicy: Always) and leaves containers alone.
+- canary.enabled adds the Deployment annotation that asks the post-renderer for a spec-off canary
+  (specwatch.canaryRequest); the Deployment's metadata, not its pod template: it rolls no pod.
 */}}
 {{- define "specwatch.sidecarPatch" -}}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: {{ .Values.sidecar.vllmDeployment | default "vllm-deployment" }}
+  {{- if .Values.canary.enabled }}
+  annotations:
+    {{- include "specwatch.canaryRequest" . | nindent 4 }}
+  {{- end }}
 spec:
   template:
     metadata:
@@ -456,6 +478,9 @@ its exclusive cores under the static CPU manager.
 {{- if and (eq .Values.mode "sidecar") .Values.podMonitor.enabled (empty .Values.podMonitor.selectorOverride) }}
 {{- fail "podMonitor.selectorOverride is required in sidecar mode: the labels of the vLLM pods that carry the specwatch container (an empty selector would scrape every pod)" }}
 {{- end }}
+{{- if and .Values.canary.enabled (eq .Values.mode "standalone") }}
+{{- fail "canary.enabled needs mode=sidecar or mode=prometheus: the canary is rendered with the vLLM release by the post-renderer from the patch NOTES prints, and standalone mode polls only the URLs in config.targets (add the canary pod's URL there instead)" }}
+{{- end }}
 {{- if and (eq .Values.mode "sidecar") .Values.networkPolicy.enabled }}
 {{- fail "networkPolicy needs mode=standalone or mode=prometheus: in sidecar mode a NetworkPolicy selects the whole vLLM pod and would cut its serving traffic; allow the specwatch port in the vLLM chart's own policy instead" }}
 {{- end }}
@@ -504,4 +529,54 @@ limits:
 {{- end }}
 {{- end }}
 {{- $timeout }}
+{{- end }}
+
+{{/*
+The annotation by which a patch asks the post-renderer (helm/specwatch/post-renderer) for a
+one-replica spec-off canary of each Deployment it patches: a Deployment can only be copied where it
+is rendered (the vLLM release), so canary.enabled travels in the patch.
+*/}}
+{{- define "specwatch.canaryRequest" -}}
+specwatch.dev/canary-requested: spec-off
+{{- end }}
+
+{{/*
+Prometheus mode adds nothing to the vLLM pods: its patch for canary.enabled holds the request alone.
+*/}}
+{{- define "specwatch.canaryPatch" -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Values.sidecar.vllmDeployment | default "vllm-deployment" }}
+  annotations:
+    {{- include "specwatch.canaryRequest" . | nindent 4 }}
+{{- end }}
+
+{{/*
+NOTES: how to apply the canary patch (its markers' word: "sidecar" or "canary") with the vLLM release.
+  include "specwatch.canaryNotes" (list . "sidecar")
+*/}}
+{{- define "specwatch.canaryNotes" -}}
+{{- $ := index . 0 }}
+{{- $what := index . 1 }}
+{{- $ns := include "specwatch.namespace" $ -}}
+Spec-off canary (canary.enabled): the patch carries the annotation {{ include "specwatch.canaryRequest" $ }}, which
+asks the post-renderer for a copy of each vLLM Deployment it patches (kubectl patch cannot copy one):
+
+  helm get notes {{ $.Release.Name }} -n {{ $.Release.Namespace }} \
+    | sed -n '/^# --- specwatch {{ $what }} patch begin/,/^# --- specwatch {{ $what }} patch end/p' > specwatch-patch.yaml
+  helm upgrade <vllm release> <vllm chart> -n {{ $ns }} --reuse-values \
+    --post-renderer ./helm/specwatch/post-renderer/specwatch-post-renderer \
+    --post-renderer-args --patch=$PWD/specwatch-patch.yaml
+  # Helm 4: helm plugin install ./helm/specwatch/post-renderer, then --post-renderer specwatch
+  # kustomize: kubectl kustomize <overlay> \
+  #   | ./helm/specwatch/post-renderer/specwatch-post-renderer --patch=specwatch-patch.yaml | kubectl apply -f -
+
+It adds <vLLM Deployment>-spec-off-canary: 1 replica, --speculative-config removed, no specwatch sidecar,
+label specwatch.dev/canary=spec-off on the Deployment, its selector and its pods (which keep the vLLM
+labels, so the vLLM Service sends them their share of traffic). Fleet mode (mode=prometheus) counts
+every spec-off replica of a route as its canary{{ with ($.Values.config.prometheus | default dict).canary }} (here only those matching {{ toJson . }}){{ end }}.
+Run it for the measurement's minutes (GET /api/v1/status: routes[].windows[w].measurement), then set
+canary.enabled=false and run the same two commands: Helm removes the canary with the vLLM release's
+next manifest (after kubectl apply: kubectl -n {{ $ns }} delete deployment -l specwatch.dev/canary=spec-off).
 {{- end }}

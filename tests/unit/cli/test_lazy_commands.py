@@ -1,5 +1,5 @@
 """`specwatch --help` lists every command without importing the simulator, the lesson or backtest;
-each command imports only its own modules (#39). The table the help is built from is checked
+each command imports only its own modules. The table the help is built from is checked
 against what the modules register."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cost model: roofline, presets, profiles, break-even, best K, schedules (issue #4)."""
+"""Cost model: roofline, presets, profiles, break-even, best K, schedules."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def model(hw="h100-sxm", name="llama-3.1-8b", method="eagle3", **kw) -> CostMode
 
 
 def plain(cm: CostModel) -> CostModel:
-    """The roofline without the fitted fixed costs of speculation (tests/test_calibration.py
+    """The roofline without the fitted fixed costs of speculation (tests/unit/costmodel/test_calibration.py
     checks those on published speedups; the tests here check the roofline underneath)."""
     return replace(
         cm, verify_overhead_seconds=0.0, verify_seconds_per_request=0.0, draft=replace(cm.draft, fixed_seconds=0.0)
@@ -67,39 +67,47 @@ def sdb_eagle_draft(k: int, n_kv: float) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def test_every_required_hardware_preset_exists_with_a_source():
-    for name in ("h100-sxm", "h100-pcie", "h200", "a100-80gb", "a100-40gb", "l40s", "mi300x"):
-        hw = HARDWARE_PRESETS[name]
-        assert hw.bandwidth_bytes_per_second > 1e11 and hw.flops["bf16"] > 1e14
-        assert hw.source
+@pytest.mark.parametrize("name", ["h100-sxm", "h100-pcie", "h200", "a100-80gb", "a100-40gb", "l40s", "mi300x"])
+def test_every_required_hardware_preset_exists_with_a_source(name):
+    hw = HARDWARE_PRESETS[name]
+    assert hw.bandwidth_bytes_per_second > 1e11 and hw.flops["bf16"] > 1e14
+    assert hw.source
 
 
-def test_ideal_knee_of_presets_matches_the_hardware_table():
+@pytest.mark.parametrize(
+    ("name", "knee"), [("h100-sxm", 295), ("h200", 206), ("a100-80gb", 153), ("l40s", 419), ("mi300x", 247)]
+)
+def test_ideal_knee_of_presets_matches_the_hardware_table(name, knee):
     # Ideal roofline knee: n* = F_bf16 / BW for bf16 weights (docs/costmodel.md).
-    expected = {"h100-sxm": 295, "h200": 206, "a100-80gb": 153, "l40s": 419, "mi300x": 247}
-    for name, knee in expected.items():
-        hw = HARDWARE_PRESETS[name]
-        assert hw.flops["bf16"] / hw.bandwidth_bytes_per_second == pytest.approx(knee, abs=1.5)
+    hw = HARDWARE_PRESETS[name]
+    assert hw.flops["bf16"] / hw.bandwidth_bytes_per_second == pytest.approx(knee, abs=1.5)
 
 
-def test_llama_31_8b_from_hf_config_has_8_03b_params_and_128k_kv_bytes_per_token():
-    assert L8B.total_params == pytest.approx(8.03e9, rel=0.005)
-    # 32 layers × 8 KV heads × 128 × (K and V) × 2 bytes
-    assert L8B.kv_bytes_per_token_bf16 == 131072
+@pytest.mark.parametrize(
+    ("name", "params", "kv_bytes_per_token"),
+    [
+        # layers × (K and V) × KV heads × head dim × 2 bytes
+        pytest.param("llama-3.1-8b", 8.03e9, 32 * 2 * 8 * 128 * 2, id="llama-3.1-8b-8.03b-params-128k-kv-bytes"),
+        pytest.param("llama-3.3-70b", 70.55e9, 80 * 2 * 8 * 128 * 2, id="llama-3.3-70b-70.6b-params-320k-kv-bytes"),
+    ],
+)
+def test_a_dense_preset_has_its_published_params_and_kv_bytes_per_token(name, params, kv_bytes_per_token):
+    spec = MODEL_PRESETS[name]
+    assert spec.total_params == pytest.approx(params, rel=0.005)
+    assert spec.kv_bytes_per_token_bf16 == kv_bytes_per_token
 
 
-def test_llama_70b_preset_has_70_6b_params_and_320k_kv_bytes_per_token():
-    assert L70B.total_params == pytest.approx(70.55e9, rel=0.005)
-    assert L70B.kv_bytes_per_token_bf16 == 80 * 2 * 8 * 128 * 2
-
-
-def test_moe_config_counts_active_params_for_flops_and_all_experts_for_memory():
-    q = MODEL_PRESETS["qwen3-30b-a3b"]  # published: 30.5B total, 3.3B activated
-    assert q.total_params == pytest.approx(30.5e9, rel=0.01)
-    assert q.active_params + q.embedding_params == pytest.approx(3.3e9, rel=0.03)
-    mx = MODEL_PRESETS["mixtral-8x7b"]  # published: 46.7B total, 12.9B active
-    assert mx.total_params == pytest.approx(46.7e9, rel=0.01)
-    assert mx.active_params + mx.embedding_params == pytest.approx(12.9e9, rel=0.02)
+@pytest.mark.parametrize(
+    ("name", "total", "active", "active_rel"),
+    [
+        pytest.param("qwen3-30b-a3b", 30.5e9, 3.3e9, 0.03, id="qwen3-30b-a3b-30.5b-total-3.3b-activated"),
+        pytest.param("mixtral-8x7b", 46.7e9, 12.9e9, 0.02, id="mixtral-8x7b-46.7b-total-12.9b-active"),
+    ],
+)
+def test_moe_config_counts_active_params_for_flops_and_all_experts_for_memory(name, total, active, active_rel):
+    spec = MODEL_PRESETS[name]  # the published totals
+    assert spec.total_params == pytest.approx(total, rel=0.01)
+    assert spec.active_params + spec.embedding_params == pytest.approx(active, rel=active_rel)
 
 
 def test_moe_weight_bytes_grow_with_the_union_of_experts_touched_by_more_tokens():
@@ -266,7 +274,7 @@ def test_default_draft_model_costs_37_percent_of_an_8b_step_as_specdecode_bench_
 
 
 def test_default_eagle_draft_cost_lies_between_specdecode_bench_fit_and_vllm_issue_20780_slope_at_k3():
-    # The per-pass fixed cost was fitted on published batch sweeps (tests/test_calibration.py):
+    # The per-pass fixed cost was fitted on published batch sweeps (tests/unit/costmodel/test_calibration.py):
     # one EAGLE pass now costs ~0.95 ms at batch 1, between SpecDecode-Bench's 2.1 ms per round of
     # 3 and the 0.74-1.02 ms per pass that vLLM issue #20780's TPOT x AL slopes give.
     cm = model(method="eagle")
@@ -299,7 +307,7 @@ def test_speedup_sign_agrees_with_specdecode_bench_fit_on_llama_8b_h100_eagle():
 
 def test_breakeven_rises_with_batch_in_both_our_model_and_the_specdecode_bench_table():
     # SpecDecode-Bench measured break-even, K=3, 512 context (docs/costmodel.md): 0.10 / 0.14 / 0.21 / 0.28 / 0.35 for B=1..256.
-    # With the fixed costs fitted on published speedups (tests/test_calibration.py) batch 1 sits
+    # With the fixed costs fitted on published speedups (tests/unit/costmodel/test_calibration.py) batch 1 sits
     # at 0.21, inside the 0.13-0.20+ that vLLM issue #20780's bs1 sweep implies and above
     # SpecDecode-Bench's 0.10; at large batch the model is more pessimistic than that table
     # (docs/costmodel.md, "Fixed costs of speculation": known miss). The roofline alone matches it.
@@ -414,24 +422,39 @@ def test_best_k_is_zero_when_every_position_rate_is_below_the_marginal_cost(p, b
     assert best_draft_length(cm, b, rates) == 0
 
 
-def test_best_k_keeps_positions_that_pay_and_drops_the_tail_that_does_not():
+@pytest.mark.parametrize(
+    ("rates", "best"),
+    [
+        pytest.param([0.9, 0.8, 0.7, 0.6], 4, id="every-position-pays"),
+        pytest.param([0.9, 0.5, 0.04, 0.01], 2, id="the-weak-tail-is-dropped"),
+        pytest.param([], 0, id="no-positions-no-draft"),
+    ],
+)
+def test_best_k_keeps_positions_that_pay_and_drops_the_tail_that_does_not(rates, best):
     cm = model(cost_per_token=0.05)
     # Batch 1 (R=1): position i pays while p_i / tau(i) > c / (1 + i·c)
-    assert best_draft_length(cm, 1, [0.9, 0.8, 0.7, 0.6]) == 4
-    assert best_draft_length(cm, 1, [0.9, 0.5, 0.04, 0.01]) == 2
-    assert best_draft_length(cm, 1, []) == 0
+    assert best_draft_length(cm, 1, rates) == best
 
 
-def test_the_k_scan_stops_at_the_first_drop_and_needs_to_beat_the_floor():
+def test_the_k_scan_stops_at_the_first_drop():
     # A later, higher speedup behind a drop is never reached (nor computed: the scan is lazy).
     def speedups():
         yield from (1.2, 1.3, 1.1)
         raise AssertionError("read past the first drop")
 
     assert first_drop_best(speedups()) == 2
-    assert first_drop_best([0.9, 0.95]) == 0  # nothing beats K'=0
-    assert first_drop_best([1.05, 1.08], floor=1.1) == 0  # a K=0 band's own speedup is the floor
-    assert first_drop_best([]) == 0
+
+
+@pytest.mark.parametrize(
+    ("speedups", "floor", "best"),
+    [
+        pytest.param([0.9, 0.95], 1.0, 0, id="nothing-beats-no-draft"),
+        pytest.param([1.05, 1.08], 1.1, 0, id="a-k0-bands-own-speedup-is-the-floor"),
+        pytest.param([], 1.0, 0, id="no-speedups-no-draft"),
+    ],
+)
+def test_the_k_scan_needs_to_beat_the_floor(speedups, floor, best):
+    assert first_drop_best(speedups, floor=floor) == best
 
 
 def test_dspark_example_per_position_rates_give_tau_2_436_at_k3():
@@ -462,13 +485,29 @@ def test_schedule_for_8b_h100_eagle3_steps_down_and_disables_at_high_batch():
     assert "disable_by_batch_size" not in cfg
 
 
-def test_speculative_config_never_emits_disable_by_batch_size_and_checks_k():
-    assert speculative_config("eagle3", 3, [[1, 512, 3]]) == {"method": "eagle3", "num_speculative_tokens": 3}
-    assert speculative_config("auto", 2, None) == {"num_speculative_tokens": 2}
+@pytest.mark.parametrize(
+    ("method", "k", "schedule", "config"),
+    [
+        pytest.param(
+            "eagle3", 3, [[1, 512, 3]], {"method": "eagle3", "num_speculative_tokens": 3}, id="one-band-is-a-plain-k"
+        ),
+        pytest.param("auto", 2, None, {"num_speculative_tokens": 2}, id="an-unknown-method-is-not-named"),
+    ],
+)
+def test_speculative_config_never_emits_disable_by_batch_size(method, k, schedule, config):
+    assert speculative_config(method, k, schedule) == config
+
+
+@pytest.mark.parametrize(
+    ("k", "schedule"),
+    [
+        pytest.param(2, [[1, 64, 3]], id="a-band-above-k"),
+        pytest.param(0, None, id="k-zero"),
+    ],
+)
+def test_speculative_config_checks_k(k, schedule):
     with pytest.raises(ValueError):
-        speculative_config("eagle", 2, [[1, 64, 3]])
-    with pytest.raises(ValueError):
-        speculative_config("eagle", 0, None)
+        speculative_config("eagle", k, schedule)
 
 
 @pytest.mark.parametrize("alpha,k", [(0.2, 3), (0.3, 3), (0.4, 5), (0.35, 1)])

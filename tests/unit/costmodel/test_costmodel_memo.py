@@ -1,5 +1,5 @@
 """The cost model's one memo (CostModel.step_times) and the search shortcuts change no number: they
-give exactly (bit for bit, ==) what the plain formulas compute on a freshly built model (issue #17)."""
+give exactly (bit for bit, ==) what the plain formulas compute on a freshly built model."""
 
 from __future__ import annotations
 

@@ -57,18 +57,25 @@ def test_generic_is_todays_constants() -> None:
     )
 
 
-def test_table_is_what_the_fit_finds() -> None:
+#: The table's fitted entries: each engine family's, and the pooled one (generic is today's constants).
+FITTED = [family for family in ENGINE_PRIORS if family != "generic"]
+
+
+def test_the_table_has_an_entry_per_fitted_family() -> None:
+    assert {*fit_module().FAMILIES, "pooled"} == set(FITTED)
+
+
+@pytest.mark.parametrize("family", FITTED)
+def test_table_is_what_the_fit_finds(family: str) -> None:
     fe = fit_module()
     steps = (fe.STEP_V, fe.STEP_Q, fe.STEP_P)
-    by_family = {rep.family: rep for rep in reports()}
-    for family in (*fe.FAMILIES, "pooled"):
-        rep = by_family[family]
-        prior = ENGINE_PRIORS[family]
-        table = (prior.verify_overhead_seconds, prior.verify_seconds_per_request, prior.draft_fixed_seconds)
-        for got, want, step in zip(table, rep.params, steps, strict=True):
-            assert abs(got - want) <= step / 2 + 1e-12, (family, table, rep.params)
-        # the entry says whether it is its own fit or the pooled one
-        assert ("own fit" in prior.source) == (rep.own and family != "pooled"), (family, prior.source)
+    rep = {rep.family: rep for rep in reports()}[family]
+    prior = ENGINE_PRIORS[family]
+    table = (prior.verify_overhead_seconds, prior.verify_seconds_per_request, prior.draft_fixed_seconds)
+    for got, want, step in zip(table, rep.params, steps, strict=True):
+        assert abs(got - want) <= step / 2 + 1e-12, (table, rep.params)
+    # the entry says whether it is its own fit or the pooled one
+    assert ("own fit" in prior.source) == (rep.own and family != "pooled"), prior.source
 
 
 def test_fits_respect_bounds_and_decompose_exactly() -> None:
@@ -127,41 +134,55 @@ def test_prior_for(engine: str | None, version: str | None, family: str) -> None
     assert prior_for(engine, version) is ENGINE_PRIORS[family]
 
 
-def test_fallback_families_carry_the_pooled_values() -> None:
-    for family in ("vllm-v0", "trtllm", "llamacpp"):
-        prior = ENGINE_PRIORS[family]
-        assert "pooled" in prior.source
-        assert (prior.verify_overhead_seconds, prior.verify_seconds_per_request, prior.draft_fixed_seconds) == (
-            POOLED.verify_overhead_seconds,
-            POOLED.verify_seconds_per_request,
-            POOLED.draft_fixed_seconds,
-        )
-    for key, prior in ENGINE_PRIORS.items():
-        assert prior.engine == key
+@pytest.mark.parametrize("family", ["vllm-v0", "trtllm", "llamacpp"])
+def test_fallback_families_carry_the_pooled_values(family: str) -> None:
+    prior = ENGINE_PRIORS[family]
+    assert "pooled" in prior.source
+    assert (prior.verify_overhead_seconds, prior.verify_seconds_per_request, prior.draft_fixed_seconds) == (
+        POOLED.verify_overhead_seconds,
+        POOLED.verify_seconds_per_request,
+        POOLED.draft_fixed_seconds,
+    )
 
 
-def test_each_priors_error_model_is_what_the_cross_validation_fits() -> None:
-    """The error a prior's speedups carry (engine_priors.log_error_at) is what the cross-validated
-    residuals give: own fits their dense in-range RMS and batch range, the MoE, per-doubling and
-    tail terms pooled; pooled priors their LOSO RMS; generic its RMS on vLLM V1's rows."""
+@pytest.mark.parametrize("family", list(ENGINE_PRIORS))
+def test_each_entry_is_keyed_by_its_engine(family: str) -> None:
+    assert ENGINE_PRIORS[family].engine == family
+
+
+@cache
+def error_model() -> Any:
     fe = fit_module()
     rows, _ = fe.reduced_cases()
-    model = fe.error_model(fe.all_residuals(rows))
+    return fe.error_model(fe.all_residuals(rows))
+
+
+@pytest.mark.parametrize("family", list(ENGINE_PRIORS))
+def test_each_priors_error_model_is_what_the_cross_validation_fits(family: str) -> None:
+    """The error a prior's speedups carry (engine_priors.log_error_at) is what the cross-validated
+    residuals give: own fits their dense in-range RMS and batch range; pooled priors their LOSO
+    RMS; generic its RMS on vLLM V1's rows."""
+    fe = fit_module()
+    rows, _ = fe.reduced_cases()
     by_family = {rep.family: rep for rep in reports()}
-    for family, prior in ENGINE_PRIORS.items():
-        if family in fe.OWN_FIT_FAMILIES:
-            assert prior.log_error == model.family_log_error[family], family
-            assert prior.batch_range == fe.batch_range([r for r in rows if r.case.engine == family])
-        elif family == "generic":
-            assert prior.log_error == pytest.approx(by_family["vllm-v1"].generic.rms, abs=5e-4)
-        else:
-            assert prior.log_error == pytest.approx(by_family["pooled"].loso.rms, abs=5e-4), family
-            assert prior.batch_range is None
-    assert (
-        model.moe_log_error,
-        model.per_doubling,
-        model.tail,
-    ) == (MOE_LOG_ERROR, EXTRAPOLATION_LOG_ERROR_PER_DOUBLING, TAIL_FACTOR)
+    prior = ENGINE_PRIORS[family]
+    if family in fe.OWN_FIT_FAMILIES:
+        assert prior.log_error == error_model().family_log_error[family]
+        assert prior.batch_range == fe.batch_range([r for r in rows if r.case.engine == family])
+    elif family == "generic":
+        assert prior.log_error == pytest.approx(by_family["vllm-v1"].generic.rms, abs=5e-4)
+    else:
+        assert prior.log_error == pytest.approx(by_family["pooled"].loso.rms, abs=5e-4)
+        assert prior.batch_range is None
+
+
+def test_the_moe_per_doubling_and_tail_terms_are_what_the_cross_validation_fits() -> None:
+    model = error_model()
+    assert (model.moe_log_error, model.per_doubling, model.tail) == (
+        MOE_LOG_ERROR,
+        EXTRAPOLATION_LOG_ERROR_PER_DOUBLING,
+        TAIL_FACTOR,
+    )
 
 
 @pytest.mark.parametrize("doc", DOCS[:1], ids=lambda p: p.name)

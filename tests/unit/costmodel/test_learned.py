@@ -194,52 +194,47 @@ def spec_on_pipeline(config: dict[str, object] | None = None) -> Pipeline:
     return pipeline
 
 
-#: Tolerance of the real-vLLM prediction (the issue's bar).
+#: Tolerance of the real-vLLM prediction: the bar the learned cost model is held to.
 REAL_VLLM_TOLERANCE = 0.15
+#: The client concurrencies of the real run (speedup-results.json's phases).
+CONCURRENCIES = (1, 4, 16)
 
 
-def real_vllm_predictions() -> dict[int, tuple[float, float, float]]:
-    """Concurrency -> (measured, predicted at that concurrency, predicted at the same batch)."""
+def real_vllm_prediction(conc: int) -> tuple[float, float, float]:
+    """At client concurrency ``conc``: (measured, predicted at that concurrency, predicted at the same batch)."""
     results = json.loads((FIXTURES / "speedup-results.json").read_text())
     ((learner, model),) = spec_on_pipeline().learners().values()
     assert learner.curve() is not None
-    out = {}
-    for conc in (1, 4, 16):
-        server = results["spec"]["phases"][str(conc)]["server"]  # from the spec-on payloads
-        coverage = results["prediction"][str(conc)]["draft_coverage"]  # Δdrafts/ΔITL count, spec on
-        measured = (
-            results["spec"]["phases"][str(conc)]["client"]["tokens_per_second"]
-            / results["nospec"]["phases"][str(conc)]["client"]["tokens_per_second"]
-        )
-        m, c = model.with_method("ngram"), costmodel.draft_coverage(coverage)
-        out[conc] = (
-            measured,
-            breakeven.closed_loop_speedup(m, conc, server["batch"], server["k_mean"], server["alpha"], c),
-            costmodel.expected_speedup(m, server["batch"], server["k_mean"], server["alpha"], c),
-        )
-    return out
+    server = results["spec"]["phases"][str(conc)]["server"]  # from the spec-on payloads
+    coverage = results["prediction"][str(conc)]["draft_coverage"]  # Δdrafts/ΔITL count, spec on
+    measured = (
+        results["spec"]["phases"][str(conc)]["client"]["tokens_per_second"]
+        / results["nospec"]["phases"][str(conc)]["client"]["tokens_per_second"]
+    )
+    m, c = model.with_method("ngram"), costmodel.draft_coverage(coverage)
+    return (
+        measured,
+        breakeven.closed_loop_speedup(m, conc, server["batch"], server["k_mean"], server["alpha"], c),
+        costmodel.expected_speedup(m, server["batch"], server["k_mean"], server["alpha"], c),
+    )
 
 
-def test_real_vllm_speedups_at_concurrency_1_4_16_are_predicted_within_15_percent_from_spec_on_data_alone():
-    predictions = real_vllm_predictions()
-    for conc, (measured, predicted, same_batch) in predictions.items():
-        print(
-            f"c={conc}: measured {measured:.2f}x, predicted {predicted:.2f}x at concurrency "
-            f"({predicted / measured - 1:+.0%}), {same_batch:.2f}x at the same batch"
-        )
-        assert abs(predicted / measured - 1) <= REAL_VLLM_TOLERANCE, (
-            conc,
-            measured,
-            predicted,
-        )
+@pytest.mark.parametrize("conc", CONCURRENCIES, ids=[f"concurrency-{c}" for c in CONCURRENCIES])
+def test_real_vllm_speedups_are_predicted_within_15_percent_from_spec_on_data_alone(conc):
+    measured, predicted, same_batch = real_vllm_prediction(conc)
+    print(
+        f"c={conc}: measured {measured:.2f}x, predicted {predicted:.2f}x at concurrency "
+        f"({predicted / measured - 1:+.0%}), {same_batch:.2f}x at the same batch"
+    )
+    assert abs(predicted / measured - 1) <= REAL_VLLM_TOLERANCE, (measured, predicted)
 
 
-def test_real_vllm_learned_plain_step_matches_the_spec_off_server_never_shown_to_it():
+@pytest.mark.parametrize("conc", CONCURRENCIES, ids=[f"concurrency-{c}" for c in CONCURRENCIES])
+def test_real_vllm_learned_plain_step_matches_the_spec_off_server_never_shown_to_it(conc):
     results = json.loads((FIXTURES / "speedup-results.json").read_text())
     ((_, model),) = spec_on_pipeline().learners().values()
-    for conc in ("1", "4", "16"):
-        off = results["nospec"]["phases"][conc]["server"]
-        assert model.base_step_time(off["batch"]) == pytest.approx(off["step_seconds"], rel=0.15)
+    off = results["nospec"]["phases"][str(conc)]["server"]
+    assert model.base_step_time(off["batch"]) == pytest.approx(off["step_seconds"], rel=0.15)
 
 
 def test_with_learning_off_the_default_roofline_is_what_the_sidecar_uses():
@@ -325,22 +320,28 @@ def test_a_configured_preset_is_source_preset_and_no_start_up_warning_is_due():
     assert Pipeline(from_mapping({})).rests_on_defaults()
 
 
-def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults():
+@pytest.mark.parametrize(
+    ("raw", "warned"),
+    [
+        pytest.param({}, 1, id="nothing-configured-warns-once"),
+        pytest.param({"model": {"preset": "llama-3.1-70b"}}, 0, id="a-configured-model-does-not-warn"),
+    ],
+)
+def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults(raw, warned):
     import structlog
 
     from specwatch.serve.service import Service
 
-    for raw, warned in (({}, 1), ({"model": {"preset": "llama-3.1-70b"}}, 0)):
-        service = Service(
-            from_mapping(
-                {
-                    **raw,
-                    "listen": "127.0.0.1:0",
-                    "targets": [{"name": "vllm", "url": "http://127.0.0.1:9/metrics"}],
-                }
-            )
+    service = Service(
+        from_mapping(
+            {
+                **raw,
+                "listen": "127.0.0.1:0",
+                "targets": [{"name": "vllm", "url": "http://127.0.0.1:9/metrics"}],
+            }
         )
-        with structlog.testing.capture_logs() as logs:
-            service.start()
-            service.stop()
-        assert sum(1 for e in logs if e["event"] == "cost_model_defaults") == warned
+    )
+    with structlog.testing.capture_logs() as logs:
+        service.start()
+        service.stop()
+    assert sum(1 for e in logs if e["event"] == "cost_model_defaults") == warned

@@ -1,4 +1,4 @@
-"""An engine flipping each poll is a mismatch, not a restart (#34): a detected target (no
+"""An engine flipping each poll is a mismatch, not a restart: a detected target (no
 `targets[].engine`) that has spoken SGLang and answers one poll in two with a vLLM payload keeps its
 SGLang windows; each vLLM poll is a failed poll named engine_mismatch (counted, its engine named),
 no restart is counted and the acceptance served is SGLang's own. A target that really changed

@@ -63,7 +63,7 @@ def test_a_target_that_changes_engine_is_planned_afresh_and_reads_the_new_engine
     grouping.parse(text_l, t=0.5, target="t")  # the parser vouches for the layout from the second poll on
     again = grouping.parse(text_l, t=1.0, target="t")
     assert not grouping.replanned  # the same layout: the remembered plan
-    for n in range(ENGINE_SWITCH_POLLS - 1):  # a flip is a mismatch until it holds (#34)
+    for n in range(ENGINE_SWITCH_POLLS - 1):  # a flip is a mismatch until it holds
         with pytest.raises(ExpositionError, match="looks like lmdeploy"):
             grouping.parse(text_m, t=1.5 + 0.1 * n, target="t")
     second = grouping.parse(text_m, t=2.0, target="t")

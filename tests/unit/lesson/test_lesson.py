@@ -114,7 +114,7 @@ def test_breakeven_json_matches_golden_for_70b_fp8_tp4_from_a_config_file(tmp_pa
     check_golden("breakeven_70b_fp8_tp4.json", out)
     rows = json.loads(out)["rows"]
     assert all(r["expected_speedup"] is None for r in rows)  # no --alpha given
-    # The lesson's 0.45-0.55 band at 256 concurrent is the plain roofline's (tests/test_costmodel.py);
+    # The lesson's 0.45-0.55 band at 256 concurrent is the plain roofline's (tests/unit/costmodel/test_costmodel.py);
     # with the fixed costs fitted on published speedups the line sits higher (docs/costmodel.md).
     rates = [r["breakeven_acceptance_rate"] for r in rows]
     assert rates == sorted(rates) and rates[-1] >= 0.45
@@ -184,11 +184,16 @@ def test_breakeven_table_has_a_row_per_batch_and_k():
     assert len(rows) == 4 and out.count("x") >= 4
 
 
-def test_breakeven_requires_k_and_batch():
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["breakeven", "--batch", "1"], id="without-k"),
+        pytest.param(["breakeven", "--k", "3", "--batch", "0"], id="with-batch-0"),
+    ],
+)
+def test_breakeven_requires_k_and_a_batch_of_at_least_1(argv):
     with pytest.raises(SystemExit):
-        run(["breakeven", "--batch", "1"])
-    with pytest.raises(SystemExit):
-        run(["breakeven", "--k", "3", "--batch", "0"])
+        run(argv)
 
 
 # ------------------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -27,7 +26,7 @@ from support.builders import window_stats
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
 # Decision logic on the plain roofline (no fitted fixed costs of speculation): the scenarios below
-# were laid out on it, and the calibration has its own tests (tests/test_calibration.py). Taken as
+# were laid out on it, and the calibration has its own tests (tests/unit/costmodel/test_calibration.py). Taken as
 # exact (no calibration error), so the lines and configs are tested apart from the interval, which
 # EXACT_CM's siblings with the generic prior's error test below.
 ROOFLINE_CM = cmod.CostModel(
@@ -47,39 +46,54 @@ def test_verdict_names_are_the_design_contract():
     assert VERDICTS == ("spec_off", "insufficient_data", "undecided", "keep", "shorten", "disable")
 
 
-def test_no_spec_families_or_no_drafts_while_generating_is_spec_off_with_every_gauge_absent():
-    generating_without_drafts = dataclasses.replace(window_stats(drafts=0.0), generation_tokens=5000.0)
-    for s in (window_stats(spec_present=False), generating_without_drafts):
-        a = assess(CM, s, DECISION, "eagle3", None)
-        assert a.candidate == "spec_off"
-        assert all(getattr(a, f) is None for f in Assessment.__dataclass_fields__ if f not in ("candidate", "notes"))
+NO_GAUGE = [f for f in Assessment.__dataclass_fields__ if f not in ("candidate", "notes")]
 
 
-def test_an_idle_server_with_speculation_configured_is_insufficient_data_not_spec_off():
-    idle = dataclasses.replace(window_stats(drafts=0.0), generation_tokens=0.0)
-    assert assess(CM, idle, DECISION, "eagle3", None).candidate == "insufficient_data"
+@pytest.mark.parametrize(
+    ("window", "candidate"),
+    [
+        pytest.param(window_stats(spec_present=False), "spec_off", id="no-spec-families-is-spec-off"),
+        pytest.param(
+            replace(window_stats(drafts=0.0), generation_tokens=5000.0),
+            "spec_off",
+            id="generating-without-drafts-is-spec-off",
+        ),
+        pytest.param(window_stats(drafts=499.0), "insufficient_data", id="fewer-drafts-than-the-guard-is-insufficient"),
+    ],
+)
+def test_a_window_without_evidence_gets_its_candidate_and_every_gauge_absent(window, candidate):
+    a = assess(CM, window, DECISION, "eagle3", None)
+    assert a.candidate == candidate
+    assert all(getattr(a, f) is None for f in NO_GAUGE)
 
 
-def test_draft_tokens_without_drafts_is_a_source_that_cannot_count_drafts_not_spec_off():
-    # TensorRT-LLM through a source with no query for its drafts (one token_position of a family).
-    blind = dataclasses.replace(window_stats(drafts=0.0), draft_tokens=6000.0, generation_tokens=9000.0)
-    assert assess(CM, blind, DECISION, "eagle3", None).candidate == "insufficient_data"
-
-
-def test_fewer_drafts_than_the_guard_is_insufficient_data_with_every_gauge_absent():
-    a = assess(CM, window_stats(drafts=499.0), DECISION, "eagle3", None)
-    assert a.candidate == "insufficient_data"
-    assert all(getattr(a, f) is None for f in Assessment.__dataclass_fields__ if f not in ("candidate", "notes"))
-    assert assess(CM, window_stats(drafts=500.0), DECISION, "eagle3", None).candidate != "insufficient_data"
-
-
-def test_missing_batch_size_is_insufficient_data_not_a_guess():
-    assert assess(CM, window_stats(batch=None), DECISION, "eagle3", None).candidate == "insufficient_data"
-
-
-def test_v0_target_without_draft_counter_is_assessed_from_its_acceptance():
-    s = replace(window_stats(alpha=0.6), drafts=None, draft_tokens=None, accepted_tokens=None)
-    assert assess(CM, s, DECISION, "eagle3", None).candidate == "keep"
+@pytest.mark.parametrize(
+    ("window", "candidate"),
+    [
+        pytest.param(
+            replace(window_stats(drafts=0.0), generation_tokens=0.0),
+            "insufficient_data",
+            id="an-idle-server-with-speculation-configured-is-insufficient-data-not-spec-off",
+        ),
+        pytest.param(
+            # TensorRT-LLM through a source with no query for its drafts (one token_position of a family).
+            replace(window_stats(drafts=0.0), draft_tokens=6000.0, generation_tokens=9000.0),
+            "insufficient_data",
+            id="draft-tokens-without-drafts-is-a-source-that-cannot-count-drafts-not-spec-off",
+        ),
+        pytest.param(
+            window_stats(batch=None), "insufficient_data", id="a-missing-batch-is-insufficient-data-not-a-guess"
+        ),
+        pytest.param(window_stats(drafts=500.0), "keep", id="exactly-the-guards-drafts-is-assessed"),
+        pytest.param(
+            replace(window_stats(alpha=0.6), drafts=None, draft_tokens=None, accepted_tokens=None),
+            "keep",
+            id="a-v0-target-without-a-draft-counter-is-assessed-from-its-acceptance",
+        ),
+    ],
+)
+def test_the_candidate_of_a_window_at_the_edges_of_the_evidence(window, candidate):
+    assert assess(CM, window, DECISION, "eagle3", None).candidate == candidate
 
 
 def test_high_alpha_at_small_batch_keeps_speculation_with_the_model_numbers():
@@ -120,30 +134,23 @@ def test_below_breakeven_at_k_while_a_shorter_draft_pays_is_shorten_not_disable(
     )
 
 
-def test_margin_keeps_a_verdict_from_flapping_around_the_line():
+@pytest.mark.parametrize(
+    ("offset", "previous", "candidate"),
+    [
+        pytest.param(-0.01, "keep", "keep", id="keep-stays-just-below-the-line-inside-the-band"),
+        pytest.param(+0.01, "disable", "disable", id="disable-stays-just-above-the-line-inside-the-band"),
+        pytest.param(-0.03, "keep", "disable", id="keep-turns-disable-below-the-band"),
+        pytest.param(+0.03, "disable", "keep", id="disable-turns-keep-above-the-band"),
+    ],
+)
+def test_the_margin_keeps_a_verdict_from_flapping_around_the_line(offset, previous, candidate):
     # K=1: no shorter draft exists, so the line between keep and disable is the only decision. So
-    # many drafts that alpha's noise leaves the interval clear of 1 just beside the line.
+    # many drafts that alpha's noise leaves the interval clear of 1 just beside the line; the band
+    # is DECISION's ±0.02.
     b = 160
-    be = cmod.breakeven_acceptance_rate(CM, b, 1)
-    just_below, just_above = be - 0.01, be + 0.01  # inside the ±0.02 band
-    # Coming from keep, slightly below the line is not yet disable ...
-    assert (
-        assess(CM, window_stats(alpha=just_below, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "keep").candidate
-        == "keep"
-    )
-    # ... and coming from disable, slightly above is not yet back on.
-    assert (
-        assess(CM, window_stats(alpha=just_above, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "disable").candidate
-        == "disable"
-    )
-    # Outside the band both directions move.
-    assert (
-        assess(CM, window_stats(alpha=be - 0.03, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "keep").candidate
-        == "disable"
-    )
-    assert (
-        assess(CM, window_stats(alpha=be + 0.03, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", "disable").candidate
-        == "keep"
+    alpha = cmod.breakeven_acceptance_rate(CM, b, 1) + offset
+    assert assess(CM, window_stats(alpha=alpha, k=1, batch=b, drafts=HUGE), DECISION, "eagle3", previous).candidate == (
+        candidate
     )
 
 
@@ -199,48 +206,60 @@ def test_hopeless_acceptance_everywhere_recommends_removing_the_config():
     assert a.recommended_config is None
 
 
-def test_first_evaluation_takes_effect_immediately():
-    assert next_verdict(None, "keep", hold_seconds=30.0, now=0.0) == VerdictState("keep")
+@pytest.mark.parametrize(
+    ("start", "hold", "steps"),
+    [
+        pytest.param(None, 30.0, [("keep", 0.0, VerdictState("keep"))], id="the-first-evaluation-takes-effect-at-once"),
+        pytest.param(
+            VerdictState("keep"),
+            30.0,
+            [
+                ("disable", 100.0, VerdictState("keep", "disable", 100.0)),
+                ("disable", 120.0, VerdictState("keep", "disable", 100.0)),
+                ("disable", 130.0, VerdictState("disable")),
+            ],
+            id="a-new-verdict-takes-effect-only-after-it-held-for-the-hold-time",
+        ),
+        pytest.param(
+            VerdictState("keep"),
+            10.0,
+            [
+                ("disable", 0.0, VerdictState("keep", "disable", 0.0)),
+                ("shorten", 5.0, VerdictState("keep", "shorten", 5.0)),
+                ("keep", 8.0, VerdictState("keep")),  # back to the current verdict clears the pending one
+            ],
+            id="an-interrupted-streak-restarts-the-hold-clock",
+        ),
+        pytest.param(
+            VerdictState("keep"), 0.0, [("disable", 1.0, VerdictState("disable"))], id="a-zero-hold-switches-at-once"
+        ),
+    ],
+)
+def test_the_verdict_in_effect_after_each_candidate(start, hold, steps):
+    state = start
+    for candidate, now, expected in steps:
+        state = next_verdict(state, candidate, hold_seconds=hold, now=now)
+        assert state == expected, (candidate, now)
 
 
-def test_a_new_verdict_takes_effect_only_after_it_held_for_the_hold_time():
-    s = VerdictState("keep")
-    s = next_verdict(s, "disable", hold_seconds=30.0, now=100.0)
-    assert s.current == "keep" and s.pending == "disable" and s.pending_since == 100.0
-    s = next_verdict(s, "disable", hold_seconds=30.0, now=120.0)
-    assert s.current == "keep" and s.pending_since == 100.0
-    s = next_verdict(s, "disable", hold_seconds=30.0, now=130.0)
-    assert s == VerdictState("disable")
+@pytest.mark.parametrize(
+    ("polls", "interval"), [(1, 5.0), (2, 2.0), (3, 5.0)], ids=["1-poll-of-5s", "2-polls-of-2s", "3-polls-of-5s"]
+)
+def test_an_integer_hold_of_n_polls_switches_on_the_nth_evaluation(polls, interval):
+    """N evaluations span N - 1 poll intervals."""
+    hold = DecisionConfig(hold=polls).hold_seconds(interval)
+    s, switched_at = VerdictState("keep"), None
+    for i in range(10):
+        s = next_verdict(s, "disable", hold_seconds=hold, now=100.0 + i * interval)
+        if s.current == "disable":
+            switched_at = i + 1  # evaluations seen
+            break
+    assert switched_at == polls
 
 
-def test_an_interrupted_streak_restarts_the_hold_clock():
-    s = next_verdict(VerdictState("keep"), "disable", hold_seconds=10.0, now=0.0)
-    s = next_verdict(s, "shorten", hold_seconds=10.0, now=5.0)
-    assert s.current == "keep" and s.pending == "shorten" and s.pending_since == 5.0
-    s = next_verdict(s, "keep", hold_seconds=10.0, now=8.0)  # back to the current verdict clears the pending one
-    assert s == VerdictState("keep")
-
-
-def test_a_zero_hold_switches_at_once():
-    assert next_verdict(VerdictState("keep"), "disable", hold_seconds=0.0, now=1.0) == VerdictState("disable")
-
-
-def test_a_hold_of_n_polls_behaves_as_the_former_count_of_evaluations():
-    """Compatibility: an integer hold counts polls; N evaluations span N - 1 poll intervals."""
-    for polls, interval in ((1, 5.0), (2, 2.0), (3, 5.0)):
-        hold = DecisionConfig(hold=polls).hold_seconds(interval)
-        s, switched_at = VerdictState("keep"), None
-        for i in range(10):
-            s = next_verdict(s, "disable", hold_seconds=hold, now=100.0 + i * interval)
-            if s.current == "disable":
-                switched_at = i + 1  # evaluations seen
-                break
-        assert switched_at == polls
-
-
-def test_hold_is_a_time_so_fast_polls_no_longer_flap_within_seconds():
-    """Real vLLM, 2 s polls, hold 2: shorten -> disable -> shorten within 40 s. With hold 30s a
-    candidate that alternates every few polls never takes effect."""
+def test_a_hold_in_seconds_keeps_a_candidate_alternating_every_few_fast_polls_from_taking_effect():
+    """Real vLLM, 2 s polls, a hold of 2 polls: shorten -> disable -> shorten within 40 s. With hold
+    30s a candidate that alternates every few polls never takes effect."""
     config = from_mapping({"poll_interval": "2s", "windows": ["10s"], "decision": {"hold": "30s"}}, environ={})
     hold = config.decision.hold_seconds(config.poll_interval)
     assert hold == 30.0
@@ -248,18 +267,27 @@ def test_hold_is_a_time_so_fast_polls_no_longer_flap_within_seconds():
     for i, candidate in enumerate(["disable"] * 6 + ["shorten"] * 2 + ["disable"] * 6 + ["shorten"] * 3):
         s = next_verdict(s, candidate, hold_seconds=hold, now=2.0 * i)
         assert s.current == "shorten"
-    legacy = from_mapping({"poll_interval": "2s", "windows": ["10s"], "decision": {"hold": 2}}, environ={})
-    assert legacy.decision.hold_seconds(legacy.poll_interval) == 2.0
+    counted = from_mapping({"poll_interval": "2s", "windows": ["10s"], "decision": {"hold": 2}}, environ={})
+    assert counted.decision.hold_seconds(counted.poll_interval) == 2.0
 
 
-def test_hold_accepts_a_duration_or_a_whole_number_of_polls_and_names_the_key_otherwise():
-    assert from_mapping({"decision": {"hold": "1m"}}, environ={}).decision.hold == 60.0
-    assert from_mapping({"decision": {"hold": 3}}, environ={}).decision.hold == 3
-    assert from_mapping({}, environ={"SPECWATCH_DECISION__HOLD": "45s"}).decision.hold == 45.0
-    for bad in (2.5, "soon", 0, True):
-        with pytest.raises(ConfigError) as exc:
-            from_mapping({"decision": {"hold": bad}}, environ={})
-        assert exc.value.key == "decision.hold"
+@pytest.mark.parametrize(
+    ("raw", "environ", "hold"),
+    [
+        pytest.param({"decision": {"hold": "1m"}}, {}, 60.0, id="a-duration-in-seconds"),
+        pytest.param({"decision": {"hold": 3}}, {}, 3, id="a-whole-number-of-polls"),
+        pytest.param({}, {"SPECWATCH_DECISION__HOLD": "45s"}, 45.0, id="a-duration-from-the-environment"),
+    ],
+)
+def test_hold_is_read_as_a_duration_or_a_whole_number_of_polls(raw, environ, hold):
+    assert from_mapping(raw, environ=environ).decision.hold == hold
+
+
+@pytest.mark.parametrize("bad", [2.5, "soon", 0, True], ids=["a-fraction", "a-word", "zero", "a-boolean"])
+def test_a_bad_hold_names_its_key(bad):
+    with pytest.raises(ConfigError) as exc:
+        from_mapping({"decision": {"hold": bad}}, environ={})
+    assert exc.value.key == "decision.hold"
 
 
 def test_unknown_verdict_is_rejected():
@@ -382,8 +410,8 @@ def bumpy_model():
 
 
 def test_shorten_and_the_schedule_agree_at_the_live_batch_on_a_non_monotone_profile():
-    """Best K is 0 at batch 5 but 1 at batch 8 on this measured curve: the old monotone cap wrote
-    K=0 from batch 5 on while the verdict said shorten to K=1 at batch 8."""
+    """Best K is 0 at batch 5 but 1 at batch 8 on this measured curve: a schedule capped to be
+    monotone would write K=0 from batch 5 on while the verdict says shorten to K=1 at batch 8."""
     cm, rates = bumpy_model(), (0.5, 0.2, 0.05, 0.01)
     assert cmod.best_draft_length(cm, 5, rates) == 0 and cmod.best_draft_length(cm, 8, rates) >= 1
     a = assess(
@@ -471,23 +499,44 @@ def test_the_inferred_method_does_not_flip_on_a_handful_of_drafts_when_traffic_s
         assert p.state().routes[0].method == "auto:ngram", t
 
 
-def test_method_inference_needs_enough_drafts_and_tells_a_schedule_from_ngram_misses():
-    s = replace(window_stats(alpha=0.7, k=4, drafts=3.0), draft_length=4.0, draft_coverage=1.0)
-    assert resolve_method("auto", s, min_drafts=500) is None  # no evidence: the caller keeps its answer
-    short = replace(window_stats(alpha=0.7, k=4, drafts=5000.0), draft_length=3.0)
-    # Every request-step drafted, mean 3 of 4: a model-based drafter under a schedule, not n-gram.
-    assert resolve_method("auto", replace(short, draft_coverage=1.0), min_drafts=500) == "auto:eagle3"
-    assert resolve_method("auto", replace(short, draft_coverage=0.71), min_drafts=500) == "auto:ngram"
-    # With the schedule known ([[1, 4, 4], [5, 32, 2]]) a mean inside its K range is no n-gram sign ...
-    assert (
-        resolve_method("auto", replace(short, draft_coverage=1.0), min_drafts=500, schedule_ks=(4, 2)) == "auto:eagle3"
-    )
-    # ... but a mean below every K it gives is.
-    assert (
-        resolve_method("auto", replace(short, draft_length=1.6, draft_coverage=0.7), min_drafts=500, schedule_ks=(4, 2))
-        == "auto:ngram"
-    )
-    assert resolve_method("eagle3", s, min_drafts=500) == "eagle3"
+FEW_DRAFTS = replace(window_stats(alpha=0.7, k=4, drafts=3.0), draft_length=4.0, draft_coverage=1.0)
+#: A mean draft of 3 of K=4 over plenty of drafts.
+SHORT = replace(window_stats(alpha=0.7, k=4, drafts=5000.0), draft_length=3.0)
+
+
+@pytest.mark.parametrize(
+    ("method", "window", "schedule_ks", "resolved"),
+    [
+        # No evidence: the caller keeps its answer.
+        pytest.param("auto", FEW_DRAFTS, None, None, id="too-few-drafts-infer-nothing"),
+        # Every request-step drafted, mean 3 of 4: a model-based drafter under a schedule, not n-gram.
+        pytest.param(
+            "auto", replace(SHORT, draft_coverage=1.0), None, "auto:eagle3", id="every-step-drafted-short-is-a-schedule"
+        ),
+        pytest.param("auto", replace(SHORT, draft_coverage=0.71), None, "auto:ngram", id="undrafted-steps-are-ngram"),
+        # With the schedule known ([[1, 4, 4], [5, 32, 2]]) a mean inside its K range is no n-gram sign ...
+        pytest.param(
+            "auto",
+            replace(SHORT, draft_coverage=1.0),
+            (4, 2),
+            "auto:eagle3",
+            id="a-mean-inside-the-stated-schedules-ks-is-no-ngram-sign",
+        ),
+        # ... but a mean below every K it gives is.
+        pytest.param(
+            "auto",
+            replace(SHORT, draft_length=1.6, draft_coverage=0.7),
+            (4, 2),
+            "auto:ngram",
+            id="a-mean-below-every-k-of-the-stated-schedule-is-ngram",
+        ),
+        pytest.param("eagle3", FEW_DRAFTS, None, "eagle3", id="a-stated-method-is-kept"),
+    ],
+)
+def test_method_inference_needs_enough_drafts_and_tells_a_schedule_from_ngram_misses(
+    method, window, schedule_ks, resolved
+):
+    assert resolve_method(method, window, min_drafts=500, schedule_ks=schedule_ks) == resolved
 
 
 def test_status_serves_no_alpha_batch_or_verdict_while_vllm_is_down_and_recovers_after():
@@ -595,34 +644,40 @@ def test_a_speedup_within_the_models_error_of_1_is_undecided_and_asks_for_a_spec
     assert "without --speculative-config" in m.how and f"{m.minutes:.0f} minutes" in m.how
 
 
-def test_a_speedup_clearly_below_1_is_still_disabled():
-    b, k = 160, 1
-    a = assess(
-        ROOFLINE_CM,
-        window_stats(alpha=alpha_for_speedup(ROOFLINE_CM, b, k, 0.45), k=k, batch=b),
-        DECISION,
-        "eagle3",
-        "keep",
-    )
-    assert a.candidate == "disable" and a.speedup_upper < 1.0 and a.action == "remove_speculative_config"
-    assert a.measurement is None
+@pytest.mark.parametrize(
+    ("batch", "k", "speedup", "candidate", "action"),
+    [
+        pytest.param(160, 1, 0.45, "disable", "remove_speculative_config", id="clearly-below-1-is-disabled"),
+        pytest.param(160, 1, 0.8, "undecided", "measure", id="within-the-models-error-of-1-is-undecided"),
+        pytest.param(8, 3, 1.3, "undecided", "measure", id="above-1-but-not-the-whole-interval-is-undecided"),
+        pytest.param(8, 3, 2.5, "keep", "no_change", id="the-whole-interval-above-1-is-keep"),
+    ],
+)
+def test_the_verdict_follows_where_the_speedup_interval_lies(batch, k, speedup, candidate, action):
+    window = window_stats(alpha=alpha_for_speedup(ROOFLINE_CM, batch, k, speedup), k=k, batch=batch)
+    a = assess(ROOFLINE_CM, window, DECISION, "eagle3", "keep")
+    assert (a.candidate, a.action) == (candidate, action)
+    assert a.expected_speedup == pytest.approx(speedup)
+    if candidate == "keep":
+        assert a.speedup_lower > 1.0
+    elif candidate == "disable":
+        assert a.speedup_upper < 1.0
+    else:
+        assert a.speedup_lower < 1.0 < a.speedup_upper
+    assert (a.measurement is None) == (candidate != "undecided")
 
 
-def test_keep_needs_the_whole_interval_above_1():
-    b, k = 8, 3
-    for speedup, verdict in ((1.3, "undecided"), (2.5, "keep")):
-        window = window_stats(alpha=alpha_for_speedup(ROOFLINE_CM, b, k, speedup), k=k, batch=b)
-        a = assess(ROOFLINE_CM, window, DECISION, "eagle3", "keep")
-        assert a.candidate == verdict, (speedup, a)
-    assert a.speedup_lower > 1.0 and a.action == "no_change"
-
-
-def test_the_confidence_level_sets_where_disable_starts():
+@pytest.mark.parametrize(
+    ("confidence", "candidate"),
+    [(DECISION.confidence, "undecided"), (0.6, "disable")],
+    ids=["at-the-default-confidence-undecided", "at-a-loose-confidence-disable"],
+)
+def test_the_confidence_level_sets_where_disable_starts(confidence, candidate):
     b, k = 160, 1
     window = window_stats(alpha=alpha_for_speedup(ROOFLINE_CM, b, k, 0.7), k=k, batch=b)
-    assert assess(ROOFLINE_CM, window, DECISION, "eagle3", "keep").candidate == "undecided"
-    loose = replace(DECISION, confidence=0.6)
-    assert assess(ROOFLINE_CM, window, loose, "eagle3", "keep").candidate == "disable"
+    assert (
+        assess(ROOFLINE_CM, window, replace(DECISION, confidence=confidence), "eagle3", "keep").candidate == candidate
+    )
 
 
 def test_an_undecided_shorter_draft_asks_for_a_restart_with_a_config_vllm_accepts():
@@ -685,13 +740,19 @@ def test_keep_in_effect_holds_while_the_lower_bound_wanders_just_around_its_line
     assert set(seen) == {"keep"}, seen
 
 
-def test_keep_in_effect_leaves_for_undecided_within_the_hold_once_the_lower_bound_is_clearly_below():
-    b, k = 8, 3
-    band = band_for(ROOFLINE_CM, b, k)
-    clearly = window_with_bound(ROOFLINE_CM, b, k, (1.0 - band) * math.exp(-1.5 * band), side="lower")
-    a = assess(ROOFLINE_CM, clearly, DECISION, "eagle3", "keep")
-    assert a.candidate == "undecided" and decide.verdict_agrees_with_config(a, b, k)
-    assert verdicts_through_the_hold([clearly, clearly], "keep") == ["keep", "undecided"]
+@pytest.mark.parametrize(
+    ("verdict", "batch", "k", "side", "sign"),
+    [
+        pytest.param("keep", 8, 3, "lower", -1, id="keep-once-the-lower-bound-is-clearly-below"),
+        pytest.param("disable", 160, 1, "upper", +1, id="disable-once-the-upper-bound-is-clearly-above"),
+    ],
+)
+def test_the_verdict_in_effect_leaves_for_undecided_within_the_hold(verdict, batch, k, side, sign):
+    band = band_for(ROOFLINE_CM, batch, k)
+    clearly = window_with_bound(ROOFLINE_CM, batch, k, (1.0 + sign * band) * math.exp(sign * 1.5 * band), side=side)
+    a = assess(ROOFLINE_CM, clearly, DECISION, "eagle3", verdict)
+    assert a.candidate == "undecided" and decide.verdict_agrees_with_config(a, batch, k)
+    assert verdicts_through_the_hold([clearly, clearly], verdict) == [verdict, "undecided"]
 
 
 def test_disable_in_effect_holds_while_the_upper_bound_wanders_just_around_its_line():
@@ -701,15 +762,6 @@ def test_disable_in_effect_holds_while_the_upper_bound_wanders_just_around_its_l
     assert assess(ROOFLINE_CM, below, DECISION, "eagle3", "disable").candidate == "disable"
     seen = verdicts_through_the_hold([below, above, above, below, above, above, above, below] * 3, "disable")
     assert set(seen) == {"disable"}, seen
-
-
-def test_disable_in_effect_leaves_for_undecided_once_the_upper_bound_is_clearly_above():
-    b, k = 160, 1
-    band = band_for(ROOFLINE_CM, b, k)
-    clearly = window_with_bound(ROOFLINE_CM, b, k, (1.0 + band) * math.exp(1.5 * band), side="upper")
-    a = assess(ROOFLINE_CM, clearly, DECISION, "eagle3", "disable")
-    assert a.candidate == "undecided" and decide.verdict_agrees_with_config(a, b, k)
-    assert verdicts_through_the_hold([clearly, clearly], "disable") == ["disable", "undecided"]
 
 
 def shorten_with_lower_bound(bound):
@@ -755,18 +807,41 @@ def test_the_stay_margin_is_alphas_sampling_noise_where_that_exceeds_the_band():
     assert decide.stay_margin(many, band) == band
 
 
-def test_only_the_verdict_in_effect_gets_the_stay_lines():
-    band, stay = 0.05, 0.1
-    entry = (1.0 - band, 1.0 - band)
-    for previous in (None, "undecided", "insufficient_data", "spec_off"):
-        assert decide.interval_lines("keep", previous, band=band, stay=stay) == entry
-        assert decide.interval_lines("disable", previous, band=band, stay=stay) == entry
-    assert decide.interval_lines("keep", "keep", band=band, stay=stay)[0] == pytest.approx((1 - band) * math.exp(-stay))
-    assert decide.interval_lines("shorten", "keep", band=band, stay=stay) == entry  # shorten enters as before
-    assert decide.interval_lines("keep", "disable", band=band, stay=stay) == (1 + band, 1 + band)
-    assert decide.interval_lines("disable", "disable", band=band, stay=stay)[1] == pytest.approx(
-        (1 + band) * math.exp(stay)
-    )
-    assert decide.interval_lines("disable", "shorten", band=band, stay=stay) == (1 - band, 1 + band)
-    shorten_stays = decide.interval_lines("shorten", "shorten", band=band, stay=stay)
-    assert shorten_stays == pytest.approx(((1 - band) * math.exp(-stay), (1 + band) * math.exp(stay)))
+BAND, STAY = 0.05, 0.1
+ENTRY = (1 - BAND, 1 - BAND)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "previous", "lines"),
+    [
+        *(
+            pytest.param(candidate, previous, ENTRY, id=f"{candidate}-entered-from-{previous}-gets-the-entry-lines")
+            for candidate in ("keep", "disable")
+            for previous in (None, "undecided", "insufficient_data", "spec_off")
+        ),
+        pytest.param("keep", "keep", ((1 - BAND) * math.exp(-STAY), 1 - BAND), id="keep-in-effect-stays-longer"),
+        pytest.param("shorten", "keep", ENTRY, id="shorten-from-keep-enters-at-the-entry-lines"),
+        pytest.param(
+            "keep", "disable", (1 + BAND, 1 + BAND), id="keep-from-disable-needs-its-lower-bound-above-1-plus-band"
+        ),
+        pytest.param(
+            "disable", "disable", (1 + BAND, (1 + BAND) * math.exp(STAY)), id="disable-in-effect-stays-longer"
+        ),
+        pytest.param(
+            "disable",
+            "shorten",
+            (1 - BAND, 1 + BAND),
+            id="disable-from-shorten-needs-its-upper-bound-below-1-plus-band",
+        ),
+        pytest.param(
+            "shorten",
+            "shorten",
+            ((1 - BAND) * math.exp(-STAY), (1 + BAND) * math.exp(STAY)),
+            id="shorten-in-effect-gets-both-stay-lines",
+        ),
+    ],
+)
+def test_only_the_verdict_in_effect_gets_the_stay_lines(candidate, previous, lines):
+    # The stay lines (a verdict in effect again) are products with e^±stay; the entry lines exact.
+    expected = pytest.approx(lines) if candidate == previous else lines
+    assert decide.interval_lines(candidate, previous, band=BAND, stay=STAY) == expected

@@ -1,4 +1,4 @@
-"""A change is a change (#34): K moving along a stated plan is no change to grade. With the batch
+"""A change is a change: K moving along a stated plan is no change to grade. With the batch
 schedule specwatch's own `shorten` writes stated in `draft.config`, or an engine that picks K per
 step (vLLM's adaptive verification, SGLang's speculative_adaptive), K following the batch is the
 same configuration; only a K the plan cannot give, or another method, is graded (AdviceGrader,

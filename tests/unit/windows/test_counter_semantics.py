@@ -39,21 +39,50 @@ def feed(window, values, key=D, created=None):
 
 
 # -- a dip is not a restart --------------------------------------------------------------------
-def test_a_dip_with_the_same_created_adds_nothing_and_the_recovery_is_counted_once():
-    w = RouteWindow(600)
-    assert feed(w, [100, 99, 105], created=1000.0) == [False, False, False]
-    assert w.view(2, 600).increase(D) == 5  # 100 -> 105: not 0 + 6 (base 99) nor 99 + 6 (a restart)
-    assert (w.resets, w.dips) == (0, 1)
-    assert w.mirror[("drafts", None)] == 5
+F, T = False, True
 
 
-def test_any_drop_with_the_same_created_is_a_dip_because_created_names_the_process():
+@pytest.mark.parametrize(
+    ("values", "created", "restarts", "increase", "resets", "dips"),
+    [
+        # 100 -> 105: not 0 + 6 (base 99) nor 99 + 6 (a restart).
+        pytest.param([100, 99, 105], 1000.0, [F, F, F], 5, 0, 1, id="a-dip-with-the-same-created-adds-nothing"),
+        # 10 is held back; 500 is below the base again but on from 10: the engine went backwards at
+        # 10 and counts on from there, 490 + 700, instead of nothing until it passes 1000 again.
+        pytest.param(
+            [1000, 10, 500, 1200], 1000.0, [F, F, F, F], 1190, 0, 2, id="any-drop-with-the-same-created-is-a-dip"
+        ),
+        # 1 count; 0.05 % of a million.
+        pytest.param(
+            [10, 9, 12, 1_000_000, 999_500, 1_000_100],
+            None,
+            [F, F, F, F, F, F],
+            2 + 999_988 + 100,
+            0,
+            2,
+            id="without-created-a-one-count-and-a-tiny-relative-dip-are-clamped",
+        ),
+        # 2 counts below 10: beyond one count and 0.1 %.
+        pytest.param([10, 8], None, [F, T], 8, 1, 0, id="without-created-a-drop-of-two-counts-is-a-restart"),
+        # 0.3 % below: a restart that counted 997,000.
+        pytest.param(
+            [1_000_000, 997_000],
+            None,
+            [F, T],
+            997_000,
+            1,
+            0,
+            id="without-created-a-relative-drop-beyond-noise-is-a-restart",
+        ),
+        pytest.param([100, 99.5, 3], None, [F, F, T], 3, 1, 1, id="a-restart-after-a-dip-counts-from-zero"),
+    ],
+)
+def test_a_counter_is_counted_across_dips_and_restarts(values, created, restarts, increase, resets, dips):
     w = RouteWindow(600)
-    feed(w, [1000, 10, 500, 1200], created=1000.0)
-    # 10 is held back; 500 is below the base again but on from 10: the engine went backwards at 10
-    # (#34) and counts on from there, 490 + 700, instead of nothing until it passes 1000 again.
-    assert w.view(3, 600).increase(D) == 1190
-    assert w.resets == 0 and w.dips == 2  # 10 and 500 are both below the base 1000
+    assert feed(w, values, created=created) == restarts
+    assert w.view(len(values) - 1, 600).increase(D) == increase
+    assert (w.resets, w.dips) == (resets, dips)
+    assert w.mirror[("drafts", None)] == increase  # the route's count since its first poll
 
 
 def test_a_changed_created_is_still_a_restart_whatever_the_value():
@@ -62,21 +91,6 @@ def test_a_changed_created_is_still_a_restart_whatever_the_value():
     w.ingest(route_snapshot(5, {D: 99.0}, {D: 2.0}))  # one below, but a new process: it counted 99
     assert w.view(5, 600).increase(D) == 99
     assert (w.resets, w.dips) == (1, 0)
-
-
-def test_without_created_a_one_count_dip_and_a_tiny_relative_dip_are_clamped():
-    w = RouteWindow(600)
-    feed(w, [10, 9, 12, 1_000_000, 999_500, 1_000_100])  # 1 count; 0.05 % of a million
-    assert w.view(5, 600).increase(D) == 2 + 999_988 + 100
-    assert (w.resets, w.dips) == (0, 2)
-
-
-def test_without_created_a_drop_beyond_noise_is_a_restart():
-    w = RouteWindow(600)
-    assert feed(w, [10, 8]) == [False, True]  # 2 counts below 10: beyond one count and 0.1 %
-    w = RouteWindow(600)
-    assert feed(w, [1_000_000, 997_000]) == [False, True]  # 0.3 % below: a restart that counted 997,000
-    assert w.view(1, 600).increase(D) == 997_000
 
 
 def test_without_created_an_ulp_dip_of_the_itl_sum_leaves_the_histogram_alone():
@@ -103,13 +117,6 @@ def test_with_created_a_1e6_dip_of_the_itl_sum_is_clamped_and_a_new_created_rese
     assert not w.ingest(route_snapshot(5, {**base, S: 0.3 - 1e-6}, {H: 1.0}))
     assert w.ingest(route_snapshot(10, {bucket(math.inf): 3.0, C: 3.0, S: 0.1}, {H: 2.0}))
     assert w.view(10, 600).increase(C) == 3
-
-
-def test_a_restart_after_a_dip_counts_from_zero():
-    w = RouteWindow(600)
-    feed(w, [100, 99.5, 3])
-    assert w.view(2, 600).increase(D) == 3
-    assert (w.resets, w.dips) == (1, 1)
 
 
 # -- the route's mirrors ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Implausible values are rejected as `invalid` and counted (#34): a poll whose values no engine
+"""Implausible values are rejected as `invalid` and counted: a poll whose values no engine
 can hold at one moment (tau above K + 1, per-position acceptance rising with the position or above
 1, an engine's gauges contradicting each other) is a failed poll before any window takes it; the
 windows keep the last good poll and nothing implausible is served. The attacks of the issue:

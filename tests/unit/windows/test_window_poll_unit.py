@@ -1,4 +1,4 @@
-"""A poll is one unit (#34): when any counter of an engine dips in a poll without a restart (the
+"""A poll is one unit: when any counter of an engine dips in a poll without a restart (the
 same `_created`), that engine's whole poll is held back, so no window pairs its draft tokens of one
 moment with its accepted tokens of another; the next poll counts the whole interval. An engine that
 really went backwards (a data-parallel engine's sum) counts on from where it went, losing one poll

@@ -1,0 +1,82 @@
+"""What each per-poll shortcut of the window stage saves, against its plain version beside it.
+
+`python -m bench.shortcuts [--rounds N]`: the real vLLM recording (tests/fixtures, one engine) is
+read through a Pipeline once, keeping every route snapshot. Then, in alternation round after
+round and in CPU time of this thread:
+
+- `window.implausible` / `implausible_plain` on every snapshot;
+- `RouteWindow.ingest` / `ingest_plain`: every snapshot fed to a fresh window, each call timed.
+
+Medians per call. The shortcuts are tested to give the same answers (tests/unit/windows/
+test_implausible_shortcut.py, test_window_shortcuts.py); this shows what they cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+from specwatch.engines.series import RouteSnapshot
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.windows.window import RouteWindow, implausible, implausible_plain
+
+from . import payloads
+from .common import median
+from .parse_cost import default_config
+
+
+def recorded() -> list[RouteSnapshot]:
+    """The real recording's route snapshots, as the pipeline read them."""
+    pipeline = Pipeline(default_config())
+    snaps: list[RouteSnapshot] = []
+    for _, t, text in payloads.real_payloads():
+        pipeline.ingest("vllm", t, text)
+        snaps += [route.window.entries[-1].snapshot for route in pipeline._routes.values()]
+    return snaps
+
+
+def _each(fn: Callable[[object], object], items: list) -> list[float]:
+    out = []
+    clock = time.thread_time
+    for item in items:
+        a = clock()
+        fn(item)
+        out.append(clock() - a)
+    return out
+
+
+def _ingest_all(ingest: Callable[[RouteWindow, RouteSnapshot], bool], snaps: list[RouteSnapshot]) -> list[float]:
+    window = RouteWindow(300.0)
+    return _each(lambda snap: ingest(window, snap), snaps)  # type: ignore[arg-type]
+
+
+def measure(rounds: int = 20) -> dict[str, float]:
+    snaps = recorded()
+    cases: dict[str, Callable[[], list[float]]] = {
+        "implausible": lambda: _each(implausible, snaps),  # type: ignore[arg-type]
+        "implausible_plain": lambda: _each(implausible_plain, snaps),  # type: ignore[arg-type]
+        "ingest": lambda: _ingest_all(RouteWindow.ingest, snaps)[2:],
+        "ingest_plain": lambda: _ingest_all(RouteWindow.ingest_plain, snaps)[2:],
+    }
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, case in cases.items():
+            samples[name] += case()
+    out = {f"{name}_us": median(xs) * 1e6 for name, xs in samples.items()}
+    for name in ("implausible", "ingest"):
+        out[f"{name}_plain_over_shortcut"] = out[f"{name}_plain_us"] / out[f"{name}_us"]
+    out["snapshots"] = float(len(snaps))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    args = parser.parse_args()
+    for key, value in measure(args.rounds).items():
+        print(f"{key:36s} {value:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
