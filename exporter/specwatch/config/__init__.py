@@ -1,17 +1,18 @@
 """Configuration: YAML file + SPECWATCH_* environment + flags -> one frozen Config.
 
-- nodes.py   Key, Section, Items: the building blocks of the table
-- schema.py  every key once: kind, bounds, description, example, environment variable
+- result.py  the typed, frozen dataclasses the rest of specwatch reads, each key declared once as a
+             field: kind, bounds, default, description, example, environment variable; SCHEMA
+- nodes.py   setting / section / items (the declarations), and Key, Section, Items: the tree that
+             schema_of reads from the dataclasses and the walkers below use
 - kinds.py   how each kind of value is parsed and described as JSON schema: the base Kind,
              ConfigError, and the scalar kinds (durations, sizes, numbers, names, URLs, ...)
 - mapping_kinds.py, file_kinds.py, label_kinds.py  the mapping kinds (string maps, HTTP headers,
              --speculative-config), the kinds naming a file, the Prometheus label kinds (fleet mode)
-- result.py  the typed, frozen dataclasses the rest of specwatch reads (defaults live here)
-- env.py     the SPECWATCH_* overrides, derived from the schema
+- env.py     the SPECWATCH_* overrides, derived from the declarations
 - parse.py   load / from_mapping: the schema walk plus the rules that span keys
-- chart.py   writes the Helm chart's `config` JSON schema from the schema (`--check` for CI)
-- docs.py    writes the README's annotated example config from the schema (`--check` for CI)
-- generated.py  the rewrite / `--check` command line those two share
+
+The files generated from the declarations (the Helm chart's schema and README table,
+docs/configuration.md) are written by tools/gen_*.py, outside the runtime package.
 
 Every error is a ConfigError whose message starts with the dotted key at fault
 (`targets[0].timeout: ...`), so the CLI can print one line and exit 2.
@@ -34,6 +35,7 @@ from specwatch.config.result import (
     PrometheusConfig,
     ReadbackConfig,
     RouteConfig,
+    ShardConfig,
     TargetConfig,
 )
 
@@ -50,6 +52,7 @@ __all__ = [
     "PrometheusConfig",
     "ReadbackConfig",
     "RouteConfig",
+    "ShardConfig",
     "TargetConfig",
     "format_duration",
     "from_mapping",

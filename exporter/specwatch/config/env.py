@@ -15,7 +15,7 @@ from typing import Any
 from specwatch.config import kinds
 from specwatch.config.kinds import ConfigError, Context, Kind
 from specwatch.config.nodes import ENV_PREFIX, Items, Key, Section
-from specwatch.config.schema import SCHEMA
+from specwatch.config.result import SCHEMA
 
 
 @dataclass(frozen=True)

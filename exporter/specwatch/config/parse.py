@@ -1,6 +1,6 @@
 """Config loading: YAML file, then SPECWATCH_* environment, then flag overrides -> one frozen Config.
 
-Each value is checked by walking the schema (config/schema.py); the rules that span keys (windows
+Each value is checked by walking the schema (declared in config/result.py); the rules that span keys (windows
 against poll_interval, target timeouts, route targets, unique names, the cost model) follow here.
 Every error is a ConfigError naming the dotted key, so the CLI prints one line and exits 2.
 """
@@ -19,9 +19,15 @@ from specwatch.config.cost_model import cost_model_from_config
 from specwatch.config.env import apply_env, named_by_environment
 from specwatch.config.kinds import ConfigError, Context, error_from
 from specwatch.config.nodes import FROM_RESULT, Items, Key, Section, result_fields
-from specwatch.config.result import Config, PrometheusConfig, ReadbackConfig, RouteConfig, TargetConfig
-from specwatch.config.schema import SCHEMA
-from specwatch.config.schema_sources import PROMETHEUS
+from specwatch.config.result import (
+    SCHEMA,
+    Config,
+    PrometheusConfig,
+    ReadbackConfig,
+    RouteConfig,
+    ShardConfig,
+    TargetConfig,
+)
 
 
 def _where(parent: str, name: str) -> str:
@@ -140,11 +146,24 @@ def parse_prometheus(raw: Any, *, environ: Mapping[str, str] | None = None, base
     if raw is None:
         raise ConfigError("prometheus", "expected a mapping with at least url")
     ctx = Context(base_dir=base_dir, environ=os.environ if environ is None else environ)
-    values = parse_section(PROMETHEUS, raw, "prometheus", ctx)
+    section = next(node for node in SCHEMA.keys if isinstance(node, Section) and node.name == "prometheus")
+    values = parse_section(section, raw, "prometheus", ctx)
     _check_authorization(values)
     _check_canary(values)
     _check_deployment(values)
-    return PrometheusConfig(**values)
+    return PrometheusConfig(**{**values, "shard": _shard(values)})
+
+
+def _shard(values: Mapping[str, Any]) -> ShardConfig | None:
+    shard = values.get("shard")
+    if shard is None:
+        return None
+    config = ShardConfig(**shard)
+    if config.index >= config.total:
+        raise ConfigError(
+            "prometheus.shard.index", f"must be < prometheus.shard.total ({config.total}), got {config.index}"
+        )
+    return config
 
 
 def _check_canary(values: Mapping[str, Any]) -> None:
@@ -205,7 +224,7 @@ def _build_prometheus(values: dict[str, Any], poll_interval: float) -> Prometheu
                     f"windows[{i}]",
                     f"must be at least 2 x prometheus.scrape_interval ({format_duration(2 * scrape_interval)})",
                 )
-    return PrometheusConfig(**{**section, "timeout": timeout})
+    return PrometheusConfig(**{**section, "timeout": timeout, "shard": _shard(section)})
 
 
 def _build(values: dict[str, Any]) -> Config:

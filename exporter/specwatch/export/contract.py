@@ -12,19 +12,17 @@ gauge filled from an evaluation, the RouteEvaluation value it exports; its HELP 
 differ between the modes has a row per mode. Adding a family is one
 row here (and, unless it is such a derived gauge, the line in its collector that fills it).
 
-`python -m specwatch.export.contract docs/metrics.md [--check]` writes (or checks) the metric list of docs/metrics.md.
+`python tools/gen_metrics_doc.py [--check]` writes (or checks) the metric list of docs/metrics.md.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from specwatch.config.generated import regenerate
 from specwatch.fleet.client import QUERY_ERROR_REASONS
 from specwatch.verdict.evaluation import NUMERIC_VALUES, NumericValue
 
@@ -244,41 +242,3 @@ def filled(name: str, samples: Iterable[tuple[Sequence[str], float]]) -> Metric:
 
 def exported(mode: Mode) -> tuple[Family, ...]:
     return tuple(family for family in FAMILIES if mode in family.modes)
-
-
-BEGIN, END = "<!-- metrics:begin -->", "<!-- metrics:end -->"
-
-
-def metric_table() -> str:
-    """The contract as the Markdown table docs/metrics.md carries between its metrics markers."""
-    rows = ["| name | type | labels | modes | help |", "|---|---|---|---|---|"]
-    for family in FAMILIES:
-        names = ", ".join(f"`{name}`" for name in family.sample_names())
-        keyed = (*family.labels(), *(["prometheus.deployment_labels"] if DEPLOYMENT in family.key else []))
-        labels = ", ".join(f"`{label}`" for label in keyed) or "—"
-        modes = ", ".join(mode for mode in ("sidecar", "fleet") if mode in family.modes)
-        rows.append(f"| {names} | {family.type} | {labels} | {modes} | {family.help.replace('|', '/')} |")
-    return "\n".join(rows)
-
-
-def render(text: str) -> str:
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"markers {BEGIN} ... {END} not found")
-    return text[: start + len(BEGIN)] + "\n" + metric_table() + "\n" + text[end:]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return regenerate(
-        argv,
-        module="specwatch.export.contract",
-        description="docs/metrics.md metric list",
-        file_arg="readme",
-        file_help="the Markdown file holding the metrics markers",
-        what="metric list",
-        render=render,
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

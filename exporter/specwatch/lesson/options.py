@@ -19,8 +19,7 @@ import yaml
 from specwatch import costmodel as cmod
 from specwatch.config.kinds import ConfigError, Context, Kind, Number
 from specwatch.config.nodes import Items, Key, Section
-from specwatch.config.result import Config
-from specwatch.config.schema import SCHEMA
+from specwatch.config.result import SCHEMA, Config
 
 #: A bad value found after parsing: ``specwatch <cmd>: error: <message>`` and exit 2 (the CLI prints it).
 UsageError = argparse.ArgumentTypeError

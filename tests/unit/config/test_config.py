@@ -1,8 +1,10 @@
 """Config: defaults, durations and sizes, env overrides, and errors that name the key (exit 2);
-the schema is the one source of validation, environment variables and the chart's config schema."""
+the declarations are the one source of validation, environment variables and the chart's config schema."""
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -13,17 +15,17 @@ from specwatch.base import units
 from specwatch.config import (
     ConfigError,
     PrometheusConfig,
+    ShardConfig,
     from_mapping,
     load,
     parse_duration,
     parse_prometheus,
     parse_size,
 )
-from specwatch.config.chart import chart_config_schema, render
 from specwatch.config.env import ENV_BINDINGS
 from specwatch.config.kinds import DurationList, error_from
-from specwatch.config.nodes import Items, Key, Section, result_fields
-from specwatch.config.schema import SCHEMA
+from specwatch.config.nodes import Items, Key, Section
+from specwatch.config.result import SCHEMA
 from specwatch.sim.scenario import ScenarioError
 from specwatch.sim.scenario import parse_duration as scenario_duration
 from support.cli import run_cli
@@ -218,14 +220,19 @@ def _walk(section, path=()):
             yield from _walk(node.item, (*here, 0))
 
 
-def test_every_schema_key_is_a_dataclass_field_and_every_field_a_key():
-    sections = [SCHEMA] + [n for _, n, _ in _walk(SCHEMA) if isinstance(n, Section)]
-    sections += [n.item for _, n, _ in _walk(SCHEMA) if isinstance(n, Items)]
-    for section in sections:
-        keys = {f for node in section.keys for f in (result_fields(node) if isinstance(node, Key) else (node.name,))}
-        # Config.stated records which keys were given; it is no key itself.
-        result = {f.name for f in dataclasses.fields(section.result)} - ({"stated"} if section is SCHEMA else set())
-        assert keys == result, section.result.__name__
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"model": {"hf_config": {}}}, "model.hf_config"),
+        ({"draft": {"model_hf_config": {}}}, "draft.model_hf_config"),
+        ({"profile_path": "p.yaml"}, "profile_path"),
+        ({"stated": ["listen"]}, "stated"),
+    ],
+)
+def test_a_field_derived_at_load_time_is_no_key(raw, key):
+    with pytest.raises(ConfigError, match="unknown key") as caught:
+        from_mapping(raw, environ={})
+    assert caught.value.key == key
 
 
 def test_the_environment_variables_of_earlier_releases_still_exist():
@@ -271,6 +278,8 @@ def _base(path):
         return {"hardware": "h100-sxm"}
     if tuple(path) == ("prometheus", "deployment_labels"):  # named among the replica labels
         return {"prometheus": {**PROMETHEUS_URL, "replica_labels": ["namespace", "pod"]}}
+    if tuple(path[:2]) == ("prometheus", "shard"):  # the other of index and total given
+        return {"prometheus": {**PROMETHEUS_URL, "shard": {"index": 1, "total": 3}}}
     return {path[0]: dict(PROMETHEUS_URL)} if path[0] in ("prometheus", "readback") else {}
 
 
@@ -332,12 +341,19 @@ def test_flags_override_the_environment_which_overrides_the_file(tmp_path):
     assert (config.listen, config.poll_interval) == (":3000", 3.0)
 
 
-def test_the_chart_config_schema_is_generated_from_the_config_schema():
-    proc = run_cli(str(CHART_SCHEMA), "--check", module="specwatch.config.chart", timeout=60)
-    assert proc.returncode == 0, proc.stderr
+def _tool(script, *args):
+    """`python tools/SCRIPT ARGS` as CI runs it."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / script), *args], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
-def test_the_chart_generator_rewrites_only_the_config_subtree():
+def _chart_config_schema():
+    """The chart's config schema as committed (CI's gate fails when it is not what the declarations give)."""
+    return json.loads(CHART_SCHEMA.read_text(encoding="utf-8"))["properties"]["config"]
+
+
+def test_the_chart_generator_rewrites_only_the_config_subtree_and_check_fails_on_drift(tmp_path):
     text = CHART_SCHEMA.read_text(encoding="utf-8")
     document = json.loads(text)
     stale = (
@@ -352,14 +368,20 @@ def test_the_chart_generator_rewrites_only_the_config_subtree():
         )
         + "\n"
     )
-    regenerated = render(stale)
-    assert json.loads(regenerated)["title"] == "edited by hand"
-    assert json.loads(regenerated)["properties"]["config"] == chart_config_schema()
-    assert render(text) == text  # byte-identical when up to date
+    path = tmp_path / "values.schema.json"
+    path.write_text(stale, encoding="utf-8")
+    check = _tool("gen_chart_schema.py", str(path), "--check")
+    assert check.returncode == 1 and "run python tools/gen_chart_schema.py" in check.stderr
+    assert path.read_text(encoding="utf-8") == stale  # --check writes nothing
+    assert _tool("gen_chart_schema.py", str(path)).returncode == 0
+    regenerated = json.loads(path.read_text(encoding="utf-8"))
+    assert regenerated["title"] == "edited by hand"
+    assert regenerated["properties"]["config"] == document["properties"]["config"]
+    assert _tool("gen_chart_schema.py", str(path), "--check").returncode == 0
 
 
 def _chart_validator():
-    return jsonschema.Draft7Validator(chart_config_schema())
+    return jsonschema.Draft7Validator(_chart_config_schema())
 
 
 def _with(path, value):
@@ -387,6 +409,8 @@ def test_chart_and_exporter_both_accept_every_documented_example(tmp_path):
             raw[path[0]] = {**PROMETHEUS_URL, **raw[path[0]]}
         if dotted == "prometheus.deployment_labels":  # named among the replica labels (a rule across keys)
             raw["prometheus"]["replica_labels"] = [*node.example, "pod"]
+        if path[:2] == ("prometheus", "shard"):  # index and total are given together
+            raw["prometheus"]["shard"] = {"index": 1, "total": 3, **raw["prometheus"]["shard"]}
         assert not list(validator.iter_errors(raw)), dotted
         from_mapping(raw, base_dir=str(tmp_path), environ={"VLLM_API_KEY": "k", "TENANT": "t"})
 
@@ -419,6 +443,9 @@ def test_chart_and_exporter_both_accept_every_documented_example(tmp_path):
         ({"prometheus": {"url": "http://p:9090", "wat": 1}}, False),
         ({"readback": {"url": "http://p:9090", "selector": '{job="specwatch"}'}}, True),
         ({"readback": {"selector": '{job="specwatch"}'}}, False),  # url is required
+        ({"prometheus": {"url": "http://p:9090", "recorded": None, "shard": None}}, True),
+        ({"prometheus": {"url": "http://p:9090", "shard": {"index": 0, "total": 1}}}, True),
+        ({"prometheus": {"url": "http://p:9090", "shard": {"index": 0}}}, False),  # total is required
     ],
 )
 def test_chart_and_exporter_agree(raw, accepted):
@@ -443,8 +470,6 @@ def test_one_duration_grammar_for_config_and_scenarios():
 
 def test_the_documented_example_config_is_generated_from_the_schema_and_loads():
     readme = ROOT / "docs" / "configuration.md"
-    proc = run_cli(str(readme), "--check", module="specwatch.config.docs", timeout=60)
-    assert proc.returncode == 0, proc.stderr
     block = readme.read_text(encoding="utf-8").split("<!-- config:begin -->")[1].split("<!-- config:end -->")[0]
     raw = yaml.safe_load(block.strip().removeprefix("```yaml").removesuffix("```"))
     config = from_mapping(raw, environ={})
@@ -509,6 +534,8 @@ def test_the_fleet_sections_fields_match_the_fleet_sources_dataclass():
         ("scrape_interval", "float | None"),
         ("canary", "Mapping[str, str]"),
         ("history_lookback", "float"),
+        ("recorded", "bool | None"),
+        ("shard", "ShardConfig | None"),
     ]
     assert PrometheusConfig(url="http://p", selector=' { job="vllm", } ').matchers == 'job="vllm"'
     assert PrometheusConfig(url="http://p").matchers == ""
@@ -625,6 +652,36 @@ def test_check_config_names_a_deployment_label_that_is_no_replica_label_in_one_l
     proc = run_cli("check-config", str(bad))
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
     assert "prometheus.deployment_labels[0]: namespace is not one of prometheus.replica_labels" in proc.stderr
+
+
+def test_recorded_and_shard_default_to_detected_and_every_replica():
+    prometheus = _prometheus().prometheus
+    assert (prometheus.recorded, prometheus.shard) == (None, None)
+
+
+def test_a_shard_takes_an_index_below_its_total_from_the_file_or_the_environment():
+    assert _prometheus(shard={"index": 1, "total": 3}, recorded=False).prometheus.shard == ShardConfig(index=1, total=3)
+    environ = {"SPECWATCH_PROMETHEUS__SHARD__INDEX": "0", "SPECWATCH_PROMETHEUS__SHARD__TOTAL": "2"}
+    environ |= {"SPECWATCH_PROMETHEUS__RECORDED": "true"}
+    prometheus = _prometheus(environ=environ).prometheus
+    assert (prometheus.shard, prometheus.recorded) == (ShardConfig(index=0, total=2), True)
+    assert parse_prometheus({**PROMETHEUS_URL, "shard": {"index": 2, "total": 4}}).shard == ShardConfig(2, 4)
+
+
+@pytest.mark.parametrize(
+    ("shard", "key"),
+    [
+        ({"index": 2, "total": 2}, "prometheus.shard.index"),
+        ({"index": -1, "total": 2}, "prometheus.shard.index"),
+        ({"index": 0}, "prometheus.shard.total"),
+        ({"index": 0, "total": 0}, "prometheus.shard.total"),
+        ("all", "prometheus.shard"),
+    ],
+)
+def test_a_bad_shard_raises_one_error_naming_its_key(shard, key):
+    with pytest.raises(ConfigError) as caught:
+        _prometheus(shard=shard)
+    assert caught.value.key == key
 
 
 def test_changing_only_history_lookback_keeps_the_fleet_shape():

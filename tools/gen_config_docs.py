@@ -1,9 +1,9 @@
-"""Write docs/configuration.md's annotated example config from the config schema (config/schema.py).
+"""Write docs/configuration.md's annotated example config from the config declarations (config/result.py).
 
 Only the lines between `<!-- config:begin -->` and `<!-- config:end -->` are replaced.
 
-    python -m specwatch.config.docs docs/configuration.md           # rewrite
-    python -m specwatch.config.docs docs/configuration.md --check   # exit 1 on drift (CI)
+    python tools/gen_config_docs.py           # rewrite docs/configuration.md
+    python tools/gen_config_docs.py --check   # exit 1 on drift (CI)
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from specwatch.config.generated import regenerate, unit_text
+from _generated import between, regenerate, unit_text
+
 from specwatch.config.kinds import Choice, Number
 from specwatch.config.nodes import Items, Key, Section, default_of
-from specwatch.config.schema import SCHEMA
+from specwatch.config.result import SCHEMA
 
 BEGIN = "<!-- config:begin -->"
 END = "<!-- config:end -->"
@@ -37,7 +38,7 @@ def _scalar(value: object) -> str:
     return text
 
 
-def _value(key: Key, value: object) -> str:
+def value_text(key: Key, value: object) -> str:
     if (text := unit_text(key.kind, value)) is not None:
         return text
     if isinstance(value, float):
@@ -45,7 +46,7 @@ def _value(key: Key, value: object) -> str:
     return _scalar(value)
 
 
-def _rule(key: Key) -> str:
+def rule_text(key: Key) -> str:
     kind = key.kind
     if isinstance(kind, Choice):
         return " | ".join(kind.values())
@@ -57,15 +58,15 @@ def _rule(key: Key) -> str:
 
 def _comment(key: Key, default: object, *, showing_example: bool = False) -> str:
     parts = [key.doc]
-    rule = _rule(key)
+    rule = rule_text(key)
     if rule and len(rule) < 140:
         parts.append(rule)
     if key.default_doc:
         parts.append(f"default {key.default_doc}")
     elif showing_example and default not in (None, {}):
-        parts.append(f"default {_value(key, default)}")
+        parts.append(f"default {value_text(key, default)}")
     if not showing_example and default in (None, {}) and key.example is not None:
-        parts.append(f"e.g. {_value(key, key.example)}")
+        parts.append(f"e.g. {value_text(key, key.example)}")
     return "; ".join(parts)
 
 
@@ -78,8 +79,8 @@ def _line(indent: str, text: str, comment: str) -> str:
 def _key_line(section: Section, key: Key, lead: str, example: bool = False, showcase: bool = False) -> str:
     default = default_of(section, key)
     if key.example is not None and (showcase or (example and default in (None, {}))):
-        return _line(lead, f"{key.name}: {_value(key, key.example)}", _comment(key, default, showing_example=True))
-    return _line(lead, f"{key.name}: {_value(key, default)}", _comment(key, default))
+        return _line(lead, f"{key.name}: {value_text(key, key.example)}", _comment(key, default, showing_example=True))
+    return _line(lead, f"{key.name}: {value_text(key, default)}", _comment(key, default))
 
 
 def _lines(section: Section, indent: str, first: str = "", example: bool = False, showcase: bool = False) -> list[str]:
@@ -99,13 +100,14 @@ def _lines(section: Section, indent: str, first: str = "", example: bool = False
             # hardware: h100-sxm, or the mapping whose keys follow as comments.
             shorthand = next(k for k in node.keys if k.name == node.shorthand)
             assert isinstance(shorthand, Key)
-            value = _value(shorthand, getattr(default_of(section, node), node.shorthand))
-            out.append(_line(lead, f"{node.name}: {value}", f"{_rule(shorthand)}; or a mapping:"))
+            value = value_text(shorthand, getattr(default_of(section, node), node.shorthand))
+            out.append(_line(lead, f"{node.name}: {value}", f"{rule_text(shorthand)}; or a mapping:"))
             out.extend("# " + line for line in _lines(node, indent + "  "))
         elif node.nullable:
-            # Off unless given: shown commented out, with an example value for every key.
-            out.append("# " + _line(lead, f"{node.name}:", f"{node.doc}; default null (off)"))
-            out.extend("# " + line for line in _lines(node, indent + "  ", showcase=True))
+            # Off unless given: shown commented out (once), with an example value for every key.
+            mark = "" if showcase else "# "
+            out.append(mark + _line(lead, f"{node.name}:", f"{node.doc}; default null (off)"))
+            out.extend(mark + line for line in _lines(node, indent + "  ", showcase=True))
         else:
             out.append(_line(lead, f"{node.name}:", node.doc))
             out.extend(_lines(node, indent + "  "))
@@ -117,21 +119,12 @@ def example_yaml() -> str:
 
 
 def render(text: str) -> str:
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"markers {BEGIN} ... {END} not found")
-    return text[: start + len(BEGIN)] + "\n" + example_yaml() + "\n" + text[end:]
+    return between(text, BEGIN, END, example_yaml())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return regenerate(
-        argv,
-        module="specwatch.config.docs",
-        description="docs/configuration.md example config",
-        file_arg="readme",
-        file_help="the Markdown file holding the config markers",
-        what="example config",
-        render=render,
+        argv, script="gen_config_docs.py", default="docs/configuration.md", what="example config", render=render
     )
 
 

@@ -1,10 +1,10 @@
-"""Write the Helm chart's `config` JSON schema from the config schema (config/schema.py).
+"""Write the Helm chart's `config` JSON schema from the config declarations (config/result.py).
 
 Only the `properties.config` member of helm/specwatch/values.schema.json is replaced; every other
 byte of the file is left as it is (the rest of the chart schema is written by hand).
 
-    python -m specwatch.config.chart helm/specwatch/values.schema.json           # rewrite
-    python -m specwatch.config.chart helm/specwatch/values.schema.json --check   # exit 1 on drift (CI)
+    python tools/gen_chart_schema.py           # rewrite helm/specwatch/values.schema.json
+    python tools/gen_chart_schema.py --check   # exit 1 on drift (CI)
 
 Chart-specific: `listen` is left out (the chart sets it from containerPort), and top-level empty
 values ("" / [] / {}) are accepted because the chart's template omits them so the exporter's
@@ -18,14 +18,15 @@ import re
 import sys
 from collections.abc import Sequence
 
-from specwatch.config.generated import regenerate, unit_text
+from _generated import regenerate, unit_text
+
 from specwatch.config.kinds import JsonSchema
 from specwatch.config.nodes import Items, Key, Node, Section, default_of
-from specwatch.config.schema import SCHEMA
+from specwatch.config.result import SCHEMA
 
 DESCRIPTION = (
     "specwatch config file; listen comes from containerPort. Generated from "
-    "exporter/specwatch/config/schema.py by `python -m specwatch.config.chart`: do not edit."
+    "exporter/specwatch/config/result.py by `python tools/gen_chart_schema.py`: do not edit."
 )
 
 
@@ -135,10 +136,8 @@ def render(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     return regenerate(
         argv,
-        module="specwatch.config.chart",
-        description=__doc__.splitlines()[0],
-        file_arg="schema",
-        file_help="the chart's values.schema.json",
+        script="gen_chart_schema.py",
+        default="helm/specwatch/values.schema.json",
         what="config schema",
         render=render,
     )
