@@ -160,7 +160,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if warning := alert_window_warning(config):
         print(f"specwatch: warning: {args.file}: {warning}", file=sys.stderr)
     if config.prometheus is not None:
-        from specwatch.sidecar.scrape import redact_url
+        from specwatch.base.urls import redact_url
 
         source = f"fleet mode: every replica from {redact_url(config.prometheus.url)}"
     else:

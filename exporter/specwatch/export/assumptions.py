@@ -24,8 +24,8 @@ from specwatch.costmodel import CostModel
 from specwatch.costmodel.engine_priors import ENGINE_PRIORS, GENERIC, EnginePrior, prior_for
 from specwatch.costmodel.learned import LearnedStepCurve
 from specwatch.costmodel.uncertainty import ASSUMED_SETUP_LOG_ERROR, model_log_error
-from specwatch.sidecar.state import State
 from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.view.targets import State
 
 CONFIGURED = "configured"  # a value of the user's own (bandwidth and flops, a config.json, a count)
 PRESET = "preset"  # a named preset
@@ -295,8 +295,9 @@ def model_part(evaluations: Sequence[RouteEvaluation]) -> float | None:
     )
 
 
-def sidecar_assumptions(state: State, config: Config) -> Assumptions:
-    """Sidecar mode: each route's own cost model (learned or configured) says its step-time source."""
+def sidecar_assumptions(state: State, config: Config, cost_model: CostModel | None = None) -> Assumptions:
+    """Sidecar mode: each route's own cost model (learned or configured) says its step-time source.
+    ``cost_model``: the configured one the pipeline built (rebuilt from ``config`` when not given)."""
     default_source = prior_source(config)
     facts = []
     for route in state.routes:
@@ -315,4 +316,4 @@ def sidecar_assumptions(state: State, config: Config) -> Assumptions:
                 sampling_log_errors=sampling_parts(route.evaluations),
             )
         )
-    return assumptions(config, facts)
+    return assumptions(config, facts, cost_model)

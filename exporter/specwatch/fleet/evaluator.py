@@ -31,24 +31,32 @@ from specwatch.config import Config, ConfigError, PrometheusConfig
 from specwatch.engines.series import RouteMatcher
 from specwatch.fleet import queries as promql
 from specwatch.fleet.baseline import FleetLearning, ReplicaWindow
-from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
+from specwatch.fleet.client import PromClient, PromQueryError, Sample, Vector
 from specwatch.fleet.grouping import (
     PlanCache,
-    ReplicaKey,
-    RolloutKey,
     RouteData,
     RouteKey,
     WindowGrouper,
     deployment_of,
     newest_samples,
-    replica_name,
     window_view,
 )
-from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState, fleet_record, fleet_rows, replica_record
+from specwatch.fleet.rows import fleet_record, fleet_rows, replica_record
 from specwatch.verdict.bookkeeping import EvaluationContext
 from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route
 from specwatch.verdict.grading import RolloutGrader
 from specwatch.verdict.memo import DEFAULT_SIZE
+from specwatch.view import View
+from specwatch.view.fleet import (
+    QUERY_ERROR_REASONS,
+    FleetRow,
+    FleetState,
+    HistoryRead,
+    ReplicaKey,
+    ReplicaRouteState,
+    RolloutKey,
+    replica_name,
+)
 from specwatch.windows.derive import WindowStats, window_stats
 
 log = structlog.get_logger("specwatch.fleet")
@@ -290,6 +298,11 @@ class FleetEvaluator(EvaluationContext):
             del self._rollouts[rollout]
 
     # -- output ----------------------------------------------------------------------------
+    def view(self, history: HistoryRead | None = None) -> View:
+        """What this poll publishes: the fleet section (with the history read at the start, when
+        one was) and the cost model the verdicts rest on."""
+        return View(self.config, self.cost_model, fleet=dataclasses.replace(self.state(), history=history))
+
     def state(self) -> FleetState:
         routes = tuple(
             ReplicaRouteState(replica, route, r.model_name, r.method, r.stale, r.evaluations)

@@ -34,16 +34,15 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
+from specwatch.base.urls import redact_url
 from specwatch.config import Config, ConfigError
 from specwatch.export import contract, metrics_text
 from specwatch.export.collector import SpecwatchCollector
-from specwatch.export.fleet_collector import FleetCollector
-from specwatch.export.history import PageHistory
 from specwatch.export.page import render_page
+from specwatch.export.page_history import PageHistory
 from specwatch.export.status import encode_status
-from specwatch.fleet.evaluator import FleetEvaluator, FleetSource, FleetState, replica_name
+from specwatch.fleet.evaluator import FleetEvaluator, FleetSource, replica_name
 from specwatch.fleet.history import DEADLINE, HISTORY_ERROR_REASONS, read_history
-from specwatch.fleet.state import HistoryRead
 from specwatch.serve.change_log import ChangeLog
 from specwatch.serve.drain import Drain
 from specwatch.serve.http_server import CappedHTTPServer, Published, Rendered, handler_for
@@ -51,8 +50,9 @@ from specwatch.serve.readback import Readback, readback_collector
 from specwatch.serve.reload import ConfigSource, ReloadCollector, ReloadStatus, warn_about_alert_window
 from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.sidecar.pipeline import Pipeline
-from specwatch.sidecar.scrape import ScrapeError, Scraper, ScrapeResult, redact_url, steady_clock
-from specwatch.sidecar.state import State
+from specwatch.sidecar.scrape import ScrapeError, Scraper, ScrapeResult, steady_clock
+from specwatch.view import View
+from specwatch.view.fleet import HistoryRead
 
 __all__ = ["Service"]
 
@@ -61,19 +61,6 @@ __all__ = ["Service"]
 #: last read is at least this old, so a fault that recurs poll after poll costs one read an hour.
 HISTORY_REREAD_SECONDS = 3600.0
 log = structlog.get_logger("specwatch")
-
-
-class _ModeCollector(Collector):
-    """The sidecar's families or fleet mode's (the same names): one registry serves either mode."""
-
-    def __init__(self, sidecar: Collector, fleet: Collector, fleet_mode: Callable[[], bool]):
-        self._sidecar, self._fleet, self._fleet_mode = sidecar, fleet, fleet_mode
-
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterable[Metric]:
-        return (self._fleet if self._fleet_mode() else self._sidecar).collect()
 
 
 class Service:
@@ -110,13 +97,7 @@ class Service:
         self._wake = threading.Event()
         self._reload_requested = False
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(
-            _ModeCollector(
-                SpecwatchCollector(lambda: self._rendering_state),
-                FleetCollector(lambda: self._rendering_fleet),
-                lambda: self._rendering_fleet is not None,
-            )
-        )
+        self.registry.register(SpecwatchCollector(lambda: self._rendering_view))
         self.registry.register(ReloadCollector(lambda: self.reload_status))
         self.registry.register(readback_collector(lambda: self.readback, lambda: self.pipeline.restore_disagreed))
         self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
@@ -125,8 +106,7 @@ class Service:
         self.registry.register(
             StartReadCollector("specwatch_history_errors", "specwatch_history_steps", self._history_read)
         )
-        self._rendering_state: State = self.pipeline.state()
-        self._rendering_fleet: FleetState | None = None
+        self._rendering_view: View = self.pipeline.view()
         self._changes = ChangeLog()
         # The page's history is written by the poll thread and read by a page render (the HTTP
         # thread) under this lock; the generation says whether a render's view is still the newest.
@@ -380,26 +360,19 @@ class Service:
         route-window, cheap); the /metrics families are collected here, so they hold this poll's
         values; their bytes, the status document and the page are rendered on their first read
         (Rendered), at most once per view, and not at all for a view nobody reads."""
-        state = self.pipeline.state()
-        self._rendering_state = state
-        fleet = self.fleet.evaluator.state() if self.fleet is not None else None
-        if fleet is not None and self.history is not None:
-            fleet = replace(fleet, history=self.history)
-        self._rendering_fleet = fleet
+        view = self.fleet.evaluator.view(self.history) if self.fleet is not None else self.pipeline.view()
+        self._rendering_view = view
         families = metrics_text.collect(self.registry)
-        config = self.config
         error = self.reload_status.error if not self.active else None
         not_ready = f"config error: {error}\n".encode() if error else b"starting\n"
         with self._page_lock:
-            recorded = self._record_page(state, fleet)
+            recorded = self._record_page(view)
             self._page_generation += 1
-            page = self._page_renderer(
-                state, fleet, config, self.reload_status.error, self.active, time.time(), self._page_generation
-            )
+            page = self._page_renderer(view, self.reload_status.error, self.active, time.time(), self._page_generation)
             published = Published(
-                state,
+                view,
                 Rendered(lambda: metrics_text.render_text(families, self._self_families())),
-                Rendered(lambda: encode_status(state, fleet, config)),
+                Rendered(lambda: encode_status(view)),
                 ready,
                 time.monotonic(),
                 Rendered(page) if recorded else Rendered(b""),
@@ -414,11 +387,11 @@ class Service:
         rendered: the process's memory and CPU against its limits (issue #37)."""
         return metrics_text.collect(self.self_registry)
 
-    def _record_page(self, state: State, fleet: FleetState | None) -> bool:
+    def _record_page(self, view: View) -> bool:
         """The page's history point for this view. A bug in it must not cost the poll its windows
         (_recover): it is logged once and `/` falls back to the static landing page."""
         try:
-            self.page_history.record(state, fleet)
+            self.page_history.record(view)
         except Exception as exc:  # logged below: the page is an extra, /metrics and the verdicts go on
             if self._changes.changed(("page_failed",), repr(exc)[:200]):
                 log.exception("page_render_failed")
@@ -426,14 +399,7 @@ class Service:
         return True
 
     def _page_renderer(
-        self,
-        state: State,
-        fleet: FleetState | None,
-        config: Config,
-        error: str | None,
-        polling: bool,
-        wall: float,
-        generation: int,
+        self, view: View, error: str | None, polling: bool, wall: float, generation: int
     ) -> Callable[[], bytes]:
         """`/` for one view, rendered on its first request (in the HTTP thread) under the page lock,
         against the history as it was when the view was published. A request that reaches a view
@@ -442,18 +408,16 @@ class Service:
         def render() -> bytes:
             with self._page_lock:
                 if generation == self._page_generation:
-                    return self._render_page(state, fleet, config, error, polling, wall)
+                    return self._render_page(view, error, polling, wall)
             return self.published.page
 
         return render
 
-    def _render_page(
-        self, state: State, fleet: FleetState | None, config: Config, error: str | None, polling: bool, wall: float
-    ) -> bytes:
+    def _render_page(self, view: View, error: str | None, polling: bool, wall: float) -> bytes:
         """`/` for one view. A bug in the page is logged once and `/` falls back to the static
         landing page."""
         try:
-            return render_page(state, fleet, config, self.page_history, now=wall, config_error=error, polling=polling)
+            return render_page(view, self.page_history, now=wall, config_error=error, polling=polling)
         except Exception as exc:  # logged below: the page is an extra, /metrics and the verdicts go on
             if self._changes.changed(("page_failed",), repr(exc)[:200]):
                 log.exception("page_render_failed")

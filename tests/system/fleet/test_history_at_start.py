@@ -25,7 +25,7 @@ from specwatch.export.status import iso_time
 from specwatch.fleet.backtest import Backtest
 from specwatch.fleet.evaluator import FleetEvaluator
 from specwatch.fleet.history import read_history
-from specwatch.fleet.state import replica_record
+from specwatch.fleet.rows import replica_record
 from specwatch.serve.service import Service
 from specwatch.sim.record import record
 from specwatch.sim.scenario import parse_scenario

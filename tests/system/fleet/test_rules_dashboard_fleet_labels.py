@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.config import from_mapping
-from specwatch.export.fleet_collector import FleetCollector
+from specwatch.export.collector import SpecwatchCollector
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import Sample
 from specwatch.fleet.evaluator import FleetEvaluator
@@ -113,7 +113,7 @@ def fleet_series() -> list[tuple[str, dict[str, str]]]:
     evaluations = evaluator.evaluate(NOW, {"1m": samples, "5m": samples}, freshness)
     assert len(evaluations) == 2 * len(REPLICAS)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(evaluator.state))
+    registry.register(SpecwatchCollector(evaluator.view))
     text = generate_latest(registry).decode()
     return [(s.name, dict(s.labels)) for family in text_string_to_metric_families(text) for s in family.samples]
 

@@ -14,6 +14,7 @@ from specwatch.export.assumptions import ASSUMED, CONFIGURED, PRESET, RouteFacts
 from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
+from support.views import view_of
 
 RECORDING = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu" / "ngram-recording.jsonl"
 
@@ -171,7 +172,7 @@ def test_the_pipelines_routes_carry_their_learned_source_and_the_sigma_parts_of_
         half = z * math.hypot(route.facts.model_log_error, sampling)
         assert r["expected_speedup_lower"] == pytest.approx(r["expected_speedup"] * math.exp(-half))
         assert r["expected_speedup_upper"] == pytest.approx(r["expected_speedup"] * math.exp(half))
-    block = status_document(state, config)["assumptions"]
+    block = status_document(view_of(state, config))["assumptions"]
     assert block["setup"]["hardware"] == {"value": "h100-sxm", "origin": ASSUMED}
     assert block["routes"][0]["step_time"] == "learned"
     # nothing configured: the generic constants stand, and the route says why

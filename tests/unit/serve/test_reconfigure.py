@@ -39,7 +39,7 @@ def _config(k: int, **extra):
 
 
 def _exported(service: Service, name: str) -> float | None:
-    text = generate_latest(registry_for(service.pipeline.state)).decode()
+    text = generate_latest(registry_for(service.pipeline.view)).decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == name and sample.labels.get("window") == "1m":

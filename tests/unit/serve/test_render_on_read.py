@@ -69,10 +69,10 @@ def test_each_rendering_is_the_plain_rendering_of_the_same_view():
     service = _polled()
     try:
         published = service.published
-        state = published.state
-        assert published.status == encode_status(state, None, service.config)
+        view = published.view
+        assert published.status == encode_status(view)
         page = published.page  # shows the poll's wall time as "updated"
-        plain = render_page(state, None, service.config, service.page_history, now=_shown_time(page))
+        plain = render_page(view, service.page_history, now=_shown_time(page))
         assert page == plain
         metrics = published.metrics
         # The families as of the poll, then the process's own (whose values move between readings).

@@ -266,7 +266,7 @@ def test_the_dips_are_exported_as_specwatch_target_dips_total():
 def _render(pipeline):
     from prometheus_client import generate_latest
 
-    return generate_latest(registry_for(pipeline.state)).decode()
+    return generate_latest(registry_for(pipeline.view)).decode()
 
 
 def _value(text, name, **labels):

@@ -1,22 +1,51 @@
-"""Fleet mode, last stage: what one poll leaves to serve and to print.
+"""The fleet section of a View: what one fleet poll shows of every replica and of the query API.
 
-The immutable FleetState that fleet_metrics and /api/v1/status render, the fleet row per route and
-window (token-weighted over the replicas' evaluations), and the JSON lines `specwatch backtest`
-writes (a `specwatch replay` line plus the replica's labels, and the fleet rows).
+Built by fleet/evaluator.py (FleetEvaluator.state); rendered by export/ without knowing the
+evaluator. The replica and rollout keys and their names live here, so a renderer can name a replica
+as the evaluator keys it.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specwatch.engines.series import DEFAULT_ENGINE
-from specwatch.fleet.baseline import RouteBaseline
-from specwatch.fleet.grouping import ReplicaKey, RolloutKey
-from specwatch.verdict import decide
-from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
+from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.verdict.grading import Grading
+
+ReplicaKey = tuple[tuple[str, str], ...]  # the replica labels, in configured order
+DeploymentKey = tuple[tuple[str, str], ...]  # prometheus.deployment_labels' values, in configured order
+RolloutKey = tuple[str, DeploymentKey]  # (route, deployment): what one rollout grading is kept per
+
+#: Why a query failed: each is counted (specwatch_prometheus_query_errors_total{reason}).
+QUERY_ERROR_REASONS = ("timeout", "connect", "tls", "http_4xx", "http_5xx", "too_large", "warnings", "limit", "invalid")
+
+
+def replica_name(replica: ReplicaKey) -> str:
+    return "/".join(value for _, value in replica) or "-"
+
+
+def rollout_name(key: RolloutKey) -> str:
+    """A grading's name in /api/v1/status: the route, then its deployment as a series selector
+    (chat{namespace="team-a"}); the route alone when no deployment labels are configured."""
+    route, deployment = key
+    if not deployment:
+        return route
+    return route + "{" + ",".join(f"{name}={json.dumps(value)}" for name, value in deployment) + "}"
+
+
+@dataclass(frozen=True)
+class RouteBaseline:
+    """What one route's verdicts rest on now."""
+
+    route: str
+    source: str  # default | preset | profile | learned
+    baseline: str  # canary | history | none
+    canaries: int  # spec-off replicas of the route in the last poll that feed its curve
+    points: float  # forgotten weight of the windows behind the curve (0: not learning)
+    baseline_points: float  # ... of its spec-off windows
 
 
 @dataclass(frozen=True)
@@ -88,58 +117,3 @@ class FleetState:
     history: HistoryRead | None = None
     # prometheus.deployment_labels: the labels of each grading's deployment (exported with it).
     deployment_labels: tuple[str, ...] = ()
-
-
-def fleet_rows(evaluations: Sequence[tuple[ReplicaKey, RouteEvaluation]]) -> tuple[FleetRow, ...]:
-    """One row per route and window over the replicas evaluated this poll."""
-    groups: dict[tuple[str, str], list[RouteEvaluation]] = defaultdict(list)
-    for _, evaluation in evaluations:
-        groups[(evaluation.stats.route, evaluation.stats.window)].append(evaluation)
-    rows = []
-    for (route, window), items in sorted(groups.items()):
-        verdicts: dict[str, int] = dict.fromkeys(decide.VERDICTS, 0)
-        accepted = proposed = generated = losing = 0.0
-        for e in items:
-            if e.verdict is not None:
-                verdicts[e.verdict] += 1
-            tokens = e.stats.generation_tokens or 0.0
-            generated += tokens
-            if e.guard_passed and e.stats.accepted_tokens is not None and e.stats.draft_tokens:
-                accepted += e.stats.accepted_tokens
-                proposed += e.stats.draft_tokens
-            speedup = e.value("expected_speedup")
-            if speedup is not None and speedup < 1.0:
-                losing += tokens
-        rows.append(
-            FleetRow(
-                route,
-                window,
-                len(items),
-                verdicts,
-                accepted / proposed if proposed > 0 else None,
-                losing / generated if generated > 0 else None,
-                generated,
-            )
-        )
-    return tuple(rows)
-
-
-def replica_record(replica: ReplicaKey | None, evaluation: RouteEvaluation) -> dict[str, object]:
-    """A `specwatch replay` line plus the replica's labels."""
-    record = evaluation_record(evaluation)
-    record["replica"] = dict(replica) if replica is not None else None
-    return record
-
-
-def fleet_record(t: float, row: FleetRow) -> dict[str, object]:
-    return {
-        "t": t,
-        "route": row.route,
-        "window": row.window,
-        "replica": None,
-        "replicas": row.replicas,
-        "acceptance_rate": row.acceptance_rate,
-        "losing_token_share": row.losing_token_share,
-        "generation_tokens": row.generation_tokens,
-        "verdicts": dict(row.verdicts),
-    }
