@@ -2,9 +2,10 @@
 
 The poller is the only writer: each tick it polls every target, feeds the Pipeline, evaluates,
 collects the /metrics families, records the page's history point, and swaps one immutable published
-view (http_server.Published). Its page, status JSON (status.py) and /metrics bytes are rendered on
-their first read and kept until the next poll: nothing is drawn for a view nobody reads. HTTP handlers (http_server.py) only read that view, so a scrape does no
-I/O towards vLLM and takes no lock. Target, schema and verdict changes are logged once each
+View (specwatch.view) in http_server.Published. Its page, status JSON (status.py) and /metrics bytes
+are rendered on their first read and kept until the next poll: nothing is drawn for a view nobody
+reads. HTTP handlers (http_server.py) only read it, so a scrape does no I/O towards vLLM and takes
+no lock. Target, schema and verdict changes are logged once each
 (change_log.py), not once per poll.
 
 The config is reloaded in place, by the poll thread between two ticks, on SIGHUP and when the
@@ -15,8 +16,8 @@ exits on a config problem: it serves /healthz and /metrics and reports the error
 config arrives.
 
 Fleet mode (`prometheus:` set): each tick is one FleetSource.poll instead of the target polls, and
-/metrics and /api/v1/status serve the fleet state; everything else (server, reload, health) is the
-same. A reload may switch modes: the registry serves whichever mode the running config is in.
+the published View is the evaluator's (with a fleet section); everything else (server, reload,
+health, the renderers) is the same. A reload may switch modes: the View says which.
 """
 
 from __future__ import annotations
