@@ -188,7 +188,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from specwatch.export.assumptions import sidecar_assumptions
+    from specwatch.export.assumptions import view_assumptions
     from specwatch.sidecar.pipeline import Pipeline
     from specwatch.sidecar.replay import RecordingError, replay_to
 
@@ -216,7 +216,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_NOTHING
     if not args.quiet:
         # stdout stays the JSON lines; what the verdicts rested on goes beside them.
-        basis = sidecar_assumptions(pipeline.state(), config)
+        basis = view_assumptions(pipeline.view())
         for line in [basis.summary(), *basis.route_lines()]:
             print(f"specwatch replay: rested on: {line}", file=sys.stderr)
     return 0

@@ -47,9 +47,9 @@ from specwatch.config import Config
 from specwatch.costmodel import MAX_BATCH_LIMIT
 from specwatch.engines.advice import VLLM_ENGINES
 from specwatch.engines.series import DEFAULT_ENGINE
-from specwatch.export.assumptions import sidecar_assumptions
+from specwatch.export.assumptions import view_assumptions
 from specwatch.export.page_history import PageHistory, SeriesKey, fleet_order
-from specwatch.export.status import fleet_assumptions, window_status
+from specwatch.export.status import window_status
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.view import View
 from specwatch.view.fleet import FleetRow, FleetState, ReplicaRouteState, replica_name
@@ -570,7 +570,7 @@ def sidecar_body(view: View, history: PageHistory) -> tuple[str, list[str | None
     routes = [r for r in state.routes if r.current]
     answers: list[str] = []
     sections: list[str] = []
-    basis = sidecar_assumptions(state, config, view.cost_model)
+    basis = view_assumptions(view)
     rests_on = {
         (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
     }
@@ -688,7 +688,7 @@ def fleet_body(view: View, fleet: FleetState, history: PageHistory) -> tuple[str
         _table(fleet_head, fleet_rows, left=2) if fleet_rows else "<p>No replica evaluated yet.</p>"
     )
     answer += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
-    basis = fleet_assumptions(view, fleet)
+    basis = view_assumptions(view)
     rests_on = {
         (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
     }

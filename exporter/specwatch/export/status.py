@@ -17,16 +17,8 @@ from typing import Any
 from specwatch import __version__
 from specwatch.base.jsonsafe import json_safe
 from specwatch.base.urls import redact_url
-from specwatch.config.cost_model import prior_source
 from specwatch.engines.advice import VLLM_ENGINES, advise
-from specwatch.export.assumptions import (
-    Assumptions,
-    RouteFacts,
-    assumptions,
-    model_part,
-    sampling_parts,
-    sidecar_assumptions,
-)
+from specwatch.export.assumptions import view_assumptions
 from specwatch.verdict.decide import MERGE_NOTE, SCHEDULE_NOTES, ZERO_BAND_NOTE
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
 from specwatch.view import View
@@ -140,7 +132,7 @@ def status_document(view: View) -> dict[str, Any]:
         # The level of every window's expected_speedup_lower/_upper.
         "speedup_confidence": config.decision.confidence,
         # What the verdicts rest on: the setup and engine prior, and per route its step-time source.
-        "assumptions": sidecar_assumptions(state, config, view.cost_model).as_dict(),
+        "assumptions": view_assumptions(view).as_dict(),
     }
 
 
@@ -211,35 +203,8 @@ def _fleet_document(view: View, state: FleetState) -> dict[str, Any]:
         "history": _history(state.history),
         "windows": list(config.window_labels),
         "speedup_confidence": config.decision.confidence,
-        "assumptions": fleet_assumptions(view, state).as_dict(),
+        "assumptions": view_assumptions(view).as_dict(),
     }
-
-
-def fleet_assumptions(view: View, state: FleetState) -> Assumptions:
-    """Fleet mode: one entry per replica and route, as the status document's routes (each replica
-    has its own sampling noise); the step-time source and baseline are the route's fleet learner's
-    (``state.cost_models``)."""
-    config = view.config
-    bases = {c.route: c for c in state.cost_models}
-    default_source = prior_source(config)
-    facts = []
-    for r in state.routes if state.up else ():
-        if r.stale or not r.evaluations:
-            continue
-        basis = bases.get(r.route)
-        facts.append(
-            RouteFacts(
-                route=r.route,
-                target=replica_name(r.replica),
-                engine=r.engine,
-                schema=r.evaluations[0].stats.schema,
-                step_time=basis.source if basis is not None else default_source,
-                baseline=basis.baseline if basis is not None else "none",
-                model_log_error=model_part(r.evaluations),
-                sampling_log_errors=sampling_parts(r.evaluations),
-            )
-        )
-    return assumptions(config, facts, view.cost_model)
 
 
 def _rollouts(state: FleetState) -> dict[str, Any]:

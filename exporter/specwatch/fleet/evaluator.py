@@ -41,7 +41,7 @@ from specwatch.fleet.grouping import (
     newest_samples,
     window_view,
 )
-from specwatch.fleet.rows import fleet_record, fleet_rows, replica_record
+from specwatch.fleet.rows import fleet_rows
 from specwatch.verdict.bookkeeping import EvaluationContext
 from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route
 from specwatch.verdict.grading import RolloutGrader
@@ -55,7 +55,6 @@ from specwatch.view.fleet import (
     ReplicaKey,
     ReplicaRouteState,
     RolloutKey,
-    replica_name,
 )
 from specwatch.windows.derive import WindowStats, window_stats
 
@@ -372,20 +371,7 @@ class FleetSource:
         return self.evaluator.evaluate_grouped(now, grouped, freshness, time.monotonic() - start)
 
 
-# The fleet's public names in one place (service.py, backtest and fleet_metrics import them here
-# or from the stage modules).
-__all__ = [
-    "FleetEvaluator",
-    "FleetRow",
-    "FleetSource",
-    "FleetState",
-    "ReplicaKey",
-    "ReplicaRouteState",
-    "collector_paused",
-    "fleet_record",
-    "replica_name",
-    "replica_record",
-]
+__all__ = ["FleetEvaluator", "FleetSource", "collector_paused"]
 
 
 def _engines(

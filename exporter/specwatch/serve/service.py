@@ -42,7 +42,7 @@ from specwatch.export.collector import SpecwatchCollector
 from specwatch.export.page import render_page
 from specwatch.export.page_history import PageHistory
 from specwatch.export.status import encode_status
-from specwatch.fleet.evaluator import FleetEvaluator, FleetSource, replica_name
+from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
 from specwatch.fleet.history import DEADLINE, HISTORY_ERROR_REASONS, read_history
 from specwatch.serve.change_log import ChangeLog
 from specwatch.serve.drain import Drain
@@ -53,7 +53,7 @@ from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.scrape import ScrapeError, Scraper, ScrapeResult, steady_clock
 from specwatch.view import View
-from specwatch.view.fleet import HistoryRead
+from specwatch.view.fleet import HistoryRead, replica_name
 
 __all__ = ["Service"]
 
@@ -404,25 +404,21 @@ class Service:
     ) -> Callable[[], bytes]:
         """`/` for one view, rendered on its first request (in the HTTP thread) under the page lock,
         against the history as it was when the view was published. A request that reaches a view
-        after the poller has published a newer one (the history has moved on) gets the newer page."""
+        after the poller has published a newer one (the history has moved on) gets the newer page. A
+        bug in the page is logged once and `/` falls back to the static landing page."""
 
         def render() -> bytes:
             with self._page_lock:
                 if generation == self._page_generation:
-                    return self._render_page(view, error, polling, wall)
-            return self.published.page
+                    try:
+                        return render_page(view, self.page_history, now=wall, config_error=error, polling=polling)
+                    except Exception as exc:  # logged below: the page is an extra, /metrics and the verdicts go on
+                        if self._changes.changed(("page_failed",), repr(exc)[:200]):
+                            log.exception("page_render_failed")
+                        return b""
+            return self.published.page  # outside the lock: it may render the newer page
 
         return render
-
-    def _render_page(self, view: View, error: str | None, polling: bool, wall: float) -> bytes:
-        """`/` for one view. A bug in the page is logged once and `/` falls back to the static
-        landing page."""
-        try:
-            return render_page(view, self.page_history, now=wall, config_error=error, polling=polling)
-        except Exception as exc:  # logged below: the page is an extra, /metrics and the verdicts go on
-            if self._changes.changed(("page_failed",), repr(exc)[:200]):
-                log.exception("page_render_failed")
-            return b""
 
     def _poll_loop(self) -> None:
         next_tick = time.monotonic()
