@@ -67,8 +67,8 @@ def measure(polls: int = 60) -> dict[str, float]:
     clock = _Clock()
     service = Service(config, clock=clock)
     answer = _Answer()
-    for name in service.scrapers:
-        service.scrapers[name] = answer  # type: ignore[assignment]
+    for name in service.poller.scrapers:
+        service.poller.scrapers[name] = answer  # type: ignore[assignment]
     try:
         it = iter(seq)
         for t, text in itertools.islice(it, HOUR_POLLS):

@@ -297,10 +297,11 @@ class FleetEvaluator(EvaluationContext):
             del self._rollouts[rollout]
 
     # -- output ----------------------------------------------------------------------------
-    def view(self, history: HistoryRead | None = None) -> View:
-        """What this poll publishes: the fleet section (with the history read at the start, when
-        one was) and the cost model the verdicts rest on."""
-        return View(self.config, self.cost_model, fleet=dataclasses.replace(self.state(), history=history))
+    def view(self, history: HistoryRead | None = None, history_errors: Mapping[str, int] | None = None) -> View:
+        """What this poll publishes: the fleet section (with the history read at the start and its
+        failures, when one was asked for) and the cost model the verdicts rest on."""
+        state = dataclasses.replace(self.state(), history=history, history_errors=history_errors)
+        return View(self.config, self.cost_model, fleet=state)
 
     def state(self) -> FleetState:
         routes = tuple(

@@ -633,7 +633,8 @@ class Pipeline(EvaluationContext):
         unmatched = tuple(
             (r.name, r.target, r.expect_speculation) for r in self.config.routes if r.name not in self._routes
         )
-        return State(self._t, targets, tuple(routes), self._evaluated, unmatched, self.cost_model_info())
+        info = self.cost_model_info()
+        return State(self._t, targets, tuple(routes), self._evaluated, unmatched, info, self.restore_disagreed)
 
     def _fit_summary(self, route: _RouteRecord) -> learned.FitSummary | None:
         learner = route.learner

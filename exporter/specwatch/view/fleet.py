@@ -113,7 +113,9 @@ class FleetState:
     gradings: Mapping[RolloutKey, Grading] = field(default_factory=dict)
     # Per route: what its verdicts rest on (the learned curve's source and measured baseline).
     cost_models: tuple[RouteBaseline, ...] = ()
-    # Live fleet mode: the history replayed at its start (None: none asked, or not done yet).
+    # Live fleet mode: the history replayed at its start (None: none asked, or not done yet), and
+    # the reads that failed, by reason, over the process's evaluators (None: not live).
     history: HistoryRead | None = None
+    history_errors: Mapping[str, int] | None = None
     # prometheus.deployment_labels: the labels of each grading's deployment (exported with it).
     deployment_labels: tuple[str, ...] = ()

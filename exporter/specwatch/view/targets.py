@@ -78,6 +78,8 @@ class State:
     unmatched_routes: tuple[tuple[str, str, bool], ...] = ()
     # What the verdicts rest on (specwatch_cost_model_info).
     cost_model: CostModelInfo | None = None
+    # Read-back evidence dropped for disagreeing with the first live windows (readback: set).
+    restore_disagreed: int = 0
 
 
 @dataclass(frozen=True)

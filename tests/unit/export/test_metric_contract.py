@@ -35,7 +35,7 @@ def exposition() -> set[str]:
     config = from_mapping(raw, environ={})
     # The service's registry: the collector's families plus the service's own (config reloads).
     service = Service(config)
-    pipeline = service.pipeline
+    pipeline = service.poller.pipeline
     for _ in simulated_polls(sim.Simulator(scenario, seed=1), pipeline, interval=5.0, count=79):
         pass
     service.published = service._publish(ready=True)

@@ -32,7 +32,7 @@ def _polled(polls: int = 20) -> Service:
     clock = [0.0]
     service = Service(scenario_config("steady"), clock=lambda: clock[0])
     answer = _Answer()
-    service.scrapers["vllm"] = answer  # type: ignore[assignment]
+    service.poller.scrapers["vllm"] = answer  # type: ignore[assignment]
     simulator = sim.Simulator(sim.load_scenario("steady"), seed=1)
     for i in range(1, polls + 1):
         simulator.advance_to(5.0 * i)
@@ -98,7 +98,7 @@ def test_a_read_of_an_older_view_after_a_newer_poll_gets_the_newer_page():
         older = service.published
         simulator = sim.Simulator(sim.load_scenario("steady"), seed=2)
         simulator.advance_to(200.0)
-        service.scrapers["vllm"].text = simulator.render()  # type: ignore[attr-defined]
+        service.poller.scrapers["vllm"].text = simulator.render()  # type: ignore[attr-defined]
         service.poll_once()
         assert older.page == service.published.page
     finally:
