@@ -101,9 +101,8 @@ class Backfill:
 def replay_with_exposition(name: str, lines, config, backfill: Backfill, *, vllm_lines: bool = True) -> list[dict]:
     """Replay like `specwatch replay`; keep each evaluation and the sidecar's exported series."""
     pipeline = Pipeline(config)
-    registry = registry_for(lambda: state)
+    registry = registry_for(pipeline.view)
     evals = []
-    state = None
     for raw in lines:
         entry = json.loads(raw) if isinstance(raw, str) else raw
         t, text = float(entry["t"]), entry["text"]
@@ -120,7 +119,6 @@ def replay_with_exposition(name: str, lines, config, backfill: Backfill, *, vllm
                     "p99": ev.stats.itl_p99_seconds,
                 }
             )
-        state = pipeline.state()
         for line in generate_latest(registry).decode().split("\n"):
             if line.startswith(_KEEP_SW):
                 backfill.add(line, name, t)

@@ -35,7 +35,7 @@ from pathlib import Path
 from specwatch import config as config_mod
 from specwatch.fleet.client import PromClient, Vector
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
-from specwatch.fleet.state import fleet_record, replica_record
+from specwatch.fleet.rows import fleet_record, replica_record
 
 from .common import Table
 

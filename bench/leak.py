@@ -82,7 +82,9 @@ def run(polls: int, warmup: int, top: int) -> dict:
         traced_first = sum(s.size for s in first.statistics("filename"))
         traced_middle = sum(s.size for s in middle.statistics("filename"))
         traced_last = sum(s.size for s in last.statistics("filename"))
-        verdicts = {f"{e.stats.route}/{e.stats.window}": e.verdict for e in service.pipeline.evaluate(service.clock())}
+        verdicts = {
+            f"{e.stats.route}/{e.stats.window}": e.verdict for e in service.poller.pipeline.evaluate(service.clock())
+        }
     finally:
         tracemalloc.stop()
         service.stop()

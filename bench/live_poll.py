@@ -67,8 +67,8 @@ def measure(polls: int = 60) -> dict[str, float]:
     clock = _Clock()
     service = Service(config, clock=clock)
     answer = _Answer()
-    for name in service.scrapers:
-        service.scrapers[name] = answer  # type: ignore[assignment]
+    for name in service.poller.scrapers:
+        service.poller.scrapers[name] = answer  # type: ignore[assignment]
     try:
         it = iter(seq)
         for t, text in itertools.islice(it, HOUR_POLLS):
@@ -86,9 +86,9 @@ def measure(polls: int = 60) -> dict[str, float]:
             status.append(_cpu(lambda published=published: published.status))
             metrics.append(_cpu(lambda published=published: published.metrics))
             # The plain renderings of the same view (what a poll did before #39, every poll).
-            view = (published.state, service.config, service.page_history)
-            plain_page.append(_cpu(lambda view=view: render_page(view[0], None, view[1], view[2])))
-            plain_status.append(_cpu(lambda view=view: encode_status(view[0], None, view[1])))
+            view = published.view
+            plain_page.append(_cpu(lambda view=view: render_page(view, service.page_history)))
+            plain_status.append(_cpu(lambda view=view: encode_status(view)))
             plain_metrics.append(_cpu(lambda: generate_latest(service.registry)))
     finally:
         service.stop()

@@ -61,8 +61,8 @@ def serve_peer(rec: str, port: int, polls: int) -> None:
             entry = json.loads(fh.readline())
             pipeline.ingest("vllm", entry["t"], entry["text"])
             pipeline.evaluate(entry["t"])
-    state = pipeline.state()
-    start_http_server(port, addr="127.0.0.1", registry=registry_for(lambda: state))
+    view = pipeline.view()
+    start_http_server(port, addr="127.0.0.1", registry=registry_for(lambda: view))
     while True:
         time.sleep(3600)
 
@@ -85,8 +85,8 @@ def serve_legacy(rec: str, port: int, polls: int) -> None:
             entry = json.loads(fh.readline())
             pipeline.ingest("vllm", entry["t"], entry["text"])
             pipeline.evaluate(entry["t"])
-    state = pipeline.state()
-    metrics = generate_latest(registry_for(lambda: state))
+    view = pipeline.view()
+    metrics = generate_latest(registry_for(lambda: view))
 
     class CappedHTTPServer(ThreadingHTTPServer):  # verbatim from http_server.py at 0bc6721
         daemon_threads = True

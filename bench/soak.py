@@ -88,7 +88,7 @@ def soak_replay(hours: float, seed: int) -> dict:
             yield json.dumps({"t": round(sim.epoch + t, 6), "target": "vllm", "text": sim.render()})
 
     pipeline = Pipeline(config)
-    registry = registry_for(pipeline.state)
+    registry = registry_for(pipeline.view)
     last: dict = {}
     changes: list[dict] = []
     rss, series = [], []

@@ -36,7 +36,7 @@ GENERATOR = ROOT / "dashboards" / "generate.py"
 SCHEMAS = ROOT / "tests" / "schemas" / "grafana"
 
 WINDOW_SENTINEL = "__window_variable__"
-# Fleet mode's own series (specwatch/export/fleet_collector.py): the query source's health and the fleet
+# Fleet mode's own series (specwatch/export/collector.py): the query source's health and the fleet
 # rows per route, on specwatch's own target (its pod's labels, not a replica's): filtered by cluster,
 # and the fleet rows by route and window.
 FLEET_MODE = frozenset(

@@ -35,7 +35,7 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian p
 
 # What rules may read: what the sidecar exports (tests/support/metric_names.py) and Prometheus's own `up`.
 PROMETHEUS_OWN = {"up"}
-# Fleet mode's own health (specwatch/export/fleet_collector.py, docs/fleet.md) and kube-state-metrics'
+# Fleet mode's own health (specwatch/export/collector.py, docs/fleet.md) and kube-state-metrics'
 # pod phase (SpecDecodeExporterDown leaves Pending pods out; without kube-state-metrics it joins nothing).
 FLEET_HEALTH = {
     "specwatch_prometheus_up",

@@ -59,8 +59,8 @@ def scenario_outputs(name: str) -> Iterator[tuple[str, bytes]]:
         for evaluation in evaluations:
             lines.write(json.dumps(json_safe_record(evaluation_record(evaluation)), sort_keys=True) + "\n")
         if i in snapshots:
-            yield f"{name}/metrics@{t:g}", generate_latest(registry_for(pipeline.state))
-            status = status_document(pipeline.state(), config)
+            yield f"{name}/metrics@{t:g}", generate_latest(registry_for(pipeline.view))
+            status = status_document(pipeline.view())
             yield f"{name}/status@{t:g}", json.dumps(status, sort_keys=True, default=str).encode()
     yield f"{name}/replay", lines.getvalue().encode()
 

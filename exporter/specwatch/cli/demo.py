@@ -24,9 +24,9 @@ from specwatch.lesson.options import port as port_type
 from specwatch.lesson.options import positive
 
 if TYPE_CHECKING:
-    from specwatch.sidecar.state import State, TargetState
     from specwatch.sim.scenario import Scenario
     from specwatch.verdict.evaluation import RouteEvaluation
+    from specwatch.view.targets import State, TargetState
 
 #: ANSI: cursor home, clear screen (a TTY redraws the table in place).
 CLEAR = "\x1b[H\x1b[2J"
@@ -379,7 +379,7 @@ def _show(
             wait = refresh if end is None else min(refresh, max(0.0, end - time.monotonic()))
             if stop.wait(wait):
                 break
-            state = service.published.state
+            state = service.published.view.targets
             watch.update(state.targets)
             sim_time = handle.sim_time()
             _text, truth, faults = handle.snapshot()

@@ -160,7 +160,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if warning := alert_window_warning(config):
         print(f"specwatch: warning: {args.file}: {warning}", file=sys.stderr)
     if config.prometheus is not None:
-        from specwatch.sidecar.scrape import redact_url
+        from specwatch.base.urls import redact_url
 
         source = f"fleet mode: every replica from {redact_url(config.prometheus.url)}"
     else:
@@ -188,7 +188,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from specwatch.export.assumptions import sidecar_assumptions
+    from specwatch.export.assumptions import view_assumptions
     from specwatch.sidecar.pipeline import Pipeline
     from specwatch.sidecar.replay import RecordingError, replay_to
 
@@ -216,7 +216,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_NOTHING
     if not args.quiet:
         # stdout stays the JSON lines; what the verdicts rested on goes beside them.
-        basis = sidecar_assumptions(pipeline.state(), config)
+        basis = view_assumptions(pipeline.view())
         for line in [basis.summary(), *basis.route_lines()]:
             print(f"specwatch replay: rested on: {line}", file=sys.stderr)
     return 0

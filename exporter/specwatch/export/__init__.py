@@ -1,2 +1,2 @@
-"""Everything specwatch exports, rendered from the sources' States: the Prometheus families of the
-sidecar (collector) and of fleet mode (fleet_collector), and the /api/v1/status documents (status)."""
+"""Everything specwatch exports, rendered from the View a source published (specwatch.view): the
+Prometheus families (collector), the /api/v1/status document (status) and the page (page)."""

@@ -1,7 +1,7 @@
 """What every verdict rests on: the setup, the engine prior and, per route, the step-time source.
 
 One pure function (``assumptions``) of the config and facts the pipeline or the fleet evaluator
-already hold; /api/v1/status, `specwatch check-config`, `specwatch replay`'s closing summary and
+already hold (``view_assumptions``: those a View carries); /api/v1/status, `specwatch check-config`, `specwatch replay`'s closing summary and
 the page at / render it. A setting reads ``assumed`` when the config did not state it (a Config
 built in code states nothing: there a value equal to its default reads ``assumed``).
 """
@@ -24,8 +24,9 @@ from specwatch.costmodel import CostModel
 from specwatch.costmodel.engine_priors import ENGINE_PRIORS, GENERIC, EnginePrior, prior_for
 from specwatch.costmodel.learned import LearnedStepCurve
 from specwatch.costmodel.uncertainty import ASSUMED_SETUP_LOG_ERROR, model_log_error
-from specwatch.sidecar.state import State
 from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.view import View
+from specwatch.view.fleet import replica_name
 
 CONFIGURED = "configured"  # a value of the user's own (bandwidth and flops, a config.json, a count)
 PRESET = "preset"  # a named preset
@@ -295,11 +296,14 @@ def model_part(evaluations: Sequence[RouteEvaluation]) -> float | None:
     )
 
 
-def sidecar_assumptions(state: State, config: Config) -> Assumptions:
-    """Sidecar mode: each route's own cost model (learned or configured) says its step-time source."""
-    default_source = prior_source(config)
+def view_assumptions(view: View) -> Assumptions:
+    """What one View's verdicts rest on, on the cost model it carries. Per route its step-time
+    source: the route's own cost model (learned or configured); in fleet mode one entry per replica
+    and route (each replica has its own sampling noise), the source and baseline its route's fleet
+    learner's (``cost_models``)."""
+    default_source = prior_source(view.config)
     facts = []
-    for route in state.routes:
+    for route in view.targets.routes:
         cm = route.cost_model
         curve = cm.profile if cm is not None else None
         learned = isinstance(curve, LearnedStepCurve)
@@ -315,4 +319,22 @@ def sidecar_assumptions(state: State, config: Config) -> Assumptions:
                 sampling_log_errors=sampling_parts(route.evaluations),
             )
         )
-    return assumptions(config, facts)
+    fleet = view.fleet
+    bases = {c.route: c for c in fleet.cost_models} if fleet is not None else {}
+    for r in fleet.routes if fleet is not None and fleet.up else ():
+        if r.stale or not r.evaluations:
+            continue
+        basis = bases.get(r.route)
+        facts.append(
+            RouteFacts(
+                route=r.route,
+                target=replica_name(r.replica),
+                engine=r.engine,
+                schema=r.evaluations[0].stats.schema,
+                step_time=basis.source if basis is not None else default_source,
+                baseline=basis.baseline if basis is not None else "none",
+                model_log_error=model_part(r.evaluations),
+                sampling_log_errors=sampling_parts(r.evaluations),
+            )
+        )
+    return assumptions(view.config, facts, view.cost_model)

@@ -1,9 +1,25 @@
-"""prometheus_client custom Collector: the sidecar's families of the metric contract (export/contract.py,
-docs/architecture.md §4), filled from one State.
+"""prometheus_client custom Collector: the families of the metric contract (export/contract.py,
+docs/architecture.md §4), filled from one View: the scraped targets' families, or, when the View
+has a fleet section, fleet mode's (below).
 
-Families are built fresh from an immutable State on every collect(), so a route or engine that
+Families are built fresh from an immutable View on every collect(), so a route or engine that
 disappears simply stops being exported (no stale children to remove), and collect() can never
 fail on target data. Values that cannot be computed are omitted, never exported as 0.
+
+Fleet mode: the same metric contract per replica, plus fleet rows per route and the query
+source's health.
+
+Per (replica, route, window) the derived gauges, verdicts and recommended config carry the same
+names and labels as in sidecar mode (`route`, `target`, `window`), with `target` = the replica's
+name (its replica label values joined by "/") and the replica labels themselves added, plus
+`instance` = that name when `instance` is not a replica label. Scraped with `honor_labels: true`
+(as Prometheus federation is), each replica then has its own (job, instance, route) like one
+sidecar per pod, so the rules' joins and annotation queries on that key, and the dashboard's
+namespace/pod filters, work in both modes. The mirrored counters and the ITL histogram are not
+re-exported: Prometheus already holds vLLM's own (so the recording rules built on them, and the
+alert that needs them, SpecDecodeMetricsMissing, are sidecar-mode only).
+
+Never stale: nothing from a failed poll, nothing for a stale replica (both counted instead).
 """
 
 from __future__ import annotations
@@ -19,9 +35,11 @@ from specwatch import __version__
 from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.engines.series import Counter
 from specwatch.export import contract
-from specwatch.sidecar.state import RouteState, State
 from specwatch.verdict.decide import VERDICTS, Assessment
 from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.view import View
+from specwatch.view.fleet import QUERY_ERROR_REASONS, FleetState, replica_name
+from specwatch.view.targets import RouteState, State
 from specwatch.windows.derive import COUNTER_RATIO
 
 MIRRORED_COUNTERS = {
@@ -82,14 +100,20 @@ def add_evaluation(families: contract.Families, wlabels: list[str], evaluation: 
 
 
 class SpecwatchCollector(Collector):
-    def __init__(self, get_state: Callable[[], State]):
-        self._get_state = get_state
+    """Families built fresh from one immutable View per collect()."""
+
+    def __init__(self, get_view: Callable[[], View]):
+        self._get_view = get_view
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on what vLLM exports; nothing to pre-register
 
     def collect(self) -> Iterable[Metric]:
-        state = self._get_state()
+        view = self._get_view()
+        if view.fleet is not None:
+            yield from _fleet_families(view.fleet)
+            return
+        state = view.targets
         families = contract.Families("sidecar")
         families.add("specwatch_build_info", [__version__], 1)
         self._cost_model(state, families)
@@ -197,7 +221,72 @@ def _add_controller(route: RouteState, labels: list[str], families: contract.Fam
         families.add("specwatch_speculation_controller_info", [*labels, c.mode, c.stated, c.reason], 1)
 
 
-def registry_for(get_state: Callable[[], State]) -> CollectorRegistry:
+def registry_for(get_view: Callable[[], View]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpecwatchCollector(get_state))
+    registry.register(SpecwatchCollector(get_view))
     return registry
+
+
+def _fleet_families(state: FleetState) -> contract.Families:
+    """Fleet mode's families: per replica as a sidecar's, the fleet rows, the query API's health."""
+    with_instance = "instance" not in state.replica_labels
+    replica = [*state.replica_labels, *(["instance"] if with_instance else [])]
+    families = contract.Families("fleet", replica, state.deployment_labels)
+    families.add("specwatch_build_info", [__version__], 1)
+    _query_health(state, families)
+    if state.up:
+        _replicas(state, families, with_instance)
+    _fleet_rows(state, families)
+    return families
+
+
+def _query_health(state: FleetState, families: contract.Families) -> None:
+    for name, value in (
+        ("specwatch_prometheus_up", None if state.up is None else (1.0 if state.up else 0.0)),
+        ("specwatch_prometheus_queries", state.queries),
+        ("specwatch_prometheus_queries_per_poll", state.queries_per_poll),
+        ("specwatch_prometheus_query_duration_seconds", state.query_duration),
+        ("specwatch_prometheus_last_success_timestamp_seconds", state.last_success),
+        ("specwatch_prometheus_answer_series", state.series),
+        ("specwatch_stale_replicas", state.stale_replicas),
+        ("specwatch_stale_replica_evaluations", state.stale_evaluations),
+    ):
+        families.add(name, [], value)
+    for reason in QUERY_ERROR_REASONS:
+        families.add("specwatch_prometheus_query_errors", [reason], state.errors.get(reason, 0))
+
+
+def _replicas(state: FleetState, families: contract.Families, with_instance: bool) -> None:
+    for route in state.routes:
+        if route.stale or not route.evaluations:
+            continue
+        target = replica_name(route.replica)
+        values = [*(value for _, value in route.replica), *([target] if with_instance else [])]
+        stats = route.evaluations[0].stats
+        info = [route.route, target, *values, route.model_name, route.method, stats.schema, stats.engine]
+        families.add("specwatch_route_info", info, 1)
+        if route.route in state.baselines:
+            families.add(
+                "specwatch_baseline_itl_p99_seconds", [route.route, target, *values], state.baselines[route.route]
+            )
+        for evaluation in route.evaluations:
+            add_evaluation(families, [route.route, target, evaluation.stats.window, *values], evaluation)
+
+
+def _fleet_rows(state: FleetState, families: contract.Families) -> None:
+    for row in state.fleet:
+        labels = [row.route, row.window]
+        families.add("specwatch_fleet_acceptance_rate", labels, row.acceptance_rate)
+        families.add("specwatch_fleet_losing_token_share", labels, row.losing_token_share)
+        for name, count in row.verdicts.items():
+            families.add("specwatch_fleet_replicas", [*labels, name], count)
+    # A rollout graded across replicas (old pods' windows vs new pods'): per route and deployment.
+    for (route, deployment), grading in state.gradings.items():
+        labels = [route, *(value for _, value in deployment)]
+        families.add("specwatch_advice_predicted_gain_ratio", labels, grading.predicted_gain_ratio)
+        families.add("specwatch_advice_measured_gain_ratio", labels, grading.measured_gain_ratio)
+    if state.up:
+        for cost_model in state.cost_models:
+            families.add(
+                "specwatch_fleet_cost_model_info", [cost_model.route, cost_model.source, cost_model.baseline], 1
+            )

@@ -23,8 +23,8 @@ from typing import Literal, cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from specwatch.fleet.client import QUERY_ERROR_REASONS
 from specwatch.verdict.evaluation import NUMERIC_VALUES, NumericValue
+from specwatch.view.fleet import QUERY_ERROR_REASONS
 
 Mode = Literal["sidecar", "fleet"]
 Type = Literal["gauge", "counter", "histogram"]

@@ -1,7 +1,7 @@
 """The page at `/`: the answer to "is speculative decoding paying for itself at the live batch size?"
 for a person who opens the sidecar's port before they ever wire Grafana.
 
-Pure: a published State (or FleetState), the running Config and the PageHistory -> the HTML bytes.
+Pure: a published View (its config included) and the PageHistory -> the HTML bytes.
 The poller renders it once per poll (service.py `_publish`), so serving it is handing out bytes, as
 for /metrics; a request never renders anything.
 
@@ -42,17 +42,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from specwatch import __version__
+from specwatch.base.urls import redact_url
 from specwatch.config import Config
 from specwatch.costmodel import MAX_BATCH_LIMIT
 from specwatch.engines.advice import VLLM_ENGINES
 from specwatch.engines.series import DEFAULT_ENGINE
-from specwatch.export.assumptions import sidecar_assumptions
-from specwatch.export.history import PageHistory, SeriesKey, fleet_order
-from specwatch.export.status import fleet_assumptions, window_status
-from specwatch.fleet.evaluator import FleetRow, FleetState, ReplicaRouteState, replica_name
-from specwatch.sidecar.scrape import redact_url
-from specwatch.sidecar.state import State, TargetState
+from specwatch.export.assumptions import view_assumptions
+from specwatch.export.page_history import PageHistory, SeriesKey, fleet_order
+from specwatch.export.status import window_status
 from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.view import View
+from specwatch.view.fleet import FleetRow, FleetState, ReplicaRouteState, replica_name
+from specwatch.view.targets import State, TargetState
 
 __all__ = [
     "BIDI_CONTROLS",
@@ -563,12 +564,13 @@ def _route_budget(*fixed: str) -> int:
     return MAX_PAGE_BYTES - PAGE_RESERVE - sum(size(part) for part in fixed)
 
 
-def sidecar_body(state: State, config: Config, history: PageHistory) -> tuple[str, list[str | None]]:
+def sidecar_body(view: View, history: PageHistory) -> tuple[str, list[str | None]]:
+    state, config = view.targets, view.config
     window = _chart_window(config)
     routes = [r for r in state.routes if r.current]
     answers: list[str] = []
     sections: list[str] = []
-    basis = sidecar_assumptions(state, config)
+    basis = view_assumptions(view)
     rests_on = {
         (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
     }
@@ -670,7 +672,8 @@ def _replica_labels(replica: Sequence[tuple[str, str]]) -> str:
     return shown + (f" · and {more} more labels" if more > 0 else "")
 
 
-def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple[str, list[str | None]]:
+def fleet_body(view: View, fleet: FleetState, history: PageHistory) -> tuple[str, list[str | None]]:
+    config = view.config
     window = _chart_window(config)
     live = fleet_order(fleet)
     by_route: dict[str, list[ReplicaRouteState]] = {}
@@ -685,7 +688,7 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
         _table(fleet_head, fleet_rows, left=2) if fleet_rows else "<p>No replica evaluated yet.</p>"
     )
     answer += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
-    basis = fleet_assumptions(fleet, config)
+    basis = view_assumptions(view)
     rests_on = {
         (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
     }
@@ -733,9 +736,7 @@ def fleet_body(fleet: FleetState, config: Config, history: PageHistory) -> tuple
 
 
 def render_page(
-    state: State,
-    fleet: FleetState | None,
-    config: Config,
+    view: View,
     history: PageHistory,
     *,
     now: float | None = None,
@@ -744,12 +745,13 @@ def render_page(
 ) -> bytes:
     """The whole page as served at `/` (UTF-8). `now`: the wall time shown as "updated";
     config_error: the last config load failed (`polling`: a previous good config still runs)."""
+    config = view.config
     refresh = max(1, math.ceil(config.poll_interval))
-    if fleet is None:
-        body, verdicts = sidecar_body(state, config, history)
+    if view.fleet is None:
+        body, verdicts = sidecar_body(view, history)
         mode = "sidecar"
     else:
-        body, verdicts = fleet_body(fleet, config, history)
+        body, verdicts = fleet_body(view, view.fleet, history)
         mode = "fleet"
     counts: dict[str, int] = defaultdict(int)
     for v in verdicts:

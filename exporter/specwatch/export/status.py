@@ -1,7 +1,7 @@
-"""The /api/v1/status JSON document: one per mode, built from the state the poller published.
+"""The /api/v1/status JSON document, built from the View the poller published.
 
-Sidecar mode: every target's health and every route's windows. Fleet mode: the query source's
-health, one entry per replica and route, and the fleet rows. Both serve the same per-window record
+A View of scraped targets: every target's health and every route's windows. A View with a fleet
+section: the query source's health, one entry per replica and route, and the fleet rows. Both serve the same per-window record
 (window_status), a `specwatch replay` line plus what only the status page shows. Non-finite floats
 become null (jsonsafe) when the document is encoded.
 """
@@ -16,24 +16,13 @@ from typing import Any
 
 from specwatch import __version__
 from specwatch.base.jsonsafe import json_safe
-from specwatch.config import Config
-from specwatch.config.cost_model import prior_source
+from specwatch.base.urls import redact_url
 from specwatch.engines.advice import VLLM_ENGINES, advise
-from specwatch.export.assumptions import (
-    Assumptions,
-    RouteFacts,
-    assumptions,
-    model_part,
-    sampling_parts,
-    sidecar_assumptions,
-)
-from specwatch.fleet.evaluator import FleetState, replica_name
-from specwatch.fleet.grouping import rollout_name
-from specwatch.fleet.state import HistoryRead
-from specwatch.sidecar.scrape import redact_url
-from specwatch.sidecar.state import State
+from specwatch.export.assumptions import view_assumptions
 from specwatch.verdict.decide import MERGE_NOTE, SCHEDULE_NOTES, ZERO_BAND_NOTE
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
+from specwatch.view import View
+from specwatch.view.fleet import FleetState, HistoryRead, replica_name, rollout_name
 
 #: The verdict's notes about vLLM's --speculative-config (left out for another engine's route).
 VLLM_CONFIG_NOTES = frozenset({*SCHEDULE_NOTES, ZERO_BAND_NOTE, MERGE_NOTE})
@@ -91,8 +80,11 @@ def _age(now: float | None, then: float | None) -> float | None:
     return None if now is None or then is None else round(max(now - then, 0.0), 3)
 
 
-def status_document(state: State, config: Config) -> dict[str, Any]:
-    """Sidecar mode: every target's health and every route's windows."""
+def status_document(view: View) -> dict[str, Any]:
+    """The document of one View: its fleet section's when it has one, else its targets'."""
+    if view.fleet is not None:
+        return _fleet_document(view, view.fleet)
+    state, config = view.targets, view.config
     routes = [
         {
             "route": route.route,
@@ -140,13 +132,14 @@ def status_document(state: State, config: Config) -> dict[str, Any]:
         # The level of every window's expected_speedup_lower/_upper.
         "speedup_confidence": config.decision.confidence,
         # What the verdicts rest on: the setup and engine prior, and per route its step-time source.
-        "assumptions": sidecar_assumptions(state, config).as_dict(),
+        "assumptions": view_assumptions(view).as_dict(),
     }
 
 
-def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
+def _fleet_document(view: View, state: FleetState) -> dict[str, Any]:
     """Fleet mode: the query source's health, one entry per replica and route (nothing from a failed
     poll or for a stale replica, as on /metrics), and the fleet rows."""
+    config = view.config
     prometheus = {
         "url": redact_url(config.prometheus.url) if config.prometheus else None,
         "up": state.up,
@@ -210,34 +203,8 @@ def fleet_status_document(state: FleetState, config: Config) -> dict[str, Any]:
         "history": _history(state.history),
         "windows": list(config.window_labels),
         "speedup_confidence": config.decision.confidence,
-        "assumptions": fleet_assumptions(state, config).as_dict(),
+        "assumptions": view_assumptions(view).as_dict(),
     }
-
-
-def fleet_assumptions(state: FleetState, config: Config) -> Assumptions:
-    """Fleet mode: one entry per replica and route, as the status document's routes (each replica
-    has its own sampling noise); the step-time source and baseline are the route's fleet learner's
-    (``state.cost_models``)."""
-    bases = {c.route: c for c in state.cost_models}
-    default_source = prior_source(config)
-    facts = []
-    for r in state.routes if state.up else ():
-        if r.stale or not r.evaluations:
-            continue
-        basis = bases.get(r.route)
-        facts.append(
-            RouteFacts(
-                route=r.route,
-                target=replica_name(r.replica),
-                engine=r.engine,
-                schema=r.evaluations[0].stats.schema,
-                step_time=basis.source if basis is not None else default_source,
-                baseline=basis.baseline if basis is not None else "none",
-                model_log_error=model_part(r.evaluations),
-                sampling_log_errors=sampling_parts(r.evaluations),
-            )
-        )
-    return assumptions(config, facts)
 
 
 def _rollouts(state: FleetState) -> dict[str, Any]:
@@ -265,7 +232,6 @@ def _history(read: HistoryRead | None) -> dict[str, Any] | None:
     }
 
 
-def encode_status(state: State, fleet: FleetState | None, config: Config) -> bytes:
-    """The document of the running mode as the bytes /api/v1/status serves (NaN and inf as null)."""
-    document = status_document(state, config) if fleet is None else fleet_status_document(fleet, config)
-    return json.dumps(json_safe(document), allow_nan=False, default=str).encode()
+def encode_status(view: View) -> bytes:
+    """The document of one View as the bytes /api/v1/status serves (NaN and inf as null)."""
+    return json.dumps(json_safe(status_document(view)), allow_nan=False, default=str).encode()

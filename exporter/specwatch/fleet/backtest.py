@@ -32,9 +32,9 @@ from specwatch import costmodel
 from specwatch.config import Config, ConfigError
 from specwatch.fleet.client import MAX_POINTS_PER_SERIES, Points, PromClient, PromQueryError, RangeAnswer, Sample
 from specwatch.fleet.evaluator import FleetEvaluator, collector_paused
-from specwatch.fleet.grouping import ReplicaKey
-from specwatch.fleet.state import fleet_record, replica_record
+from specwatch.fleet.rows import fleet_record, replica_record
 from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.view.fleet import ReplicaKey
 
 EXIT_CONFIG = 2
 EXIT_QUERY = 1

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from specwatch import costmodel
 from specwatch.config.cost_model import prior_source
 from specwatch.costmodel.observation import StepObservation, prior_step_seconds
-from specwatch.fleet.grouping import ReplicaKey
 from specwatch.verdict.bookkeeping import LEARNERS, EvaluationContext, RouteLearning, window_point
+from specwatch.view.fleet import ReplicaKey, RouteBaseline
 from specwatch.windows.window import WindowView
 
 CANARY, HISTORY, NONE = "canary", "history", "none"
@@ -47,18 +47,6 @@ CANARY, HISTORY, NONE = "canary", "history", "none"
 CANARY_FACTOR = 2.0
 #: Batches this close (ratio) are "the same batch": a plain step must not be slower than the spec one.
 SAME_BATCH = 1.25
-
-
-@dataclass(frozen=True)
-class RouteBaseline:
-    """What one route's verdicts rest on now."""
-
-    route: str
-    source: str  # default | preset | profile | learned
-    baseline: str  # canary | history | none
-    canaries: int  # spec-off replicas of the route in the last poll that feed its curve
-    points: float  # forgotten weight of the windows behind the curve (0: not learning)
-    baseline_points: float  # ... of its spec-off windows
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,6 @@ from urllib.parse import urlencode, urlsplit
 from specwatch.base.httpconn import DeadlineConnection, TransferError
 from specwatch.config import PrometheusConfig
 
-QUERY_ERROR_REASONS = ("timeout", "connect", "tls", "http_4xx", "http_5xx", "too_large", "warnings", "limit", "invalid")
-
 #: Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS_PER_SERIES = 11_000
 #: Series of one range answer at most (more is "too_large"): fleet history chunks of 1,000

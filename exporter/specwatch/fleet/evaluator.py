@@ -31,24 +31,31 @@ from specwatch.config import Config, ConfigError, PrometheusConfig
 from specwatch.engines.series import RouteMatcher
 from specwatch.fleet import queries as promql
 from specwatch.fleet.baseline import FleetLearning, ReplicaWindow
-from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Sample, Vector
+from specwatch.fleet.client import PromClient, PromQueryError, Sample, Vector
 from specwatch.fleet.grouping import (
     PlanCache,
-    ReplicaKey,
-    RolloutKey,
     RouteData,
     RouteKey,
     WindowGrouper,
     deployment_of,
     newest_samples,
-    replica_name,
     window_view,
 )
-from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState, fleet_record, fleet_rows, replica_record
+from specwatch.fleet.rows import fleet_rows
 from specwatch.verdict.bookkeeping import EvaluationContext
 from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route
 from specwatch.verdict.grading import RolloutGrader
 from specwatch.verdict.memo import DEFAULT_SIZE
+from specwatch.view import View
+from specwatch.view.fleet import (
+    QUERY_ERROR_REASONS,
+    FleetRow,
+    FleetState,
+    HistoryRead,
+    ReplicaKey,
+    ReplicaRouteState,
+    RolloutKey,
+)
 from specwatch.windows.derive import WindowStats, window_stats
 
 log = structlog.get_logger("specwatch.fleet")
@@ -290,6 +297,12 @@ class FleetEvaluator(EvaluationContext):
             del self._rollouts[rollout]
 
     # -- output ----------------------------------------------------------------------------
+    def view(self, history: HistoryRead | None = None, history_errors: Mapping[str, int] | None = None) -> View:
+        """What this poll publishes: the fleet section (with the history read at the start and its
+        failures, when one was asked for) and the cost model the verdicts rest on."""
+        state = dataclasses.replace(self.state(), history=history, history_errors=history_errors)
+        return View(self.config, self.cost_model, fleet=state)
+
     def state(self) -> FleetState:
         routes = tuple(
             ReplicaRouteState(replica, route, r.model_name, r.method, r.stale, r.evaluations)
@@ -359,20 +372,7 @@ class FleetSource:
         return self.evaluator.evaluate_grouped(now, grouped, freshness, time.monotonic() - start)
 
 
-# The fleet's public names in one place (service.py, backtest and fleet_metrics import them here
-# or from the stage modules).
-__all__ = [
-    "FleetEvaluator",
-    "FleetRow",
-    "FleetSource",
-    "FleetState",
-    "ReplicaKey",
-    "ReplicaRouteState",
-    "collector_paused",
-    "fleet_record",
-    "replica_name",
-    "replica_record",
-]
+__all__ = ["FleetEvaluator", "FleetSource", "collector_paused"]
 
 
 def _engines(

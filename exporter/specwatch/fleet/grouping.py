@@ -33,13 +33,11 @@ from specwatch.engines.series import DEFAULT_ENGINE, POSITION_COUNTERS, Counter,
 from specwatch.engines.vllm import SCHEMA_V1, SCHEMA_V1_LEGACY_ITL
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import PromQueryError, Sample, Vector
+from specwatch.view.fleet import DeploymentKey, ReplicaKey, replica_name
 from specwatch.windows.gauges import BATCH
 from specwatch.windows.window import Entry, WindowView
 
-ReplicaKey = tuple[tuple[str, str], ...]  # the replica labels, in configured order
 RouteKey = tuple[ReplicaKey, str]  # (replica, route)
-DeploymentKey = tuple[tuple[str, str], ...]  # prometheus.deployment_labels' values, in configured order
-RolloutKey = tuple[str, DeploymentKey]  # (route, deployment): what one rollout grading is kept per
 
 _FAMILY_KIND = {
     promql.DRAFTS: Counter.DRAFTS,
@@ -68,25 +66,12 @@ def series_key(kind: str, series: str, detail: float | None = None) -> SeriesKey
     return SeriesKey(kind, series, detail)
 
 
-def replica_name(replica: ReplicaKey) -> str:
-    return "/".join(value for _, value in replica) or "-"
-
-
 def deployment_of(replica: ReplicaKey, deployment_labels: Sequence[str]) -> DeploymentKey:
     """The deployment a replica belongs to: its values of the deployment labels ("" where it lacks one)."""
     if not deployment_labels:
         return ()  # the default: one grading per route
     values = dict(replica)
     return tuple((name, values.get(name, "")) for name in deployment_labels)
-
-
-def rollout_name(key: RolloutKey) -> str:
-    """A grading's name in /api/v1/status: the route, then its deployment as a series selector
-    (chat{namespace="team-a"}); the route alone when no deployment labels are configured."""
-    route, deployment = key
-    if not deployment:
-        return route
-    return route + "{" + ",".join(f"{name}={json.dumps(value)}" for name, value in deployment) + "}"
 
 
 @dataclass

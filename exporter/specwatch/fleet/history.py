@@ -28,13 +28,12 @@ from specwatch.costmodel import learned
 from specwatch.fleet.backtest import RANGE_QUERY_TIMEOUT, replay
 from specwatch.fleet.client import (
     MAX_POINTS_PER_SERIES,
-    QUERY_ERROR_REASONS,
     PromClient,
     PromQueryError,
     RangeAnswer,
 )
 from specwatch.fleet.evaluator import FleetEvaluator
-from specwatch.fleet.state import HistoryRead
+from specwatch.view.fleet import QUERY_ERROR_REASONS, HistoryRead
 
 #: Steps replayed at most: the learner's horizon for spec-off windows at the default half-life
 #: (they are dropped BASELINE_HALF_LIVES half-lives after the last) at a 1m window: two days.

@@ -66,7 +66,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 from specwatch import __version__
 from specwatch.config import Config
 from specwatch.export.page import CONTENT_SECURITY_POLICY
-from specwatch.sidecar.state import State
+from specwatch.view import View
 
 MAX_CONNECTIONS = 512  # open connections; past it a new one evicts the longest waiter, never queues
 MAX_HEAD_BYTES = 16 * 1024  # a whole request head (request line and headers); a scrape's is ~200 B
@@ -143,7 +143,7 @@ class Published:
     page, the status document and /metrics are rendered on their first read (Rendered) and kept
     until the next poll publishes a new view."""
 
-    state: State
+    view: View
     rendered_metrics: Rendered
     rendered_status: Rendered
     ready: bool

@@ -36,9 +36,10 @@ import structlog
 
 from specwatch.base.units import format_duration
 from specwatch.config import ReadbackConfig
-from specwatch.fleet.client import QUERY_ERROR_REASONS, PromClient, PromQueryError, Series
+from specwatch.fleet.client import PromClient, PromQueryError, Series
 from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.verdict.grading import WindowSummary, restored_summary
+from specwatch.view.fleet import QUERY_ERROR_REASONS
 
 #: Reasons of specwatch_readback_errors_total besides the query's: restored state dropped as out
 #: of range (times outside the lookback, impossible magnitudes), or disagreeing with live windows.

@@ -9,6 +9,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from specwatch.export import contract
+from specwatch.view import View
 
 #: What a read says now: failures by reason, and what it read (None: not done yet).
 StartRead = tuple[Mapping[str, int], float | None]
@@ -32,3 +33,11 @@ class StartReadCollector(Collector):
         yield contract.filled(self._errors, (([reason], count) for reason, count in counts.items()))
         if value is not None:
             yield contract.single(self._gauge, value)
+
+
+def history_read(view: View) -> StartRead | None:
+    """Live fleet mode's history read, as the View's fleet section holds it (None: no such read)."""
+    fleet = view.fleet
+    if fleet is None or fleet.history_errors is None:
+        return None
+    return fleet.history_errors, fleet.history.steps if fleet.history is not None else None

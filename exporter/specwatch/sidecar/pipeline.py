@@ -29,7 +29,6 @@ from specwatch.engines.grouping import (
 from specwatch.engines.registry import AUTO, engine_named
 from specwatch.engines.series import Counter, RouteMatcher, RouteSnapshot
 from specwatch.exposition import ExpositionError
-from specwatch.sidecar.state import CostModelInfo, RouteState, State, TargetState
 from specwatch.verdict import controller as ctl
 from specwatch.verdict.bookkeeping import EvaluationContext, RouteLearning, window_point
 from specwatch.verdict.evaluation import (
@@ -41,6 +40,8 @@ from specwatch.verdict.evaluation import (
     update_route_method,
 )
 from specwatch.verdict.grading import AdviceGrader, WindowSummary, predicted_gain, summarize
+from specwatch.view import View
+from specwatch.view.targets import CostModelInfo, RouteState, State, TargetState
 from specwatch.windows.derive import window_stats
 from specwatch.windows.window import RouteWindow, implausible
 
@@ -549,6 +550,10 @@ class Pipeline(EvaluationContext):
         return "none"
 
     # -- output ---------------------------------------------------------------------------------
+    def view(self) -> View:
+        """What this evaluation publishes: its targets and routes, and the cost model they rest on."""
+        return View(self.config, self.cost_model, self.state())
+
     def state(self) -> State:
         targets = tuple(
             TargetState(
@@ -628,7 +633,8 @@ class Pipeline(EvaluationContext):
         unmatched = tuple(
             (r.name, r.target, r.expect_speculation) for r in self.config.routes if r.name not in self._routes
         )
-        return State(self._t, targets, tuple(routes), self._evaluated, unmatched, self.cost_model_info())
+        info = self.cost_model_info()
+        return State(self._t, targets, tuple(routes), self._evaluated, unmatched, info, self.restore_disagreed)
 
     def _fit_summary(self, route: _RouteRecord) -> learned.FitSummary | None:
         learner = route.learner

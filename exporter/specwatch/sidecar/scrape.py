@@ -15,21 +15,11 @@ import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from specwatch.base.httpconn import DeadlineConnection, TransferError
 
 CONNECT_TIMEOUT = 1.0  # seconds, at most (and never beyond the deadline)
-
-
-def redact_url(url: str) -> str:
-    """The URL without credentials or query: safe to log and to serve on /api/v1/status."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def steady_clock() -> Callable[[], float]:

@@ -128,13 +128,13 @@ def test_a_replica_whose_newest_sample_is_older_than_two_scrape_intervals_is_sta
 def test_exported_series_carry_the_replica_labels_and_vanish_when_stale_or_failed(backfilled, proxy) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from specwatch.export.fleet_collector import FleetCollector
+    from specwatch.export.collector import SpecwatchCollector
 
     _, recordings = backfilled
     times = _times(recordings)
     fleet = _source(proxy.url)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(fleet.evaluator.state))
+    registry.register(SpecwatchCollector(fleet.evaluator.view))
     fleet.poll(times[60])
     text = generate_latest(registry).decode()
     assert 'specwatch_acceptance_rate{instance="sim-a:8000",route="llama-70b",target="sim-a:8000",window="1m"}' in text

@@ -25,7 +25,7 @@ from specwatch.export.status import iso_time
 from specwatch.fleet.backtest import Backtest
 from specwatch.fleet.evaluator import FleetEvaluator
 from specwatch.fleet.history import read_history
-from specwatch.fleet.state import replica_record
+from specwatch.fleet.rows import replica_record
 from specwatch.serve.service import Service
 from specwatch.sim.record import record
 from specwatch.sim.scenario import parse_scenario
@@ -121,10 +121,10 @@ def _first_poll(config: config_mod.Config, now: float) -> Service:
 
 
 def _live_records(service: Service) -> dict[tuple[str, str], dict[str, Any]]:
-    assert service.fleet is not None
+    assert service.poller.fleet is not None
     return {
         (dict(r.replica)["instance"], e.stats.window): replica_record(r.replica, e)
-        for r in service.fleet.evaluator.state().routes
+        for r in service.poller.fleet.evaluator.state().routes
         for e in r.evaluations
     }
 
@@ -198,7 +198,7 @@ def test_a_prometheus_failing_the_range_queries_costs_only_the_history_counted_a
     assert [c["baseline"] for c in status["cost_models"]] == ["none"]
     assert (status["history"]["steps"], status["history"]["error"]) == (0, "http_5xx")
     assert [e["reason"] for e in logs if e["event"] == "fleet_history_failed"] == ["http_5xx"]
-    assert service.history_errors["http_5xx"] == 1 and sum(service.history_errors.values()) == 1
+    assert service.poller.history_errors["http_5xx"] == 1 and sum(service.poller.history_errors.values()) == 1
     metrics = service.published.metrics.decode()
     assert 'specwatch_history_errors_total{reason="http_5xx"} 1.0' in metrics
 

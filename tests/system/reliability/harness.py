@@ -118,14 +118,14 @@ class Sidecar:
     def verdicts(self) -> dict[tuple[str, str], str | None]:
         return {
             (name, label): vs.current
-            for name, route in self.service.pipeline._routes.items()
+            for name, route in self.service.poller.pipeline._routes.items()
             for label, vs in route.verdicts.items()
         }
 
     def window_state(self):
         """Everything the windows hold, to compare byte for byte across a failed poll."""
         out = {}
-        for name, route in sorted(self.service.pipeline._routes.items()):
+        for name, route in sorted(self.service.poller.pipeline._routes.items()):
             w = route.window
             out[name] = (
                 len(w.entries),
@@ -139,7 +139,7 @@ class Sidecar:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-        for scraper in self.service.scrapers.values():
+        for scraper in self.service.poller.scrapers.values():
             scraper.close()
         self.http.close()
 

@@ -122,10 +122,10 @@ def test_mirrored_counters_never_decrease_nor_exceed_what_vllm_counted(script, c
                 service.apply(from_mapping({**BASE, "windows": WINDOWS[windows]}, environ={}))
             t += 5.0
             if event == "fail":
-                service.pipeline.ingest_error("vllm", t, "timeout")
+                service.poller.pipeline.ingest_error("vllm", t, "timeout")
             elif event != "reload":
-                assert service.pipeline.ingest("vllm", t, world.text(dip)).ok
-            service.pipeline.evaluate(t)
+                assert service.poller.pipeline.ingest("vllm", t, world.text(dip)).ok
+            service.poller.pipeline.evaluate(t)
             now = exported(service)
             for key, value in now.items():
                 assert value >= highest.get(key, 0.0), (event, key, value, highest.get(key))

@@ -66,7 +66,7 @@ def window_state(pipeline: Pipeline):
 
 
 def render_metrics(pipeline: Pipeline) -> str:
-    return generate_latest(registry_for(pipeline.state)).decode()
+    return generate_latest(registry_for(pipeline.view)).decode()
 
 
 # -- position ---------------------------------------------------------------------------------

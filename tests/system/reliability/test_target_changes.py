@@ -32,7 +32,7 @@ def check_sane(car: Sidecar, metrics: dict) -> None:
             assert v >= 0, (name, labels, v)
         if name == "specwatch_mean_acceptance_length":
             assert v >= 1.0, (name, labels, v)
-    for route in car.service.pipeline._routes.values():
+    for route in car.service.poller.pipeline._routes.values():
         for view in (route.window.view(car.sim.epoch + car.sim_t, w) for w in car.config.windows):
             if view is not None:
                 assert all(d >= 0 for d in view.increases().values())
@@ -138,7 +138,7 @@ def test_route_label_set_vanishing_is_dropped_after_the_ttl_and_output_cardinali
         for i in range(12):
             server.set(car.mutated(lambda t, i=i: t.replace('model_name="llama-70b"', f'model_name="m{i}"')))
             car.poll()
-            sizes.append(len(car.service.pipeline._routes))
+            sizes.append(len(car.service.poller.pipeline._routes))
         assert max(sizes) <= 1 + 3, sizes  # the live route plus at most ttl vanished ones
         assert len(car.scrape()) <= base * 4
     finally:

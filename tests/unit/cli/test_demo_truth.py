@@ -12,10 +12,10 @@ import pytest
 from specwatch import costmodel
 from specwatch.cli.demo import ALT_SCREEN_OFF, ALT_SCREEN_ON, CLEAR, breakeven_line, demo_config, render_table
 from specwatch.config.cost_model import cost_model_from_config, route_cost_model
-from specwatch.sidecar.state import State, TargetState
 from specwatch.sim.describe import PLACEHOLDER, DescriptionError, describe
 from specwatch.sim.scenario import list_scenarios, load_scenario
 from specwatch.sim.simulator import Simulator
+from specwatch.view.targets import State, TargetState
 
 #: How a typed break-even reads: "~0.48", "break-even is 0.48", "(0.14, 0.30, ...".
 TYPED_BREAKEVEN = re.compile(r"~0\.\d|reak-even (?:is |of |at [^,]*? is )?~?0\.\d|\(0\.\d+, 0\.\d")

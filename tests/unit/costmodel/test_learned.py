@@ -271,7 +271,7 @@ def exported(pipeline: Pipeline) -> dict[str, list[tuple[dict[str, str], float]]
 
     from specwatch.export.collector import registry_for
 
-    text = generate_latest(registry_for(pipeline.state)).decode()
+    text = generate_latest(registry_for(pipeline.view)).decode()
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:

@@ -19,14 +19,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.config import Config, from_mapping
 from specwatch.export.collector import registry_for
-from specwatch.export.history import PageHistory
 from specwatch.export.page import render_page
+from specwatch.export.page_history import PageHistory
 from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
-from specwatch.sidecar.state import State
+from specwatch.view.targets import State
 from support.cli import run_cli
 from support.engine_fixtures import fixture, polls, recording
+from support.views import view_of
 
 WIDTH = 30.0  # the one window, "30s"
 
@@ -62,7 +63,7 @@ def _state(engine: str, upto: int) -> tuple[Config, State]:
 def _served(engine: str, upto: int) -> tuple[str, dict]:
     """/metrics and the status document after the fixture's first `upto` polls."""
     config, state = _state(engine, upto)
-    return generate_latest(registry_for(lambda: state)).decode(), status_document(state, config)
+    return generate_latest(registry_for(lambda: view_of(state))).decode(), status_document(view_of(state, config))
 
 
 def _sample_names(metrics: str) -> set[str]:
@@ -246,7 +247,7 @@ def test_specwatch_replay_of_a_sglang_recording_says_its_values_are_gauge_means(
 
 def test_the_page_marks_a_gauge_mean_acceptance_as_such():
     config, state = _state("sglang", 8)
-    assert "(gauge mean)" in render_page(state, None, config, PageHistory()).decode()
+    assert "(gauge mean)" in render_page(view_of(state, config), PageHistory()).decode()
 
 
 # -- TensorRT-LLM only ----------------------------------------------------------------------------

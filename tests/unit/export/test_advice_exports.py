@@ -17,8 +17,8 @@ from specwatch.config.cost_model import cost_model_from_config
 from specwatch.engines.vllm_schedule import SCHEDULE_KEY
 from specwatch.export import contract
 from specwatch.export.collector import add_evaluation, registry_for
-from specwatch.export.history import PageHistory
 from specwatch.export.page import recommendations, render_page
+from specwatch.export.page_history import PageHistory
 from specwatch.export.status import status_document, window_status
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
@@ -27,6 +27,7 @@ from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.windows.derive import WindowStats
 from support.engine_fixtures import fixture, recording
 from support.paths import FIXTURES
+from support.views import view_of
 
 STATS = WindowStats(route="chat", window="1m", t=0.0, samples=10, span_seconds=60.0, spec_present=True)
 BANDS = [[1, 16, 3], [17, 512, 2]]
@@ -130,11 +131,11 @@ def replayed(lines: list[str], cost_per_token: float) -> tuple[dict, bytes, str]
     pipeline = Pipeline(config, exact)
     list(replay(config, lines, pipeline))
     state = pipeline.state()
-    window = status_document(state, config)["routes"][0]["windows"]["1m"]
+    window = status_document(view_of(state, config))["routes"][0]["windows"]["1m"]
     history = PageHistory()
-    history.record(state)
-    page = render_page(state, None, config, history, now=state.t).decode()
-    return window, generate_latest(registry_for(pipeline.state)), page
+    history.record(view_of(state))
+    page = render_page(view_of(state, config), history, now=state.t).decode()
+    return window, generate_latest(registry_for(pipeline.view)), page
 
 
 def llamacpp_status(cost_per_token: float) -> tuple[dict, bytes, str]:

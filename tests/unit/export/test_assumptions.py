@@ -10,10 +10,11 @@ import pytest
 from specwatch.config import from_mapping
 from specwatch.costmodel.engine_priors import GENERIC
 from specwatch.costmodel.uncertainty import ASSUMED_SETUP_LOG_ERROR, z_for
-from specwatch.export.assumptions import ASSUMED, CONFIGURED, PRESET, RouteFacts, assumptions, sidecar_assumptions
+from specwatch.export.assumptions import ASSUMED, CONFIGURED, PRESET, RouteFacts, assumptions, view_assumptions
 from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
+from support.views import view_of
 
 RECORDING = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu" / "ngram-recording.jsonl"
 
@@ -155,7 +156,7 @@ def test_the_pipelines_routes_carry_their_learned_source_and_the_sigma_parts_of_
     pipeline = Pipeline(config)
     records = list(replay(config, RECORDING.read_text().splitlines(), pipeline, learn_targets=True))
     state = pipeline.state()
-    a = sidecar_assumptions(state, config)
+    a = view_assumptions(view_of(state, config))
     (route,) = a.routes
     assert route.facts.engine == "vllm" and route.facts.step_time == "learned"
     assert route.facts.baseline == "none" and route.keeps_prior_split  # the recording never has spec off
@@ -171,7 +172,7 @@ def test_the_pipelines_routes_carry_their_learned_source_and_the_sigma_parts_of_
         half = z * math.hypot(route.facts.model_log_error, sampling)
         assert r["expected_speedup_lower"] == pytest.approx(r["expected_speedup"] * math.exp(-half))
         assert r["expected_speedup_upper"] == pytest.approx(r["expected_speedup"] * math.exp(half))
-    block = status_document(state, config)["assumptions"]
+    block = status_document(view_of(state, config))["assumptions"]
     assert block["setup"]["hardware"] == {"value": "h100-sxm", "origin": ASSUMED}
     assert block["routes"][0]["step_time"] == "learned"
     # nothing configured: the generic constants stand, and the route says why

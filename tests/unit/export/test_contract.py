@@ -10,13 +10,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from specwatch.export import contract
 from specwatch.export.collector import SpecwatchCollector
-from specwatch.export.fleet_collector import FleetCollector
-from specwatch.fleet.baseline import RouteBaseline
-from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState
-from specwatch.sidecar.state import RouteState, State, TargetState
 from specwatch.verdict.grading import Grading, WindowSummary
+from specwatch.view.fleet import FleetRow, FleetState, ReplicaRouteState, RouteBaseline
+from specwatch.view.targets import RouteState, State, TargetState
 from specwatch.windows.derive import GAUGE_MEAN
 from support.builders import route_evaluation, window_stats
+from support.views import view_of
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -87,13 +86,13 @@ AFTER = replace(BEFORE, t=200.0, itl_per_token_seconds=0.01)
 
 def _sidecar_lines(state: State) -> list[str]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpecwatchCollector(lambda: state))
+    registry.register(SpecwatchCollector(lambda: view_of(state)))
     return generate_latest(registry).decode().splitlines()
 
 
 def _fleet_lines(state: FleetState) -> list[str]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(lambda: state))
+    registry.register(SpecwatchCollector(lambda: view_of(fleet=state)))
     return generate_latest(registry).decode().splitlines()
 
 

@@ -17,6 +17,7 @@ from specwatch.sim.polling import simulated_polls
 from support.builders import scenario_raw_config
 from support.metric_names import EXPORTED, GAUGE_BASIS, GRADING, READBACK, RELOAD, STEP_TIME_FIT
 from support.rule_files import all_rules, recorded_names, selectors
+from support.views import view_of
 
 promql_parser = pytest.importorskip("promql_parser")
 REPO = Path(__file__).resolve().parents[3]
@@ -34,7 +35,7 @@ def exposition() -> set[str]:
     config = from_mapping(raw, environ={})
     # The service's registry: the collector's families plus the service's own (config reloads).
     service = Service(config)
-    pipeline = service.pipeline
+    pipeline = service.poller.pipeline
     for _ in simulated_polls(sim.Simulator(scenario, seed=1), pipeline, interval=5.0, count=79):
         pass
     service.published = service._publish(ready=True)
@@ -85,13 +86,13 @@ def fleet_exposition() -> set[str]:
     """Sample names fleet mode exports on its own (the query source's health and the fleet rows)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from specwatch.export.fleet_collector import FleetCollector
-    from specwatch.fleet.state import FleetRow, FleetState
+    from specwatch.export.collector import SpecwatchCollector
+    from specwatch.view.fleet import FleetRow, FleetState
 
     row = FleetRow("chat", "5m", 2, {"keep": 2}, 0.6, 0.1, 100.0)
     state = FleetState((), 1.0, True, 1.0, 0.01, 3, 3, {}, 0, 0, (), (row,))
     registry = CollectorRegistry()
-    registry.register(FleetCollector(lambda: state))
+    registry.register(SpecwatchCollector(lambda: view_of(fleet=state)))
     text = generate_latest(registry).decode()
     return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
 

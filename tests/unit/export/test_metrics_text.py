@@ -51,8 +51,8 @@ def sidecar_families():
     try:
         for i in range(1, 30):
             simulator.advance_to(5.0 * i)
-            service.pipeline.ingest("vllm", 5.0 * i, simulator.render(), 0.001)
-            service.pipeline.evaluate(5.0 * i)
+            service.poller.pipeline.ingest("vllm", 5.0 * i, simulator.render(), 0.001)
+            service.poller.pipeline.evaluate(5.0 * i)
         service.published = service._publish(ready=True)
         return metrics_text.collect(service.registry), service._self_families()
     finally:

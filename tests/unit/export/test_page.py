@@ -1,4 +1,4 @@
-"""The page at `/` (export/page.py) and its history (export/history.py), from real states.
+"""The page at `/` (export/page.py) and its history (export/page_history.py), from real states.
 
 States come from the real Pipeline fed the simulator's payloads (no I/O), or from a real Service
 polling a closed port (a down target); fleet mode's from a FleetState built in-process around
@@ -17,12 +17,14 @@ import pytest
 from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.export import page as page_mod
-from specwatch.export.history import PageHistory
 from specwatch.export.page import DASH, MAX_ROUTES, num, render_page
-from specwatch.fleet.state import FleetState, ReplicaRouteState, fleet_rows
+from specwatch.export.page_history import PageHistory
+from specwatch.fleet.rows import fleet_rows
 from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline
+from specwatch.view.fleet import FleetState, ReplicaRouteState
 from support.builders import OFFLINE_URL, scenario_config, scenario_raw_config
+from support.views import view_of
 
 EVIL = '<script>alert("x")</script>'
 POLL = 5.0
@@ -47,7 +49,7 @@ def _run(scenario_name: str, polls: int, *, rename=None, config=None):
         pipeline.ingest("vllm", t, rename(text) if rename else text, duration=0.01)
         pipeline.evaluate(t)
         state = pipeline.state()
-        history.record(state)
+        history.record(view_of(state))
     return config, state, history
 
 
@@ -63,7 +65,7 @@ def _text(page: bytes) -> str:
 
 def test_the_page_shows_each_windows_verdict_numbers_config_and_plots(alpha_drop):
     config, state, history = alpha_drop
-    page = render_page(state, None, config, history, now=0.0)
+    page = render_page(view_of(state, config), history, now=0.0)
     html = page.decode()
     route = state.routes[0]
     for e in route.evaluations:
@@ -103,12 +105,12 @@ def test_a_hostile_model_name_is_escaped_everywhere():
         rename=lambda t: t.replace('model_name="llama-70b"', 'model_name="' + EVIL.replace('"', '\\"') + '"'),
     )
     assert state.routes and state.routes[0].route == EVIL
-    html = render_page(state, None, config, history).decode()
+    html = render_page(view_of(state, config), history).decode()
     assert "<script" not in html
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
     # and in fleet mode, where replica label values come from Prometheus
     fleet = _fleet(state, replicas=[(("namespace", "llm"), ("pod", f'a"><img src=x onerror={EVIL}>'))])
-    html = render_page(state, fleet, _fleet_config(config), PageHistory()).decode()
+    html = render_page(view_of(state, _fleet_config(config), fleet), PageHistory()).decode()
     assert "<script" not in html and "<img" not in html and "onerror=&lt;script" in html
 
 
@@ -117,7 +119,7 @@ def test_absent_values_are_a_dash_never_zero():
     assert num(0.0) == "0.000"
     # Two polls: every window is below the sample guard, so no alpha, break-even or speedup yet.
     config, state, history = _run("alpha-drop", 2, config=_config(sim.load_scenario("alpha-drop"), min_drafts=10**9))
-    html = render_page(state, None, config, history).decode()
+    html = render_page(view_of(state, config), history).decode()
     row = re.search(r"<tbody><tr><td class=\"l\">1m</td>(.*?)</tr>", html).group(1)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
     alpha, breakeven, margin, _, _, speedup = cells[2:8]
@@ -148,7 +150,7 @@ def test_the_page_is_bounded_in_routes_and_says_how_many_more(alpha_drop):
     many = tuple(dataclasses.replace(route, route=f"route-{i}") for i in range(MAX_ROUTES + 25))
     big = dataclasses.replace(state, routes=many)
     started = time.perf_counter()
-    page = render_page(big, None, config, history)
+    page = render_page(view_of(big, config), history)
     took = time.perf_counter() - started
     html = page.decode()
     assert html.count('<section class="route"') == MAX_ROUTES
@@ -174,7 +176,7 @@ def test_the_history_is_bounded_in_series_and_points():
             )
             for j in range(4)
         )
-        history.record(dataclasses.replace(state, routes=routes, t=t))
+        history.record(view_of(dataclasses.replace(state, routes=routes, t=t)))
     assert len(history) == 3 and history.dropped_series > 0
     for key in history:
         series = history.series(key)
@@ -185,7 +187,9 @@ def test_the_history_is_bounded_in_series_and_points():
     for i in range(50):
         t = 1000.0 + i  # 1 s apart, step 10 s
         evaluations = tuple(dataclasses.replace(e, stats=dataclasses.replace(e.stats, t=t)) for e in route.evaluations)
-        fast.record(dataclasses.replace(state, routes=(dataclasses.replace(route, evaluations=evaluations),), t=t))
+        fast.record(
+            view_of(dataclasses.replace(state, routes=(dataclasses.replace(route, evaluations=evaluations),), t=t))
+        )
     series = fast.series(next(iter(fast)))
     assert 5 <= len(series) <= 12 and series.last_t() == 1049.0
 
@@ -198,7 +202,7 @@ def test_the_candidate_verdict_is_shown_with_its_hold():
     # At batch 160 and alpha 0.8 vLLM's speculation pays (1.37x, clear of 1): keep from the start,
     # and disable waits out its hold after the drop.
     assert e.verdict == "keep" and e.assessment.candidate == "disable"  # still held
-    html = render_page(state, None, config, history).decode()
+    html = render_page(view_of(state, config), history).decode()
     assert re.search(r'v-disable">disable</span> <span class=small>for \d+ (s|min) of a 8 min hold', html)
 
 
@@ -243,8 +247,8 @@ def test_the_fleet_page_shows_each_replica_and_the_fleet_rows(alpha_drop):
     replicas = [(("namespace", "llm"), ("pod", f"vllm-{i}")) for i in range(3)]
     fleet = _fleet(state, replicas)
     history = PageHistory()
-    history.record(state, fleet)
-    html = render_page(state, fleet, _fleet_config(config), history).decode()
+    history.record(view_of(state, fleet=fleet))
+    html = render_page(view_of(state, _fleet_config(config), fleet), history).decode()
     assert "fleet mode" in html and "Query source" in html and "http://prom.example:9090" in html
     for i in range(3):
         assert f"replica llm/vllm-{i}" in html or f"vllm-{i}" in html
@@ -254,8 +258,8 @@ def test_the_fleet_page_shows_each_replica_and_the_fleet_rows(alpha_drop):
     assert html.count('<polyline class="alpha"') >= 3
     # Prometheus down: shown down with its last error reason; no replica served from a failed poll.
     down = dataclasses.replace(fleet, up=False, errors={"timeout": 1, "http_status": 0}, t=fleet.t + 5)
-    history.record(state, down)
-    html = render_page(state, down, _fleet_config(config), history).decode()
+    history.record(view_of(state, fleet=down))
+    html = render_page(view_of(state, _fleet_config(config), down), history).decode()
     source = html.split("<h2>Query source</h2>", 1)[1].split("</table>", 1)[0]
     assert '<span class="down">down</span>' in source and "<b>timeout</b>" in source
     assert "replica llm/vllm-0" not in html
@@ -265,7 +269,7 @@ def test_the_page_shows_the_loss_probability_beside_the_speedups_interval():
     config, state, history = _run("alpha-drop", 80)
     e = next(e for e in state.routes[0].evaluations if e.stats.window == "1m")
     assert e.loss_probability is not None
-    html = render_page(state, None, config, history).decode()
+    html = render_page(view_of(state, config), history).decode()
     lower, upper = e.expected_speedup_lower, e.expected_speedup_upper
     assert f"({num(lower, '.2f')}–{num(upper, '.2f')}, P(loss) {num(e.loss_probability, '.2f')})" in html
 
@@ -287,12 +291,12 @@ def _renamed(state, count: int, name):
 def test_bidi_controls_in_labels_are_shown_as_code_points_never_raw(alpha_drop):
     config, state, history = alpha_drop
     spoof = "llama\u202eexe.3b\u2066admin\u2069\u200f\u061c"
-    html = render_page(_renamed(state, 2, lambda i: f"{spoof}-{i}"), None, config, history).decode()
+    html = render_page(view_of(_renamed(state, 2, lambda i: f"{spoof}-{i}"), config), history).decode()
     assert not set(html) & set(BIDI), "a raw bidi control reached the page"
     assert "llama[U+202E]exe.3b[U+2066]admin[U+2069][U+200F][U+061C]-0" in html
     # fleet mode: replica label names and values come from Prometheus
     fleet = _fleet(state, replicas=[(("namespace", "llm\u202a"), ("pod\u2067", f"vllm-{c}")) for c in BIDI])
-    html = render_page(state, fleet, _fleet_config(config), PageHistory()).decode()
+    html = render_page(view_of(state, _fleet_config(config), fleet), PageHistory()).decode()
     assert not set(html) & set(BIDI)
     assert "namespace llm[U+202A]" in html and "pod[U+2067] vllm-[U+202E]" in html
 
@@ -306,7 +310,7 @@ def test_many_long_names_keep_the_page_under_its_byte_cap_with_clipped_names(alp
     config, state, history = alpha_drop
     # Escaping multiplies '"' by six and an emoji is four bytes: the worst bytes per character.
     long = '"<&🙂' * 15_000
-    page = render_page(_renamed(state, 64, lambda i: f"{i}-{long}"), None, config, history)
+    page = render_page(view_of(_renamed(state, 64, lambda i: f"{i}-{long}"), config), history)
     assert len(page) <= PAGE_CAP, len(page)
     html = page.decode()
     clipped = "0-" + html_escape(long[: page_mod.MAX_LABEL_CHARS - 3]) + "…"
@@ -320,7 +324,7 @@ def test_route_sections_stop_at_the_byte_cap_and_say_how_many_were_left_out(alph
     """Names are clipped, but many routes of clipped names still add up: sections stop at the cap."""
     config, state, history = alpha_drop
     monkeypatch.setattr(page_mod, "MAX_PAGE_BYTES", 96 * 1024)
-    page = render_page(_renamed(state, 64, lambda i: f"{i}-" + "n" * 500), None, config, history)
+    page = render_page(view_of(_renamed(state, 64, lambda i: f"{i}-" + "n" * 500), config), history)
     assert len(page) <= 96 * 1024, len(page)
     html = page.decode()
     sections = html.count('<section class="route"')
@@ -334,7 +338,7 @@ def test_a_fleet_of_replicas_with_many_long_labels_stays_under_the_byte_cap(alph
     long = '"<&🙂' * 500
     replicas = [tuple((f"label{j}-{long}", f"{i}-{j}-{long}") for j in range(40)) for i in range(64)]
     fleet = _fleet(state, replicas)
-    page = render_page(state, fleet, _fleet_config(config), PageHistory())
+    page = render_page(view_of(state, _fleet_config(config), fleet), PageHistory())
     assert len(page) <= PAGE_CAP, len(page)
     html = page.decode()
     assert "and 28 more labels" in html
@@ -350,5 +354,5 @@ def test_the_page_never_says_too_few_drafts_without_the_count_nor_shows_the_sear
     for e in insufficient:
         line = page_mod.answer_line(e)
         assert "drafts" in line and "not enough drafts" not in line
-    html = render_page(state, None, config, history).decode()
+    html = render_page(view_of(state, config), history).decode()
     assert "last hour ·" not in html or "up to the last hour" in html

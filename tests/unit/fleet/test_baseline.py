@@ -17,7 +17,7 @@ from specwatch import costmodel
 from specwatch.config import from_mapping
 from specwatch.config.cost_model import cost_model_from_config, route_cost_model
 from specwatch.costmodel import uncertainty
-from specwatch.export.status import fleet_status_document
+from specwatch.export.status import status_document
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import Sample
 from specwatch.fleet.evaluator import FleetEvaluator
@@ -177,7 +177,7 @@ def test_with_learning_off_the_verdicts_rest_on_the_configured_preset_and_the_st
     evaluator = FleetEvaluator(_config(learning={"enabled": False}))
     _run(evaluator, SPEC_ON | CANARY, 8)
     assert evaluator.learning.cost_model_for("llama") is evaluator.route_model("vllm", "v1")
-    document = fleet_status_document(evaluator.state(), evaluator.config)
+    document = status_document(evaluator.view())
     assert [(c["route"], c["source"], c["baseline"]) for c in document["cost_models"]] == [("llama", "preset", "none")]
 
 
@@ -185,12 +185,12 @@ def test_the_routes_baseline_is_exported_per_route_and_nothing_after_a_failed_po
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from specwatch.export.fleet_collector import FleetCollector
+    from specwatch.export.collector import SpecwatchCollector
 
     evaluator = FleetEvaluator(_config())
     now = _run(evaluator, SPEC_ON | CANARY, 8)
     registry = CollectorRegistry()
-    registry.register(FleetCollector(evaluator.state))
+    registry.register(SpecwatchCollector(evaluator.view))
 
     def info() -> list[dict[str, str]]:
         families = text_string_to_metric_families(generate_latest(registry).decode())
@@ -211,7 +211,7 @@ def test_the_status_assumptions_name_each_replicas_learned_source_and_whether_th
 ):
     evaluator = FleetEvaluator(_config())
     _run(evaluator, replicas, 12)
-    block = fleet_status_document(evaluator.state(), evaluator.config)["assumptions"]
+    block = status_document(evaluator.view())["assumptions"]
     assert block["setup"]["hardware"] == {"value": "h100-sxm", "origin": "preset"}
     assert block["setup"]["assumed"] is False
     entries = {(r["target"], r["route"]): r for r in block["routes"]}

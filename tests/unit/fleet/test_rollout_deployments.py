@@ -14,12 +14,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specwatch.config import from_mapping
-from specwatch.export.fleet_collector import FleetCollector
-from specwatch.export.status import fleet_status_document
+from specwatch.export.collector import SpecwatchCollector
+from specwatch.export.status import status_document
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import Sample
 from specwatch.fleet.evaluator import FleetEvaluator
-from specwatch.fleet.grouping import deployment_of, rollout_name
+from specwatch.fleet.grouping import deployment_of
+from specwatch.view.fleet import rollout_name
 
 START = 1_800_000_000.0
 CONFIG = {
@@ -77,7 +78,7 @@ def _evaluated(deployment_labels: list[str] | None = None) -> FleetEvaluator:
 
 def _exposition(evaluator: FleetEvaluator) -> list[str]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FleetCollector(evaluator.state))
+    registry.register(SpecwatchCollector(evaluator.view))
     return [line for line in generate_latest(registry).decode().splitlines() if "gain_ratio{" in line]
 
 
@@ -97,7 +98,7 @@ def test_with_deployment_labels_the_gains_and_the_status_name_the_deployment():
         'specwatch_advice_predicted_gain_ratio{namespace="team-b",route="llama"}',
         'specwatch_advice_measured_gain_ratio{namespace="team-b",route="llama"}',
     ]
-    rollouts = fleet_status_document(evaluator.state(), evaluator.config)["rollouts"]
+    rollouts = status_document(evaluator.view())["rollouts"]
     assert list(rollouts) == ['llama{namespace="team-b"}']
     rollout = rollouts['llama{namespace="team-b"}']
     assert (rollout["route"], rollout["deployment"], rollout["status"]) == ("llama", {"namespace": "team-b"}, "graded")
@@ -112,7 +113,7 @@ def test_without_deployment_labels_one_grading_per_route_as_before():
         'specwatch_advice_predicted_gain_ratio{route="llama"}',
         'specwatch_advice_measured_gain_ratio{route="llama"}',
     ]
-    rollouts = fleet_status_document(evaluator.state(), evaluator.config)["rollouts"]
+    rollouts = status_document(evaluator.view())["rollouts"]
     assert list(rollouts) == ["llama"]
     assert "route" not in rollouts["llama"] and "deployment" not in rollouts["llama"]
     assert rollouts["llama"]["status"] == "graded"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from specwatch.serve.change_log import ChangeLog
 from specwatch.verdict.decide import Assessment
 from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.view.change_log import ChangeLog
 from specwatch.windows.derive import WindowStats
 
 

@@ -35,8 +35,8 @@ class FakeScraper:
 def _service(*names: str) -> Service:
     targets = [{"name": n, "url": f"http://127.0.0.1:9/{n}/metrics"} for n in names or ("vllm",)]
     service = Service(from_mapping({"poll_interval": "5s", "targets": targets}, environ={}))
-    for name in service.scrapers:
-        service.scrapers[name] = FakeScraper(PAYLOAD)  # type: ignore[assignment]
+    for name in service.poller.scrapers:
+        service.poller.scrapers[name] = FakeScraper(PAYLOAD)  # type: ignore[assignment]
     return service
 
 
@@ -93,12 +93,12 @@ def test_a_poll_after_sigterm_notes_a_refused_target_and_a_200_non_metrics_page(
     service.drain.begin()
     service.poll_once()
     assert service.drain.ended == {} and not service.drain.check(["a", "b", "c"])
-    service.scrapers["a"].answer = ScrapeError("connect", "cannot connect: ConnectionRefusedError")  # type: ignore[attr-defined]
-    service.scrapers["b"].answer = "<!doctype html><html><body>502 Bad Gateway</body></html>\n"  # type: ignore[attr-defined]
+    service.poller.scrapers["a"].answer = ScrapeError("connect", "cannot connect: ConnectionRefusedError")  # type: ignore[attr-defined]
+    service.poller.scrapers["b"].answer = "<!doctype html><html><body>502 Bad Gateway</body></html>\n"  # type: ignore[attr-defined]
     service.poll_once()
     assert service.drain.ended == {"a": "connect", "b": "parse"}
     assert not service.drain.check(["a", "b", "c"])  # c still answers with metrics: keep polling
-    service.scrapers["c"].answer = ScrapeError("http_status", "HTTP 503")  # type: ignore[attr-defined]
+    service.poller.scrapers["c"].answer = ScrapeError("http_status", "HTTP 503")  # type: ignore[attr-defined]
     service.poll_once()
     assert service.drain.check(t.name for t in service.config.targets)
     service.stop()

@@ -63,7 +63,7 @@ def test_a_reloaded_url_and_headers_are_what_the_next_poll_queries_with(servers)
     assert a.headers and {h["X-Scope-OrgID"] for h in a.headers} == {"team-a"}
     asked_a = len(a.headers)
     service.apply(_fleet(b.url, headers={"X-Scope-OrgID": "team-b"}, timeout="3s"))
-    assert service.fleet is not None and service.fleet.evaluator.source.url == b.url
+    assert service.poller.fleet is not None and service.poller.fleet.evaluator.source.url == b.url
     service.poll_once()
     assert len(a.headers) == asked_a, "the old url is asked nothing after the reload"
     assert b.headers and {h["X-Scope-OrgID"] for h in b.headers} == {"team-b"}
@@ -87,8 +87,10 @@ def test_a_reload_that_keeps_the_evaluator_leaves_it_with_the_reloaded_source(se
     a, _ = servers
     service = Service(_fleet(a.url), clock=lambda: 1e9)
     service.poll_once()
-    evaluator = service.fleet.evaluator if service.fleet else None
+    evaluator = service.poller.fleet.evaluator if service.poller.fleet else None
     reloaded = _fleet(a.url, history_lookback="1h")
     service.apply(reloaded)
-    assert service.fleet is not None and service.fleet.evaluator is evaluator, "the lookback alone rebuilds nothing"
-    assert service.fleet.evaluator.source == reloaded.prometheus
+    assert service.poller.fleet is not None and service.poller.fleet.evaluator is evaluator, (
+        "the lookback alone rebuilds nothing"
+    )
+    assert service.poller.fleet.evaluator.source == reloaded.prometheus

@@ -48,7 +48,7 @@ def run_pod(k: int, seconds: float, restored=None, seed: int = 1, learning: bool
 
 def as_stored(pipeline: Pipeline, at: float, **pod_labels: str) -> list[Series]:
     """What Prometheus holds of the sidecar's before-window families (its labels plus the pod's)."""
-    text = generate_latest(registry_for(pipeline.state)).decode()
+    text = generate_latest(registry_for(pipeline.view)).decode()
     return [
         Series({**sample.labels, "__name__": sample.name, **pod_labels}, ((at, sample.value),))
         for family in text_string_to_metric_families(text)

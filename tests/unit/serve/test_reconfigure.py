@@ -39,7 +39,7 @@ def _config(k: int, **extra):
 
 
 def _exported(service: Service, name: str) -> float | None:
-    text = generate_latest(registry_for(service.pipeline.state)).decode()
+    text = generate_latest(registry_for(service.poller.pipeline.view)).decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == name and sample.labels.get("window") == "1m":
@@ -53,14 +53,14 @@ def test_a_reload_of_draft_config_alone_rechecks_the_server_against_the_new_k():
     sc, stated_k4 = _config(4)
     _, stated_k2 = _config(2)
     service = Service(stated_k4)
-    polls = simulated_polls(sim.Simulator(sc, seed=3), service.pipeline, interval=5.0)
+    polls = simulated_polls(sim.Simulator(sc, seed=3), service.poller.pipeline, interval=5.0)
     for _ in islice(polls, 20):
         pass
     assert _exported(service, "specwatch_speculative_config_mismatch") == 1.0
     assert _exported(service, "specwatch_configured_draft_length") == 4
-    kept = service.pipeline
+    kept = service.poller.pipeline
     service.apply(stated_k2)
-    assert service.pipeline is kept  # not rebuilt: only the stated config changed, so the polls go on feeding it
+    assert service.poller.pipeline is kept  # not rebuilt: only the stated config changed, so the polls go on feeding it
     next(polls)
     assert _exported(service, "specwatch_configured_draft_length") == 2
     assert _exported(service, "specwatch_speculative_config_mismatch") == 0.0
@@ -69,11 +69,11 @@ def test_a_reload_of_draft_config_alone_rechecks_the_server_against_the_new_k():
 def test_a_reload_that_changes_the_cost_inputs_gives_the_learners_the_new_prior():
     sc, config = _config(2, learning={"enabled": True, "min_points": 2})
     service = Service(config)
-    for _ in simulated_polls(sim.Simulator(sc, seed=4), service.pipeline, interval=5.0, count=40):
+    for _ in simulated_polls(sim.Simulator(sc, seed=4), service.poller.pipeline, interval=5.0, count=40):
         pass
-    learners = service.pipeline.learners()
+    learners = service.poller.pipeline.learners()
     assert learners, "the route learns"
     service.apply(replace(config, hardware=replace(config.hardware, preset="l40s")))
-    (learner, _model), *_ = service.pipeline.learners().values()
-    assert learner.prior.hardware == service.pipeline.cost_model.hardware
+    (learner, _model), *_ = service.poller.pipeline.learners().values()
+    assert learner.prior.hardware == service.poller.pipeline.cost_model.hardware
     assert learner.prior.hardware.name != "h100-sxm"

@@ -32,7 +32,7 @@ def _polled(polls: int = 20) -> Service:
     clock = [0.0]
     service = Service(scenario_config("steady"), clock=lambda: clock[0])
     answer = _Answer()
-    service.scrapers["vllm"] = answer  # type: ignore[assignment]
+    service.poller.scrapers["vllm"] = answer  # type: ignore[assignment]
     simulator = sim.Simulator(sim.load_scenario("steady"), seed=1)
     for i in range(1, polls + 1):
         simulator.advance_to(5.0 * i)
@@ -69,10 +69,10 @@ def test_each_rendering_is_the_plain_rendering_of_the_same_view():
     service = _polled()
     try:
         published = service.published
-        state = published.state
-        assert published.status == encode_status(state, None, service.config)
+        view = published.view
+        assert published.status == encode_status(view)
         page = published.page  # shows the poll's wall time as "updated"
-        plain = render_page(state, None, service.config, service.page_history, now=_shown_time(page))
+        plain = render_page(view, service.page_history, now=_shown_time(page))
         assert page == plain
         metrics = published.metrics
         # The families as of the poll, then the process's own (whose values move between readings).
@@ -98,7 +98,7 @@ def test_a_read_of_an_older_view_after_a_newer_poll_gets_the_newer_page():
         older = service.published
         simulator = sim.Simulator(sim.load_scenario("steady"), seed=2)
         simulator.advance_to(200.0)
-        service.scrapers["vllm"].text = simulator.render()  # type: ignore[attr-defined]
+        service.poller.scrapers["vllm"].text = simulator.render()  # type: ignore[attr-defined]
         service.poll_once()
         assert older.page == service.published.page
     finally:

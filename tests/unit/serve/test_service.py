@@ -529,5 +529,5 @@ def test_a_target_pinned_to_another_engine_is_logged_once_as_engine_mismatch_and
     rejected = [line for line in logs if line["event"] == "target_rejected"]
     assert len(rejected) == 1 and rejected[0]["reason"] == "engine_mismatch"
     assert "looks like vllm" in rejected[0]["error"]
-    (target,) = service.pipeline.state().targets
+    (target,) = service.poller.pipeline.state().targets
     assert target.errors["engine_mismatch"] == 3 and target.payload_engine == "vllm"

@@ -12,6 +12,7 @@ from specwatch.export.status import status_document
 from specwatch.sidecar.pipeline import Pipeline
 from support.engine_fixtures import fixture, polls
 from support.paths import FIXTURES
+from support.views import view_of
 
 TARGET = "sglang"
 CONFIG = {
@@ -33,7 +34,7 @@ def _loaded(upto: int) -> Pipeline:
 
 
 def _target(pipeline: Pipeline) -> dict:
-    (target,) = status_document(pipeline.state(), from_mapping(CONFIG))["targets"]
+    (target,) = status_document(view_of(pipeline.state(), from_mapping(CONFIG)))["targets"]
     return target
 
 
@@ -47,7 +48,7 @@ def test_a_vllm_payload_on_a_target_pinned_to_sglang_is_a_failed_poll_named_engi
     assert target["up"] is False
     assert target["errors"]["engine_mismatch"] == 1
     assert target["payload_engine"] == "vllm"
-    metrics = generate_latest(registry_for(pipeline.state)).decode()
+    metrics = generate_latest(registry_for(pipeline.view)).decode()
     assert 'specwatch_scrape_errors_total{reason="engine_mismatch",target="sglang"} 1.0' in metrics
 
 

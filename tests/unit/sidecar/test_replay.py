@@ -278,7 +278,7 @@ def test_a_route_that_vanishes_while_its_target_stays_up_stops_being_served():
         text = a.text() + (b.text() if i < 6 else "")  # model b leaves after the 5th poll
         pipeline.ingest("vllm", 5.0 * i, text)
         pipeline.evaluate(5.0 * i)
-        exposition = generate_latest(registry_for(pipeline.state)).decode()
+        exposition = generate_latest(registry_for(pipeline.view)).decode()
         assert ('specwatch_acceptance_rate{route="b"' in exposition) == (3 <= i < 6), (
             i
         )  # from the first window over the guard

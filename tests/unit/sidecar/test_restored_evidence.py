@@ -112,7 +112,7 @@ def _before_pod():
     sc = parse_scenario(pod_scenario(4, "600s"))
     old = _pipeline(sc, learning=False)
     _run(sc, old, 300.0)
-    text = generate_latest(registry_for(old.state)).decode()
+    text = generate_latest(registry_for(old.view)).decode()
     series = [
         Series({**s.labels, "__name__": s.name, "pod": "old"}, ((1000.0, s.value),))
         for f in text_string_to_metric_families(text)

@@ -61,7 +61,7 @@ def test_a_server_dripping_its_headers_is_cut_off_at_the_whole_request_deadline(
 
 
 def test_urls_are_served_and_logged_without_credentials_or_query():
-    from specwatch.sidecar.scrape import redact_url
+    from specwatch.base.urls import redact_url
 
     assert redact_url("http://user:s3cret@10.0.0.1:8000/metrics?token=abc") == "http://10.0.0.1:8000/metrics"
     assert redact_url("https://[::1]:9/m") == "https://[::1]:9/m"

@@ -17,6 +17,7 @@ from specwatch.config import from_mapping
 from specwatch.export.collector import SpecwatchCollector
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.sidecar_config import sidecar_config_for
+from support.views import view_of
 
 POLL = 5.0
 ALERT_WINDOW = 300.0  # window="5m" in rules/
@@ -41,7 +42,7 @@ def sidecar(scenario: sim.Scenario) -> Pipeline:
 def samples_of(pipeline: Pipeline) -> Samples:
     out: Samples = defaultdict(list)
     state = pipeline.state()
-    for family in SpecwatchCollector(lambda: state).collect():
+    for family in SpecwatchCollector(lambda: view_of(state)).collect():
         for sample in family.samples:
             out[sample.name].append((dict(sample.labels), sample.value))
     return out
@@ -148,18 +149,18 @@ def test_before_the_gate_fires_the_route_is_marked_gated_from_its_stated_config(
 
 
 def test_the_status_json_and_the_page_give_the_controller_with_its_evidence():
-    from specwatch.export.history import PageHistory
     from specwatch.export.page import render_page
+    from specwatch.export.page_history import PageHistory
     from specwatch.export.status import status_document
 
     run("schedule-dropped-dp")
     pipeline = LAST["schedule-dropped-dp"]
     state = pipeline.state()
-    (route,) = status_document(state, pipeline.config)["routes"]
+    (route,) = status_document(view_of(state, pipeline.config))["routes"]
     controller = route["controller"]
     assert controller["mode"] == "stopped" and controller["reason"] == "schedule_dropped"
     assert controller["stated"] == "schedule" and controller["basis"] == "observed"
     assert controller["expected"].startswith("the stated schedule gives K=2..2 at batch")
     assert "on 2 data-parallel engines" in controller["seen"] and "data parallelism" in controller["evidence"]
-    html = render_page(state, None, pipeline.config, PageHistory()).decode()
+    html = render_page(view_of(state, pipeline.config), PageHistory()).decode()
     assert "controller: stopped (schedule dropped): data parallelism &gt; 1 drops the batch schedule" in html

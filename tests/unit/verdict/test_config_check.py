@@ -162,7 +162,7 @@ def test_the_sidecar_exports_a_mismatch_while_the_simulated_server_ignores_its_s
     pipeline, simulator = Pipeline(config), sim.Simulator(sc, seed=2)
     seen: dict[float, float] = {}
     for t, _evaluations in simulated_polls(simulator, pipeline, interval=5.0, count=72):
-        text = generate_latest(registry_for(pipeline.state)).decode()
+        text = generate_latest(registry_for(pipeline.view)).decode()
         for fam in text_string_to_metric_families(text):
             for sample in fam.samples:
                 if sample.name == "specwatch_speculative_config_mismatch" and sample.labels["window"] == "1m":
@@ -171,6 +171,6 @@ def test_the_sidecar_exports_a_mismatch_while_the_simulated_server_ignores_its_s
                     assert sample.value == 2
     assert {seen[t] for t in seen if 60 <= t <= 180} == {0.0}
     assert {seen[t] for t in seen if t >= 180 + 60} == {1.0}
-    check = status_document(pipeline.state(), config)["routes"][0]["windows"]["1m"]["config_check"]
+    check = status_document(pipeline.view())["routes"][0]["windows"]["1m"]["config_check"]
     assert check["mismatch"] is True and check["configured_draft_length"] == 2
     assert check["observed_draft_length"] == pytest.approx(4.0)

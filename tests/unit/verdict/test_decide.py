@@ -545,17 +545,16 @@ def test_status_serves_no_alpha_batch_or_verdict_while_vllm_is_down_and_recovers
     p.ingest("vllm", 0.0, IDLE)
     p.ingest("vllm", 10.0, AFTER_C1)
     p.evaluate(10.0)
-    config = p.config
-    windows = status_document(p.state(), config)["routes"][0]["windows"]
+    windows = status_document(p.view())["routes"][0]["windows"]
     assert windows["2m"]["acceptance_rate"] is not None and windows["2m"]["verdict"] is not None
     p.ingest_error("vllm", 15.0, "connect")
     p.evaluate(15.0)
-    down = status_document(p.state(), config)
+    down = status_document(p.view())
     assert down["targets"][0]["up"] is False
     assert down["routes"][0]["windows"] == {}  # as /metrics: absent, never stale
     p.ingest("vllm", 20.0, AFTER_C1)
     p.evaluate(20.0)
-    assert status_document(p.state(), config)["routes"][0]["windows"]["2m"]["verdict"] is not None
+    assert status_document(p.view())["routes"][0]["windows"]["2m"]["verdict"] is not None
 
 
 def test_a_breakeven_above_one_is_exported_capped_with_a_cannot_pay_series_and_kept_raw_in_status():
@@ -565,7 +564,7 @@ def test_a_breakeven_above_one_is_exported_capped_with_a_cannot_pay_series_and_k
     [evaluation, *_] = [e for e in p.evaluate(10.0) if e.stats.window == "2m"]
     raw = evaluation_record(evaluation)
     assert raw["breakeven_acceptance_rate"] > 1 and raw["speculation_cannot_pay"] is True
-    text = generate_latest(registry_for(p.state)).decode()
+    text = generate_latest(registry_for(p.view)).decode()
     samples = {
         (s.name, s.labels.get("window")): s.value for fam in text_string_to_metric_families(text) for s in fam.samples
     }

@@ -114,8 +114,8 @@ def test_the_graded_gain_of_an_applied_recommendation_is_within_10_percent_of_th
 
 
 def test_the_prediction_made_from_the_before_window_is_reported_beside_the_measured_change(applied):
-    pipeline, config, _, _ = applied
-    route = status_document(pipeline.state(), config)["routes"][0]
+    pipeline, _, _, _ = applied
+    route = status_document(pipeline.view())["routes"][0]
     grading = route["grading"]
     assert grading["status"] == "graded"
     assert grading["predicted_gain_ratio"] > 0 and grading["measured"]["gain_ratio"] > 0
@@ -136,7 +136,7 @@ def test_the_prediction_made_from_the_before_window_is_reported_beside_the_measu
 
 def test_the_gauges_export_the_predicted_and_measured_gain(applied):
     pipeline, _, _, _ = applied
-    text = generate_latest(registry_for(pipeline.state)).decode()
+    text = generate_latest(registry_for(pipeline.view)).decode()
     samples = {s.name: s for fam in text_string_to_metric_families(text) for s in fam.samples}
     grading = pipeline.state().routes[0].grading
     assert samples["specwatch_advice_measured_gain_ratio"].value == pytest.approx(grading.measured_gain_ratio)

@@ -273,7 +273,7 @@ def test_the_dips_are_exported_as_specwatch_target_dips_total():
 def _render(pipeline):
     from prometheus_client import generate_latest
 
-    return generate_latest(registry_for(pipeline.state)).decode()
+    return generate_latest(registry_for(pipeline.view)).decode()
 
 
 def _value(text, name, **labels):
@@ -298,9 +298,9 @@ def test_a_reload_that_rebuilds_the_pipeline_carries_the_mirrors_and_their_bases
                 for e in (0, 1):
                     fake.step(e, batch=10, accepted_per_request=PATTERN, itl_seconds=0.02)
                 t += POLL
-                assert service.pipeline.ingest("vllm", t, fake.text()).ok
-                service.pipeline.evaluate(t)
-                drafts.append(_value(_render(service.pipeline), "specwatch_drafts_total", route="m"))
+                assert service.poller.pipeline.ingest("vllm", t, fake.text()).ok
+                service.poller.pipeline.evaluate(t)
+                drafts.append(_value(_render(service.poller.pipeline), "specwatch_drafts_total", route="m"))
         assert drafts == sorted(drafts)
         # Same target URL and routes: the bases are kept, so no poll is lost over the two reloads.
         assert drafts[-1] == 17 * 2 * 10

@@ -1,7 +1,6 @@
 """The last hour of each route-window's headline values, kept in memory for the page (page.py).
 
-The poller records one point per poll (PageHistory.record, from the State or FleetState it just
-published); nothing here does I/O or is read by /metrics. Memory is bounded three ways: at most
+The poller records one point per poll (PageHistory.record, from the View it just published); nothing here does I/O or is read by /metrics. Memory is bounded three ways: at most
 MAX_SERIES route-windows are kept (a new one past that replaces the one updated longest ago, and
 none is added while every kept one is current), each keeps at most `max_points` points (an hour at
 the default 5 s poll; a faster poll is thinned to one point per horizon/max_points seconds, the
@@ -19,9 +18,9 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from specwatch.fleet.evaluator import FleetState, ReplicaRouteState, replica_name
-from specwatch.sidecar.state import State
 from specwatch.verdict.evaluation import RouteEvaluation
+from specwatch.view import View
+from specwatch.view.fleet import FleetState, ReplicaRouteState, replica_name
 
 __all__ = ["COLUMNS", "MAX_SERIES", "LastError", "PageHistory", "Series", "SeriesKey", "fleet_order"]
 
@@ -112,9 +111,10 @@ class PageHistory:
         self.dropped_series = 0  # route-windows seen that got no history (MAX_SERIES reached)
 
     # -- input (the poll thread) ------------------------------------------------------------
-    def record(self, state: State, fleet: FleetState | None = None) -> None:
-        """One published view: a point per route-window evaluated, the holds, the errors."""
+    def record(self, view: View) -> None:
+        """One published View: a point per route-window evaluated, the holds, the errors."""
         self._records += 1
+        fleet, state = view.fleet, view.targets
         if fleet is not None:
             self._note_counts("prometheus", fleet.errors, fleet.t)
             if fleet.up:

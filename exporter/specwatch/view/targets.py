@@ -1,5 +1,5 @@
-"""What the pipeline shows the outside: an immutable State per evaluation, rendered by the
-collector (/metrics) and the status API. Built by `Pipeline.state()`."""
+"""The targets section of a View: what the sidecar's pipeline shows of its targets and their routes,
+immutable, one per evaluation. Built by `Pipeline.state()`; rendered by export/."""
 
 from __future__ import annotations
 
@@ -78,6 +78,8 @@ class State:
     unmatched_routes: tuple[tuple[str, str, bool], ...] = ()
     # What the verdicts rest on (specwatch_cost_model_info).
     cost_model: CostModelInfo | None = None
+    # Read-back evidence dropped for disagreeing with the first live windows (readback: set).
+    restore_disagreed: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,3 +93,7 @@ class CostModelInfo:
     # history | none (fleet mode: also canary): whether a learned curve rests on measured spec-off
     # step times; none: its split between target and speculation is the prior's.
     baseline: str = "none"
+
+
+#: The targets section of a View whose source scrapes no target (fleet mode).
+NO_TARGETS = State(None, (), (), False)

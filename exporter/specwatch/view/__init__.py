@@ -1,0 +1,28 @@
+"""What one poll publishes: the View a source (sidecar/ or fleet/) builds and export/ renders.
+
+A View is immutable and says all a renderer needs: the config it was polled under, the cost model
+the verdicts rest on (carried, never rebuilt from the config by a renderer), the scraped targets
+and their routes (targets.py), and in fleet mode the fleet section (fleet.py): every replica's
+routes, the fleet rows and the query API's health. The collector, the status document, the page
+and its history each render the one View; none of them knows which source built it beyond what
+the View holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specwatch.config import Config
+from specwatch.costmodel import CostModel
+from specwatch.view.fleet import FleetState
+from specwatch.view.targets import NO_TARGETS, State
+
+__all__ = ["View"]
+
+
+@dataclass(frozen=True)
+class View:
+    config: Config  # the config the poll ran under (windows, hold, poll interval, the query API)
+    cost_model: CostModel  # the configured cost model the verdicts rest on (learned ones: per route)
+    targets: State = NO_TARGETS  # the scraped targets and their routes (none in fleet mode)
+    fleet: FleetState | None = None  # fleet mode: the replicas, fleet rows and query API health
