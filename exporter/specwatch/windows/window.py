@@ -30,7 +30,6 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import islice, pairwise
 
 from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey, reset_group
@@ -490,8 +489,29 @@ def implausible(snap: RouteSnapshot, stated_k: int | None = None) -> str | None:
 _SeriesIdentities = tuple[str, tuple[tuple[int, int], ...], tuple[int, ...], int, int]
 
 
-@lru_cache(maxsize=256)
+#: The layouts _identities remembers: about one per route, bounded in number and in the keys they
+#: keep alive together (a target that sends new series every poll must not grow the process).
+IDENTITIES_CACHE_SIZE = 64
+IDENTITIES_CACHE_KEYS = 16_384
+_identities_cache: dict[tuple[SeriesKey, ...], tuple[_SeriesIdentities, ...] | None] = {}
+_UNKNOWN = object()
+
+
 def _identities(keys: tuple[SeriesKey, ...]) -> tuple[_SeriesIdentities, ...] | None:
+    """_identities_of(keys), remembered (the oldest layouts forgotten first past the bounds)."""
+    cache = _identities_cache
+    found = cache.get(keys, _UNKNOWN)
+    if found is not _UNKNOWN:
+        return found  # type: ignore[return-value]
+    found = cache[keys] = _identities_of(keys)
+    while len(cache) > IDENTITIES_CACHE_SIZE or sum(map(len, cache)) > IDENTITIES_CACHE_KEYS:
+        del cache[next(iter(cache))]
+        if not cache:
+            break
+    return found
+
+
+def _identities_of(keys: tuple[SeriesKey, ...]) -> tuple[_SeriesIdentities, ...] | None:
     """What implausible() compares for a poll with these counter keys, in implausible_plain's
     order: () when no key is checked, None when the plain version must decide (two keys of one
     series at the same position, which it orders by value)."""

@@ -12,6 +12,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey
+from specwatch.windows import window
 from specwatch.windows.window import implausible, implausible_plain
 
 _VALUES = st.one_of(
@@ -91,3 +92,22 @@ def test_implausible_answers_the_same_near_each_identitys_bound(base, rates, sec
         counters |= _engine("1", accepted_at[::-1], [base * 0.9] * len(rates), sum(accepted_at) * 1.01, base / 2)
     snap = _snapshot(counters, {"0": batch}, {}, len(rates))
     assert implausible(snap) == implausible_plain(snap)
+
+
+def test_the_layouts_remembered_stay_within_their_bounds_whatever_the_keys():
+    """A target that sends new series every poll: the cache of layouts never holds more than
+    IDENTITIES_CACHE_SIZE layouts or IDENTITIES_CACHE_KEYS keys, and answers stay the plain ones."""
+    for poll in range(window.IDENTITIES_CACHE_SIZE * 3):
+        engines = [f"e{poll}-{i}" for i in range(poll % 7 + 1)]
+        counters = {}
+        for engine in engines:
+            counters |= _engine(engine, [50.0, 40.0 + poll % 20], [60.0, 60.0], 90.0, 60.0)
+        snap = _snapshot(counters, {}, {}, 2)
+        assert implausible(snap) == implausible_plain(snap)
+        assert len(window._identities_cache) <= window.IDENTITIES_CACHE_SIZE
+        assert sum(map(len, window._identities_cache)) <= window.IDENTITIES_CACHE_KEYS
+    big = _engine("big", [1.0] * 3000, [2.0] * 3000, 10.0, 10.0)
+    for copy in range(8):
+        snap = _snapshot({SeriesKey(k.counter, f"{k.series}{copy}", k.sub): v for k, v in big.items()}, {}, {}, 3000)
+        assert implausible(snap) == implausible_plain(snap)
+        assert sum(map(len, window._identities_cache)) <= window.IDENTITIES_CACHE_KEYS
