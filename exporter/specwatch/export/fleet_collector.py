@@ -86,8 +86,8 @@ class FleetCollector(Collector):
     def _fleet(self, state: FleetState, families: contract.Families) -> None:
         for row in state.fleet:
             labels = [row.route, row.window]
-            families.add("specwatch_fleet_acceptance_rate", labels, row.acceptance_rate)
-            families.add("specwatch_fleet_losing_token_share", labels, row.losing_token_share)
+            families.add("specwatch_fleet_acceptance_ratio", labels, row.acceptance_rate)
+            families.add("specwatch_fleet_losing_tokens_ratio", labels, row.losing_token_share)
             for name, count in row.verdicts.items():
                 families.add("specwatch_fleet_replicas", [*labels, name], count)
         # A rollout graded across replicas (old pods' windows vs new pods'): per route and deployment.

@@ -14,7 +14,7 @@ from specwatch.export.fleet_collector import FleetCollector
 from specwatch.fleet.baseline import RouteBaseline
 from specwatch.fleet.state import FleetRow, FleetState, ReplicaRouteState
 from specwatch.sidecar.state import RouteState, State, TargetState
-from specwatch.verdict.grading import Grading, WindowSummary
+from specwatch.verdict.grading import SUMMARY_QUANTITIES, Grading, WindowSummary
 from specwatch.windows.derive import GAUGE_MEAN
 from support.builders import route_evaluation, window_stats
 
@@ -155,8 +155,8 @@ SIDECAR_CASES = [
         [
             'specwatch_step_time_curve_seconds{route="chat",target="vllm",tokens="8"} 0.01',
             'specwatch_step_time_curve_seconds{route="chat",target="vllm",tokens="512"} 0.03',
-            'specwatch_advice_before_window{method="eagle3",quantity="acceptance_rate",route="chat",target="vllm"} 0.75',
-            'specwatch_advice_before_position_acceptance_rate{position="1",route="chat",target="vllm"} 0.6',
+            'specwatch_advice_before_acceptance_ratio{method="eagle3",route="chat",target="vllm"} 0.75',
+            'specwatch_advice_before_position_acceptance_ratio{position="1",route="chat",target="vllm"} 0.6',
         ],
         [],
     ),
@@ -205,8 +205,8 @@ FLEET_CASES = [
         "a fleet row",
         FLEET,
         [
-            'specwatch_fleet_acceptance_rate{route="chat",window="5m"} 0.6',
-            'specwatch_fleet_losing_token_share{route="chat",window="5m"} 0.1',
+            'specwatch_fleet_acceptance_ratio{route="chat",window="5m"} 0.6',
+            'specwatch_fleet_losing_tokens_ratio{route="chat",window="5m"} 0.1',
             'specwatch_fleet_replicas{route="chat",verdict="keep",window="5m"} 2.0',
         ],
         [],
@@ -251,7 +251,7 @@ FLEET_CASES = [
         [
             'specwatch_advice_measured_gain_ratio{namespace="team-a",route="chat"} 0.8',
             'specwatch_advice_predicted_gain_ratio{namespace="team-b",route="chat"} 0.9',
-            'specwatch_fleet_acceptance_rate{route="chat",window="5m"} 0.6',
+            'specwatch_fleet_acceptance_ratio{route="chat",window="5m"} 0.6',
         ],
         [],
     ),
@@ -259,7 +259,7 @@ FLEET_CASES = [
         "a failed poll serves no replica",
         replace(FLEET, up=False, routes=(_replica_route(),)),
         ["specwatch_prometheus_up 0.0"],
-        ["specwatch_route_info", "specwatch_acceptance_rate", "specwatch_verdict"],
+        ["specwatch_route_info", "specwatch_acceptance_ratio", "specwatch_verdict"],
     ),
 ]
 
@@ -296,7 +296,7 @@ def test_a_family_of_both_modes_has_one_help_in_both():
     sidecar = _declared(_sidecar_lines(_state()))
     fleet = _declared(_fleet_lines(FLEET))
     shared = sidecar.keys() & fleet.keys()
-    assert {"specwatch_route_info", "specwatch_acceptance_rate", "specwatch_build_info"} <= shared
+    assert {"specwatch_route_info", "specwatch_acceptance_ratio", "specwatch_build_info"} <= shared
     assert {name: sidecar[name] for name in shared} == {name: fleet[name] for name in shared}
 
 
@@ -326,7 +326,7 @@ def test_the_architecture_page_gives_each_family_the_tables_type():
 
 
 def test_replica_labels_go_only_to_what_a_replica_exports():
-    assert contract.BY_NAME["specwatch_acceptance_rate"].labels(["pod"]) == ["route", "target", "window", "pod"]
+    assert contract.BY_NAME["specwatch_acceptance_ratio"].labels(["pod"]) == ["route", "target", "window", "pod"]
     assert contract.BY_NAME["specwatch_verdict"].labels(["pod"]) == ["route", "target", "window", "pod", "verdict"]
     assert contract.BY_NAME["specwatch_fleet_replicas"].labels(["pod"]) == ["route", "window", "verdict"]
     assert contract.BY_NAME["specwatch_prometheus_up"].labels(["pod"]) == []
@@ -352,12 +352,13 @@ def test_deployment_labels_go_only_to_what_is_kept_per_deployment():
 @pytest.mark.parametrize(
     "row",
     [
-        "drafts_seen  gauges   sidecar route,target -               | Misspelt type.",
-        "drafts_seen  gauge    pods    route,target -               | Unknown mode.",
-        "drafts_seen  gauge    both    route,target acceptance_rat  | Not an evaluation value.",
+        "drafts_seen  gauges   experimental sidecar route,target -               | Misspelt type.",
+        "drafts_seen  gauge    beta         sidecar route,target -               | Unknown stability.",
+        "drafts_seen  gauge    experimental pods    route,target -               | Unknown mode.",
+        "drafts_seen  gauge    experimental both    route,target acceptance_rat  | Not an evaluation value.",
     ],
 )
-def test_a_table_row_with_an_unknown_type_mode_or_value_is_refused(row):
+def test_a_table_row_with_an_unknown_type_stability_mode_or_value_is_refused(row):
     with pytest.raises(ValueError, match="drafts_seen"):
         contract._family(row)
 
@@ -383,3 +384,10 @@ def test_the_readme_stays_a_five_minute_read():
     assert contract.BEGIN not in readme and "<!-- config:begin -->" not in readme
     for linked in ("docs/configuration.md", "docs/metrics.md", "docs/runbook.md", "docs/kubernetes.md"):
         assert f"]({linked})" in readme and (REPO / linked).is_file()
+
+
+def test_each_before_window_quantity_is_a_family_of_its_own_in_the_table():
+    assert set(contract.BEFORE_WINDOW) == set(SUMMARY_QUANTITIES)
+    families = [contract.BY_NAME[name] for name in (*contract.BEFORE_WINDOW.values(), contract.BEFORE_POSITIONS)]
+    assert len(set(contract.BEFORE_WINDOW.values())) == len(SUMMARY_QUANTITIES)
+    assert [f.name for f in families if f.modes != {"sidecar"} or f.type != "gauge"] == []
