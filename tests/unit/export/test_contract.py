@@ -2,6 +2,8 @@
 one HELP per family whatever the mode, and the docs that list the families kept to the table."""
 
 import re
+import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -391,3 +393,21 @@ def test_each_before_window_quantity_is_a_family_of_its_own_in_the_table():
     families = [contract.BY_NAME[name] for name in (*contract.BEFORE_WINDOW.values(), contract.BEFORE_POSITIONS)]
     assert len(set(contract.BEFORE_WINDOW.values())) == len(SUMMARY_QUANTITIES)
     assert [f.name for f in families if f.modes != {"sidecar"} or f.type != "gauge"] == []
+
+
+PROMTOOL_CASES = [
+    *(("sidecar: " + what, _sidecar_lines(state)) for what, state, _, _ in SIDECAR_CASES),
+    *(("fleet: " + what, _fleet_lines(state)) for what, state, _, _ in FLEET_CASES),
+    ("fleet: replicas evaluated", _fleet_lines(replace(FLEET, routes=(_replica_route(),)))),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
+@pytest.mark.parametrize(("what", "lines"), PROMTOOL_CASES, ids=[c[0] for c in PROMTOOL_CASES])
+def test_each_modes_exposition_passes_promtool_check_metrics(what, lines):
+    body = "\n".join(lines) + "\n"
+    proc = subprocess.run(
+        ["promtool", "check", "metrics"], input=body, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert (proc.returncode, proc.stdout + proc.stderr) == (0, "")
