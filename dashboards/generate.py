@@ -376,8 +376,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         'capped at 100 %: "no α pays?" says whether any acceptance rate pays at the live batch and K '
         "(specwatch_speculation_cannot_pay).",
         [
-            per_route("A", "specwatch_acceptance_rate", "α ", instant=True),
-            per_route("B", "specwatch_breakeven_acceptance_rate", "α* ", instant=True),
+            per_route("A", "specwatch_acceptance_ratio", "α ", instant=True),
+            per_route("B", "specwatch_breakeven_acceptance_ratio", "α* ", instant=True),
             # shifted to 2 (pays) / 3 (cannot pay), outside α's and α*'s [0, 1], so the panel-wide
             # mapping below only ever matches this flag (the strict dashboard schema takes no
             # per-field mappings override)
@@ -395,8 +395,8 @@ def verdict_row() -> list[tuple[dict, int, int]]:
         "Draft length with the best modelled speedup at the live batch (from the per-position acceptance "
         "p_i); 0 means disable speculation. The measured mean draft length K is shown for comparison.",
         [
-            per_route("A", "specwatch_recommended_draft_length", "K' ", instant=True),
-            per_route("B", "specwatch_draft_length", "K now ", instant=True),
+            per_route("A", "specwatch_recommended_draft_length_tokens", "K' ", instant=True),
+            per_route("B", "specwatch_draft_length_tokens", "K now ", instant=True),
         ],
         decimals=1,
         mappings=value_mappings([("0", "0 (disable)", "red")]),
@@ -440,8 +440,8 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "batch already amortises the weight reads and verification costs more; once α falls below the red "
         "line, speculation slows the server down. Read it with the batch-size panel in the Load row.",
         [
-            per_route("A", "specwatch_acceptance_rate", "α "),
-            per_route("B", "specwatch_breakeven_acceptance_rate", "break-even α* "),
+            per_route("A", "specwatch_acceptance_ratio", "α "),
+            per_route("B", "specwatch_breakeven_acceptance_ratio", "break-even α* "),
         ],
         overrides=[by_prefix("break-even α* ", dashed("red"))],
     )
@@ -452,9 +452,9 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "what the stated draft.config gives at the live batch (only when draft.config is set); K away "
         "from it is SpecDecodeConfigMismatch (a batch-size schedule ignored or dropped).",
         [
-            per_route("A", "specwatch_mean_acceptance_length", "τ "),
-            per_route("B", "specwatch_draft_length", "K "),
-            per_route("C", "specwatch_configured_draft_length", "configured K "),
+            per_route("A", "specwatch_mean_acceptance_length_tokens", "τ "),
+            per_route("B", "specwatch_draft_length_tokens", "K "),
+            per_route("C", "specwatch_configured_draft_length_tokens", "configured K "),
         ],
         unit="none",
         min_=0,
@@ -465,7 +465,7 @@ def acceptance_row() -> list[tuple[dict, int, int]]:
         "Per-position acceptance p_i",
         "Share of drafts whose position i was accepted (non-increasing in i). Where p_i is small, drafting "
         "position i costs more than it returns: the reason behind a shorter recommended K.",
-        [target("A", f"specwatch_position_acceptance_rate{{{WIN}}}", PER_ROUTE + " pos {{position}}")],
+        [target("A", f"specwatch_position_acceptance_ratio{{{WIN}}}", PER_ROUTE + " pos {{position}}")],
     )
     drafts = timeseries(
         "Drafts in window",
@@ -531,8 +531,8 @@ def load_row() -> list[tuple[dict, int, int]]:
         "dashed red line is the largest batch at which the current α still pays; when B climbs above it, "
         "α has fallen below the (rising) break-even — the same moment the Acceptance row shows α crossing α*.",
         [
-            per_route("A", "specwatch_batch_size", "batch "),
-            per_route("B", "specwatch_max_speculative_batch_size", "max paying batch "),
+            per_route("A", "specwatch_batch_size_requests", "batch "),
+            per_route("B", "specwatch_max_speculative_batch_size_requests", "max paying batch "),
         ],
         unit="short",
         min_=0,
@@ -568,14 +568,14 @@ def fleet_row() -> list[tuple[dict, int, int]]:
     alpha = share(
         "Fleet acceptance rate α per route (all pods, 5m)",
         FLEET_NOTE + " α = Σ rate(accepted tokens) / Σ rate(draft tokens).",
-        [fleet_rule("A", "namespace_route:specwatch_acceptance_rate:ratio_rate5m", "α {{route}}")],
+        [fleet_rule("A", "namespace_route:specwatch_acceptance_ratio:ratio_rate5m", "α {{route}}")],
     )
     tau = timeseries(
         "Fleet τ and K per route",
         FLEET_NOTE + " τ = 1 + Σ accepted / Σ drafts; K = Σ draft tokens / Σ drafts.",
         [
-            fleet_rule("A", "namespace_route:specwatch_mean_acceptance_length:ratio_rate5m", "τ {{route}}"),
-            fleet_rule("B", "namespace_route:specwatch_draft_length:ratio_rate5m", "K {{route}}"),
+            fleet_rule("A", "namespace_route:specwatch_mean_acceptance_length_tokens:ratio_rate5m", "τ {{route}}"),
+            fleet_rule("B", "namespace_route:specwatch_draft_length_tokens:ratio_rate5m", "K {{route}}"),
         ],
         unit="none",
         min_=0,
@@ -588,7 +588,7 @@ def fleet_row() -> list[tuple[dict, int, int]]:
         [
             fleet_rule(
                 "A",
-                "namespace_route_position:specwatch_position_acceptance_rate:ratio_rate5m",
+                "namespace_route_position:specwatch_position_acceptance_ratio:ratio_rate5m",
                 "{{route}} pos {{position}}",
             )
         ],
@@ -759,13 +759,13 @@ def fleet_mode_row() -> list[tuple[dict, int, int]]:
     alpha = share(
         "Fleet-mode acceptance rate α per route",
         FLEETMODE_NOTE + " Token-weighted α over the route's replicas (Σ accepted / Σ proposed), $window window.",
-        [target("A", f"specwatch_fleet_acceptance_rate{{{FLEETMODE}}}", "α {{route}}")],
+        [target("A", f"specwatch_fleet_acceptance_ratio{{{FLEETMODE}}}", "α {{route}}")],
     )
     losing = share(
         "Decode tokens on losing replicas",
         FLEETMODE_NOTE + " Share of the route's decode tokens served by replicas where speculation loses "
         "(expected speedup < 1).",
-        [target("A", f"specwatch_fleet_losing_token_share{{{FLEETMODE}}}", "{{route}}")],
+        [target("A", f"specwatch_fleet_losing_tokens_ratio{{{FLEETMODE}}}", "{{route}}")],
     )
     verdicts = timeseries(
         "Replicas per verdict",

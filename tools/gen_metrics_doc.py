@@ -20,13 +20,15 @@ BEGIN, END = "<!-- metrics:begin -->", "<!-- metrics:end -->"
 
 def metric_table() -> str:
     """The contract as the Markdown table docs/metrics.md carries between its metrics markers."""
-    rows = ["| name | type | labels | modes | help |", "|---|---|---|---|---|"]
+    rows = ["| name | type | stability | labels | modes | help |", "|---|---|---|---|---|---|"]
     for family in FAMILIES:
         names = ", ".join(f"`{name}`" for name in family.sample_names())
         keyed = (*family.labels(), *(["prometheus.deployment_labels"] if DEPLOYMENT in family.key else []))
         labels = ", ".join(f"`{label}`" for label in keyed) or "—"
         modes = ", ".join(mode for mode in ("sidecar", "fleet") if mode in family.modes)
-        rows.append(f"| {names} | {family.type} | {labels} | {modes} | {family.help.replace('|', '/')} |")
+        rows.append(
+            f"| {names} | {family.type} | {family.stability} | {labels} | {modes} | {family.help.replace('|', '/')} |"
+        )
     return "\n".join(rows)
 
 

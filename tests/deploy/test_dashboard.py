@@ -45,8 +45,8 @@ FLEET_MODE = frozenset(
         "specwatch_prometheus_last_success_timestamp_seconds",
         "specwatch_prometheus_query_errors_total",
         "specwatch_stale_replicas",
-        "specwatch_fleet_acceptance_rate",
-        "specwatch_fleet_losing_token_share",
+        "specwatch_fleet_acceptance_ratio",
+        "specwatch_fleet_losing_tokens_ratio",
         "specwatch_fleet_replicas",
     }
 )
@@ -330,7 +330,7 @@ def test_annotations_mark_verdict_changes_and_vllm_restarts(dash):
 def test_acceptance_panel_draws_alpha_and_breakeven_on_one_axis(dash):
     p = next(p for p in panels(dash) if p["title"].startswith("Acceptance rate α vs break-even"))
     names = {s.name for t in p["targets"] for s in selectors(substitute(t["expr"], STATIC_VALUES))}
-    assert names == {"specwatch_acceptance_rate", "specwatch_breakeven_acceptance_rate"}
+    assert names == {"specwatch_acceptance_ratio", "specwatch_breakeven_acceptance_ratio"}
     assert p["fieldConfig"]["defaults"]["unit"] == "percentunit"
     assert _row_of(dash)[p["title"]] == "Acceptance"
 
@@ -356,7 +356,7 @@ def test_recommendation_stat_shows_the_action_beside_the_config(dash):
 def test_load_row_puts_batch_against_the_largest_paying_batch(dash):
     p = next(p for p in panels(dash) if p["title"].startswith("Live batch size"))
     names = {s.name for t in p["targets"] for s in selectors(substitute(t["expr"], STATIC_VALUES))}
-    assert names == {"specwatch_batch_size", "specwatch_max_speculative_batch_size"}
+    assert names == {"specwatch_batch_size_requests", "specwatch_max_speculative_batch_size_requests"}
     assert _row_of(dash)[p["title"]] == "Load"
 
 
@@ -435,7 +435,7 @@ def test_every_selector_of_a_derived_gauge_pins_window_to_the_variable(dash):
     bad = [f"{title}/{ref}: {v}" for title, ref, expr in queries(dash) for v in _window_violations(expr)]
     assert bad == []
     # and the check bites on a selector without it, or with a regex instead of equality
-    assert _window_violations('specwatch_acceptance_rate{route=~"$route"}')
+    assert _window_violations('specwatch_acceptance_ratio{route=~"$route"}')
     assert _window_violations('specwatch_verdict{window=~"$window"}')
 
 

@@ -31,7 +31,7 @@ RELOAD = _named("specwatch_config_last_reload_successful", "specwatch_config_las
 #: Exported only once a change of draft length or method was seen.
 GRADING = _named("specwatch_advice_predicted_gain_ratio", "specwatch_advice_measured_gain_ratio")
 #: The window a change would be graded against: what a restarted sidecar reads back (docs/rollouts.md).
-BEFORE_WINDOW = _named("specwatch_advice_before_window", "specwatch_advice_before_position_acceptance_rate")
+BEFORE_WINDOW = _named(*contract.BEFORE_WINDOW.values(), contract.BEFORE_POSITIONS)
 #: The read-back's own outcome, only with `readback:` configured.
 READBACK = _named("specwatch_readback_errors", "specwatch_readback_restored_routes")
 #: How well the learned step-time curve fits: exported once a route's curve has points.

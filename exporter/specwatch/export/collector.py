@@ -82,7 +82,7 @@ def add_evaluation(families: contract.Families, wlabels: list[str], evaluation: 
                 value = min(value, 1.0)
             families.add(family.name, wlabels, value)
     for position, value in enumerate(evaluation.position_rates or ()):  # a guarded stat
-        families.add("specwatch_position_acceptance_rate", wlabels + [str(position)], value)
+        families.add("specwatch_position_acceptance_ratio", wlabels + [str(position)], value)
     families.add("specwatch_window_drafts", wlabels, evaluation.stats.drafts)
     if evaluation.stats.acceptance_basis != COUNTER_RATIO and evaluation.acceptance_rate is not None:
         families.add("specwatch_acceptance_basis_info", wlabels + [evaluation.stats.acceptance_basis], 1)
@@ -91,7 +91,7 @@ def add_evaluation(families: contract.Families, wlabels: list[str], evaluation: 
             families.add("specwatch_verdict", wlabels + [name], 1 if name == evaluation.verdict else 0)
     if evaluation.config_check is not None:
         families.add("specwatch_speculative_config_mismatch", wlabels, 1 if evaluation.config_check.mismatch else 0)
-        families.add("specwatch_configured_draft_length", wlabels, evaluation.config_check.configured_k)
+        families.add("specwatch_configured_draft_length_tokens", wlabels, evaluation.config_check.configured_k)
     advice = evaluation.advice if evaluation.guard_passed else None
     if advice is not None and advice.action is not None:
         families.add(
@@ -192,9 +192,9 @@ class SpecwatchCollector(Collector):
             before = route.before_window
             if before is not None:
                 for quantity, value in before.quantities().items():
-                    families.add("specwatch_advice_before_window", [*labels, before.method, quantity], value)
+                    families.add(contract.BEFORE_WINDOW[quantity], [*labels, before.method], value)
                 for position, rate in enumerate(before.position_rates or ()):
-                    families.add("specwatch_advice_before_position_acceptance_rate", [*labels, str(position)], rate)
+                    families.add(contract.BEFORE_POSITIONS, [*labels, str(position)], rate)
             for evaluation in route.evaluations:
                 add_evaluation(families, labels + [evaluation.stats.window], evaluation)
             _add_controller(route, labels, families)
@@ -276,8 +276,8 @@ def _replicas(state: FleetState, families: contract.Families, with_instance: boo
 def _fleet_rows(state: FleetState, families: contract.Families) -> None:
     for row in state.fleet:
         labels = [row.route, row.window]
-        families.add("specwatch_fleet_acceptance_rate", labels, row.acceptance_rate)
-        families.add("specwatch_fleet_losing_token_share", labels, row.losing_token_share)
+        families.add("specwatch_fleet_acceptance_ratio", labels, row.acceptance_rate)
+        families.add("specwatch_fleet_losing_tokens_ratio", labels, row.losing_token_share)
         for name, count in row.verdicts.items():
             families.add("specwatch_fleet_replicas", [*labels, name], count)
     # A rollout graded across replicas (old pods' windows vs new pods'): per route and deployment.

@@ -128,7 +128,7 @@ def plan_markdown(cm: cmod.CostModel, rollout: Rollout, basis: TargetBasis | Non
         "## Stage 3 - measure alpha per route",
         (
             "- Run specwatch beside vLLM with one route per traffic class; read "
-            '`specwatch_acceptance_rate{route=...,window="5m"}` after at least '
+            '`specwatch_acceptance_ratio{route=...,window="5m"}` after at least '
             f"{rollout.min_drafts} drafts per window."
         ),
         "",

@@ -2,11 +2,11 @@
 Prometheus that scraped it (config `readback:`, docs/rollouts.md).
 
 Applying a recommendation in Kubernetes replaces the pod, and the sidecar with it. The old sidecar
-exported the window a change would be graded against (`specwatch_advice_before_window`,
-`specwatch_advice_before_position_acceptance_rate`) and its learned step-time curve
-(`specwatch_step_time_curve_seconds`); the new one reads them back with one range
-query over `lookback`, picked by the route label under the configured selector (the pod label is
-new with each pod). Per route the series group (every label but the quantity's) with the newest
+exported the window a change would be graded against (the `specwatch_advice_before_*` families,
+one per quantity) and its learned step-time curve (`specwatch_step_time_curve_seconds`); the new
+one reads them back with one range query over `lookback`, picked by the route label under the
+configured selector (the pod label is new with each pod). Per route the series group (every label
+but the name and the family's own) with the newest
 sample wins: the last pod before this one. It runs once, on its own thread, under one deadline:
 the first poll never waits for it. A failure is counted by reason and logged once; the sidecar then
 starts from nothing, as without `readback:`.
@@ -36,6 +36,7 @@ import structlog
 
 from specwatch.base.units import format_duration
 from specwatch.config import ReadbackConfig
+from specwatch.export.contract import BEFORE_POSITIONS, BEFORE_WINDOW
 from specwatch.fleet.client import PromClient, PromQueryError, Series
 from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.verdict.grading import WindowSummary, restored_summary
@@ -58,13 +59,10 @@ log = structlog.get_logger("specwatch.readback")
 
 #: Points of the range query: the newest sample is found to within lookback / this.
 _POINTS = 120
-_BEFORE_WINDOW, _BEFORE_POSITIONS, _CURVE = (
-    "specwatch_advice_before_window",
-    "specwatch_advice_before_position_acceptance_rate",
-    "specwatch_step_time_curve_seconds",
-)
-_FAMILIES = (_BEFORE_WINDOW, _BEFORE_POSITIONS, _CURVE)
-_OWN_LABELS = ("__name__", "quantity", "position", "method", "tokens")
+_CURVE = "specwatch_step_time_curve_seconds"
+_QUANTITY = {family: quantity for quantity, family in BEFORE_WINDOW.items()}
+_FAMILIES = (*BEFORE_WINDOW.values(), BEFORE_POSITIONS, _CURVE)
+_OWN_LABELS = ("__name__", "position", "method", "tokens")
 #: A learned curve has at most this many knots (one per learner bin).
 MAX_KNOTS = 65
 
@@ -88,11 +86,11 @@ class _Group:
     knots: dict[float, tuple[float, float]] = field(default_factory=dict)  # tokens: (t, seconds)
 
     def add(self, labels: Mapping[str, str], point: tuple[float, float]) -> None:
-        name = labels.get("__name__")
-        if name == _BEFORE_WINDOW and isinstance(labels.get("quantity"), str):
-            self.quantities[labels["quantity"]] = point
+        name = str(labels.get("__name__"))
+        if name in _QUANTITY:
+            self.quantities[_QUANTITY[name]] = point
             self.method = str(labels.get("method", self.method))
-        elif name == _BEFORE_POSITIONS and str(labels.get("position", "")).isdigit():
+        elif name == BEFORE_POSITIONS and str(labels.get("position", "")).isdigit():
             self.positions[int(labels["position"])] = point
         elif name == _CURVE:
             with contextlib.suppress(TypeError, ValueError):

@@ -612,7 +612,7 @@ def test_key_queries_render_as_nontrivial_graphs_in_prometheus(stack, live, tmp_
     by_title = {p["title"]: p for p in panels(load_dashboard())}
 
     # The detector must see nothing on a graph with no data.
-    empty = screenshot(stack, 'specwatch_acceptance_rate{route="no-such-route"}', out_dir / "empty.png")
+    empty = screenshot(stack, 'specwatch_acceptance_ratio{route="no-such-route"}', out_dir / "empty.png")
     width, height, _ = png_pixels(empty.read_bytes())
     assert (width, height) == (1280, 800)
     baseline = plotted_pixels(empty)

@@ -137,7 +137,7 @@ def test_exported_series_carry_the_replica_labels_and_vanish_when_stale_or_faile
     registry.register(SpecwatchCollector(fleet.evaluator.view))
     fleet.poll(times[60])
     text = generate_latest(registry).decode()
-    assert 'specwatch_acceptance_rate{instance="sim-a:8000",route="llama-70b",target="sim-a:8000",window="1m"}' in text
+    assert 'specwatch_acceptance_ratio{instance="sim-a:8000",route="llama-70b",target="sim-a:8000",window="1m"}' in text
     # One verdict in effect for the replica's route (which one depends on the cost model's calibration).
     verdicts = re.findall(
         r'specwatch_verdict\{instance="sim-b:8000",route="code",target="sim-b:8000",verdict="(\w+)",window="5m"\} 1\.0',
@@ -146,14 +146,14 @@ def test_exported_series_carry_the_replica_labels_and_vanish_when_stale_or_faile
     assert len(verdicts) == 1, verdicts
     counted = re.findall(r'specwatch_fleet_replicas\{route="code",verdict="\w+",window="1m"\} ([0-9.]+)', text)
     assert sum(float(c) for c in counted) == 1.0, "the one replica serving route code is counted once"
-    assert 'specwatch_fleet_losing_token_share{route="chat",window="1m"} 0.0' in text
+    assert 'specwatch_fleet_losing_tokens_ratio{route="chat",window="1m"} 0.0' in text
     assert "specwatch_prometheus_queries_per_poll 3.0" in text
     proxy.mode = "http_500"
     fleet.poll(times[61])
     text = generate_latest(registry).decode()
-    assert "specwatch_acceptance_rate{" not in text and "specwatch_fleet_replicas{" not in text
+    assert "specwatch_acceptance_ratio{" not in text and "specwatch_fleet_replicas{" not in text
     assert 'specwatch_prometheus_query_errors_total{reason="http_5xx"} 1.0' in text
     proxy.mode = "ok"
     fleet.poll(times[-1] + 11.0)
     text = generate_latest(registry).decode()
-    assert "specwatch_acceptance_rate{" not in text and "specwatch_stale_replicas 3.0" in text
+    assert "specwatch_acceptance_ratio{" not in text and "specwatch_stale_replicas 3.0" in text

@@ -62,7 +62,7 @@ def test_run_in_fleet_mode_serves_every_replica_with_its_labels_and_reloads(tmp_
         served: set[str] = set()
         while time.monotonic() < deadline and served != instances:
             text = requests.get(base + "/metrics", timeout=5).text
-            served = {labels["instance"] for labels in _samples(text, "specwatch_acceptance_rate")}
+            served = {labels["instance"] for labels in _samples(text, "specwatch_acceptance_ratio")}
             time.sleep(1)
         assert served == instances, f"every replica's alpha on /metrics, with its instance label:\n{text[-3000:]}"
         for labels in _samples(text, "specwatch_verdict"):
@@ -78,7 +78,7 @@ def test_run_in_fleet_mode_serves_every_replica_with_its_labels_and_reloads(tmp_
         time.sleep(5)
         text = requests.get(base + "/metrics", timeout=5).text
         assert "specwatch_config_last_reload_successful 1.0" in text
-        assert {labels["instance"] for labels in _samples(text, "specwatch_acceptance_rate")} == instances
+        assert {labels["instance"] for labels in _samples(text, "specwatch_acceptance_ratio")} == instances
     finally:
         stop_process(proc)
         prometheus.stop()

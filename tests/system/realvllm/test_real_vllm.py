@@ -445,15 +445,15 @@ def _check_live_window(status: dict, metrics: str, window: str, a: pc.Snap, b: p
         )
     # the same numbers on /metrics
     lb = {"route": ROUTE, "window": window}
-    assert close(sample(metrics, "specwatch_acceptance_rate", **lb), ref["acceptance_rate"])
-    assert close(sample(metrics, "specwatch_mean_acceptance_length", **lb), ref["mean_acceptance_length"])
-    assert close(sample(metrics, "specwatch_draft_length", **lb), ref["draft_length"])
+    assert close(sample(metrics, "specwatch_acceptance_ratio", **lb), ref["acceptance_rate"])
+    assert close(sample(metrics, "specwatch_mean_acceptance_length_tokens", **lb), ref["mean_acceptance_length"])
+    assert close(sample(metrics, "specwatch_draft_length_tokens", **lb), ref["draft_length"])
     assert close(sample(metrics, "specwatch_itl_p50_seconds", **lb), ref["itl_p50_seconds"])
     assert close(sample(metrics, "specwatch_itl_p99_seconds", **lb), ref["itl_p99_seconds"])
-    assert close(sample(metrics, "specwatch_batch_size", **lb), ref["batch_size"])
+    assert close(sample(metrics, "specwatch_batch_size_requests", **lb), ref["batch_size"])
     for i in range(4):
         assert close(
-            sample(metrics, "specwatch_position_acceptance_rate", position=i, **lb), ref["position_acceptance_rate"][i]
+            sample(metrics, "specwatch_position_acceptance_ratio", position=i, **lb), ref["position_acceptance_rate"][i]
         )
 
 
@@ -469,7 +469,7 @@ def test_live_sidecar_detects_schema_v1_and_k4_from_position_labels(spec_run):
     positions = {
         lb["position"]
         for n, lb, v in samples(metrics)
-        if n == "specwatch_position_acceptance_rate" and lb.get("window") == W_MID
+        if n == "specwatch_position_acceptance_ratio" and lb.get("window") == W_MID
     }
     assert positions == {"0", "1", "2", "3"}
     # the mean draft length is measured, not the configured 4: n-gram proposes fewer
@@ -614,7 +614,7 @@ def test_live_sidecar_reports_spec_off_for_server_without_speculation(nospec_run
             assert r["windows"][win]["verdict"] == "spec_off"
             assert r["windows"][win]["acceptance_rate"] is None
         assert sample(metrics, "specwatch_verdict", route=ROUTE, window=W_MID, verdict="spec_off") == 1
-        assert sample(metrics, "specwatch_acceptance_rate", route=ROUTE, window=W_MID) is None
+        assert sample(metrics, "specwatch_acceptance_ratio", route=ROUTE, window=W_MID) is None
 
 
 # ------------------------------------------------------------------ the cost model on what was measured here
@@ -779,6 +779,6 @@ def test_sidecar_follows_vllm_onto_the_recommended_config(advised_run):
     positions = {
         lb["position"]
         for n, lb, _ in samples(advised_run.metrics_after)
-        if n == "specwatch_position_acceptance_rate" and lb.get("window") == W_MID
+        if n == "specwatch_position_acceptance_ratio" and lb.get("window") == W_MID
     }
     assert positions == {str(i) for i in range(int(advised_run.advice["num_speculative_tokens"]))}

@@ -79,7 +79,7 @@ def fault_then_heal(server, car, behaviour, reason, *, polls=FAULT_POLLS, heal=N
     assert car.verdicts() == verdicts_before
     for label in ("1m", "5m"):
         assert value(metrics, "specwatch_verdict", window=label, verdict="keep") == 1.0
-        assert 0.7 < value(metrics, "specwatch_acceptance_rate", window=label) < 0.9
+        assert 0.7 < value(metrics, "specwatch_acceptance_ratio", window=label) < 0.9
     after = car.window_state()
     assert all(after[r][1] > windows_before[r][1] for r in windows_before), "the healed poll was not ingested"
     assert car.errors() == errors_after

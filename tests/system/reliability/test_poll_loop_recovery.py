@@ -51,7 +51,7 @@ def test_a_poll_loop_bug_is_counted_and_recovered_without_failing_liveness(monke
             healthz.append(http.get(base + "/healthz", timeout=5).status_code)
             metrics = parse_metrics(http.get(base + "/metrics", timeout=5).text)
             recovered = failures["left"] == 0 and value(
-                metrics, "specwatch_acceptance_rate", route="llama-70b", target="vllm", window="1m"
+                metrics, "specwatch_acceptance_ratio", route="llama-70b", target="vllm", window="1m"
             )
             if recovered:
                 break

@@ -138,7 +138,7 @@ def _half_request(port: int) -> socket.socket:
 def test_metrics_stay_fast_under_50_concurrent_scrapers_and_an_idle_connection(tmp_path, steady_sim):
     config = {**FAST, "targets": [{"name": "vllm", "url": steady_sim.url, "timeout": "400ms"}]}
     with sidecar_process(tmp_path, config) as running:
-        running.wait_for(lambda: "specwatch_acceptance_rate{" in running.metrics(), what="derived values")
+        running.wait_for(lambda: "specwatch_acceptance_ratio{" in running.metrics(), what="derived values")
         port = int(running.base.rsplit(":", 1)[1])
         holders = [_idle_connection(port), _half_request(port)]
         try:

@@ -26,11 +26,11 @@ MIRRORED = (
 def check_sane(car: Sidecar, metrics: dict) -> None:
     """No negative window delta and no ratio outside its range, on every window."""
     for (name, labels), v in metrics.items():
-        if name in ("specwatch_acceptance_rate", "specwatch_position_acceptance_rate"):
+        if name in ("specwatch_acceptance_ratio", "specwatch_position_acceptance_ratio"):
             assert 0.0 <= v <= 1.0, (name, labels, v)
         if name == "specwatch_window_drafts":
             assert v >= 0, (name, labels, v)
-        if name == "specwatch_mean_acceptance_length":
+        if name == "specwatch_mean_acceptance_length_tokens":
             assert v >= 1.0, (name, labels, v)
     for route in car.service.poller.pipeline._routes.values():
         for view in (route.window.view(car.sim.epoch + car.sim_t, w) for w in car.config.windows):
@@ -59,7 +59,7 @@ def test_vllm_restart_mid_window_no_negative_delta_no_verdict_change_and_one_res
                 for key, v in mirrored(metrics).items():
                     assert v >= before.get(key, 0.0), f"mirrored counter went down across the restart: {key}"
                 for label in ("1m", "5m"):
-                    assert 0.7 < value(metrics, "specwatch_acceptance_rate", window=label) < 0.9
+                    assert 0.7 < value(metrics, "specwatch_acceptance_ratio", window=label) < 0.9
         assert not [e for e in logs if e["event"] == "verdict_changed"]
         assert car.verdicts() == verdicts
         assert value(car.scrape(), "specwatch_target_restarts_total", target=TARGET) == 1
@@ -161,7 +161,7 @@ def test_multiprocess_vllm_restarts_without_created_keep_ratios_sane_and_verdict
                 metrics = car.scrape()
                 check_sane(car, metrics)
                 for label in ("1m", "5m"):
-                    alpha = value(metrics, "specwatch_acceptance_rate", window=label)
+                    alpha = value(metrics, "specwatch_acceptance_ratio", window=label)
                     true_alpha = car.sim.truth()["routes"]["llama-8b"]["alpha"]
                     assert alpha is None or abs(alpha - true_alpha) < 0.08, (car.sim_t, label, alpha, true_alpha)
         assert not [e for e in logs if e["event"] == "verdict_changed"], logs

@@ -200,7 +200,7 @@ NOT_COMPUTABLE = (
     "specwatch_draft_tokens_total",
     "specwatch_accepted_tokens_total",
     "specwatch_accepted_tokens_by_position_total",
-    "specwatch_position_acceptance_rate",
+    "specwatch_position_acceptance_ratio",
     "specwatch_itl_seconds_bucket",
     "specwatch_itl_p50_seconds",
     "specwatch_itl_p99_seconds",
@@ -212,7 +212,7 @@ NOT_COMPUTABLE = (
 def test_gauge_only_engine_exports_nothing_it_cannot_compute():
     metrics, status = _served("sglang", 8)  # the load's last poll: every supported value is there
     samples = _sample_names(metrics)
-    for name in ("specwatch_acceptance_rate", "specwatch_mean_acceptance_length", "specwatch_drafts_total"):
+    for name in ("specwatch_acceptance_ratio", "specwatch_mean_acceptance_length_tokens", "specwatch_drafts_total"):
         assert name in samples, name
     for name in NOT_COMPUTABLE:
         assert name not in samples, name

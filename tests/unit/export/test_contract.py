@@ -2,6 +2,8 @@
 one HELP per family whatever the mode, and the docs that list the families kept to the table."""
 
 import re
+import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from specwatch.export import contract
 from specwatch.export.collector import SpecwatchCollector
-from specwatch.verdict.grading import Grading, WindowSummary
+from specwatch.verdict.grading import SUMMARY_QUANTITIES, Grading, WindowSummary
 from specwatch.view.fleet import FleetRow, FleetState, ReplicaRouteState, RouteBaseline
 from specwatch.view.targets import RouteState, State, TargetState
 from specwatch.windows.derive import GAUGE_MEAN
@@ -154,8 +156,8 @@ SIDECAR_CASES = [
         [
             'specwatch_step_time_curve_seconds{route="chat",target="vllm",tokens="8"} 0.01',
             'specwatch_step_time_curve_seconds{route="chat",target="vllm",tokens="512"} 0.03',
-            'specwatch_advice_before_window{method="eagle3",quantity="acceptance_rate",route="chat",target="vllm"} 0.75',
-            'specwatch_advice_before_position_acceptance_rate{position="1",route="chat",target="vllm"} 0.6',
+            'specwatch_advice_before_acceptance_ratio{method="eagle3",route="chat",target="vllm"} 0.75',
+            'specwatch_advice_before_position_acceptance_ratio{position="1",route="chat",target="vllm"} 0.6',
         ],
         [],
     ),
@@ -204,8 +206,8 @@ FLEET_CASES = [
         "a fleet row",
         FLEET,
         [
-            'specwatch_fleet_acceptance_rate{route="chat",window="5m"} 0.6',
-            'specwatch_fleet_losing_token_share{route="chat",window="5m"} 0.1',
+            'specwatch_fleet_acceptance_ratio{route="chat",window="5m"} 0.6',
+            'specwatch_fleet_losing_tokens_ratio{route="chat",window="5m"} 0.1',
             'specwatch_fleet_replicas{route="chat",verdict="keep",window="5m"} 2.0',
         ],
         [],
@@ -250,7 +252,7 @@ FLEET_CASES = [
         [
             'specwatch_advice_measured_gain_ratio{namespace="team-a",route="chat"} 0.8',
             'specwatch_advice_predicted_gain_ratio{namespace="team-b",route="chat"} 0.9',
-            'specwatch_fleet_acceptance_rate{route="chat",window="5m"} 0.6',
+            'specwatch_fleet_acceptance_ratio{route="chat",window="5m"} 0.6',
         ],
         [],
     ),
@@ -258,7 +260,7 @@ FLEET_CASES = [
         "a failed poll serves no replica",
         replace(FLEET, up=False, routes=(_replica_route(),)),
         ["specwatch_prometheus_up 0.0"],
-        ["specwatch_route_info", "specwatch_acceptance_rate", "specwatch_verdict"],
+        ["specwatch_route_info", "specwatch_acceptance_ratio", "specwatch_verdict"],
     ),
 ]
 
@@ -295,7 +297,7 @@ def test_a_family_of_both_modes_has_one_help_in_both():
     sidecar = _declared(_sidecar_lines(_state()))
     fleet = _declared(_fleet_lines(FLEET))
     shared = sidecar.keys() & fleet.keys()
-    assert {"specwatch_route_info", "specwatch_acceptance_rate", "specwatch_build_info"} <= shared
+    assert {"specwatch_route_info", "specwatch_acceptance_ratio", "specwatch_build_info"} <= shared
     assert {name: sidecar[name] for name in shared} == {name: fleet[name] for name in shared}
 
 
@@ -324,7 +326,7 @@ def test_the_architecture_page_gives_each_family_the_tables_type():
 
 
 def test_replica_labels_go_only_to_what_a_replica_exports():
-    assert contract.BY_NAME["specwatch_acceptance_rate"].labels(["pod"]) == ["route", "target", "window", "pod"]
+    assert contract.BY_NAME["specwatch_acceptance_ratio"].labels(["pod"]) == ["route", "target", "window", "pod"]
     assert contract.BY_NAME["specwatch_verdict"].labels(["pod"]) == ["route", "target", "window", "pod", "verdict"]
     assert contract.BY_NAME["specwatch_fleet_replicas"].labels(["pod"]) == ["route", "window", "verdict"]
     assert contract.BY_NAME["specwatch_prometheus_up"].labels(["pod"]) == []
@@ -350,12 +352,13 @@ def test_deployment_labels_go_only_to_what_is_kept_per_deployment():
 @pytest.mark.parametrize(
     "row",
     [
-        "drafts_seen  gauges   sidecar route,target -               | Misspelt type.",
-        "drafts_seen  gauge    pods    route,target -               | Unknown mode.",
-        "drafts_seen  gauge    both    route,target acceptance_rat  | Not an evaluation value.",
+        "drafts_seen  gauges   experimental sidecar route,target -               | Misspelt type.",
+        "drafts_seen  gauge    beta         sidecar route,target -               | Unknown stability.",
+        "drafts_seen  gauge    experimental pods    route,target -               | Unknown mode.",
+        "drafts_seen  gauge    experimental both    route,target acceptance_rat  | Not an evaluation value.",
     ],
 )
-def test_a_table_row_with_an_unknown_type_mode_or_value_is_refused(row):
+def test_a_table_row_with_an_unknown_type_stability_mode_or_value_is_refused(row):
     with pytest.raises(ValueError, match="drafts_seen"):
         contract._family(row)
 
@@ -381,3 +384,28 @@ def test_the_readme_stays_a_five_minute_read():
     assert "<!-- metrics:begin -->" not in readme and "<!-- config:begin -->" not in readme
     for linked in ("docs/configuration.md", "docs/metrics.md", "docs/runbook.md", "docs/kubernetes.md"):
         assert f"]({linked})" in readme and (REPO / linked).is_file()
+
+
+def test_each_before_window_quantity_is_a_family_of_its_own_in_the_table():
+    assert set(contract.BEFORE_WINDOW) == set(SUMMARY_QUANTITIES)
+    families = [contract.BY_NAME[name] for name in (*contract.BEFORE_WINDOW.values(), contract.BEFORE_POSITIONS)]
+    assert len(set(contract.BEFORE_WINDOW.values())) == len(SUMMARY_QUANTITIES)
+    assert [f.name for f in families if f.modes != {"sidecar"} or f.type != "gauge"] == []
+
+
+PROMTOOL_CASES = [
+    *(("sidecar: " + what, _sidecar_lines(state)) for what, state, _, _ in SIDECAR_CASES),
+    *(("fleet: " + what, _fleet_lines(state)) for what, state, _, _ in FLEET_CASES),
+    ("fleet: replicas evaluated", _fleet_lines(replace(FLEET, routes=(_replica_route(),)))),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
+@pytest.mark.parametrize(("what", "lines"), PROMTOOL_CASES, ids=[c[0] for c in PROMTOOL_CASES])
+def test_each_modes_exposition_passes_promtool_check_metrics(what, lines):
+    body = "\n".join(lines) + "\n"
+    proc = subprocess.run(
+        ["promtool", "check", "metrics"], input=body, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert (proc.returncode, proc.stdout + proc.stderr) == (0, "")

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch import sim
 from specwatch.config import ReadbackConfig, from_mapping
 from specwatch.export.collector import registry_for
+from specwatch.export.contract import BEFORE_WINDOW
 from specwatch.fleet.client import Series
 from specwatch.serve.readback import Readback, readback_query, restored_from_series
 from specwatch.serve.service import Service
@@ -101,29 +102,33 @@ def test_a_restart_with_the_same_draft_length_grades_nothing():
 
 def test_the_newest_pod_wins_and_a_half_read_or_hostile_answer_restores_nothing():
     old, _ = run_pod(4, 300.0)
-    two_rollouts_ago = [
-        Series({**s.labels, "quantity": s.labels.get("quantity", "")}, ((500.0, 1.0),))
-        for s in as_stored(old, 0, pod="x")
-    ]
+    two_rollouts_ago = [Series(s.labels, ((500.0, 1.0),)) for s in as_stored(old, 0, pod="x")]
     latest = as_stored(old, 900.0, pod="vllm-old")
     restored = restored_from_series(two_rollouts_ago + latest)
     assert restored.before_windows["chat"].draft_length == pytest.approx(4.0, abs=0.01)
     # A group without its ITL per token, or with an impossible value, is no baseline.
-    missing = [s for s in latest if s.labels.get("quantity") != "itl_per_token_seconds"]
+    missing = [s for s in latest if s.labels["__name__"] != BEFORE_WINDOW["itl_per_token_seconds"]]
     assert restored_from_series(missing).routes == []
     hostile = [
-        Series(s.labels, ((900.0, float("nan") if s.labels.get("quantity") == "batch_size" else s.points[0][1]),))
+        Series(
+            s.labels,
+            ((900.0, float("nan") if s.labels["__name__"] == BEFORE_WINDOW["batch_size"] else s.points[0][1]),),
+        )
         for s in latest
     ]
     assert restored_from_series(hostile).routes == []
-    nameless = [Series({"__name__": "specwatch_advice_before_window"}, ((1.0, 1.0),))]
+    nameless = [Series({"__name__": BEFORE_WINDOW["drafts"]}, ((1.0, 1.0),))]
     assert restored_from_series(nameless).routes == []
 
 
 def test_the_query_picks_the_families_under_the_configured_selector():
     config = ReadbackConfig(url="http://p:9090", selector='{namespace="llm", job="vllm-chat"}')
     assert readback_query(config) == (
-        '{__name__=~"specwatch_advice_before_window|specwatch_advice_before_position_acceptance_rate|'
+        '{__name__=~"specwatch_advice_before_span_seconds|specwatch_advice_before_draft_length_tokens|'
+        "specwatch_advice_before_acceptance_ratio|specwatch_advice_before_batch_size_requests|"
+        "specwatch_advice_before_mean_acceptance_length_tokens|specwatch_advice_before_itl_p99_seconds|"
+        "specwatch_advice_before_itl_per_token_mean_seconds|specwatch_advice_before_drafts|"
+        "specwatch_advice_before_position_acceptance_ratio|"
         'specwatch_step_time_curve_seconds", namespace="llm", job="vllm-chat"}'
     )
 
@@ -221,7 +226,8 @@ def test_a_sample_stamped_in_the_future_or_before_the_lookback_never_beats_the_p
     real = as_stored(old, 1000.0, pod="vllm-old")
     forged = [
         Series(
-            {**s.labels, "pod": "forged"}, ((at, 2 * s.points[0][1] if s.labels.get("quantity") else s.points[0][1]),)
+            {**s.labels, "pod": "forged"},
+            ((at, 2 * s.points[0][1] if s.labels["__name__"] in BEFORE_WINDOW.values() else s.points[0][1]),),
         )
         for at in (5000.0, float("inf"), 1.0)
         for s in real
@@ -236,7 +242,10 @@ def test_a_before_window_with_magnitudes_no_server_has_is_not_restored():
     old, _ = run_pod(4, 300.0)
     real = as_stored(old, 1000.0, pod="vllm-old")
     slow = [
-        Series(s.labels, ((1000.0, 1e3 if s.labels.get("quantity") == "itl_per_token_seconds" else s.points[0][1]),))
+        Series(
+            s.labels,
+            ((1000.0, 1e3 if s.labels["__name__"] == BEFORE_WINDOW["itl_per_token_seconds"] else s.points[0][1]),),
+        )
         for s in real
     ]
     restored = restored_from_series(slow, now=1200.0, lookback=600.0)

@@ -57,12 +57,12 @@ def test_a_reload_of_draft_config_alone_rechecks_the_server_against_the_new_k():
     for _ in islice(polls, 20):
         pass
     assert _exported(service, "specwatch_speculative_config_mismatch") == 1.0
-    assert _exported(service, "specwatch_configured_draft_length") == 4
+    assert _exported(service, "specwatch_configured_draft_length_tokens") == 4
     kept = service.poller.pipeline
     service.apply(stated_k2)
     assert service.poller.pipeline is kept  # not rebuilt: only the stated config changed, so the polls go on feeding it
     next(polls)
-    assert _exported(service, "specwatch_configured_draft_length") == 2
+    assert _exported(service, "specwatch_configured_draft_length_tokens") == 2
     assert _exported(service, "specwatch_speculative_config_mismatch") == 0.0
 
 

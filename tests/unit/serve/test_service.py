@@ -109,7 +109,7 @@ def test_run_serves_metrics_and_status_over_http_from_real_payloads(sidecar):
     assert window["verdict"] in ("keep", "shorten", "disable", "undecided", "insufficient_data")
     metrics = requests.get(base + "/metrics", timeout=2).text
     for name in (
-        "specwatch_acceptance_rate{",
+        "specwatch_acceptance_ratio{",
         "specwatch_drafts_total{",
         "specwatch_itl_seconds_bucket{",
         "specwatch_target_up{",
@@ -128,7 +128,7 @@ def test_run_serves_metrics_and_status_over_http_from_real_payloads(sidecar):
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
 def test_exported_metrics_pass_promtool_check_metrics(sidecar):
     base, _, _ = sidecar
-    wait_for(lambda: "specwatch_acceptance_rate{" in requests.get(base + "/metrics", timeout=2).text)
+    wait_for(lambda: "specwatch_acceptance_ratio{" in requests.get(base + "/metrics", timeout=2).text)
     body = requests.get(base + "/metrics", timeout=2).text
     proc = subprocess.run(
         ["promtool", "check", "metrics"], input=body, capture_output=True, text=True, timeout=30, check=False

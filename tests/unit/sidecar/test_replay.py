@@ -279,10 +279,10 @@ def test_a_route_that_vanishes_while_its_target_stays_up_stops_being_served():
         pipeline.ingest("vllm", 5.0 * i, text)
         pipeline.evaluate(5.0 * i)
         exposition = generate_latest(registry_for(pipeline.view)).decode()
-        assert ('specwatch_acceptance_rate{route="b"' in exposition) == (3 <= i < 6), (
+        assert ('specwatch_acceptance_ratio{route="b"' in exposition) == (3 <= i < 6), (
             i
         )  # from the first window over the guard
-        assert 'specwatch_acceptance_rate{route="a"' in exposition or i < 3
+        assert 'specwatch_acceptance_ratio{route="a"' in exposition or i < 3
 
 
 def test_a_model_joining_a_route_matched_on_engine_adds_its_new_drafts_not_its_lifetime():

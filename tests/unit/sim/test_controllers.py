@@ -76,8 +76,8 @@ def other_alerts(samples: Samples, route: str) -> set[str]:
     off = any(value(samples, "specwatch_verdict", verdict=v, **w) == 1 for v in ("disable", "spec_off"))
     if loss is not None and loss >= 0.8 and not off:
         fired.add("SpecDecodeProbablyLosing")
-    recommended = value(samples, "specwatch_recommended_draft_length", **w)
-    drafted = value(samples, "specwatch_draft_length", **w)
+    recommended = value(samples, "specwatch_recommended_draft_length_tokens", **w)
+    drafted = value(samples, "specwatch_draft_length_tokens", **w)
     if recommended is not None and drafted is not None and recommended < drafted and recommended >= 1:
         fired.add("SpecDecodeShorterDraftRecommended")
     if value(samples, "specwatch_speculative_config_mismatch", **w) == 1 and stopped(samples, route) is None:

@@ -167,7 +167,7 @@ def test_the_sidecar_exports_a_mismatch_while_the_simulated_server_ignores_its_s
             for sample in fam.samples:
                 if sample.name == "specwatch_speculative_config_mismatch" and sample.labels["window"] == "1m":
                     seen[t] = sample.value
-                if sample.name == "specwatch_configured_draft_length" and sample.labels["window"] == "1m":
+                if sample.name == "specwatch_configured_draft_length_tokens" and sample.labels["window"] == "1m":
                     assert sample.value == 2
     assert {seen[t] for t in seen if 60 <= t <= 180} == {0.0}
     assert {seen[t] for t in seen if t >= 180 + 60} == {1.0}

@@ -568,7 +568,7 @@ def test_a_breakeven_above_one_is_exported_capped_with_a_cannot_pay_series_and_k
     samples = {
         (s.name, s.labels.get("window")): s.value for fam in text_string_to_metric_families(text) for s in fam.samples
     }
-    assert samples[("specwatch_breakeven_acceptance_rate", "2m")] == 1.0
+    assert samples[("specwatch_breakeven_acceptance_ratio", "2m")] == 1.0
     assert samples[("specwatch_speculation_cannot_pay", "2m")] == 1.0
 
 
