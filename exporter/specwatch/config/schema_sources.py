@@ -9,7 +9,7 @@ from specwatch.config import result
 from specwatch.config.file_kinds import ExistingFile
 from specwatch.config.kinds import POSITIVE, Choice, Duration, Flag, Name, Size, Text, Url
 from specwatch.config.label_kinds import LabelMatchers, LabelNames
-from specwatch.config.mapping_kinds import StringMap
+from specwatch.config.mapping_kinds import Shard, StringMap
 from specwatch.config.nodes import Key, Section
 from specwatch.engines.registry import AUTO, ENGINE_NAMES
 
@@ -190,6 +190,21 @@ PROMETHEUS = Section(
             "live fleet mode, at start and when a reload rebuilds it: replay this much history into the "
             "learners, verdicts and rollout grader, serving none of it (docs/fleet.md); 0s: off",
             example="6h",
+        ),
+        Key(
+            "recorded",
+            Flag(),
+            "read the per-route series of rules/specwatch-fleet-recording.yaml instead of every replica's "
+            "(docs/fleet.md); null: detected with one query at start",
+            example=True,
+            nullable=True,
+        ),
+        Key(
+            "shard",
+            Shard(),
+            "{index, total}: evaluate only the routes whose stable hash modulo total is index (docs/fleet.md); "
+            "env: index/total",
+            example={"index": 0, "total": 2},
         ),
     ),
 )

@@ -509,6 +509,8 @@ def test_the_fleet_sections_fields_match_the_fleet_sources_dataclass():
         ("scrape_interval", "float | None"),
         ("canary", "Mapping[str, str]"),
         ("history_lookback", "float"),
+        ("recorded", "bool | None"),
+        ("shard", "tuple[int, int]"),
     ]
     assert PrometheusConfig(url="http://p", selector=' { job="vllm", } ').matchers == 'job="vllm"'
     assert PrometheusConfig(url="http://p").matchers == ""
