@@ -140,11 +140,13 @@ class Shard(Kind):
         }
 
     def from_env(self, text: str) -> object:
-        """ "index/total", or a JSON object."""
+        """index/total, or <StatefulSet pod name>/total (the index is the ordinal at the name's
+        end, as the chart's shards set it), or a JSON object."""
         if text.strip().startswith("{"):
             try:
                 return json.loads(text)
             except ValueError:
                 return text
-        index, _, total = text.partition("/")
-        return {"index": index.strip(), "total": total.strip()}
+        index, _, total = text.rpartition("/")
+        ordinal = re.search(r"-([0-9]+)$", index.strip())
+        return {"index": ordinal.group(1) if ordinal else index.strip(), "total": total.strip()}
