@@ -5,16 +5,18 @@ aggregate as it reads a replica (no Prometheus needed; tests/system/fleet runs o
 from __future__ import annotations
 
 import re
+from array import array
 from pathlib import Path
 
 import pytest
 import yaml
 
-from specwatch.config import ConfigError, from_mapping
+from specwatch.config import ConfigError, PrometheusConfig, from_mapping
 from specwatch.fleet import queries as promql
 from specwatch.fleet import recorded
-from specwatch.fleet.client import Sample
+from specwatch.fleet.client import Points, PromClient, RangeAnswer, Sample, Series
 from specwatch.fleet.evaluator import FleetEvaluator
+from specwatch.fleet.history import read_history
 
 RULES = Path(__file__).resolve().parents[3] / "rules" / "specwatch-fleet-recording.yaml"
 BASE = {
@@ -110,3 +112,36 @@ def test_recorded_series_are_detected_by_any_aggregate_above_zero():
     assert recorded.present([Sample({}, 3.0)])
     assert not recorded.present([Sample({}, 0.0)])
     assert not recorded.present([])
+
+
+class _Answering(PromClient):
+    """A PromClient that sends nothing: it notes each range query and answers `present` to the
+    detection query (one point above zero) and nothing to any other."""
+
+    def __init__(self, config: PrometheusConfig, present: bool) -> None:
+        super().__init__(config)
+        self.present = present
+        self.asked: list[str] = []
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> RangeAnswer:
+        self.asked.append(expr)
+        if expr.startswith("count(") and self.present:
+            return RangeAnswer((Series({}, Points(array("d", (end, 3.0)))),), 0.0, 0)
+        return RangeAnswer((), 0.0, 0)
+
+
+@pytest.mark.parametrize("present", [True, False])
+def test_the_history_read_detects_the_recorded_series_and_then_reads_only_per_route_aggregates(present):
+    config = from_mapping(_config(history_lookback="10m"), environ={})
+    evaluator = FleetEvaluator(config)
+    assert evaluator.recorded is None
+    assert config.prometheus is not None
+    client = _Answering(config.prometheus, present)
+    try:
+        read_history(evaluator, 1_800_000_000.0, client=client)
+    finally:
+        client.close()
+    detection, *reads = client.asked
+    assert detection == recorded.detection_query(config.prometheus.matchers)
+    assert evaluator.recorded is present and reads
+    assert all(("fleet_route:" in q or "fleet_replica:" in q) is present for q in reads)
