@@ -150,3 +150,22 @@ class Shard(Kind):
         index, _, total = text.rpartition("/")
         ordinal = re.search(r"-([0-9]+)$", index.strip())
         return {"index": ordinal.group(1) if ordinal else index.strip(), "total": total.strip()}
+
+
+@dataclass(frozen=True)
+class FlagOrAuto(Kind):
+    """true, false, or "auto" (None: decided at run time)."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> bool | None:
+        if value == "auto":
+            return None
+        if not isinstance(value, bool):
+            raise ConfigError(key, "expected true, false or auto")
+        return value
+
+    def json_schema(self) -> JsonSchema:
+        return {"enum": [True, False, "auto"]}
+
+    def from_env(self, text: str) -> object:
+        lowered = text.strip().lower()
+        return {"true": True, "1": True, "false": False, "0": False, "auto": "auto"}.get(lowered, text)

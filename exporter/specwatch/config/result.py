@@ -146,8 +146,9 @@ class PrometheusConfig:
     # Live fleet mode's start: how far back the history is replayed into the learners (0: not).
     history_lookback: float = 12 * 3600.0
     # Read the engine-side per-route recorded series (rules/specwatch-fleet-recording.yaml):
-    # True, False, or None to detect them with one query at start (fleet/recorded.py).
-    recorded: bool | None = None
+    # True, False (the default: every replica's series), or None ("auto") to detect them with one
+    # query at start (fleet/recorded.py).
+    recorded: bool | None = False
     # (index, total): this instance evaluates only the routes whose hash falls on its index (fleet/shard.py).
     shard: tuple[int, int] = (0, 1)
 

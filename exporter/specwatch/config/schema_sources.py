@@ -9,7 +9,7 @@ from specwatch.config import result
 from specwatch.config.file_kinds import ExistingFile
 from specwatch.config.kinds import POSITIVE, Choice, Duration, Flag, Name, Size, Text, Url
 from specwatch.config.label_kinds import LabelMatchers, LabelNames
-from specwatch.config.mapping_kinds import Shard, StringMap
+from specwatch.config.mapping_kinds import FlagOrAuto, Shard, StringMap
 from specwatch.config.nodes import Key, Section
 from specwatch.engines.registry import AUTO, ENGINE_NAMES
 
@@ -193,11 +193,10 @@ PROMETHEUS = Section(
         ),
         Key(
             "recorded",
-            Flag(),
+            FlagOrAuto(),
             "read the per-route series of rules/specwatch-fleet-recording.yaml instead of every replica's "
-            "(docs/fleet.md); null: detected with one query at start",
-            example=True,
-            nullable=True,
+            "(docs/fleet.md); auto: detected with one query at start",
+            example="auto",
         ),
         Key(
             "shard",

@@ -102,10 +102,13 @@ def test_an_aggregate_is_evaluated_as_a_replica_is_keyed_by_the_aggregation_labe
     assert all(e.stats.acceptance_rate == pytest.approx(0.6) for _, e in results)
 
 
-def test_raw_mode_keeps_the_replica_labels_and_the_raw_queries():
-    evaluator = FleetEvaluator(from_mapping(_config(recorded=False, replica_labels=["namespace", "pod"]), environ={}))
-    assert evaluator.source.replica_labels == ("namespace", "pod")
-    assert "fleet_route:" not in evaluator.queries.windows[0][2]
+def test_raw_mode_by_default_keeps_the_replica_labels_and_the_raw_queries():
+    for stated in ({"recorded": False}, {}):
+        config = from_mapping(_config(**stated, replica_labels=["namespace", "pod"]), environ={})
+        evaluator = FleetEvaluator(config)
+        assert evaluator.recorded is False
+        assert evaluator.source.replica_labels == ("namespace", "pod")
+        assert "fleet_route:" not in evaluator.queries.windows[0][2]
 
 
 def test_recorded_series_are_detected_by_any_aggregate_above_zero():
@@ -132,7 +135,7 @@ class _Answering(PromClient):
 
 @pytest.mark.parametrize("present", [True, False])
 def test_the_history_read_detects_the_recorded_series_and_then_reads_only_per_route_aggregates(present):
-    config = from_mapping(_config(history_lookback="10m"), environ={})
+    config = from_mapping(_config(history_lookback="10m", recorded="auto"), environ={})
     evaluator = FleetEvaluator(config)
     assert evaluator.recorded is None
     assert config.prometheus is not None
