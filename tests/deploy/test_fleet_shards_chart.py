@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 
 # (test_helm_chart skips itself, and so this module, without helm-python-sdk)
-from deploy.test_helm_chart import PROMETHEUS, chart, merged, render, rendered_alerts, rendered_config  # noqa: F401
+from deploy.test_helm_chart import (  # noqa: F401  (chart: the fixture)
+    PROMETHEUS,
+    chart,
+    merged,
+    render,
+    rendered_alerts,
+    rendered_config,
+    validation_errors,
+)
 from specwatch import config as config_mod
 
 
@@ -22,6 +30,7 @@ def test_fleet_shards_render_a_statefulset_whose_pods_take_their_shard_from_thei
     assert workloads["Deployment"] == []
     (statefulset,) = workloads["StatefulSet"]
     assert statefulset["spec"]["replicas"] == 3
+    assert validation_errors(statefulset) == []
     (container,) = statefulset["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e for e in container["env"]}
     assert env["SPECWATCH_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
