@@ -35,7 +35,6 @@ from specwatch.config.result import (
     PrometheusConfig,
     ReadbackConfig,
     RouteConfig,
-    ShardConfig,
     TargetConfig,
 )
 
@@ -52,7 +51,6 @@ __all__ = [
     "PrometheusConfig",
     "ReadbackConfig",
     "RouteConfig",
-    "ShardConfig",
     "TargetConfig",
     "format_duration",
     "from_mapping",

@@ -105,3 +105,67 @@ class SpeculativeConfig(Kind):
 
     def json_schema(self) -> JsonSchema:
         return {"type": ["object", "string"]}
+
+
+@dataclass(frozen=True)
+class Shard(Kind):
+    """{index, total} of a fleet shard -> (index, total), 0 <= index < total."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> tuple[int, int]:
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, f"expected a mapping {{index, total}}, got {type(value).__name__}")
+        for name in value:
+            if name not in ("index", "total"):
+                raise ConfigError(f"{key}.{name}", "allowed: index, total")
+        numbers: dict[str, int] = {}
+        for name in ("index", "total"):
+            item = value.get(name)
+            if isinstance(item, str) and item.strip().isdigit():
+                item = int(item)
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise ConfigError(f"{key}.{name}", f"expected an integer, got {item!r}")
+            numbers[name] = item
+        if numbers["total"] < 1:
+            raise ConfigError(f"{key}.total", f"must be >= 1, got {numbers['total']}")
+        if not 0 <= numbers["index"] < numbers["total"]:
+            raise ConfigError(f"{key}.index", f"must be in 0..{numbers['total'] - 1}, got {numbers['index']}")
+        return numbers["index"], numbers["total"]
+
+    def json_schema(self) -> JsonSchema:
+        return {
+            "type": "object",
+            "properties": {"index": {"type": "integer", "minimum": 0}, "total": {"type": "integer", "minimum": 1}},
+            "required": ["index", "total"],
+            "additionalProperties": False,
+        }
+
+    def from_env(self, text: str) -> object:
+        """index/total, or <StatefulSet pod name>/total (the index is the ordinal at the name's
+        end, as the chart's shards set it), or a JSON object."""
+        if text.strip().startswith("{"):
+            try:
+                return json.loads(text)
+            except ValueError:
+                return text
+        index, _, total = text.rpartition("/")
+        ordinal = re.search(r"-([0-9]+)$", index.strip())
+        return {"index": ordinal.group(1) if ordinal else index.strip(), "total": total.strip()}
+
+
+@dataclass(frozen=True)
+class FlagOrAuto(Kind):
+    """true, false, or "auto" (None: decided at run time)."""
+
+    def parse(self, value: object, key: str, ctx: Context) -> bool | None:
+        if value == "auto":
+            return None
+        if not isinstance(value, bool):
+            raise ConfigError(key, "expected true, false or auto")
+        return value
+
+    def json_schema(self) -> JsonSchema:
+        return {"enum": [True, False, "auto"]}
+
+    def from_env(self, text: str) -> object:
+        lowered = text.strip().lower()
+        return {"true": True, "1": True, "false": False, "0": False, "auto": "auto"}.get(lowered, text)

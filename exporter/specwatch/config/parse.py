@@ -25,7 +25,6 @@ from specwatch.config.result import (
     PrometheusConfig,
     ReadbackConfig,
     RouteConfig,
-    ShardConfig,
     TargetConfig,
 )
 
@@ -151,19 +150,7 @@ def parse_prometheus(raw: Any, *, environ: Mapping[str, str] | None = None, base
     _check_authorization(values)
     _check_canary(values)
     _check_deployment(values)
-    return PrometheusConfig(**{**values, "shard": _shard(values)})
-
-
-def _shard(values: Mapping[str, Any]) -> ShardConfig | None:
-    shard = values.get("shard")
-    if shard is None:
-        return None
-    config = ShardConfig(**shard)
-    if config.index >= config.total:
-        raise ConfigError(
-            "prometheus.shard.index", f"must be < prometheus.shard.total ({config.total}), got {config.index}"
-        )
-    return config
+    return PrometheusConfig(**values)
 
 
 def _check_canary(values: Mapping[str, Any]) -> None:
@@ -224,7 +211,7 @@ def _build_prometheus(values: dict[str, Any], poll_interval: float) -> Prometheu
                     f"windows[{i}]",
                     f"must be at least 2 x prometheus.scrape_interval ({format_duration(2 * scrape_interval)})",
                 )
-    return PrometheusConfig(**{**section, "timeout": timeout, "shard": _shard(section)})
+    return PrometheusConfig(**{**section, "timeout": timeout})
 
 
 def _build(values: dict[str, Any]) -> Config:

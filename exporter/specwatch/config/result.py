@@ -39,7 +39,7 @@ from specwatch.config.kinds import (
     Url,
 )
 from specwatch.config.label_kinds import LabelMatchers, LabelNames
-from specwatch.config.mapping_kinds import SpeculativeConfig, StringMap
+from specwatch.config.mapping_kinds import FlagOrAuto, Shard, SpeculativeConfig, StringMap
 from specwatch.config.nodes import declared, items, schema_of, section, setting
 from specwatch.costmodel import (
     DRAFT_METHODS,
@@ -344,18 +344,6 @@ class AlertingConfig:
 
 
 @declared
-class ShardConfig:
-    """One of several specwatch instances that split a fleet's replicas between them."""
-
-    index: int = setting(
-        Number(minimum=0, integer=True), "this instance's shard, from 0 to total - 1", example=0, required=True
-    )
-    total: int = setting(
-        Number(minimum=1, integer=True), "how many shards the replicas are split into", example=2, required=True
-    )
-
-
-@declared
 class PrometheusConfig:
     """`prometheus:` fleet mode: specwatch polls no vLLM itself and reads every replica from a
     Prometheus-compatible query API instead."""
@@ -443,19 +431,21 @@ class PrometheusConfig:
         default=12 * 3600.0,
         example="6h",
     )
-    # Whether the query API holds the series of specwatch's recording rules; None: detected.
+    # None ("auto"): detected with one query at start (fleet/recorded.py).
     recorded: bool | None = setting(
-        Flag(),
-        "whether the query API holds the series of specwatch's recording rules (rules/); null: detected at start",
-        default=None,
-        example=True,
-        nullable=True,
+        FlagOrAuto(),
+        "read the per-route series of rules/specwatch-fleet-recording.yaml instead of every replica's "
+        "(docs/fleet.md); auto: detected with one query at start",
+        default=False,
+        example="auto",
     )
-    # None: this instance reads every replica the selector matches.
-    shard: ShardConfig | None = section(
-        ShardConfig,
-        "with several specwatch instances on one fleet: the share of the replicas this one reads; null: every replica",
-        nullable=True,
+    # (index, total): this instance evaluates only the routes whose hash falls on its index (fleet/shard.py).
+    shard: tuple[int, int] = setting(
+        Shard(),
+        "{index, total}: evaluate only the routes whose stable hash modulo total is index (docs/fleet.md); "
+        "env: index/total, or <StatefulSet pod name>/total",
+        default=(0, 1),
+        example={"index": 0, "total": 2},
     )
 
     @property

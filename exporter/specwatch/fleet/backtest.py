@@ -30,6 +30,7 @@ from typing import IO, Any, Protocol
 from specwatch import config as config_mod
 from specwatch import costmodel
 from specwatch.config import Config, ConfigError
+from specwatch.fleet import recorded
 from specwatch.fleet.client import MAX_POINTS_PER_SERIES, Points, PromClient, PromQueryError, RangeAnswer, Sample
 from specwatch.fleet.evaluator import FleetEvaluator, collector_paused
 from specwatch.fleet.rows import fleet_record, replica_record
@@ -134,6 +135,9 @@ def replay(
     halves until it fits; any other query error is raised. ``from_first_data``: the steps before
     the first with any window series are skipped (before the fleet existed, an empty answer is no
     selector that matches nothing; evaluating them would change nothing else)."""
+    if evaluator.recorded is None:  # one range query: were the recording rules there at the end?
+        answer = client.query_range(recorded.detection_query(evaluator.source.matchers), end, end, step)
+        evaluator.use_recorded(recorded.covers(evaluator.config.windows) and recorded.present_in_range(answer.series))
     queries = evaluator.queries
     pending = _chunks(origin, end, step, max_points)
     waiting = from_first_data

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 import structlog
 
 from specwatch import costmodel
-from specwatch.config import Config, ConfigError, PrometheusConfig
+from specwatch.config import Config, ConfigError, PrometheusConfig, format_duration
 from specwatch.engines.series import RouteMatcher
 from specwatch.fleet import queries as promql
+from specwatch.fleet import recorded
 from specwatch.fleet.baseline import FleetLearning, ReplicaWindow
 from specwatch.fleet.client import PromClient, PromQueryError, Sample, Vector
 from specwatch.fleet.grouping import (
@@ -42,6 +43,7 @@ from specwatch.fleet.grouping import (
     window_view,
 )
 from specwatch.fleet.rows import fleet_rows
+from specwatch.fleet.shard import shard_of
 from specwatch.verdict.bookkeeping import EvaluationContext
 from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route
 from specwatch.verdict.grading import RolloutGrader
@@ -77,17 +79,21 @@ class FleetEvaluator(EvaluationContext):
         if config.prometheus is None:
             raise ConfigError("prometheus", "required for fleet mode and backtest (url, selector, replica_labels)")
         super().__init__(config, cost_model)
-        self.source: PrometheusConfig = config.prometheus
-        source = self.source
+        if config.prometheus.recorded and not recorded.covers(config.windows):
+            raise ConfigError(
+                "prometheus.recorded",
+                "the recording rules record windows "
+                + ", ".join(format_duration(w) for w in recorded.WINDOWS)
+                + ": set windows among them, or recorded: false",
+            )
         self.matchers = [RouteMatcher(r.name, dict(r.match)) for r in config.routes]
-        self.queries = promql.query_set(
-            config.windows, config.window_labels, source.matchers, source.replica_labels, source.scrape_interval
-        )
-        # One grouper per window: each keeps its label sets' plans from poll to poll.
-        plans = PlanCache()  # the windows' answers hold the same label sets: planned once
-        self._groupers = {
-            label: WindowGrouper(source.replica_labels, self.matchers, plans) for label in config.window_labels
-        }
+        # True: the recorded per-route series are read (fleet/recorded.py), False: each replica's;
+        # None: not known yet (FleetSource and replay detect it before their first evaluation).
+        self.recorded: bool | None = config.prometheus.recorded
+        self.shard: tuple[int, int] = config.prometheus.shard
+        self._shard_of: dict[RouteKey, bool] = {}
+        self.use_recorded(bool(self.recorded))
+        self.recorded = config.prometheus.recorded
         self.learning = FleetLearning(self)  # one step-time curve per route
         self._records: dict[RouteKey, _Record] = {}
         # Per route and deployment (prometheus.deployment_labels): old pods' windows vs new pods' (grading.py).
@@ -105,6 +111,39 @@ class FleetEvaluator(EvaluationContext):
         self._grouped_series: int | None = None  # series in the answers group() last read
         self._series: int | None = None  # ... in the last successful poll's (0: the selector matched nothing)
 
+    def use_recorded(self, on: bool) -> None:
+        """Read the recorded per-route series (on) or every replica's; before the first poll: the
+        queries, the replica key and the groupers follow."""
+        config = self.config
+        assert config.prometheus is not None  # __init__ refuses a config without one
+        self.recorded = on
+        self.source = _source_for(config.prometheus, on)
+        source = self.source
+        if on:
+            self.queries = recorded.query_set(config.windows, config.window_labels, source.matchers)
+        else:
+            self.queries = promql.query_set(
+                config.windows, config.window_labels, source.matchers, source.replica_labels, source.scrape_interval
+            )
+        # One grouper per window: each keeps its label sets' plans from poll to poll.
+        plans = PlanCache()  # the windows' answers hold the same label sets: planned once
+        self._groupers = {
+            label: WindowGrouper(source.replica_labels, self.matchers, plans) for label in config.window_labels
+        }
+        self._shard_of.clear()
+
+    def owns(self, key: RouteKey) -> bool:
+        """Whether this shard evaluates the route of this key (prometheus.shard)."""
+        owned = self._shard_of.get(key)
+        if owned is None:
+            index, total = self.shard
+            replica, route = key
+            owned = shard_of(route, deployment_of(replica, self.source.deployment_labels), total) == index
+            if len(self._shard_of) > 1_000_000:  # replicas come and go: forget them now and then
+                self._shard_of.clear()
+            self._shard_of[key] = owned
+        return owned
+
     def reconfigure(self, config: Config) -> list[str]:
         """Take a reloaded config with the same Prometheus source, routes and windows (otherwise
         build a new FleetEvaluator): verdicts are kept, what came from the old config is derived
@@ -115,7 +154,7 @@ class FleetEvaluator(EvaluationContext):
         # The shape leaves out only history_lookback; still, the source is the reloaded config's, so
         # that evaluator.source and evaluator.config.prometheus are never two answers.
         assert config.prometheus is not None  # the shape check above: a source is configured
-        self.source = config.prometheus
+        self.source = _source_for(config.prometheus, bool(self.recorded))
         for record in self._records.values():
             record.derived.clear()  # window stats derived with the old draft.k hint
         self.learning.reconfigure(rebuilt)
@@ -138,9 +177,13 @@ class FleetEvaluator(EvaluationContext):
         answers = [windows.get(label, ()) for label in self.config.window_labels]
         sized = all(isinstance(a, Sized) for a in answers)  # (an iterator's count is unknown: None)
         self._grouped_series = sum(len(a) for a in answers if isinstance(a, Sized)) if sized else None
-        return {
+        grouped = {
             label: self._groupers[label].group(a) for label, a in zip(self.config.window_labels, answers, strict=True)
         }
+        if self.shard[1] > 1:
+            owns = self.owns
+            grouped = {label: {k: v for k, v in g.items() if owns(k)} for label, g in grouped.items()}
+        return grouped
 
     def evaluate(
         self,
@@ -329,6 +372,18 @@ class FleetEvaluator(EvaluationContext):
         )
 
 
+def _source_for(source: PrometheusConfig, on_recorded: bool) -> PrometheusConfig:
+    """The source as the evaluator reads it: on recorded series, an aggregate is the replica."""
+    if not on_recorded:
+        return source
+    labels = recorded.AGGREGATE_LABELS
+    return dataclasses.replace(
+        source,
+        replica_labels=labels,
+        deployment_labels=tuple(name for name in source.deployment_labels if name in labels),
+    )
+
+
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector held off for one poll. Decoding and grouping a 1,000-replica
@@ -359,8 +414,10 @@ class FleetSource:
 
     def _poll(self, now: float) -> list[tuple[ReplicaKey, RouteEvaluation]] | None:
         start = time.monotonic()
-        queries = self.evaluator.queries
         try:
+            if self.evaluator.recorded is None:
+                self.detect(now)
+            queries = self.evaluator.queries
             windows = {label: self.client.query_vector(expr, now) for label, _, expr in queries.windows}
             freshness = self.client.query(queries.freshness, now).samples
             grouped = self.evaluator.group(windows)  # a malformed answer fails the poll here, before anything moves
@@ -370,6 +427,16 @@ class FleetSource:
             return None
         self.evaluator.sent_queries = self.client.queries
         return self.evaluator.evaluate_grouped(now, grouped, freshness, time.monotonic() - start)
+
+    def detect(self, now: float) -> None:
+        """Whether the recording rules are there: one query (PromQueryError if it fails)."""
+        evaluator = self.evaluator
+        matchers = evaluator.source.matchers  # (the same selector whichever series are read)
+        found = recorded.covers(evaluator.config.windows) and recorded.present(
+            self.client.query(recorded.detection_query(matchers), now).samples
+        )
+        evaluator.use_recorded(found)
+        log.info("fleet_recorded_series", recorded=found)
 
 
 __all__ = ["FleetEvaluator", "FleetSource", "collector_paused"]

@@ -32,6 +32,7 @@ timestamps, one sample fewer than the sidecar).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from specwatch.config import format_duration
@@ -87,12 +88,12 @@ class QuerySet:
         return len(self.windows) + 1
 
 
-def _selector(name: str, matchers: str, select: tuple[tuple[str, str], ...] = ()) -> str:
+def selector(name: str, matchers: str, select: tuple[tuple[str, str], ...] = ()) -> str:
     every = ",".join([*filter(None, [matchers]), *(f'{label}="{value}"' for label, value in select)])
     return f"{name}{{{every}}}" if every else name
 
 
-def _exact_increase(series: str, window: str) -> str:
+def exact_increase(series: str, window: str) -> str:
     """last − first sample of a counter inside the window; increase() only across a reset."""
     ranged = f"{series}[{window}]"
     return f"(max_over_time({ranged}) - min_over_time({ranged}) unless resets({ranged}) > 0) or increase({ranged})"
@@ -109,21 +110,21 @@ def _gauge_parts(engine: EngineSchema, seconds: float, matchers: str, group: str
     moved or a gauge changed since the scrape before), one subquery point per scrape; the window's
     first scrape closes the interval before it and is left out, as the sidecar leaves it out."""
     pair = format_duration(2 * interval)  # the scrape and the one before it: idelta's two samples
-    changed = [f"(abs(idelta({_selector(name, matchers)}[{pair}])) > 0)" for name in engine.window_gauges]
+    changed = [f"(abs(idelta({selector(name, matchers)}[{pair}])) > 0)" for name in engine.window_gauges]
     moved = [
-        f"(idelta({_selector(source.families[0] + '_total', matchers, source.select)}[{pair}]) > 0)"
+        f"(idelta({selector(source.families[0] + '_total', matchers, source.select)}[{pair}]) > 0)"
         for source in engine.counters
         if source.kind == "counter"
     ]
     active = f"max by ({group}) ({' or '.join(changed + moved)})"
     span = f"[{format_duration(seconds - interval / 2)}:{format_duration(interval)}]"
     readings = {
-        name: f"avg by ({group}) ({_selector(name, matchers)}) >= {PLAUSIBLE[gauge][0]} <= {PLAUSIBLE[gauge][1]}"
+        name: f"avg by ({group}) ({selector(name, matchers)}) >= {PLAUSIBLE[gauge][0]} <= {PLAUSIBLE[gauge][1]}"
         for name, gauge in engine.window_gauges.items()
     }
     tags = {name: GAUGE_PREFIX + gauge for name, gauge in engine.window_gauges.items()}
     if engine.running is not None:
-        readings[engine.running] = f"sum by ({group}) ({_selector(engine.running, matchers)}) >= 0"
+        readings[engine.running] = f"sum by ({group}) ({selector(engine.running, matchers)}) >= 0"
         tags[engine.running] = GAUGE_PREFIX + BATCH
     return [
         _tag(f"avg_over_time(({reading} and {active}){span})", tags[name], engine.name)
@@ -131,13 +132,29 @@ def _gauge_parts(engine: EngineSchema, seconds: float, matchers: str, group: str
     ]
 
 
-def _engine_parts(engine: EngineSchema, window: str, matchers: str, group: str) -> list[str]:
+#: How a window part reads one stored series: (name, window, extra group labels, the source's
+#: select) -> the PromQL of its window increase summed by the group (+ extra).
+Reader = Callable[[str, str, str, tuple[tuple[str, str], ...]], str]
+#: How a window part reads the running gauge: (name, window, "avg" | "count") -> the PromQL of
+#: its window mean or sample count by the group.
+GaugeReader = Callable[[str, str, str], str]
+
+
+def raw_readers(matchers: str, group: str) -> tuple[Reader, GaugeReader]:
+    """Reading the engine's own series, as stored: each replica's exact window increase."""
+
+    def counter(name: str, window: str, extra: str, select: tuple[tuple[str, str], ...]) -> str:
+        return f"sum by ({group}{extra}) ({exact_increase(selector(name, matchers, select), window)})"
+
+    def gauge(name: str, window: str, how: str) -> str:
+        return f"sum by ({group}) ({how}_over_time({selector(name, matchers)}[{window}]))"
+
+    return counter, gauge
+
+
+def engine_parts(engine: EngineSchema, window: str, read: Reader, read_gauge: GaugeReader) -> list[str]:
     """One engine's part of a window query: each counter it exports (as Prometheus stores it:
     counters with _total, a per-step histogram by its _count), its ITL histogram, its running gauge."""
-
-    def summed(expr: str, extra: str = "") -> str:
-        return f"sum by ({group}{extra}) ({expr})"
-
     parts = []
     for source in engine.counters:
         name = source.families[0]
@@ -148,10 +165,7 @@ def _engine_parts(engine: EngineSchema, window: str, matchers: str, group: str) 
                 (ITL_SUM, "_sum", ""),
                 (ITL_COUNT, "_count", ""),
             ):
-                current, *older = (
-                    summed(_exact_increase(_selector(family + suffix, matchers), window), extra)
-                    for family in source.families
-                )
+                current, *older = (read(family + suffix, window, extra, ()) for family in source.families)
                 legacy = "".join(
                     f' or ignoring({SCHEMA_LABEL}) label_replace({old}, "{SCHEMA_LABEL}", "legacy", "", "")'
                     for old in older
@@ -161,14 +175,13 @@ def _engine_parts(engine: EngineSchema, window: str, matchers: str, group: str) 
             series = f"{name}_count" if source.kind == "histogram" else f"{name}_total"
             label = engine.position_label
             extra = f", {label}" if source.counter in POSITION_COUNTERS else ""
-            increase = summed(_exact_increase(_selector(series, matchers, source.select), window), extra)
+            increase = read(series, window, extra, source.select)
             if extra and label != "position":  # the grouping reads the position as `position`
                 increase = f'label_replace({increase}, "position", "$1", "{label}", "(.*)")'
             parts.append(_tag(increase, COUNTER_TAGS[source.counter], engine.name))
     if engine.running is not None:
-        running = _selector(engine.running, matchers)
-        parts.append(_tag(summed(f"avg_over_time({running}[{window}])"), RUNNING_MEAN, engine.name))
-        parts.append(_tag(summed(f"count_over_time({running}[{window}])"), SAMPLES, engine.name))
+        parts.append(_tag(read_gauge(engine.running, window, "avg"), RUNNING_MEAN, engine.name))
+        parts.append(_tag(read_gauge(engine.running, window, "count"), SAMPLES, engine.name))
     return parts
 
 
@@ -185,9 +198,10 @@ def window_query(
     window = format_duration(window_seconds)
     group = ", ".join((*replica_labels, "model_name", "engine"))
     interval = scrape_interval or DEFAULT_SCRAPE_INTERVAL
+    counter, gauge = raw_readers(matchers, group)
     parts = []
     for engine in engines:
-        parts += _engine_parts(engine, window, matchers, group)
+        parts += engine_parts(engine, window, counter, gauge)
         if engine.window_gauges:
             parts += _gauge_parts(engine, window_seconds, matchers, group, interval)
     return "\n or ".join(parts)
@@ -199,7 +213,7 @@ def freshness_query(
     """Each replica's newest sample time (absent once Prometheus marked the replica stale)."""
     group = ", ".join(replica_labels)
     newest = " or ".join(
-        f"timestamp({_selector(engine.running, matchers)})" for engine in engines if engine.running is not None
+        f"timestamp({selector(engine.running, matchers)})" for engine in engines if engine.running is not None
     )
     return f"max by ({group}) ({newest})"
 

@@ -102,6 +102,11 @@ i.e. Docker Hub, where no specwatch image is published. NOTES then says how to b
 {{- end }}
 
 {{/* standalone and prometheus modes run this chart's own Deployment + Service; sidecar mode does not. */}}
+{{- /* Fleet mode split over shards (fleet.shards > 1): a StatefulSet, not the Deployment. */}}
+{{- define "specwatch.sharded" -}}
+{{- if and (eq .Values.mode "prometheus") (gt (int ((.Values.fleet).shards | default 1)) 1) }}true{{ end }}
+{{- end }}
+
 {{- define "specwatch.ownDeployment" -}}
 {{- if has .Values.mode (list "standalone" "prometheus") }}true{{ end }}
 {{- end }}
@@ -280,6 +285,15 @@ args:
 env:
   - name: SPECWATCH_MODE
     value: {{ .Values.mode | quote }}
+  {{- if include "specwatch.sharded" . }}
+  # The shard index is the StatefulSet pod's ordinal, read from its name (name-<ordinal>).
+  - name: SPECWATCH_POD_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.name
+  - name: SPECWATCH_PROMETHEUS__SHARD
+    value: {{ printf "$(SPECWATCH_POD_NAME)/%d" (int .Values.fleet.shards) | quote }}
+  {{- end }}
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -490,12 +504,16 @@ its exclusive cores under the static CPU manager.
 The container's resources: `resources`, except in fleet mode, where memory follows the fleet's size
 (64 MiB + 64 KiB per expected replica for the polls, docs/fleet.md, + 192 KiB per expected replica
 for the history read at start, fleet/history.py HISTORY_BYTES_PER_REPLICA, docs/kubernetes.md)
-unless prometheus.resources is set.
+unless prometheus.resources is set. With config.prometheus.recorded: true every read (polls, history,
+canary baselines, rollout grading) is per route aggregate, so prometheus.expectedRoutes counts in
+place of the replicas (the same 64 + 192 KiB each: an aggregate's series are a replica's).
 */}}
 {{- define "specwatch.resources" -}}
 {{- if and (eq .Values.mode "prometheus") (not .Values.prometheus.resources) }}
 {{- $historyKib := 192 }}
-{{- $mib := add 64 (div (add (mul (add 64 $historyKib) (int .Values.prometheus.expectedReplicas)) 1023) 1024) }}
+{{- $recorded := eq (toString ((.Values.config.prometheus | default dict).recorded)) "true" }}
+{{- $count := ternary (int (.Values.prometheus.expectedRoutes | default 100)) (int .Values.prometheus.expectedReplicas) $recorded }}
+{{- $mib := add 64 (div (add (mul (add 64 $historyKib) $count) 1023) 1024) }}
 {{- $cpu := .Values.resources.limits.cpu | default "200m" }}
 requests:
   cpu: {{ $cpu | quote }}

@@ -15,7 +15,6 @@ from specwatch.base import units
 from specwatch.config import (
     ConfigError,
     PrometheusConfig,
-    ShardConfig,
     from_mapping,
     load,
     parse_duration,
@@ -443,7 +442,8 @@ def test_chart_and_exporter_both_accept_every_documented_example(tmp_path):
         ({"prometheus": {"url": "http://p:9090", "wat": 1}}, False),
         ({"readback": {"url": "http://p:9090", "selector": '{job="specwatch"}'}}, True),
         ({"readback": {"selector": '{job="specwatch"}'}}, False),  # url is required
-        ({"prometheus": {"url": "http://p:9090", "recorded": None, "shard": None}}, True),
+        ({"prometheus": {"url": "http://p:9090", "recorded": "auto"}}, True),
+        ({"prometheus": {"url": "http://p:9090", "recorded": "maybe"}}, False),
         ({"prometheus": {"url": "http://p:9090", "shard": {"index": 0, "total": 1}}}, True),
         ({"prometheus": {"url": "http://p:9090", "shard": {"index": 0}}}, False),  # total is required
     ],
@@ -535,7 +535,7 @@ def test_the_fleet_sections_fields_match_the_fleet_sources_dataclass():
         ("canary", "Mapping[str, str]"),
         ("history_lookback", "float"),
         ("recorded", "bool | None"),
-        ("shard", "ShardConfig | None"),
+        ("shard", "tuple[int, int]"),
     ]
     assert PrometheusConfig(url="http://p", selector=' { job="vllm", } ').matchers == 'job="vllm"'
     assert PrometheusConfig(url="http://p").matchers == ""
@@ -654,18 +654,21 @@ def test_check_config_names_a_deployment_label_that_is_no_replica_label_in_one_l
     assert "prometheus.deployment_labels[0]: namespace is not one of prometheus.replica_labels" in proc.stderr
 
 
-def test_recorded_and_shard_default_to_detected_and_every_replica():
+def test_recorded_and_shard_default_to_raw_reads_and_every_route():
     prometheus = _prometheus().prometheus
-    assert (prometheus.recorded, prometheus.shard) == (None, None)
+    assert (prometheus.recorded, prometheus.shard) == (False, (0, 1))
 
 
 def test_a_shard_takes_an_index_below_its_total_from_the_file_or_the_environment():
-    assert _prometheus(shard={"index": 1, "total": 3}, recorded=False).prometheus.shard == ShardConfig(index=1, total=3)
-    environ = {"SPECWATCH_PROMETHEUS__SHARD__INDEX": "0", "SPECWATCH_PROMETHEUS__SHARD__TOTAL": "2"}
-    environ |= {"SPECWATCH_PROMETHEUS__RECORDED": "true"}
+    assert _prometheus(shard={"index": 1, "total": 3}, recorded=False).prometheus.shard == (1, 3)
+    environ = {"SPECWATCH_PROMETHEUS__SHARD": "0/2", "SPECWATCH_PROMETHEUS__RECORDED": "true"}
     prometheus = _prometheus(environ=environ).prometheus
-    assert (prometheus.shard, prometheus.recorded) == (ShardConfig(index=0, total=2), True)
-    assert parse_prometheus({**PROMETHEUS_URL, "shard": {"index": 2, "total": 4}}).shard == ShardConfig(2, 4)
+    assert (prometheus.shard, prometheus.recorded) == ((0, 2), True)
+    # The chart's StatefulSet: the pod's name ends in its ordinal.
+    assert _prometheus(environ={"SPECWATCH_PROMETHEUS__SHARD": "specwatch-fleet-2/4"}).prometheus.shard == (2, 4)
+    assert parse_prometheus({**PROMETHEUS_URL, "shard": {"index": 2, "total": 4}}).shard == (2, 4)
+    assert _prometheus(recorded="auto").prometheus.recorded is None
+    assert _prometheus().prometheus.shard == (0, 1)
 
 
 @pytest.mark.parametrize(

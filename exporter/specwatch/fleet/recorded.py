@@ -1,0 +1,245 @@
+"""Fleet mode over recorded series: the engine's Prometheus aggregates each route's replicas, and
+fleet mode reads one series per (route, window, family) instead of one per replica.
+
+rules/specwatch-fleet-recording.yaml is written from this module (`python -m
+specwatch.fleet.recorded rules/specwatch-fleet-recording.yaml`; `--check` exits 1 when it differs),
+so the rules and the queries that read them are one fact:
+
+- `fleet_route:<series>:increase<w>`: each vLLM counter's (and ITL histogram part's) exact window
+  increase per replica (queries._exact_increase, the raw read's very expression), summed by the
+  aggregation labels + model_name + engine (+ position, + le). A sum of per-replica increases is
+  what summing the raw answer would give: ratios (alpha, tau, p_i, ITL quantiles) are the route's
+  token-weighted ones.
+- `fleet_route:<running>:avg_over_time<w>` / `:count_over_time<w>`: the replicas' mean batch (the
+  break-even is read at a replica's batch, so the route's batch is the replicas' mean, not their
+  sum) and the most samples any replica has in the window.
+- `fleet_replica:*`: small per-replica health series (newest sample time, speculating or not,
+  K drafted per draft) for dashboards and alerts; fleet mode reads their newest per aggregate.
+
+In recorded mode an "aggregate" (cluster, namespace, job) plays the part a replica plays in raw
+mode: it is the evaluator's replica key, so grouping, derivations, verdicts and grading run
+unchanged, on answers whose size grows with routes, not replicas. The engine families read are
+vLLM's (the `vllm` EngineSchema); other engines are read raw (prometheus.recorded: false).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specwatch.config import format_duration
+from specwatch.engines import registry
+from specwatch.engines.schema import EngineSchema
+from specwatch.fleet import queries as promql
+from specwatch.fleet.client import Sample, Series
+
+#: The labels the rules keep besides model_name and engine (+ position, le): one aggregate.
+AGGREGATE_LABELS = ("cluster", "namespace", "job")
+#: The windows the rules record (config.windows must be among them for recorded mode).
+WINDOWS = (60.0, 300.0)
+#: The engine whose series the rules aggregate.
+ENGINE: EngineSchema = registry.BY_NAME["vllm"]
+ROUTE_LEVEL = "fleet_route"
+REPLICA_LEVEL = "fleet_replica"
+GROUP = "specwatch-fleet-recording"
+SHARD_GROUP = "specwatch-fleet-shards"
+#: The job label of the fleet shards' own scrape (the chart writes its own in its place).
+SHARD_JOB = "specwatch-fleet"
+#: The per-replica newest sample time: the freshness read and the detection query.
+LAST_SAMPLE = f"{REPLICA_LEVEL}:vllm_last_sample:timestamp"
+
+
+def recorded_name(series: str, operation: str, window: str) -> str:
+    """fleet_route:<series, colons as underscores>:<operation><window> (level:metric:operations)."""
+    return f"{ROUTE_LEVEL}:{series.replace(':', '_')}:{operation}{window}"
+
+
+def _by(extra: str = "") -> str:
+    return ", ".join((*AGGREGATE_LABELS, "model_name", "engine")) + extra
+
+
+Rule = dict[str, str]
+
+
+def _route_readers(
+    matchers: str, group: str, rules: list[Rule] | None = None
+) -> tuple[promql.Reader, promql.GaugeReader]:
+    """Readers of the recorded series for queries._engine_parts; with `rules`, each read also
+    appends the rule that records what it reads (so the rules are the queries' own reads)."""
+
+    def counter(name: str, window: str, extra: str, select: tuple[tuple[str, str], ...]) -> str:
+        recorded = recorded_name(name, "increase", window)
+        if rules is not None:
+            if select:  # (vLLM's sources select nothing; a select would need its own recorded name)
+                raise ValueError(f"{name}: a selected source cannot be recorded")
+            increase = promql.exact_increase(name, window)
+            rules.append({"record": recorded, "expr": f"sum by ({_by(extra)}) ({increase})"})
+        return f"sum by ({group}{extra}) ({promql.selector(recorded, matchers)})"
+
+    def gauge(name: str, window: str, how: str) -> str:
+        recorded = recorded_name(name, f"{how}_over_time", window)
+        if rules is not None:
+            combine = "avg" if how == "avg" else "max"
+            rules.append({"record": recorded, "expr": f"{combine} by ({_by()}) ({how}_over_time({name}[{window}]))"})
+        return f"sum by ({group}) ({promql.selector(recorded, matchers)})"
+
+    return counter, gauge
+
+
+def window_query(window_seconds: float, matchers: str) -> str:
+    """The recorded twin of queries.window_query: the same family tags, one series per aggregate."""
+    group = _by()
+    counter, gauge = _route_readers(matchers, group)
+    return "\n or ".join(promql.engine_parts(ENGINE, format_duration(window_seconds), counter, gauge))
+
+
+def freshness_query(matchers: str) -> str:
+    """Each aggregate's newest replica sample time."""
+    return f"max by ({', '.join(AGGREGATE_LABELS)}) ({promql.selector(LAST_SAMPLE, matchers)})"
+
+
+def detection_query(matchers: str) -> str:
+    """One cheap query: how many aggregates have a recorded longest window (0 or absent: none)."""
+    return f"count({promql.selector(recorded_name(ENGINE.running or '', 'count_over_time', '5m'), matchers)})"
+
+
+def query_set(windows: tuple[float, ...], labels: tuple[str, ...], matchers: str) -> promql.QuerySet:
+    return promql.QuerySet(
+        tuple(
+            (label, seconds, window_query(seconds, matchers)) for label, seconds in zip(labels, windows, strict=False)
+        ),
+        freshness_query(matchers),
+    )
+
+
+def covers(windows: tuple[float, ...]) -> bool:
+    """Whether the rules record every one of these windows."""
+    return all(w in WINDOWS for w in windows)
+
+
+def present(answer: Iterable[Sample]) -> bool:
+    """The detection query's answer: whether any aggregate is recorded."""
+    return any(sample.value > 0 for sample in answer)
+
+
+def present_in_range(answer: Iterable[Series]) -> bool:
+    """The detection query asked as a range (backtest, history): any point above zero."""
+    return any(value > 0 for series in answer for _, value in series.points)
+
+
+def _replica_rules() -> list[Rule]:
+    """Per-replica health: small series, one per replica, for dashboards and alerts."""
+    running = ENGINE.running or ""
+    drafts = "vllm:spec_decode_num_drafts_total"
+    draft_tokens = "vllm:spec_decode_num_draft_tokens_total"
+    return [
+        {"record": LAST_SAMPLE, "expr": f"max without (engine) (timestamp({running}))"},
+        {
+            "record": f"{REPLICA_LEVEL}:vllm_spec_decode_enabled:increase5m",
+            "expr": f"max without (engine) (increase({drafts}[5m]) > bool 0)",
+        },
+        {
+            "record": f"{REPLICA_LEVEL}:vllm_spec_decode_k:ratio_increase5m",
+            "expr": f"sum without (engine) (increase({draft_tokens}[5m]))\n"
+            f"  / (sum without (engine) (increase({drafts}[5m])) > 0)",
+        },
+    ]
+
+
+def _shard_rules() -> list[dict[str, Any]]:
+    """A fleet shard down: its target failing, or gone from discovery within the last 15 minutes
+    (a StatefulSet scaled down without fleet.shards: the routes of its index go unevaluated)."""
+    up = f'up{{job="{SHARD_JOB}"}}'
+    return [
+        {
+            "alert": "SpecwatchFleetShardDown",
+            "expr": f"({up} == 0)\nor\n(max_over_time({up}[15m]) unless {up})",
+            "for": "3m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "specwatch fleet shard {{ $labels.instance }} is down.",
+                "description": "A fleet shard has not been scraped for 3 minutes: the routes whose hash falls on "
+                "its index are not evaluated (their verdicts and alerts stop); the other shards keep theirs.",
+                "runbook_url": "https://github.com/specwatch/specwatch/blob/main/docs/runbook.md#specwatchfleetsharddown",
+                "dashboard_url": "https://grafana.example.com/d/specwatch/specwatch?orgId=1"
+                "{{ with $labels.cluster }}&var-cluster={{ . }}{{ end }}",
+            },
+        }
+    ]
+
+
+def rules_document() -> dict[str, Any]:
+    """The whole rules file."""
+    rules: list[Rule] = []
+    counter, gauge = _route_readers("", _by(), rules)
+    for seconds in WINDOWS:
+        promql.engine_parts(ENGINE, format_duration(seconds), counter, gauge)
+    return {
+        "groups": [
+            {"name": GROUP, "rules": [*rules, *_replica_rules()]},
+            {"name": SHARD_GROUP, "rules": _shard_rules()},
+        ]
+    }
+
+
+HEADER = """\
+# specwatch fleet recording rules: each route's vLLM series aggregated across its replicas, so fleet
+# mode (prometheus.recorded) reads one series per route and window instead of one per replica.
+#
+# Generated from exporter/specwatch/fleet/recorded.py (the queries that read them are built from the
+# same code): python -m specwatch.fleet.recorded rules/specwatch-fleet-recording.yaml
+# Each counter's window increase is taken per replica exactly as fleet mode's raw read takes it
+# (last - first sample, increase() only across a reset), then summed by (cluster, namespace, job,
+# model_name, engine[, position | le]). The batch is the replicas' mean, the samples their most.
+"""
+
+
+def render() -> str:
+    class _Literal(str):
+        pass
+
+    class _Dumper(yaml.SafeDumper):  # its own class: the global SafeDumper is left as it is
+        pass
+
+    def literal(dumper: yaml.SafeDumper, value: _Literal) -> yaml.Node:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+
+    _Dumper.add_representer(_Literal, literal)
+
+    def multiline(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: multiline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [multiline(v) for v in node]
+        if isinstance(node, str) and "\n" in node:
+            return _Literal(node + "\n")
+        return node
+
+    text = yaml.dump(multiline(rules_document()), Dumper=_Dumper, sort_keys=False, width=1000)
+    return HEADER + text
+
+
+def main(argv: list[str] | None = None, write: Callable[[str], object] = sys.stdout.write) -> int:
+    parser = argparse.ArgumentParser(description="write rules/specwatch-fleet-recording.yaml")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the file differs")
+    parser.add_argument("path", type=Path)
+    args = parser.parse_args(argv)
+    wanted = render()
+    current = args.path.read_text() if args.path.exists() else ""
+    if current == wanted:
+        return 0
+    if args.check:
+        write(f"{args.path} differs from what specwatch.fleet.recorded writes\n")
+        return 1
+    args.path.write_text(wanted)
+    write(f"wrote {args.path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
