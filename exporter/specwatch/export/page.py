@@ -98,7 +98,7 @@ ANSWERS = {
 # Plot geometry (px): width, height and the margins around the plotting area.
 W, H, ML, MR, MT, MB = 460, 160, 46, 10, 10, 22
 PW, PH = W - ML - MR, H - MT - MB
-BUCKETS = PW // 2  # time buckets per plot, whatever the history's length: min and max of each drawn
+BUCKETS = PW // 4  # time buckets per plot, whatever the history's length: min and max of each drawn
 
 STYLE = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1280px;padding:12px 20px;
@@ -220,15 +220,17 @@ def _runs(buckets: Sequence[Bucket], ymin: float, ymax: float) -> list[str]:
     """The `points` attribute of each gap-free run of buckets: a bucket's min and max at its x (a
     spike keeps its height), the one nearer its last value second, so the line leaves from there."""
     runs: list[list[str]] = [[]]
+    bottom, scale, step = MT + PH, PH / (ymax - ymin), PW / BUCKETS
     for i, lo, hi, last in buckets:
         if lo is None or hi is None or last is None:
             if runs[-1]:
                 runs.append([])
             continue
-        x = _x(i)
+        x = ML + (i + 0.5) * step
         ends = (hi, lo) if last - lo < hi - last else (lo, hi)
         for v in ends if lo != hi else (lo,):
-            runs[-1].append(f"{x:.1f},{_y(v, ymin, ymax):.1f}")
+            y = bottom - min(max(v - ymin, 0.0), ymax - ymin) * scale  # clamped to the plotting area
+            runs[-1].append(f"{x:.1f},{y:.1f}")
     return [" ".join(run) for run in runs if run]
 
 
@@ -396,10 +398,10 @@ def plots(history: PageHistory, key: SeriesKey, poll_interval: float) -> str:
     if t_end is not None and first is not None:
         span = min(max(t_end - first, 10 * poll_interval, 60.0), history.horizon)
 
+    cut = series.cut(t_end - span, t_end, BUCKETS) if series is not None and t_end is not None else []
+
     def col(name: str) -> list[Bucket]:
-        if series is None or t_end is None:
-            return []
-        return series.buckets(name, t_end - span, t_end, BUCKETS)
+        return series.buckets(name, cut) if series is not None else []
 
     window = key[2]
     tail = f"({window} window, last {duration(span)})"

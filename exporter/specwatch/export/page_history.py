@@ -7,8 +7,8 @@ the default 5 s poll; a faster poll is thinned to one point per horizon/max_poin
 newest point replacing the last one inside that step), and values are stored as C doubles in
 arrays (absent = NaN), 72 bytes a point: 50 series x 720 points is under 3 MB.
 
-A plot reads a column as a fixed number of buckets (Series.buckets: min, max and last per bucket,
-each bucket's end found by bisection on the time column), so what it draws is the same size at 5
+A plot reads a column as a fixed number of buckets (Series.cut: each bucket's points found by
+bisection on the time column, once per plot; Series.buckets: min, max and last per bucket), so what it draws is the same size at 5
 minutes of history as at an hour, and a one-poll spike still shows as its bucket's max.
 
 It also remembers what the published states do not carry: since when a window's candidate verdict
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from specwatch.verdict.decide import VERDICTS
@@ -32,11 +32,13 @@ __all__ = [
     "COLUMNS",
     "MAX_SERIES",
     "Bucket",
+    "Cut",
     "LastError",
     "PageHistory",
     "Series",
     "SeriesKey",
     "buckets_plain",
+    "edges",
     "fleet_order",
     "verdict_code",
     "verdict_of",
@@ -71,11 +73,25 @@ def verdict_of(code: float) -> str | None:
 Bucket = tuple[int, float | None, float | None, float | None]
 
 
-def _bucket(i: int, values: Iterable[float]) -> Bucket:
+#: A span cut into buckets: (bucket index, first point, end point) for each non-empty bucket.
+Cut = list[tuple[int, int, int]]
+
+
+def _bucket(i: int, values: Sequence[float]) -> Bucket:
+    if len(values) == 1:  # the common case while the points are fewer than the buckets
+        v = values[0]
+        return (i, None, None, None) if math.isnan(v) else (i, v, v, v)
     finite = [v for v in values if not math.isnan(v)]  # NaN: absent
     if not finite:
         return (i, None, None, None)
     return (i, min(finite), max(finite), finite[-1])
+
+
+def edges(t0: float, t1: float, n: int) -> list[float]:
+    """The n - 1 inner edges of `n` equal buckets over [t0, t1]: a point at an edge is in the later
+    bucket."""
+    width = (t1 - t0) / n
+    return [t0 + k * width for k in range(1, n)]
 
 
 def buckets_plain(points: Iterable[tuple[float, float]], t0: float, t1: float, n: int) -> list[Bucket]:
@@ -83,11 +99,11 @@ def buckets_plain(points: Iterable[tuple[float, float]], t0: float, t1: float, n
     tested against."""
     if n <= 0 or t1 <= t0:
         return []
-    width = (t1 - t0) / n
+    inner = edges(t0, t1, n)
     grouped: dict[int, list[float]] = {}
     for t, v in points:
         if t0 <= t <= t1:
-            grouped.setdefault(min(int((t - t0) / width), n - 1), []).append(v)
+            grouped.setdefault(sum(1 for e in inner if e <= t), []).append(v)
     return [_bucket(i, grouped[i]) for i in sorted(grouped)]
 
 
@@ -127,31 +143,23 @@ class Series:
         start = bisect_left(t, since)
         return list(zip(t[start:], col[start:], strict=True))
 
-    def buckets(self, name: str, t0: float, t1: float, n: int) -> list[Bucket]:
-        """The column's points in [t0, t1] cut into `n` equal time buckets: per non-empty bucket its
-        index, min, max and last value. Bisection finds each bucket's end, so the Python work is per
-        bucket, not per point (the values are read as array slices)."""
-        t, col = self._cols[0], self._cols[COLUMNS.index(name)]
+    def cut(self, t0: float, t1: float, n: int) -> Cut:
+        """The points in [t0, t1] cut into `n` equal time buckets, found by one bisection per edge:
+        computed once per plot, read by every column (buckets)."""
+        t = self._cols[0]
         if n <= 0 or t1 <= t0:
             return []
-        width = (t1 - t0) / n
+        bounds = [bisect_left(t, t0)]
+        for edge in edges(t0, t1, n):
+            bounds.append(bisect_left(t, edge, bounds[-1]))
+        bounds.append(max(bisect_right(t, t1), bounds[-1]))
+        return [(k, bounds[k], bounds[k + 1]) for k in range(n) if bounds[k] < bounds[k + 1]]
 
-        def index(k: int) -> int:
-            return min(int((t[k] - t0) / width), n - 1)
-
-        out: list[Bucket] = []
-        pos, stop = bisect_left(t, t0), bisect_right(t, t1)
-        while pos < stop:
-            i = index(pos)
-            end = stop if i == n - 1 else max(bisect_left(t, t0 + (i + 1) * width, pos, stop), pos + 1)
-            # float rounding at a bucket's edge: the division decides, as in buckets_plain
-            while end - 1 > pos and index(end - 1) > i:
-                end -= 1
-            while end < stop and index(end) == i:
-                end += 1
-            out.append(_bucket(i, col[pos:end]))
-            pos = end
-        return out
+    def buckets(self, name: str, cut: Cut) -> list[Bucket]:
+        """The column over a cut: per non-empty bucket its index, min, max and last value (the
+        values read as array slices: the Python work is per bucket, not per point)."""
+        col = self._cols[COLUMNS.index(name)]
+        return [_bucket(i, col[start:end]) for i, start, end in cut]
 
 
 @dataclass(frozen=True)

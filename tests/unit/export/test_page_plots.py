@@ -74,7 +74,8 @@ def test_the_bucketed_read_matches_the_plain_one_point_at_a_time_reference():
         t0 = rng.uniform(0, t)
         t1 = t0 + rng.uniform(1, 4000)
         n = rng.randint(1, 250)
-        assert series.buckets("alpha", t0, t1, n) == buckets_plain(series.column("alpha"), t0, t1, n), seed
+        fast = series.buckets("alpha", series.cut(t0, t1, n))
+        assert fast == buckets_plain(series.column("alpha"), t0, t1, n), seed
 
 
 def test_a_plot_draws_at_most_two_points_per_bucket_however_long_the_history():
