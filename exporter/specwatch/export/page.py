@@ -425,7 +425,7 @@ def plots(history: PageHistory, key: SeriesKey, poll_interval: float) -> str:
             f"expected speedup and its interval {tail}",
             [("speedup", "speedup", speedup)],
             span=span,
-            ymax=max(2.0, _nice(top * 1.25)),
+            ymax=max(2.0, _nice(top * 1.05)),
             ylabel=lambda v: f"{v:g}×",
             fmt=_speedup_fmt,
             band=("interval", lower, upper),
@@ -587,7 +587,8 @@ def _max_batch_text(value: float | None) -> str:
     """The largest batch at which alpha still pays; at the search's cap it is a bound, not a value."""
     v = _finite(value)
     if v is not None and v >= MAX_BATCH_LIMIT:
-        return f"≥ {MAX_BATCH_LIMIT} <span class=small>(beyond the searched range)</span>"
+        tip = f"beyond the searched range: the search stops at {MAX_BATCH_LIMIT}"
+        return f'≥ {MAX_BATCH_LIMIT} <span class=small title="{tip}">(search limit)</span>'
     return num(v, ".0f")
 
 
@@ -598,9 +599,9 @@ def decision_distance(lower: float | None, upper: float | None) -> str:
     if lo is None or hi is None:
         return ""
     if lo > 1:
-        return f"lower bound {lo:.2f}, {lo - 1:.2f} above the 1 it needs to stay above to keep speculation on"
+        return f"lower bound {lo:.2f}, {lo - 1:.2f} above 1: speculation pays at this confidence"
     if hi < 1:
-        return f"upper bound {hi:.2f}, {1 - hi:.2f} below the 1 it needs to stay below to turn it off"
+        return f"upper bound {hi:.2f}, {1 - hi:.2f} below 1: speculation loses at this confidence"
     return f"interval straddles 1: lower bound {lo:.2f}, needs > 1 to keep; upper bound {hi:.2f}, needs < 1 to disable"
 
 
