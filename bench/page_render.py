@@ -103,7 +103,7 @@ def write_pages(directory: Path, minutes: int = 60) -> list[Path]:
         polls = int(minutes * 60 / POLL)
         _, history, views = drive(name, polls)
         path = directory / f"page-{name}.html"
-        path.write_bytes(render_page(views[polls], history, now=0.0))
+        path.write_bytes(render_page(views[polls], history))
         written.append(path)
     return written
 

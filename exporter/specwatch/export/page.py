@@ -96,7 +96,7 @@ ANSWERS = {
 }
 
 # Plot geometry (px): width, height and the margins around the plotting area.
-W, H, ML, MR, MT, MB = 460, 160, 46, 10, 10, 22
+W, H, ML, MR, MT, MB = 460, 170, 46, 10, 22, 22
 PW, PH = W - ML - MR, H - MT - MB
 BUCKETS = PW // 4  # time buckets per plot, whatever the history's length: min and max of each drawn
 
@@ -330,7 +330,7 @@ def chart(
         parts.append(shape.replace("{x}", str(x)).replace("{x14}", str(x + 14)))
         parts.append(f'<text x="{x + 17}" y="{H - 6}">{esc(name)}</text>')
         x += 24 + 6 * len(name)
-    parts.append(f'<text class="t" x="{ML + 6}" y="{MT + 12}">{esc(title)}</text>')
+    parts.append(f'<text class="t" x="{ML}" y="14">{esc(title)}</text>')
     if not drawn:
         parts.append(f'<text x="{ML + PW / 2}" y="{MT + PH / 2}" text-anchor="middle">no data yet</text>')
     parts.append("</svg>")
@@ -345,7 +345,7 @@ def verdict_strip(title: str, buckets: Sequence[Bucket], span: float) -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" role="img" '
         f'aria-label="{esc(title)}"><title>{esc(title)}</title>'
-        f'<text class="t" x="{ML + 6}" y="12">{esc(title)}</text>'
+        f'<text class="t" x="{ML}" y="12">{esc(title)}</text>'
     ]
     step = PW / BUCKETS
     # A verdict holds from its poll to the next one: a rectangle runs to the next verdict's bucket.
@@ -408,9 +408,10 @@ def plots(history: PageHistory, key: SeriesKey, poll_interval: float) -> str:
     alpha, breakeven = col("alpha"), col("breakeven")
     speedup, lower, upper = col("speedup"), col("speedup_lower"), col("speedup_upper")
     p50, p99 = col("itl_p50"), col("itl_p99")
-    # The scale follows the speedup itself: an interval still wide from the first polls is clipped
-    # at the top rather than flattening the line the verdict follows.
-    top = max((hi for _, _, hi, _ in speedup if hi is not None), default=0.0)
+    # The scale holds the speedup line and the latest interval: one still wide from the first polls
+    # is clipped at the top rather than flattening the line the verdict follows.
+    latest = next((last for _, _, _, last in reversed(upper) if last is not None), 0.0)
+    top = max(max((hi for _, _, hi, _ in speedup if hi is not None), default=0.0), latest)
     peak = max((hi for _, _, hi, _ in p99 + p50 if hi is not None), default=0.0)
     return (
         '<div class="plots">'
