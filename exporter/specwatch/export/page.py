@@ -606,12 +606,20 @@ def decision_distance(lower: float | None, upper: float | None) -> str:
     return f"interval straddles 1: lower bound {lo:.2f}, needs > 1 to keep; upper bound {hi:.2f}, needs < 1 to disable"
 
 
-def answer_line(e: RouteEvaluation | None) -> str:
-    """The one-line answer for a route, in its headline window."""
+def answer_line(e: RouteEvaluation | None, min_drafts: int | None = None) -> str:
+    """The one-line answer for a route, in its headline window; min_drafts: the config's minimum,
+    so a window with enough drafts is never told it has too few."""
     if e is None:
         return f"{badge(None)} no window evaluated yet"
     words = ANSWERS.get(e.verdict or "", "no verdict yet")
     if e.verdict == "insufficient_data":
+        drafts = _finite(e.stats.drafts)
+        if drafts is not None and min_drafts is not None:
+            words = (
+                f"no verdict yet: {drafts:.0f} drafts of the {min_drafts} needed"
+                if drafts < min_drafts
+                else f"no verdict yet: {drafts:.0f} drafts are enough, an input is missing"
+            )
         facts = f"{num(e.stats.drafts, '.0f')} drafts, batch {num(e.batch_size, '.1f')} ({esc(e.stats.window)})"
         return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>"
     facts = (
@@ -763,7 +771,7 @@ def sidecar_body(view: View, history: PageHistory) -> tuple[str, list[str | None
         headline = _headline(route.evaluations, window)
         answer_row = (
             f"<tr>{td(f'<a href=#r{i}>{label(route.route)}</a>', 'l')}{td(label(route.target), 'l')}"
-            f"{td(answer_line(headline), 'l')}</tr>"
+            f"{td(answer_line(headline, config.decision.min_drafts), 'l')}</tr>"
         )
         table, records = windows_table(route.target, route.evaluations, history, config, state.t)
         meta = (

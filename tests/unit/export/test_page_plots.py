@@ -215,3 +215,13 @@ def test_the_search_cap_reads_as_a_bound_beyond_the_searched_range():
     assert text.startswith(f"≥ {page_mod.MAX_BATCH_LIMIT} ") and 'title="beyond the searched range' in text
     assert page_mod._max_batch_text(None) == page_mod.DASH and page_mod._max_batch_text(math.nan) == page_mod.DASH
     assert page_mod._max_batch_text(63.0) == "63"
+
+
+def test_a_window_with_enough_drafts_is_never_told_it_has_too_few(alpha_drop):
+    _, state, _ = alpha_drop
+    e = state.routes[0].evaluations[0]
+    waiting = dataclasses.replace(e, verdict="insufficient_data")
+    drafts = int(e.stats.drafts)
+    assert "too few" not in page_mod.answer_line(waiting, drafts)
+    assert f"{drafts} drafts are enough, an input is missing" in page_mod.answer_line(waiting, drafts)
+    assert f"{drafts} drafts of the {drafts + 1} needed" in page_mod.answer_line(waiting, drafts + 1)
