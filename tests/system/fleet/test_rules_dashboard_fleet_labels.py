@@ -4,11 +4,11 @@ per pod has.
 
 - rules/tests/fleet-labels.yaml (promtool, run with every rule test by tests/test_rules.py) feeds the
   unchanged alert rules fleet-mode series; here we prove those fixture series are exactly what
-  FleetCollector exports (metric names and label names), so the promtool cases are not invented;
+  the collector exports in fleet mode (metric names and label names), so the promtool cases are not invented;
 - every dashboard query on a family fleet mode exports selects the fleet series with the
   dashboard's "All" variable values, and the panels that read sidecar-only families are listed.
 
-The exposition comes from FleetCollector fed one poll's answer in the query API's shape (no
+The exposition comes from the collector fed one poll's answer in the query API's shape (no
 Prometheus needed)."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _answer(namespace: str, pod: str, alpha: float) -> list[Sample]:
 
 @pytest.fixture(scope="module")
 def fleet_series() -> list[tuple[str, dict[str, str]]]:
-    """(sample name, labels) of FleetCollector's exposition after one good poll of three replicas."""
+    """(sample name, labels) of the collector's fleet-mode exposition after one good poll of three replicas."""
     config = from_mapping(
         {
             "windows": ["1m", "5m"],
