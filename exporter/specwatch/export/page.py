@@ -8,8 +8,10 @@ for /metrics; a request never renders anything.
 It shows what /api/v1/status holds (the same per-window records, status.window_status): per route
 and window alpha, break-even, margin, batch, expected speedup, the verdict and the candidate verdict
 with its hold, the recommended --speculative-config to paste, target health with the last error,
-and what the cost model assumed; plus two server-side SVG plots per route over the last hour
-(alpha against break-even, ITL P50/P99) in the window the alert rules read.
+and what the cost model assumed, with how close each verdict is (the expected speedup's interval
+against 1, in words); plus four server-side SVG plots per route over up to the last hour in the
+window the alert rules read: alpha against break-even, the expected speedup with its interval
+against 1, the verdict per poll and the ITL tails, each with a legend and <title> tooltips.
 
 Choices:
 - Inline SVG drawn here, no JavaScript at all: the page must work air-gapped (no CDN, nothing
@@ -27,8 +29,9 @@ Choices:
 - Bounded: names and label values are clipped to MAX_LABEL_CHARS (other text to MAX_TEXT_CHARS)
   with an ellipsis; at most MAX_ROUTES route sections, and fewer when their bytes would take the
   page past MAX_PAGE_BYTES ("and N more" says how many were left out); plots for the first
-  MAX_PLOTTED of them, at most one plotted point per pixel column. A page with 50 routes is some
-  hundred kB; no label values make it larger than MAX_PAGE_BYTES.
+  MAX_PLOTTED of them, each plot BUCKETS time buckets (min and max drawn) whatever the history's
+  length. A page with 50 routes is some hundred kB; no label values make it larger than
+  MAX_PAGE_BYTES.
 """
 
 from __future__ import annotations
