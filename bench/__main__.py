@@ -8,7 +8,8 @@
 Parts: parse (1), replay (2), http (3), detection (4, 5: delay, false changes, ITL accuracy), scaling (6),
 evaluate (7: one route-window through derive, cost model and verdict), attack (8: the HTTP front under
 hostile clients: a scraper's success and peak RSS).
-fleet (fleet mode's CPU and queries per poll vs replicas; needs prometheus and promtool).
+fleet (fleet mode's CPU and queries per poll vs replicas; needs prometheus and promtool), page (the live
+page's render time at 5, 30 and 60 minutes of plot history).
 Recordings and simulator payloads are cached in bench/.cache/ (gitignored); delete it to rebuild.
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from .common import REPO, machine
 
-PARTS = ("parse", "evaluate", "scaling", "replay", "http", "attack", "detection", "fleet")
+PARTS = ("parse", "evaluate", "scaling", "replay", "http", "attack", "detection", "fleet", "page")
 TABLE_KEYS = (
     "parse_cost",
     "evaluate",
@@ -36,6 +37,7 @@ TABLE_KEYS = (
     "false_changes",
     "accuracy",
     "fleet",
+    "page_render",
 )
 
 
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
         results["parts"][name] = {"seconds": round(time.monotonic() - t0, 1), **data}
         return data
 
-    from . import detection, evaluate, fleet, http_attack, http_latency, parse_cost, replay_proc
+    from . import detection, evaluate, fleet, http_attack, http_latency, page_render, parse_cost, replay_proc
 
     part("parse", lambda: parse_cost.run_parse_cost(args.smoke))
     part("evaluate", lambda: evaluate.run_evaluate(args.smoke))
@@ -92,6 +94,7 @@ def main(argv=None) -> int:
     stable_output = (replay_data or {}).get("specwatch_output")
     part("detection", lambda: detection.run_detection(args.smoke, stable_output))
     part("fleet", lambda: fleet.run_fleet(args.smoke))
+    part("page", lambda: page_render.run_page(args.smoke))
 
     results["machine"]["loadavg_end"] = os.getloadavg()
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

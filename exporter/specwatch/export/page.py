@@ -8,8 +8,10 @@ for /metrics; a request never renders anything.
 It shows what /api/v1/status holds (the same per-window records, status.window_status): per route
 and window alpha, break-even, margin, batch, expected speedup, the verdict and the candidate verdict
 with its hold, the recommended --speculative-config to paste, target health with the last error,
-and what the cost model assumed; plus two server-side SVG plots per route over the last hour
-(alpha against break-even, ITL P50/P99) in the window the alert rules read.
+and what the cost model assumed, with how close each verdict is (the expected speedup's interval
+against 1, in words); plus four server-side SVG plots per route over up to the last hour in the
+window the alert rules read: alpha against break-even, the expected speedup with its interval
+against 1, the verdict per poll and the ITL tails, each with a legend and <title> tooltips.
 
 Choices:
 - Inline SVG drawn here, no JavaScript at all: the page must work air-gapped (no CDN, nothing
@@ -27,8 +29,9 @@ Choices:
 - Bounded: names and label values are clipped to MAX_LABEL_CHARS (other text to MAX_TEXT_CHARS)
   with an ellipsis; at most MAX_ROUTES route sections, and fewer when their bytes would take the
   page past MAX_PAGE_BYTES ("and N more" says how many were left out); plots for the first
-  MAX_PLOTTED of them, at most one plotted point per pixel column. A page with 50 routes is some
-  hundred kB; no label values make it larger than MAX_PAGE_BYTES.
+  MAX_PLOTTED of them, each plot BUCKETS time buckets (min and max drawn) whatever the history's
+  length. A page with 50 routes is some hundred kB; no label values make it larger than
+  MAX_PAGE_BYTES.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import json
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from specwatch import __version__
@@ -47,8 +50,8 @@ from specwatch.config import Config
 from specwatch.costmodel import MAX_BATCH_LIMIT
 from specwatch.engines.advice import VLLM_ENGINES
 from specwatch.engines.series import DEFAULT_ENGINE
-from specwatch.export.assumptions import view_assumptions
-from specwatch.export.page_history import PageHistory, SeriesKey, fleet_order
+from specwatch.export.assumptions import Assumptions, view_assumptions
+from specwatch.export.page_history import Bucket, PageHistory, SeriesKey, fleet_order, verdict_of
 from specwatch.export.status import window_status
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.view import View
@@ -96,9 +99,9 @@ ANSWERS = {
 }
 
 # Plot geometry (px): width, height and the margins around the plotting area.
-W, H, ML, MR, MT, MB = 460, 160, 46, 10, 10, 22
+W, H, ML, MR, MT, MB = 460, 170, 46, 10, 22, 22
 PW, PH = W - ML - MR, H - MT - MB
-COLUMN_PX = 2  # one plotted point per this many pixels (an hour at 5 s is 720 points on 404 px)
+BUCKETS = PW // 4  # time buckets per plot, whatever the history's length: min and max of each drawn
 
 STYLE = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1280px;padding:12px 20px;
@@ -119,7 +122,10 @@ pre{background:#f0f2f5;padding:6px 8px;margin:2px 0 6px;white-space:pre-wrap;wor
 svg{background:#fff;border:1px solid #e3e6ea}svg text{font:10.5px system-ui,sans-serif;fill:#5b6573}
 svg .grid{stroke:#eceef1}svg .t{font-weight:600;fill:#1c2430}
 polyline{fill:none;stroke-width:1.6}.alpha{stroke:#1f6feb}.breakeven{stroke:#d1242f;stroke-dasharray:5 3}
-.p99{stroke:#8250df}.p50{stroke:#1a7f37}line.key{stroke-width:2.5}
+.p99{stroke:#8250df}.p50{stroke:#1a7f37}line.key{stroke-width:2.5}.speedup{stroke:#0b7285}
+.band{fill:#0b7285;fill-opacity:.18;stroke:none}line.ref{stroke:#d1242f;stroke-dasharray:4 3;stroke-width:1.2}
+.s-keep{fill:#2da44e}.s-shorten{fill:#d4a72c}.s-disable{fill:#cf222e}.s-undecided{fill:#7c8cf0}
+.s-spec_off,.s-insufficient_data,.s-none{fill:#afb8c1}
 """
 
 
@@ -193,38 +199,6 @@ def _table(head: Sequence[str], rows: Iterable[str], left: int = 1) -> str:
 
 
 # ---- plots -------------------------------------------------------------------------------------
-def _polylines(points: Sequence[tuple[float, float]], t0: float, span: float, ymax: float, peak: bool) -> list[str]:
-    """The `points` attribute of each gap-free run, at most one point per COLUMN_PX pixels (the
-    mean, or the peak for a tail), clamped to the plotting area. One pass over time-ordered points."""
-    scale = PW / span / COLUMN_PX
-    runs: list[list[str]] = [[]]
-    column, total, count, top, gap = -1, 0.0, 0, -math.inf, False
-
-    def close() -> None:
-        if count:
-            v = top if peak else total / count
-            y = MT + PH - min(max(v / ymax, 0.0), 1.0) * PH
-            runs[-1].append(f"{ML + column * COLUMN_PX},{y:.1f}")
-        elif gap and runs[-1]:
-            runs.append([])
-
-    for t, v in points:
-        c = round((t - t0) * scale)
-        if c < 0:
-            continue
-        if c != column:
-            close()
-            column, total, count, top, gap = c, 0.0, 0, -math.inf, False
-        if math.isfinite(v):  # absent (NaN) is a gap
-            total += v
-            count += 1
-            top = max(top, v)
-        else:
-            gap = True
-    close()
-    return [" ".join(run) for run in runs if run]
-
-
 def _nice(x: float) -> float:
     """The smallest 1-2-5 step number at or above x."""
     if x <= 0 or not math.isfinite(x):
@@ -236,79 +210,239 @@ def _nice(x: float) -> float:
     return 10 * exp
 
 
-def chart(
-    title: str,
-    lines: Sequence[tuple[str, str, Sequence[tuple[float, float]], bool]],
-    *,
-    t_end: float | None,
-    span: float,
-    ymax: float,
-    ylabel: Any,
-) -> str:
-    """An inline SVG line plot. lines: (legend, css class, (t, value) points, plot the peak)."""
+def _y(v: float, ymin: float, ymax: float) -> float:
+    """A value's y pixel, clamped to the plotting area."""
+    return MT + PH - min(max((v - ymin) / (ymax - ymin), 0.0), 1.0) * PH
+
+
+def _x(i: int) -> float:
+    return ML + (i + 0.5) * PW / BUCKETS
+
+
+def _runs(buckets: Sequence[Bucket], ymin: float, ymax: float) -> list[str]:
+    """The `points` attribute of each gap-free run of buckets: a bucket's min and max at its x (a
+    spike keeps its height), the one nearer its last value second, so the line leaves from there."""
+    runs: list[list[str]] = [[]]
+    bottom, scale, step = MT + PH, PH / (ymax - ymin), PW / BUCKETS
+    for i, lo, hi, last in buckets:
+        if lo is None or hi is None or last is None:
+            if runs[-1]:
+                runs.append([])
+            continue
+        x = ML + (i + 0.5) * step
+        ends = (hi, lo) if last - lo < hi - last else (lo, hi)
+        for v in ends if lo != hi else (lo,):
+            y = bottom - min(max(v - ymin, 0.0), ymax - ymin) * scale  # clamped to the plotting area
+            runs[-1].append(f"{x:.1f},{y:.1f}")
+    return [" ".join(run) for run in runs if run]
+
+
+def _band(lower: Sequence[Bucket], upper: Sequence[Bucket], ymin: float, ymax: float) -> list[str]:
+    """The `points` of one polygon per gap-free run where both bounds exist: the upper bound's max
+    left to right, the lower bound's min back."""
+    lows = {i: lo for i, lo, _, _ in lower if lo is not None}
+    runs: list[list[tuple[float, float, float]]] = [[]]
+    for i, _, hi, _ in upper:
+        lo = lows.get(i)
+        if hi is None or lo is None:
+            if runs[-1]:
+                runs.append([])
+            continue
+        runs[-1].append((_x(i), _y(hi, ymin, ymax), _y(lo, ymin, ymax)))
+    polygons = []
+    for run in runs:
+        if run:
+            top = [f"{x:.1f},{yh:.1f}" for x, yh, _ in run]
+            bottom = [f"{x:.1f},{yl:.1f}" for x, _, yl in reversed(run)]
+            polygons.append(" ".join(top + bottom))
+    return polygons
+
+
+def _summary(name: str, buckets: Sequence[Bucket], fmt: Callable[[float], str]) -> str:
+    """A series' tooltip: its latest value and its range over the span."""
+    lows = [lo for _, lo, _, _ in buckets if lo is not None]
+    highs = [hi for _, _, hi, _ in buckets if hi is not None]
+    last = next((v for _, _, _, v in reversed(buckets) if v is not None), None)
+    if last is None:
+        return f"{name}: no data"
+    return f"{name}: now {fmt(last)}, min {fmt(min(lows))}, max {fmt(max(highs))}"
+
+
+def _frame(title: str, span: float, ymin: float, ymax: float, ylabel: Callable[[float], str]) -> list[str]:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
         f'aria-label="{esc(title)}"><title>{esc(title)}</title>'
     ]
-    for i in range(3):
-        y = MT + PH - i * PH / 2
+    for k in range(3):
+        v = ymin + (ymax - ymin) * k / 2
+        y = _y(v, ymin, ymax)
         parts.append(f'<line class="grid" x1="{ML}" x2="{W - MR}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        parts.append(f'<text x="{ML - 4}" y="{y + 3.5:.1f}" text-anchor="end">{esc(ylabel(ymax * i / 2))}</text>')
+        parts.append(f'<text x="{ML - 4}" y="{y + 3.5:.1f}" text-anchor="end">{esc(ylabel(v))}</text>')
     parts.append(f'<text x="{ML}" y="{H - 6}">−{esc(duration(span))}</text>')
     parts.append(f'<text x="{W - MR}" y="{H - 6}" text-anchor="end">now</text>')
+    return parts
+
+
+def chart(
+    title: str,
+    lines: Sequence[tuple[str, str, Sequence[Bucket]]],
+    *,
+    span: float,
+    ymax: float,
+    ylabel: Callable[[float], str],
+    ymin: float = 0.0,
+    band: tuple[str, Sequence[Bucket], Sequence[Bucket]] | None = None,
+    reference: tuple[str, float] | None = None,
+    fmt: Callable[[float], str] | None = None,
+) -> str:
+    """An inline SVG plot over the buckets of one span. lines: (legend, css class, buckets); band:
+    (legend, lower buckets, upper buckets), a shaded interval; reference: (legend, value), a
+    dashed horizontal line. Every series has a legend key and a <title> tooltip."""
+    parts = _frame(title, span, ymin, ymax, ylabel)
+    keys: list[str] = []
     drawn = 0
-    legend_x = ML + 60
-    for label, cls, points, peak in lines:
-        if t_end is not None:
-            for run in _polylines(points, t_end - span, span, ymax, peak):
-                parts.append(f'<polyline class="{cls}" points="{run}"/>')
-                drawn += 1
-        parts.append(f'<line class="{cls} key" x1="{legend_x}" x2="{legend_x + 14}" y1="{H - 10}" y2="{H - 10}"/>')
-        parts.append(f'<text x="{legend_x + 17}" y="{H - 6}">{esc(label)}</text>')
-        legend_x += 24 + 6 * len(label)
-    parts.append(f'<text class="t" x="{ML + 6}" y="{MT + 12}">{esc(title)}</text>')
+    fmt = fmt or ylabel  # the tooltips' numbers
+    if band is not None:
+        name, lower, upper = band
+        tip = f"{_summary('lower', lower, fmt)}; {_summary('upper', upper, fmt)}"
+        polygons = _band(lower, upper, ymin, ymax)
+        if polygons:
+            parts.append(f"<g><title>{esc(name)}: {esc(tip)}</title>")
+            parts += [f'<polygon class="band" points="{p}"/>' for p in polygons]
+            parts.append("</g>")
+            drawn += 1
+        keys.append(f'<rect class="band" x="{{x}}" y="{H - 14}" width="14" height="8"/>|{name}')
+    if reference is not None:
+        name, value = reference
+        y = _y(value, ymin, ymax)
+        parts.append(
+            f'<line class="ref" x1="{ML}" x2="{W - MR}" y1="{y:.1f}" y2="{y:.1f}"><title>{esc(name)}</title></line>'
+        )
+        keys.append(f'<line class="ref key" x1="{{x}}" x2="{{x14}}" y1="{H - 10}" y2="{H - 10}"/>|{name}')
+    for name, cls, buckets in lines:
+        runs = _runs(buckets, ymin, ymax)
+        if runs:
+            parts.append(f"<g><title>{esc(_summary(name, buckets, fmt))}</title>")
+            parts += [f'<polyline class="{cls}" points="{run}"/>' for run in runs]
+            parts.append("</g>")
+            drawn += 1
+        keys.append(f'<line class="{cls} key" x1="{{x}}" x2="{{x14}}" y1="{H - 10}" y2="{H - 10}"/>|{name}')
+    x = ML + 60
+    for key in keys:
+        shape, name = key.rsplit("|", 1)
+        parts.append(shape.replace("{x}", str(x)).replace("{x14}", str(x + 14)))
+        parts.append(f'<text x="{x + 17}" y="{H - 6}">{esc(name)}</text>')
+        x += 24 + 6 * len(name)
+    parts.append(f'<text class="t" x="{ML}" y="14">{esc(title)}</text>')
     if not drawn:
         parts.append(f'<text x="{ML + PW / 2}" y="{MT + PH / 2}" text-anchor="middle">no data yet</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
+def verdict_strip(title: str, buckets: Sequence[Bucket], span: float) -> str:
+    """The verdict of each poll as a colored strip (a bucket shows its last poll's verdict; adjacent
+    buckets with the same verdict are one rectangle, its <title> naming it), with a legend of the
+    verdicts shown."""
+    h = 58
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" role="img" '
+        f'aria-label="{esc(title)}"><title>{esc(title)}</title>'
+        f'<text class="t" x="{ML}" y="12">{esc(title)}</text>'
+    ]
+    step = PW / BUCKETS
+    # A verdict holds from its poll to the next one: a rectangle runs to the next verdict's bucket.
+    spans: list[tuple[str, int]] = []  # (verdict, first bucket)
+    end = 0
+    for i, _, _, last in buckets:
+        verdict = (verdict_of(last) if last is not None else None) or "none"
+        if not spans or spans[-1][0] != verdict:
+            spans.append((verdict, i))
+        end = i + 1
+    seen: list[str] = []
+    for k, (name, first) in enumerate(spans):
+        if name not in seen:
+            seen.append(name)
+        stop = spans[k + 1][1] if k + 1 < len(spans) else end
+        parts.append(
+            f'<rect class="s-{name}" x="{ML + first * step:.1f}" y="18" width="{(stop - first) * step:.1f}" '
+            f'height="16"><title>{esc(name)}</title></rect>'
+        )
+    parts.append(f'<text x="{ML}" y="{h - 6}">−{esc(duration(span))}</text>')
+    parts.append(f'<text x="{W - MR}" y="{h - 6}" text-anchor="end">now</text>')
+    x = ML + 60
+    for name in seen:
+        parts.append(f'<rect class="s-{name}" x="{x}" y="{h - 14}" width="10" height="10"/>')
+        parts.append(f'<text x="{x + 13}" y="{h - 6}">{esc(name)}</text>')
+        x += 20 + 6 * len(name)
+    if not buckets:
+        parts.append(f'<text x="{ML + PW / 2}" y="30" text-anchor="middle">no data yet</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _speedup_fmt(v: float) -> str:
+    return f"{v:.2f}×"
+
+
+def _itl_fmt(v: float) -> str:
+    return f"{v:.2g} s" if v >= 1 else f"{v * 1000:.0f} ms"
+
+
 def plots(history: PageHistory, key: SeriesKey, poll_interval: float) -> str:
-    """Alpha against break-even and the ITL tails of one route-window over the last hour."""
+    """One route-window's plots over the span it has history for (at most the horizon): alpha
+    against break-even, the expected speedup with its interval against 1, the verdict per poll and
+    the inter-token latency tails, each read as BUCKETS buckets."""
     series = history.series(key)
     t_end = series.last_t() if series is not None else None
-    since = -math.inf if t_end is None else t_end - history.horizon
-
-    def col(name: str) -> list[tuple[float, float]]:
-        return series.column(name, since) if series is not None else []
-
-    first = col("t")
+    first = series.t_at(0) if series is not None else None
     # The span drawn: what there is, at least ten polls, at most the horizon.
     span = history.horizon
-    if t_end is not None and first:
-        span = min(max(t_end - first[0][0], 10 * poll_interval, 60.0), history.horizon)
-    alpha, breakeven = col("alpha"), col("breakeven")
-    p50, p99 = col("itl_p50"), col("itl_p99")
-    peak = max((v for _, v in p99 + p50 if math.isfinite(v)), default=0.0)
+    if t_end is not None and first is not None:
+        span = min(max(t_end - first, 10 * poll_interval, 60.0), history.horizon)
+
+    cut = series.cut(t_end - span, t_end, BUCKETS) if series is not None and t_end is not None else []
+
+    def col(name: str) -> list[Bucket]:
+        return series.buckets(name, cut) if series is not None else []
+
     window = key[2]
+    tail = f"({window} window, last {duration(span)})"
+    alpha, breakeven = col("alpha"), col("breakeven")
+    speedup, lower, upper = col("speedup"), col("speedup_lower"), col("speedup_upper")
+    p50, p99 = col("itl_p50"), col("itl_p99")
+    # The scale holds the speedup line and the latest interval: one still wide from the first polls
+    # is clipped at the top rather than flattening the line the verdict follows.
+    latest = next((last for _, _, _, last in reversed(upper) if last is not None), 0.0)
+    top = max(max((hi for _, _, hi, _ in speedup if hi is not None), default=0.0), latest)
+    peak = max((hi for _, _, hi, _ in p99 + p50 if hi is not None), default=0.0)
     return (
         '<div class="plots">'
         + chart(
-            f"acceptance rate α vs break-even ({window})",
-            [("α", "alpha", alpha, False), ("break-even", "breakeven", breakeven, False)],
-            t_end=t_end,
+            f"acceptance rate α vs break-even {tail}",
+            [("α", "alpha", alpha), ("break-even", "breakeven", breakeven)],
             span=span,
             ymax=1.0,
-            ylabel=lambda v: f"{v:.1f}",
+            ylabel=lambda v: f"{v:.2f}",
         )
         + chart(
-            f"inter-token latency ({window})",
-            [("P99", "p99", p99, True), ("P50", "p50", p50, False)],
-            t_end=t_end,
+            f"expected speedup and its interval {tail}",
+            [("speedup", "speedup", speedup)],
+            span=span,
+            ymax=max(2.0, _nice(top * 1.05)),
+            ylabel=lambda v: f"{v:g}×",
+            fmt=_speedup_fmt,
+            band=("interval", lower, upper),
+            reference=("1×", 1.0),
+        )
+        + chart(
+            f"inter-token latency per token {tail}",
+            [("P99", "p99", p99), ("P50", "p50", p50)],
             span=span,
             ymax=_nice(peak * 1.1) if peak > 0 else 0.1,
-            ylabel=lambda v: f"{v:.2g} s" if v >= 1 else f"{v * 1000:.0f} ms",
+            ylabel=_itl_fmt,
         )
+        + verdict_strip(f"verdict per poll {tail}", col("verdict"), span)
         + "</div>"
     )
 
@@ -455,17 +589,40 @@ def _headline(evaluations: Sequence[RouteEvaluation], window: str) -> RouteEvalu
 
 def _max_batch_text(value: float | None) -> str:
     """The largest batch at which alpha still pays; at the search's cap it is a bound, not a value."""
-    if _finite(value) is not None and value is not None and value >= MAX_BATCH_LIMIT:
-        return f"≥ {MAX_BATCH_LIMIT} <span class=small>(search cap)</span>"
-    return num(value, ".0f")
+    v = _finite(value)
+    if v is not None and v >= MAX_BATCH_LIMIT:
+        tip = f"beyond the searched range: the search stops at {MAX_BATCH_LIMIT}"
+        return f'≥ {MAX_BATCH_LIMIT} <span class=small title="{tip}">(search limit)</span>'
+    return num(v, ".0f")
 
 
-def answer_line(e: RouteEvaluation | None) -> str:
-    """The one-line answer for a route, in its headline window."""
+def decision_distance(lower: float | None, upper: float | None) -> str:
+    """How close the decision is, in words: where the expected speedup's interval stands against
+    the line at 1 that the verdict rests on (empty without an interval)."""
+    lo, hi = _finite(lower), _finite(upper)
+    if lo is None or hi is None:
+        return ""
+    if lo > 1:
+        return f"lower bound {lo:.2f}, {lo - 1:.2f} above 1: speculation pays at this confidence"
+    if hi < 1:
+        return f"upper bound {hi:.2f}, {1 - hi:.2f} below 1: speculation loses at this confidence"
+    return f"interval straddles 1: lower bound {lo:.2f}, needs > 1 to keep; upper bound {hi:.2f}, needs < 1 to disable"
+
+
+def answer_line(e: RouteEvaluation | None, min_drafts: int | None = None) -> str:
+    """The one-line answer for a route, in its headline window; min_drafts: the config's minimum,
+    so a window with enough drafts is never told it has too few."""
     if e is None:
         return f"{badge(None)} no window evaluated yet"
     words = ANSWERS.get(e.verdict or "", "no verdict yet")
     if e.verdict == "insufficient_data":
+        drafts = _finite(e.stats.drafts)
+        if drafts is not None and min_drafts is not None:
+            words = (
+                f"no verdict yet: {drafts:.0f} drafts of the {min_drafts} needed"
+                if drafts < min_drafts
+                else f"no verdict yet: {drafts:.0f} drafts are enough, an input is missing"
+            )
         facts = f"{num(e.stats.drafts, '.0f')} drafts, batch {num(e.batch_size, '.1f')} ({esc(e.stats.window)})"
         return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>"
     facts = (
@@ -474,7 +631,9 @@ def answer_line(e: RouteEvaluation | None) -> str:
         f"{_interval_text(e.expected_speedup_lower, e.expected_speedup_upper, e.loss_probability)}"
         f" ({esc(e.stats.window)})"
     )
-    return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>"
+    close = decision_distance(e.expected_speedup_lower, e.expected_speedup_upper)
+    closeness = f"<br><span class=small>how close: {esc(close)}</span>" if close else ""
+    return f"{badge(e.verdict)} <b>{esc(words)}</b> <span class=small>{facts}</span>{closeness}"
 
 
 def targets_section(state: State, history: PageHistory) -> str:
@@ -520,14 +679,26 @@ def _target_row(t: TargetState, now: float | None, history: PageHistory) -> str:
     )
 
 
-def cost_model_section(state: State, config: Config) -> str:
+def _step_time_text(basis: Assumptions) -> str:
+    """Where the step time comes from, per route once a curve is learned: the one statement of it
+    on the page (the summary line below says what holds before a curve is learned)."""
+    learned = [r.facts.route for r in basis.routes if r.facts.step_time == "learned"]
+    before = f"{basis.step_time}{' until learned' if basis.learning else ''}"
+    if not learned:
+        return before
+    shown = ", ".join(learned[:5]) + (f" and {len(learned) - 5} more" if len(learned) > 5 else "")
+    others = len(basis.routes) - len(learned)
+    return f"learned for {shown}" + (f"; {before} for the other {others}" if others else "")
+
+
+def cost_model_section(state: State, config: Config, basis: Assumptions) -> str:
     info = state.cost_model
     if info is None:
         return ""
     rows = [
-        ("source", info.source),
+        ("step-time source", _step_time_text(basis)),
         ("hardware", info.hardware),
-        ("model", info.model),
+        ("model (cost model, every route)", info.model),
         ("dtype", info.dtype),
         ("tensor parallel", info.tensor_parallel),
         ("drafter cost class", info.method),
@@ -544,9 +715,28 @@ def cost_model_section(state: State, config: Config) -> str:
     return f"<h2>What the cost model assumed</h2>{warn}<table><tbody>{body}</tbody></table>"
 
 
-def _rests_on(line: str | None) -> str:
-    """What the verdicts rest on, in one line (the assumptions block of /api/v1/status)."""
-    return "" if line is None else f"<p class=meta>rests on: {esc(line)}</p>"
+PER_ROUTE = (
+    "Break-even and speedup are per route: each route has its own acceptance by draft position and its own "
+    "step-time fit, so two routes at the same batch and K can have different break-evens."
+)
+
+
+def _per_route(routes: int) -> str:
+    """The note that curves are per route, where more than one route is shown."""
+    return f"<p class=small>{esc(PER_ROUTE)}</p>" if routes > 1 else ""
+
+
+def _rests_on(line: str | None, before_learning: bool = False) -> str:
+    """What the verdicts rest on, in one line (the assumptions block of /api/v1/status);
+    before_learning: the config-wide line, which holds until a route's curve is learned."""
+    if line is None:
+        return ""
+    what = "rests on, before any curve is learned" if before_learning else "rests on"
+    return f"<p class=meta>{what}: {esc(line)}</p>"
+
+
+def _summary_line(basis: Assumptions) -> str:
+    return _rests_on(basis.summary(), before_learning=basis.learning)
 
 
 def _more(shown: int, total: int, what: str) -> str:
@@ -578,17 +768,17 @@ def sidecar_body(view: View, history: PageHistory) -> tuple[str, list[str | None
     if state.unmatched_routes:
         items = "".join(f"<li>{label(r)} (target {label(t)})</li>" for r, t, _ in state.unmatched_routes[:MAX_ROUTES])
         unmatched = f'<div class="warn">Configured routes that match nothing yet:<ul>{items}</ul></div>'
-    rest = targets_section(state, history) + cost_model_section(state, config) + _rests_on(basis.summary())
+    rest = targets_section(state, history) + cost_model_section(state, config, basis) + _summary_line(basis)
     budget, used = _route_budget(unmatched, rest), 0
     for i, route in enumerate(routes[:MAX_ROUTES]):
         headline = _headline(route.evaluations, window)
         answer_row = (
             f"<tr>{td(f'<a href=#r{i}>{label(route.route)}</a>', 'l')}{td(label(route.target), 'l')}"
-            f"{td(answer_line(headline), 'l')}</tr>"
+            f"{td(answer_line(headline, config.decision.min_drafts), 'l')}</tr>"
         )
         table, records = windows_table(route.target, route.evaluations, history, config, state.t)
         meta = (
-            f"target {label(route.target)} · engine {label(route.engine)} · model_name {label(route.model_name)} · "
+            f"target {label(route.target)} · engine {label(route.engine)} · served model_name {label(route.model_name)} · "
             f"method {label(route.method)} · K {num(route.configured_k, '.0f')} · schema {label(route.schema)}"
             + (
                 f" · spec-off ITL P99 baseline {ms(route.baseline_itl_p99_seconds)}"
@@ -613,6 +803,7 @@ def sidecar_body(view: View, history: PageHistory) -> tuple[str, list[str | None
     answer = (
         "<h2>The answer, per route</h2>"
         + (_table(("route", "target", "verdict"), answers, left=3) if answers else "<p>No route seen yet.</p>")
+        + _per_route(len(answers))
         + _more(shown, len(routes), "routes")
         + unmatched
     )
@@ -688,11 +879,12 @@ def fleet_body(view: View, fleet: FleetState, history: PageHistory) -> tuple[str
         _table(fleet_head, fleet_rows, left=2) if fleet_rows else "<p>No replica evaluated yet.</p>"
     )
     answer += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
+    answer += _per_route(len(by_route))
     basis = view_assumptions(view)
     rests_on = {
         (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
     }
-    top = prometheus_section(fleet, config, history) + _rests_on(basis.summary()) + answer
+    top = prometheus_section(fleet, config, history) + _summary_line(basis) + answer
     budget, used = _route_budget(top), 0
     sections: list[str] = []
     shown, full = 0, False
@@ -715,7 +907,7 @@ def fleet_body(view: View, fleet: FleetState, history: PageHistory) -> tuple[str
             replica = (
                 f"<h3>replica {label(name)} {badge(headline.verdict if headline else None)}</h3>"
                 f"<p class=meta>{_replica_labels(r.replica)} · engine {label(r.engine)} · "
-                f"model_name {label(r.model_name)} · method {label(r.method)}</p>"
+                f"served model_name {label(r.model_name)} · method {label(r.method)}</p>"
                 f"{_rests_on(rests_on.get((name, r.route)))}{table}{recommendations(records, engine_of(r.evaluations))}"
                 f"{plot}"
             )

@@ -5,7 +5,11 @@ MAX_SERIES route-windows are kept (a new one past that replaces the one updated 
 none is added while every kept one is current), each keeps at most `max_points` points (an hour at
 the default 5 s poll; a faster poll is thinned to one point per horizon/max_points seconds, the
 newest point replacing the last one inside that step), and values are stored as C doubles in
-arrays (absent = NaN), 48 bytes a point: 50 series x 720 points is under 2 MB.
+arrays (absent = NaN), 72 bytes a point: 50 series x 720 points is under 3 MB.
+
+A plot reads a column as a fixed number of buckets (Series.cut: each bucket's points found by
+bisection on the time column, once per plot; Series.buckets: min, max and last per bucket), so what it draws is the same size at 5
+minutes of history as at an hour, and a one-poll spike still shows as its bucket's max.
 
 It also remembers what the published states do not carry: since when a window's candidate verdict
 has differed from the verdict (its hold), and each target's last error with its message.
@@ -15,17 +19,34 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.view import View
 from specwatch.view.fleet import FleetState, ReplicaRouteState, replica_name
 
-__all__ = ["COLUMNS", "MAX_SERIES", "LastError", "PageHistory", "Series", "SeriesKey", "fleet_order"]
+__all__ = [
+    "COLUMNS",
+    "MAX_SERIES",
+    "Bucket",
+    "Cut",
+    "LastError",
+    "PageHistory",
+    "Series",
+    "SeriesKey",
+    "buckets_plain",
+    "edges",
+    "fleet_order",
+    "verdict_code",
+    "verdict_of",
+]
 
-#: The values kept per point, in this order (t: the evaluation time, seconds).
-COLUMNS = ("t", "alpha", "breakeven", "speedup", "itl_p50", "itl_p99")
+#: The values kept per point, in this order (t: the evaluation time, seconds; verdict: its index
+#: in VERDICTS, NaN for none).
+COLUMNS = ("t", "alpha", "breakeven", "speedup", "speedup_lower", "speedup_upper", "itl_p50", "itl_p99", "verdict")
 MAX_SERIES = 50  # route-windows with a history (the page shows at most this many routes anyway)
 HORIZON = 3600.0
 MAX_POINTS = 720
@@ -35,6 +56,55 @@ SeriesKey = tuple[str, str, str]  # (target or replica, route, window)
 
 def _num(x: float | None) -> float:
     return math.nan if x is None or not math.isfinite(x) else float(x)
+
+
+def verdict_code(verdict: str | None) -> float:
+    """A verdict as a number a column can hold (NaN for none or an unknown one)."""
+    return float(VERDICTS.index(verdict)) if verdict in VERDICTS else math.nan
+
+
+def verdict_of(code: float) -> str | None:
+    """The verdict a column's number stands for."""
+    return VERDICTS[int(code)] if math.isfinite(code) and 0 <= code < len(VERDICTS) else None
+
+
+#: One plot bucket: its index, then min, max and last of the finite values in it (all None when
+#: every point in it is absent: a gap).
+Bucket = tuple[int, float | None, float | None, float | None]
+
+
+#: A span cut into buckets: (bucket index, first point, end point) for each non-empty bucket.
+Cut = list[tuple[int, int, int]]
+
+
+def _bucket(i: int, values: Sequence[float]) -> Bucket:
+    if len(values) == 1:  # the common case while the points are fewer than the buckets
+        v = values[0]
+        return (i, None, None, None) if math.isnan(v) else (i, v, v, v)
+    finite = [v for v in values if not math.isnan(v)]  # NaN: absent
+    if not finite:
+        return (i, None, None, None)
+    return (i, min(finite), max(finite), finite[-1])
+
+
+def edges(t0: float, t1: float, n: int) -> list[float]:
+    """The n - 1 inner edges of `n` equal buckets over [t0, t1]: a point at an edge is in the later
+    bucket."""
+    width = (t1 - t0) / n
+    return [t0 + k * width for k in range(1, n)]
+
+
+def buckets_plain(points: Iterable[tuple[float, float]], t0: float, t1: float, n: int) -> list[Bucket]:
+    """Series.buckets over (t, value) pairs, one point at a time: the reference the fast path is
+    tested against."""
+    if n <= 0 or t1 <= t0:
+        return []
+    inner = edges(t0, t1, n)
+    grouped: dict[int, list[float]] = {}
+    for t, v in points:
+        if t0 <= t <= t1:
+            grouped.setdefault(sum(1 for e in inner if e <= t), []).append(v)
+    return [_bucket(i, grouped[i]) for i in sorted(grouped)]
 
 
 class Series:
@@ -70,10 +140,26 @@ class Series:
     def column(self, name: str, since: float = -math.inf) -> list[tuple[float, float]]:
         """(t, value) for the points at or after `since`; absent values are NaN (gaps)."""
         t, col = self._cols[0], self._cols[COLUMNS.index(name)]
-        start = 0
-        while start < len(t) and t[start] < since:  # few points are ever older than the horizon
-            start += 1
+        start = bisect_left(t, since)
         return list(zip(t[start:], col[start:], strict=True))
+
+    def cut(self, t0: float, t1: float, n: int) -> Cut:
+        """The points in [t0, t1] cut into `n` equal time buckets, found by one bisection per edge:
+        computed once per plot, read by every column (buckets)."""
+        t = self._cols[0]
+        if n <= 0 or t1 <= t0:
+            return []
+        bounds = [bisect_left(t, t0)]
+        for edge in edges(t0, t1, n):
+            bounds.append(bisect_left(t, edge, bounds[-1]))
+        bounds.append(max(bisect_right(t, t1), bounds[-1]))
+        return [(k, bounds[k], bounds[k + 1]) for k in range(n) if bounds[k] < bounds[k + 1]]
+
+    def buckets(self, name: str, cut: Cut) -> list[Bucket]:
+        """The column over a cut: per non-empty bucket its index, min, max and last value (the
+        values read as array slices: the Python work is per bucket, not per point)."""
+        col = self._cols[COLUMNS.index(name)]
+        return [_bucket(i, col[start:end]) for i, start, end in cut]
 
 
 @dataclass(frozen=True)
@@ -173,8 +259,11 @@ class PageHistory:
                 _num(e.acceptance_rate),
                 _num(e.breakeven_acceptance_rate),
                 _num(e.expected_speedup),
+                _num(e.expected_speedup_lower),
+                _num(e.expected_speedup_upper),
                 _num(e.itl_p50_seconds),
                 _num(e.itl_p99_seconds),
+                verdict_code(e.verdict),
             )
             series.add(values, replace_last=replace_last)
             series.updated = self._records

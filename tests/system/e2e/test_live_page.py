@@ -9,6 +9,8 @@ sidecar says keep while the batch ramps up, then undecided, then disable):
 - the page follows the verdict: loaded again while the scenario runs, its verdict text changes
   from keep or undecided to disable without anything but the poll loop re-rendering it;
 - the page asks for nothing but itself (no script, no external URL; a CSP that forbids both).
+- the plots a user looks for are drawn by the browser: the expected speedup's interval against 1,
+  the verdict per poll, the per-token ITL tails, each with a legend.
 
 Screenshots (before and after the change) are kept under a temp dir, printed; set
 SPECWATCH_SCREENSHOT_DIR to choose it.
@@ -197,3 +199,34 @@ def test_the_page_shows_the_answer_and_follows_the_verdict(live):
     section = route_section(dom)
     assert "remove --speculative-config" in section
     screenshot(base + "/", shots / "live-page-disable.png")
+
+
+def test_the_browser_draws_the_speedup_band_against_one_the_verdict_timeline_and_itl(live):
+    """The new plots exist in the DOM Chromium builds from the served page: the expected speedup's
+    interval (a polygon) and line against a reference line at 1, the verdict strip (one rectangle per
+    run of a verdict, each with a <title>), the per-token ITL tails, and a legend in every plot."""
+    base, shots = live
+    deadline = time.monotonic() + DEADLINE_S
+    section = ""
+    while time.monotonic() < deadline:
+        section = route_section(dump_dom(base + "/"))
+        if re.search(r'<polygon class="band" points="[^"]+ [^"]+"', section) and 'class="s-' in section:
+            break
+        time.sleep(1.0)
+    svgs = re.findall(r"<svg .*?</svg>", section, flags=re.S)
+    titles = [re.search(r"<title>([^<]*)</title>", svg).group(1) for svg in svgs]
+    assert len(svgs) == 4, titles
+    speedup, strip, itl = (
+        next(svg for svg, title in zip(svgs, titles, strict=True) if title.startswith(start))
+        for start in ("expected speedup and its interval", "verdict per poll", "inter-token latency per token")
+    )
+    assert re.search(r'<polygon class="band" points="[^"]+"', speedup)
+    assert re.search(r'<polyline class="speedup" points="[^"]+ [^"]+"', speedup)
+    assert re.search(r'<line class="ref" [^>]*><title>1×</title></line>', speedup)
+    rects = re.findall(r'<rect class="s-(\w+)" [^>]*height="16"><title>(\w+)</title></rect>', strip)
+    assert rects and all(cls == title for cls, title in rects), rects
+    assert re.search(r'<polyline class="p99" points="[^"]+ [^"]+"', itl)
+    for svg in svgs:  # a legend: a key per series, and every drawn series has its tooltip
+        assert re.search(r'class="[\w-]+ key"|<rect class="s-\w+" x="[\d.]+" y="44"', svg)
+    assert re.search(r"<g><title>speedup: now [\d.]+×", speedup)
+    screenshot(base + "/", shots / "live-page-plots.png")

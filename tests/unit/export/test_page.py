@@ -76,7 +76,7 @@ def test_the_page_shows_each_windows_verdict_numbers_config_and_plots(alpha_drop
     assert "remove --speculative-config" in html  # alpha-drop ends in disable
     assert "What the cost model assumed" in html and "h100-sxm" in html
     polylines = re.findall(r'<polyline class="(\w+)" points="([^"]+)"', html)
-    assert {cls for cls, _ in polylines} == {"alpha", "breakeven", "p50", "p99"}
+    assert {cls for cls, _ in polylines} == {"alpha", "breakeven", "speedup", "p50", "p99"}
     assert all(len(points.split()) > 10 for cls, points in polylines if cls == "alpha")
     # Air-gapped: nothing is fetched, no script runs, and the CSP forbids both.
     assert "<script" not in html and "src=" not in html and 'http-equiv="refresh" content="5"' in html
