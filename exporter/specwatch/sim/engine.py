@@ -15,7 +15,9 @@ Step time = StepTimer.step_time(B·(K+1) + prefill tokens, context) + draft_time
 
 What the server is started with (scenario `speculative_config`) acts as the engine would: vLLM's
 batch schedule caps K at the step's decode batch, and is dropped with more than one data-parallel
-engine; TensorRT-LLM's gate switches an engine's speculation off for good (until a restart) once
+engine; vLLM's adaptive verification picks each step's verify budget K' in 1..K, the one with the
+most tokens per second by its step-cost profile (StepTimer.profile_step) and its online estimate of
+each position's conditional acceptance (a decaying count over the engine's last steps); TensorRT-LLM's gate switches an engine's speculation off for good (until a restart) once
 its acceptance over the last `acceptance_rate_window_size` drafting steps is below
 `acceptance_rate_threshold`: its spec counters freeze while generation goes on.
 """
@@ -31,6 +33,11 @@ from typing import Protocol
 from specwatch.sim.histograms import engine_histograms
 from specwatch.sim.scenario import RoutePhase, Scenario
 from specwatch.sim.steptime import StepTimer
+
+#: Adaptive verification's memory: each step's counts weigh this much less at the next step.
+ADAPTIVE_DECAY = 0.98
+#: Drafts' worth of weight on the 0.5 prior of a position's conditional acceptance.
+ADAPTIVE_PRIOR_WEIGHT = 4.0
 
 
 class SimulatorCore(Protocol):
@@ -91,6 +98,14 @@ class Engine:
         self.gate_window: collections.deque[tuple[int, int]] = collections.deque()
         self.gate_sums = [0, 0]
         self.gated = False
+        # The truth of what speculation delivers on this engine's decode steps: request-steps, their
+        # seconds, the seconds the same steps (batch, prefill, context, noise) take without
+        # speculation, and the tokens they gave.
+        self.decode_totals = [0.0, 0.0, 0.0, 0.0]
+        # Adaptive verification's online acceptance estimate: per position, the (decayed) number of
+        # drafts that reached it and of those accepted there.
+        self.adaptive_reached = [0.0] * sc.num_speculative_tokens
+        self.adaptive_accepted = [0.0] * sc.num_speculative_tokens
         self.h = engine_histograms(sc.max_model_len)
         # V0 engine bookkeeping: lifetime totals, and the sum-of-sums counters its logger produced.
         self.v0 = {
@@ -125,6 +140,11 @@ class Engine:
         schedule = sc.schedule
         if k and schedule is not None:
             k = min(k, schedule.k_at(max(n_dec, 1)))
+        ctx = 0
+        for r in decoding:
+            ctx += r.ctx
+        if k and n_dec and sc.adaptive:
+            k = self._adaptive_budget(n_dec, k, ctx)
         used = n_dec * (k + 1)
         # Admit waiting requests (prefill in this step) while slots and token budget allow.
         new: list[Request] = []
@@ -138,17 +158,19 @@ class Engine:
             used += r.prompt
         self.num_running = n_dec + len(new)
         self.num_waiting = len(self.waiting)
-        ctx = 0
-        for r in decoding:
-            ctx += r.ctx
         timer = sim.timer
         dt = timer.step_time(used, ctx)
+        plain = dt if k == 0 else timer.step_time(used - n_dec * k, ctx)
         if k > 0 and n_dec:
             dt += timer.draft_time(n_dec, k)
         if sc.noise > 0:
-            dt *= math.exp(rng.gauss(0.0, sc.noise))
+            noise = math.exp(rng.gauss(0.0, sc.noise))
+            dt *= noise
+            plain *= noise
             if rng.random() < 0.003:  # rare stall (GC, allocator, host jitter): drives the P99 tail
-                dt *= rng.uniform(1.5, 3.0)
+                stall = rng.uniform(1.5, 3.0)
+                dt *= stall
+                plain *= stall
         t1 = t0 + dt
         c = self.c
         finished = []
@@ -184,6 +206,8 @@ class Engine:
                     tail += hist_a[i]
                     self.per_pos[i - 1] += tail
                     acc += tail
+                if sc.adaptive:
+                    self._adaptive_learn(hist_a, k)
                 c["drafts"] += n_dec
                 c["draft_tokens"] += n_dec * k
                 c["accepted"] += acc
@@ -199,6 +223,11 @@ class Engine:
                     if r.generated >= r.target:
                         finished.append(r)
             self.h["itl"].observe(dt, n_dec)
+            totals = self.decode_totals
+            totals[0] += n_dec
+            totals[1] += n_dec * dt
+            totals[2] += n_dec * plain
+            totals[3] += gen
         for r in new:  # prefill step: first token out, TTFT
             r.first = t1
             r.generated = 1
@@ -225,6 +254,35 @@ class Engine:
             self._v0_log(k if k > 0 else sim.scenario.num_speculative_tokens)
         for _ in finished:
             self.route.on_finish(t1)
+
+    def _adaptive_budget(self, n_dec: int, k_max: int, ctx: float) -> int:
+        """Adaptive verification's K' for this step: 1..k_max, the most expected tokens per second
+        of the step by the profile, with the estimated conditional acceptance (a prior of 0.5 until
+        a position has been reached)."""
+        timer = self.sim.timer
+        best, best_rate = 1, 0.0
+        tokens, prefix = 1.0, 1.0
+        for kk in range(1, k_max + 1):
+            reached = self.adaptive_reached[kk - 1]
+            prefix *= (self.adaptive_accepted[kk - 1] + ADAPTIVE_PRIOR_WEIGHT * 0.5) / (reached + ADAPTIVE_PRIOR_WEIGHT)
+            tokens += prefix
+            rate = tokens / timer.profile_step(n_dec, kk, ctx)
+            if rate > best_rate:
+                best, best_rate = kk, rate
+        return best
+
+    def _adaptive_learn(self, hist_a: list[int], k: int) -> None:
+        """This step's drafts into the acceptance estimate: position i was reached by the drafts
+        with a >= i, and accepted by those with a > i."""
+        reached, accepted = self.adaptive_reached, self.adaptive_accepted
+        for i in range(len(reached)):
+            reached[i] *= ADAPTIVE_DECAY
+            accepted[i] *= ADAPTIVE_DECAY
+        at_least = sum(hist_a)
+        for i in range(k):
+            reached[i] += at_least
+            at_least -= hist_a[i]
+            accepted[i] += at_least
 
     def _gate(self, accepted: int, drafted: int, t: float) -> None:
         """TensorRT-LLM's one-way gate over this engine's last drafting steps."""
