@@ -15,7 +15,15 @@ from specwatch.config import from_mapping
 from specwatch.serve.service import Service
 from specwatch.sim.polling import simulated_polls
 from support.builders import scenario_raw_config
-from support.metric_names import EXPORTED, GAUGE_BASIS, GRADING, READBACK, RELOAD, STEP_TIME_FIT
+from support.metric_names import (
+    CONTROLLER_GAIN,
+    EXPORTED,
+    GAUGE_BASIS,
+    GRADING,
+    READBACK,
+    RELOAD,
+    STEP_TIME_FIT,
+)
 from support.rule_files import all_rules, recorded_names, selectors
 
 promql_parser = pytest.importorskip("promql_parser")
@@ -46,8 +54,9 @@ def exposition() -> set[str]:
 def test_the_sidecar_exports_every_name_of_the_contract(exposition):
     # Grading and the step-time fit need a change of draft or a learned curve (none in this scenario);
     # the acceptance basis a gauge-only engine (tests/unit/engines/test_load_sequence_replays.py); the
-    # read-back's outcome a `readback:` section.
-    assert (EXPORTED - GRADING - STEP_TIME_FIT - GAUGE_BASIS - READBACK) - exposition == set()
+    # read-back's outcome a `readback:` section; the controller's gain an engine that moves K itself
+    # (tests/unit/sim/test_controllers.py).
+    assert (EXPORTED - GRADING - STEP_TIME_FIT - GAUGE_BASIS - READBACK - CONTROLLER_GAIN) - exposition == set()
 
 
 #: prometheus_client's own self-metrics (ProcessCollector, PlatformCollector; issue #37): not the
