@@ -23,14 +23,21 @@ controller's gain over it says whether the controller beats the K a user could h
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from specwatch import costmodel
 from specwatch.costmodel import uncertainty
+from specwatch.costmodel.breakeven import zero_k_band_slowdown
 from specwatch.costmodel.observation import StepObservation
-from specwatch.engines.advice import adaptive_note, adapts_draft_length
-from specwatch.engines.vllm_schedule import SpeculativeSchedule
+from specwatch.engines.advice import (
+    ADAPTIVE_OPTIONS,
+    SGLANG_BAND_BATCHES,
+    ControllerTerms,
+    adaptive_note,
+    adapts_draft_length,
+)
+from specwatch.engines.vllm_schedule import SCHEDULE_KEY, SpeculativeSchedule
 from specwatch.verdict.decide import Assessment, extend_position_rates
 from specwatch.windows.derive import WindowStats
 
@@ -201,3 +208,50 @@ def judged(assessment: Assessment, gain: ControllerGain, config: Mapping[str, ob
             notes=notes,
         )
     return replace(delivered, notes=(*assessment.notes, note))
+
+
+def controller_terms(
+    cm: costmodel.CostModel,
+    stats: WindowStats,
+    assessment: Assessment,
+    gain: ControllerGain | None,
+    batches: Sequence[float],
+    config: Mapping[str, object] | None = None,
+) -> ControllerTerms | None:
+    """What the advice in the engine's controller's terms needs (engines/advice.py): priced here,
+    where the cost model is. ``batches``: the batch sizes of the route's windows now (their ends
+    tell whether the break-even moves across the acceptance); ``config``: the stated draft.config.
+    None without an assessed window."""
+    if assessment.expected_speedup is None or not stats.batch_size:
+        return None
+    b = max(float(stats.batch_size), 1.0)
+    k = float(stats.draft_length or 0.0)
+    coverage = costmodel.draft_coverage(stats.draft_coverage)
+    seen = [x for x in batches if x and x > 0]
+    breakeven_range = None
+    if k > 0 and len(seen) > 1 and min(seen) < max(seen):
+        breakeven_range = (
+            costmodel.breakeven_acceptance_rate(cm, min(seen), k, coverage),
+            costmodel.breakeven_acceptance_rate(cm, max(seen), k, coverage),
+        )
+    rates = stats.position_rates or ()
+    band_ks: tuple[int, ...] = ()
+    best = gain.best_fixed_k if gain is not None else None
+    if rates and stats.engine == "sglang":
+        p = extend_position_rates(rates, max(len(rates), MAX_FIXED_K))
+        band_ks = tuple(costmodel.best_draft_length(cm, batch, p, coverage=coverage) for batch in SGLANG_BAND_BATCHES)
+    if best is None and rates:
+        found = best_fixed_k(cm, b, rates, coverage)
+        best = None if found is None else found[0]
+    return ControllerTerms(
+        batch=b,
+        zero_k_tax=zero_k_band_slowdown(b),
+        acceptance_rate=stats.acceptance_rate,
+        breakeven=assessment.breakeven_acceptance_rate,
+        breakeven_range=breakeven_range,
+        delivered_gain=None if gain is None else gain.gain,
+        best_fixed_k=best,
+        band_ks=band_ks,
+        adaptive_option=next((o for o in ADAPTIVE_OPTIONS.values() if config and config.get(o) is True), ""),
+        schedule_stated=bool(config and config.get(SCHEDULE_KEY)),
+    )

@@ -10,7 +10,7 @@ typed accessors (absent below the guard); `evaluation_record` is its replay line
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
@@ -22,7 +22,13 @@ from specwatch.engines.vllm_schedule import SpeculativeSchedule
 from specwatch.verdict import decide
 from specwatch.verdict.bookkeeping import window_point
 from specwatch.verdict.config_check import ConfigCheck, check_draft_length
-from specwatch.verdict.controller_gain import ControllerGain, delivered_gain, judged, judges_by_delivery
+from specwatch.verdict.controller_gain import (
+    ControllerGain,
+    controller_terms,
+    delivered_gain,
+    judged,
+    judges_by_delivery,
+)
 from specwatch.windows.derive import COUNTER_RATIO, WindowStats, with_drafter
 from specwatch.windows.window import WindowView
 
@@ -340,6 +346,7 @@ def evaluate_route(
     cost_class = method.split(":")[-1]
     config_method = config_method_for(configured, cost_class)
     by_delivery = judges_by_delivery(base_config, schedule)
+    batches = [w[3].batch_size or 0.0 for w in windows]
     evaluations: list[RouteEvaluation] = []
     for _, label, view, measured in windows:
         stats = with_drafter(measured, variable_length=drafts_vary(cost_class, measured), schedule_ks=schedule_ks)
@@ -361,6 +368,9 @@ def evaluate_route(
             gain = delivered_gain(cost_model, stats, point, confidence=decision.confidence)
             if gain is not None and assessment.expected_speedup is not None:
                 assessment = judged(assessment, gain, base_config)
+        if guard and assessment.expected_speedup is not None:
+            terms = controller_terms(cost_model, stats, assessment, gain, batches, base_config)
+            assessment = replace(assessment, controller_terms=terms)
         if fresh or previous is None:
             state = decide.next_verdict(previous, assessment.candidate, hold, now)
             memory.verdicts[label] = state

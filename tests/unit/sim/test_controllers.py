@@ -219,3 +219,16 @@ def test_adaptive_verification_losing_at_low_concurrency_is_flagged():
     flagged = [t for t, _, others, _ in polls if "SpecDecodeControllerLosing" in others]
     # Flagged from the first full window on.
     assert flagged and all(t in flagged for t, *_ in polls if t >= ALERT_WINDOW), flagged
+
+
+def test_the_status_says_to_keep_adaptive_verification_with_what_it_delivers():
+    from specwatch.export.status import status_document
+
+    if "adaptive-wins" not in LAST:
+        run("adaptive-wins")
+    pipeline = LAST["adaptive-wins"]
+    (route,) = status_document(pipeline.state(), pipeline.config)["routes"]
+    window = route["windows"]["5m"]
+    gain = window["controller_gain"]
+    assert window["verdict"] == "keep" and gain["gain_ratio"] == window["expected_speedup"] > 1.0
+    assert f"Keep enable_adaptive_verification: it delivers {gain['gain_ratio']:.2f}x" in " ".join(window["notes"])
