@@ -147,10 +147,13 @@ def trtllm_gate_notes(terms: ControllerTerms) -> tuple[str, ...]:
 
 
 def llamacpp_request_notes(k: int) -> tuple[str, ...]:
-    """llama.cpp: the per-request draft length a client or gateway can set now."""
+    """llama.cpp: the per-request draft length a client or gateway can set now, where the build reads
+    it: recent llama-server builds compile their per-request speculative fields out and ignore them
+    without an error (tests/system/realllamacpp), so the next window must confirm it."""
     return (
-        f'Per request, without a restart: "speculative.n_max": {k} in the request body (a client or gateway '
-        "can set it now); the flag makes it the server's default.",
+        f'Per request, without a restart: "speculative.n_max": {k} in the request body, on llama.cpp builds that '
+        "read per-request speculative fields (recent ones ignore them silently; the flag is the server's default "
+        "and always applies). specwatch's next window shows the K the server drafts.",
     )
 
 
@@ -167,8 +170,6 @@ class Assessed(Protocol):
     def recommended_config(self) -> dict[str, object] | None: ...
     @property
     def config_changes(self) -> Mapping[str, object] | None: ...
-    @property
-    def controller_terms(self) -> ControllerTerms | None: ...
 
 
 @dataclass(frozen=True)
@@ -425,8 +426,10 @@ def advise(
         if render is None:
             return None
         advice = render(rec, current)
-    terms = assessed.controller_terms
-    return advice if terms is None else in_controller_terms(advice, rec, terms, current)
+    # The verdict's Assessment carries them (verdict/controller_gain.controller_terms); a bare
+    # recommendation has none.
+    terms = getattr(assessed, "controller_terms", None)
+    return in_controller_terms(advice, rec, terms, current) if isinstance(terms, ControllerTerms) else advice
 
 
 def in_controller_terms(

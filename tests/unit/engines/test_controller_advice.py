@@ -67,6 +67,7 @@ def test_llamacpp_gets_the_per_request_n_max_beside_the_restart_flag():
     assert advice is not None
     assert advice.flags == ("--spec-draft-n-max", "2") and advice.request == {"speculative.n_max": 2}
     assert '"speculative.n_max": 2 in the request body' in notes(advice)
+    assert "ignore them silently" in notes(advice)  # the pinned real build does (tests/system/realllamacpp)
     kept = advise(KEEP, "llamacpp")
     assert kept is not None and kept.request is None
 
