@@ -81,11 +81,13 @@ class Simulator:
         the seconds the same steps take without speculation, the tokens they gave). The truth of
         what speculation delivers between two times is the difference of two of these
         (``delivered_gain``)."""
-        sums = [0.0, 0.0, 0.0, 0.0]
-        for engine in self.routes[route].engines:
-            for i, value in enumerate(engine.decode_totals):
-                sums[i] += value
-        return sums[0], sums[1], sums[2], sums[3]
+        engines = [e.decode_truth for e in self.routes[route].engines]
+        return (
+            sum(e.request_steps for e in engines),
+            sum(e.seconds for e in engines),
+            sum(e.plain_seconds for e in engines),
+            sum(e.tokens for e in engines),
+        )
 
     # -- time -------------------------------------------------------------------------------
     def _control(self, t: float) -> None:
