@@ -80,7 +80,8 @@ class Simulator:
         """The route's decode steps so far, summed over its engines: (request-steps, their seconds,
         the seconds the same steps take without speculation, the tokens they gave). The truth of
         what speculation delivers between two times is the difference of two of these
-        (``delivered_gain``)."""
+        (``delivered_gain``). Kept for a scenario whose engine runs adaptive verification; elsewhere
+        the plain seconds are the step's own."""
         engines = [e.decode_truth for e in self.routes[route].engines]
         return (
             sum(e.request_steps for e in engines),
