@@ -62,6 +62,7 @@ ALERTS = {
         "SpecDecodeAppliedAdviceSlowedDecode",
         "SpecDecodeMetricsMissing",
         "SpecDecodeSpeculationStopped",
+        "SpecDecodeControllerLosing",
     },
     "specwatch-health": {"SpecDecodeTargetDown", "SpecDecodeExporterDown", "SpecwatchConfigReloadFailed"},
     "specwatch-config-check": {"SpecDecodeConfigMismatch"},
@@ -77,6 +78,10 @@ ENGINE_SIDE = ("fleet_route:", "fleet_replica:")
 REPLICA_COUNTS = {
     "namespace_route:specwatch_replicas_below_breakeven:count",
     "namespace_route:specwatch_replicas_assessed:count",
+}
+# alerts whose severity is decided at each evaluation (warning while probable, critical once clear)
+TEMPLATED_SEVERITY = {
+    "SpecDecodeControllerLosing": {"{{ if lt $value 1.0 }}critical{{ else }}warning{{ end }}"},
 }
 # alerts about spec-decode performance: their description carries the live numbers + recommendation
 PERFORMANCE_ALERTS = {"SpecDecodeBelowBreakeven", "SpecDecodeShorterDraftRecommended", "SpecDecodeITLP99Regression"}
@@ -225,7 +230,7 @@ def test_every_alert_has_one_plain_for_severity_summary_description_and_runbook_
     text = "".join(path.read_text() for path in rule_files())
     for name, rule in alerts().items():
         assert re.fullmatch(r"\d+[smh]", str(rule["for"])), (name, rule["for"])
-        assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"} | TEMPLATED_SEVERITY.get(name, set())
         ann = rule["annotations"]
         assert ann["summary"].strip().endswith(".") and ann["summary"][0].isalpha(), ann["summary"]
         assert ann["runbook_url"] == RUNBOOK_URL + name.lower()
@@ -474,6 +479,24 @@ MUTATIONS = [
         'specwatch_loss_probability{window="5m"} >= 0.8',
         "specwatch_loss_probability >= 0.8",
         "probably-losing reads every window: another route's 1m window fires",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'specwatch_controller_loss_probability{window="5m"} >= 0.8)',
+        'specwatch_controller_loss_probability{window="5m"} >= 0.9)',
+        "controller-losing misses a probable loss of 0.85",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        'specwatch_controller_loss_probability{window="5m"} >= 0.8)',
+        "specwatch_controller_loss_probability >= 0.8)",
+        "controller-losing reads every window: another replica's 1m window fires",
+    ),
+    (
+        "specwatch-alerts.yaml",
+        "severity: '{{ if lt $value 1.0 }}critical{{ else }}warning{{ end }}'",
+        "severity: warning",
+        "a controller whose interval is clear of 1 does not page",
     ),
     (
         "specwatch-alerts.yaml",

@@ -42,6 +42,14 @@ STEP_TIME_FIT = _named(
     "specwatch_step_time_observed_seconds",
     "specwatch_step_time_curve_seconds",
 )
+#: Per {route, window}, only where the engine moves K itself (a stated adaptive controller or schedule).
+CONTROLLER_GAIN = _named(
+    "specwatch_controller_gain_ratio",
+    "specwatch_controller_gain_ratio_lower",
+    "specwatch_controller_gain_ratio_upper",
+    "specwatch_controller_loss_probability",
+    "specwatch_controller_best_fixed_k_gain_ratio",
+)
 #: Per {route, window}, only for an engine whose acceptance is gauges only (SGLang): what the values are.
 GAUGE_BASIS = _named("specwatch_acceptance_basis_info")
 #: Exported only while the target is up and read: nothing of them may outlive a failed poll.

@@ -58,6 +58,104 @@ SGLANG_CHAIN_NOTE = "For EAGLE-family drafting as a chain (topk 1): --speculativ
 
 Band = tuple[int, int, int]  # (batch_low, batch_high, K), inclusive
 
+#: SGLang's --speculative-adaptive step bands by batch size: [1, 64), [64, 128), [128, inf).
+SGLANG_ADAPTIVE_BANDS: tuple[tuple[int, int | None], ...] = ((1, 63), (64, 127), (128, None))
+#: A representative batch of each SGLang band for its candidate K (the open band: twice its start).
+SGLANG_BAND_BATCHES = (32.0, 96.0, 256.0)
+
+
+@dataclass(frozen=True)
+class ControllerTerms:
+    """What the advice in a controller's terms needs beyond the verdict, priced by the verdict
+    (engines cannot price): the live batch, what a K=0 band costs there, the acceptance against
+    its break-even at the live batch and at the ends of the batches seen, what the engine's own
+    controller delivers, and the best K at each SGLang adaptive band."""
+
+    batch: float
+    zero_k_tax: float  # a K=0 band's slowdown against no speculation at the live batch (fraction)
+    acceptance_rate: float | None = None
+    breakeven: float | None = None  # at the live batch and K
+    breakeven_range: tuple[float, float] | None = None  # over the batches seen (lowest, highest)
+    delivered_gain: float | None = None  # the engine's controller's gain over no speculation
+    best_fixed_k: int | None = None
+    band_ks: tuple[int, ...] = ()  # best K at SGLANG_BAND_BATCHES
+    #: The stated config's own controller (draft.config): its adaptive option, or "" (none stated),
+    #: and whether it states a batch schedule.
+    adaptive_option: str = ""
+    schedule_stated: bool = False
+
+
+def vllm_controller_notes(
+    terms: ControllerTerms, current: Mapping[str, object] | None, action: str, *, scheduled: bool
+) -> tuple[str, ...]:
+    """vLLM: keep adaptive verification where it pays; where a schedule is stated or advised, its
+    bands as vLLM keys them, with the K=0 band's tax at the live load."""
+    notes: list[str] = []
+    adaptive = adapts_draft_length(current, "vllm") or terms.adaptive_option == ADAPTIVE_VERIFICATION_KEY
+    gain = terms.delivered_gain
+    if adaptive and gain is not None and action != "disable":
+        notes.append(
+            f"Keep {ADAPTIVE_VERIFICATION_KEY}: it delivers {gain:.2f}x over no speculation at batch {terms.batch:.0f}."
+        )
+    elif adaptive and action == "disable" and terms.best_fixed_k:
+        notes.append(
+            f"{ADAPTIVE_VERIFICATION_KEY} loses here; a fixed num_speculative_tokens={terms.best_fixed_k} is the "
+            f"cost model's best at batch {terms.batch:.0f}, if it pays more than no speculation."
+        )
+    if scheduled:
+        notes.append(
+            f"{SCHEDULE_KEY} bands are keyed on the scheduled batch (prefills included); a K=0 band still costs "
+            f"{100 * terms.zero_k_tax:.1f} % over no speculation at batch {terms.batch:.0f}: where the route lives "
+            "in one, remove --speculative-config instead."
+        )
+    return tuple(notes)
+
+
+def sglang_band_notes(terms: ControllerTerms) -> tuple[str, ...]:
+    """SGLang: the --speculative-adaptive band candidates (the best K at each band)."""
+    if len(terms.band_ks) != len(SGLANG_ADAPTIVE_BANDS):
+        return ()
+    parts = []
+    for (low, high), k in zip(SGLANG_ADAPTIVE_BANDS, terms.band_ks, strict=True):
+        where = f"[{low}, {high + 1})" if high is not None else f"[{low}, inf)"
+        parts.append(f"{where}: K={k}" + (" (no speculation pays)" if k == 0 else ""))
+    return (
+        "--speculative-adaptive band candidates (--speculative-num-steps per batch band, the cost model's best K "
+        "at the acceptance measured): " + ", ".join(parts) + ".",
+    )
+
+
+def trtllm_gate_notes(terms: ControllerTerms) -> tuple[str, ...]:
+    """TensorRT-LLM: an acceptance_rate_threshold at the break-even of the live batch, or none when
+    the batches seen move the break-even across the acceptance (the gate is one-way and blind to
+    the batch: it would switch off speculation that pays at the other end)."""
+    if terms.breakeven is None:
+        return ()
+    key = "acceptance_rate_threshold"
+    if terms.breakeven_range is not None and terms.acceptance_rate is not None:
+        low, high = terms.breakeven_range
+        if min(low, high) < terms.acceptance_rate < max(low, high):
+            return (
+                f"Set no {key}: the break-even moves from {min(low, high):.2f} to {max(low, high):.2f} across the "
+                f"batches seen, across the acceptance rate {terms.acceptance_rate:.2f}; the gate would switch "
+                "speculation off for good where it still pays.",
+            )
+    return (
+        f"{key}: {terms.breakeven:.2f} (the break-even at batch {terms.batch:.0f}); below it speculation loses "
+        "there. The gate is one-way until a restart.",
+    )
+
+
+def llamacpp_request_notes(k: int) -> tuple[str, ...]:
+    """llama.cpp: the per-request draft length a client or gateway can set now, where the build reads
+    it: recent llama-server builds compile their per-request speculative fields out and ignore them
+    without an error (tests/system/realllamacpp), so the next window must confirm it."""
+    return (
+        f'Per request, without a restart: "speculative.n_max": {k} in the request body, on llama.cpp builds that '
+        "read per-request speculative fields (recent ones ignore them silently; the flag is the server's default "
+        "and always applies). specwatch's next window shows the K the server drafts.",
+    )
+
 
 class Assessed(Protocol):
     """What the advice reads of a verdict's assessment (verdict/decide.Assessment)."""
@@ -98,6 +196,8 @@ class EngineAdvice:
     config: Mapping[str, object] | None = None
     merge: Mapping[str, object] | None = None
     notes: tuple[str, ...] = ()
+    #: Fields a client or gateway can set in each request's body now, without a restart (llama.cpp).
+    request: Mapping[str, object] | None = None
 
     @property
     def command(self) -> str | None:
@@ -318,11 +418,40 @@ def advise(
     if rec is None or assessed is None:
         return None
     if rec.action == "shorten" and adapts_draft_length(current, engine):
-        return EngineAdvice(engine, "keep", notes=(adaptive_note(current),))
+        advice = EngineAdvice(engine, "keep", notes=(adaptive_note(current),))
+    elif engine in VLLM_ENGINES:
+        advice = replace(_vllm(assessed, rec), engine=engine)
+    else:
+        render = RENDERERS.get(engine)
+        if render is None:
+            return None
+        advice = render(rec, current)
+    # The verdict's Assessment carries them (verdict/controller_gain.controller_terms); a bare
+    # recommendation has none.
+    terms = getattr(assessed, "controller_terms", None)
+    return in_controller_terms(advice, rec, terms, current) if isinstance(terms, ControllerTerms) else advice
+
+
+def in_controller_terms(
+    advice: EngineAdvice, rec: Recommendation, terms: ControllerTerms, current: Mapping[str, object] | None
+) -> EngineAdvice:
+    """The advice with what the engine's own controller of K can do: vLLM's adaptive verification
+    or schedule bands, SGLang's adaptive bands, TensorRT-LLM's gate threshold, llama.cpp's
+    per-request draft length."""
+    engine = advice.engine
     if engine in VLLM_ENGINES:
-        return replace(_vllm(assessed, rec), engine=engine)
-    render = RENDERERS.get(engine)
-    return None if render is None else render(rec, current)
+        scheduled = bool(rec.bands) or terms.schedule_stated or SCHEDULE_KEY in (current or {})
+        notes = vllm_controller_notes(terms, current, advice.action, scheduled=scheduled)
+        return replace(advice, notes=(*advice.notes, *notes))
+    if engine == "sglang":
+        return replace(advice, notes=(*advice.notes, *sglang_band_notes(terms)))
+    if engine == "trtllm" and advice.action != "disable":
+        return replace(advice, notes=(*advice.notes, *trtllm_gate_notes(terms)))
+    if engine == "llamacpp" and advice.action == "shorten" and rec.k > 0:
+        return replace(
+            advice, request={"speculative.n_max": rec.k}, notes=(*advice.notes, *llamacpp_request_notes(rec.k))
+        )
+    return advice
 
 
 def apply_to_command(argv: Sequence[str], advice: EngineAdvice) -> list[str]:

@@ -55,10 +55,14 @@ def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
             record["recommended_action"] = advice.export_action
             notes = evaluation.advised.notes if evaluation.advised is not None else ()
             record["notes"] = [n for n in notes if n not in VLLM_CONFIG_NOTES] + list(advice.notes)
+    elif advice is not None:  # what the engine's own controller of K can be told (engines/advice.py)
+        said = evaluation.advised.notes if evaluation.advised is not None else ()
+        record["notes"] = [*said, *(n for n in advice.notes if n not in said)]
     if record["recommended_config"] is not None:
         record["recommended_speculative_config_flag"] = (
             "--speculative-config '" + json.dumps(record["recommended_config"], separators=(",", ":")) + "'"
         )
+    record["recommended_request"] = None if advice is None else advice.request
     record["recommended_command"] = None if advice is None else advice.command
     record["recommended_flags"] = list(advice.flags) if advice is not None and advice.flags else None
     return record

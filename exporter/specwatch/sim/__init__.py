@@ -15,7 +15,7 @@ from specwatch.sim.polling import simulated_polls
 from specwatch.sim.record import record
 from specwatch.sim.scenario import Scenario, ScenarioError, list_scenarios, load_scenario
 from specwatch.sim.server import SimServer, serve
-from specwatch.sim.simulator import EPOCH_BASE, Simulator, crossings
+from specwatch.sim.simulator import EPOCH_BASE, Simulator, crossings, delivered_gain
 
 __all__ = [
     "EPOCH_BASE",
@@ -25,6 +25,7 @@ __all__ = [
     "Simulator",
     "add_parsers",
     "crossings",
+    "delivered_gain",
     "list_scenarios",
     "load_scenario",
     "record",

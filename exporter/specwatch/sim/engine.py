@@ -15,7 +15,9 @@ Step time = StepTimer.step_time(B·(K+1) + prefill tokens, context) + draft_time
 
 What the server is started with (scenario `speculative_config`) acts as the engine would: vLLM's
 batch schedule caps K at the step's decode batch, and is dropped with more than one data-parallel
-engine; TensorRT-LLM's gate switches an engine's speculation off for good (until a restart) once
+engine; vLLM's adaptive verification picks each step's verify budget K' in 1..K, the one with the
+most tokens per second by its step-cost profile (StepTimer.profile_step) and its online estimate of
+each position's conditional acceptance (a decaying count over the engine's last steps); TensorRT-LLM's gate switches an engine's speculation off for good (until a restart) once
 its acceptance over the last `acceptance_rate_window_size` drafting steps is below
 `acceptance_rate_threshold`: its spec counters freeze while generation goes on.
 """
@@ -26,11 +28,61 @@ import bisect
 import collections
 import math
 import random
+from dataclasses import dataclass
 from typing import Protocol
 
 from specwatch.sim.histograms import engine_histograms
 from specwatch.sim.scenario import RoutePhase, Scenario
 from specwatch.sim.steptime import StepTimer
+
+#: Adaptive verification's memory: each step's counts weigh this much less at the next step.
+ADAPTIVE_DECAY = 0.98
+#: Drafts' worth of weight on the 0.5 prior of a position's conditional acceptance.
+ADAPTIVE_PRIOR_WEIGHT = 4.0
+
+
+@dataclass
+class EngineCounters:
+    """One engine's plain counters since its (re)start."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    cpu_seconds: float = 0.0
+    http_requests: float = 0.0
+    http_request_bytes: float = 0.0
+    http_request_seconds: float = 0.0
+
+
+@dataclass
+class V0Logger:
+    """vLLM V0's spec-decode bookkeeping: lifetime totals, the sums of those totals its
+    PrometheusStatLogger exported (counter.inc(lifetime total) every 5 s), and the lifetime
+    acceptance rate and efficiency as last logged."""
+
+    next_log_at: float
+    accepted_tokens: float = 0.0  # every accepted draft token, prefix or not
+    draft_tokens: float = 0.0
+    emitted_tokens: float = 0.0
+    accepted_tokens_logged: float = 0.0
+    draft_tokens_logged: float = 0.0
+    emitted_tokens_logged: float = 0.0
+    acceptance_rate: float = math.nan
+    efficiency: float = math.nan
+
+
+@dataclass
+class DecodeTruth:
+    """The truth of what speculation delivers on an engine's decode steps: request-steps, their
+    seconds, the seconds the same steps (batch, prefill, context, noise) take without speculation,
+    and the tokens they gave."""
+
+    request_steps: float = 0.0
+    seconds: float = 0.0
+    plain_seconds: float = 0.0
+    tokens: float = 0.0
 
 
 class SimulatorCore(Protocol):
@@ -81,7 +133,7 @@ class Engine:
         self.running.clear()
         self.waiting.clear()
         self.clock = now
-        self.c: collections.defaultdict[str, float] = collections.defaultdict(float)  # plain counters by short name
+        self.counters = EngineCounters()
         self.success = dict.fromkeys(("stop", "length", "abort", "error", "repetition"), 0)
         self.per_pos = [0] * sc.num_speculative_tokens
         self.num_running = 0
@@ -91,19 +143,13 @@ class Engine:
         self.gate_window: collections.deque[tuple[int, int]] = collections.deque()
         self.gate_sums = [0, 0]
         self.gated = False
-        self.h = engine_histograms(sc.max_model_len)
-        # V0 engine bookkeeping: lifetime totals, and the sum-of-sums counters its logger produced.
-        self.v0 = {
-            "acc": 0.0,
-            "draft": 0.0,
-            "emit": 0.0,
-            "acc_ss": 0.0,
-            "draft_ss": 0.0,
-            "emit_ss": 0.0,
-            "rate": float("nan"),
-            "eff": float("nan"),
-            "next_log": now + 5.0,
-        }
+        self.decode_truth = DecodeTruth()
+        # Adaptive verification's online acceptance estimate: per position, the (decayed) number of
+        # drafts that reached it and of those accepted there.
+        self.adaptive_reached = [0.0] * sc.num_speculative_tokens
+        self.adaptive_accepted = [0.0] * sc.num_speculative_tokens
+        self.histograms = engine_histograms(sc.max_model_len)
+        self.v0 = V0Logger(next_log_at=now + 5.0)
 
     @property
     def busy(self) -> bool:
@@ -125,6 +171,11 @@ class Engine:
         schedule = sc.schedule
         if k and schedule is not None:
             k = min(k, schedule.k_at(max(n_dec, 1)))
+        ctx = 0
+        for r in decoding:
+            ctx += r.ctx
+        if k and n_dec and sc.adaptive:
+            k = self._adaptive_budget(n_dec, k, ctx)
         used = n_dec * (k + 1)
         # Admit waiting requests (prefill in this step) while slots and token budget allow.
         new: list[Request] = []
@@ -138,19 +189,22 @@ class Engine:
             used += r.prompt
         self.num_running = n_dec + len(new)
         self.num_waiting = len(self.waiting)
-        ctx = 0
-        for r in decoding:
-            ctx += r.ctx
         timer = sim.timer
         dt = timer.step_time(used, ctx)
+        # The spec-off truth costs a second step-time call: only where a controller is graded by it.
+        plain = dt if k == 0 or not sc.adaptive else timer.step_time(used - n_dec * k, ctx)
         if k > 0 and n_dec:
             dt += timer.draft_time(n_dec, k)
         if sc.noise > 0:
-            dt *= math.exp(rng.gauss(0.0, sc.noise))
+            noise = math.exp(rng.gauss(0.0, sc.noise))
+            dt *= noise
+            plain *= noise
             if rng.random() < 0.003:  # rare stall (GC, allocator, host jitter): drives the P99 tail
-                dt *= rng.uniform(1.5, 3.0)
+                stall = rng.uniform(1.5, 3.0)
+                dt *= stall
+                plain *= stall
         t1 = t0 + dt
-        c = self.c
+        c = self.counters
         finished = []
         gen = 0
         if n_dec:
@@ -184,13 +238,15 @@ class Engine:
                     tail += hist_a[i]
                     self.per_pos[i - 1] += tail
                     acc += tail
-                c["drafts"] += n_dec
-                c["draft_tokens"] += n_dec * k
-                c["accepted"] += acc
+                if sc.adaptive:
+                    self._adaptive_learn(hist_a, k)
+                c.drafts += n_dec
+                c.draft_tokens += n_dec * k
+                c.accepted_tokens += acc
                 self._gate(acc, n_dec * k, t1)
-                self.v0["acc"] += acc + v0_extra
-                self.v0["draft"] += n_dec * k
-                self.v0["emit"] += acc + n_dec
+                self.v0.accepted_tokens += acc + v0_extra
+                self.v0.draft_tokens += n_dec * k
+                self.v0.emitted_tokens += acc + n_dec
             else:
                 for r in decoding:
                     r.generated += 1
@@ -198,20 +254,25 @@ class Engine:
                     gen += 1
                     if r.generated >= r.target:
                         finished.append(r)
-            self.h["itl"].observe(dt, n_dec)
+            self.histograms.inter_token_latency.observe(dt, n_dec)
+            truth = self.decode_truth
+            truth.request_steps += n_dec
+            truth.seconds += n_dec * dt
+            truth.plain_seconds += n_dec * plain
+            truth.tokens += gen
         for r in new:  # prefill step: first token out, TTFT
             r.first = t1
             r.generated = 1
             r.ctx = r.prompt + 1
             gen += 1
-            c["prompt_tokens"] += r.prompt
-            self.h["ttft"].observe(t1 - r.arrival)
-            self.h["kv_computed"].observe(r.prompt)
+            c.prompt_tokens += r.prompt
+            self.histograms.time_to_first_token.observe(t1 - r.arrival)
+            self.histograms.request_prefill_kv_computed_tokens.observe(r.prompt)
             if r.generated >= r.target:
                 finished.append(r)
-        c["generation_tokens"] += gen
-        c["cpu_seconds"] += dt * 0.05
-        self.h["iter"].observe(used)
+        c.generation_tokens += gen
+        c.cpu_seconds += dt * 0.05
+        self.histograms.iteration_tokens.observe(used)
         self.steps += 1
         if finished:
             done = set(map(id, finished))
@@ -221,10 +282,39 @@ class Engine:
                 self._finish(r, t1)
         self.running.extend(new)
         self.clock = t1
-        if sim.track_v0 and t1 >= self.v0["next_log"]:
+        if sim.track_v0 and t1 >= self.v0.next_log_at:
             self._v0_log(k if k > 0 else sim.scenario.num_speculative_tokens)
         for _ in finished:
             self.route.on_finish(t1)
+
+    def _adaptive_budget(self, n_dec: int, k_max: int, ctx: float) -> int:
+        """Adaptive verification's K' for this step: 1..k_max, the most expected tokens per second
+        of the step by the profile, with the estimated conditional acceptance (a prior of 0.5 until
+        a position has been reached)."""
+        timer = self.sim.timer
+        best, best_rate = 1, 0.0
+        tokens, prefix = 1.0, 1.0
+        for kk in range(1, k_max + 1):
+            reached = self.adaptive_reached[kk - 1]
+            prefix *= (self.adaptive_accepted[kk - 1] + ADAPTIVE_PRIOR_WEIGHT * 0.5) / (reached + ADAPTIVE_PRIOR_WEIGHT)
+            tokens += prefix
+            rate = tokens / timer.profile_step(n_dec, kk, ctx)
+            if rate > best_rate:
+                best, best_rate = kk, rate
+        return best
+
+    def _adaptive_learn(self, hist_a: list[int], k: int) -> None:
+        """This step's drafts into the acceptance estimate: position i was reached by the drafts
+        with a >= i, and accepted by those with a > i."""
+        reached, accepted = self.adaptive_reached, self.adaptive_accepted
+        for i in range(len(reached)):
+            reached[i] *= ADAPTIVE_DECAY
+            accepted[i] *= ADAPTIVE_DECAY
+        at_least = sum(hist_a)
+        for i in range(k):
+            reached[i] += at_least
+            at_least -= hist_a[i]
+            accepted[i] += at_least
 
     def _gate(self, accepted: int, drafted: int, t: float) -> None:
         """TensorRT-LLM's one-way gate over this engine's last drafting steps."""
@@ -244,39 +334,39 @@ class Engine:
             self.sim.gate_fired(self.route.name, self.index, t)
 
     def _finish(self, r: Request, t: float) -> None:
-        h = self.h
+        h = self.histograms
         self.success["length" if r.generated >= r.max_tokens else "stop"] += 1
-        h["prompt"].observe(r.prompt)
-        h["generation"].observe(r.generated)
-        h["max_gen"].observe(r.max_tokens)
-        h["max_tokens"].observe(r.max_tokens)
-        h["params_n"].observe(1)
-        h["e2e"].observe(t - r.arrival)
+        h.request_prompt_tokens.observe(r.prompt)
+        h.request_generation_tokens.observe(r.generated)
+        h.request_max_generation_tokens.observe(r.max_tokens)
+        h.request_max_tokens.observe(r.max_tokens)
+        h.request_n.observe(1)
+        h.e2e_request_latency.observe(t - r.arrival)
         admit, first = r.admit, r.first
         assert admit is not None and first is not None, "a finished request was admitted and prefilled"
-        h["queue"].observe(admit - r.arrival)
-        h["inference"].observe(t - admit)
-        h["prefill"].observe(first - admit)
-        h["decode"].observe(t - first)
-        h["preempt"].observe(0)
+        h.request_queue_time.observe(admit - r.arrival)
+        h.request_inference_time.observe(t - admit)
+        h.request_prefill_time.observe(first - admit)
+        h.request_decode_time.observe(t - first)
+        h.request_preemptions.observe(0)
         if r.generated > 1:
-            h["tpot_req"].observe((t - first) / (r.generated - 1))
-        self.c["http_requests"] += 1
-        self.c["http_req_bytes"] += 200 + 4 * r.prompt
-        self.c["http_duration"] += t - r.arrival
+            h.request_time_per_output_token.observe((t - first) / (r.generated - 1))
+        self.counters.http_requests += 1
+        self.counters.http_request_bytes += 200 + 4 * r.prompt
+        self.counters.http_request_seconds += t - r.arrival
 
     def _v0_log(self, k: int) -> None:
         """V0's PrometheusStatLogger every 5 s: counter.inc(lifetime total) -> sum of sums."""
         v = self.v0
-        v["acc_ss"] += v["acc"]
-        v["draft_ss"] += v["draft"]
-        v["emit_ss"] += v["emit"]
-        if v["draft"] > 0:
-            v["rate"] = v["acc"] / v["draft"]
-            seqs = v["draft"] // k
-            v["eff"] = v["emit"] / (seqs * (k + 1)) if seqs else float("nan")
-        while v["next_log"] <= self.clock:
-            v["next_log"] += 5.0
+        v.accepted_tokens_logged += v.accepted_tokens
+        v.draft_tokens_logged += v.draft_tokens
+        v.emitted_tokens_logged += v.emitted_tokens
+        if v.draft_tokens > 0:
+            v.acceptance_rate = v.accepted_tokens / v.draft_tokens
+            seqs = v.draft_tokens // k
+            v.efficiency = v.emitted_tokens / (seqs * (k + 1)) if seqs else float("nan")
+        while v.next_log_at <= self.clock:
+            v.next_log_at += 5.0
 
 
 class Route:

@@ -155,7 +155,7 @@ def render(sim: RenderedSimulator, schema: str) -> str:
 def _process_families(out: _Out, sim: RenderedSimulator) -> None:
     up = max(0.0, sim.now - sim.process_start)
     steps = sum(e.steps for r in sim.routes.values() for e in r.engines)
-    cpu = 12.0 + sum(e.c["cpu_seconds"] for r in sim.routes.values() for e in r.engines)
+    cpu = 12.0 + sum(e.counters.cpu_seconds for r in sim.routes.values() for e in r.engines)
     gen0 = 1500 + int(steps / 50)
     out.simple(
         "python_gc_objects_collected_total",
@@ -233,9 +233,9 @@ def _merged_spec(sim: RenderedSimulator) -> Iterator[tuple[dict[str, str], _Spec
         yield (
             {"engine": str(es[0].index), "model_name": r.name},
             _SpecCounts(
-                sum(e.c["drafts"] for e in es),
-                sum(e.c["draft_tokens"] for e in es),
-                sum(e.c["accepted"] for e in es),
+                sum(e.counters.drafts for e in es),
+                sum(e.counters.draft_tokens for e in es),
+                sum(e.counters.accepted_tokens for e in es),
                 [sum(e.per_pos[i] for e in es) for i in range(len(es[0].per_pos))],
             ),
             min(e.created for e in es),
@@ -271,7 +271,13 @@ def _spec_families(out: _Out, sim: RenderedSimulator, eng: list[tuple[dict[str, 
     if sim.spec_enabled:
         if ver >= (0, 11):
             spec = [
-                (lab, _SpecCounts(e.c["drafts"], e.c["draft_tokens"], e.c["accepted"], list(e.per_pos)), e.created)
+                (
+                    lab,
+                    _SpecCounts(
+                        e.counters.drafts, e.counters.draft_tokens, e.counters.accepted_tokens, list(e.per_pos)
+                    ),
+                    e.created,
+                )
                 for lab, e in eng
             ]
         else:
@@ -313,8 +319,8 @@ def _scheduler_and_token_families(
     """Running/waiting gauges, cache and preemption counters, prompt and generation tokens."""
     zero = _zero(eng)
 
-    def per(key: str) -> list[tuple[Labels, float, float]]:
-        return [(lab, e.c[key], e.created) for lab, e in eng]
+    def per(field: str) -> list[tuple[Labels, float, float]]:
+        return [(lab, getattr(e.counters, field), e.created) for lab, e in eng]
 
     out.simple(
         "vllm:num_requests_running",
@@ -413,7 +419,7 @@ def _scheduler_and_token_families(
                 s
                 for lab, e in eng
                 for s in (
-                    ({**lab, "source": "local_compute"}, e.c["prompt_tokens"], e.created),
+                    ({**lab, "source": "local_compute"}, e.counters.prompt_tokens, e.created),
                     ({**lab, "source": "local_cache_hit"}, 0.0, e.created),
                     ({**lab, "source": "external_kv_transfer"}, 0.0, e.created),
                 )
@@ -457,73 +463,93 @@ def _request_histograms(out: _Out, sc: Scenario, eng: list[tuple[dict[str, str],
     """The per-request and per-step histograms, each engine's own."""
     tok = buckets_1_2_5(sc.max_model_len)
 
-    def hist(name: str, help_: str, key: str, bounds: Sequence[float]) -> None:
-        out.histogram(name, help_, [(lab, e.h[key], e.created) for lab, e in eng], bounds)
+    def hist(name: str, help_: str, field: str, bounds: Sequence[float]) -> None:
+        out.histogram(name, help_, [(lab, getattr(e.histograms, field), e.created) for lab, e in eng], bounds)
 
-    hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt", tok)
-    hist("vllm:request_generation_tokens", "Number of generation tokens processed.", "generation", tok)
-    hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iter", ITER_BUCKETS_V1)
+    hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "request_prompt_tokens", tok)
+    hist("vllm:request_generation_tokens", "Number of generation tokens processed.", "request_generation_tokens", tok)
+    hist(
+        "vllm:iteration_tokens_total",
+        "Histogram of number of tokens per engine_step.",
+        "iteration_tokens",
+        ITER_BUCKETS_V1,
+    )
     hist(
         "vllm:request_max_num_generation_tokens",
         "Histogram of maximum number of requested generation tokens.",
-        "max_gen",
+        "request_max_generation_tokens",
         tok,
     )
-    hist("vllm:request_params_n", "Histogram of the n request parameter.", "params_n", PARAMS_N_BUCKETS)
-    hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "max_tokens", tok)
-    hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft", TTFT_BUCKETS)
+    hist("vllm:request_params_n", "Histogram of the n request parameter.", "request_n", PARAMS_N_BUCKETS)
+    hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "request_max_tokens", tok)
+    hist(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        "time_to_first_token",
+        TTFT_BUCKETS,
+    )
     if ver < (0, 10, 2):
         hist(
             "vllm:time_per_output_token_seconds",
             "Histogram of time per output token in seconds.",
-            "itl",
+            "inter_token_latency",
             TPOT_LEGACY_BUCKETS,
         )
     else:
-        hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl", ITL_BUCKETS)
+        hist(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            "inter_token_latency",
+            ITL_BUCKETS,
+        )
     if ver >= (0, 11):
         hist(
             "vllm:request_time_per_output_token_seconds",
             "Histogram of time_per_output_token_seconds per request.",
-            "tpot_req",
+            "request_time_per_output_token",
             ITL_BUCKETS,
         )
-    hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e", REQ_LAT_BUCKETS)
+    hist(
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        "e2e_request_latency",
+        REQ_LAT_BUCKETS,
+    )
     hist(
         "vllm:request_queue_time_seconds",
         "Histogram of time spent in WAITING phase for request.",
-        "queue",
+        "request_queue_time",
         REQ_LAT_BUCKETS,
     )
     hist(
         "vllm:request_inference_time_seconds",
         "Histogram of time spent in RUNNING phase for request.",
-        "inference",
+        "request_inference_time",
         REQ_LAT_BUCKETS,
     )
     hist(
         "vllm:request_prefill_time_seconds",
         "Histogram of time spent in PREFILL phase for request.",
-        "prefill",
+        "request_prefill_time",
         REQ_LAT_BUCKETS,
     )
     hist(
         "vllm:request_decode_time_seconds",
         "Histogram of time spent in DECODE phase for request.",
-        "decode",
+        "request_decode_time",
         REQ_LAT_BUCKETS,
     )
     if ver >= (0, 12):
         hist(
             "vllm:request_num_preemptions",
             "Histogram of the number of times a request was preempted.",
-            "preempt",
+            "request_preemptions",
             PREEMPT_BUCKETS,
         )
         hist(
             "vllm:request_prefill_kv_computed_tokens",
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
-            "kv_computed",
+            "request_prefill_kv_computed_tokens",
             tok,
         )
 
@@ -616,9 +642,9 @@ def _per_bucket(h: Hist, bounds: Sequence[float]) -> Iterator[tuple[float, int]]
 def _http_families(out: _Out, sim: RenderedSimulator) -> None:
     """prometheus-fastapi-instrumentator's families; labelled children appear after the 1st request."""
     es = [e for r in sim.routes.values() for e in r.engines]
-    n = sum(e.c["http_requests"] for e in es)
+    n = sum(e.counters.http_requests for e in es)
     first = min(e.created for e in es)
-    h = _merge([e.h["e2e"] for e in es], REQ_LAT_BUCKETS)
+    h = _merge([e.histograms.e2e_request_latency for e in es], REQ_LAT_BUCKETS)
     # Per-request latencies are only kept at REQ_LAT bounds; approximate the instrumentator's
     # buckets by the nearest lower REQ_LAT bound (these families are noise for specwatch).
     hr = Hist(HTTP_HIGHR_BUCKETS + HTTP_FEW_BUCKETS)
@@ -637,7 +663,7 @@ def _http_families(out: _Out, sim: RenderedSimulator) -> None:
             "http_request_size_bytes",
             "Content length of incoming requests by handler. Only value of header is respected. "
             "Otherwise ignored. No percentile calculated. ",
-            [(handler, n, sum(e.c["http_req_bytes"] for e in es), first)],
+            [(handler, n, sum(e.counters.http_request_bytes for e in es), first)],
         )
         out.summary(
             "http_response_size_bytes",
@@ -689,8 +715,8 @@ def _render_v0(out: _Out, sim: RenderedSimulator) -> None:
     def c(base: str, help_: str, fn: Callable[[Route], float]) -> None:
         out.counter(base, help_, [(lab(r), fn(r), 0.0) for r in routes])
 
-    def ssum(r: Route, key: str) -> float:
-        return sum(e.c[key] for e in r.engines)
+    def ssum(r: Route, field: str) -> float:
+        return float(sum(getattr(e.counters, field) for e in r.engines))
 
     g(
         "vllm:num_requests_running",
@@ -720,49 +746,67 @@ def _render_v0(out: _Out, sim: RenderedSimulator) -> None:
         lambda r: ssum(r, "prompt_tokens") + ssum(r, "generation_tokens"),
     )
 
-    def h(name: str, help_: str, key: str, bounds: Sequence[float]) -> None:
+    def h(name: str, help_: str, field: str, bounds: Sequence[float]) -> None:
         out.histogram(
-            name, help_, [(lab(r), _merge([e.h[key] for e in r.engines], bounds), 0.0) for r in routes], bounds
+            name,
+            help_,
+            [(lab(r), _merge([getattr(e.histograms, field) for e in r.engines], bounds), 0.0) for r in routes],
+            bounds,
         )
 
     tok = buckets_1_2_5(sc.max_model_len)
-    h("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iter", ITER_BUCKETS_V0)
-    h("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft", V0_TTFT_BUCKETS)
-    h("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", "itl", V0_TPOT_BUCKETS)
+    h(
+        "vllm:iteration_tokens_total",
+        "Histogram of number of tokens per engine_step.",
+        "iteration_tokens",
+        ITER_BUCKETS_V0,
+    )
+    h(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        "time_to_first_token",
+        V0_TTFT_BUCKETS,
+    )
+    h(
+        "vllm:time_per_output_token_seconds",
+        "Histogram of time per output token in seconds.",
+        "inter_token_latency",
+        V0_TPOT_BUCKETS,
+    )
     h(
         "vllm:e2e_request_latency_seconds",
         "Histogram of end to end request latency in seconds.",
-        "e2e",
+        "e2e_request_latency",
         V0_REQ_LAT_BUCKETS,
     )
     h(
         "vllm:request_queue_time_seconds",
         "Histogram of time spent in WAITING phase for request.",
-        "queue",
+        "request_queue_time",
         V0_REQ_LAT_BUCKETS,
     )
     h(
         "vllm:request_inference_time_seconds",
         "Histogram of time spent in RUNNING phase for request.",
-        "inference",
+        "request_inference_time",
         V0_REQ_LAT_BUCKETS,
     )
     h(
         "vllm:request_prefill_time_seconds",
         "Histogram of time spent in PREFILL phase for request.",
-        "prefill",
+        "request_prefill_time",
         V0_REQ_LAT_BUCKETS,
     )
     h(
         "vllm:request_decode_time_seconds",
         "Histogram of time spent in DECODE phase for request.",
-        "decode",
+        "request_decode_time",
         V0_REQ_LAT_BUCKETS,
     )
     h(
         "vllm:time_in_queue_requests",
         "Histogram of time the request spent in the queue in seconds.",
-        "queue",
+        "request_queue_time",
         V0_REQ_LAT_BUCKETS,
     )
     # Only observed with --collect-detailed-traces: registered, never given a child.
@@ -774,16 +818,16 @@ def _render_v0(out: _Out, sim: RenderedSimulator) -> None:
         "Histogram of time spent in the model execute function in ms.",
         "histogram",
     )
-    h("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt", tok)
-    h("vllm:request_generation_tokens", "Number of generation tokens processed.", "generation", tok)
+    h("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "request_prompt_tokens", tok)
+    h("vllm:request_generation_tokens", "Number of generation tokens processed.", "request_generation_tokens", tok)
     h(
         "vllm:request_max_num_generation_tokens",
         "Histogram of maximum number of requested generation tokens.",
-        "max_gen",
+        "request_max_generation_tokens",
         tok,
     )
-    h("vllm:request_params_n", "Histogram of the n request parameter.", "params_n", PARAMS_N_BUCKETS)
-    h("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "max_tokens", tok)
+    h("vllm:request_params_n", "Histogram of the n request parameter.", "request_n", PARAMS_N_BUCKETS)
+    h("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "request_max_tokens", tok)
     out.counter(
         "vllm:request_success",
         "Count of successfully processed requests.",
@@ -795,19 +839,27 @@ def _render_v0(out: _Out, sim: RenderedSimulator) -> None:
     )
     if sim.spec_enabled:
 
-        def v0(r: Route, key: str) -> float:
-            return sum(e.v0[key] for e in r.engines)
+        def v0(r: Route, field: str) -> float:
+            return float(sum(getattr(e.v0, field) for e in r.engines))
 
-        def ratio(r: Route, key: str) -> float:
-            vals = [e.v0[key] for e in r.engines if not math.isnan(e.v0[key])]
+        def ratio(r: Route, field: str) -> float:
+            vals = [v for v in (getattr(e.v0, field) for e in r.engines) if not math.isnan(v)]
             return sum(vals) / len(vals) if vals else 0.0
 
         # multiprocess_mode="sum" gauges: lifetime acceptance/efficiency as last logged.
-        g("vllm:spec_decode_draft_acceptance_rate", "Speulative token acceptance rate.", lambda r: ratio(r, "rate"))
-        g("vllm:spec_decode_efficiency", "Speculative decoding system efficiency.", lambda r: ratio(r, "eff"))
-        c("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", lambda r: v0(r, "acc_ss"))
-        c("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", lambda r: v0(r, "draft_ss"))
-        c("vllm:spec_decode_num_emitted_tokens", "Number of emitted tokens.", lambda r: v0(r, "emit_ss"))
+        g(
+            "vllm:spec_decode_draft_acceptance_rate",
+            "Speulative token acceptance rate.",
+            lambda r: ratio(r, "acceptance_rate"),
+        )
+        g("vllm:spec_decode_efficiency", "Speculative decoding system efficiency.", lambda r: ratio(r, "efficiency"))
+        c(
+            "vllm:spec_decode_num_accepted_tokens",
+            "Number of accepted tokens.",
+            lambda r: v0(r, "accepted_tokens_logged"),
+        )
+        c("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", lambda r: v0(r, "draft_tokens_logged"))
+        c("vllm:spec_decode_num_emitted_tokens", "Number of emitted tokens.", lambda r: v0(r, "emitted_tokens_logged"))
     out.simple(
         "vllm:cache_config_info",
         "Information of the LLMEngine CacheConfig",

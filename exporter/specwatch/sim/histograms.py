@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 # Bucket bounds of vLLM's histograms (0.8.4+ defaults), the one place they are written (the tests'
 # payload builder imports them too). Histograms store the union of every schema's bounds, so a schema
@@ -81,25 +82,47 @@ class Hist:
         return out
 
 
-def engine_histograms(max_model_len: int) -> dict[str, Hist]:
-    """The histograms one engine observes, by short name, each over the union of the bounds any
-    schema renders it with (token-count histograms: 1-2-5 steps up to ``max_model_len``)."""
+@dataclass
+class EngineHistograms:
+    """The histograms one engine observes, each over the union of the bounds any schema renders it
+    with (token-count histograms: 1-2-5 steps up to the scenario's max_model_len)."""
+
+    request_prompt_tokens: Hist
+    request_generation_tokens: Hist
+    request_max_generation_tokens: Hist
+    request_max_tokens: Hist
+    request_n: Hist
+    iteration_tokens: Hist
+    time_to_first_token: Hist
+    inter_token_latency: Hist
+    request_time_per_output_token: Hist
+    e2e_request_latency: Hist
+    request_queue_time: Hist
+    request_inference_time: Hist
+    request_prefill_time: Hist
+    request_decode_time: Hist
+    request_preemptions: Hist
+    request_prefill_kv_computed_tokens: Hist
+
+
+def engine_histograms(max_model_len: int) -> EngineHistograms:
+    """One engine's histograms, empty."""
     tokens = buckets_1_2_5(max_model_len)
-    return {
-        "prompt": Hist(tokens),
-        "generation": Hist(tokens),
-        "max_gen": Hist(tokens),
-        "max_tokens": Hist(tokens),
-        "params_n": Hist(PARAMS_N_BUCKETS),
-        "iter": Hist(ITER_BUCKETS_V1 + ITER_BUCKETS_V0),
-        "ttft": Hist(TTFT_BUCKETS),
-        "itl": Hist(ITL_BUCKETS),
-        "tpot_req": Hist(ITL_BUCKETS),
-        "e2e": Hist(REQ_LAT_BUCKETS),
-        "queue": Hist(REQ_LAT_BUCKETS),
-        "inference": Hist(REQ_LAT_BUCKETS),
-        "prefill": Hist(REQ_LAT_BUCKETS),
-        "decode": Hist(REQ_LAT_BUCKETS),
-        "preempt": Hist(PREEMPT_BUCKETS),
-        "kv_computed": Hist(tokens),
-    }
+    return EngineHistograms(
+        request_prompt_tokens=Hist(tokens),
+        request_generation_tokens=Hist(tokens),
+        request_max_generation_tokens=Hist(tokens),
+        request_max_tokens=Hist(tokens),
+        request_n=Hist(PARAMS_N_BUCKETS),
+        iteration_tokens=Hist(ITER_BUCKETS_V1 + ITER_BUCKETS_V0),
+        time_to_first_token=Hist(TTFT_BUCKETS),
+        inter_token_latency=Hist(ITL_BUCKETS),
+        request_time_per_output_token=Hist(ITL_BUCKETS),
+        e2e_request_latency=Hist(REQ_LAT_BUCKETS),
+        request_queue_time=Hist(REQ_LAT_BUCKETS),
+        request_inference_time=Hist(REQ_LAT_BUCKETS),
+        request_prefill_time=Hist(REQ_LAT_BUCKETS),
+        request_decode_time=Hist(REQ_LAT_BUCKETS),
+        request_preemptions=Hist(PREEMPT_BUCKETS),
+        request_prefill_kv_computed_tokens=Hist(tokens),
+    )

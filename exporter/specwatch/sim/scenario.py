@@ -26,6 +26,9 @@ speculative_config:           # what the server is started with (and the sidecar
   num_speculative_tokens_per_batch_size: [[1, 16, 4], [17, 1024, 2]]   # engines > 1 (vLLM < PR #54748);
   acceptance_rate_threshold: 0.4      # TensorRT-LLM's gate: once an engine's rolling acceptance over
   acceptance_rate_window_size: 200    # its last 200 drafting steps is below it, it drafts no more
+  enable_adaptive_verification: true  # vLLM's adaptive verification: K' in 1..K per step, the one
+                                      # with the most tokens per second by the cost model's profile
+                                      # and the engine's online acceptance estimate
 routes:                       # model names served (default: one, named after `model`)
   - model_name: chat
   - model_name: code
@@ -66,7 +69,12 @@ from specwatch.base import units
 from specwatch.config.kinds import Choice, ConfigError, Context, Duration, Flag, Kind, Number, Text
 from specwatch.config.nodes import FROM_RESULT, Items, Key, Section
 from specwatch.config.parse import parse_section
-from specwatch.engines.vllm_schedule import SpeculativeConfigError, SpeculativeSchedule, parse_speculative_config
+from specwatch.engines.vllm_schedule import (
+    ADAPTIVE_VERIFICATION_KEY,
+    SpeculativeConfigError,
+    SpeculativeSchedule,
+    parse_speculative_config,
+)
 
 SCHEMAS = ("v1", "v1-legacy-itl", "v0")
 EVENT_TYPES = ("restart", "spec_off", "spec_on", "schema")
@@ -237,6 +245,12 @@ class Scenario:
         if not isinstance(threshold, int | float) or threshold <= 0:
             return None
         return float(threshold), int(config.get("acceptance_rate_window_size") or DEFAULT_GATE_WINDOW)
+
+    @functools.cached_property
+    def adaptive(self) -> bool:
+        """vLLM's adaptive verification (``enable_adaptive_verification``): each engine step picks its
+        verify budget K' in 1..K from the step-cost profile and an online acceptance estimate."""
+        return bool((self.speculative_config or {}).get(ADAPTIVE_VERIFICATION_KEY) is True)
 
     @property
     def duration(self) -> float:

@@ -76,6 +76,20 @@ class Simulator:
         times = [self.gates_fired.get((route, e.index)) for e in self.routes[route].engines]
         return None if any(t is None for t in times) else max(t for t in times if t is not None)
 
+    def decode_totals(self, route: str) -> tuple[float, float, float, float]:
+        """The route's decode steps so far, summed over its engines: (request-steps, their seconds,
+        the seconds the same steps take without speculation, the tokens they gave). The truth of
+        what speculation delivers between two times is the difference of two of these
+        (``delivered_gain``). Kept for a scenario whose engine runs adaptive verification; elsewhere
+        the plain seconds are the step's own."""
+        engines = [e.decode_truth for e in self.routes[route].engines]
+        return (
+            sum(e.request_steps for e in engines),
+            sum(e.seconds for e in engines),
+            sum(e.plain_seconds for e in engines),
+            sum(e.tokens for e in engines),
+        )
+
     # -- time -------------------------------------------------------------------------------
     def _control(self, t: float) -> None:
         """Arrival-process bookkeeping at phase boundaries and ramp ticks."""
@@ -268,3 +282,12 @@ def crossings(
             prev[name] = v
         t += step
     return out
+
+
+def delivered_gain(before: tuple[float, float, float, float], after: tuple[float, float, float, float]) -> float:
+    """Decode speed per request over the same steps without speculation, between two
+    ``Simulator.decode_totals``: tokens per request-second over 1 / plain seconds per request-step."""
+    steps, seconds, plain, tokens = (a - b for a, b in zip(after, before, strict=True))
+    if steps <= 0 or seconds <= 0 or plain <= 0:
+        return math.nan
+    return (tokens / seconds) / (steps / plain)

@@ -55,6 +55,9 @@ class StepTimer:
             engine="vllm",
             engine_version="0" if scenario.schema == "v0" else None,
         )
+        #: The engine's own step-cost profile (its adaptive controller plans with it): the cost model
+        #: without spec_cost_scale, wrong by that factor about the costs of speculation.
+        self.profile_model = self.cost_model
         scale = scenario.spec_cost_scale
         if scale != 1.0:
             cm = self.cost_model
@@ -92,6 +95,16 @@ class StepTimer:
         else:
             drafting = k * c.draft_seconds
         return c.spec_overhead_seconds + drafting
+
+    def profile_step(self, batch: int, k: int, context_tokens: float) -> float:
+        """What the engine's adaptive controller expects a step of ``batch`` decoding requests
+        drafting ``k`` tokens each to take (its step-cost profile, see ``profile_model``)."""
+        b = max(float(batch), 1.0)
+        if self.curve is not None:
+            return self.step_time(b * (k + 1), context_tokens) + self.draft_time(b, k)
+        cm = self.profile_model
+        step = cm.step_time(b * (k + 1), context_tokens)
+        return step + cm.draft_time(b, k) + cm.spec_overhead_time(b, b * (k + 1)) if k > 0 else step
 
     # -- nominal maths (truth) -----------------------------------------------------------------
     def _base(self, batch: float) -> float:

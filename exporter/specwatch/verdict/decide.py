@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from specwatch import costmodel as cmod
 from specwatch.costmodel import uncertainty
-from specwatch.engines.advice import adaptive_note, adapts_draft_length
+from specwatch.engines.advice import ControllerTerms, adaptive_note, adapts_draft_length
 from specwatch.engines.vllm_schedule import (
     SCHEDULE_KEY,
     SpeculativeConfigValue,
@@ -108,6 +108,8 @@ class Assessment:
     sampling_log_error: float | None = None
     # P(speedup < 1) from the same interval: a warning that needs no interval clear of 1.
     loss_probability: float | None = None
+    # What the advice in the engine's controller's terms needs (controller_gain.controller_terms).
+    controller_terms: ControllerTerms | None = None
 
 
 def _finite(x: float | None) -> float | None:

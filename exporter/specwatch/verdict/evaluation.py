@@ -10,7 +10,7 @@ typed accessors (absent below the guard); `evaluation_record` is its replay line
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
@@ -20,7 +20,15 @@ from specwatch.engines.series import RouteSnapshot
 from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.engines.vllm_schedule import SpeculativeSchedule
 from specwatch.verdict import decide
+from specwatch.verdict.bookkeeping import window_point
 from specwatch.verdict.config_check import ConfigCheck, check_draft_length
+from specwatch.verdict.controller_gain import (
+    ControllerGain,
+    controller_terms,
+    delivered_gain,
+    judged,
+    judges_by_delivery,
+)
 from specwatch.windows.derive import COUNTER_RATIO, WindowStats, with_drafter
 from specwatch.windows.window import WindowView
 
@@ -41,6 +49,11 @@ NumericValue = Literal[
     "loss_probability",
     "recommended_draft_length",
     "max_speculative_batch_size",
+    "controller_gain_ratio",
+    "controller_gain_ratio_lower",
+    "controller_gain_ratio_upper",
+    "controller_loss_probability",
+    "controller_best_fixed_k_gain_ratio",
 ]
 NUMERIC_VALUES: frozenset[str] = frozenset(get_args(NumericValue))
 
@@ -59,6 +72,8 @@ class RouteEvaluation:
     # The assessment behind the verdict in effect (the current one, or the one that set the verdict
     # while a new candidate waits out the hold): the recommendation always belongs to the verdict.
     advice: decide.Assessment | None = None
+    # What the engine's own controller of K delivers (controller_gain.py), where it moves K itself.
+    controller_gain: ControllerGain | None = None
 
     # -- target-derived ratios: absent below the sample guard ---------------------------------
     @property
@@ -129,6 +144,32 @@ class RouteEvaluation:
     def loss_probability(self) -> float | None:
         """P(speedup < 1) from the same interval as expected_speedup_lower/_upper."""
         return None if (a := self.assessed) is None else a.loss_probability
+
+    # -- the engine's controller of K, by what it delivers -----------------------------------------
+    @property
+    def delivered(self) -> ControllerGain | None:
+        """The controller's realised gain, None below the sample guard or without a controller."""
+        return self.controller_gain if self.guard_passed else None
+
+    @property
+    def controller_gain_ratio(self) -> float | None:
+        return None if (g := self.delivered) is None else g.gain
+
+    @property
+    def controller_gain_ratio_lower(self) -> float | None:
+        return None if (g := self.delivered) is None else g.lower
+
+    @property
+    def controller_gain_ratio_upper(self) -> float | None:
+        return None if (g := self.delivered) is None else g.upper
+
+    @property
+    def controller_loss_probability(self) -> float | None:
+        return None if (g := self.delivered) is None else g.loss_probability
+
+    @property
+    def controller_best_fixed_k_gain_ratio(self) -> float | None:
+        return None if (g := self.delivered) is None else g.vs_best_fixed_k
 
     @property
     def measurement(self) -> decide.Measurement | None:
@@ -304,6 +345,8 @@ def evaluate_route(
         method = update_route_method(config, memory, windows, schedule)
     cost_class = method.split(":")[-1]
     config_method = config_method_for(configured, cost_class)
+    by_delivery = judges_by_delivery(base_config, schedule)
+    batches = [w[3].batch_size or 0.0 for w in windows]
     evaluations: list[RouteEvaluation] = []
     for _, label, view, measured in windows:
         stats = with_drafter(measured, variable_length=drafts_vary(cost_class, measured), schedule_ks=schedule_ks)
@@ -318,6 +361,16 @@ def evaluate_route(
             config_method=config_method,
             base_config=base_config,
         )
+        gain = None
+        if by_delivery and guard:
+            # The engine moves K itself: judged by what it delivers, not one fixed K's break-even.
+            point = window_point(view, stats.t)
+            gain = delivered_gain(cost_model, stats, point, confidence=decision.confidence)
+            if gain is not None and assessment.expected_speedup is not None:
+                assessment = judged(assessment, gain, base_config)
+        if guard and assessment.expected_speedup is not None:
+            terms = controller_terms(cost_model, stats, assessment, gain, batches, base_config)
+            assessment = replace(assessment, controller_terms=terms)
         if fresh or previous is None:
             state = decide.next_verdict(previous, assessment.candidate, hold, now)
             memory.verdicts[label] = state
@@ -337,7 +390,11 @@ def evaluate_route(
         advice = memory.advice.get(label)
         if advice is not None and advice.candidate != state.current:
             advice = None
-        evaluations.append(RouteEvaluation(stats, assessment, state.current, guard, config_check=check, advice=advice))
+        evaluations.append(
+            RouteEvaluation(
+                stats, assessment, state.current, guard, config_check=check, advice=advice, controller_gain=gain
+            )
+        )
     return tuple(evaluations)
 
 
@@ -375,6 +432,8 @@ def evaluation_record(evaluation: RouteEvaluation) -> dict[str, object]:
         "recommended_action": None if assessment is None else assessment.action,
         "notes": [] if assessment is None else list(assessment.notes),
         "measurement": measurement_record(evaluation.measurement),
+        # What the engine's own controller of K delivers (null for a fixed K): controller_gain.py.
+        "controller_gain": None if evaluation.delivered is None else evaluation.delivered.as_dict(),
         **_basis(stats),
     }
 

@@ -15,7 +15,15 @@ from specwatch.config import from_mapping
 from specwatch.serve.service import Service
 from specwatch.sim.polling import simulated_polls
 from support.builders import scenario_raw_config
-from support.metric_names import EXPORTED, GAUGE_BASIS, GRADING, READBACK, RELOAD, STEP_TIME_FIT
+from support.metric_names import (
+    CONTROLLER_GAIN,
+    EXPORTED,
+    GAUGE_BASIS,
+    GRADING,
+    READBACK,
+    RELOAD,
+    STEP_TIME_FIT,
+)
 from support.rule_files import all_rules, recorded_names, selectors
 from support.views import view_of
 
@@ -47,8 +55,9 @@ def exposition() -> set[str]:
 def test_the_sidecar_exports_every_name_of_the_contract(exposition):
     # Grading and the step-time fit need a change of draft or a learned curve (none in this scenario);
     # the acceptance basis a gauge-only engine (tests/unit/engines/test_load_sequence_replays.py); the
-    # read-back's outcome a `readback:` section.
-    assert (EXPORTED - GRADING - STEP_TIME_FIT - GAUGE_BASIS - READBACK) - exposition == set()
+    # read-back's outcome a `readback:` section; the controller's gain an engine that moves K itself
+    # (tests/unit/sim/test_controllers.py).
+    assert (EXPORTED - GRADING - STEP_TIME_FIT - GAUGE_BASIS - READBACK - CONTROLLER_GAIN) - exposition == set()
 
 
 #: prometheus_client's own self-metrics (ProcessCollector, PlatformCollector; issue #37): not the
@@ -102,8 +111,17 @@ KUBE_STATE_METRICS = {"kube_pod_status_phase"}
 
 
 def test_every_metric_the_rules_read_is_exported_or_recorded(exposition, fleet_exposition):
-    # The grading gauges need a change of draft length (none in these scenarios): known by the contract.
-    known = exposition | fleet_exposition | recorded_names() | {"up", "ALERTS"} | KUBE_STATE_METRICS | GRADING
+    # The grading gauges need a change of draft length, the controller's gain an engine that moves K
+    # itself (none in these scenarios): known by the contract.
+    known = (
+        exposition
+        | fleet_exposition
+        | recorded_names()
+        | {"up", "ALERTS"}
+        | KUBE_STATE_METRICS
+        | GRADING
+        | CONTROLLER_GAIN
+    )
     used = set()
     for rule in all_rules():
         if rule.get("record", "").startswith(("fleet_route:", "fleet_replica:")):

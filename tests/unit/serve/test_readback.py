@@ -41,7 +41,7 @@ def run_pod(k: int, seconds: float, restored=None, seed: int = 1, learning: bool
     generated = {}
     for t, _evaluations in simulated_polls(simulator, pipeline, interval=POLL, count=round(seconds / POLL)):
         if t in (60.0, seconds):
-            generated[t] = sum(e.c["generation_tokens"] for r in simulator.routes.values() for e in r.engines)
+            generated[t] = sum(e.counters.generation_tokens for r in simulator.routes.values() for e in r.engines)
     if seconds <= 60.0:
         return pipeline, None
     return pipeline, (generated[seconds] - generated[60.0]) / (seconds - 60.0)

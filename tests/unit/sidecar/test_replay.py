@@ -221,6 +221,7 @@ def test_replay_cli_prints_one_json_line_per_evaluation_with_the_documented_keys
         "verdict",
         "drafts",
         "measurement",
+        "controller_gain",
         "speculation_cannot_pay",
         "recommended_config",
         "merge_into_your_speculative_config",

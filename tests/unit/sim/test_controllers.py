@@ -1,7 +1,9 @@
-"""The simulator's controllers against the sidecar (issue #36): a TensorRT-LLM-like gate firing
-mid-run and a vLLM batch schedule dropped under data parallelism each make the exported signal
+"""The simulator's controllers against the sidecar: a TensorRT-LLM-like gate firing mid-run and a
+vLLM batch schedule dropped under data parallelism each make the exported signal
 SpecDecodeSpeculationStopped reads true within the alert window, and no other alert's condition
-is true for them at any poll.
+is true for them at any poll. vLLM's adaptive verification is graded by what it delivers: a win
+with a falling acceptance rate is no loss, and its gain is the simulator's within 10 %; a loss at
+low concurrency is flagged (SpecDecodeControllerLosing).
 
 The alert conditions are the rules' expressions (rules/*.yaml) over the sidecar's own /metrics
 samples at each poll, without `for:` (a condition never true cannot fire)."""
@@ -88,10 +90,23 @@ def other_alerts(samples: Samples, route: str) -> set[str]:
     gain = value(samples, "specwatch_advice_measured_gain_ratio", route=route)
     if gain is not None and gain < 0.95:
         fired.add("SpecDecodeAppliedAdviceSlowedDecode")
+    if controller_losing(samples, route):
+        fired.add("SpecDecodeControllerLosing")
     return fired
 
 
+def controller_losing(samples: Samples, route: str) -> bool:
+    """SpecDecodeControllerLosing's condition (window 5m), warning or critical."""
+    w = {"route": route, "window": "5m"}
+    loss = value(samples, "specwatch_controller_loss_probability", **w)
+    upper = value(samples, "specwatch_controller_gain_ratio_upper", **w)
+    return (loss is not None and loss >= 0.8) or (upper is not None and upper < 1)
+
+
 LAST: dict[str, Pipeline] = {}
+#: Per scenario and poll: the sidecar's 5m controller gain, acceptance rate and ITL per token, and
+#: the simulator's decode totals (the truth).
+GAINS: dict[str, dict[float, tuple[dict[str, float | None], tuple[float, float, float, float]]]] = {}
 
 
 def run(name: str) -> tuple[sim.Scenario, sim.Simulator, list[tuple[float, str | None, set[str], str | None]]]:
@@ -110,6 +125,11 @@ def run(name: str) -> tuple[sim.Scenario, sim.Simulator, list[tuple[float, str |
         samples = samples_of(pipeline)
         modes = [labels["mode"] for labels, _ in samples.get("specwatch_speculation_controller_info", [])]
         out.append((t, stopped(samples, route), other_alerts(samples, route), modes[0] if modes else None))
+        seen = {
+            family: value(samples, f"specwatch_{family}", route=route, window="5m")
+            for family in ("controller_gain_ratio", "acceptance_rate", "itl_per_token_mean_seconds")
+        }
+        GAINS.setdefault(name, {})[t] = (seen, simulator.decode_totals(route))
         t += POLL
     LAST[name] = pipeline
     return scenario, simulator, out
@@ -164,3 +184,52 @@ def test_the_status_json_and_the_page_give_the_controller_with_its_evidence():
     assert "on 2 data-parallel engines" in controller["seen"] and "data parallelism" in controller["evidence"]
     html = render_page(view_of(state, pipeline.config), PageHistory()).decode()
     assert "controller: stopped (schedule dropped): data parallelism &gt; 1 drops the batch schedule" in html
+
+
+def test_adaptive_verification_that_wins_is_no_loss_while_its_acceptance_falls():
+    _, _, polls = run("adaptive-wins")
+    assert {mode for t, _, _, mode in polls if t >= 60} == {"adaptive"}
+    assert not set().union(*(others for _, _, others, _ in polls)), [(t, o) for t, _, o, _ in polls if o]
+    busy, quiet = GAINS["adaptive-wins"][360.0][0], GAINS["adaptive-wins"][720.0][0]
+    alpha_busy, alpha_quiet = busy["acceptance_rate"], quiet["acceptance_rate"]
+    itl_busy, itl_quiet = busy["itl_per_token_mean_seconds"], quiet["itl_per_token_mean_seconds"]
+    assert alpha_busy is not None and alpha_quiet is not None and itl_busy is not None and itl_quiet is not None
+    # The acceptance rate fell by more than a tenth while every request decoded faster.
+    assert alpha_quiet < 0.9 * alpha_busy and itl_quiet < itl_busy
+
+
+@pytest.mark.parametrize("at", [360.0, 720.0])
+def test_adaptive_verification_gain_is_graded_within_10_percent_of_the_simulators_truth(at):
+    if "adaptive-wins" not in GAINS:
+        run("adaptive-wins")
+    gains = GAINS["adaptive-wins"]
+    seen, totals = gains[at]
+    graded = seen["controller_gain_ratio"]
+    truth = sim.delivered_gain(gains[at - ALERT_WINDOW][1], totals)
+    assert graded is not None and truth > 1.0
+    assert abs(graded / truth - 1.0) <= 0.10, (graded, truth)
+
+
+def test_adaptive_verification_losing_at_low_concurrency_is_flagged():
+    scenario, _, polls = run("adaptive-loses-low-concurrency")
+    gains = GAINS["adaptive-loses-low-concurrency"]
+    end = scenario.duration
+    truth = sim.delivered_gain(gains[end - ALERT_WINDOW][1], gains[end][1])
+    graded = gains[end][0]["controller_gain_ratio"]
+    assert truth < 1.0 and graded is not None and abs(graded / truth - 1.0) <= 0.10, (graded, truth)
+    flagged = [t for t, _, others, _ in polls if "SpecDecodeControllerLosing" in others]
+    # Flagged from the first full window on.
+    assert flagged and all(t in flagged for t, *_ in polls if t >= ALERT_WINDOW), flagged
+
+
+def test_the_status_says_to_keep_adaptive_verification_with_what_it_delivers():
+    from specwatch.export.status import status_document
+
+    if "adaptive-wins" not in LAST:
+        run("adaptive-wins")
+    pipeline = LAST["adaptive-wins"]
+    (route,) = status_document(pipeline.state(), pipeline.config)["routes"]
+    window = route["windows"]["5m"]
+    gain = window["controller_gain"]
+    assert window["verdict"] == "keep" and gain["gain_ratio"] == window["expected_speedup"] > 1.0
+    assert f"Keep enable_adaptive_verification: it delivers {gain['gain_ratio']:.2f}x" in " ".join(window["notes"])

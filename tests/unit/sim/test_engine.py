@@ -83,12 +83,12 @@ def test_measured_acceptance_recovers_the_configured_conditional_rates():
     sim = Simulator(small(), seed=3)
     sim.advance_to(90.0)
     e = sim.routes["m"].engines[0]
-    drafts = e.c["drafts"]
+    drafts = e.counters.drafts
     assert drafts > 20000
     cond = [e.per_pos[0] / drafts] + [e.per_pos[i] / e.per_pos[i - 1] for i in range(1, 4)]
     for got, want in zip(cond, [0.9, 0.7, 0.5, 0.3], strict=True):
         assert abs(got - want) < 0.02
-    alpha = e.c["accepted"] / e.c["draft_tokens"]
+    alpha = e.counters.accepted_tokens / e.counters.draft_tokens
     assert abs(alpha - sim.truth()["routes"]["m"]["alpha"]) < 0.01
 
 
@@ -96,7 +96,7 @@ def test_acceptance_rate_key_sets_vllms_alpha_not_the_per_position_probability()
     sim = Simulator(small(phases=[{"name": "p", "duration": "60s", "concurrency": 16, "acceptance_rate": 0.55}]))
     sim.advance_to(60.0)
     e = sim.routes["m"].engines[0]
-    assert abs(e.c["accepted"] / e.c["draft_tokens"] - 0.55) < 0.015
+    assert abs(e.counters.accepted_tokens / e.counters.draft_tokens - 0.55) < 0.015
 
 
 def test_itl_is_observed_once_per_running_request_per_step_and_iteration_tokens_once_per_step():
@@ -104,9 +104,11 @@ def test_itl_is_observed_once_per_running_request_per_step_and_iteration_tokens_
     sim.advance_to(30.0)
     e = sim.routes["m"].engines[0]
     # With spec on, every decode step of a request is one draft and one ITL observation.
-    assert e.h["itl"].count == e.c["drafts"]
-    assert e.h["iter"].count == e.steps
-    assert e.c["generation_tokens"] > e.c["accepted"] + e.c["drafts"] * 0.9  # accepted + bonus (+ prefill)
+    assert e.histograms.inter_token_latency.count == e.counters.drafts
+    assert e.histograms.iteration_tokens.count == e.steps
+    assert (
+        e.counters.generation_tokens > e.counters.accepted_tokens + e.counters.drafts * 0.9
+    )  # accepted + bonus (+ prefill)
 
 
 def test_num_requests_running_is_the_live_batch_at_the_configured_concurrency():
@@ -138,7 +140,7 @@ def test_bigger_batches_make_longer_steps_through_the_cost_model():
     def mean_itl(conc):
         sim = Simulator(small(phases=[{"name": "p", "duration": "30s", "concurrency": conc, "acceptance_rate": 0.6}]))
         sim.advance_to(30.0)
-        h = sim.routes["m"].engines[0].h["itl"]
+        h = sim.routes["m"].engines[0].histograms.inter_token_latency
         return h.sum / h.count
 
     assert mean_itl(128) > 1.3 * mean_itl(8)

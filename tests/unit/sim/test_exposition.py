@@ -128,7 +128,7 @@ def test_legacy_schema_records_all_dp_engines_spec_counters_under_engine_0():
     s = samples(sim.render())
     drafts = {dict(lab)["engine"]: v for (n, lab), v in s.items() if n == "vllm:spec_decode_num_drafts_total"}
     assert list(drafts) == ["0"]
-    assert drafts["0"] == sum(e.c["drafts"] for e in sim.routes["m"].engines)
+    assert drafts["0"] == sum(e.counters.drafts for e in sim.routes["m"].engines)
     running = {dict(lab)["engine"] for (n, lab), _ in s.items() if n == "vllm:num_requests_running"}
     assert running == {"0", "1"}
 
@@ -155,7 +155,7 @@ def test_v0_counters_are_sums_of_cumulative_snapshots():
     e = sim.routes["m"].engines[0]
     s = samples(sim.render())
     drafted = s[("vllm:spec_decode_num_draft_tokens_total", (("model_name", "m"),))]
-    assert drafted > 2.5 * e.v0["draft"]
+    assert drafted > 2.5 * e.v0.draft_tokens
     rate = s[("vllm:spec_decode_draft_acceptance_rate", (("model_name", "m"),))]
     assert 0.0 < rate < 1.0
 

@@ -18,8 +18,9 @@ WINDOW = 60.0
 HOLD = 2
 SCENARIOS = [n for n in sim.list_scenarios() if n != "faults"]
 #: Scenarios whose engine runs a controller that switches speculation off (a fired gate, a dropped
-#: schedule): the truth's crossings do not model it; tests/unit/sim/test_controllers.py checks them.
-CONTROLLED = {"gate-fires", "schedule-dropped-dp"}
+#: schedule) or picks K per step (adaptive verification): the truth's crossings, at the nominal K,
+#: do not model it; tests/unit/sim/test_controllers.py checks them.
+CONTROLLED = {"gate-fires", "schedule-dropped-dp", "adaptive-wins", "adaptive-loses-low-concurrency"}
 
 
 def sidecar_config(scenario):

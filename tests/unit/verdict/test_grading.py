@@ -71,7 +71,7 @@ def drive(sc, until: float, marks: tuple[float, ...] = ()):
     generated = {}
     for t, _evaluations in simulated_polls(simulator, pipeline, interval=POLL, count=round(until / POLL)):
         if t in marks:
-            generated[t] = sum(e.c["generation_tokens"] for r in simulator.routes.values() for e in r.engines)
+            generated[t] = sum(e.counters.generation_tokens for r in simulator.routes.values() for e in r.engines)
     return pipeline, config, generated
 
 

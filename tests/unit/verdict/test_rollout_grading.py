@@ -41,7 +41,7 @@ def replica_windows(pipeline: Pipeline, simulator, t: float, since: float):
 
 
 def generated(simulator) -> float:
-    return sum(e.c["generation_tokens"] for r in simulator.routes.values() for e in r.engines)
+    return sum(e.counters.generation_tokens for r in simulator.routes.values() for e in r.engines)
 
 
 def roll(pods, spans):
