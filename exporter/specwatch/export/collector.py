@@ -271,6 +271,11 @@ def _replicas(state: FleetState, families: contract.Families, with_instance: boo
             )
         for evaluation in route.evaluations:
             add_evaluation(families, [route.route, target, evaluation.stats.window, *values], evaluation)
+        if route.controller is not None:
+            c = route.controller
+            families.add(
+                "specwatch_speculation_controller_info", [route.route, target, *values, c.mode, c.stated, c.reason], 1
+            )
 
 
 def _fleet_rows(state: FleetState, families: contract.Families) -> None:

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import gc
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 
@@ -44,8 +45,9 @@ from specwatch.fleet.grouping import (
 )
 from specwatch.fleet.rows import fleet_rows
 from specwatch.fleet.shard import shard_of
+from specwatch.verdict import controller as ctl
 from specwatch.verdict.bookkeeping import EvaluationContext
-from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route
+from specwatch.verdict.evaluation import RouteEvaluation, RouteRecord, WindowEntry, evaluate_route, route_controller
 from specwatch.verdict.grading import RolloutGrader
 from specwatch.verdict.memo import DEFAULT_SIZE
 from specwatch.view import View
@@ -70,6 +72,10 @@ class _Record(RouteRecord):
     stale: bool = False
     # Per window label: the data and derivations of the last evaluation, reused while unchanged.
     derived: dict[str, tuple[RouteData, WindowStats]] = field(default_factory=dict)
+    # The (t, batch, K) of its shortest window at each fresh evaluation, and the controller of K
+    # they and the stated config show (verdict/controller.py): a gate fires on each engine by itself.
+    k_history: deque[ctl.KObservation] = field(default_factory=deque)
+    controller: ctl.Controller | None = None
 
 
 class FleetEvaluator(EvaluationContext):
@@ -260,6 +266,7 @@ class FleetEvaluator(EvaluationContext):
                 assess=self.assessments.assess,
             )
             record.evaluations = evaluations
+            record.controller = self._controller(record, route, evaluations, fresh)
             if fresh:
                 self._observe_rollout(replica, route, record.method, now, evaluations)
             out.extend((replica, e) for e in evaluations)
@@ -269,6 +276,22 @@ class FleetEvaluator(EvaluationContext):
         self._expire()
         self._fleet = fleet_rows(out)
         return out
+
+    def _controller(
+        self, record: _Record, route: str, evaluations: Sequence[RouteEvaluation], fresh: bool
+    ) -> ctl.Controller | None:
+        """The replica's controller of K (the sidecar's per route), kept while it has no evaluation."""
+        expects = next((r.expect_speculation for r in self.config.routes if r.name == route), True)
+        controller = route_controller(
+            self.config,
+            self.schedule,
+            record.k_history,
+            evaluations,
+            fresh=fresh,
+            method=record.method,
+            expects_speculation=expects,
+        )
+        return controller or record.controller
 
     def _observe_rollout(
         self, replica: ReplicaKey, route: str, method: str, now: float, evaluations: Iterable[RouteEvaluation]
@@ -348,7 +371,7 @@ class FleetEvaluator(EvaluationContext):
 
     def state(self) -> FleetState:
         routes = tuple(
-            ReplicaRouteState(replica, route, r.model_name, r.method, r.stale, r.evaluations)
+            ReplicaRouteState(replica, route, r.model_name, r.method, r.stale, r.evaluations, r.controller)
             for (replica, route), r in sorted(self._records.items())
         )
         return FleetState(

@@ -35,8 +35,8 @@ from specwatch.verdict.evaluation import (
     RouteEvaluation,
     RouteRecord,
     WindowEntry,
-    drafts_vary,
     evaluate_route,
+    route_controller,
     update_route_method,
 )
 from specwatch.verdict.grading import AdviceGrader, WindowSummary, predicted_gain, summarize
@@ -399,23 +399,15 @@ class Pipeline(EvaluationContext):
         with fresh data."""
         if not evaluations:
             return route.controller
-        config = self.config
-        shortest = min(evaluations, key=lambda e: e.stats.span_seconds)
-        if route.fresh:
-            varies = drafts_vary(method.rsplit(":", maxsplit=1)[-1], shortest.stats)
-            ctl.observe(route.k_history, shortest.stats, varies=varies, guarded=shortest.guard_passed)
         route_config = self._route_configs.get(name)
-        stated = config.draft.config
-        configured = (route_config.expect_speculation if route_config is not None else True) or stated is not None
-        return ctl.classify(
-            [(e.stats, e.config_check, e.guard_passed) for e in evaluations],
+        return route_controller(
+            self.config,
+            self.schedule,
             route.k_history,
-            engine=shortest.stats.engine,
-            config=stated,
-            schedule=self.schedule,
-            k=shortest.stats.configured_k or config.draft.k,
-            min_drafts=config.decision.min_drafts,
-            configured=configured,
+            evaluations,
+            fresh=route.fresh,
+            method=method,
+            expects_speculation=route_config.expect_speculation if route_config is not None else True,
         )
 
     def _prior_model(self, route: _RouteRecord) -> costmodel.CostModel:

@@ -9,6 +9,7 @@ typed accessors (absent below the guard); `evaluation_record` is its replay line
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, get_args
@@ -19,6 +20,7 @@ from specwatch.engines.registry import BY_NAME
 from specwatch.engines.series import RouteSnapshot
 from specwatch.engines.vllm import SCHEMA_V0
 from specwatch.engines.vllm_schedule import SpeculativeSchedule
+from specwatch.verdict import controller as ctl
 from specwatch.verdict import decide
 from specwatch.verdict.bookkeeping import window_point
 from specwatch.verdict.config_check import ConfigCheck, check_draft_length
@@ -312,6 +314,37 @@ def drafts_vary(cost_class: str, stats: WindowStats) -> bool:
         return True
     engine = BY_NAME.get(stats.engine)
     return engine is not None and engine.drafts_vary_in_length
+
+
+def route_controller(
+    config: Config,
+    schedule: SpeculativeSchedule | None,
+    history: deque[ctl.KObservation],
+    evaluations: Sequence[RouteEvaluation],
+    *,
+    fresh: bool,
+    method: str,
+    expects_speculation: bool,
+) -> ctl.Controller | None:
+    """A route's controller of K (verdict/controller.py) from its evaluations, in both modes: its
+    history of (batch, K) grows only with fresh data. None without an evaluation."""
+    if not evaluations:
+        return None
+    shortest = min(evaluations, key=lambda e: e.stats.span_seconds)
+    if fresh:
+        varies = drafts_vary(method.rsplit(":", maxsplit=1)[-1], shortest.stats)
+        ctl.observe(history, shortest.stats, varies=varies, guarded=shortest.guard_passed)
+    stated = config.draft.config
+    return ctl.classify(
+        [(e.stats, e.config_check, e.guard_passed) for e in evaluations],
+        history,
+        engine=shortest.stats.engine,
+        config=stated,
+        schedule=schedule,
+        k=shortest.stats.configured_k or config.draft.k,
+        min_drafts=config.decision.min_drafts,
+        configured=expects_speculation or stated is not None,
+    )
 
 
 def evaluate_route(

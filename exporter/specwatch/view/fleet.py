@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specwatch.engines.series import DEFAULT_ENGINE
+from specwatch.verdict.controller import Controller
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.verdict.grading import Grading
 
@@ -82,6 +83,8 @@ class ReplicaRouteState:
     method: str
     stale: bool
     evaluations: tuple[RouteEvaluation, ...]
+    # The controller of K the replica's engine runs, with the evidence (None before an evaluation).
+    controller: Controller | None = None
 
     @property
     def engine(self) -> str:
