@@ -537,20 +537,21 @@ MUTATIONS = [
     ),
     (
         "specwatch-alerts.yaml",
-        "\n            and on (cluster, job, instance, target, route)\n          specwatch_drafts_total\n",
+        "\n            and on (cluster, job, instance, target, route)\n"
+        '          (specwatch_drafts_total or specwatch_window_drafts{window="5m"})\n',
         "\n",
         "speculation stopped fires where the metrics are simply missing (SpecDecodeMetricsMissing's case)",
     ),
     (
         "specwatch-alerts.yaml",
-        "and on (cluster, job, instance, target, route)\n          specwatch_drafts_total",
-        "and on (cluster, job, instance, route)\n          specwatch_drafts_total",
+        "and on (cluster, job, instance, target, route)\n          (specwatch_drafts_total",
+        "and on (cluster, job, instance, route)\n          (specwatch_drafts_total",
         "fleet mode: one replica's counters make another replica's stopped mark fire",
     ),
     (
         "specwatch-alerts.yaml",
-        "specwatch_drafts_total\n        for: 5m",
-        "specwatch_drafts_total\n        for: 3m",
+        'specwatch_window_drafts{window="5m"})\n        for: 5m',
+        'specwatch_window_drafts{window="5m"})\n        for: 3m',
         "speculation stopped fires before for: 5m",
     ),
     (
