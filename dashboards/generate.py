@@ -34,7 +34,8 @@ RUNBOOK = "https://github.com/specwatch/specwatch/blob/main/docs/runbook.md"
 # Panels that show what an alert fires on link to its runbook section.
 PANEL_RUNBOOKS = {
     "Acceptance margin α − α*": ("SpecDecodeBelowBreakeven", "SpecDecodeFleetBelowBreakeven"),
-    "P(speculation loses) ($window window)": ("SpecDecodeProbablyLosing",),
+    # Under an engine's own K controller the loss probability is the delivered gain's (controller_gain).
+    "P(speculation loses) ($window window)": ("SpecDecodeProbablyLosing", "SpecDecodeControllerLosing"),
     "Acceptance rate α vs break-even α* ($window window)": ("SpecDecodeBelowBreakeven",),
     "Fleet acceptance rate α per route (all pods, 5m)": ("SpecDecodeFleetBelowBreakeven",),
     "Recommended K": ("SpecDecodeShorterDraftRecommended",),
@@ -45,7 +46,7 @@ PANEL_RUNBOOKS = {
     "Target up": ("SpecDecodeTargetDown",),
     "Since last good poll": ("SpecDecodeTargetDown",),
     "Sidecar and routes": ("SpecDecodeMetricsMissing", "SpecwatchConfigReloadFailed"),
-    "Query source up": ("SpecwatchPrometheusDown",),
+    "Query source up": ("SpecwatchPrometheusDown", "SpecwatchFleetShardDown"),
     "Since last good query poll": ("SpecwatchPrometheusDown",),
     "Query errors by reason": ("SpecwatchPrometheusQueryErrors",),
     "Stale replicas": ("SpecwatchStaleReplicas",),

@@ -127,7 +127,7 @@ def run(name: str) -> tuple[sim.Scenario, sim.Simulator, list[tuple[float, str |
         out.append((t, stopped(samples, route), other_alerts(samples, route), modes[0] if modes else None))
         seen = {
             family: value(samples, f"specwatch_{family}", route=route, window="5m")
-            for family in ("controller_gain_ratio", "acceptance_rate", "itl_per_token_mean_seconds")
+            for family in ("controller_gain_ratio", "acceptance_ratio", "itl_per_token_mean_seconds")
         }
         GAINS.setdefault(name, {})[t] = (seen, simulator.decode_totals(route))
         t += POLL
@@ -191,7 +191,7 @@ def test_adaptive_verification_that_wins_is_no_loss_while_its_acceptance_falls()
     assert {mode for t, _, _, mode in polls if t >= 60} == {"adaptive"}
     assert not set().union(*(others for _, _, others, _ in polls)), [(t, o) for t, _, o, _ in polls if o]
     busy, quiet = GAINS["adaptive-wins"][360.0][0], GAINS["adaptive-wins"][720.0][0]
-    alpha_busy, alpha_quiet = busy["acceptance_rate"], quiet["acceptance_rate"]
+    alpha_busy, alpha_quiet = busy["acceptance_ratio"], quiet["acceptance_ratio"]
     itl_busy, itl_quiet = busy["itl_per_token_mean_seconds"], quiet["itl_per_token_mean_seconds"]
     assert alpha_busy is not None and alpha_quiet is not None and itl_busy is not None and itl_quiet is not None
     # The acceptance rate fell by more than a tenth while every request decoded faster.
@@ -228,7 +228,7 @@ def test_the_status_says_to_keep_adaptive_verification_with_what_it_delivers():
     if "adaptive-wins" not in LAST:
         run("adaptive-wins")
     pipeline = LAST["adaptive-wins"]
-    (route,) = status_document(pipeline.state(), pipeline.config)["routes"]
+    (route,) = status_document(pipeline.view())["routes"]
     window = route["windows"]["5m"]
     gain = window["controller_gain"]
     assert window["verdict"] == "keep" and gain["gain_ratio"] == window["expected_speedup"] > 1.0
