@@ -78,7 +78,6 @@ RECV_CHUNK = 8192
 SOCKET_BUFFER = 64 * 1024  # SO_SNDBUF / SO_RCVBUF per connection (the kernel doubles it)
 SWEEP_INTERVAL = 0.1  # how often deadlines are checked
 ACCEPT_BATCH = 64  # connections accepted per readiness of the listening socket
-CLIENT_SOCKET_TIMEOUT = HEAD_TIMEOUT  # the former name (an idle client is dropped after this)
 
 #: Sent with every response (see the module docstring).
 SECURITY_HEADERS = (
