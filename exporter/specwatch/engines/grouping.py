@@ -110,7 +110,7 @@ def position_limit(stated_k: int | None) -> int:
 _RUNNING_SOURCE, _V0_SOURCE, _GAUGE_SOURCE = -1, -2, -3
 
 #: Consecutive polls another engine's payload must hold before a detected target is taken to speak
-#: it: an engine flipping from poll to poll is a mismatch, never a restart of the windows (#34).
+#: it: an engine flipping from poll to poll is a mismatch, never a restart of the windows.
 ENGINE_SWITCH_POLLS = 3
 
 #: A parser of every engine's names: what detection reads a payload of an unknown engine with.
