@@ -69,7 +69,8 @@ class _Plan:
     dropped: Mapping[str, int]  # routes and engines past the bounds, left out of `routes`
 
 
-#: Distinct (family, sample) placements a Grouping remembers: 16 DP engines of vLLM have ~900.
+#: Distinct (family, sample) placements a Grouping remembers: several times the largest payload's
+#: (docs/benchmarks.md, "Chart defaults and constants").
 PLACEMENT_CACHE_SIZE = 4096
 #: ... and the label characters they may hold together (a sample's labels are bounded one by one
 #: by the parser; this bounds what stays remembered across polls of ever-new long labels).

@@ -69,7 +69,7 @@ from specwatch.export.page import CONTENT_SECURITY_POLICY
 from specwatch.view import View
 
 MAX_CONNECTIONS = 512  # open connections; past it a new one evicts the longest waiter, never queues
-MAX_HEAD_BYTES = 16 * 1024  # a whole request head (request line and headers); a scrape's is ~200 B
+MAX_HEAD_BYTES = 16 * 1024  # a whole request head (request line and headers), far above a scrape's
 HEAD_TIMEOUT = 5.0  # seconds from accept (or the previous response) to a complete request head
 SCARCE_FRACTION = 0.75  # past this share of MAX_CONNECTIONS in use, waiting connections get...
 SCARCE_HEAD_TIMEOUT = 1.0  # ...this instead of HEAD_TIMEOUT
