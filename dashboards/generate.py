@@ -17,7 +17,7 @@ Query conventions (the metric contract, docs/architecture.md):
 - legends name route, pod and target: unique in sidecar mode (one pod per target) and in standalone
   mode (one exporter pod, many targets);
 - counters go through `rate(...[$__rate_interval])`;
-- only metrics the sidecar exports, or that `rules/*.yaml` records, are named (tests/test_dashboard.py
+- only metrics the sidecar exports, or that `rules/*.yaml` records, are named (tests/deploy/test_dashboard.py
   proves it); the alert annotation reads Prometheus's `ALERTS` series of the alerts in `rules/`.
 """
 
