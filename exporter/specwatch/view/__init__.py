@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from specwatch.config import Config
 from specwatch.costmodel import CostModel
 from specwatch.view.fleet import FleetState
+from specwatch.view.routes import RouteRow
 from specwatch.view.targets import NO_TARGETS, State
 
 __all__ = ["View"]
@@ -26,3 +27,7 @@ class View:
     cost_model: CostModel  # the configured cost model the verdicts rest on (learned ones: per route)
     targets: State = NO_TARGETS  # the scraped targets and their routes (none in fleet mode)
     fleet: FleetState | None = None  # fleet mode: the replicas, fleet rows and query API health
+
+    def route_rows(self) -> tuple[RouteRow, ...]:
+        """The routes a renderer shows, from whichever section this View has."""
+        return self.fleet.rows() if self.fleet is not None else self.targets.rows()
