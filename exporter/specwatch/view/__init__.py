@@ -3,7 +3,8 @@
 A View is immutable and says all a renderer needs: the config it was polled under, the cost model
 the verdicts rest on (carried, never rebuilt from the config by a renderer), the scraped targets
 and their routes (targets.py), and in fleet mode the fleet section (fleet.py): every replica's
-routes, the fleet rows and the query API's health. The collector, the status document, the page
+routes, the fleet rows and the query API's health. Both give their routes as route rows
+(routes.py, View.route_rows). The collector, the status document, the page
 and its history each render the one View; none of them knows which source built it beyond what
 the View holds.
 """

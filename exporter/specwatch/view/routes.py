@@ -1,9 +1,9 @@
 """The route rows of a View: what a renderer needs of one route, whichever section produced it.
 
 The targets section gives one row per route of a target, the fleet section one per replica route
-(View.route_rows). The collector's per-route and per-window families, the status document's route
-list and the page's route table render these rows with one function each; what only one mode has
-(a target's mirrored counters, the fleet rows) stays in that mode's section.
+(View.route_rows). The collector renders the per-route and per-window families of either mode from
+them with one function; what only one mode has (a target's mirrored counters, the fleet rows) stays
+in that mode's section.
 """
 
 from __future__ import annotations
