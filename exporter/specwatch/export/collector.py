@@ -125,10 +125,10 @@ def _cost_model(state: State, families: contract.Families) -> None:
             [cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method, cm.baseline],
             1,
         )
-    down = {t.name for t in state.targets if t.up is False}
-    for route in state.routes:
+    served = [route for route, row in zip(state.routes, state.rows(), strict=True) if row.served]
+    for route in served:
         fit = route.fit
-        if fit is None or route.target in down or not route.current:
+        if fit is None:
             continue
         labels = [route.route, route.target]
         families.add("specwatch_step_time_fit_points", labels, fit.points)
@@ -139,10 +139,9 @@ def _cost_model(state: State, families: contract.Families) -> None:
         ):
             if value is not None and math.isfinite(value):
                 families.add(name, labels, value)
-    for route in state.routes:
-        if route.target not in down and route.current:
-            for tokens, seconds in route.curve_knots:
-                families.add("specwatch_step_time_curve_seconds", [route.route, route.target, f"{tokens:.6g}"], seconds)
+    for route in served:
+        for tokens, seconds in route.curve_knots:
+            families.add("specwatch_step_time_curve_seconds", [route.route, route.target, f"{tokens:.6g}"], seconds)
 
 
 def _target_health(state: State, families: contract.Families) -> None:
