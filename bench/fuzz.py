@@ -1,4 +1,4 @@
-"""Bounded fuzz campaign of the exposition parser and the pipeline (issue #8).
+"""Bounded fuzz campaign of the exposition parser and the pipeline.
 
     python bench/fuzz.py --seconds 120            # atheris (libFuzzer) if installed, else Hypothesis
     python bench/fuzz.py --seconds 60 --engine hypothesis

@@ -1,4 +1,4 @@
-"""The running sidecar's cost per poll with a full hour of page history (issue #39).
+"""The running sidecar's cost per poll with a full hour of page history.
 
 `python -m bench.live_poll [--polls N]`: a Service (the one `specwatch run` runs) over a sequence
 of simulator payloads (one DP engine, 5 s polls), its scrapers answered in memory so only the
@@ -85,7 +85,7 @@ def measure(polls: int = 60) -> dict[str, float]:
             page_again.append(_cpu(lambda published=published: published.page))
             status.append(_cpu(lambda published=published: published.status))
             metrics.append(_cpu(lambda published=published: published.metrics))
-            # The plain renderings of the same view (what a poll did before #39, every poll).
+            # The plain renderings of the same view, every poll: what rendering on read saves.
             view = published.view
             plain_page.append(_cpu(lambda view=view: render_page(view, service.page_history)))
             plain_status.append(_cpu(lambda view=view: encode_status(view)))

@@ -1,8 +1,8 @@
 """(2) Whole process: `specwatch replay` over a 24 h recording (17,280 polls at 5 s), against two
 peers, alternating runs: the same command with prometheus_client's parser swapped in
 (bench/pcparser.py; its output must be byte-identical), and a process that only parses every
-payload of the recording with prometheus_client (bench/pcloop.py; issue #17's goal: replay ≥ 10×
-that loop's CPU, start-up included).
+payload of the recording with prometheus_client (bench/pcloop.py; the goal: replay takes at least 10×
+less CPU than that loop, start-up included).
 
 Each run is its own process; wall time, CPU time and peak RSS (ru_maxrss from wait4 on that very
 child) are measured from outside. Every process runs from bytecode, as an installed package does:

@@ -1,4 +1,4 @@
-"""Soak campaigns (issue #8): noisy but stable traffic above break-even, for hours.
+"""Soak campaigns: noisy but stable traffic above break-even, for hours.
 
     python bench/soak.py replay --hours 24        # 17 280 polls at 5 s through `specwatch replay`'s path
     python bench/soak.py live --minutes 10        # `specwatch run` against the simulated vLLM, fast polls

@@ -17,7 +17,7 @@ Query conventions (the metric contract, docs/architecture.md):
 - legends name route, pod and target: unique in sidecar mode (one pod per target) and in standalone
   mode (one exporter pod, many targets);
 - counters go through `rate(...[$__rate_interval])`;
-- only metrics the sidecar exports, or that `rules/*.yaml` records, are named (tests/test_dashboard.py
+- only metrics the sidecar exports, or that `rules/*.yaml` records, are named (tests/deploy/test_dashboard.py
   proves it); the alert annotation reads Prometheus's `ALERTS` series of the alerts in `rules/`.
 """
 
@@ -34,7 +34,8 @@ RUNBOOK = "https://github.com/specwatch/specwatch/blob/main/docs/runbook.md"
 # Panels that show what an alert fires on link to its runbook section.
 PANEL_RUNBOOKS = {
     "Acceptance margin α − α*": ("SpecDecodeBelowBreakeven", "SpecDecodeFleetBelowBreakeven"),
-    "P(speculation loses) ($window window)": ("SpecDecodeProbablyLosing",),
+    # Under an engine's own K controller the loss probability is the delivered gain's (controller_gain).
+    "P(speculation loses) ($window window)": ("SpecDecodeProbablyLosing", "SpecDecodeControllerLosing"),
     "Acceptance rate α vs break-even α* ($window window)": ("SpecDecodeBelowBreakeven",),
     "Fleet acceptance rate α per route (all pods, 5m)": ("SpecDecodeFleetBelowBreakeven",),
     "Recommended K": ("SpecDecodeShorterDraftRecommended",),
@@ -45,7 +46,7 @@ PANEL_RUNBOOKS = {
     "Target up": ("SpecDecodeTargetDown",),
     "Since last good poll": ("SpecDecodeTargetDown",),
     "Sidecar and routes": ("SpecDecodeMetricsMissing", "SpecwatchConfigReloadFailed"),
-    "Query source up": ("SpecwatchPrometheusDown",),
+    "Query source up": ("SpecwatchPrometheusDown", "SpecwatchFleetShardDown"),
     "Since last good query poll": ("SpecwatchPrometheusDown",),
     "Query errors by reason": ("SpecwatchPrometheusQueryErrors",),
     "Stale replicas": ("SpecwatchStaleReplicas",),

@@ -280,7 +280,8 @@ class DecisionConfig:
         default=0.9,
         example=0.95,
     )
-    # Seconds (float, from "30s"), or an int: a count of evaluations, as before durations existed.
+    # Seconds (float, from "30s"), or an int: a count of evaluations, so a config that counts
+    # polls keeps its meaning.
     hold: float | int = setting(
         HoldTime(),
         "how long a new verdict must stay the candidate before it takes effect; "
@@ -291,7 +292,7 @@ class DecisionConfig:
 
     def hold_seconds(self, poll_interval: float) -> float:
         """How long a new verdict must stay the candidate. N evaluations span N - 1 poll intervals,
-        so an integer hold behaves exactly as the former count of polls did."""
+        so an integer hold of N takes effect on the N-th consecutive evaluation."""
         if isinstance(self.hold, int):
             return max(self.hold - 1, 0) * poll_interval
         return float(self.hold)

@@ -69,7 +69,8 @@ class _Plan:
     dropped: Mapping[str, int]  # routes and engines past the bounds, left out of `routes`
 
 
-#: Distinct (family, sample) placements a Grouping remembers: 16 DP engines of vLLM have ~900.
+#: Distinct (family, sample) placements a Grouping remembers: several times the largest payload's
+#: (docs/benchmarks.md, "Chart defaults and constants").
 PLACEMENT_CACHE_SIZE = 4096
 #: ... and the label characters they may hold together (a sample's labels are bounded one by one
 #: by the parser; this bounds what stays remembered across polls of ever-new long labels).
@@ -110,7 +111,7 @@ def position_limit(stated_k: int | None) -> int:
 _RUNNING_SOURCE, _V0_SOURCE, _GAUGE_SOURCE = -1, -2, -3
 
 #: Consecutive polls another engine's payload must hold before a detected target is taken to speak
-#: it: an engine flipping from poll to poll is a mismatch, never a restart of the windows (#34).
+#: it: an engine flipping from poll to poll is a mismatch, never a restart of the windows.
 ENGINE_SWITCH_POLLS = 3
 
 #: A parser of every engine's names: what detection reads a payload of an unknown engine with.

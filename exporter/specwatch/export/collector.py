@@ -38,7 +38,8 @@ from specwatch.export import contract
 from specwatch.verdict.decide import VERDICTS, Assessment
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.view import View
-from specwatch.view.fleet import QUERY_ERROR_REASONS, FleetState, replica_name
+from specwatch.view.fleet import QUERY_ERROR_REASONS, FleetState
+from specwatch.view.routes import RouteRow
 from specwatch.view.targets import RouteState, State
 from specwatch.windows.derive import COUNTER_RATIO
 
@@ -110,94 +111,108 @@ class SpecwatchCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         view = self._get_view()
-        if view.fleet is not None:
-            yield from _fleet_families(view.fleet)
-            return
-        state = view.targets
-        families = contract.Families("sidecar")
-        families.add("specwatch_build_info", [__version__], 1)
-        self._cost_model(state, families)
-        self._health(state, families)
-        self._routes(state, families)
+        families = _fleet_families(view.fleet) if view.fleet is not None else _targets_families(view.targets)
+        add_routes(families, view.route_rows())
         yield from families
 
-    def _cost_model(self, state: State, families: contract.Families) -> None:
-        """What the verdicts rest on, and how well the learned step-time curve fits (docs/costmodel.md)."""
-        cm = state.cost_model
-        if cm is not None:
-            families.add(
-                "specwatch_cost_model_info",
-                [cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method, cm.baseline],
-                1,
-            )
-        down = {t.name for t in state.targets if t.up is False}
-        for route in state.routes:
-            fit = route.fit
-            if fit is None or route.target in down or not route.current:
-                continue
-            labels = [route.route, route.target]
-            families.add("specwatch_step_time_fit_points", labels, fit.points)
-            for name, value in (
-                ("specwatch_step_time_fit_residual_ratio", fit.residual_ratio),
-                ("specwatch_step_time_predicted_seconds", fit.predicted_seconds),
-                ("specwatch_step_time_observed_seconds", fit.observed_seconds),
-            ):
-                if value is not None and math.isfinite(value):
-                    families.add(name, labels, value)
-        for route in state.routes:
-            if route.target not in down and route.current:
-                for tokens, seconds in route.curve_knots:
-                    families.add(
-                        "specwatch_step_time_curve_seconds", [route.route, route.target, f"{tokens:.6g}"], seconds
-                    )
 
-    def _health(self, state: State, families: contract.Families) -> None:
-        for target in state.targets:
-            labels = [target.name]
-            if target.up is not None:
-                families.add("specwatch_target_up", labels, 1.0 if target.up else 0.0)
-            families.add("specwatch_scrape_duration_seconds", labels, target.scrape_duration)
-            for reason, count in sorted(target.errors.items()):
-                families.add("specwatch_scrape_errors", [target.name, reason], count)
-            for limit, count in sorted(target.dropped.items()):
-                families.add("specwatch_payload_dropped", [target.name, limit], count)
-            families.add("specwatch_target_restarts", labels, target.resets)
-            families.add("specwatch_target_dips", labels, target.dips)
-            families.add("specwatch_last_scrape_success_timestamp_seconds", labels, target.last_success)
+def _cost_model(state: State, families: contract.Families) -> None:
+    """What the verdicts rest on, and how well the learned step-time curve fits (docs/costmodel.md)."""
+    cm = state.cost_model
+    if cm is not None:
+        families.add(
+            "specwatch_cost_model_info",
+            [cm.source, cm.hardware, cm.model, cm.dtype, str(cm.tensor_parallel), cm.method, cm.baseline],
+            1,
+        )
+    served = [route for route, row in zip(state.routes, state.rows(), strict=True) if row.served]
+    for route in served:
+        fit = route.fit
+        if fit is None:
+            continue
+        labels = [route.route, route.target]
+        families.add("specwatch_step_time_fit_points", labels, fit.points)
+        for name, value in (
+            ("specwatch_step_time_fit_residual_ratio", fit.residual_ratio),
+            ("specwatch_step_time_predicted_seconds", fit.predicted_seconds),
+            ("specwatch_step_time_observed_seconds", fit.observed_seconds),
+        ):
+            if value is not None and math.isfinite(value):
+                families.add(name, labels, value)
+    for route in served:
+        for tokens, seconds in route.curve_knots:
+            families.add("specwatch_step_time_curve_seconds", [route.route, route.target, f"{tokens:.6g}"], seconds)
 
-    def _routes(self, state: State, families: contract.Families) -> None:
-        expects = "specwatch_route_expects_speculation"
-        # While a target is down its values are not served from the last good polls: absent, never
-        # stale (docs/architecture.md §4). The windows and verdicts are kept inside and
-        # come back unchanged with the next good poll.
-        down = {t.name for t in state.targets if t.up is False}
-        for name, target, expected in state.unmatched_routes:
-            families.add(expects, [name, target], 1 if expected else 0)
-        for route in state.routes:
-            labels = [route.route, route.target]
-            families.add(
-                "specwatch_route_info", [*labels, route.model_name, route.method, route.schema, route.engine], 1
-            )
-            families.add(expects, labels, 1 if route.expects_speculation else 0)
-            families.add("specwatch_baseline_itl_p99_seconds", labels, route.baseline_itl_p99_seconds)
-            if route.target in down or not route.current:
-                continue
-            _add_mirrored(route, labels, families)
-            if route.itl_buckets:
-                buckets = [(_fmt_le(b), v) for b, v in route.itl_buckets]
-                families.add_histogram("specwatch_itl_seconds", labels, buckets, route.itl_sum)
-            if route.grading is not None:
-                families.add("specwatch_advice_predicted_gain_ratio", labels, route.grading.predicted_gain_ratio)
-                families.add("specwatch_advice_measured_gain_ratio", labels, route.grading.measured_gain_ratio)
-            before = route.before_window
-            if before is not None:
-                for quantity, value in before.quantities().items():
-                    families.add(contract.BEFORE_WINDOW[quantity], [*labels, before.method], value)
-                for position, rate in enumerate(before.position_rates or ()):
-                    families.add(contract.BEFORE_POSITIONS, [*labels, str(position)], rate)
-            for evaluation in route.evaluations:
-                add_evaluation(families, labels + [evaluation.stats.window], evaluation)
-            _add_controller(route, labels, families)
+
+def _target_health(state: State, families: contract.Families) -> None:
+    for target in state.targets:
+        labels = [target.name]
+        if target.up is not None:
+            families.add("specwatch_target_up", labels, 1.0 if target.up else 0.0)
+        families.add("specwatch_scrape_duration_seconds", labels, target.scrape_duration)
+        for reason, count in sorted(target.errors.items()):
+            families.add("specwatch_scrape_errors", [target.name, reason], count)
+        for limit, count in sorted(target.dropped.items()):
+            families.add("specwatch_payload_dropped", [target.name, limit], count)
+        families.add("specwatch_target_restarts", labels, target.resets)
+        families.add("specwatch_target_dips", labels, target.dips)
+        families.add("specwatch_last_scrape_success_timestamp_seconds", labels, target.last_success)
+
+
+def _target_routes(state: State, families: contract.Families) -> None:
+    """What only a target's routes export: whether speculation is expected, the mirrored
+    counters, the ITL histogram, the grading and the before-window."""
+    expects = "specwatch_route_expects_speculation"
+    for name, target, expected in state.unmatched_routes:
+        families.add(expects, [name, target], 1 if expected else 0)
+    for route, row in zip(state.routes, state.rows(), strict=True):
+        labels = [route.route, route.target]
+        families.add(expects, labels, 1 if route.expects_speculation else 0)
+        if not row.served:
+            continue
+        _add_mirrored(route, labels, families)
+        if route.itl_buckets:
+            buckets = [(_fmt_le(b), v) for b, v in route.itl_buckets]
+            families.add_histogram("specwatch_itl_seconds", labels, buckets, route.itl_sum)
+        if route.grading is not None:
+            families.add("specwatch_advice_predicted_gain_ratio", labels, route.grading.predicted_gain_ratio)
+            families.add("specwatch_advice_measured_gain_ratio", labels, route.grading.measured_gain_ratio)
+        before = route.before_window
+        if before is not None:
+            for quantity, value in before.quantities().items():
+                families.add(contract.BEFORE_WINDOW[quantity], [*labels, before.method], value)
+            for position, rate in enumerate(before.position_rates or ()):
+                families.add(contract.BEFORE_POSITIONS, [*labels, str(position)], rate)
+
+
+def _targets_families(state: State) -> contract.Families:
+    """The targets section's families: what the verdicts rest on, each target's health, and what
+    only a target's routes export."""
+    families = contract.Families("sidecar")
+    families.add("specwatch_build_info", [__version__], 1)
+    _cost_model(state, families)
+    _target_health(state, families)
+    _target_routes(state, families)
+    return families
+
+
+def add_routes(families: contract.Families, rows: Iterable[RouteRow]) -> None:
+    """The route rows of either section: each route's metadata and baseline, and, while its windows
+    are served (absent, never stale, while its target is down: docs/architecture.md §4), every
+    window's families."""
+    for row in rows:
+        head = [row.route, row.target]
+        info = [*head, *row.replica, row.model_name, row.method, row.schema, row.engine]
+        families.add("specwatch_route_info", info, 1)
+        families.add("specwatch_baseline_itl_p99_seconds", [*head, *row.replica], row.baseline_itl_p99_seconds)
+        if row.served:
+            for evaluation in row.evaluations:
+                add_evaluation(families, [*head, evaluation.stats.window, *row.replica], evaluation)
+            c = row.controller
+            if c is not None:
+                families.add(
+                    "specwatch_speculation_controller_info", [*head, *row.replica, c.mode, c.stated, c.reason], 1
+                )
 
 
 def _add_mirrored(route: RouteState, labels: list[str], families: contract.Families) -> None:
@@ -214,13 +229,6 @@ def _add_mirrored(route: RouteState, labels: list[str], families: contract.Famil
             families.add("specwatch_accepted_tokens_by_position", labels + [str(position)], value)
 
 
-def _add_controller(route: RouteState, labels: list[str], families: contract.Families) -> None:
-    """The controller of K the route's engine runs (verdict/controller.py)."""
-    c = route.controller
-    if c is not None:
-        families.add("specwatch_speculation_controller_info", [*labels, c.mode, c.stated, c.reason], 1)
-
-
 def registry_for(get_view: Callable[[], View]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecwatchCollector(get_view))
@@ -228,14 +236,12 @@ def registry_for(get_view: Callable[[], View]) -> CollectorRegistry:
 
 
 def _fleet_families(state: FleetState) -> contract.Families:
-    """Fleet mode's families: per replica as a sidecar's, the fleet rows, the query API's health."""
-    with_instance = "instance" not in state.replica_labels
-    replica = [*state.replica_labels, *(["instance"] if with_instance else [])]
+    """Fleet mode's own families: the query API's health and the fleet rows (its replicas' routes
+    are route rows)."""
+    replica = [*state.replica_labels, *(["instance"] if "instance" not in state.replica_labels else [])]
     families = contract.Families("fleet", replica, state.deployment_labels)
     families.add("specwatch_build_info", [__version__], 1)
     _query_health(state, families)
-    if state.up:
-        _replicas(state, families, with_instance)
     _fleet_rows(state, families)
     return families
 
@@ -254,28 +260,6 @@ def _query_health(state: FleetState, families: contract.Families) -> None:
         families.add(name, [], value)
     for reason in QUERY_ERROR_REASONS:
         families.add("specwatch_prometheus_query_errors", [reason], state.errors.get(reason, 0))
-
-
-def _replicas(state: FleetState, families: contract.Families, with_instance: bool) -> None:
-    for route in state.routes:
-        if route.stale or not route.evaluations:
-            continue
-        target = replica_name(route.replica)
-        values = [*(value for _, value in route.replica), *([target] if with_instance else [])]
-        stats = route.evaluations[0].stats
-        info = [route.route, target, *values, route.model_name, route.method, stats.schema, stats.engine]
-        families.add("specwatch_route_info", info, 1)
-        if route.route in state.baselines:
-            families.add(
-                "specwatch_baseline_itl_p99_seconds", [route.route, target, *values], state.baselines[route.route]
-            )
-        for evaluation in route.evaluations:
-            add_evaluation(families, [route.route, target, evaluation.stats.window, *values], evaluation)
-        if route.controller is not None:
-            c = route.controller
-            families.add(
-                "specwatch_speculation_controller_info", [route.route, target, *values, c.mode, c.stated, c.reason], 1
-            )
 
 
 def _fleet_rows(state: FleetState, families: contract.Families) -> None:

@@ -1,7 +1,7 @@
 """Prometheus text format (0.0.4) -> samples, for the few families specwatch reads.
 
-Why not prometheus_client's parser: it parses every line of a ~55 KB payload (~8 ms, and
-super-linear in labels per line), it is a generator that yields families before a later line
+Why not prometheus_client's parser: it parses every line of a payload (its cost grows
+super-linearly in labels per line; docs/benchmarks.md has the figures), it is a generator that yields families before a later line
 fails, and it accepts negative counters, non-cumulative buckets and duplicate series. Here the
 whole payload is parsed before anything is returned (all-or-nothing), the semantic checks the
 exporter needs are applied, and only the lines that can matter are looked at in Python.
@@ -10,7 +10,7 @@ prometheus_client stays the test oracle.
 How the lines are found: a line-by-line scan acts on two kinds of lines only, sample lines that
 begin with a selected family's name and `# TYPE` lines. One compiled regular expression finds,
 in C, exactly the lines of the first kind, the TYPE lines that name a selected family and the
-TYPE lines that are malformed; the other ~90 % of a vLLM payload (process and Python metrics,
+TYPE lines that are malformed; the bulk of a vLLM payload (process and Python metrics,
 other families, HELP lines) is never split into lines. Because lines are found wherever they
 sit, exporters that omit HELP/TYPE, interleave families or put a sample far from its header are
 read exactly as the line scan reads them. When the payload is rejected it is re-read by the

@@ -12,10 +12,10 @@ Labels = tuple[tuple[str, str], ...]
 # Limits on what a selected line may carry: parse cost must stay bounded whatever a target sends.
 MAX_LABELS_PER_SERIES = 64
 MAX_LABEL_VALUE_LENGTH = 4096
-MAX_SELECTED_SERIES = 5_000  # 16 DP engines of vLLM select ~900; memory holds one window of these
+MAX_SELECTED_SERIES = 5_000  # several times the largest payload's; memory holds one window of these
 SERIES_CACHE_SIZE = 4096  # distinct `name{labels}` texts remembered between polls
 # ... and their characters together: ever-new long series texts must not pile up across polls
-# (one poll's are bounded by the scrape's max_bytes; 16 DP engines of vLLM select ~90 KB).
+# (one poll's are bounded by the scrape's max_bytes; sizes: docs/benchmarks.md, "Chart defaults...").
 SERIES_CACHE_CHARS = 4 << 20
 
 

@@ -75,8 +75,8 @@ def _chunks(start: float, end: float, step: float, max_points: int) -> list[_Chu
 
 class _Pivot:
     """A chunk's series by step, read step by step in increasing order: each series' points stay
-    packed (client.Points) and only one step's Samples exist at a time (a 12 h history of 16
-    replicas is ~800,000 points: as Samples, all at once, ~200 MiB)."""
+    packed (client.Points) and only one step's Samples exist at a time: a long history's points as
+    Samples all at once would cost many times the packed points."""
 
     def __init__(self, series: Sequence[Any], step_key: Callable[[float], int]) -> None:
         self._series = [(s.labels, _packed(s.points)) for s in series]

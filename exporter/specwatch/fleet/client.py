@@ -49,8 +49,8 @@ from specwatch.config import PrometheusConfig
 
 #: Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS_PER_SERIES = 11_000
-#: Series of one range answer at most (more is "too_large"): fleet history chunks of 1,000
-#: replicas hold ~35,000 a query; labels cost ~1 KiB a series, so this bounds them to ~100 MiB.
+#: Series of one range answer at most (more is "too_large"): room for a history chunk of 1,000
+#: replicas while its labels stay bounded (docs/benchmarks.md, "Chart defaults and constants").
 MAX_RANGE_SERIES = 100_000
 
 # Errors that mean "the server's limits refused this query" (Prometheus, Thanos, Mimir wording).
@@ -70,7 +70,7 @@ class PromQueryError(TransferError):
     """A failed query; `reason` is one of QUERY_ERROR_REASONS."""
 
 
-class Sample(NamedTuple):  # a tuple: a 1,000-replica answer holds ~30,000 of them per window
+class Sample(NamedTuple):  # a tuple: an answer holds one per series, tens of thousands per window
     labels: Mapping[str, str]
     value: float
 
@@ -82,7 +82,7 @@ class Series(NamedTuple):
 
 class Points(Sequence[tuple[float, float]]):
     """A series' points packed in one array of doubles (t0, v0, t1, v1, ...): 16 bytes a point,
-    where a tuple of float pairs costs ~100 (a 12 h history of 16 replicas is ~800,000 points)."""
+    several times less than a tuple of float pairs, for histories of many points."""
 
     __slots__ = ("packed",)
 
@@ -114,8 +114,8 @@ class Points(Sequence[tuple[float, float]]):
 
 class Vector:
     """A vector answer, read lazily: fleet grouping reads each series' labels and value in its own
-    pass instead of a Sample being built per series first (a 1,000-replica window answer holds
-    ~32,000). A malformed series raises PromQueryError("invalid") when read: iterating gives
+    pass instead of a Sample being built per series first (a large fleet's window answer holds
+    tens of thousands). A malformed series raises PromQueryError("invalid") when read: iterating gives
     Samples; fleet_windows.WindowGrouper reads the storage itself. Two storages:
     - `items`: as json.loads decodes them, {"metric": {...}, "value": [t, "v"]}, checked when read;
     - packed (`keys` not None, `items` empty): what VectorDecoder streamed, each series' label set
@@ -170,10 +170,10 @@ _ITEM = re.compile(
     rb'\{"metric":(\{[^{}]*\}),"value":\[-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?,"([ !#-\[\]-~]*)"\]\}'
 )
 _ITEM_END = b'"]}'  # where a fast-shape item may end: without one, the item has not all arrived
-_ODD_AFTER = 256 * 1024  # an unmatched item this long is read by json (one of Prometheus's is ~200 B)
+_ODD_AFTER = 256 * 1024  # an unmatched item this long, far longer than a real one, is read by json
 # Stands for the streamed result when the rest of the envelope is decoded: a random string, so an
 # answer cannot forge it (an answer that overrides "data" or "result" is read as json.loads reads it).
-_STREAMED = "specwatch-streamed-" + os.urandom(8).hex()  # (secrets would load OpenSSL: +4 MiB RSS)
+_STREAMED = "specwatch-streamed-" + os.urandom(8).hex()  # (os.urandom: secrets would load OpenSSL)
 _PREFIX_STATE, _ITEM_STATE, _SEP_STATE, _ODD_STATE, _TAIL_STATE, _WHOLE_STATE = range(6)
 
 

@@ -410,9 +410,9 @@ def _source_for(source: PrometheusConfig, on_recorded: bool) -> PrometheusConfig
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector held off for one poll. Decoding and grouping a 1,000-replica
-    answer allocates ~200,000 acyclic containers; with the collector on, that burst sets off
-    collections that walk every live object (the evaluator's state included) again and again,
-    which cost about as much as the decoding itself. Whatever the poll leaves is collected as
+    answer allocates a burst of acyclic containers; with the collector on, that burst sets off
+    collections that walk every live object (the evaluator's state included) again and again, at a
+    cost comparable to the decoding's (docs/benchmarks.md, "Chart defaults and constants"). Whatever the poll leaves is collected as
     usual afterwards, in one pass."""
     if not gc.isenabled():  # someone else holds it off: leave it so
         yield

@@ -6,7 +6,7 @@ whose increases are the query's per-series increases, keyed exactly as the sidec
 counters (series_key below, the one place that knows the key layout), so derive.window_stats
 reads it as it reads its own.
 
-Speed: a 1,000-replica answer holds ~32,000 series per window, and the same label sets come back
+Speed: a large fleet's answer holds tens of thousands of series per window, and the same label sets come back
 poll after poll. WindowGrouper therefore resolves each label set once (its replica, routes, counter
 key, position or bucket bound) and keeps that plan between polls; a poll then costs one dict
 lookup and one float per series. The plans are a pure function of the label set and the config,

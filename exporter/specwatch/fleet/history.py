@@ -38,14 +38,14 @@ from specwatch.view.fleet import QUERY_ERROR_REASONS, HistoryRead
 #: Steps replayed at most: the learner's horizon for spec-off windows at the default half-life
 #: (they are dropped BASELINE_HALF_LIVES half-lives after the last) at a 1m window: two days.
 MAX_STEPS = round(learned.BASELINE_HALF_LIVES * learned.DEFAULT_HALF_LIFE_SECONDS / 60.0)
-#: Steps of one chunk of range queries: 1 h at a 1m window. A replica answers ~35 series a
-#: window query, so a chunk holds ~35 x 3 x 60 points of it (~100 KiB packed).
+#: Steps of one chunk of range queries: 1 h at a 1m window, so a chunk's answer stays small
+#: (its size per replica: docs/benchmarks.md, "Chart defaults and constants").
 CHUNK_STEPS = 60
 #: Range queries at most (a chunk is one query per window plus the freshness query; a server's
 #: sample limit splits chunks in halves): MAX_STEPS in chunks of CHUNK_STEPS at three queries each.
 MAX_QUERIES = 3 * (-(-MAX_STEPS // CHUNK_STEPS)) + 16
-#: What the read costs a replica at its peak (measured 16 replicas, 12 h, windows 1m and 5m, with
-#: margin): the chart adds it per expected replica to fleet mode's memory.
+#: What the read costs a replica at its peak, with margin (docs/benchmarks.md, "Chart defaults and
+#: constants"): the chart adds it per expected replica to fleet mode's memory.
 HISTORY_BYTES_PER_REPLICA = 192 * 1024
 #: The reason a read ends when MAX_QUERIES were taken: not the server's "limit", which replay
 #: answers by splitting the chunk (here every half would be refused again).

@@ -69,7 +69,7 @@ from specwatch.export.page import CONTENT_SECURITY_POLICY
 from specwatch.view import View
 
 MAX_CONNECTIONS = 512  # open connections; past it a new one evicts the longest waiter, never queues
-MAX_HEAD_BYTES = 16 * 1024  # a whole request head (request line and headers); a scrape's is ~200 B
+MAX_HEAD_BYTES = 16 * 1024  # a whole request head (request line and headers), far above a scrape's
 HEAD_TIMEOUT = 5.0  # seconds from accept (or the previous response) to a complete request head
 SCARCE_FRACTION = 0.75  # past this share of MAX_CONNECTIONS in use, waiting connections get...
 SCARCE_HEAD_TIMEOUT = 1.0  # ...this instead of HEAD_TIMEOUT
@@ -78,7 +78,6 @@ RECV_CHUNK = 8192
 SOCKET_BUFFER = 64 * 1024  # SO_SNDBUF / SO_RCVBUF per connection (the kernel doubles it)
 SWEEP_INTERVAL = 0.1  # how often deadlines are checked
 ACCEPT_BATCH = 64  # connections accepted per readiness of the listening socket
-CLIENT_SOCKET_TIMEOUT = HEAD_TIMEOUT  # the former name (an idle client is dropped after this)
 
 #: Sent with every response (see the module docstring).
 SECURITY_HEADERS = (

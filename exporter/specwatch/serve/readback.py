@@ -46,8 +46,8 @@ from specwatch.view.fleet import QUERY_ERROR_REASONS
 #: of range (times outside the lookback, impossible magnitudes), or disagreeing with live windows.
 IMPLAUSIBLE, DISAGREES = "implausible", "disagrees"
 READBACK_ERROR_REASONS = (*QUERY_ERROR_REASONS, IMPLAUSIBLE, DISAGREES)
-#: Series of one read-back answer at most: a route exports ~100 (its quantities, positions and
-#: 65 knots), so this is 50 routes over several pods in the lookback.
+#: Series of one read-back answer at most: 50 routes over several pods in the lookback (a route's
+#: series: its quantities, positions and 65 knots; docs/benchmarks.md, "Chart defaults and constants").
 MAX_SERIES = 20_000
 #: A restored before-window's plain magnitudes: ITL per token and batch a server can have.
 ITL_PER_TOKEN_RANGE = (1e-5, 10.0)

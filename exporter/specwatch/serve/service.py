@@ -232,7 +232,7 @@ class Service:
 
     def _self_families(self) -> list[Metric]:
         """process_* and python_info (prometheus_client's own collectors), read when /metrics is
-        rendered: the process's memory and CPU against its limits (issue #37)."""
+        rendered: the process's memory and CPU against its limits."""
         return metrics_text.collect(self.self_registry)
 
     def _record_page(self, view: View) -> bool:

@@ -262,7 +262,7 @@ class Pipeline(EvaluationContext):
 
     def _read(self, grouping: Grouping, text: str, t: float, target: str) -> list[RouteSnapshot]:
         """The poll's route snapshots; ExpositionError on bad input, and ("invalid") on values no
-        engine can hold at one moment (#34, window.implausible): the poll is rejected whole, before
+        engine can hold at one moment (window.implausible): the poll is rejected whole, before
         any window takes it (counted; the windows keep the last good poll)."""
         snaps = grouping.parse(text, t=t, target=target)
         stated_k = self.schedule.num_speculative_tokens if self.schedule is not None else self.config.draft.k

@@ -2,8 +2,8 @@
 
 - the connection, its whole-request deadline (a watchdog that shuts the socket down in whatever
   phase the request is), keep-alive, no proxy and no redirect: httpconn.DeadlineConnection, the
-  same for fleet mode's query client (tests/test_scrape.py and tests/reliability/test_fault_matrix.py
-  prove the guard here);
+  same for fleet mode's query client (tests/unit/sidecar/test_scrape.py and
+  tests/system/reliability/test_fault_matrix.py prove the guard here);
 - a redirect is counted as `http_status` (a 3xx to a metadata address is not followed);
 - gzip is decoded here, with a cap on *decoded* bytes, so a 200 MiB gzip bomb never reaches memory.
 """

@@ -1,6 +1,6 @@
 """Which controller of K the engine runs, and whether speculation stopped. Pure functions.
 
-The engines decide K themselves more and more (issue #36): vLLM's batch schedule
+The engines decide K themselves more and more: vLLM's batch schedule
 (``num_speculative_tokens_per_batch_size``) and adaptive verification
 (``enable_adaptive_verification``), SGLang's ``--speculative-adaptive`` step bands, TensorRT-LLM's
 one-way speculation gate (``acceptance_rate_threshold``). Each route is marked with the mode it runs:

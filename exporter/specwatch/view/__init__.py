@@ -3,7 +3,8 @@
 A View is immutable and says all a renderer needs: the config it was polled under, the cost model
 the verdicts rest on (carried, never rebuilt from the config by a renderer), the scraped targets
 and their routes (targets.py), and in fleet mode the fleet section (fleet.py): every replica's
-routes, the fleet rows and the query API's health. The collector, the status document, the page
+routes, the fleet rows and the query API's health. Both give their routes as route rows
+(routes.py, View.route_rows). The collector, the status document, the page
 and its history each render the one View; none of them knows which source built it beyond what
 the View holds.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from specwatch.config import Config
 from specwatch.costmodel import CostModel
 from specwatch.view.fleet import FleetState
+from specwatch.view.routes import RouteRow
 from specwatch.view.targets import NO_TARGETS, State
 
 __all__ = ["View"]
@@ -26,3 +28,7 @@ class View:
     cost_model: CostModel  # the configured cost model the verdicts rest on (learned ones: per route)
     targets: State = NO_TARGETS  # the scraped targets and their routes (none in fleet mode)
     fleet: FleetState | None = None  # fleet mode: the replicas, fleet rows and query API health
+
+    def route_rows(self) -> tuple[RouteRow, ...]:
+        """The routes a renderer shows, from whichever section this View has."""
+        return self.fleet.rows() if self.fleet is not None else self.targets.rows()

@@ -15,6 +15,7 @@ from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.verdict.controller import Controller
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.verdict.grading import Grading
+from specwatch.view.routes import RouteRow
 
 ReplicaKey = tuple[tuple[str, str], ...]  # the replica labels, in configured order
 DeploymentKey = tuple[tuple[str, str], ...]  # prometheus.deployment_labels' values, in configured order
@@ -122,3 +123,32 @@ class FleetState:
     history_errors: Mapping[str, int] | None = None
     # prometheus.deployment_labels: the labels of each grading's deployment (exported with it).
     deployment_labels: tuple[str, ...] = ()
+
+    def rows(self) -> tuple[RouteRow, ...]:
+        """Every replica route with windows, none from a failed poll or for a stale replica."""
+        if not self.up:
+            return ()
+        with_instance = "instance" not in self.replica_labels
+        rows = []
+        for r in self.routes:
+            if r.stale or not r.evaluations:
+                continue
+            target = replica_name(r.replica)
+            values = (*(value for _, value in r.replica), *([target] if with_instance else []))
+            stats = r.evaluations[0].stats
+            baseline = self.baselines.get(r.route)
+            rows.append(
+                RouteRow(
+                    r.route,
+                    target,
+                    values,
+                    r.model_name,
+                    r.method,
+                    stats.schema,
+                    stats.engine,
+                    baseline,
+                    r.evaluations,
+                    controller=r.controller,
+                )
+            )
+        return tuple(rows)

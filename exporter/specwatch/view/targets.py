@@ -11,6 +11,7 @@ from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.verdict.controller import Controller
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.verdict.grading import Grading, WindowSummary
+from specwatch.view.routes import RouteRow
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,27 @@ class State:
     cost_model: CostModelInfo | None = None
     # Read-back evidence dropped for disagreeing with the first live windows (readback: set).
     restore_disagreed: int = 0
+
+    def rows(self) -> tuple[RouteRow, ...]:
+        """Every route of every target, its windows served unless the target is down or the
+        route missing from its latest good poll."""
+        down = {t.name for t in self.targets if t.up is False}
+        return tuple(
+            RouteRow(
+                r.route,
+                r.target,
+                (),
+                r.model_name,
+                r.method,
+                r.schema,
+                r.engine,
+                r.baseline_itl_p99_seconds,
+                r.evaluations,
+                served=r.target not in down and r.current,
+                controller=r.controller,
+            )
+            for r in self.routes
+        )
 
 
 @dataclass(frozen=True)

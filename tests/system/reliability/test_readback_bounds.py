@@ -1,4 +1,4 @@
-"""Read-back and fleet history are bounded like a poll (issue #34): peak RSS of the process that
+"""Read-back and fleet history are bounded like a poll: peak RSS of the process that
 reads them, measured in a subprocess against a fake query API on loopback, stays under the
 chart's memory limits; hostile answers (a 400-digit number, JSON nested 100,000 deep, samples
 stamped in the future or at +Inf) are counted and logged once, never a dead thread."""

@@ -1,4 +1,4 @@
-"""Security and process behaviour of the real `specwatch run` process (issue #8).
+"""Security and process behaviour of the real `specwatch run` process.
 
 - HTTP_PROXY in the environment never captures a loopback poll;
 - no request parameter, path or method can make the sidecar poll anything but its configured URL;

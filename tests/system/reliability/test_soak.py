@@ -1,4 +1,4 @@
-"""Soak (issue #8): noisy but stable traffic above break-even, zero verdict changes, flat RSS, no series growth.
+"""Soak: noisy but stable traffic above break-even, zero verdict changes, flat RSS, no series growth.
 
 Both run bench/soak.py in a fresh process, so the RSS measured is the soak's own:
 - replay: SPECWATCH_SOAK_HOURS simulated hours (default 2 = 1 440 polls at 5 s; 24 = the full

@@ -1,4 +1,4 @@
-"""vLLM changing under the sidecar (issue #8): restarts, schema drift, DP engines, spec off/on.
+"""vLLM changing under the sidecar: restarts, schema drift, DP engines, spec off/on.
 
 These are not failed polls: every poll succeeds, and the point is that the windows never produce
 a negative delta, a ratio outside [0, 1] or a verdict the traffic does not justify.

@@ -60,7 +60,7 @@ def test_the_sidecar_exports_every_name_of_the_contract(exposition):
     assert (EXPORTED - GRADING - STEP_TIME_FIT - GAUGE_BASIS - READBACK - CONTROLLER_GAIN) - exposition == set()
 
 
-#: prometheus_client's own self-metrics (ProcessCollector, PlatformCollector; issue #37): not the
+#: prometheus_client's own self-metrics (ProcessCollector, PlatformCollector): not the
 #: contract's, served after its families so the sidecar's memory can be read against its limit.
 SELF_METRICS = ("process_", "python_")
 

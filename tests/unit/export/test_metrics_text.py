@@ -1,5 +1,5 @@
 """/metrics' fast path (export/metrics_text.render_text) against prometheus_client's rendering of
-the same families, byte for byte, and the OpenMetrics rendering served when asked for (#39, #37)."""
+the same families, byte for byte, and the OpenMetrics rendering served when asked for."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A range answer is decoded in place, bounded (fleet/client.py MatrixDecoder, issue #34): points
+"""A range answer is decoded in place, bounded (fleet/client.py MatrixDecoder): points
 packed, only those inside the range, with last_only only the newest of a series; hostile bytes
 are a PromQueryError, never another exception."""
 

@@ -4,8 +4,8 @@ FleetEvaluator on answers in the query API's shape (no Prometheus needed).
 
 Routes match only model_name and engine, so the route alone cannot tell the deployments apart:
 with `prometheus.deployment_labels: [namespace]` the grader is kept per (route, namespace) and
-team-b's rollout is graded against team-b's old pods (#22); with the default [] there is one
-grading per route, as before, and the exports and status keep their shape.
+team-b's rollout is graded against team-b's old pods; with the default [] there is one
+grading per route, and the exports and status keep their shape.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fleet mode does not grade K following a stated schedule as a rollout (#34): replicas of one
+"""Fleet mode does not grade K following a stated schedule as a rollout: replicas of one
 route at different batches draft the K the stated `draft.config` schedule gives at each (the
 schedule specwatch's own `shorten` writes), so the route has one regime; a replica drafting a K the
 schedule cannot give at its batch is still a rollout, graded. FleetEvaluator on answers in the

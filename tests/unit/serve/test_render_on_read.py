@@ -1,5 +1,5 @@
 """The page, the status document and /metrics are rendered on their first read from the last
-published view, at most once per view, and are the bytes their plain renderings give (#39)."""
+published view, at most once per view, and are the bytes their plain renderings give."""
 
 from __future__ import annotations
 

@@ -135,7 +135,7 @@ class ReferenceWindow(RouteWindow):
             if mkey not in self.mirror:
                 lower = [le for (c, le) in self.mirror if c == Counter.ITL_BUCKET == key.counter and le < key.sub]
                 self.mirror[mkey] = self.mirror[(Counter.ITL_BUCKET, max(lower))] if lower else 0.0
-        # A poll is one unit per engine (#34): an engine with a dip (not restarting) is held back
+        # A poll is one unit per engine: an engine with a dip (not restarting) is held back
         # whole (all its deltas 0, all its bases kept) unless, held the poll before, it moved on from
         # the held values everywhere (it went backwards then: count from those).
         new_raw = dict(snap.counters)

@@ -1,4 +1,4 @@
-"""Restored state is evidence, not truth (issue #34): the previous pod's learned curve and
+"""Restored state is evidence, not truth: the previous pod's learned curve and
 before-window, read back at start, are used only once this process's first live windows agree
 with them, and dropped (counted, logged) otherwise; while a restored curve is in use the cost
 model says `restored`."""
