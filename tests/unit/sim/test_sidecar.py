@@ -21,6 +21,10 @@ SCENARIOS = [n for n in sim.list_scenarios() if n != "faults"]
 #: schedule) or picks K per step (adaptive verification): the truth's crossings, at the nominal K,
 #: do not model it; tests/unit/sim/test_controllers.py checks them.
 CONTROLLED = {"gate-fires", "schedule-dropped-dp", "adaptive-wins", "adaptive-loses-low-concurrency"}
+#: Under adaptive verification the engine verifies fewer drafted tokens per step than the scenario's
+#: K, so the acceptance it reports is not the scenario's per-token alpha (that it falls is the
+#: point): tests/unit/sim/test_controllers.py checks those against the simulator's decode truth.
+ADAPTIVE = {"adaptive-wins", "adaptive-loses-low-concurrency"}
 
 
 def sidecar_config(scenario):
@@ -59,7 +63,7 @@ def truth_at(scenario, t):
     return s.truth()
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if n not in ADAPTIVE])
 def test_sidecar_recovers_the_scenarios_alpha_and_batch(name, tmp_path):
     scenario, records = timeline(name, tmp_path)
     checked = 0
