@@ -24,10 +24,7 @@ vLLM's (the `vllm` EngineSchema); other engines are read raw (prometheus.recorde
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
@@ -192,7 +189,7 @@ HEADER = """\
 # mode (prometheus.recorded) reads one series per route and window instead of one per replica.
 #
 # Generated from exporter/specwatch/fleet/recorded.py (the queries that read them are built from the
-# same code): python -m specwatch.fleet.recorded rules/specwatch-fleet-recording.yaml
+# same code): python tools/gen_fleet_rules.py
 # Each counter's window increase is taken per replica exactly as fleet mode's raw read takes it
 # (last - first sample, increase() only across a reset), then summed by (cluster, namespace, job,
 # model_name, engine[, position | le]). The batch is the replicas' mean, the samples their most.
@@ -222,24 +219,3 @@ def render() -> str:
 
     text = yaml.dump(multiline(rules_document()), Dumper=_Dumper, sort_keys=False, width=1000)
     return HEADER + text
-
-
-def main(argv: list[str] | None = None, write: Callable[[str], object] = sys.stdout.write) -> int:
-    parser = argparse.ArgumentParser(description="write rules/specwatch-fleet-recording.yaml")
-    parser.add_argument("--check", action="store_true", help="exit 1 when the file differs")
-    parser.add_argument("path", type=Path)
-    args = parser.parse_args(argv)
-    wanted = render()
-    current = args.path.read_text() if args.path.exists() else ""
-    if current == wanted:
-        return 0
-    if args.check:
-        write(f"{args.path} differs from what specwatch.fleet.recorded writes\n")
-        return 1
-    args.path.write_text(wanted)
-    write(f"wrote {args.path}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
