@@ -75,7 +75,7 @@ MAX_FLEET_ROWS = 100
 MAX_LABELS = 12  # label pairs shown per replica
 MAX_LABEL_CHARS = 120  # a name or label value (route, target, replica, model...), then "…"
 MAX_TEXT_CHARS = 1024  # any other text (a message, a command), then "…"
-MAX_PAGE_BYTES = 512 * 1024  # the whole page; 64 names of 60 kB once made 3.8 MiB
+MAX_PAGE_BYTES = 512 * 1024  # the whole page, whatever names and labels the targets send
 PAGE_RESERVE = 32 * 1024  # of MAX_PAGE_BYTES: the head, the header, the banner and the closing lines
 #: Unicode bidi controls (embeddings, overrides, isolates, marks): a label holding one could make the
 #: text after it read differently from what it is, so each is shown as its code point instead.
