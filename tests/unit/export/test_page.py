@@ -256,6 +256,17 @@ def test_the_fleet_page_shows_each_replica_and_the_fleet_rows(alpha_drop):
     assert fleet_table.count("<tr>") == 1 + 2  # head + one row per window
     assert "disable 3" in fleet_table  # three replicas, each disable
     assert html.count('<polyline class="alpha"') >= 3
+    # Each replica's section reads as a target's route's does: where, the labels, what it runs.
+    sections = re.findall(r'<section class="route" id="r\d+">(.*?)</section>', html)
+    assert len(sections) == 3
+    meta = re.search(r"<p class=meta>(.*?)</p>", sections[0]).group(1)
+    route = state.routes[0]
+    assert meta.startswith("replica llm/vllm-0 · namespace llm · pod vllm-0 · engine vllm · ")
+    assert f"method {route.method} · K {route.evaluations[0].stats.configured_k} · schema {route.schema}" in meta
+    answers = html.split("<h2>The answer, per route</h2>", 1)[1].split("</table>", 1)[0]
+    assert [re.sub("<[^>]+>", "", c) for c in re.findall(r"<td class=\"l\">(.*?)</td>", answers)][1::3] == [
+        f"llm/vllm-{i}" for i in range(3)
+    ]
     # Prometheus down: shown down with its last error reason; no replica served from a failed poll.
     down = dataclasses.replace(fleet, up=False, errors={"timeout": 1, "http_status": 0}, t=fleet.t + 5)
     history.record(view_of(state, fleet=down))
@@ -342,7 +353,7 @@ def test_a_fleet_of_replicas_with_many_long_labels_stays_under_the_byte_cap(alph
     assert len(page) <= PAGE_CAP, len(page)
     html = page.decode()
     assert "and 28 more labels" in html
-    shown = html.count("<h3>replica ")
+    shown = html.count('<section class="route"')
     assert 0 < shown <= MAX_ROUTES and f"and {64 - shown} more replica-routes not shown" in html
 
 
