@@ -17,7 +17,7 @@ header asks for `application/openmetrics-text`, serve/http_server.wants_openmetr
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from prometheus_client import generate_latest
@@ -71,22 +71,19 @@ def render_openmetrics(*family_lists: Sequence[Metric]) -> bytes:
     return cast(bytes, text)
 
 
+def _escaped(name: str, cache: dict[str, str], escape: Callable[[str, str], str]) -> str:
+    """A metric name (cache _metric_names, escape_metric_name) or a label name (_label_names,
+    escape_label_name) as the text format writes it, escaped once while the cache has room."""
+    escaped = cache.get(name)
+    if escaped is None:
+        escaped = escape(name, openmetrics.UNDERSCORES)
+        if len(cache) < _MAX_CACHED:
+            cache[name] = escaped
+    return escaped
+
+
 def _metric_name(name: str) -> str:
-    escaped = _metric_names.get(name)
-    if escaped is None:
-        escaped = openmetrics.escape_metric_name(name, openmetrics.UNDERSCORES)
-        if len(_metric_names) < _MAX_CACHED:
-            _metric_names[name] = escaped
-    return escaped
-
-
-def _label_name(name: str) -> str:
-    escaped = _label_names.get(name)
-    if escaped is None:
-        escaped = openmetrics.escape_label_name(name, openmetrics.UNDERSCORES)
-        if len(_label_names) < _MAX_CACHED:
-            _label_names[name] = escaped
-    return escaped
+    return _escaped(name, _metric_names, openmetrics.escape_metric_name)
 
 
 def _head(metric: Metric) -> tuple[str, tuple[str, ...]]:
@@ -108,7 +105,7 @@ def _sample_line(name: str, labels: dict[str, str], value: float, timestamp: obj
         parts = []
         for k, raw in sorted(labels.items()):
             v = raw.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"") if _needs_escape(raw) else raw
-            parts.append(f'{_label_name(k)}="{v}"')
+            parts.append(f'{_escaped(k, _label_names, openmetrics.escape_label_name)}="{v}"')
         labelstr = "{" + ",".join(parts) + "}"
     else:
         labelstr = ""
