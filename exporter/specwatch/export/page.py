@@ -516,11 +516,6 @@ def windows_table(
     return _table(WINDOW_HEAD, rows, left=3), records
 
 
-def engine_of(evaluations: Sequence[RouteEvaluation]) -> str:
-    """The engine a route's windows were read from."""
-    return evaluations[0].stats.engine if evaluations else DEFAULT_ENGINE
-
-
 def _engine_advice(r: Mapping[str, Any]) -> str | None:
     """Another engine's advice: its command, or no change."""
     if r.get("recommended_command"):
@@ -770,14 +765,13 @@ def _row_meta(row: RouteRow) -> str:
 
 
 def route_list(
-    view: View, history: PageHistory, rows: Sequence[RouteRow], budget: int, where: str
+    view: View, history: PageHistory, rows: Sequence[RouteRow], basis: Assumptions, budget: int, where: str
 ) -> tuple[str, str, int]:
     """Either mode's routes: the answer table (a row per route of a target, or per replica route)
     and a section per row with its windows, advice and plots, as many as fit in `budget` bytes
     (at most MAX_ROUTES). Returns the answer table, the sections and how many were shown."""
-    config, now = view.config, (view.fleet.t if view.fleet is not None else view.targets.t)
+    config = view.config
     window = _chart_window(config)
-    basis = view_assumptions(view)
     rests_on = {
         (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
     }
@@ -790,7 +784,7 @@ def route_list(
             f"<tr>{td(f'<a href=#r{i}>{label(row.route)}</a>', 'l')}{td(label(row.target), 'l')}"
             f"{td(answer_line(headline, config.decision.min_drafts), 'l')}</tr>"
         )
-        table, records = windows_table(row.target, row.evaluations, history, config, now)
+        table, records = windows_table(row.target, row.evaluations, history, config, view.t)
         plot = plots(history, (row.target, row.route, window), config.poll_interval) if i < MAX_PLOTTED else ""
         section = (
             f'<section class="route" id="r{i}"><h2>{label(row.route)} '
@@ -825,7 +819,7 @@ def sidecar_body(view: View, history: PageHistory) -> tuple[str, list[str | None
         items = "".join(f"<li>{label(r)} (target {label(t)})</li>" for r, t, _ in state.unmatched_routes[:MAX_ROUTES])
         unmatched = f'<div class="warn">Configured routes that match nothing yet:<ul>{items}</ul></div>'
     rest = targets_section(state, history) + cost_model_section(state, config, basis) + _summary_line(basis)
-    answer, sections, shown = route_list(view, history, rows, _route_budget(unmatched, rest), "target")
+    answer, sections, shown = route_list(view, history, rows, basis, _route_budget(unmatched, rest), "target")
     more = _more(shown, len(rows), "routes")
     body = answer + more + unmatched + rest + sections + more
     return body, _verdicts(rows, _chart_window(config))
@@ -891,8 +885,9 @@ def fleet_body(view: View, fleet: FleetState, history: PageHistory) -> tuple[str
         _table(fleet_head, fleet_rows, left=2) if fleet_rows else "<p>No replica evaluated yet.</p>"
     )
     aggregates += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
-    top = prometheus_section(fleet, config, history) + _summary_line(view_assumptions(view)) + aggregates
-    answer, sections, shown = route_list(view, history, rows, _route_budget(top), "replica")
+    basis = view_assumptions(view)
+    top = prometheus_section(fleet, config, history) + _summary_line(basis) + aggregates
+    answer, sections, shown = route_list(view, history, rows, basis, _route_budget(top), "replica")
     more = _more(shown, len(rows), "replica-routes")
     body = top + answer + more + sections + more
     return body, _verdicts(rows, _chart_window(config))

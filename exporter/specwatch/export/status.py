@@ -108,12 +108,11 @@ def status_document(view: View) -> dict[str, Any]:
     """The document of one View: the route list of either mode (View.route_rows), beside what only
     its mode has (the targets' health; or the query source's health and the fleet rows)."""
     config = view.config
-    t = view.fleet.t if view.fleet is not None else view.targets.t
     return {
         "version": __version__,
         "mode": "fleet" if view.fleet is not None else "sidecar",
-        "t": t,
-        "time": iso_time(t),
+        "t": view.t,
+        "time": iso_time(view.t),
         "routes": [route_status(row) for row in view.route_rows()],
         **(_fleet_sections(view, view.fleet) if view.fleet is not None else _targets_section(view.targets)),
         "windows": list(config.window_labels),

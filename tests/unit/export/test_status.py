@@ -3,6 +3,8 @@ that mode has."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from specwatch import sim
@@ -63,6 +65,8 @@ def test_each_mode_keeps_only_its_own_sections(targets):
     shared = {"version", "mode", "t", "time", "routes", "windows", "speedup_confidence", "assumptions"}
     assert set(sidecar) - shared == {"targets"}
     assert set(fleet) - shared == {"prometheus", "fleet", "rollouts", "history", "cost_models"}
+    later = dataclasses.replace(_fleet(targets), t=targets.t + 5)
+    assert (sidecar["t"], status_document(view_of(fleet=later))["t"]) == (targets.t, targets.t + 5)
 
 
 def test_a_failed_query_poll_lists_no_route(targets):
