@@ -38,7 +38,7 @@ _TYPE_RENAME |= {"gaugehistogram": ("", "histogram"), "unknown": ("", "untyped")
 _MAX_CACHED = 4096
 _metric_names: dict[str, str] = {}
 _label_names: dict[str, str] = {}
-_heads: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
+_heads: dict[tuple[str, str, str], tuple[str, tuple[str, ...], str]] = {}
 
 
 class _Families(Collector):
@@ -86,15 +86,17 @@ def _metric_name(name: str) -> str:
     return _escaped(name, _metric_names, openmetrics.escape_metric_name)
 
 
-def _head(metric: Metric) -> tuple[str, tuple[str, ...]]:
-    """The family's HELP and TYPE lines and the names of its OpenMetrics-only samples."""
+def _head(metric: Metric) -> tuple[str, tuple[str, ...], str]:
+    """The family's HELP and TYPE lines, the names of its OpenMetrics-only samples and its escaped
+    HELP text (theirs too)."""
     key = (metric.name, metric.type, metric.documentation)
     head = _heads.get(key)
     if head is None:
         suffix, mtype = _TYPE_RENAME.get(metric.type, ("", metric.type))
         mname = _metric_name(metric.name + suffix)
         doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        head = (f"# HELP {mname} {doc}\n# TYPE {mname} {mtype}\n", tuple(metric.name + s for s in _OM_SUFFIXES))
+        om_names = tuple(metric.name + s for s in _OM_SUFFIXES)
+        head = (f"# HELP {mname} {doc}\n# TYPE {mname} {mtype}\n", om_names, doc)
         if len(_heads) < _MAX_CACHED:
             _heads[key] = head
     return head
@@ -119,7 +121,7 @@ def render_text(*family_lists: Sequence[Metric]) -> bytes:
     output: list[str] = []
     for families in family_lists:
         for metric in families:
-            head, om_names = _head(metric)
+            head, om_names, doc = _head(metric)
             output.append(head)
             om_samples: dict[str, list[str]] = {}
             for s in metric.samples:
@@ -130,7 +132,6 @@ def render_text(*family_lists: Sequence[Metric]) -> bytes:
                     output.append(line)
             for suffix, lines in sorted(om_samples.items()):
                 mname = _metric_name(metric.name + suffix)
-                doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
                 output.append(f"# HELP {mname} {doc}\n# TYPE {mname} gauge\n")
                 output.extend(lines)
     return "".join(output).encode("utf-8")
