@@ -12,6 +12,9 @@ and what the cost model assumed, with how close each verdict is (the expected sp
 against 1, in words); plus four server-side SVG plots per route over up to the last hour in the
 window the alert rules read: alpha against break-even, the expected speedup with its interval
 against 1, the verdict per poll and the ITL tails, each with a legend and <title> tooltips.
+Both modes show one route list (route_list over View.route_rows: an answer row and a section per
+route of a target, or per replica route); only the sidecar's targets and cost model, and fleet
+mode's query source and fleet rows, are a mode's own.
 
 Choices:
 - Inline SVG drawn here, no JavaScript at all: the page must work air-gapped (no CDN, nothing
