@@ -18,11 +18,12 @@ from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.export import page as page_mod
 from specwatch.export.page import DASH, MAX_ROUTES, num, render_page
-from specwatch.export.page_history import PageHistory
+from specwatch.export.page_history import PageHistory, page_order
 from specwatch.fleet.rows import fleet_rows
 from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.view.fleet import FleetState, ReplicaRouteState
+from specwatch.view.routes import RouteRow
 from support.builders import OFFLINE_URL, scenario_config, scenario_raw_config
 from support.views import view_of
 
@@ -367,3 +368,11 @@ def test_the_page_never_says_too_few_drafts_without_the_count_nor_shows_the_sear
         assert "drafts" in line and "not enough drafts" not in line
     html = render_page(view_of(state, config), history).decode()
     assert "last hour ·" not in html or "up to the last hour" in html
+
+
+def test_the_page_and_its_history_show_a_routes_rows_side_by_side_and_none_missing_from_the_poll():
+    def row(route: str, target: str, current: bool = True) -> RouteRow:
+        return RouteRow(route, target, (), "m", "ngram", "v1", "vllm", None, (), current=current)
+
+    rows = [row("a", "t1"), row("b", "t1"), row("a", "t2"), row("c", "t2", current=False), row("b", "t3")]
+    assert [(r.route, r.target) for r in page_order(rows)] == [("a", "t1"), ("a", "t2"), ("b", "t1"), ("b", "t3")]
