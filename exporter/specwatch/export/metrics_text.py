@@ -17,7 +17,7 @@ header asks for `application/openmetrics-text`, serve/http_server.wants_openmetr
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from prometheus_client import generate_latest
@@ -38,7 +38,7 @@ _TYPE_RENAME |= {"gaugehistogram": ("", "histogram"), "unknown": ("", "untyped")
 _MAX_CACHED = 4096
 _metric_names: dict[str, str] = {}
 _label_names: dict[str, str] = {}
-_heads: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
+_heads: dict[tuple[str, str, str], tuple[str, tuple[str, ...], str]] = {}
 
 
 class _Families(Collector):
@@ -71,33 +71,32 @@ def render_openmetrics(*family_lists: Sequence[Metric]) -> bytes:
     return cast(bytes, text)
 
 
+def _escaped(name: str, cache: dict[str, str], escape: Callable[[str, str], str]) -> str:
+    """A metric name (cache _metric_names, escape_metric_name) or a label name (_label_names,
+    escape_label_name) as the text format writes it, escaped once while the cache has room."""
+    escaped = cache.get(name)
+    if escaped is None:
+        escaped = escape(name, openmetrics.UNDERSCORES)
+        if len(cache) < _MAX_CACHED:
+            cache[name] = escaped
+    return escaped
+
+
 def _metric_name(name: str) -> str:
-    escaped = _metric_names.get(name)
-    if escaped is None:
-        escaped = openmetrics.escape_metric_name(name, openmetrics.UNDERSCORES)
-        if len(_metric_names) < _MAX_CACHED:
-            _metric_names[name] = escaped
-    return escaped
+    return _escaped(name, _metric_names, openmetrics.escape_metric_name)
 
 
-def _label_name(name: str) -> str:
-    escaped = _label_names.get(name)
-    if escaped is None:
-        escaped = openmetrics.escape_label_name(name, openmetrics.UNDERSCORES)
-        if len(_label_names) < _MAX_CACHED:
-            _label_names[name] = escaped
-    return escaped
-
-
-def _head(metric: Metric) -> tuple[str, tuple[str, ...]]:
-    """The family's HELP and TYPE lines and the names of its OpenMetrics-only samples."""
+def _head(metric: Metric) -> tuple[str, tuple[str, ...], str]:
+    """The family's HELP and TYPE lines, the names of its OpenMetrics-only samples and its escaped
+    HELP text (theirs too)."""
     key = (metric.name, metric.type, metric.documentation)
     head = _heads.get(key)
     if head is None:
         suffix, mtype = _TYPE_RENAME.get(metric.type, ("", metric.type))
         mname = _metric_name(metric.name + suffix)
         doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        head = (f"# HELP {mname} {doc}\n# TYPE {mname} {mtype}\n", tuple(metric.name + s for s in _OM_SUFFIXES))
+        om_names = tuple(metric.name + s for s in _OM_SUFFIXES)
+        head = (f"# HELP {mname} {doc}\n# TYPE {mname} {mtype}\n", om_names, doc)
         if len(_heads) < _MAX_CACHED:
             _heads[key] = head
     return head
@@ -108,7 +107,7 @@ def _sample_line(name: str, labels: dict[str, str], value: float, timestamp: obj
         parts = []
         for k, raw in sorted(labels.items()):
             v = raw.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"") if _needs_escape(raw) else raw
-            parts.append(f'{_label_name(k)}="{v}"')
+            parts.append(f'{_escaped(k, _label_names, openmetrics.escape_label_name)}="{v}"')
         labelstr = "{" + ",".join(parts) + "}"
     else:
         labelstr = ""
@@ -122,7 +121,7 @@ def render_text(*family_lists: Sequence[Metric]) -> bytes:
     output: list[str] = []
     for families in family_lists:
         for metric in families:
-            head, om_names = _head(metric)
+            head, om_names, doc = _head(metric)
             output.append(head)
             om_samples: dict[str, list[str]] = {}
             for s in metric.samples:
@@ -133,7 +132,6 @@ def render_text(*family_lists: Sequence[Metric]) -> bytes:
                     output.append(line)
             for suffix, lines in sorted(om_samples.items()):
                 mname = _metric_name(metric.name + suffix)
-                doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
                 output.append(f"# HELP {mname} {doc}\n# TYPE {mname} gauge\n")
                 output.extend(lines)
     return "".join(output).encode("utf-8")

@@ -12,6 +12,9 @@ and what the cost model assumed, with how close each verdict is (the expected sp
 against 1, in words); plus four server-side SVG plots per route over up to the last hour in the
 window the alert rules read: alpha against break-even, the expected speedup with its interval
 against 1, the verdict per poll and the ITL tails, each with a legend and <title> tooltips.
+Both modes show one route list (route_list over View.route_rows: an answer row and a section per
+route of a target, or per replica route); only the sidecar's targets and cost model, and fleet
+mode's query source and fleet rows, are a mode's own.
 
 Choices:
 - Inline SVG drawn here, no JavaScript at all: the page must work air-gapped (no CDN, nothing
@@ -51,11 +54,12 @@ from specwatch.costmodel import MAX_BATCH_LIMIT
 from specwatch.engines.advice import VLLM_ENGINES
 from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.export.assumptions import Assumptions, view_assumptions
-from specwatch.export.page_history import Bucket, PageHistory, SeriesKey, fleet_order, verdict_of
+from specwatch.export.page_history import Bucket, PageHistory, SeriesKey, page_order, verdict_of
 from specwatch.export.status import window_status
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.view import View
-from specwatch.view.fleet import FleetRow, FleetState, ReplicaRouteState, replica_name
+from specwatch.view.fleet import FleetRow, FleetState
+from specwatch.view.routes import RouteRow
 from specwatch.view.targets import State, TargetState
 
 __all__ = [
@@ -515,11 +519,6 @@ def windows_table(
     return _table(WINDOW_HEAD, rows, left=3), records
 
 
-def engine_of(evaluations: Sequence[RouteEvaluation]) -> str:
-    """The engine a route's windows were read from."""
-    return evaluations[0].stats.engine if evaluations else DEFAULT_ENGINE
-
-
 def _engine_advice(r: Mapping[str, Any]) -> str | None:
     """Another engine's advice: its command, or no change."""
     if r.get("recommended_command"):
@@ -754,62 +753,79 @@ def _route_budget(*fixed: str) -> int:
     return MAX_PAGE_BYTES - PAGE_RESERVE - sum(size(part) for part in fixed)
 
 
-def sidecar_body(view: View, history: PageHistory) -> tuple[str, list[str | None]]:
-    state, config = view.targets, view.config
+def _row_meta(row: RouteRow) -> str:
+    """Where a route's windows come from and what it runs, in one line."""
+    where = (
+        f"target {label(row.target)}"
+        if row.replica_labels is None
+        else f"replica {label(row.target)} · {_replica_labels(row.replica_labels)}"
+    )
+    return (
+        f"{where} · engine {label(row.engine)} · served model_name {label(row.model_name)} · "
+        f"method {label(row.method)} · K {num(row.configured_k, '.0f')} · schema {label(row.schema)}"
+        + (f" · spec-off ITL P99 baseline {ms(row.baseline_itl_p99_seconds)}" if row.baseline_itl_p99_seconds else "")
+    )
+
+
+def route_list(
+    view: View, history: PageHistory, rows: Sequence[RouteRow], basis: Assumptions, budget: int, where: str
+) -> tuple[str, str, int]:
+    """Either mode's routes: the answer table (a row per route of a target, or per replica route)
+    and a section per row with its windows, advice and plots, as many as fit in `budget` bytes
+    (at most MAX_ROUTES). Returns the answer table, the sections and how many were shown."""
+    config = view.config
     window = _chart_window(config)
-    routes = [r for r in state.routes if r.current]
-    answers: list[str] = []
-    sections: list[str] = []
-    basis = view_assumptions(view)
     rests_on = {
         (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
     }
-    unmatched = ""
-    if state.unmatched_routes:
-        items = "".join(f"<li>{label(r)} (target {label(t)})</li>" for r, t, _ in state.unmatched_routes[:MAX_ROUTES])
-        unmatched = f'<div class="warn">Configured routes that match nothing yet:<ul>{items}</ul></div>'
-    rest = targets_section(state, history) + cost_model_section(state, config, basis) + _summary_line(basis)
-    budget, used = _route_budget(unmatched, rest), 0
-    for i, route in enumerate(routes[:MAX_ROUTES]):
-        headline = _headline(route.evaluations, window)
+    answers: list[str] = []
+    sections: list[str] = []
+    used = 0
+    for i, row in enumerate(rows[:MAX_ROUTES]):
+        headline = _headline(row.evaluations, window)
         answer_row = (
-            f"<tr>{td(f'<a href=#r{i}>{label(route.route)}</a>', 'l')}{td(label(route.target), 'l')}"
+            f"<tr>{td(f'<a href=#r{i}>{label(row.route)}</a>', 'l')}{td(label(row.target), 'l')}"
             f"{td(answer_line(headline, config.decision.min_drafts), 'l')}</tr>"
         )
-        table, records = windows_table(route.target, route.evaluations, history, config, state.t)
-        meta = (
-            f"target {label(route.target)} · engine {label(route.engine)} · served model_name {label(route.model_name)} · "
-            f"method {label(route.method)} · K {num(route.configured_k, '.0f')} · schema {label(route.schema)}"
-            + (
-                f" · spec-off ITL P99 baseline {ms(route.baseline_itl_p99_seconds)}"
-                if route.baseline_itl_p99_seconds
-                else ""
-            )
-        )
-        plot = plots(history, (route.target, route.route, window), config.poll_interval) if i < MAX_PLOTTED else ""
+        table, records = windows_table(row.target, row.evaluations, history, config, view.t)
+        plot = plots(history, (row.target, row.route, window), config.poll_interval) if i < MAX_PLOTTED else ""
         section = (
-            f'<section class="route" id="r{i}"><h2>{label(route.route)} '
+            f'<section class="route" id="r{i}"><h2>{label(row.route)} '
             f"{badge(headline.verdict if headline else None)}</h2>"
-            f"<p class=meta>{meta}</p>{_rests_on(rests_on.get((route.target, route.route)))}"
-            + (f"<p class=meta>{esc(route.controller.line)}</p>" if route.controller is not None else "")
-            + f"{table}{recommendations(records, route.engine)}{plot}</section>"
+            f"<p class=meta>{_row_meta(row)}</p>{_rests_on(rests_on.get((row.target, row.route)))}"
+            + (f"<p class=meta>{esc(row.controller.line)}</p>" if row.controller is not None else "")
+            + f"{table}{recommendations(records, row.engine)}{plot}</section>"
         )
         used += size(answer_row) + size(section)
         if used > budget:  # the rest are counted, not shown: the page stays under MAX_PAGE_BYTES
             break
         answers.append(answer_row)
         sections.append(section)
-    shown = len(sections)
     answer = (
         "<h2>The answer, per route</h2>"
-        + (_table(("route", "target", "verdict"), answers, left=3) if answers else "<p>No route seen yet.</p>")
+        + (_table(("route", where, "verdict"), answers, left=3) if answers else "<p>No route seen yet.</p>")
         + _per_route(len(answers))
-        + _more(shown, len(routes), "routes")
-        + unmatched
     )
-    body = answer + rest + "".join(sections) + _more(shown, len(routes), "routes")
-    verdicts = [_headline(r.evaluations, window) for r in routes]
-    return body, [e.verdict if e else None for e in verdicts]
+    return answer, "".join(sections), len(sections)
+
+
+def _verdicts(rows: Iterable[RouteRow], window: str) -> list[str | None]:
+    return [e.verdict if (e := _headline(row.evaluations, window)) else None for row in rows]
+
+
+def sidecar_body(view: View, history: PageHistory) -> tuple[str, list[str | None]]:
+    state, config = view.targets, view.config
+    rows = page_order(view.route_rows())
+    basis = view_assumptions(view)
+    unmatched = ""
+    if state.unmatched_routes:
+        items = "".join(f"<li>{label(r)} (target {label(t)})</li>" for r, t, _ in state.unmatched_routes[:MAX_ROUTES])
+        unmatched = f'<div class="warn">Configured routes that match nothing yet:<ul>{items}</ul></div>'
+    rest = targets_section(state, history) + cost_model_section(state, config, basis) + _summary_line(basis)
+    answer, sections, shown = route_list(view, history, rows, basis, _route_budget(unmatched, rest), "target")
+    more = _more(shown, len(rows), "routes")
+    body = answer + more + unmatched + rest + sections + more
+    return body, _verdicts(rows, _chart_window(config))
 
 
 def _fleet_row(row: FleetRow) -> str:
@@ -865,66 +881,19 @@ def _replica_labels(replica: Sequence[tuple[str, str]]) -> str:
 
 def fleet_body(view: View, fleet: FleetState, history: PageHistory) -> tuple[str, list[str | None]]:
     config = view.config
-    window = _chart_window(config)
-    live = fleet_order(fleet)
-    by_route: dict[str, list[ReplicaRouteState]] = {}
-    for r in live:
-        by_route.setdefault(r.route, []).append(r)
-    rows_by_route: dict[str, list[FleetRow]] = defaultdict(list)
-    for row in fleet.fleet:
-        rows_by_route[row.route].append(row)
+    rows = page_order(view.route_rows())
     fleet_rows = [_fleet_row(row) for row in fleet.fleet[:MAX_FLEET_ROWS]]
     fleet_head = ("route", "window", "replicas", "verdicts", "α (token-weighted)", "tokens where speedup < 1", "tokens")
-    answer = "<h2>The fleet, per route</h2>" + (
+    aggregates = "<h2>The fleet, per route</h2>" + (
         _table(fleet_head, fleet_rows, left=2) if fleet_rows else "<p>No replica evaluated yet.</p>"
     )
-    answer += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
-    answer += _per_route(len(by_route))
+    aggregates += _more(len(fleet_rows), len(fleet.fleet), "fleet rows")
     basis = view_assumptions(view)
-    rests_on = {
-        (r.facts.target, r.facts.route): line for r, line in zip(basis.routes, basis.route_lines(), strict=True)
-    }
-    top = prometheus_section(fleet, config, history) + _summary_line(basis) + answer
-    budget, used = _route_budget(top), 0
-    sections: list[str] = []
-    shown, full = 0, False
-    for route, replicas in by_route.items():
-        if shown >= MAX_ROUTES or full:
-            break
-        opening = f'<section class="route" id="r{shown}"><h2>{label(route)}</h2>'
-        if rows_by_route.get(route):
-            opening += "<h3>Fleet rows</h3>" + _table(fleet_head, [_fleet_row(r) for r in rows_by_route[route]], left=2)
-        used += size(opening)
-        part: list[str] = []
-        for r in replicas:
-            full = used > budget
-            if shown >= MAX_ROUTES or full:
-                break
-            name = replica_name(r.replica)
-            headline = _headline(r.evaluations, window)
-            table, records = windows_table(name, r.evaluations, history, config, fleet.t)
-            plot = plots(history, (name, r.route, window), config.poll_interval) if shown < MAX_PLOTTED else ""
-            replica = (
-                f"<h3>replica {label(name)} {badge(headline.verdict if headline else None)}</h3>"
-                f"<p class=meta>{_replica_labels(r.replica)} · engine {label(r.engine)} · "
-                f"served model_name {label(r.model_name)} · method {label(r.method)}</p>"
-                f"{_rests_on(rests_on.get((name, r.route)))}{table}{recommendations(records, engine_of(r.evaluations))}"
-                f"{plot}"
-            )
-            used += size(replica)
-            full = used > budget  # the rest are counted, not shown: the page stays under MAX_PAGE_BYTES
-            if full:
-                break
-            part.append(replica)
-            shown += 1
-        if part:
-            taken = len(part)
-            more = _more(taken, len(replicas), f"replicas of {label(route)}") if taken < len(replicas) else ""
-            sections.append(opening + "".join(part) + more + "</section>")
-    body = top + "".join(sections)
-    body += _more(shown, len(live), "replica-routes")
-    verdicts = [e.verdict if (e := _headline(r.evaluations, window)) else None for r in live]
-    return body, verdicts
+    top = prometheus_section(fleet, config, history) + _summary_line(basis) + aggregates
+    answer, sections, shown = route_list(view, history, rows, basis, _route_budget(top), "replica")
+    more = _more(shown, len(rows), "replica-routes")
+    body = top + answer + more + sections + more
+    return body, _verdicts(rows, _chart_window(config))
 
 
 def render_page(

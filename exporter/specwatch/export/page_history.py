@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from specwatch.verdict.decide import VERDICTS
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.view import View
-from specwatch.view.fleet import FleetState, ReplicaRouteState, replica_name
+from specwatch.view.routes import RouteRow
 
 __all__ = [
     "COLUMNS",
@@ -39,7 +39,7 @@ __all__ = [
     "SeriesKey",
     "buckets_plain",
     "edges",
-    "fleet_order",
+    "page_order",
     "verdict_code",
     "verdict_of",
 ]
@@ -169,17 +169,16 @@ class LastError:
     message: str
 
 
-def fleet_order(fleet: FleetState) -> list[ReplicaRouteState]:
-    """The replica-routes served (none from a failed poll, none stale), grouped by route in order of
-    first appearance: the order the page shows them in and the history fills its series in, so the
-    series cap never leaves a plotted replica without its history."""
-    if not fleet.up:
-        return []
-    groups: dict[str, list[ReplicaRouteState]] = {}
-    for r in fleet.routes:
-        if not r.stale and r.evaluations:
-            groups.setdefault(r.route, []).append(r)
-    return [r for group in groups.values() for r in group]
+def page_order(rows: Iterable[RouteRow]) -> list[RouteRow]:
+    """The route rows the page shows (not a route missing from its target's latest good poll),
+    grouped by route in order of first appearance (a route's targets or replicas side by side):
+    the order the history fills its series in too, so the series cap never leaves a plotted row
+    without its history."""
+    groups: dict[str, list[RouteRow]] = {}
+    for row in rows:
+        if row.current:
+            groups.setdefault(row.route, []).append(row)
+    return [row for group in groups.values() for row in group]
 
 
 class PageHistory:
@@ -203,15 +202,12 @@ class PageHistory:
         fleet, state = view.fleet, view.targets
         if fleet is not None:
             self._note_counts("prometheus", fleet.errors, fleet.t)
-            if fleet.up:
-                items = [
-                    (replica_name(r.replica), r.route, e) for r in fleet.routes if not r.stale for e in r.evaluations
-                ]
-                self._record_evaluations(items)
-        else:
-            for target in state.targets:
-                self._note_counts(target.name, target.errors, state.t)
-            self._record_evaluations((r.target, r.route, e) for r in state.routes if r.current for e in r.evaluations)
+        for target in state.targets:
+            self._note_counts(target.name, target.errors, state.t)
+        if fleet is None or fleet.up:  # a failed query poll has no rows, and ends no hold
+            self._record_evaluations(
+                (r.target, r.route, e) for r in page_order(view.route_rows()) for e in r.evaluations
+            )
         self._noted.clear()
 
     def note_error(self, target: str, t: float, reason: str | None, message: str) -> None:

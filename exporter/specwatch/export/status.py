@@ -1,16 +1,17 @@
 """The /api/v1/status JSON document, built from the View the poller published.
 
-A View of scraped targets: every target's health and every route's windows. A View with a fleet
-section: the query source's health, one entry per replica and route, and the fleet rows. Both serve the same per-window record
-(window_status), a `specwatch replay` line plus what only the status page shows. Non-finite floats
-become null (jsonsafe) when the document is encoded.
+One route list for either mode (route_status over View.route_rows: a target's routes, or every
+fresh replica's), each route's windows the same per-window record (window_status), a `specwatch
+replay` line plus what only the status page shows. Beside it what only one mode has: a View of
+scraped targets, every target's health; a View with a fleet section, the query source's health,
+the fleet rows, the rollouts and the history read at start. Non-finite floats become null
+(jsonsafe) when the document is encoded.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +23,9 @@ from specwatch.export.assumptions import view_assumptions
 from specwatch.verdict.decide import MERGE_NOTE, SCHEDULE_NOTES, ZERO_BAND_NOTE
 from specwatch.verdict.evaluation import RouteEvaluation, evaluation_record
 from specwatch.view import View
-from specwatch.view.fleet import FleetState, HistoryRead, replica_name, rollout_name
+from specwatch.view.fleet import FleetState, HistoryRead, rollout_name
+from specwatch.view.routes import RouteRow
+from specwatch.view.targets import State
 
 #: The verdict's notes about vLLM's --speculative-config (left out for another engine's route).
 VLLM_CONFIG_NOTES = frozenset({*SCHEDULE_NOTES, ZERO_BAND_NOTE, MERGE_NOTE})
@@ -68,11 +71,6 @@ def window_status(evaluation: RouteEvaluation) -> dict[str, Any]:
     return record
 
 
-def _windows(evaluations: Iterable[RouteEvaluation]) -> dict[str, dict[str, Any]]:
-    """A route's windows, keyed by window label."""
-    return {e.stats.window: window_status(e) for e in evaluations}
-
-
 def iso_time(t: float | None) -> str | None:
     """Unix seconds as ISO 8601 UTC (`t` fields stay Unix seconds for programs)."""
     if t is None or not math.isfinite(t):
@@ -84,30 +82,49 @@ def _age(now: float | None, then: float | None) -> float | None:
     return None if now is None or then is None else round(max(now - then, 0.0), 3)
 
 
+def route_status(row: RouteRow) -> dict[str, Any]:
+    """One route on /api/v1/status, either mode: a target's route or a replica's. A fact its mode
+    does not know is null (a target's route has no replica; a replica, no grading of its own)."""
+    return {
+        "route": row.route,
+        "target": row.target,
+        "replica": dict(row.replica_labels) if row.replica_labels is not None else None,
+        "model_name": row.model_name,
+        "schema": row.schema,
+        "method": row.method,
+        "engine": row.engine,
+        "spec_present": row.spec_present,
+        "configured_k": row.configured_k,
+        "expects_speculation": row.expects_speculation,
+        "baseline_itl_p99_seconds": row.baseline_itl_p99_seconds,
+        "windows": {e.stats.window: window_status(e) for e in row.evaluations},
+        "grading": row.grading.as_dict() if row.grading is not None else None,
+        # The controller of K the engine runs, with its evidence (verdict/controller.py).
+        "controller": row.controller.as_dict() if row.controller is not None else None,
+    }
+
+
 def status_document(view: View) -> dict[str, Any]:
-    """The document of one View: its fleet section's when it has one, else its targets'."""
-    if view.fleet is not None:
-        return _fleet_document(view, view.fleet)
-    state, config = view.targets, view.config
-    routes = [
-        {
-            "route": route.route,
-            "target": route.target,
-            "model_name": route.model_name,
-            "schema": route.schema,
-            "method": route.method,
-            "engine": route.engine,
-            "spec_present": route.spec_present,
-            "configured_k": route.configured_k,
-            "expects_speculation": route.expects_speculation,
-            "baseline_itl_p99_seconds": route.baseline_itl_p99_seconds,
-            "windows": _windows(route.evaluations),
-            "grading": route.grading.as_dict() if route.grading is not None else None,
-            # The controller of K the engine runs, with its evidence (verdict/controller.py).
-            "controller": route.controller.as_dict() if route.controller is not None else None,
-        }
-        for route in state.routes
-    ]
+    """The document of one View: the route list of either mode (View.route_rows), beside what only
+    its mode has (the targets' health; or the query source's health and the fleet rows)."""
+    config = view.config
+    return {
+        "version": __version__,
+        "mode": "fleet" if view.fleet is not None else "sidecar",
+        "t": view.t,
+        "time": iso_time(view.t),
+        "routes": [route_status(row) for row in view.route_rows()],
+        **(_fleet_sections(view, view.fleet) if view.fleet is not None else _targets_section(view.targets)),
+        "windows": list(config.window_labels),
+        # The level of every window's expected_speedup_lower/_upper.
+        "speedup_confidence": config.decision.confidence,
+        # What the verdicts rest on: the setup and engine prior, and per route its step-time source.
+        "assumptions": view_assumptions(view).as_dict(),
+    }
+
+
+def _targets_section(state: State) -> dict[str, Any]:
+    """Sidecar mode: every target's health."""
     targets = [
         {
             "name": t.name,
@@ -126,23 +143,12 @@ def status_document(view: View) -> dict[str, Any]:
         }
         for t in state.targets
     ]
-    return {
-        "version": __version__,
-        "t": state.t,
-        "time": iso_time(state.t),
-        "targets": targets,
-        "routes": routes,
-        "windows": list(config.window_labels),
-        # The level of every window's expected_speedup_lower/_upper.
-        "speedup_confidence": config.decision.confidence,
-        # What the verdicts rest on: the setup and engine prior, and per route its step-time source.
-        "assumptions": view_assumptions(view).as_dict(),
-    }
+    return {"targets": targets}
 
 
-def _fleet_document(view: View, state: FleetState) -> dict[str, Any]:
-    """Fleet mode: the query source's health, one entry per replica and route (nothing from a failed
-    poll or for a stale replica, as on /metrics), and the fleet rows."""
+def _fleet_sections(view: View, state: FleetState) -> dict[str, Any]:
+    """Fleet mode: the query source's health, the fleet rows, the rollouts graded across replicas,
+    the history read at start and each route's learned step time."""
     config = view.config
     prometheus = {
         "url": redact_url(config.prometheus.url) if config.prometheus else None,
@@ -155,19 +161,6 @@ def _fleet_document(view: View, state: FleetState) -> dict[str, Any]:
         "stale_replicas": state.stale_replicas,
         "series": state.series,  # in the last good poll's window answers; 0: the selector matches nothing
     }
-    routes = [
-        {
-            "route": r.route,
-            "target": replica_name(r.replica),
-            "replica": dict(r.replica),
-            "model_name": r.model_name,
-            "method": r.method,
-            "engine": r.engine,
-            "windows": _windows(r.evaluations),
-        }
-        for r in state.routes
-        if state.up and not r.stale and r.evaluations
-    ]
     fleet = [
         {
             "route": row.route,
@@ -192,22 +185,14 @@ def _fleet_document(view: View, state: FleetState) -> dict[str, Any]:
         for c in state.cost_models
     ]
     return {
-        "version": __version__,
-        "mode": "fleet",
-        "cost_models": cost_models if state.up else [],
-        "t": state.t,
-        "time": iso_time(state.t),
         "prometheus": prometheus,
-        "routes": routes,
         "fleet": fleet,
         # Per route (and deployment, when deployment_labels are set): the latest rollout graded
         # across replicas (old pods' windows vs new pods').
         "rollouts": _rollouts(state),
         # What was replayed of the history before the start (learning only; nothing of it served).
         "history": _history(state.history),
-        "windows": list(config.window_labels),
-        "speedup_confidence": config.decision.confidence,
-        "assumptions": view_assumptions(view).as_dict(),
+        "cost_models": cost_models if state.up else [],
     }
 
 

@@ -29,6 +29,11 @@ class View:
     targets: State = NO_TARGETS  # the scraped targets and their routes (none in fleet mode)
     fleet: FleetState | None = None  # fleet mode: the replicas, fleet rows and query API health
 
+    @property
+    def t(self) -> float | None:
+        """The time of the poll it shows (None before one)."""
+        return self.fleet.t if self.fleet is not None else self.targets.t
+
     def route_rows(self) -> tuple[RouteRow, ...]:
         """The routes a renderer shows, from whichever section this View has."""
         return self.fleet.rows() if self.fleet is not None else self.targets.rows()

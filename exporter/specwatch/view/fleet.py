@@ -149,6 +149,9 @@ class FleetState:
                     baseline,
                     r.evaluations,
                     controller=r.controller,
+                    replica_labels=r.replica,
+                    spec_present=stats.spec_present,
+                    configured_k=stats.configured_k,
                 )
             )
         return tuple(rows)

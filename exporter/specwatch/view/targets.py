@@ -99,6 +99,11 @@ class State:
                 r.evaluations,
                 served=r.target not in down and r.current,
                 controller=r.controller,
+                current=r.current,
+                spec_present=r.spec_present,
+                configured_k=r.configured_k,
+                expects_speculation=r.expects_speculation,
+                grading=r.grading,
             )
             for r in self.routes
         )

@@ -16,7 +16,7 @@ from support.builders import scenario_config
 
 class _Odd:
     """Families prometheus_client renders with every special case: label values to escape, a
-    counter's _total, an unknown type, timestamps, non-finite and huge values."""
+    counter's _total (and its _created, with the HELP escaped), an unknown type, timestamps, non-finite and huge values."""
 
     def collect(self):
         g = GaugeMetricFamily("odd_gauge", "help with \\ and\nnewline", labels=["a", "b"])
@@ -25,7 +25,7 @@ class _Odd:
         g.add_metric(["x", "z"], 1.5e300, timestamp=1700000000.25)
         g.add_metric(["x", "w"], -0.0)
         yield g
-        c = CounterMetricFamily("odd_things", "a counter", labels=["k"], created=1700000000.0)
+        c = CounterMetricFamily("odd_things", "a counter, \\ and\nnewline", labels=["k"], created=1700000000.0)
         c.add_metric(["v"], 3.0, created=1700000000.0)
         yield c
         yield HistogramMetricFamily("odd_hist", "h", buckets=[("0.1", 1.0), ("+Inf", 2.0)], sum_value=0.3)

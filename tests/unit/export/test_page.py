@@ -18,11 +18,12 @@ from specwatch import sim
 from specwatch.config import from_mapping
 from specwatch.export import page as page_mod
 from specwatch.export.page import DASH, MAX_ROUTES, num, render_page
-from specwatch.export.page_history import PageHistory
+from specwatch.export.page_history import PageHistory, page_order
 from specwatch.fleet.rows import fleet_rows
 from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.view.fleet import FleetState, ReplicaRouteState
+from specwatch.view.routes import RouteRow
 from support.builders import OFFLINE_URL, scenario_config, scenario_raw_config
 from support.views import view_of
 
@@ -256,6 +257,17 @@ def test_the_fleet_page_shows_each_replica_and_the_fleet_rows(alpha_drop):
     assert fleet_table.count("<tr>") == 1 + 2  # head + one row per window
     assert "disable 3" in fleet_table  # three replicas, each disable
     assert html.count('<polyline class="alpha"') >= 3
+    # Each replica's section reads as a target's route's does: where, the labels, what it runs.
+    sections = re.findall(r'<section class="route" id="r\d+">(.*?)</section>', html)
+    assert len(sections) == 3
+    meta = re.search(r"<p class=meta>(.*?)</p>", sections[0]).group(1)
+    route = state.routes[0]
+    assert meta.startswith("replica llm/vllm-0 · namespace llm · pod vllm-0 · engine vllm · ")
+    assert f"method {route.method} · K {route.evaluations[0].stats.configured_k} · schema {route.schema}" in meta
+    answers = html.split("<h2>The answer, per route</h2>", 1)[1].split("</table>", 1)[0]
+    assert [re.sub("<[^>]+>", "", c) for c in re.findall(r"<td class=\"l\">(.*?)</td>", answers)][1::3] == [
+        f"llm/vllm-{i}" for i in range(3)
+    ]
     # Prometheus down: shown down with its last error reason; no replica served from a failed poll.
     down = dataclasses.replace(fleet, up=False, errors={"timeout": 1, "http_status": 0}, t=fleet.t + 5)
     history.record(view_of(state, fleet=down))
@@ -342,7 +354,7 @@ def test_a_fleet_of_replicas_with_many_long_labels_stays_under_the_byte_cap(alph
     assert len(page) <= PAGE_CAP, len(page)
     html = page.decode()
     assert "and 28 more labels" in html
-    shown = html.count("<h3>replica ")
+    shown = html.count('<section class="route"')
     assert 0 < shown <= MAX_ROUTES and f"and {64 - shown} more replica-routes not shown" in html
 
 
@@ -356,3 +368,11 @@ def test_the_page_never_says_too_few_drafts_without_the_count_nor_shows_the_sear
         assert "drafts" in line and "not enough drafts" not in line
     html = render_page(view_of(state, config), history).decode()
     assert "last hour ·" not in html or "up to the last hour" in html
+
+
+def test_the_page_and_its_history_show_a_routes_rows_side_by_side_and_none_missing_from_the_poll():
+    def row(route: str, target: str, current: bool = True) -> RouteRow:
+        return RouteRow(route, target, (), "m", "ngram", "v1", "vllm", None, (), current=current)
+
+    rows = [row("a", "t1"), row("b", "t1"), row("a", "t2"), row("c", "t2", current=False), row("b", "t3")]
+    assert [(r.route, r.target) for r in page_order(rows)] == [("a", "t1"), ("a", "t2"), ("b", "t1"), ("b", "t3")]
