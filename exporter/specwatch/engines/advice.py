@@ -32,13 +32,13 @@ from typing import Protocol
 import yaml
 
 from specwatch.engines.series import DEFAULT_ENGINE
-from specwatch.engines.vllm_schedule import ADAPTIVE_VERIFICATION_KEY, SCHEDULE_KEY
+from specwatch.engines.vllm_schedule import ADAPTIVE_VERIFICATION_KEY, SCHEDULE_KEY, SGLANG_ADAPTIVE_KEY
 
 #: The option of each engine that makes it choose K per step (a stated config's key, in that
 #: engine's own terms: vLLM's --speculative-config key, SGLang's server argument).
 ADAPTIVE_OPTIONS: Mapping[str, str] = {
     "vllm": ADAPTIVE_VERIFICATION_KEY,
-    "sglang": "speculative_adaptive",
+    "sglang": SGLANG_ADAPTIVE_KEY,
 }
 ADAPTIVE_NOTE = (
     "The engine chooses K per step ({option} is on), so shortening K is moot: specwatch advises keep or disable only."

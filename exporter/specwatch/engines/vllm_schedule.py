@@ -18,6 +18,9 @@ from dataclasses import dataclass
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 #: With it true, vLLM sizes each step's draft itself (adaptive verification): K is only a maximum.
 ADAPTIVE_VERIFICATION_KEY = "enable_adaptive_verification"
+#: SGLang's --speculative-adaptive, as a stated draft.config key: its step bands draft up to the
+#: started steps (num_speculative_tokens), as the engine decides per batch band.
+SGLANG_ADAPTIVE_KEY = "speculative_adaptive"
 #: JSON-compatible value of ``--speculative-config``.
 SpeculativeConfigValue = str | int | list[list[int]]
 #: Methods that may propose fewer than K tokens (lookup finds no match).
@@ -61,7 +64,7 @@ class SpeculativeSchedule:
     num_speculative_tokens: int
     method: str | None
     entries: tuple[ScheduleEntry, ...] = ()
-    adaptive: bool = False  # adaptive verification: drafts up to K, as the engine decides per step
+    adaptive: bool = False  # adaptive verification or SGLang's bands: drafts up to K, as the engine decides
 
     @property
     def has_schedule(self) -> bool:
@@ -131,7 +134,7 @@ def parse_speculative_config(config: Mapping[str, object]) -> SpeculativeSchedul
     method = config.get("method")
     if method is not None and not isinstance(method, str):
         raise SpeculativeConfigError("method", f"expected a string, got {method!r}")
-    adaptive = config.get(ADAPTIVE_VERIFICATION_KEY) is True
+    adaptive = config.get(ADAPTIVE_VERIFICATION_KEY) is True or config.get(SGLANG_ADAPTIVE_KEY) is True
     raw = config.get("num_speculative_tokens_per_batch_size")
     if raw is None:
         return SpeculativeSchedule(k, method, adaptive=adaptive)

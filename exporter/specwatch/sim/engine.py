@@ -20,6 +20,13 @@ most tokens per second by its step-cost profile (StepTimer.profile_step) and its
 each position's conditional acceptance (a decaying count over the engine's last steps); TensorRT-LLM's gate switches an engine's speculation off for good (until a restart) once
 its acceptance over the last `acceptance_rate_window_size` drafting steps is below
 `acceptance_rate_threshold`: its spec counters freeze while generation goes on.
+
+A scenario with `engine: sglang` runs an SGLang server instead (the same decode mechanics): its
+tokenizer counts prompt, generated tokens and verify steps when a request finishes, and its
+scheduler sets its gauges every SGLANG_DECODE_LOG_INTERVAL decode batches from the batches since
+its previous log (SGLangLog). Started with --speculative-adaptive, each step runs the steps (K) of
+its batch's band (scenario.SGLANG_BANDS): every band keeps its own steps and an EMA of the
+acceptance length of its batches, and moves to the next candidate up or down past its hysteresis.
 """
 
 from __future__ import annotations
@@ -39,6 +46,12 @@ from specwatch.sim.steptime import StepTimer
 ADAPTIVE_DECAY = 0.98
 #: Drafts' worth of weight on the 0.5 prior of a position's conditional acceptance.
 ADAPTIVE_PRIOR_WEIGHT = 4.0
+#: SGLang's scheduler logs its decode stats (and sets its gauges) every this many decode batches.
+SGLANG_DECODE_LOG_INTERVAL = 40
+#: Weight of one batch's acceptance length in a band's EMA (SGLang's adaptive controller); a
+#: band's first batches at new steps are averaged plainly, and move nothing before this many.
+BAND_EMA_WEIGHT = 0.1
+BAND_WARMUP_BATCHES = 10
 
 
 @dataclass
@@ -74,6 +87,29 @@ class V0Logger:
 
 
 @dataclass
+class SGLangLog:
+    """SGLang's own bookkeeping: the scheduler's sums since its last decode log, the gauges that
+    log set (0 until the first), and the tokenizer's counters (moved when a request finishes)."""
+
+    since: float
+    batches: int = 0
+    verify: int = 0  # request-steps that verified a draft
+    accepted: int = 0
+    drafted: int = 0
+    tokens: int = 0  # every token generated, prefill's first ones included
+    accept_rate: float = 0.0
+    accept_length: float = 0.0
+    num_steps: float = 0.0
+    gen_throughput: float = 0.0
+    running: float = 0.0
+    queued: float = 0.0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    verify_calls: float = 0.0
+    requests: float = 0.0
+
+
+@dataclass
 class DecodeTruth:
     """The truth of what speculation delivers on an engine's decode steps: request-steps, their
     seconds, the seconds the same steps (batch, prefill, context, noise) take without speculation,
@@ -102,7 +138,7 @@ class SimulatorCore(Protocol):
 
 
 class Request:
-    __slots__ = ("admit", "arrival", "ctx", "first", "generated", "max_tokens", "prompt", "target")
+    __slots__ = ("admit", "arrival", "ctx", "first", "generated", "max_tokens", "prompt", "target", "verify")
 
     def __init__(self, arrival: float, prompt: int, target: int, max_tokens: int) -> None:
         self.arrival = arrival
@@ -113,6 +149,7 @@ class Request:
         self.max_tokens = max_tokens
         self.generated = 0
         self.ctx = prompt
+        self.verify = 0  # decode steps that verified a draft of this request (SGLang's spec_verify_ct)
 
 
 class Engine:
@@ -150,6 +187,14 @@ class Engine:
         self.adaptive_accepted = [0.0] * sc.num_speculative_tokens
         self.histograms = engine_histograms(sc.max_model_len)
         self.v0 = V0Logger(next_log_at=now + 5.0)
+        self.sglang = SGLangLog(since=now)
+        # SGLang's adaptive bands: each band's candidate index (from the largest candidate the
+        # started --speculative-num-steps allows) and its EMA of the acceptance length.
+        self.band_step = [
+            max(i for i, c in enumerate(b.candidates) if c <= sc.num_speculative_tokens) for b in sc.bands
+        ]
+        self.band_ema = [0.0] * len(sc.bands)
+        self.band_batches = [0] * len(sc.bands)  # batches since the band's steps last moved
 
     @property
     def busy(self) -> bool:
@@ -176,6 +221,10 @@ class Engine:
             ctx += r.ctx
         if k and n_dec and sc.adaptive:
             k = self._adaptive_budget(n_dec, k, ctx)
+        band = -1
+        if k and sc.bands:
+            band = self._band_of(n_dec)
+            k = sc.bands[band].candidates[self.band_step[band]]
         used = n_dec * (k + 1)
         # Admit waiting requests (prefill in this step) while slots and token budget allow.
         new: list[Request] = []
@@ -192,7 +241,7 @@ class Engine:
         timer = sim.timer
         dt = timer.step_time(used, ctx)
         # The spec-off truth costs a second step-time call: only where a controller is graded by it.
-        plain = dt if k == 0 or not sc.adaptive else timer.step_time(used - n_dec * k, ctx)
+        plain = dt if k == 0 or not sc.graded_controller else timer.step_time(used - n_dec * k, ctx)
         if k > 0 and n_dec:
             dt += timer.draft_time(n_dec, k)
         if sc.noise > 0:
@@ -207,6 +256,7 @@ class Engine:
         c = self.counters
         finished = []
         gen = 0
+        acc = 0
         if n_dec:
             if k > 0:
                 cum = sim.cum_table(rp.acceptance, k)
@@ -225,6 +275,7 @@ class Engine:
                             if rnd() < cond[j]:
                                 v0_extra += 1
                     e = a + 1
+                    r.verify += 1
                     left = r.target - r.generated
                     if e >= left:
                         e = left
@@ -232,7 +283,6 @@ class Engine:
                     r.generated += e
                     r.ctx += e
                     gen += e
-                acc = 0
                 tail = 0
                 for i in range(k, 0, -1):  # per_pos[i-1] = #drafts with a >= i
                     tail += hist_a[i]
@@ -240,6 +290,8 @@ class Engine:
                     acc += tail
                 if sc.adaptive:
                     self._adaptive_learn(hist_a, k)
+                if band >= 0:
+                    self._band_learn(band, acc, n_dec)
                 c.drafts += n_dec
                 c.draft_tokens += n_dec * k
                 c.accepted_tokens += acc
@@ -271,6 +323,8 @@ class Engine:
             if r.generated >= r.target:
                 finished.append(r)
         c.generation_tokens += gen
+        if sc.engine == "sglang":
+            self._sglang_log(n_dec, k, acc, gen, t1)
         c.cpu_seconds += dt * 0.05
         self.histograms.iteration_tokens.observe(used)
         self.steps += 1
@@ -286,6 +340,54 @@ class Engine:
             self._v0_log(k if k > 0 else sim.scenario.num_speculative_tokens)
         for _ in finished:
             self.route.on_finish(t1)
+
+    def _band_of(self, n_dec: int) -> int:
+        """The SGLang adaptive band of a decode batch of n_dec requests."""
+        bands = self.sim.scenario.bands
+        return max(i for i, b in enumerate(bands) if b.low <= max(n_dec, 1))
+
+    def _band_learn(self, band: int, accepted: int, n_dec: int) -> None:
+        """One decode batch into its band's EMA of the acceptance length; past the hysteresis (after
+        its warm-up) the band moves to the next candidate steps, and its EMA starts anew there."""
+        spec = self.sim.scenario.bands[band]
+        length = 1.0 + accepted / n_dec
+        seen = self.band_batches[band] = self.band_batches[band] + 1
+        ema = self.band_ema[band] = self.band_ema[band] + max(1.0 / seen, BAND_EMA_WEIGHT) * (
+            length - self.band_ema[band]
+        )
+        if seen < BAND_WARMUP_BATCHES:
+            return
+        index = self.band_step[band]
+        if index + 1 < len(spec.candidates) and ema > spec.candidates[index] + 0.5 + spec.up:
+            index += 1
+        elif index > 0 and ema < spec.candidates[index - 1] + 0.5 + spec.down:
+            index -= 1
+        else:
+            return
+        self.band_step[band], self.band_ema[band], self.band_batches[band] = index, 0.0, 0
+
+    def _sglang_log(self, n_dec: int, k: int, accepted: int, tokens: int, t: float) -> None:
+        """SGLang's scheduler: this step into the sums since its last log; every
+        SGLANG_DECODE_LOG_INTERVAL decode batches it logs and sets its gauges from them."""
+        log = self.sglang
+        log.tokens += tokens
+        if not n_dec:
+            return
+        log.batches += 1
+        if k > 0:
+            log.verify += n_dec
+            log.accepted += accepted
+            log.drafted += n_dec * k
+        if log.batches < SGLANG_DECODE_LOG_INTERVAL:
+            return
+        if log.verify:
+            log.accept_rate = log.accepted / log.drafted
+            log.accept_length = (log.accepted + log.verify) / log.verify
+        log.num_steps = float(k)
+        log.gen_throughput = log.tokens / max(t - log.since, 1e-9)
+        log.running = float(self.num_running)
+        log.queued = float(self.num_waiting)
+        log.since, log.batches, log.verify, log.accepted, log.drafted, log.tokens = t, 0, 0, 0, 0, 0
 
     def _adaptive_budget(self, n_dec: int, k_max: int, ctx: float) -> int:
         """Adaptive verification's K' for this step: 1..k_max, the most expected tokens per second
@@ -351,6 +453,11 @@ class Engine:
         h.request_preemptions.observe(0)
         if r.generated > 1:
             h.request_time_per_output_token.observe((t - first) / (r.generated - 1))
+        log = self.sglang
+        log.prompt_tokens += r.prompt
+        log.generation_tokens += r.generated
+        log.verify_calls += r.verify
+        log.requests += 1
         self.counters.http_requests += 1
         self.counters.http_request_bytes += 200 + 4 * r.prompt
         self.counters.http_request_seconds += t - r.arrival

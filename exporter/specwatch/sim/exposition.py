@@ -9,6 +9,10 @@ Schemas (docs/architecture.md §5):
   v0             vLLM V0 engine (≈0.7/0.8, `vllm/engine/metrics.py`): `model_name` label only, no
                  `_created`, spec gauges `spec_decode_draft_acceptance_rate`/`spec_decode_efficiency`
                  and the sum-of-sums counters (accepted/draft/emitted).
+A scenario with `engine: sglang` renders SGLang's /metrics instead (`--enable-metrics`, the families
+and labels of tests/fixtures/engines/sglang/): prometheus_client's multiprocess collector, so no
+`_created` and no python_/process_ families; the scheduler's gauges per engine with its rank labels,
+the tokenizer's counters per route.
 `multiprocess: true` in the scenario mimics `--api-server-count > 1`: no python_/process_ families
 and no `_created` series.
 
@@ -141,6 +145,8 @@ class _Out:
 
 def render(sim: RenderedSimulator, schema: str) -> str:
     sc = sim.scenario
+    if sc.engine == "sglang":
+        return _render_sglang(sim)
     out = _Out(created=not sc.multiprocess and schema != "v0", epoch=sim.epoch)
     if not sc.multiprocess:
         _process_families(out, sim)
@@ -883,3 +889,59 @@ def _render_v0(out: _Out, sim: RenderedSimulator) -> None:
             )
         ],
     )
+
+
+# --------------------------------------------------------------------------------------------
+def _render_sglang(sim: RenderedSimulator) -> str:
+    """SGLang's scheduler gauges (as its last decode log set them) and tokenizer counters."""
+    out = _Out(created=False, epoch=sim.epoch)
+    scheduler: list[tuple[dict[str, str], Engine]] = []
+    for r in sim.routes.values():
+        for e in r.engines:
+            lab = {"engine_type": "unified", "model_name": r.name, "moe_ep_rank": "0", "pp_rank": "0", "tp_rank": "0"}
+            if len(r.engines) > 1:
+                lab["dp_rank"] = str(e.index)
+            scheduler.append((lab, e))
+
+    def gauge(name: str, help_: str, field: str) -> None:
+        out.simple(name, help_, "gauge", [(lab, float(getattr(e.sglang, field))) for lab, e in scheduler])
+
+    gauge("sglang:num_running_reqs", "The number of running requests.", "running")
+    gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", "queued")
+    gauge("sglang:gen_throughput", "The generation throughput (token/s).", "gen_throughput")
+    if sim.spec_enabled:
+        gauge(
+            "sglang:spec_accept_length",
+            "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
+            "accept_length",
+        )
+        gauge(
+            "sglang:spec_accept_rate",
+            "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
+            "accept_rate",
+        )
+        gauge("sglang:spec_num_steps", "Currently active speculative_num_steps.", "num_steps")
+        out.simple(
+            "sglang:spec_num_draft_tokens",
+            "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
+            "gauge",
+            # A chain (topk 1): K drafted tokens and the one before them.
+            [(lab, e.sglang.num_steps + 1.0 if e.sglang.num_steps else 0.0) for lab, e in scheduler],
+        )
+    routes = list(sim.routes.values())
+
+    def counter(base: str, help_: str, field: str) -> None:
+        series = [
+            ({"engine_type": "unified", "model_name": r.name}, sum(getattr(e.sglang, field) for e in r.engines), 0.0)
+            for r in routes
+            if any(e.sglang.requests for e in r.engines)  # a child appears with the first finished request
+        ]
+        if series:
+            out.counter(base, help_, series)
+
+    counter("sglang:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens")
+    counter("sglang:generation_tokens", "Number of generation tokens processed.", "generation_tokens")
+    if sim.spec_enabled:
+        counter("sglang:spec_verify_calls", "Number of speculative decoding verification calls.", "verify_calls")
+    counter("sglang:num_requests", "Number of requests processed.", "requests")
+    return out.text()

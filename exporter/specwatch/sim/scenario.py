@@ -14,6 +14,9 @@ dtype: bf16
 method: eagle3                # speculative method (draft cost comes from it)
 num_speculative_tokens: 4     # configured K: number of `position` labels
 schema: v1                    # v1 (vLLM 0.33) | v1-legacy-itl (0.10.1) | v0 (V0 engine, 0.9.x)
+engine: vllm                  # vllm | sglang: the server whose /metrics is rendered (sglang: its own
+                              # families, schema unread); with speculative_adaptive: true in
+                              # speculative_config, SGLang's adaptive step bands (SGLANG_BANDS)
 multiprocess: false           # true: --api-server-count>1 (no _created, no python_/process_)
 engines: 1                    # data-parallel engines per model, engine="0".."N-1"
 max_num_seqs: 256             # per engine
@@ -69,6 +72,7 @@ from specwatch.base import units
 from specwatch.config.kinds import Choice, ConfigError, Context, Duration, Flag, Kind, Number, Text
 from specwatch.config.nodes import FROM_RESULT, Items, Key, Section
 from specwatch.config.parse import parse_section
+from specwatch.engines.advice import ADAPTIVE_OPTIONS, SGLANG_ADAPTIVE_BANDS
 from specwatch.engines.vllm_schedule import (
     ADAPTIVE_VERIFICATION_KEY,
     SpeculativeConfigError,
@@ -77,6 +81,7 @@ from specwatch.engines.vllm_schedule import (
 )
 
 SCHEMAS = ("v1", "v1-legacy-itl", "v0")
+ENGINES = ("vllm", "sglang")
 EVENT_TYPES = ("restart", "spec_off", "spec_on", "schema")
 FAULT_KINDS = (
     "http_500",  # HTTP 500 with a short text body
@@ -133,6 +138,33 @@ def unconditional(cond: list[float]) -> list[float]:
         p *= c
         out.append(p)
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveBand:
+    """One batch band of SGLang's --speculative-adaptive controller (PR #24055): from batch
+    ``low`` up to the next band's, its own candidate steps, EMA of the acceptance length and
+    hysteresis. The switching rule is the simulator's: the band steps up to its next candidate when
+    the EMA is above steps + 1/2 + ``up`` (nearly every draft accepted), and down to the one below
+    when it is under that candidate + 1/2 + ``down``; with ``up`` >= ``down`` a switch is never
+    undone by the acceptance length it leads to alone (it only grows with the steps)."""
+
+    low: int
+    candidates: tuple[int, ...]
+    up: float
+    down: float
+
+
+#: SGLang's default bands and candidate steps (PR #24055): [1, 64) steps 1/3/7, [64, 128) 1/2/5,
+#: [128, inf) 1/2/6; the hysteresis is the simulator's (AdaptiveBand).
+SGLANG_BANDS = tuple(
+    AdaptiveBand(low, candidates, up, down)
+    for (low, _), (candidates, up, down) in zip(
+        SGLANG_ADAPTIVE_BANDS,
+        (((1, 3, 7), 0.0, -0.25), ((1, 2, 5), 0.0, 0.0), ((1, 2, 6), 0.25, -0.1)),
+        strict=True,
+    )
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,6 +258,21 @@ class Scenario:
     #: What the server is started with (vLLM's --speculative-config keys, plus TensorRT-LLM's gate
     #: keys), and what the sidecar is told (draft.config); None: nothing stated.
     speculative_config: Mapping[str, Any] | None = None
+    #: The server whose /metrics is rendered (ENGINES).
+    engine: str = "vllm"
+
+    @functools.cached_property
+    def bands(self) -> tuple[AdaptiveBand, ...]:
+        """SGLang's adaptive step bands, where the scenario's SGLang server is started with
+        --speculative-adaptive (speculative_config ``speculative_adaptive: true``); () otherwise."""
+        adaptive = (self.speculative_config or {}).get(ADAPTIVE_OPTIONS["sglang"]) is True
+        return SGLANG_BANDS if self.engine == "sglang" and adaptive else ()
+
+    @property
+    def graded_controller(self) -> bool:
+        """Whether the engine picks K per step itself (vLLM's adaptive verification, SGLang's
+        bands): the decode truth then also prices every step without speculation."""
+        return self.adaptive or bool(self.bands)
 
     @functools.cached_property
     def schedule(self) -> SpeculativeSchedule | None:
@@ -408,6 +455,7 @@ SCENARIO_SCHEMA = Section(
         _key("draft_cost_per_token", _COUNT, None),
         _key("num_speculative_tokens", Number(minimum=1, maximum=64, integer=True), 4),
         _key("schema", Choice(lambda: SCHEMAS), "v1"),
+        _key("engine", Choice(lambda: ENGINES), "vllm"),
         _key("multiprocess", Flag(), False),
         _key("engines", Number(minimum=1, maximum=64, integer=True), 1),
         _key("max_num_seqs", _WHOLE, 256),
@@ -478,6 +526,22 @@ def _model_names(values: dict[str, Any]) -> list[str]:
     return names
 
 
+def _check_stated(stated: Mapping[str, Any], kmax: int, engine: str) -> None:
+    """The server's speculative_config, as the engine would check it against the scenario's K."""
+    try:
+        schedule = parse_speculative_config(stated)
+    except SpeculativeConfigError as exc:
+        raise ScenarioError(f"speculative_config.{exc.key}", exc.reason) from None
+    if schedule.num_speculative_tokens != kmax:
+        raise ScenarioError("speculative_config.num_speculative_tokens", f"must equal num_speculative_tokens ({kmax})")
+    if engine == "sglang" and stated.get(ADAPTIVE_OPTIONS["sglang"]) is True:
+        largest = max(max(band.candidates) for band in SGLANG_BANDS)
+        if kmax < largest:
+            raise ScenarioError(
+                "num_speculative_tokens", f"must be >= {largest}, the largest step of SGLang's adaptive bands"
+            )
+
+
 # Keys parse_scenario builds from the parsed values rather than passing them through.
 _BUILT = frozenset({"name", "description", "routes", "phases", "events", "faults", "step_time"})
 
@@ -508,14 +572,7 @@ def parse_scenario(data: Any, source: str = "") -> Scenario:
     step_time = values.get("step_time")
     stated = values.get("speculative_config")
     if stated is not None:
-        try:
-            schedule = parse_speculative_config(stated)
-        except SpeculativeConfigError as exc:
-            raise ScenarioError(f"speculative_config.{exc.key}", exc.reason) from None
-        if schedule.num_speculative_tokens != kmax:
-            raise ScenarioError(
-                "speculative_config.num_speculative_tokens", f"must equal num_speculative_tokens ({kmax})"
-            )
+        _check_stated(stated, kmax, values["engine"])
     return Scenario(
         **{k: v for k, v in values.items() if k not in _BUILT},
         name=values["name"] or os.path.splitext(os.path.basename(source))[0] or "scenario",

@@ -1,6 +1,6 @@
-"""The simulated vLLM server: every route and data-parallel engine of a scenario advanced in
-simulated seconds, rendered as vLLM's /metrics (exposition.py), with the truth the sidecar should
-recover. The engines' mechanics are in engine.py."""
+"""The simulated vLLM server (or SGLang's, `engine: sglang`): every route and data-parallel engine
+of a scenario advanced in simulated seconds, rendered as the engine's /metrics (exposition.py),
+with the truth the sidecar should recover. The engines' mechanics are in engine.py."""
 
 from __future__ import annotations
 
@@ -80,8 +80,9 @@ class Simulator:
         """The route's decode steps so far, summed over its engines: (request-steps, their seconds,
         the seconds the same steps take without speculation, the tokens they gave). The truth of
         what speculation delivers between two times is the difference of two of these
-        (``delivered_gain``). Kept for a scenario whose engine runs adaptive verification; elsewhere
-        the plain seconds are the step's own."""
+        (``delivered_gain``). Kept for a scenario whose engine picks K per step (adaptive
+        verification, SGLang's bands: Scenario.graded_controller); elsewhere the plain seconds are
+        the step's own."""
         engines = [e.decode_truth for e in self.routes[route].engines]
         return (
             sum(e.request_steps for e in engines),

@@ -9,7 +9,9 @@ one-way speculation gate (``acceptance_rate_threshold``). Each route is marked w
 - ``schedule``: a stated batch schedule (vLLM's, or TensorRT-LLM's ``draft_len_schedule``);
 - ``adaptive``: stated (vLLM's adaptive verification, SGLang's ``speculative_adaptive``), or
   observed: the draft length moves across evaluations at one batch size (SGLang's
-  ``sglang:spec_num_steps`` gauge is the draft length of its windows) with no schedule to explain it;
+  ``sglang:spec_num_steps`` gauge is the draft length of its windows) with no schedule to explain it,
+  or, on SGLang, differs between its adaptive batch bands ([1, 64), [64, 128), [128, inf): each band
+  runs its own steps). On SGLang the evidence gives the steps each band was seen at;
 - ``gated``: TensorRT-LLM's gate is stated and has not fired;
 - ``stopped``: speculation is configured but does not draft as configured (``reason``):
   ``gate_fired`` (the spec counters froze while generation goes on, under a stated gate or on
@@ -29,7 +31,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from specwatch.engines.advice import adapts_draft_length
+from specwatch.engines.advice import SGLANG_ADAPTIVE_BANDS, SGLANG_BAND_BATCHES, adapts_draft_length
 from specwatch.engines.vllm_schedule import BATCH_SPREAD, SCHEDULE_KEY, SpeculativeSchedule
 from specwatch.verdict.config_check import ConfigCheck
 from specwatch.windows.derive import WindowStats
@@ -145,6 +147,31 @@ def k_variation(
         k_low, k_high = schedule.expected_range(batch)
         spread -= k_high - k_low
     return (low, high, batch) if spread > K_VARIATION else None
+
+
+def _band_name(index: int) -> str:
+    low, high = SGLANG_ADAPTIVE_BANDS[index]
+    return f"[{low}, {high + 1 if high is not None else 'inf'})"
+
+
+def sglang_band_steps(history: Sequence[KObservation]) -> list[tuple[int, float, float]]:
+    """SGLang's adaptive bands as seen: (band index, K, batch) of the window whose mean batch fell
+    in each band, nearest its representative batch (a window across a band edge mixes two bands'
+    steps), the latest of those; in band order."""
+    best: dict[int, tuple[float, float, float, float]] = {}  # band -> (distance, -t, K, batch)
+    for t, batch, k in history:
+        b = max(batch, 1.0)
+        index = max(i for i, (low, _) in enumerate(SGLANG_ADAPTIVE_BANDS) if low <= b)
+        seen = (abs(math.log(b / SGLANG_BAND_BATCHES[index])), -t, k, batch)
+        if index not in best or seen[:2] < best[index][:2]:
+            best[index] = seen
+    return [(index, k, batch) for index, (_, _, k, batch) in sorted(best.items())]
+
+
+def _band_evidence(bands: Sequence[tuple[int, float, float]]) -> str:
+    return "sglang:spec_num_steps per batch band: " + ", ".join(
+        f"{_band_name(index)} K={k:.2f} at batch ≈ {batch:.0f}" for index, k, batch in bands
+    )
 
 
 def _enough_generation(stats: WindowStats, k: int, min_drafts: float) -> bool:
@@ -266,13 +293,24 @@ def classify(
             reason, expected, seen, evidence = stop
             return Controller("stopped", stated, "observed", evidence, reason, expected, seen)
     moved = k_variation(history, schedule)
+    bands = sglang_band_steps(history) if engine == "sglang" else []
     if moved is not None:
         low, high, batch = moved
         source = "sglang:spec_num_steps" if engine == "sglang" else "the draft length"
         evidence = f"{source} moved between {low:.2f} and {high:.2f} at batch ≈ {batch:.0f}"
         if stated == "adaptive":
             evidence = f"{_stated_evidence(stated, config, engine)}; {evidence}"
+        if len(bands) > 1:
+            evidence = f"{evidence}; {_band_evidence(bands)}"
         return Controller("adaptive", stated, "observed", evidence)
+    if len(bands) > 1 and max(k for _, k, _ in bands) - min(k for _, k, _ in bands) > K_VARIATION:
+        evidence = _band_evidence(bands)
+        if stated == "adaptive":
+            evidence = f"{_stated_evidence(stated, config, engine)}; {evidence}"
+        return Controller("adaptive", stated, "observed", evidence)
+    if stated == "adaptive" and bands:
+        evidence = f"{_stated_evidence(stated, config, engine)}; {_band_evidence(bands)}"
+        return Controller("adaptive", stated, "stated", evidence)
     if stated in ("none", "fixed"):
         return Controller(
             "fixed", stated, "stated" if stated == "fixed" else "observed", _stated_evidence(stated, config, engine)

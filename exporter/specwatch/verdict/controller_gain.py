@@ -16,6 +16,13 @@ it has one, the cost model's prior otherwise. Its interval adds, in quadrature, 
 model's error at that batch (costmodel/uncertainty.py) and the noise of the window's mean step (its
 ITL spread over the number of engine steps the window holds).
 
+An engine that exports no per-step latency (SGLang: its inter-token latency is per token, and
+there is no step counter) gives its mean step from what it generated: B requests each gaining tau
+tokens per step over the window's span generate B·tau·span / step tokens, so step = B·tau·span /
+Δgenerated (``gauge_window_point``), and the gain comes to T_plain · Δgenerated / (B · span): the
+tokens per request-second against the plain step's. It reads a busy window: idle time in the span
+counts as slower steps.
+
 The best fixed K is the cost model's estimate from the window's per-position acceptance: the
 controller's gain over it says whether the controller beats the K a user could have fixed.
 """
@@ -29,7 +36,7 @@ from dataclasses import dataclass, replace
 from specwatch import costmodel
 from specwatch.costmodel import uncertainty
 from specwatch.costmodel.breakeven import zero_k_band_slowdown
-from specwatch.costmodel.observation import StepObservation
+from specwatch.costmodel.observation import MIN_STEPS_PER_POINT, StepObservation
 from specwatch.engines.advice import (
     ADAPTIVE_OPTIONS,
     SGLANG_BAND_BATCHES,
@@ -37,9 +44,11 @@ from specwatch.engines.advice import (
     adaptive_note,
     adapts_draft_length,
 )
+from specwatch.engines.series import Counter
 from specwatch.engines.vllm_schedule import SCHEDULE_KEY, SpeculativeSchedule
 from specwatch.verdict.decide import Assessment, extend_position_rates
-from specwatch.windows.derive import WindowStats
+from specwatch.windows.derive import GAUGE_MEAN, WindowStats
+from specwatch.windows.window import WindowView, increases_by_counter
 
 #: Longest draft the best fixed K is searched over when the window's per-position rates stop
 #: (positions no draft reached are extended from the last measured conditional rate).
@@ -123,6 +132,34 @@ def plain_step_seconds(cm: costmodel.CostModel, obs: StepObservation) -> float:
     return (1.0 - share) * cm.step_time(b, context) + share * cm.step_time(b + prompt, context)
 
 
+def gauge_window_point(view: WindowView, stats: WindowStats) -> StepObservation | None:
+    """A window of an engine whose acceptance is gauges (SGLang) as a step-time point: its mean
+    step from the tokens generated over the span at its mean batch and acceptance length (module
+    docstring), its prefill from the prompt-token counter. None without those, or with too few
+    steps."""
+    gen, batch, tau = stats.generation_tokens, stats.batch_size, stats.mean_acceptance_length
+    if stats.acceptance_basis != GAUGE_MEAN or not gen or gen <= 0 or not batch or batch < 0.5 or tau is None:
+        return None
+    if stats.span_seconds <= 0:
+        return None
+    step = batch * tau * stats.span_seconds / gen
+    steps = stats.span_seconds / step
+    if steps < MIN_STEPS_PER_POINT:
+        return None
+    prompt = increases_by_counter(view.increases(), (Counter.PROMPT,))[Counter.PROMPT]
+    k = stats.draft_length or 0.0
+    return StepObservation(
+        t=stats.t,
+        batch=batch,
+        query_tokens=batch * (1.0 + k),
+        step_seconds=step,
+        draft_length=k,
+        draft_coverage=1.0,
+        steps=steps,
+        prefill_tokens=prompt / steps,
+    )
+
+
 def delivered_gain(
     cm: costmodel.CostModel,
     stats: WindowStats,
@@ -168,7 +205,8 @@ def judged(assessment: Assessment, gain: ControllerGain, config: Mapping[str, ob
     """The assessment with its speedup, interval and loss probability replaced by what the engine
     delivers. Speculation that pays there (interval above 1) is kept whatever one fixed K's
     break-even says; one that loses there (interval below 1) is disabled; in between the
-    assessment's candidate stands."""
+    assessment's candidate stands, but a shorter K where the engine chooses K per step itself
+    (adaptive verification, SGLang's bands), which is moot: keep."""
     note = (
         f"The engine moves K itself: speculation is judged by what it delivers ({gain.tokens_per_step:.2f} tokens "
         f"per request-step in {1e3 * gain.step_seconds:.2f} ms against a {1e3 * gain.plain_step_seconds:.2f} ms "
@@ -194,9 +232,14 @@ def judged(assessment: Assessment, gain: ControllerGain, config: Mapping[str, ob
             measurement=None,
             notes=(note,),
         )
-    if gain.lower > 1.0 and assessment.candidate in ("disable", "undecided"):
+    # Where the engine chooses K per step itself, a shorter K is moot, and keep keeps the K it was
+    # started with (the window's K is the controller's choice, not a setting to change).
+    adapts = adapts_draft_length(config)
+    moot = assessment.candidate == "shorten" and adapts
+    started = (config or {}).get("num_speculative_tokens") if adapts else None
+    if moot or (gain.lower > 1.0 and assessment.candidate in ("disable", "undecided")):
         notes = (note, adaptive_note(config)) if adapts_draft_length(config) else (note,)
-        k = assessment.recommended_draft_length or None
+        k = started if isinstance(started, int) else assessment.recommended_draft_length or None
         return replace(
             delivered,
             candidate="keep",
@@ -207,7 +250,28 @@ def judged(assessment: Assessment, gain: ControllerGain, config: Mapping[str, ob
             measurement=None,
             notes=notes,
         )
+    if isinstance(started, int) and assessment.candidate == "keep":
+        delivered = replace(delivered, recommended_draft_length=started)
     return replace(delivered, notes=(*assessment.notes, note))
+
+
+def iid_position_rates(acceptance_length: float | None, draft_length: float | None) -> tuple[float, ...]:
+    """p_1..p_K of i.i.d. per-position acceptance c with the measured acceptance length
+    (1 + c + c^2 + ... + c^K, K the draft length rounded): what an engine that exports no
+    per-position counts (SGLang's gauges) tells of its drafter. () without both."""
+    if acceptance_length is None or draft_length is None or draft_length < 0.5:
+        return ()
+    k = max(round(draft_length), 1)
+    target = min(max(acceptance_length - 1.0, 0.0), float(k))
+    low, high = 0.0, 1.0
+    for _ in range(50):
+        c = (low + high) / 2
+        if sum(c**i for i in range(1, k + 1)) < target:
+            low = c
+        else:
+            high = c
+    c = (low + high) / 2
+    return tuple(c**i for i in range(1, k + 1))
 
 
 def controller_terms(
@@ -235,6 +299,8 @@ def controller_terms(
             costmodel.breakeven_acceptance_rate(cm, max(seen), k, coverage),
         )
     rates = stats.position_rates or ()
+    if not rates and stats.acceptance_basis == GAUGE_MEAN:
+        rates = iid_position_rates(stats.mean_acceptance_length, stats.draft_length)
     band_ks: tuple[int, ...] = ()
     best = gain.best_fixed_k if gain is not None else None
     if rates and stats.engine == "sglang":

@@ -28,6 +28,7 @@ from specwatch.verdict.controller_gain import (
     ControllerGain,
     controller_terms,
     delivered_gain,
+    gauge_window_point,
     judged,
     judges_by_delivery,
 )
@@ -397,7 +398,7 @@ def evaluate_route(
         gain = None
         if by_delivery and guard:
             # The engine moves K itself: judged by what it delivers, not one fixed K's break-even.
-            point = window_point(view, stats.t)
+            point = window_point(view, stats.t) or gauge_window_point(view, stats)
             gain = delivered_gain(cost_model, stats, point, confidence=decision.confidence)
             if gain is not None and assessment.expected_speedup is not None:
                 assessment = judged(assessment, gain, base_config)

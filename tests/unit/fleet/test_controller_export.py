@@ -9,69 +9,24 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from specwatch.config import from_mapping
 from specwatch.export.collector import SpecwatchCollector
-from specwatch.fleet import queries as promql
 from specwatch.fleet.client import Sample
 from specwatch.fleet.evaluator import FleetEvaluator
+from support.fleet_answers import START, fleet_config, replica_answer
 
-START = 1_800_000_000.0
 K = 3
 GATE = {"num_speculative_tokens": K, "acceptance_rate_threshold": 0.55, "acceptance_rate_window_size": 200}
-
-
-def _config(stated: dict[str, object] | None):
-    draft: dict[str, object] = {"method": "eagle3"}
-    if stated is not None:
-        draft["config"] = dict(stated)
-    return from_mapping(
-        {
-            "windows": ["1m", "5m"],
-            "decision": {"min_drafts": 100, "hold": 1},
-            "draft": draft,
-            "hardware": {"preset": "h100-sxm"},
-            "model": {"preset": "llama-3.1-8b", "context_tokens": 1024},
-            "prometheus": {"url": "http://prometheus:9090", "replica_labels": ["pod"], "scrape_interval": "15s"},
-        },
-        environ={},
-    )
-
-
-def _answer(pod: str, drafting: bool, windows: float) -> list[Sample]:
-    """One replica's window answer at batch 8 and alpha 0.7: drafting, or its spec counters frozen
-    (no draft in the window) while generation goes on."""
-    base = {"pod": pod, "engine": "0", "model_name": "llama"}
-
-    def sample(family: str, value: float, **extra: str) -> Sample:
-        return Sample({**base, promql.FAMILY_LABEL: family, **extra}, value)
-
-    alpha, itl, batch = 0.7, 0.010, 8.0
-    observations = 2000.0 * windows * batch
-    share = 1.0 if drafting else 0.0
-    return [
-        sample(promql.STEPS, 2000.0 * windows),
-        sample(promql.RUNNING_MEAN, batch),
-        sample(promql.SAMPLES, 5.0 * windows),
-        sample(promql.ITL_SUM, observations * itl),
-        sample(promql.ITL_COUNT, observations),
-        sample(promql.ITL_BUCKET, observations, le="+Inf"),
-        sample(promql.GENERATION, observations * (1 + share * K * alpha)),
-        sample(promql.DRAFTS, share * observations),
-        sample(promql.DRAFT_TOKENS, share * K * observations),
-        sample(promql.ACCEPTED, share * observations * K * alpha),
-        *(sample(promql.ACCEPTED_PER_POS, share * observations * alpha, position=str(i)) for i in range(K)),
-    ]
 
 
 def _metrics(stated: dict[str, object] | None) -> list[str]:
     """The fleet's /metrics after 10 polls a minute apart: pod trt-0 drafts throughout, trt-1's
     spec counters froze (a gate fires on each engine by itself)."""
-    evaluator = FleetEvaluator(_config(stated))
+    evaluator = FleetEvaluator(fleet_config(stated))
     replicas = (("trt-0", True), ("trt-1", False))
     for n in range(10):
         now = START + 60.0 * n
-        one = [s for pod, on in replicas for s in _answer(pod, on, windows=1.0)]
-        five = [s for pod, on in replicas for s in _answer(pod, on, windows=5.0)]
+        one = [s for pod, on in replicas for s in replica_answer(pod, K, 8.0, 0.7, 0.010, windows=1.0, drafting=on)]
+        five = [s for pod, on in replicas for s in replica_answer(pod, K, 8.0, 0.7, 0.010, windows=5.0, drafting=on)]
         evaluator.evaluate(now, {"1m": one, "5m": five}, [Sample({"pod": pod}, now - 5) for pod, _ in replicas])
     registry = CollectorRegistry(auto_describe=False)
     view = evaluator.view()

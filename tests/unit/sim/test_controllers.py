@@ -3,7 +3,9 @@ vLLM batch schedule dropped under data parallelism each make the exported signal
 SpecDecodeSpeculationStopped reads true within the alert window, and no other alert's condition
 is true for them at any poll. vLLM's adaptive verification is graded by what it delivers: a win
 with a falling acceptance rate is no loss, and its gain is the simulator's within 10 %; a loss at
-low concurrency is flagged (SpecDecodeControllerLosing).
+low concurrency is flagged (SpecDecodeControllerLosing). SGLang's --speculative-adaptive bands,
+whose batch crosses a band edge, are marked adaptive with the step gauge per band as evidence, and
+graded from SGLang's gauges and token counters within 10 % of the simulator's truth.
 
 The alert conditions are the rules' expressions (rules/*.yaml) over the sidecar's own /metrics
 samples at each poll, without `for:` (a condition never true cannot fire)."""
@@ -19,6 +21,7 @@ from specwatch.config import from_mapping
 from specwatch.export.collector import SpecwatchCollector
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.sidecar_config import sidecar_config_for
+from specwatch.verdict.controller import Controller
 from support.views import view_of
 
 POLL = 5.0
@@ -107,6 +110,8 @@ LAST: dict[str, Pipeline] = {}
 #: Per scenario and poll: the sidecar's 5m controller gain, acceptance rate and ITL per token, and
 #: the simulator's decode totals (the truth).
 GAINS: dict[str, dict[float, tuple[dict[str, float | None], tuple[float, float, float, float]]]] = {}
+#: Per scenario and poll: the route's controller of K (verdict/controller.py).
+CONTROLLERS: dict[str, dict[float, Controller | None]] = {}
 
 
 def run(name: str) -> tuple[sim.Scenario, sim.Simulator, list[tuple[float, str | None, set[str], str | None]]]:
@@ -130,6 +135,7 @@ def run(name: str) -> tuple[sim.Scenario, sim.Simulator, list[tuple[float, str |
             for family in ("controller_gain_ratio", "acceptance_ratio", "itl_per_token_mean_seconds")
         }
         GAINS.setdefault(name, {})[t] = (seen, simulator.decode_totals(route))
+        CONTROLLERS.setdefault(name, {})[t] = next((r.controller for r in pipeline.state().routes), None)
         t += POLL
     LAST[name] = pipeline
     return scenario, simulator, out
@@ -233,3 +239,49 @@ def test_the_status_says_to_keep_adaptive_verification_with_what_it_delivers():
     gain = window["controller_gain"]
     assert window["verdict"] == "keep" and gain["gain_ratio"] == window["expected_speedup"] > 1.0
     assert f"Keep enable_adaptive_verification: it delivers {gain['gain_ratio']:.2f}x" in " ".join(window["notes"])
+
+
+SGLANG = "sglang-adaptive-bands"
+
+
+def test_sglang_adaptive_bands_are_marked_adaptive_with_the_steps_of_each_band_and_no_alert():
+    scenario, _, polls = run(SGLANG)
+    assert {mode for t, _, _, mode in polls if t >= 60} == {"adaptive"}
+    # SGLang's tokenizer counters appear with the first finished request: from then on no alert.
+    assert not set().union(*(others for t, _, others, _ in polls if t >= 60)), [(t, o) for t, _, o, _ in polls if o]
+    crossing = scenario.phases[0].end
+    steps = {int(low): k for low, k in scenario.expected["controller"]["band_steps"].items()}
+    after = CONTROLLERS[SGLANG][crossing + ALERT_WINDOW / 5]
+    assert after is not None and after.stated == "adaptive"
+    assert "draft.config states speculative_adaptive" in after.evidence
+    assert (
+        f"sglang:spec_num_steps per batch band: [1, 64) K={steps[1]:.2f} at batch ≈ 32, "
+        f"[64, 128) K={steps[64]:.2f} at batch ≈ 96"
+    ) in after.evidence, after.evidence
+
+
+@pytest.mark.parametrize("at", [360.0, 720.0])
+def test_sglang_adaptive_bands_gain_is_graded_within_10_percent_of_the_simulators_truth(at):
+    if SGLANG not in GAINS:
+        run(SGLANG)
+    gains = GAINS[SGLANG]
+    seen, totals = gains[at]
+    graded = seen["controller_gain_ratio"]
+    truth = sim.delivered_gain(gains[at - ALERT_WINDOW][1], totals)
+    assert graded is not None and truth > 1.0
+    assert abs(graded / truth - 1.0) <= 0.10, (graded, truth)
+
+
+def test_the_status_keeps_sglangs_bands_and_names_the_band_candidates():
+    from specwatch.export.status import status_document
+
+    if SGLANG not in LAST:
+        run(SGLANG)
+    (route,) = status_document(LAST[SGLANG].view())["routes"]
+    scenario = sim.load_scenario(SGLANG)
+    window = route["windows"]["5m"]
+    # keep: the steps the server was started with (the bands choose below them)
+    assert window["verdict"] == "keep" and window["recommended_draft_length"] == scenario.num_speculative_tokens
+    notes = " ".join(window["notes"])
+    assert "shortening K is moot" in notes
+    assert "--speculative-adaptive band candidates" in notes and "[64, 128): K=" in notes

@@ -18,13 +18,19 @@ WINDOW = 60.0
 HOLD = 2
 SCENARIOS = [n for n in sim.list_scenarios() if n != "faults"]
 #: Scenarios whose engine runs a controller that switches speculation off (a fired gate, a dropped
-#: schedule) or picks K per step (adaptive verification): the truth's crossings, at the nominal K,
-#: do not model it; tests/unit/sim/test_controllers.py checks them.
-CONTROLLED = {"gate-fires", "schedule-dropped-dp", "adaptive-wins", "adaptive-loses-low-concurrency"}
-#: Under adaptive verification the engine verifies fewer drafted tokens per step than the scenario's
-#: K, so the acceptance it reports is not the scenario's per-token alpha (that it falls is the
-#: point): tests/unit/sim/test_controllers.py checks those against the simulator's decode truth.
-ADAPTIVE = {"adaptive-wins", "adaptive-loses-low-concurrency"}
+#: schedule) or picks K per step (adaptive verification, SGLang's bands): the truth's crossings, at
+#: the nominal K, do not model it; tests/unit/sim/test_controllers.py checks them.
+CONTROLLED = {
+    "gate-fires",
+    "schedule-dropped-dp",
+    "adaptive-wins",
+    "adaptive-loses-low-concurrency",
+    "sglang-adaptive-bands",
+}
+#: Under adaptive verification (or SGLang's bands) the engine drafts fewer tokens per step than the
+#: scenario's K, so the acceptance it reports is not the scenario's per-token alpha (that it falls
+#: is the point): tests/unit/sim/test_controllers.py checks those against the simulator's decode truth.
+ADAPTIVE = {"adaptive-wins", "adaptive-loses-low-concurrency", "sglang-adaptive-bands"}
 
 
 def sidecar_config(scenario):

@@ -69,6 +69,32 @@ def test_k_moving_at_one_batch_is_an_adaptive_controller_observed_and_sglang_nam
     assert classify([(DRAFTING, None, True)], [(0, 64.0, 1.0), (1, 8.0, 3.0), (2, 8.0, 3.0)]).mode == "fixed"
 
 
+def test_sglang_steps_differing_between_its_adaptive_bands_are_an_adaptive_controller_observed():
+    # K steady within each band, 7 at batch 32 and 5 at batch 96: no variation at one batch.
+    history = [(float(t), 32.0, 7.0) for t in range(5)] + [(float(t), 96.0, 5.0) for t in range(5, 10)]
+    c = classify([(DRAFTING, None, True)], history, engine="sglang")
+    assert (c.mode, c.basis) == ("adaptive", "observed")
+    assert (
+        c.evidence
+        == "sglang:spec_num_steps per batch band: [1, 64) K=7.00 at batch ≈ 32, [64, 128) K=5.00 at batch ≈ 96"
+    )
+    # another engine's K following the batch without a stated controller is no band controller
+    assert classify([(DRAFTING, None, True)], history, engine="vllm").mode == "fixed"
+
+
+def test_each_band_is_read_at_the_window_nearest_its_representative_batch():
+    # A window across the band edge (batch 59, K between 7 and 5) is not the band's steps.
+    history = [(0.0, 32.0, 7.0), (1.0, 59.0, 6.2), (2.0, 96.0, 5.0), (3.0, 90.0, 5.4)]
+    assert ctl.sglang_band_steps(history) == [(0, 7.0, 32.0), (1, 5.0, 96.0)]
+
+
+def test_stated_sglang_bands_seen_in_one_band_name_the_step_gauge():
+    config = {"num_speculative_tokens": 7, "speculative_adaptive": True}
+    c = classify([(DRAFTING, None, True)], [(0.0, 96.0, 5.0), (1.0, 96.0, 5.0)], config=config, engine="sglang")
+    assert (c.mode, c.basis) == ("adaptive", "stated")
+    assert c.evidence.endswith("; sglang:spec_num_steps per batch band: [64, 128) K=5.00 at batch ≈ 96")
+
+
 def test_observe_keeps_only_guarded_windows_of_drafters_whose_k_is_the_engines_choice():
     history: deque[ctl.KObservation] = deque()
     ctl.observe(history, DRAFTING, varies=True, guarded=True)  # n-gram lookup: its own short drafts

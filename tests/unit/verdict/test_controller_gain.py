@@ -12,7 +12,7 @@ from specwatch.costmodel.observation import StepObservation
 from specwatch.engines.vllm_schedule import parse_speculative_config
 from specwatch.verdict import controller_gain as cg
 from specwatch.verdict.decide import Assessment, extend_position_rates
-from specwatch.windows.derive import WindowStats
+from specwatch.windows.derive import COUNTER_RATIO, GAUGE_MEAN, WindowStats
 
 CM = costmodel.build_cost_model(hardware="h100-sxm", model="llama-3.1-8b", context_tokens=640)
 ADAPTIVE = {"num_speculative_tokens": 5, "enable_adaptive_verification": True}
@@ -144,3 +144,87 @@ def test_only_an_engine_that_moves_k_itself_is_judged_by_delivery():
         {"num_speculative_tokens": 4}, parse_speculative_config({"num_speculative_tokens": 4})
     )
     assert not cg.judges_by_delivery(None, None)
+
+
+SGLANG_BANDS = {"num_speculative_tokens": 7, "speculative_adaptive": True}
+
+
+def test_where_the_engine_chooses_k_a_kept_or_shortened_verdict_keeps_the_k_it_was_started_with():
+    keep = Assessment(candidate="keep", expected_speedup=1.4, recommended_draft_length=5, action="no_change")
+    assert cg.judged(keep, gain_of(1.02), SGLANG_BANDS).recommended_draft_length == 7
+    shorten = Assessment(candidate="shorten", expected_speedup=1.2, recommended_draft_length=3, action="merge")
+    moot = cg.judged(shorten, gain_of(1.02), SGLANG_BANDS)
+    assert (moot.candidate, moot.action, moot.recommended_draft_length) == ("keep", "no_change", 7)
+    assert any("speculative_adaptive" in note for note in moot.notes)
+    # a stated schedule's K is the user's setting: a shorter one stays advice
+    schedule = {"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 1024, 2]]}
+    assert cg.judged(shorten, gain_of(1.02), schedule).recommended_draft_length == 3
+
+
+class Increases:
+    """What gauge_window_point reads of a window's view: its counter increases."""
+
+    def __init__(self, prompt: float) -> None:
+        self.prompt = prompt
+
+    def increases(self):
+        from specwatch.engines.series import Counter, SeriesKey
+
+        return {SeriesKey(Counter.PROMPT, "0"): self.prompt, SeriesKey(Counter.GEN, "0"): 1.0}
+
+
+def sglang_window(**values) -> WindowStats:
+    base = {
+        "route": "r",
+        "window": "5m",
+        "t": 0.0,
+        "samples": 60,
+        "span_seconds": 300.0,
+        "spec_present": True,
+        "drafts": 50_000.0,
+        "mean_acceptance_length": 4.0,
+        "draft_length": 5.0,
+        "batch_size": 32.0,
+        "generation_tokens": 1_200_000.0,
+        "acceptance_basis": GAUGE_MEAN,
+        "engine": "sglang",
+    }
+    return WindowStats(**{**base, **values})
+
+
+def test_an_sglang_window_steps_at_its_batch_times_acceptance_length_over_its_token_rate():
+    obs = cg.gauge_window_point(Increases(prompt=600_000.0), sglang_window())
+    assert obs is not None
+    # 32 requests x 4 tokens per step, 4000 tokens per second: 32 ms per step, 9375 steps in 300 s.
+    assert obs.step_seconds == pytest.approx(0.032)
+    assert obs.steps == pytest.approx(9375.0) and obs.prefill_tokens == pytest.approx(64.0)
+    gain = cg.delivered_gain(CM, sglang_window(), obs, confidence=0.9)
+    assert gain is not None
+    # The acceptance length cancels: the plain step times the tokens per request-second.
+    assert gain.gain == pytest.approx(gain.plain_step_seconds * 1_200_000.0 / (32.0 * 300.0))
+
+
+def test_a_counter_window_or_one_without_generation_or_batch_is_no_gauge_point():
+    assert cg.gauge_window_point(Increases(0.0), sglang_window(acceptance_basis=COUNTER_RATIO)) is None
+    assert cg.gauge_window_point(Increases(0.0), sglang_window(generation_tokens=0.0)) is None
+    assert cg.gauge_window_point(Increases(0.0), sglang_window(batch_size=None)) is None
+    # too few steps to be a point (one step of 32 requests would take the whole span)
+    assert cg.gauge_window_point(Increases(0.0), sglang_window(generation_tokens=128.0)) is None
+
+
+def test_iid_position_rates_reproduce_the_acceptance_length_at_the_rounded_draft_length():
+    rates = cg.iid_position_rates(1.0 + 0.8 + 0.64 + 0.512, 2.8)
+    assert rates == pytest.approx((0.8, 0.64, 0.512), abs=1e-6)
+    assert cg.iid_position_rates(None, 3.0) == () and cg.iid_position_rates(2.0, None) == ()
+    assert cg.iid_position_rates(9.0, 3.0) == pytest.approx((1.0, 1.0, 1.0))  # capped at every draft accepted
+
+
+def test_sglangs_band_candidates_are_priced_from_its_acceptance_length_without_per_position_counts():
+    keep = Assessment(candidate="keep", expected_speedup=1.4, recommended_draft_length=None, action="no_change")
+    window = sglang_window()
+    terms = cg.controller_terms(CM, window, keep, None, [32.0], SGLANG_BANDS)
+    assert terms is not None and len(terms.band_ks) == 3
+    rates = cg.iid_position_rates(window.mean_acceptance_length, window.draft_length)
+    p = extend_position_rates(rates, cg.MAX_FIXED_K)
+    assert terms.band_ks[0] == costmodel.best_draft_length(CM, 32.0, p, coverage=1.0)
+    assert terms.adaptive_option == "speculative_adaptive"
