@@ -1,6 +1,7 @@
 """The chart README's parameter table is generated from values.yaml (tools/_chart_values.py,
 tools/gen_chart_readme.py): each key's `# --` description and value, one home for both; a key without
-a description stops the generator, and a hand edit of the table fails its `--check`."""
+a description stops the generator, and a hand edit of the table fails its `--check`. The same
+descriptions are the chart schema's (tools/gen_chart_schema.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
-from _chart_values import Parameter, UndocumentedValue, parameters  # noqa: E402
+from _chart_values import Parameter, UndocumentedValue, described, parameters  # noqa: E402
+from gen_chart_schema import describe_values  # noqa: E402
 
 VALUES = """\
 # Default values: a plain comment describes nothing.
@@ -86,3 +88,24 @@ def test_the_readme_check_fails_on_a_hand_edited_row_and_the_generator_restores_
     check = tool("--check")
     assert check.returncode == 1 and "run python tools/gen_chart_readme.py" in check.stderr
     assert tool().returncode == 0 and path.read_text(encoding="utf-8") == readme
+
+
+def test_the_schema_takes_each_values_description_and_drops_a_hand_written_one():
+    schema = {
+        "properties": {
+            "mode": {"enum": ["sidecar"], "description": "written by hand"},
+            "image": {"properties": {"repository": {"type": "string"}, "tag": {"type": "string"}}},
+            "resources": {"type": "object", "properties": {"requests": {"description": "by hand too"}}},
+            "securityContext": {"type": "object"},
+            "config": {"description": "generated from the config declarations"},
+        }
+    }
+    describe_values(schema, described(VALUES))
+    members = schema["properties"]
+    assert members["mode"]["description"] == "How it runs. sidecar: in the pod."
+    assert members["image"]["properties"]["tag"]["description"] == "Image tag; empty: appVersion."
+    assert "description" not in members["resources"]["properties"]["requests"]
+    assert members["config"]["description"] == "generated from the config declarations"
+    del members["securityContext"]
+    with pytest.raises(ValueError, match=r"no property securityContext, which values\.yaml describes"):
+        describe_values(schema, described(VALUES))
