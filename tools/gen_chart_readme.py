@@ -1,8 +1,11 @@
-"""Write the `config.*` parameter table of the Helm chart's README from the config declarations
-(config/result.py): one row per key the chart passes to the exporter, its default and its rule.
+"""Write the Helm chart README's two parameter tables: the chart's own values from values.yaml (each
+key's `# --` description and value, tools/_chart_values.py) and the `config.*` keys from the config
+declarations (config/result.py), one row per key the chart passes to the exporter, its default and
+its rule.
 
-Only the lines between `<!-- config-parameters:begin -->` and `<!-- config-parameters:end -->` are
-replaced; the chart's own parameters above them are written by hand.
+Only the lines between `<!-- values-parameters:begin -->` and `<!-- values-parameters:end -->`, and
+between `<!-- config-parameters:begin -->` and `<!-- config-parameters:end -->`, are replaced. A
+values.yaml key without a description fails the run (one line naming it).
 
     python tools/gen_chart_readme.py           # rewrite helm/specwatch/README.md
     python tools/gen_chart_readme.py --check   # exit 1 on drift (CI)
@@ -14,6 +17,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+from _chart_values import VALUES, UndocumentedValue, parameters
 from _generated import between, regenerate
 from gen_config_docs import rule_text, value_text
 
@@ -21,10 +25,16 @@ from specwatch.config.nodes import FROM_RESULT, Items, Key, Section, default_of
 from specwatch.config.result import SCHEMA
 
 BEGIN, END = "<!-- config-parameters:begin -->", "<!-- config-parameters:end -->"
+VALUES_BEGIN, VALUES_END = "<!-- values-parameters:begin -->", "<!-- values-parameters:end -->"
+HEADER = ("| Key | Default | Description |", "| --- | --- | --- |")
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _pipe(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def _row(path: str, default: str, doc: str) -> str:
@@ -62,19 +72,33 @@ def _rows(section: Section, prefix: str) -> Iterator[str]:
 
 
 def parameter_table() -> str:
-    return "\n".join(["| Key | Default | Description |", "| --- | --- | --- |", *_rows(SCHEMA, "config")])
+    return "\n".join([*HEADER, *_rows(SCHEMA, "config")])
 
 
-def render(text: str) -> str:
-    return between(text, BEGIN, END, parameter_table())
+def values_table(values: str) -> str:
+    """The chart's own parameters, from a values.yaml text (its `config` is the table below)."""
+    # The description is Markdown already (backticks, <placeholders> in code): only the table's own
+    # separator is escaped.
+    rows = (f"| `{_pipe(p.path)}` | `{_pipe(p.default)}` | {_pipe(p.doc)} |" for p in parameters(values))
+    return "\n".join([*HEADER, *rows])
+
+
+def render(text: str, values: str | None = None) -> str:
+    chart = values_table(VALUES.read_text(encoding="utf-8") if values is None else values)
+    return between(between(text, VALUES_BEGIN, VALUES_END, chart), BEGIN, END, parameter_table())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        values_table(VALUES.read_text(encoding="utf-8"))
+    except UndocumentedValue as error:
+        print(error, file=sys.stderr)
+        return 2
     return regenerate(
         argv,
         script="gen_chart_readme.py",
         default="helm/specwatch/README.md",
-        what="config parameter table",
+        what="parameter table",
         render=render,
     )
 

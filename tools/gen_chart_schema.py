@@ -1,7 +1,8 @@
-"""Write the Helm chart's `config` JSON schema from the config declarations (config/result.py).
+"""Write the generated parts of helm/specwatch/values.schema.json: the `config` JSON schema from the
+config declarations (config/result.py), and the description of every other chart value from its
+`# --` comment in values.yaml (tools/_chart_values.py), their one home.
 
-Only the `properties.config` member of helm/specwatch/values.schema.json is replaced; every other
-byte of the file is left as it is (the rest of the chart schema is written by hand).
+The rest (types, bounds, patterns, the shared definitions) is written by hand in the file and kept.
 
     python tools/gen_chart_schema.py           # rewrite helm/specwatch/values.schema.json
     python tools/gen_chart_schema.py --check   # exit 1 on drift (CI)
@@ -14,10 +15,10 @@ defaults apply.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Sequence
 
+from _chart_values import ELSEWHERE, VALUES, described
 from _generated import regenerate, unit_text
 
 from specwatch.config.kinds import JsonSchema
@@ -116,21 +117,38 @@ def chart_config_schema() -> JsonSchema:
     return schema
 
 
-# The `config` member of the top-level `properties` (json.dumps indent=2 puts it at 4 spaces).
-_MEMBER = re.compile(r'^    "config": ', re.MULTILINE)
+def describe_values(document: JsonSchema, docs: dict[str, str]) -> None:
+    """Each chart value's description in `document` set from `docs` (values.yaml's, by dotted path),
+    removed where values.yaml has none; ValueError names a described value the schema lacks."""
+
+    def walk(node: JsonSchema, prefix: str) -> None:
+        members = node.get("properties")
+        for name, member in members.items() if isinstance(members, dict) else ():
+            path = f"{prefix}{name}"
+            if path in ELSEWHERE or not isinstance(member, dict):
+                continue
+            if path in docs:
+                member["description"] = docs[path]
+            else:
+                member.pop("description", None)
+            walk(member, f"{path}.")
+
+    walk(document, "")
+    for path in docs:
+        node: object = document
+        for name in path.split("."):
+            members = node.get("properties") if isinstance(node, dict) else None
+            node = members.get(name) if isinstance(members, dict) else None
+        if node is None and path.split(".")[0] not in ELSEWHERE:
+            raise ValueError(f"values.schema.json has no property {path}, which values.yaml describes")
 
 
-def render(text: str) -> str:
-    """text (a values.schema.json) with its properties.config replaced by the generated schema."""
+def render(text: str, values: str | None = None) -> str:
+    """text (a values.schema.json) with its generated parts replaced."""
     document = json.loads(text)
-    matches = list(_MEMBER.finditer(text))
-    decoder = json.JSONDecoder()
-    for match in matches:
-        value, end = decoder.raw_decode(text, match.end())
-        if value == document.get("properties", {}).get("config"):
-            body = json.dumps(chart_config_schema(), indent=2, ensure_ascii=False).replace("\n", "\n    ")
-            return text[: match.end()] + body + text[end:]
-    raise ValueError('no top-level "properties" -> "config" member found at 4-space indent')
+    document["properties"]["config"] = chart_config_schema()
+    describe_values(document, described(VALUES.read_text(encoding="utf-8") if values is None else values))
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv,
         script="gen_chart_schema.py",
         default="helm/specwatch/values.schema.json",
-        what="config schema",
+        what="generated schema (config, descriptions)",
         render=render,
     )
 

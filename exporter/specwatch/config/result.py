@@ -62,7 +62,39 @@ def _model_presets() -> tuple[str, ...]:
     return tuple(MODEL_PRESETS)
 
 
-_QUERY_HEADERS = 'request headers (Mimir/Cortex tenant); values may be "${ENV_VAR}", never logged; env: a JSON object'
+# The query client's block, declared once for the two sections that query Prometheus (`prometheus:`,
+# `readback:`; ReadbackConfig.as_prometheus hands it to the same client): headers, bearer_token_file,
+# timeout and max_bytes. Only the deadline and the size cap differ between the two.
+
+
+def _query_headers() -> Any:
+    # Values may hold ${ENV}; resolved at load time and never logged.
+    return setting(
+        StringMap(env_refs=True, http_headers=True),
+        'request headers (Mimir/Cortex tenant); values may be "${ENV_VAR}", never logged; env: a JSON object',
+        default_factory=dict,
+        example={"X-Scope-OrgID": "${TENANT}"},
+        nullable=True,
+    )
+
+
+def _query_bearer_token_file() -> Any:
+    # Re-read for every query (projected service-account tokens rotate); relative to the config file.
+    return setting(
+        ExistingFile(),
+        "file holding a bearer token, re-read for every query (relative to this file)",
+        default=None,
+        example="/var/run/secrets/kubernetes.io/serviceaccount/token",
+        nullable=True,
+    )
+
+
+def _query_timeout(doc: str, *, default: float, example: str, default_doc: str = "") -> Any:
+    return setting(Duration(), doc, default=default, example=example, default_doc=default_doc)
+
+
+def _query_max_bytes(*, default: int, example: str) -> Any:
+    return setting(Size(), "cap on one decoded query answer", default=default, example=example)
 
 
 @declared
@@ -382,30 +414,15 @@ class PrometheusConfig:
         default=(),
         example=["namespace"],
     )
-    # Values may hold ${ENV}; resolved at load time and never logged.
-    headers: Mapping[str, str] = setting(
-        StringMap(env_refs=True, http_headers=True),
-        _QUERY_HEADERS,
-        default_factory=dict,
-        example={"X-Scope-OrgID": "${TENANT}"},
-        nullable=True,
-    )
-    # Re-read for every query (projected service-account tokens rotate); relative to the config file.
-    bearer_token_file: str | None = setting(
-        ExistingFile(),
-        "file holding a bearer token, re-read for every query (relative to this file)",
-        default=None,
-        example="/var/run/secrets/kubernetes.io/serviceaccount/token",
-        nullable=True,
-    )
-    timeout: float = setting(
-        Duration(),
+    headers: Mapping[str, str] = _query_headers()
+    bearer_token_file: str | None = _query_bearer_token_file()
+    timeout: float = _query_timeout(
         "whole-query deadline, shorter than poll_interval (long windows: raise both)",
         default=10.0,
         example="3s",
         default_doc="min(10s, 0.8 x poll_interval)",
     )
-    max_bytes: int = setting(Size(), "cap on one decoded query answer", default=64 * 2**20, example="256MiB")
+    max_bytes: int = _query_max_bytes(default=64 * 2**20, example="256MiB")
     # None infers it from each replica's samples.
     scrape_interval: float | None = setting(
         Duration(),
@@ -477,27 +494,12 @@ class ReadbackConfig:
         default="",
         example='{namespace="llm", job="vllm-llama"}',
     )
-    headers: Mapping[str, str] = setting(
-        StringMap(env_refs=True, http_headers=True),
-        _QUERY_HEADERS,
-        default_factory=dict,
-        example={"X-Scope-OrgID": "${TENANT}"},
-        nullable=True,
+    headers: Mapping[str, str] = _query_headers()
+    bearer_token_file: str | None = _query_bearer_token_file()
+    timeout: float = _query_timeout(
+        "deadline of the whole read-back; polling starts without waiting for it", default=5.0, example="2s"
     )
-    bearer_token_file: str | None = setting(
-        ExistingFile(),
-        "file holding a bearer token (relative to this file)",
-        default=None,
-        example="/var/run/secrets/kubernetes.io/serviceaccount/token",
-        nullable=True,
-    )
-    timeout: float = setting(
-        Duration(),
-        "deadline of the whole read-back; polling starts without waiting for it",
-        default=5.0,
-        example="2s",
-    )
-    max_bytes: int = setting(Size(), "cap on one decoded query answer", default=4 * 2**20, example="8MiB")
+    max_bytes: int = _query_max_bytes(default=4 * 2**20, example="8MiB")
     lookback: float = setting(
         Duration(), "how long ago the previous pod's last sample may be", default=3600.0, example="6h"
     )

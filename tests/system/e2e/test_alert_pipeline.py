@@ -39,6 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deploy.test_rules import FLEET_HEALTH, every_expression, selectors  # the rules' metric names, parsed
 from support.loopback import free_port, stop_process, wait_http
+from support.prometheus import PROMETHEUS, start_prometheus, static_job
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +54,6 @@ FOR_S = 2  # every `for:` in the test copy of the rules
 ROUTE = "chat"  # route name given in the sidecar config (not derived from the model)
 ALERT = "SpecDecodeBelowBreakeven"
 
-PROMETHEUS = shutil.which("prometheus")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 
@@ -224,43 +224,14 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
 
         # the sidecar's port is chosen now so Prometheus can be configured before anything runs
         sidecar_port = free_port()
-        prom_port = free_port()
-        prom_cfg = tmp_path / "prometheus.yml"
-        prom_cfg.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
-                    "rule_files": [str(p) for p in rules],
-                    "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-                    "scrape_configs": [
-                        {
-                            "job_name": "specwatch",
-                            "static_configs": [
-                                {
-                                    "targets": [f"127.0.0.1:{sidecar_port}"],
-                                    "labels": {"namespace": "llm", "pod": "vllm-0"},
-                                }
-                            ],
-                        }
-                    ],
-                }
-            )
-        )
-        prom_log = tmp_path / "prometheus.log"
-        prom = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={prom_cfg}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-            ],
-            stdout=prom_log.open("w"),
-            stderr=subprocess.STDOUT,
-        )
-        procs.append((prom, prom_log))
         wait_http(f"http://127.0.0.1:{am_port}/-/ready", 30, am, am_log)
-        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", 30, prom, prom_log)
-        prom_api = f"http://127.0.0.1:{prom_port}/api/v1"
+        prom_api = start_prometheus(
+            tmp_path,
+            [static_job("specwatch", f"127.0.0.1:{sidecar_port}", {"namespace": "llm", "pod": "vllm-0"})],
+            procs,
+            rule_files=rules,
+            alertmanager=f"127.0.0.1:{am_port}",
+        )
         groups = requests.get(f"{prom_api}/rules", timeout=5).json()["data"]["groups"]
         assert {"spec-decode", "specwatch-health"} <= {g["name"] for g in groups}
 

@@ -15,7 +15,6 @@ alert pipeline test does with the rules. What it proves:
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deploy.test_progressive import argo, flagger
 from support.loopback import free_port, stop_process, wait_http
+from support.prometheus import PROMETHEUS, start_prometheus, static_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.system]
 
@@ -38,7 +38,6 @@ POLL_S = 0.5
 WINDOW = "3s"
 ROUTE, NAMESPACE = "chat", "llm"
 THRESHOLD = 0.8
-PROMETHEUS = shutil.which("prometheus")
 
 
 def sent(query: str) -> str:
@@ -71,40 +70,12 @@ def test_template_queries_pass_before_the_alpha_drop_and_fail_after_it(tmp_path:
     procs: list[tuple[subprocess.Popen, Path]] = []
     handle = None
     try:
-        sidecar_port, prom_port = free_port(), free_port()
-        prom_cfg = tmp_path / "prometheus.yml"
-        prom_cfg.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
-                    "scrape_configs": [
-                        {
-                            "job_name": "specwatch",
-                            "static_configs": [
-                                {
-                                    "targets": [f"127.0.0.1:{sidecar_port}"],
-                                    "labels": {"namespace": NAMESPACE, "pod": "vllm-0"},
-                                }
-                            ],
-                        }
-                    ],
-                }
-            )
+        sidecar_port = free_port()
+        api = start_prometheus(
+            tmp_path,
+            [static_job("specwatch", f"127.0.0.1:{sidecar_port}", {"namespace": NAMESPACE, "pod": "vllm-0"})],
+            procs,
         )
-        prom_log = tmp_path / "prometheus.log"
-        prom = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={prom_cfg}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-            ],
-            stdout=prom_log.open("w"),
-            stderr=subprocess.STDOUT,
-        )
-        procs.append((prom, prom_log))
-        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", 30, prom, prom_log)
-        api = f"http://127.0.0.1:{prom_port}/api/v1"
 
         handle = sim.serve(SCENARIO, host="127.0.0.1", port=0, speed=SPEED, seed=SEED)
         cfg = sidecar_config_for(

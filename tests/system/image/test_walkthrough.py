@@ -7,8 +7,8 @@ What this machine lacks is stood in for, nothing else is changed in the block:
 - the Dockerfile's base image (no registry of base images is reachable): the stand-in that
   test_image.py makes, from the same cached debootstrap tarball ($SPECWATCH_IMAGE_CACHE), tagged with
   the FROM name, in this test's own buildah store (CONTAINERS_STORAGE_CONF, chroot isolation);
-- REGISTRY: a local registry (Debian's docker-registry on loopback, plain HTTP, marked insecure in
-  CONTAINERS_REGISTRIES_CONF as the doc says to);
+- REGISTRY: a local registry (the `registry` fixture of conftest.py: Debian's docker-registry on
+  loopback, plain HTTP), marked insecure in CONTAINERS_REGISTRIES_CONF as the doc says to;
 - `helm`: a shell function that records its arguments; the Helm engine (helm-python-sdk) renders the
   chart with the same --set flags.
 Needs root, buildah, debootstrap and docker-registry; skipped otherwise.
@@ -21,10 +21,7 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -51,12 +48,6 @@ def walkthrough() -> str:
     return match.group(1)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def containers_env(tmp: Path, name: str, registry: str) -> dict[str, str]:
     """Environment for buildah with its own vfs store and the local registry marked insecure."""
     store = tmp / name
@@ -80,40 +71,6 @@ def run(args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: 
     done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout, check=False)
     assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
-
-
-@pytest.fixture
-def registry(tmp_path):
-    port = free_port()
-    config = tmp_path / "registry.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "version": 0.1,
-                "log": {"level": "error"},
-                "storage": {"filesystem": {"rootdirectory": str(tmp_path / "registry-data")}},
-                "http": {"addr": f"127.0.0.1:{port}"},
-            }
-        )
-    )
-    proc = subprocess.Popen(
-        ["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    address = f"127.0.0.1:{port}"
-    try:
-        for _ in range(100):  # until its API answers (not a timing assertion: it fails below if never)
-            try:
-                with urllib.request.urlopen(f"http://{address}/v2/", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            pytest.fail(f"docker-registry never answered on {address}")
-        yield address
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def merge(into: dict, more: dict) -> None:

@@ -884,3 +884,22 @@ def test_engine_picks_its_fixed_costs_of_speculation_and_null_keeps_the_generic_
     assert ngram.draft.fixed_seconds == 0.0  # only a draft head pays per drafting pass
     with pytest.raises(ConfigError, match=r"^engine: expected one of vllm, "):
         from_mapping({"engine": "vlm"}, environ={})
+
+
+@pytest.mark.parametrize("section", ["prometheus", "readback"])
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("headers", {"X-Scope-OrgID": "${TENANT}"}, "environment variable TENANT is not set"),
+        ("bearer_token_file", "no-such-token", "no-such-token"),
+        ("timeout", "soon", "duration"),
+        ("max_bytes", "lots", "size"),
+    ],
+)
+def test_both_query_sections_refuse_a_bad_query_client_key_in_one_line_naming_it(section, key, value, message):
+    # fleet mode and the read-back share the query client's keys: each section names its own key
+    raw = {section: {**PROMETHEUS_URL, key: value}}
+    with pytest.raises(ConfigError) as info:
+        from_mapping(raw, environ={})
+    assert info.value.key.startswith(f"{section}.{key}") and message in str(info.value)
+    assert "\n" not in str(info.value)
