@@ -33,8 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import structlog
-
+from specwatch.base.logsetup import get_logger
 from specwatch.base.units import format_duration
 from specwatch.config import ReadbackConfig
 from specwatch.export.contract import BEFORE_POSITIONS, BEFORE_WINDOW
@@ -59,7 +58,7 @@ MAX_BATCH = 65536.0
 #: A restored curve's step time at any knot, seconds.
 STEP_SECONDS_RANGE = (1e-5, 60.0)
 
-log = structlog.get_logger("specwatch.readback")
+log = get_logger("specwatch.readback")
 
 #: Points of the range query: the newest sample is found to within lookback / this.
 _POINTS = 120
