@@ -1,5 +1,6 @@
 """Each mode imports only its own Source: a polling sidecar holds no fleet-mode module and fleet
-mode none of the sidecar's scraper and pipeline (each checked in a fresh interpreter, after polls)."""
+mode none of the sidecar's scraper and pipeline; logging as the CLI sets it up loads no structlog
+(each checked in a fresh interpreter, after polls)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import sys
 _CHILD = r"""
 import json, sys
 from specwatch.config import from_mapping
+from specwatch.base.logsetup import configure_logging
 from specwatch.serve.service import Service
-service = Service(from_mapping(json.loads(sys.argv[1]), environ={}))
+config = from_mapping(json.loads(sys.argv[1]), environ={})
+configure_logging(config.log.format, config.log.level)
+service = Service(config)
 service.poll_once()
 service.poll_once()
 print("MODULES " + json.dumps([type(service.poller).__name__, *sys.modules]))
@@ -42,3 +46,8 @@ def test_fleet_mode_imports_neither_the_sidecars_source_nor_its_pipeline():
     assert poller == "QuerySource"
     assert "specwatch.fleet.evaluator" in modules
     assert {"specwatch.sidecar.source", "specwatch.sidecar.pipeline"} & modules == set()
+
+
+def test_a_polling_sidecar_logging_json_imports_neither_structlog_nor_asyncio():
+    _, modules = _polled({**SIDECAR, "log": {"format": "json"}})
+    assert {m for m in modules if m.split(".")[0] in ("structlog", "asyncio")} == set()
