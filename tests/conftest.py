@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import structlog
+
+from specwatch.base.logsetup import reset_logging
 
 TESTS = Path(__file__).resolve().parent
 # Test helpers live in tests/support (import as `support.<module>`): a conftest is not importable
@@ -36,10 +37,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _structlog_defaults():
-    """Commands run in-process configure structlog for the whole process (a level filter, a
-    stream): each test starts and ends with structlog's defaults, so log assertions never depend
-    on which test ran before."""
-    structlog.reset_defaults()
+def _logging_defaults():
+    """Commands run in-process configure logging for the whole process (a level filter, a
+    stream): each test starts and ends with the defaults, so log assertions never depend on which
+    test ran before."""
+    reset_logging()
     yield
-    structlog.reset_defaults()
+    reset_logging()

@@ -194,8 +194,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     config = _load_config(args)
     pipeline = Pipeline(config)
-    # No logging set-up: nothing on the replay path logs, and structlog's import is a third of
-    # a short replay's start-up.
+    # No logging set-up: nothing on the replay path logs.
     try:
         with open(args.recording, encoding="utf-8") as handle:
             count = replay_to(config, handle, sys.stdout, learn_targets=args.config is None, pipeline=pipeline)

@@ -25,9 +25,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 
-import structlog
-
 from specwatch import costmodel
+from specwatch.base.logsetup import get_logger
 from specwatch.config import Config, ConfigError, PrometheusConfig, format_duration
 from specwatch.engines.series import RouteMatcher
 from specwatch.fleet import queries as promql
@@ -62,7 +61,7 @@ from specwatch.view.fleet import (
 )
 from specwatch.windows.derive import WindowStats, window_stats
 
-log = structlog.get_logger("specwatch.fleet")
+log = get_logger("specwatch.fleet")
 
 
 @dataclass

@@ -10,8 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-import structlog
-
+from specwatch.base.logsetup import get_logger
 from specwatch.config import Config
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
 from specwatch.fleet.history import DEADLINE, HISTORY_ERROR_REASONS, read_history
@@ -25,7 +24,7 @@ __all__ = ["HISTORY_REREAD_SECONDS", "QuerySource"]
 #: After a poll-loop bug the fleet evaluator starts afresh; it reads the history again only when the
 #: last read is at least this old, so a fault that recurs poll after poll costs one read an hour.
 HISTORY_REREAD_SECONDS = 3600.0
-log = structlog.get_logger("specwatch")
+log = get_logger("specwatch")
 
 
 class QuerySource:

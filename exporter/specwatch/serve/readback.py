@@ -31,16 +31,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import structlog
-
+from specwatch.base.logsetup import get_logger
 from specwatch.base.units import format_duration
 from specwatch.config import ReadbackConfig
 from specwatch.export.contract import BEFORE_POSITIONS, BEFORE_WINDOW
-from specwatch.fleet.client import PromClient, PromQueryError, Series
 from specwatch.serve.start_read import StartRead, StartReadCollector
 from specwatch.verdict.grading import WindowSummary, restored_summary
 from specwatch.view.fleet import QUERY_ERROR_REASONS
+
+if TYPE_CHECKING:
+    # Imported where a read-back is configured: a sidecar without `readback:` loads no Prometheus client.
+    from specwatch.fleet.client import PromClient, Series
 
 #: Reasons of specwatch_readback_errors_total besides the query's: restored state dropped as out
 #: of range (times outside the lookback, impossible magnitudes), or disagreeing with live windows.
@@ -55,7 +58,7 @@ MAX_BATCH = 65536.0
 #: A restored curve's step time at any knot, seconds.
 STEP_SECONDS_RANGE = (1e-5, 60.0)
 
-log = structlog.get_logger("specwatch.readback")
+log = get_logger("specwatch.readback")
 
 #: Points of the range query: the newest sample is found to within lookback / this.
 _POINTS = 120
@@ -189,8 +192,12 @@ class Readback:
     """One read-back, on its own thread; `take` hands its result to the poll thread once."""
 
     def __init__(self, config: ReadbackConfig, client: PromClient | None = None) -> None:
+        if client is None:
+            from specwatch.fleet.client import PromClient
+
+            client = PromClient(config.as_prometheus())
         self.config = config
-        self._client = client or PromClient(config.as_prometheus())
+        self._client = client
         self.errors = dict.fromkeys(READBACK_ERROR_REASONS, 0)
         self.restored: int | None = None  # routes restored (None: not done yet)
         self._result = Restored({}, {})
@@ -205,6 +212,8 @@ class Readback:
 
     def run(self, now: float) -> None:
         """The read; never raises: whatever goes wrong is counted, logged once and restores nothing."""
+        from specwatch.fleet.client import PromQueryError
+
         lookback = self.config.lookback
         try:
             answer = self._client.query_range(

@@ -18,14 +18,14 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 
-import structlog
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from specwatch.base.logsetup import get_logger
 from specwatch.config import Config, ConfigError, format_duration
 from specwatch.export import contract
 
-log = structlog.get_logger("specwatch")
+log = get_logger("specwatch")
 
 FileIdentity = tuple[int, int, int, int]  # (device, inode, mtime ns, size) of the resolved file
 MAX_CONFIG_BYTES = 4 * 2**20  # a config is a few KiB; a bigger file is refused, not read

@@ -28,12 +28,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
-import structlog
 from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
+from specwatch.base.logsetup import get_logger
 from specwatch.base.urls import redact_url
 from specwatch.config import Config, ConfigError
 from specwatch.config.cost_model import config_is_default
@@ -56,7 +56,7 @@ from specwatch.view.change_log import ChangeLog
 __all__ = ["Service"]
 
 
-log = structlog.get_logger("specwatch")
+log = get_logger("specwatch")
 
 
 class Service:

@@ -13,9 +13,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import structlog
-
 from specwatch import costmodel
+from specwatch.base.logsetup import get_logger
 from specwatch.config import Config, RouteConfig
 from specwatch.config.cost_model import config_is_default, prior_source
 from specwatch.costmodel import learned
@@ -47,7 +46,7 @@ from specwatch.windows.window import RouteWindow, implausible
 
 __all__ = ["Pipeline"]
 
-log = structlog.get_logger("specwatch.readback")
+log = get_logger("specwatch.readback")
 
 #: A restored curve is used once it predicts this process's first live step within this factor.
 RESTORED_CURVE_TOLERANCE = 1.5

@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-import structlog
-
+from specwatch.base.logsetup import get_logger
 from specwatch.config import Config
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.scrape import ScrapeError, Scraper, ScrapeResult
@@ -21,7 +20,7 @@ __all__ = ["Restore", "TargetsSource"]
 
 #: The previous pod's evidence once it has been read back (before-windows, curve knots), else None.
 Restore = Callable[[], tuple[Mapping[str, WindowSummary], Mapping[str, tuple[tuple[float, float], ...]]] | None]
-log = structlog.get_logger("specwatch")
+log = get_logger("specwatch")
 
 
 class TargetsSource:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
+from specwatch.base.logsetup import get_logger
 from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.verdict.evaluation import RouteEvaluation
 
-log = structlog.get_logger("specwatch")
+log = get_logger("specwatch")
 
 
 class ChangeLog:

@@ -11,9 +11,9 @@ import re
 import time
 
 import pytest
-from structlog.testing import capture_logs
 
 from specwatch import config as config_mod
+from specwatch.base.logsetup import capture_logs
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
 from support.loopback import free_port
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from specwatch import config as config_mod
+from specwatch.base.logsetup import capture_logs
 from specwatch.export.status import iso_time
 from specwatch.fleet.backtest import Backtest
 from specwatch.fleet.evaluator import FleetEvaluator

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from structlog.testing import capture_logs
 
+from specwatch.base.logsetup import capture_logs
 from specwatch.config import from_mapping
 from specwatch.fleet import queries as promql
 from specwatch.fleet.client import PromClient, PromQueryError, Sample, Vector, VectorDecoder, _vector

@@ -17,8 +17,8 @@ import random
 import re
 
 import pytest
-from structlog.testing import capture_logs
 
+from specwatch.base.logsetup import capture_logs
 from support.metric_names import TARGET_DERIVED
 
 from .harness import TARGET, names, new_pair, value

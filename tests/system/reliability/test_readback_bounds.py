@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
+from specwatch.base.logsetup import capture_logs
 from specwatch.config import ReadbackConfig
 from specwatch.fleet import queries as promql
 from specwatch.fleet.history import HISTORY_BYTES_PER_REPLICA

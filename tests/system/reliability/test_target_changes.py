@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from structlog.testing import capture_logs
-
+from specwatch.base.logsetup import capture_logs
 from support.decidable import decidable_verdict
 
 from .harness import TARGET, Sidecar, new_pair, value

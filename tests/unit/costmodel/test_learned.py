@@ -328,8 +328,7 @@ def test_a_configured_preset_is_source_preset_and_no_start_up_warning_is_due():
     ],
 )
 def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults(raw, warned):
-    import structlog
-
+    from specwatch.base.logsetup import capture_logs
     from specwatch.serve.service import Service
 
     service = Service(
@@ -341,7 +340,7 @@ def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults(r
             }
         )
     )
-    with structlog.testing.capture_logs() as logs:
+    with capture_logs() as logs:
         service.start()
         service.stop()
     assert sum(1 for e in logs if e["event"] == "cost_model_defaults") == warned

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from structlog.testing import capture_logs
-
+from specwatch.base.logsetup import capture_logs
 from specwatch.verdict.decide import Assessment
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.view.change_log import ChangeLog

@@ -468,8 +468,7 @@ def test_the_alert_window_comes_from_the_flag_then_the_environment_then_the_file
 def test_a_reload_that_drops_the_alert_window_warns_once_and_one_that_keeps_it_stays_quiet():
     from dataclasses import replace
 
-    from structlog.testing import capture_logs
-
+    from specwatch.base.logsetup import capture_logs
     from specwatch.config import from_mapping
     from specwatch.serve.service import Service
 
@@ -508,8 +507,7 @@ def test_run_warns_once_at_start_when_the_alert_window_is_not_a_configured_windo
 
 
 def test_a_target_pinned_to_another_engine_is_logged_once_as_engine_mismatch_and_counted_per_poll():
-    from structlog.testing import capture_logs
-
+    from specwatch.base.logsetup import capture_logs
     from specwatch.config import from_mapping
     from specwatch.serve.service import Service
 

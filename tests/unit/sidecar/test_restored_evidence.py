@@ -9,9 +9,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from specwatch import sim
+from specwatch.base.logsetup import capture_logs
 from specwatch.config import from_mapping
 from specwatch.sidecar import pipeline as pipeline_module
 from specwatch.sidecar.pipeline import Pipeline
