@@ -3,6 +3,7 @@ backfilled with promtool. Debian's `prometheus`/`promtool`; tests skip when they
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import threading
@@ -127,6 +128,67 @@ def serve_backfilled(work: Path, recordings: list[tuple[Path, dict[str, str], st
         timeout=300,
     )
     return start_prometheus(work / "prom", storage=data)
+
+
+@dataclass
+class Backfilled:
+    """A Prometheus serving simulated replicas' history (the caller stops it)."""
+
+    prometheus: PrometheusProcess
+    work: Path
+    recordings: dict[str, Path]  # scenario: its recording
+    start: float  # the first and last recorded poll times over every scenario
+    end: float
+
+
+def serve_scenarios(
+    work: Path, replicas: list[tuple[str, dict[str, str]]], *, poll: float, duration: float, seed: int = 3
+) -> Backfilled:
+    """Each (scenario, target labels) a replica: every scenario is recorded once with the simulator
+    (every `poll` seconds for `duration`), each replica's labels added to its scenario's samples, and
+    the whole backfilled by promtool and served (serve_backfilled)."""
+    from specwatch.sim.record import record
+
+    recordings: dict[str, Path] = {}
+    for scenario, _ in replicas:
+        if scenario not in recordings:
+            recordings[scenario] = work / f"{scenario}.jsonl"
+            record(scenario, recordings[scenario], poll_interval=poll, seed=seed, duration=duration)
+    times = [json.loads(line)["t"] for path in recordings.values() for line in path.read_text().splitlines()]
+    prometheus = serve_backfilled(work, [(recordings[scenario], labels, "vllm:") for scenario, labels in replicas])
+    return Backfilled(prometheus, work, recordings, min(times), max(times))
+
+
+def with_recorded_rules(served: Backfilled, rules: Path, eval_interval: float) -> Backfilled:
+    """promtool evaluates `rules` over the served history (`tsdb create-blocks-from rules`, every
+    `eval_interval` from its start to one interval past its end); Prometheus restarts on both."""
+    assert PROMTOOL is not None
+    blocks = served.work / "rule-blocks"
+    subprocess.run(
+        [
+            PROMTOOL,
+            "tsdb",
+            "create-blocks-from",
+            "rules",
+            f"--start={served.start:.0f}",
+            f"--end={served.end + eval_interval:.0f}",
+            f"--url={served.prometheus.url}",
+            f"--eval-interval={eval_interval:g}s",
+            f"--output-dir={blocks}",
+            "--quiet",
+            str(rules),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    served.prometheus.stop()
+    data = served.work / "data"
+    for block in blocks.iterdir():
+        if block.is_dir():
+            shutil.move(str(block), data / block.name)
+    prometheus = start_prometheus(served.work / "prom-recorded", storage=data)
+    return Backfilled(prometheus, served.work, served.recordings, served.start, served.end)
 
 
 @dataclass
