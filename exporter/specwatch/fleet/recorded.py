@@ -13,8 +13,10 @@ so the rules and the queries that read them are one fact:
 - `fleet_route:<running>:avg_over_time<w>` / `:count_over_time<w>`: the replicas' mean batch (the
   break-even is read at a replica's batch, so the route's batch is the replicas' mean, not their
   sum) and the most samples any replica has in the window.
-- `fleet_replica:*`: small per-replica health series (newest sample time, speculating or not,
-  K drafted per draft) for dashboards and alerts; fleet mode reads their newest per aggregate.
+- `fleet_replica:*`: small per-replica series (newest sample time, speculating or not, K drafted
+  per draft, acceptance) and the median K of an aggregate's replicas, for dashboards and the alerts
+  of the `specwatch-fleet-replicas` group (what stays per replica: another K, a replica below its
+  route's break-even, a stale replica); fleet mode reads only the newest sample time, per aggregate.
 
 In recorded mode an "aggregate" (cluster, namespace, job) plays the part a replica plays in raw
 mode: it is the evaluator's replica key, so grouping, derivations, verdicts and grading run
