@@ -12,8 +12,9 @@ least-squares slope of peak RSS over the sizes (raw reads).
 Recorded: replicas are spread over AGGREGATES namespaces (the rules' aggregates); after the raw
 backfill promtool evaluates the recording rules over the history (`tsdb create-blocks-from rules`,
 every SCRAPE seconds), Prometheus restarts on both, and the child reads with prometheus.recorded:
-true. "rules" is Prometheus's time to evaluate the rule group once at the last step (each rule as
-an instant query, summed): what the rules cost Prometheus every evaluation interval. The replicas
+true. "rules" is Prometheus's own time to evaluate the recording group once at the last step (each
+rule as an instant query, its `stats=all` evalTotalTime, summed; per rule in the row's
+rule_seconds): what the rules cost Prometheus every evaluation interval. The replicas
 are copies of one recording, which flatters Prometheus (identical chunks compress best) but not
 specwatch (every series is decoded and grouped whatever its values).
 
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from specwatch import config as config_mod
 from specwatch.fleet.client import PromClient, Vector
@@ -151,20 +153,22 @@ def _backfill_rules(url: str, work: Path, data: Path, first: float, last: float)
     return seconds
 
 
-def _rule_seconds(url: str, at: float) -> float:
-    """Prometheus's time to evaluate the fleet recording group once (each rule an instant query)."""
+def _rule_seconds(url: str, at: float) -> dict[str, float]:
+    """Prometheus's own time (the query API's stats: evalTotalTime) to evaluate each record of the
+    fleet recording group once, as an instant query at `at`: what the rules cost every interval."""
     import requests
 
     from specwatch.fleet import recorded
 
-    (group, _) = recorded.rules_document()["groups"]
-    total = 0.0
+    (group,) = (g for g in recorded.rules_document()["groups"] if g["name"] == recorded.GROUP)
+    seconds = {}
     for rule in group["rules"]:
-        started = time.perf_counter()
-        answer = requests.post(url + "/api/v1/query", data={"query": rule["expr"], "time": f"{at:.3f}"}, timeout=600)
-        total += time.perf_counter() - started
+        answer = requests.post(
+            url + "/api/v1/query", data={"query": rule["expr"], "time": f"{at:.3f}", "stats": "all"}, timeout=600
+        )
         answer.raise_for_status()
-    return total
+        seconds[rule["record"]] = float(answer.json()["data"]["stats"]["timings"]["evalTotalTime"])
+    return seconds
 
 
 def measure(
@@ -174,7 +178,7 @@ def measure(
     repeat: int,
     records: Path | None = None,
     modes: tuple[str, ...] = ("raw",),
-) -> list[dict[str, float]]:
+) -> list[dict[str, Any]]:
     """One backfilled TSDB of `replicas` copies; a row per mode (raw, recorded) read from it."""
     data = work / f"tsdb-{replicas}"
     om = work / f"history-{replicas}.om"
@@ -189,9 +193,10 @@ def measure(
     rows = []
     try:
         for mode in modes:
-            extra: dict[str, float] = {"backfill_seconds": backfill_seconds}
+            extra: dict[str, Any] = {"backfill_seconds": backfill_seconds}
             if mode == "recorded":
-                extra["rules_seconds"] = _rule_seconds(url, last)
+                extra["rule_seconds"] = _rule_seconds(url, last)
+                extra["rules_seconds"] = sum(extra["rule_seconds"].values())
                 extra["rule_backfill_seconds"] = _backfill_rules(url, work, data, first, last)
                 _stop(process)
                 process, url = _start_prometheus(work, data)
@@ -206,7 +211,7 @@ def measure(
             )
             if child.returncode:
                 raise RuntimeError(f"the polling child failed: {child.stderr[-2000:]}")
-            row: dict[str, float] = {"replicas": replicas, **json.loads(child.stdout.splitlines()[-1]), **extra}
+            row: dict[str, Any] = {"replicas": replicas, **json.loads(child.stdout.splitlines()[-1]), **extra}
             row["recorded"] = mode == "recorded"
             row["load_average_1m"] = os.getloadavg()[0]  # the machine is shared: CPU time varies with it
             rows.append(row)
@@ -346,8 +351,9 @@ def run_fleet(
         ],
         note="CPU: the polling process's CPU time for one poll (HTTP, JSON, grouping, derivations, cost model, "
         "verdicts); Prometheus's own CPU is not counted. Median of the polls after a warm-up. Prometheus / poll: "
-        "the queries' wall time (evaluation and transfer). Rules / evaluation: the recording group's expressions "
-        "evaluated once at the last step, summed (what the rules cost Prometheus each evaluation interval). "
+        "the queries' wall time (evaluation and transfer). Rules / evaluation: Prometheus's own evaluation time of "
+        "the recording group's expressions once at the last step, summed (what the rules cost Prometheus each "
+        "evaluation interval). "
         f"Peak RSS: VmHWM of a process that only imports specwatch, builds the evaluator and polls. Replicas are "
         f"copies of one {duration:g} s recording, spread over {AGGREGATES} namespaces.",
     )
@@ -403,6 +409,11 @@ def main(argv: list[str] | None = None) -> int:
     plan = tuple((int(x), modes) for x in args.replicas.split(",")) if args.replicas else PLAN
     table, data = run_fleet(False, plan, args.repeat, args.records, args.duration)
     print(table.markdown())
+    for row in data["rows"]:
+        if "rule_seconds" in row:  # where the rules' evaluation time goes (docs/fleet.md)
+            print(f"\nrules at {row['replicas']:,} replicas, Prometheus's evaluation time, largest first:")
+            for record, seconds in sorted(row["rule_seconds"].items(), key=lambda item: -item[1]):
+                print(f"  {seconds * 1000:9,.0f} ms  {record}")
     if data["peak_rss_mib_per_replica"] is not None:
         print(f"\npeak RSS per replica (least-squares slope): {data['peak_rss_mib_per_replica'] * 1024:.1f} KiB")
     return 0

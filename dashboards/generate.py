@@ -36,10 +36,17 @@ PANEL_RUNBOOKS = {
     "Acceptance margin α − α*": ("SpecDecodeBelowBreakeven", "SpecDecodeFleetBelowBreakeven"),
     # Under an engine's own K controller the loss probability is the delivered gain's (controller_gain).
     "P(speculation loses) ($window window)": ("SpecDecodeProbablyLosing", "SpecDecodeControllerLosing"),
-    "Acceptance rate α vs break-even α* ($window window)": ("SpecDecodeBelowBreakeven",),
+    "Acceptance rate α vs break-even α* ($window window)": (
+        "SpecDecodeBelowBreakeven",
+        "SpecwatchReplicaBelowBreakeven",
+    ),
     "Fleet acceptance rate α per route (all pods, 5m)": ("SpecDecodeFleetBelowBreakeven",),
     "Recommended K": ("SpecDecodeShorterDraftRecommended",),
-    "Mean acceptance length τ and draft length K": ("SpecDecodeConfigMismatch", "SpecDecodeSpeculationStopped"),
+    "Mean acceptance length τ and draft length K": (
+        "SpecDecodeConfigMismatch",
+        "SpecDecodeSpeculationStopped",
+        "SpecwatchReplicaDraftLengthDiffers",
+    ),
     "ITL per step: P50 and P99 vs spec-off baseline": ("SpecDecodeITLP99Regression",),
     # The alert's measured gain is this per-token ITL before a change over after it.
     "ITL per token (mean)": ("SpecDecodeAppliedAdviceSlowedDecode",),
@@ -49,7 +56,7 @@ PANEL_RUNBOOKS = {
     "Query source up": ("SpecwatchPrometheusDown", "SpecwatchFleetShardDown"),
     "Since last good query poll": ("SpecwatchPrometheusDown",),
     "Query errors by reason": ("SpecwatchPrometheusQueryErrors",),
-    "Stale replicas": ("SpecwatchStaleReplicas",),
+    "Stale replicas": ("SpecwatchStaleReplicas", "SpecwatchReplicaStale"),
 }
 
 DS = {"type": "prometheus", "uid": "${datasource}"}

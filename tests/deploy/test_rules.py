@@ -68,6 +68,11 @@ ALERTS = {
     "specwatch-config-check": {"SpecDecodeConfigMismatch"},
     "specwatch-fleet": {"SpecwatchPrometheusDown", "SpecwatchPrometheusQueryErrors", "SpecwatchStaleReplicas"},
     "specwatch-fleet-shards": {"SpecwatchFleetShardDown"},
+    "specwatch-fleet-replicas": {
+        "SpecwatchReplicaDraftLengthDiffers",
+        "SpecwatchReplicaBelowBreakeven",
+        "SpecwatchReplicaStale",
+    },
 }
 # Engine-side recording rules (rules/specwatch-fleet-recording.yaml, written by fleet/recorded.py):
 # they aggregate the engine's own series for fleet mode, so the contract and naming of specwatch's

@@ -13,8 +13,10 @@ so the rules and the queries that read them are one fact:
 - `fleet_route:<running>:avg_over_time<w>` / `:count_over_time<w>`: the replicas' mean batch (the
   break-even is read at a replica's batch, so the route's batch is the replicas' mean, not their
   sum) and the most samples any replica has in the window.
-- `fleet_replica:*`: small per-replica health series (newest sample time, speculating or not,
-  K drafted per draft) for dashboards and alerts; fleet mode reads their newest per aggregate.
+- `fleet_replica:*`: small per-replica series (newest sample time, speculating or not, K drafted
+  per draft, acceptance) and the median K of an aggregate's replicas, for dashboards and the alerts
+  of the `specwatch-fleet-replicas` group (what stays per replica: another K, a replica below its
+  route's break-even, a stale replica); fleet mode reads only the newest sample time, per aggregate.
 
 In recorded mode an "aggregate" (cluster, namespace, job) plays the part a replica plays in raw
 mode: it is the evaluator's replica key, so grouping, derivations, verdicts and grading run
@@ -43,7 +45,11 @@ WINDOWS = (60.0, 300.0)
 ENGINE: EngineSchema = registry.BY_NAME["vllm"]
 ROUTE_LEVEL = "fleet_route"
 REPLICA_LEVEL = "fleet_replica"
+#: One group for every record: Prometheus evaluates each group at an offset of its own within the
+#: interval, and fleet mode reads a window's series together, so they must come from one evaluation.
 GROUP = "specwatch-fleet-recording"
+#: The alerts on what stays per replica.
+REPLICA_GROUP = "specwatch-fleet-replicas"
 SHARD_GROUP = "specwatch-fleet-shards"
 #: The job label of the fleet shards' own scrape (the chart writes its own in its place).
 SHARD_JOB = "specwatch-fleet"
@@ -129,11 +135,28 @@ def present_in_range(answer: Iterable[Series]) -> bool:
     return any(value > 0 for series in answer for _, value in series.points)
 
 
+#: A replica's K, accepted over drafted tokens per replica: the per-replica alerts read them.
+REPLICA_K = f"{REPLICA_LEVEL}:vllm_spec_decode_k:ratio_increase5m"
+REPLICA_ACCEPTANCE = f"{REPLICA_LEVEL}:vllm_spec_decode_acceptance:ratio_increase5m"
+#: The median K of a route's replicas in one aggregate: the K the rollout is at for most of them.
+ROUTE_MEDIAN_K = f"{ROUTE_LEVEL}:vllm_spec_decode_k:median_ratio_increase5m"
+#: What a replica is compared with: its aggregate and served model (engine is summed in).
+REPLICA_ROUTE = (*AGGREGATE_LABELS, "model_name")
+#: A replica drafting a K this far from its route's median drafts another K (a fixed K is whole).
+K_DIFFERS_BY = 0.5
+RUNBOOK = "https://github.com/specwatch/specwatch/blob/main/docs/runbook.md"
+DASHBOARD = (
+    "https://grafana.example.com/d/specwatch/specwatch?orgId=1{{ with $labels.cluster }}&var-cluster={{ . }}{{ end }}"
+)
+
+
 def _replica_rules() -> list[Rule]:
     """Per-replica health: small series, one per replica, for dashboards and alerts."""
     running = ENGINE.running or ""
     drafts = "vllm:spec_decode_num_drafts_total"
     draft_tokens = "vllm:spec_decode_num_draft_tokens_total"
+    accepted = "vllm:spec_decode_num_accepted_tokens_total"
+    route = ", ".join(REPLICA_ROUTE)
     return [
         {"record": LAST_SAMPLE, "expr": f"max without (engine) (timestamp({running}))"},
         {
@@ -141,10 +164,80 @@ def _replica_rules() -> list[Rule]:
             "expr": f"max without (engine) (increase({drafts}[5m]) > bool 0)",
         },
         {
-            "record": f"{REPLICA_LEVEL}:vllm_spec_decode_k:ratio_increase5m",
+            "record": REPLICA_K,
             "expr": f"sum without (engine) (increase({draft_tokens}[5m]))\n"
             f"  / (sum without (engine) (increase({drafts}[5m])) > 0)",
         },
+        {
+            "record": REPLICA_ACCEPTANCE,
+            "expr": f"sum without (engine) (increase({accepted}[5m]))\n"
+            f"  / (sum without (engine) (increase({draft_tokens}[5m])) > 0)",
+        },
+        {"record": ROUTE_MEDIAN_K, "expr": f"quantile by ({route}) (0.5, {REPLICA_K})"},
+    ]
+
+
+def _replica_alerts() -> list[dict[str, Any]]:
+    """What stays per replica, evaluated by Prometheus on the series above: fleet mode over
+    recorded series sees aggregates only (docs/fleet.md)."""
+    route = ", ".join(REPLICA_ROUTE)
+    target = ", ".join((*AGGREGATE_LABELS, "route", "target"))
+    replica = "{{ $labels.instance }}{{ with $labels.pod }} (pod {{ . }}){{ end }}"
+    where = "{{ with $labels.namespace }} in namespace {{ . }}{{ end }}"
+
+    def alert(name: str, expr: str, wait: str, severity: str, summary: str, description: str) -> dict[str, Any]:
+        return {
+            "alert": name,
+            "expr": expr,
+            "for": wait,
+            "labels": {"severity": severity},
+            "annotations": {
+                "summary": summary,
+                "description": description,
+                "runbook_url": f"{RUNBOOK}#{name.lower()}",
+                "dashboard_url": DASHBOARD,
+            },
+        }
+
+    return [
+        alert(
+            "SpecwatchReplicaDraftLengthDiffers",
+            f"abs(\n  {REPLICA_K}\n    - on ({route}) group_left\n  {ROUTE_MEDIAN_K}\n) >= {K_DIFFERS_BY:g}",
+            "15m",
+            "warning",
+            "A vLLM replica drafts another K than the other replicas of its model.",
+            f"vLLM replica {replica}{where} (model {{{{ $labels.model_name }}}}) drafts a K that differs by "
+            '{{ printf "%.2g" $value }} from the median of its model\'s replicas over 5m: a rollout of '
+            "--speculative-config that stopped half-way, or a pod started with another config. Fleet mode over "
+            "recorded series averages the two Ks into one route.",
+        ),
+        alert(
+            "SpecwatchReplicaBelowBreakeven",
+            f"{REPLICA_ACCEPTANCE}\n  < on ({route}) group_left (route)\n"
+            f"max by ({route}, route) (\n"
+            f"  max by ({target}, model_name) (specwatch_route_info)\n"
+            f"    * on ({target}) group_left\n"
+            f'  specwatch_breakeven_acceptance_ratio{{window="5m"}}\n'
+            f'    and on ({target}) (specwatch_acceptance_margin{{window="5m"}} > 0)\n'
+            f")",
+            "15m",
+            "info",
+            "A vLLM replica accepts fewer draft tokens than its route needs to pay, while the route pays.",
+            f"vLLM replica {replica}{where} (route {{{{ $labels.route }}}}) accepts "
+            '{{ printf "%.2f" $value }} of its draft tokens over 5m, below its route\'s break-even, while '
+            "the route as a whole is above it: this replica slows decoding, its route's verdict does not show it.",
+        ),
+        alert(
+            "SpecwatchReplicaStale",
+            f"(\n  max_over_time({LAST_SAMPLE}[1h])\n    unless {LAST_SAMPLE}\n)\n"
+            "and on (cluster, namespace, job, instance) up",
+            "5m",
+            "warning",
+            "A vLLM replica still scraped by Prometheus has no fresh vLLM samples.",
+            f"vLLM replica {replica}{where} is still a target of Prometheus (its up series exists) but its vLLM "
+            "series have been stale for 5 minutes (the alert ends an hour after the last sample): its scrape fails (up = 0) or it serves /metrics without vLLM's "
+            "series. Its tokens are missing from its route's recorded series.",
+        ),
     ]
 
 
@@ -162,9 +255,8 @@ def _shard_rules() -> list[dict[str, Any]]:
                 "summary": "specwatch fleet shard {{ $labels.instance }} is down.",
                 "description": "A fleet shard has not been scraped for 3 minutes: the routes whose hash falls on "
                 "its index are not evaluated (their verdicts and alerts stop); the other shards keep theirs.",
-                "runbook_url": "https://github.com/specwatch/specwatch/blob/main/docs/runbook.md#specwatchfleetsharddown",
-                "dashboard_url": "https://grafana.example.com/d/specwatch/specwatch?orgId=1"
-                "{{ with $labels.cluster }}&var-cluster={{ . }}{{ end }}",
+                "runbook_url": f"{RUNBOOK}#specwatchfleetsharddown",
+                "dashboard_url": DASHBOARD,
             },
         }
     ]
@@ -179,6 +271,7 @@ def rules_document() -> dict[str, Any]:
     return {
         "groups": [
             {"name": GROUP, "rules": [*rules, *_replica_rules()]},
+            {"name": REPLICA_GROUP, "rules": _replica_alerts()},
             {"name": SHARD_GROUP, "rules": _shard_rules()},
         ]
     }
@@ -193,6 +286,7 @@ HEADER = """\
 # Each counter's window increase is taken per replica exactly as fleet mode's raw read takes it
 # (last - first sample, increase() only across a reset), then summed by (cluster, namespace, job,
 # model_name, engine[, position | le]). The batch is the replicas' mean, the samples their most.
+# The group specwatch-fleet-replicas alerts on what stays per replica (the fleet_replica: series).
 """
 
 

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch.sim.record import record
-
-from .promharness import PROMETHEUS, PROMTOOL, serve_backfilled
+from .promharness import PROMETHEUS, PROMTOOL, serve_scenarios
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,14 +28,9 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory):
     """A Prometheus serving a TSDB backfilled by promtool from simulated recordings (5 s polls)."""
     if PROMETHEUS is None or PROMTOOL is None:
         pytest.skip("prometheus/promtool not installed")
-    work = tmp_path_factory.mktemp("backfill")
-    recordings = {}
-    for instance, scenario in REPLICAS.items():
-        path = work / f"{scenario}.jsonl"
-        record(scenario, path, poll_interval=POLL, seed=3, duration=DURATION)
-        recordings[instance] = path
-    prometheus = serve_backfilled(work, [(p, {"instance": i, "job": "vllm"}, "vllm:") for i, p in recordings.items()])
+    replicas = [(scenario, {"instance": instance, "job": "vllm"}) for instance, scenario in REPLICAS.items()]
+    served = serve_scenarios(tmp_path_factory.mktemp("backfill"), replicas, poll=POLL, duration=DURATION)
     try:
-        yield prometheus, recordings
+        yield served.prometheus, {instance: served.recordings[scenario] for instance, scenario in REPLICAS.items()}
     finally:
-        prometheus.stop()
+        served.prometheus.stop()

@@ -3,6 +3,7 @@ backfilled with promtool. Debian's `prometheus`/`promtool`; tests skip when they
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import threading
@@ -127,6 +128,95 @@ def serve_backfilled(work: Path, recordings: list[tuple[Path, dict[str, str], st
         timeout=300,
     )
     return start_prometheus(work / "prom", storage=data)
+
+
+@dataclass
+class Backfilled:
+    """A Prometheus serving simulated replicas' history (the caller stops it)."""
+
+    prometheus: PrometheusProcess
+    work: Path
+    recordings: dict[str, Path]  # scenario: its recording
+    start: float  # the first and last recorded poll times over every scenario
+    end: float
+
+
+def serve_scenarios(
+    work: Path, replicas: list[tuple[Any, dict[str, str]]], *, poll: float, duration: float, seed: int = 3
+) -> Backfilled:
+    """Each (scenario, target labels) a replica: every scenario (a shipped name or a Scenario) is
+    recorded once with the simulator (every `poll` seconds for `duration`), each replica's labels
+    added to its scenario's samples, and the whole backfilled by promtool and served
+    (serve_backfilled). Recordings are keyed by the scenario's name."""
+    from specwatch.sim.record import record
+    from specwatch.sim.scenario import load_scenario
+
+    recordings: dict[str, Path] = {}
+    sources = []
+    for scenario, labels in replicas:
+        name = scenario if isinstance(scenario, str) else scenario.name
+        if name not in recordings:
+            recordings[name] = work / f"{name}.jsonl"
+            record(load_scenario(scenario), recordings[name], poll_interval=poll, seed=seed, duration=duration)
+        sources.append((recordings[name], labels, "vllm:"))
+    times = [json.loads(line)["t"] for path in recordings.values() for line in path.read_text().splitlines()]
+    prometheus = serve_backfilled(work, sources)
+    return Backfilled(prometheus, work, recordings, min(times), max(times))
+
+
+def _dependent_rules(rules: Path, out: Path) -> Path | None:
+    """The recording rules of `rules` that read another rule's record, written to `out` (None: none)."""
+    document = yaml.safe_load(rules.read_text())
+    records = {rule["record"] for group in document["groups"] for rule in group["rules"] if "record" in rule}
+    groups = []
+    for group in document["groups"]:
+        dependent = [
+            rule for rule in group["rules"] if "record" in rule and any(name in rule["expr"] for name in records)
+        ]
+        if dependent:
+            groups.append({"name": group["name"], "rules": dependent})
+    if not groups:
+        return None
+    out.write_text(yaml.safe_dump({"groups": groups}))
+    return out
+
+
+def with_recorded_rules(served: Backfilled, rules: Path, eval_interval: float) -> Backfilled:
+    """promtool evaluates the recording rules of `rules` over the served history (`tsdb
+    create-blocks-from rules`, every `eval_interval` from its start to one interval past its end);
+    Prometheus restarts on both. promtool reads only what the Prometheus it asks holds, so rules
+    reading another rule's record are evaluated again in a second pass, on the first's blocks."""
+    assert PROMTOOL is not None
+    prometheus = served.prometheus
+    data = served.work / "data"
+    for step, source in enumerate((rules, _dependent_rules(rules, served.work / "dependent-rules.yaml"))):
+        if source is None:
+            break
+        blocks = served.work / f"rule-blocks-{step}"
+        subprocess.run(
+            [
+                PROMTOOL,
+                "tsdb",
+                "create-blocks-from",
+                "rules",
+                f"--start={served.start:.0f}",
+                f"--end={served.end + eval_interval:.0f}",
+                f"--url={prometheus.url}",
+                f"--eval-interval={eval_interval:g}s",
+                f"--output-dir={blocks}",
+                "--quiet",
+                str(source),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+        prometheus.stop()
+        for block in blocks.iterdir():
+            if block.is_dir():
+                shutil.move(str(block), data / block.name)
+        prometheus = start_prometheus(served.work / f"prom-recorded-{step}", storage=data)
+    return Backfilled(prometheus, served.work, served.recordings, served.start, served.end)
 
 
 @dataclass

@@ -12,10 +12,7 @@ is not their average), with twice the drafts.
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,10 +21,9 @@ import requests
 from specwatch import config as config_mod
 from specwatch.fleet.backtest import Backtest
 from specwatch.fleet.recorded import LAST_SAMPLE
-from specwatch.sim.record import record
 
 from .conftest import POLL
-from .promharness import PROMETHEUS, PROMTOOL, PrometheusProcess, serve_backfilled, start_prometheus
+from .promharness import PROMETHEUS, PROMTOOL, serve_scenarios, with_recorded_rules
 
 pytestmark = [
     pytest.mark.e2e,
@@ -75,55 +71,16 @@ def _config(url: str, recorded: bool, namespaces: str) -> config_mod.Config:
     )
 
 
-def _with_recorded_rules(prometheus: PrometheusProcess, work: Path, start: float, end: float) -> PrometheusProcess:
-    """promtool evaluates the recording rules over the served history; Prometheus restarts on both."""
-    assert PROMTOOL is not None
-    blocks = work / "rule-blocks"
-    subprocess.run(
-        [
-            PROMTOOL,
-            "tsdb",
-            "create-blocks-from",
-            "rules",
-            f"--start={start:.0f}",
-            f"--end={end:.0f}",
-            f"--url={prometheus.url}",
-            f"--eval-interval={POLL:g}s",
-            f"--output-dir={blocks}",
-            "--quiet",
-            str(RULES),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    prometheus.stop()
-    data = work / "data"
-    for block in blocks.iterdir():
-        if block.is_dir():
-            shutil.move(str(block), data / block.name)
-    return start_prometheus(work / "prom-recorded", storage=data)
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
-    work = tmp_path_factory.mktemp("recorded")
-    sources = []
-    first: list[float] = []
-    last: list[float] = []
-    for scenario, copies in SCENARIOS.items():
-        path = work / f"{scenario}.jsonl"
-        record(scenario, path, poll_interval=POLL, seed=3, duration=DURATION)
-        times = [json.loads(line)["t"] for line in path.read_text().splitlines()]
-        first.append(min(times))
-        last.append(max(times))
-        sources += [
-            (path, {"instance": f"{scenario}-{i}", "job": "vllm", "namespace": scenario}, "vllm:")
-            for i in range(copies)
-        ]
-    prometheus = serve_backfilled(work, sources)
-    start, end = min(first), max(last)
-    prometheus = _with_recorded_rules(prometheus, work, start, end + POLL)
+    replicas = [
+        (scenario, {"instance": f"{scenario}-{i}", "job": "vllm", "namespace": scenario})
+        for scenario, copies in SCENARIOS.items()
+        for i in range(copies)
+    ]
+    served = serve_scenarios(tmp_path_factory.mktemp("recorded"), replicas, poll=POLL, duration=DURATION)
+    served = with_recorded_rules(served, RULES, POLL)
+    prometheus, end = served.prometheus, served.end
     # The rules were evaluated every 5 s at an offset of their group's own (Prometheus spreads
     # groups over the interval): both reads evaluate on that grid, so a recorded value at t is what
     # the raw read computes at t.
