@@ -154,13 +154,13 @@ def max_speculative_batch_size(
     if k is None or alpha is None or k <= 0:
         return None
     # pays(b) is expected_speedup(cm, b, k, alpha, coverage) > 1 with its constant gain taken out
-    # of the loop: the same operations in the same order.
+    # of the loop: the same operations in the same order. The search probes a dozen batches or
+    # more at one (K, coverage), so the step times come from a probe made for that pair.
     gain = cm.tokens_per_step(k, alpha, coverage)
-    k_ = k
-    step_times = cm.step_times  # bound once: the search probes a dozen batches or more
+    step_times = cm.step_times_by_batch(k, coverage)
 
     def pays(b: int) -> bool:
-        base, spec = step_times(b, k_, coverage)
+        base, spec = step_times(b)
         return gain * base / spec > 1.0
 
     if not pays(1):

@@ -15,6 +15,7 @@ of the model: one model answers every coverage.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -344,6 +345,57 @@ class CostModel:
             fixed = self.verify_overhead_seconds + self.verify_seconds_per_request * b
         spec = verify + draft + fixed if c >= 1.0 else verify + c * draft + fixed
         return base, spec
+
+    def step_times_by_batch(self, k: float, coverage: float = 1.0) -> Callable[[float], tuple[float, float]]:
+        """``batch -> step_times(batch, k, coverage)`` for one (K, coverage), for a search over
+        batches (``max_speculative_batch_size``): on the fused path the factors that do not depend
+        on the batch are worked out once, the rest is ``fused_step_times``'s operations in its
+        order (bit for bit), without the memo (a measured K and coverage are new every poll, so
+        their probes would only fill it). Other models get the memoised ``step_times``."""
+        fixed_factors = self._fused_factors
+        if fixed_factors is None:
+            step_times = self.step_times
+            return lambda batch: step_times(batch, k, coverage)
+        if not (0 < coverage <= 1):
+            raise CostModelError("draft_coverage", "draft_coverage must be in (0, 1]")
+        weight_time, two_active, flops, kv_per_token, bandwidth, fixed_step, context_per_request = fixed_factors
+        c = coverage
+        full = c >= 1.0
+        verify_per_request = k + 1 if full else 1 + c * k
+        d = self.draft
+        drafts = not k <= 0  # draft_time's test and spec_step_time's (k > 0) differ for a NaN K
+        kind = self._draft_kind if drafts else ""
+        ngram_per_request = k + 1
+        head_weight_time, two_head, head_kv = self._fused_head_factors if kind == "head" else (0.0, 0.0, 0.0)
+        passes = k if d.head_steps_per_token else 1.0
+        head_fixed = d.fixed_seconds
+        per_token = k * self.draft_cost_per_token() if kind == "per_token" else 0.0
+        charges_fixed = k > 0 and d.cost_per_token is None
+        verify_overhead, per_request = self.verify_overhead_seconds, self.verify_seconds_per_request
+
+        def at(batch: float) -> tuple[float, float]:
+            b = max(float(batch), 1.0)
+            kv_time = kv_per_token * max(b * context_per_request, 0.0) / bandwidth
+            base = max(weight_time, two_active * b / flops) + kv_time + fixed_step
+            verify_tokens = max(float(b * verify_per_request), 1.0)
+            verify = max(weight_time, two_active * verify_tokens / flops) + kv_time + fixed_step
+            draft = fixed = 0.0
+            if kind == "ngram":
+                ngram_tokens = max(float(b * ngram_per_request), 1.0)
+                draft = NGRAM_FRACTION_OF_VERIFY * (
+                    max(weight_time, two_active * ngram_tokens / flops) + kv_time + fixed_step
+                )
+            elif kind == "head":
+                head_step = max(head_weight_time, two_head * b / flops) + head_kv * b / bandwidth + 0.0
+                draft = passes * (head_fixed + head_step)
+            elif kind == "per_token":
+                draft = per_token * base
+            if charges_fixed:
+                fixed = verify_overhead + per_request * b
+            spec = verify + draft + fixed if full else verify + c * draft + fixed
+            return base, spec
+
+        return at
 
     @cached_property
     def _fused_factors(self) -> tuple[float, float, float, float, float, float, float] | None:

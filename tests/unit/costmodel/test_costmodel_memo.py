@@ -110,10 +110,27 @@ def test_the_fused_step_times_are_the_plain_step_times_bit_for_bit(which, method
     assert _same_floats(cm.fused_step_times(batch, k, coverage), cm.plain_step_times(batch, k, coverage))
 
 
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    which=st.integers(0, len(MODELS)),
+    method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model", "medusa")),
+    batches=st.lists(
+        st.one_of(st.integers(-3, 2048), st.floats(-1.0, 4096.0), st.just(math.nan)), min_size=1, max_size=12
+    ),
+    k=st.one_of(st.integers(-2, 16), st.floats(-1.0, 16.0), st.just(math.nan)),
+    coverage=st.one_of(st.just(1.0), st.floats(1e-6, 1.0)),
+)
+def test_the_step_times_by_batch_are_the_plain_step_times_bit_for_bit(which, method, batches, k, coverage):
+    cm = BUILDS[which]().with_method(method)
+    at = cm.step_times_by_batch(k, coverage)
+    for batch in batches:
+        assert _same_floats(at(batch), cm.plain_step_times(batch, k, coverage))
+
+
 @pytest.mark.parametrize("coverage", [0.0, 1.5, math.nan])
 def test_the_fused_step_times_refuse_a_coverage_outside_0_1_as_the_plain_ones_do(coverage):
     cm = cmod.build_cost_model()
-    for step_times in (cm.fused_step_times, cm.plain_step_times):
+    for step_times in (cm.fused_step_times, cm.plain_step_times, lambda b, k, c: cm.step_times_by_batch(k, c)(b)):
         with pytest.raises(cmod.CostModelError, match="draft_coverage"):
             step_times(4.0, 3, coverage)
 
