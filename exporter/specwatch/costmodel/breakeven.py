@@ -95,11 +95,30 @@ def best_draft_length(
 def _scan_speedups(cm: CostModel, batch: float, position_rates: Sequence[float], coverage: float) -> Iterator[float]:
     """The speedup at K' = 1, 2, ..., len(p), lazily: (1 + coverage·(p_0 + ... + p_{K'-1}))·T_base/T_spec(K'),
     the gain summed in that order."""
+    if not position_rates:
+        return
     tau = 1.0
+    step_times = cm.step_times_by_k(batch, coverage)
     for kk, rate in enumerate(position_rates, start=1):
         tau += coverage * float(rate)
-        base, spec = cm.step_times(batch, kk, coverage)
+        base, spec = step_times(kk)
         yield tau * base / spec
+
+
+def speedups_of_prefixes(
+    cm: CostModel, batch: float, position_rates: Sequence[float], coverage: float = 1.0
+) -> list[float]:
+    """``expected_speedup_for_positions(cm, batch, position_rates[:k], coverage)`` for k = 1, 2,
+    ..., len(position_rates), the step times from one probe at (batch, coverage)."""
+    if not position_rates:
+        return []
+    step_times = cm.step_times_by_k(batch, coverage)
+    speedups = []
+    for k in range(1, len(position_rates) + 1):
+        gained = 1.0 + coverage * float(sum(position_rates[:k]))
+        base, spec = step_times(k)
+        speedups.append(gained * base / spec)
+    return speedups
 
 
 def first_drop_best(speedups: Iterable[float], floor: float = 1.0) -> int:

@@ -397,6 +397,56 @@ class CostModel:
 
         return at
 
+    def step_times_by_k(self, batch: float, coverage: float = 1.0) -> Callable[[float], tuple[float, float]]:
+        """``k -> step_times(batch, k, coverage)`` for one (batch, coverage), for a scan over K'
+        (``best_draft_length``, ``speedups_of_prefixes``): on the fused path the plain step, the
+        KV read, the draft head's step and the fixed cost are worked out once, the rest is
+        ``fused_step_times``'s operations in its order (bit for bit), without the memo. Other
+        models get the memoised ``step_times``."""
+        fixed_factors = self._fused_factors
+        if fixed_factors is None:
+            step_times = self.step_times
+            return lambda k: step_times(batch, k, coverage)
+        if not (0 < coverage <= 1):
+            raise CostModelError("draft_coverage", "draft_coverage must be in (0, 1]")
+        weight_time, two_active, flops, kv_per_token, bandwidth, fixed_step, context_per_request = fixed_factors
+        c = coverage
+        full = c >= 1.0
+        b = max(float(batch), 1.0)
+        kv_time = kv_per_token * max(b * context_per_request, 0.0) / bandwidth
+        base = max(weight_time, two_active * b / flops) + kv_time + fixed_step
+        d = self.draft
+        kind = self._draft_kind
+        head_pass = 0.0
+        if kind == "head":
+            head_weight_time, two_head, head_kv = self._fused_head_factors
+            head_step = max(head_weight_time, two_head * b / flops) + head_kv * b / bandwidth + 0.0
+            head_pass = d.fixed_seconds + head_step
+        per_pass = d.head_steps_per_token
+        charges_fixed = d.cost_per_token is None
+        fixed_at_b = self.verify_overhead_seconds + self.verify_seconds_per_request * b
+
+        def at(k: float) -> tuple[float, float]:
+            verify_tokens = max(float(b * (k + 1) if full else b * (1 + c * k)), 1.0)
+            verify = max(weight_time, two_active * verify_tokens / flops) + kv_time + fixed_step
+            draft = fixed = 0.0
+            if not k <= 0:  # draft_time's test and spec_step_time's (k > 0) differ for a NaN K
+                if kind == "ngram":
+                    ngram_tokens = max(float(b * (k + 1)), 1.0)
+                    draft = NGRAM_FRACTION_OF_VERIFY * (
+                        max(weight_time, two_active * ngram_tokens / flops) + kv_time + fixed_step
+                    )
+                elif kind == "head":
+                    draft = (k if per_pass else 1.0) * head_pass
+                else:
+                    draft = k * self.draft_cost_per_token() * base
+            if k > 0 and charges_fixed:
+                fixed = fixed_at_b
+            spec = verify + draft + fixed if full else verify + c * draft + fixed
+            return base, spec
+
+        return at
+
     @cached_property
     def _fused_factors(self) -> tuple[float, float, float, float, float, float, float] | None:
         """fused_step_times' per-model factors of the roofline; None where it does not apply."""

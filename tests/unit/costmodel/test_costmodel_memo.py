@@ -127,10 +127,47 @@ def test_the_step_times_by_batch_are_the_plain_step_times_bit_for_bit(which, met
         assert _same_floats(at(batch), cm.plain_step_times(batch, k, coverage))
 
 
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    which=st.integers(0, len(MODELS)),
+    method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model", "medusa")),
+    batch=st.one_of(st.integers(-3, 2048), st.floats(-1.0, 4096.0), st.just(math.nan)),
+    ks=st.lists(st.one_of(st.integers(-2, 16), st.floats(-1.0, 16.0), st.just(math.nan)), min_size=1, max_size=12),
+    coverage=st.one_of(st.just(1.0), st.floats(1e-6, 1.0)),
+)
+def test_the_step_times_by_k_are_the_plain_step_times_bit_for_bit(which, method, batch, ks, coverage):
+    cm = BUILDS[which]().with_method(method)
+    at = cm.step_times_by_k(batch, coverage)
+    for k in ks:
+        assert _same_floats(at(k), cm.plain_step_times(batch, k, coverage))
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    which=st.integers(0, len(MODELS)),
+    method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model")),
+    batch=st.one_of(st.integers(1, 1024), st.floats(0.0, 2048.0)),
+    rates=st.lists(st.floats(0.0, 1.0), max_size=10),
+    coverage=st.one_of(st.just(1.0), st.floats(1e-6, 1.0)),
+)
+def test_the_speedups_of_prefixes_are_the_speedups_for_each_prefix(which, method, batch, rates, coverage):
+    cm = BUILDS[which]().with_method(method)
+    fresh = BUILDS[which]().with_method(method)
+    expected = [
+        cmod.expected_speedup_for_positions(fresh, batch, rates[:k], coverage) for k in range(1, len(rates) + 1)
+    ]
+    assert cmod.speedups_of_prefixes(cm, batch, rates, coverage) == expected
+
+
 @pytest.mark.parametrize("coverage", [0.0, 1.5, math.nan])
 def test_the_fused_step_times_refuse_a_coverage_outside_0_1_as_the_plain_ones_do(coverage):
     cm = cmod.build_cost_model()
-    for step_times in (cm.fused_step_times, cm.plain_step_times, lambda b, k, c: cm.step_times_by_batch(k, c)(b)):
+    for step_times in (
+        cm.fused_step_times,
+        cm.plain_step_times,
+        lambda b, k, c: cm.step_times_by_batch(k, c)(b),
+        lambda b, k, c: cm.step_times_by_k(b, c)(k),
+    ):
         with pytest.raises(cmod.CostModelError, match="draft_coverage"):
             step_times(4.0, 3, coverage)
 
