@@ -95,13 +95,10 @@ def best_draft_length(
 def _scan_speedups(cm: CostModel, batch: float, position_rates: Sequence[float], coverage: float) -> Iterator[float]:
     """The speedup at K' = 1, 2, ..., len(p), lazily: (1 + coverage·(p_0 + ... + p_{K'-1}))·T_base/T_spec(K'),
     the gain summed in that order."""
-    if not position_rates:
-        return
     tau = 1.0
-    step_times = cm.step_times_by_k(batch, coverage)
     for kk, rate in enumerate(position_rates, start=1):
         tau += coverage * float(rate)
-        base, spec = step_times(kk)
+        base, spec = cm.step_times(batch, kk, coverage)
         yield tau * base / spec
 
 

@@ -348,10 +348,10 @@ class CostModel:
 
     def step_times_by_batch(self, k: float, coverage: float = 1.0) -> Callable[[float], tuple[float, float]]:
         """``batch -> step_times(batch, k, coverage)`` for one (K, coverage), for a search over
-        batches (``max_speculative_batch_size``): on the fused path the factors that do not depend
-        on the batch are worked out once, the rest is ``fused_step_times``'s operations in its
-        order (bit for bit), without the memo (a measured K and coverage are new every poll, so
-        their probes would only fill it). Other models get the memoised ``step_times``."""
+        batches (``max_speculative_batch_size``), through the same memo: on the fused path a
+        question the memo lacks is answered with the factors that do not depend on the batch
+        worked out once, the rest ``fused_step_times``'s operations in its order (bit for bit).
+        Other models get ``step_times`` itself."""
         fixed_factors = self._fused_factors
         if fixed_factors is None:
             step_times = self.step_times
@@ -372,8 +372,13 @@ class CostModel:
         per_token = k * self.draft_cost_per_token() if kind == "per_token" else 0.0
         charges_fixed = k > 0 and d.cost_per_token is None
         verify_overhead, per_request = self.verify_overhead_seconds, self.verify_seconds_per_request
+        memo = self._memo
 
         def at(batch: float) -> tuple[float, float]:
+            key = (batch, k, coverage)
+            hit = memo.get(key)
+            if hit is not None:
+                return hit
             b = max(float(batch), 1.0)
             kv_time = kv_per_token * max(b * context_per_request, 0.0) / bandwidth
             base = max(weight_time, two_active * b / flops) + kv_time + fixed_step
@@ -393,16 +398,19 @@ class CostModel:
             if charges_fixed:
                 fixed = verify_overhead + per_request * b
             spec = verify + draft + fixed if full else verify + c * draft + fixed
-            return base, spec
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            hit = memo[key] = (base, spec)
+            return hit
 
         return at
 
     def step_times_by_k(self, batch: float, coverage: float = 1.0) -> Callable[[float], tuple[float, float]]:
         """``k -> step_times(batch, k, coverage)`` for one (batch, coverage), for a scan over K'
-        (``best_draft_length``, ``speedups_of_prefixes``): on the fused path the plain step, the
-        KV read, the draft head's step and the fixed cost are worked out once, the rest is
-        ``fused_step_times``'s operations in its order (bit for bit), without the memo. Other
-        models get the memoised ``step_times``."""
+        (``best_draft_length``, ``speedups_of_prefixes``), through the same memo: on the fused
+        path a question the memo lacks is answered with the plain step, the KV read, the draft
+        head's step and the fixed cost worked out once, the rest ``fused_step_times``'s
+        operations in its order (bit for bit). Other models get ``step_times`` itself."""
         fixed_factors = self._fused_factors
         if fixed_factors is None:
             step_times = self.step_times
@@ -417,16 +425,17 @@ class CostModel:
         base = max(weight_time, two_active * b / flops) + kv_time + fixed_step
         d = self.draft
         kind = self._draft_kind
-        head_pass = 0.0
-        if kind == "head":
-            head_weight_time, two_head, head_kv = self._fused_head_factors
-            head_step = max(head_weight_time, two_head * b / flops) + head_kv * b / bandwidth + 0.0
-            head_pass = d.fixed_seconds + head_step
+        head_pass = self._fused_head_pass(b) if kind == "head" else 0.0
         per_pass = d.head_steps_per_token
         charges_fixed = d.cost_per_token is None
         fixed_at_b = self.verify_overhead_seconds + self.verify_seconds_per_request * b
+        memo = self._memo
 
         def at(k: float) -> tuple[float, float]:
+            key = (batch, k, coverage)
+            hit = memo.get(key)
+            if hit is not None:
+                return hit
             verify_tokens = max(float(b * (k + 1) if full else b * (1 + c * k)), 1.0)
             verify = max(weight_time, two_active * verify_tokens / flops) + kv_time + fixed_step
             draft = fixed = 0.0
@@ -443,7 +452,10 @@ class CostModel:
             if k > 0 and charges_fixed:
                 fixed = fixed_at_b
             spec = verify + draft + fixed if full else verify + c * draft + fixed
-            return base, spec
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            hit = memo[key] = (base, spec)
+            return hit
 
         return at
 
@@ -462,6 +474,12 @@ class CostModel:
             self.fixed_seconds,
             self.context_tokens,
         )
+
+    def _fused_head_pass(self, b: float) -> float:
+        """One pass of the draft head over ``b`` rows, as ``fused_step_times`` prices it."""
+        head_weight_time, two_head, head_kv = self._fused_head_factors
+        head_step = max(head_weight_time, two_head * b / self.flops_eff) + head_kv * b / self.bandwidth_eff + 0.0
+        return self.draft.fixed_seconds + head_step
 
     @cached_property
     def _fused_head_factors(self) -> tuple[float, float, float]:
