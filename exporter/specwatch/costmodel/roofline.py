@@ -56,6 +56,22 @@ DEFAULT_CONTEXT_TOKENS = 2048
 _MEMO_LIMIT = 4096
 
 
+#: Bound of the probes' answers: (K, coverage) or (batch, coverage) pairs kept, each with its probes.
+_PROBES_LIMIT = 256
+
+
+def _answers(
+    probes: dict[tuple[float, float], dict[float, tuple[float, float]]], key: tuple[float, float]
+) -> dict[float, tuple[float, float]]:
+    """The answers kept for one probe's fixed pair, a new dict for a new pair (all dropped at the bound)."""
+    answers = probes.get(key)
+    if answers is None:
+        if len(probes) >= _PROBES_LIMIT:
+            probes.clear()
+        answers = probes[key] = {}
+    return answers
+
+
 @dataclass(frozen=True)
 class CostModel:
     hardware: HardwareSpec
@@ -92,6 +108,14 @@ class CostModel:
     _by_method: dict[str, CostModel] = field(default_factory=dict, init=False, repr=False, compare=False)
     # with_prior's models, one per engine prior at most (routes of one server may speak different engines).
     _by_prior: dict[str, CostModel] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The probes' answers (step_times_by_batch, step_times_by_k): per (K, coverage) by batch and per
+    # (batch, coverage) by K, the same numbers as the memo's, keyed so that a probe hashes one number.
+    _by_batch: dict[tuple[float, float], dict[float, tuple[float, float]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_k: dict[tuple[float, float], dict[float, tuple[float, float]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -348,10 +372,11 @@ class CostModel:
 
     def step_times_by_batch(self, k: float, coverage: float = 1.0) -> Callable[[float], tuple[float, float]]:
         """``batch -> step_times(batch, k, coverage)`` for one (K, coverage), for a search over
-        batches (``max_speculative_batch_size``), through the same memo: on the fused path a
-        question the memo lacks is answered with the factors that do not depend on the batch
-        worked out once, the rest ``fused_step_times``'s operations in its order (bit for bit).
-        Other models get ``step_times`` itself."""
+        batches (``max_speculative_batch_size``), its answers kept per (K, coverage) (a steady K
+        and coverage ask the same search every poll): on the fused path a new question is
+        answered with the factors that do not depend on the batch worked out once, the rest
+        ``fused_step_times``'s operations in its order (bit for bit). Other models get
+        ``step_times`` itself."""
         fixed_factors = self._fused_factors
         if fixed_factors is None:
             step_times = self.step_times
@@ -372,11 +397,10 @@ class CostModel:
         per_token = k * self.draft_cost_per_token() if kind == "per_token" else 0.0
         charges_fixed = k > 0 and d.cost_per_token is None
         verify_overhead, per_request = self.verify_overhead_seconds, self.verify_seconds_per_request
-        memo = self._memo
+        memo = _answers(self._by_batch, (k, coverage))
 
         def at(batch: float) -> tuple[float, float]:
-            key = (batch, k, coverage)
-            hit = memo.get(key)
+            hit = memo.get(batch)
             if hit is not None:
                 return hit
             b = max(float(batch), 1.0)
@@ -398,19 +422,17 @@ class CostModel:
             if charges_fixed:
                 fixed = verify_overhead + per_request * b
             spec = verify + draft + fixed if full else verify + c * draft + fixed
-            if len(memo) >= _MEMO_LIMIT:
-                memo.clear()
-            hit = memo[key] = (base, spec)
+            hit = memo[batch] = (base, spec)
             return hit
 
         return at
 
     def step_times_by_k(self, batch: float, coverage: float = 1.0) -> Callable[[float], tuple[float, float]]:
         """``k -> step_times(batch, k, coverage)`` for one (batch, coverage), for a scan over K'
-        (``best_draft_length``, ``speedups_of_prefixes``), through the same memo: on the fused
-        path a question the memo lacks is answered with the plain step, the KV read, the draft
-        head's step and the fixed cost worked out once, the rest ``fused_step_times``'s
-        operations in its order (bit for bit). Other models get ``step_times`` itself."""
+        (``speedups_of_prefixes``), its answers kept per (batch, coverage): on the fused path a
+        new question is answered with the plain step, the KV read, the draft head's step and the
+        fixed cost worked out once, the rest ``fused_step_times``'s operations in its order (bit
+        for bit). Other models get ``step_times`` itself."""
         fixed_factors = self._fused_factors
         if fixed_factors is None:
             step_times = self.step_times
@@ -429,11 +451,10 @@ class CostModel:
         per_pass = d.head_steps_per_token
         charges_fixed = d.cost_per_token is None
         fixed_at_b = self.verify_overhead_seconds + self.verify_seconds_per_request * b
-        memo = self._memo
+        memo = _answers(self._by_k, (batch, coverage))
 
         def at(k: float) -> tuple[float, float]:
-            key = (batch, k, coverage)
-            hit = memo.get(key)
+            hit = memo.get(k)
             if hit is not None:
                 return hit
             verify_tokens = max(float(b * (k + 1) if full else b * (1 + c * k)), 1.0)
@@ -452,9 +473,7 @@ class CostModel:
             if k > 0 and charges_fixed:
                 fixed = fixed_at_b
             spec = verify + draft + fixed if full else verify + c * draft + fixed
-            if len(memo) >= _MEMO_LIMIT:
-                memo.clear()
-            hit = memo[key] = (base, spec)
+            hit = memo[k] = (base, spec)
             return hit
 
         return at

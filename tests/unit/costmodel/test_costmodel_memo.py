@@ -18,7 +18,7 @@ from specwatch import costmodel as cmod
 from specwatch.costmodel import learned
 from specwatch.costmodel.breakeven import first_drop_best
 from specwatch.costmodel.models import model_weight_bytes
-from specwatch.costmodel.roofline import _MEMO_LIMIT, CostModel
+from specwatch.costmodel.roofline import _MEMO_LIMIT, _PROBES_LIMIT, CostModel
 from specwatch.costmodel.search import last_true
 
 MODELS = [  # dense and MoE, one and four GPUs, every draft cost class, a profile, a configured cost
@@ -122,9 +122,9 @@ def test_the_fused_step_times_are_the_plain_step_times_bit_for_bit(which, method
 )
 def test_the_step_times_by_batch_are_the_plain_step_times_bit_for_bit(which, method, batches, k, coverage):
     cm = BUILDS[which]().with_method(method)
-    at = cm.step_times_by_batch(k, coverage)
-    for batch in batches:
-        assert _same_floats(at(batch), cm.plain_step_times(batch, k, coverage))
+    for at in (cm.step_times_by_batch(k, coverage), cm.step_times_by_batch(k, coverage)):  # the second: kept answers
+        for batch in batches:
+            assert _same_floats(at(batch), cm.plain_step_times(batch, k, coverage))
 
 
 @hypothesis_settings(max_examples=300, deadline=None)
@@ -137,9 +137,9 @@ def test_the_step_times_by_batch_are_the_plain_step_times_bit_for_bit(which, met
 )
 def test_the_step_times_by_k_are_the_plain_step_times_bit_for_bit(which, method, batch, ks, coverage):
     cm = BUILDS[which]().with_method(method)
-    at = cm.step_times_by_k(batch, coverage)
-    for k in ks:
-        assert _same_floats(at(k), cm.plain_step_times(batch, k, coverage))
+    for at in (cm.step_times_by_k(batch, coverage), cm.step_times_by_k(batch, coverage)):  # the second: kept answers
+        for k in ks:
+            assert _same_floats(at(k), cm.plain_step_times(batch, k, coverage))
 
 
 @hypothesis_settings(max_examples=200, deadline=None)
@@ -191,6 +191,15 @@ def test_the_memo_is_bounded_and_not_part_of_the_models_value():
         cm.step_times(1.0 + i, 3, 0.7)
     assert len(cm._memo) <= _MEMO_LIMIT
     assert cm == replace(cm) and not replace(cm)._memo
+
+
+def test_the_probes_answers_are_bounded_and_not_part_of_the_models_value():
+    cm = cmod.build_cost_model()
+    for i in range(3 * _PROBES_LIMIT):
+        cm.step_times_by_batch(3.0 + i / 1000, 0.7)(4)
+        cm.step_times_by_k(1.0 + i, 0.7)(3)
+    assert len(cm._by_batch) <= _PROBES_LIMIT and len(cm._by_k) <= _PROBES_LIMIT
+    assert cm == replace(cm) and not replace(cm)._by_batch and not replace(cm)._by_k
 
 
 def test_with_method_gives_one_model_per_method():
