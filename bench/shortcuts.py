@@ -8,10 +8,11 @@ round and in CPU time of this thread:
 - `RouteWindow.ingest` / `ingest_plain`: every snapshot fed to a fresh window, each call timed;
 - the cost model's searches of every assessed window (each poll's 1m and 5m stats, at the route's
   cost model): the largest speculative batch (`max_speculative_batch_size`) and the K' scans
-  (`best_draft_length`, `speedups_of_prefixes`), with the step times from the probes made for one
-  (K, coverage) or one (batch, coverage) (`CostModel.step_times_by_batch` / `step_times_by_k`)
-  and with every probe a question to the memoised `CostModel.step_times`, as before them. A fresh
-  model each round: the pipeline asks each measured (K, coverage) once;
+  (`best_draft_length`, which asks the memo on both sides, and `speedups_of_prefixes`), with the
+  step times from the probes made for one (K, coverage) or one (batch, coverage)
+  (`CostModel.step_times_by_batch` / `step_times_by_k`) and with every probe a question to the
+  memoised `CostModel.step_times`. A fresh model each round: the pipeline asks each measured
+  (K, coverage) once;
 - `decide.with_fields` / `dataclasses.replace`: each assessed window's assessment given its
   controller terms.
 
