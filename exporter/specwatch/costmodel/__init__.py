@@ -33,7 +33,6 @@ from specwatch.costmodel.breakeven import (
     per_token_rate_from_alpha,
     position_rates_from_alpha,
     recommend_schedule,
-    speedups_of_prefixes,
     zero_k_band_slowdown,
     zero_k_band_speedup,
 )
@@ -136,7 +135,6 @@ __all__ = [
     "prior_for",
     "recommend_schedule",
     "solve_increasing",
-    "speedups_of_prefixes",
     "zero_k_band_slowdown",
     "zero_k_band_speedup",
 ]

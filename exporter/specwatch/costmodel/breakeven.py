@@ -102,22 +102,6 @@ def _scan_speedups(cm: CostModel, batch: float, position_rates: Sequence[float],
         yield tau * base / spec
 
 
-def speedups_of_prefixes(
-    cm: CostModel, batch: float, position_rates: Sequence[float], coverage: float = 1.0
-) -> list[float]:
-    """``expected_speedup_for_positions(cm, batch, position_rates[:k], coverage)`` for k = 1, 2,
-    ..., len(position_rates), the step times from one probe at (batch, coverage)."""
-    if not position_rates:
-        return []
-    step_times = cm.step_times_by_k(batch, coverage)
-    speedups = []
-    for k in range(1, len(position_rates) + 1):
-        gained = 1.0 + coverage * float(sum(position_rates[:k]))
-        base, spec = step_times(k)
-        speedups.append(gained * base / spec)
-    return speedups
-
-
 def first_drop_best(speedups: Iterable[float], floor: float = 1.0) -> int:
     """The K' (1-based position in ``speedups``, the speedup at K' = 1, 2, ...) with the highest
     speedup before the first drop, or 0 when none beats ``floor`` (the speedup of K' = 0).
@@ -170,13 +154,13 @@ def max_speculative_batch_size(
     if k is None or alpha is None or k <= 0:
         return None
     # pays(b) is expected_speedup(cm, b, k, alpha, coverage) > 1 with its constant gain taken out
-    # of the loop: the same operations in the same order. The search probes a dozen batches or
-    # more at one (K, coverage), so the step times come from a probe made for that pair.
+    # of the loop: the same operations in the same order.
     gain = cm.tokens_per_step(k, alpha, coverage)
-    step_times = cm.step_times_by_batch(k, coverage)
+    k_ = k
+    step_times = cm.step_times  # bound once: the search probes a dozen batches or more
 
     def pays(b: int) -> bool:
-        base, spec = step_times(b)
+        base, spec = step_times(b, k_, coverage)
         return gain * base / spec > 1.0
 
     if not pays(1):

@@ -15,7 +15,6 @@ of the model: one model answers every coverage.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -56,22 +55,6 @@ DEFAULT_CONTEXT_TOKENS = 2048
 _MEMO_LIMIT = 4096
 
 
-#: Bound of the probes' answers: (K, coverage) or (batch, coverage) pairs kept, each with its probes.
-_PROBES_LIMIT = 256
-
-
-def _answers(
-    probes: dict[tuple[float, float], dict[float, tuple[float, float]]], key: tuple[float, float]
-) -> dict[float, tuple[float, float]]:
-    """The answers kept for one probe's fixed pair, a new dict for a new pair (all dropped at the bound)."""
-    answers = probes.get(key)
-    if answers is None:
-        if len(probes) >= _PROBES_LIMIT:
-            probes.clear()
-        answers = probes[key] = {}
-    return answers
-
-
 @dataclass(frozen=True)
 class CostModel:
     hardware: HardwareSpec
@@ -108,14 +91,6 @@ class CostModel:
     _by_method: dict[str, CostModel] = field(default_factory=dict, init=False, repr=False, compare=False)
     # with_prior's models, one per engine prior at most (routes of one server may speak different engines).
     _by_prior: dict[str, CostModel] = field(default_factory=dict, init=False, repr=False, compare=False)
-    # The probes' answers (step_times_by_batch, step_times_by_k): per (K, coverage) by batch and per
-    # (batch, coverage) by K, the same numbers as the memo's, keyed so that a probe hashes one number.
-    _by_batch: dict[tuple[float, float], dict[float, tuple[float, float]]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
-    _by_k: dict[tuple[float, float], dict[float, tuple[float, float]]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -370,114 +345,6 @@ class CostModel:
         spec = verify + draft + fixed if c >= 1.0 else verify + c * draft + fixed
         return base, spec
 
-    def step_times_by_batch(self, k: float, coverage: float = 1.0) -> Callable[[float], tuple[float, float]]:
-        """``batch -> step_times(batch, k, coverage)`` for one (K, coverage), for a search over
-        batches (``max_speculative_batch_size``), its answers kept per (K, coverage) (a steady K
-        and coverage ask the same search every poll): on the fused path a new question is
-        answered with the factors that do not depend on the batch worked out once, the rest
-        ``fused_step_times``'s operations in its order (bit for bit). Other models get
-        ``step_times`` itself."""
-        fixed_factors = self._fused_factors
-        if fixed_factors is None:
-            step_times = self.step_times
-            return lambda batch: step_times(batch, k, coverage)
-        if not (0 < coverage <= 1):
-            raise CostModelError("draft_coverage", "draft_coverage must be in (0, 1]")
-        weight_time, two_active, flops, kv_per_token, bandwidth, fixed_step, context_per_request = fixed_factors
-        c = coverage
-        full = c >= 1.0
-        verify_per_request = k + 1 if full else 1 + c * k
-        d = self.draft
-        drafts = not k <= 0  # draft_time's test and spec_step_time's (k > 0) differ for a NaN K
-        kind = self._draft_kind if drafts else ""
-        ngram_per_request = k + 1
-        head_weight_time, two_head, head_kv = self._fused_head_factors if kind == "head" else (0.0, 0.0, 0.0)
-        passes = k if d.head_steps_per_token else 1.0
-        head_fixed = d.fixed_seconds
-        per_token = k * self.draft_cost_per_token() if kind == "per_token" else 0.0
-        charges_fixed = k > 0 and d.cost_per_token is None
-        verify_overhead, per_request = self.verify_overhead_seconds, self.verify_seconds_per_request
-        memo = _answers(self._by_batch, (k, coverage))
-
-        def at(batch: float) -> tuple[float, float]:
-            hit = memo.get(batch)
-            if hit is not None:
-                return hit
-            b = max(float(batch), 1.0)
-            kv_time = kv_per_token * max(b * context_per_request, 0.0) / bandwidth
-            base = max(weight_time, two_active * b / flops) + kv_time + fixed_step
-            verify_tokens = max(float(b * verify_per_request), 1.0)
-            verify = max(weight_time, two_active * verify_tokens / flops) + kv_time + fixed_step
-            draft = fixed = 0.0
-            if kind == "ngram":
-                ngram_tokens = max(float(b * ngram_per_request), 1.0)
-                draft = NGRAM_FRACTION_OF_VERIFY * (
-                    max(weight_time, two_active * ngram_tokens / flops) + kv_time + fixed_step
-                )
-            elif kind == "head":
-                head_step = max(head_weight_time, two_head * b / flops) + head_kv * b / bandwidth + 0.0
-                draft = passes * (head_fixed + head_step)
-            elif kind == "per_token":
-                draft = per_token * base
-            if charges_fixed:
-                fixed = verify_overhead + per_request * b
-            spec = verify + draft + fixed if full else verify + c * draft + fixed
-            hit = memo[batch] = (base, spec)
-            return hit
-
-        return at
-
-    def step_times_by_k(self, batch: float, coverage: float = 1.0) -> Callable[[float], tuple[float, float]]:
-        """``k -> step_times(batch, k, coverage)`` for one (batch, coverage), for a scan over K'
-        (``speedups_of_prefixes``), its answers kept per (batch, coverage): on the fused path a
-        new question is answered with the plain step, the KV read, the draft head's step and the
-        fixed cost worked out once, the rest ``fused_step_times``'s operations in its order (bit
-        for bit). Other models get ``step_times`` itself."""
-        fixed_factors = self._fused_factors
-        if fixed_factors is None:
-            step_times = self.step_times
-            return lambda k: step_times(batch, k, coverage)
-        if not (0 < coverage <= 1):
-            raise CostModelError("draft_coverage", "draft_coverage must be in (0, 1]")
-        weight_time, two_active, flops, kv_per_token, bandwidth, fixed_step, context_per_request = fixed_factors
-        c = coverage
-        full = c >= 1.0
-        b = max(float(batch), 1.0)
-        kv_time = kv_per_token * max(b * context_per_request, 0.0) / bandwidth
-        base = max(weight_time, two_active * b / flops) + kv_time + fixed_step
-        d = self.draft
-        kind = self._draft_kind
-        head_pass = self._fused_head_pass(b) if kind == "head" else 0.0
-        per_pass = d.head_steps_per_token
-        charges_fixed = d.cost_per_token is None
-        fixed_at_b = self.verify_overhead_seconds + self.verify_seconds_per_request * b
-        memo = _answers(self._by_k, (batch, coverage))
-
-        def at(k: float) -> tuple[float, float]:
-            hit = memo.get(k)
-            if hit is not None:
-                return hit
-            verify_tokens = max(float(b * (k + 1) if full else b * (1 + c * k)), 1.0)
-            verify = max(weight_time, two_active * verify_tokens / flops) + kv_time + fixed_step
-            draft = fixed = 0.0
-            if not k <= 0:  # draft_time's test and spec_step_time's (k > 0) differ for a NaN K
-                if kind == "ngram":
-                    ngram_tokens = max(float(b * (k + 1)), 1.0)
-                    draft = NGRAM_FRACTION_OF_VERIFY * (
-                        max(weight_time, two_active * ngram_tokens / flops) + kv_time + fixed_step
-                    )
-                elif kind == "head":
-                    draft = (k if per_pass else 1.0) * head_pass
-                else:
-                    draft = k * self.draft_cost_per_token() * base
-            if k > 0 and charges_fixed:
-                fixed = fixed_at_b
-            spec = verify + draft + fixed if full else verify + c * draft + fixed
-            hit = memo[k] = (base, spec)
-            return hit
-
-        return at
-
     @cached_property
     def _fused_factors(self) -> tuple[float, float, float, float, float, float, float] | None:
         """fused_step_times' per-model factors of the roofline; None where it does not apply."""
@@ -493,12 +360,6 @@ class CostModel:
             self.fixed_seconds,
             self.context_tokens,
         )
-
-    def _fused_head_pass(self, b: float) -> float:
-        """One pass of the draft head over ``b`` rows, as ``fused_step_times`` prices it."""
-        head_weight_time, two_head, head_kv = self._fused_head_factors
-        head_step = max(head_weight_time, two_head * b / self.flops_eff) + head_kv * b / self.bandwidth_eff + 0.0
-        return self.draft.fixed_seconds + head_step
 
     @cached_property
     def _fused_head_factors(self) -> tuple[float, float, float]:

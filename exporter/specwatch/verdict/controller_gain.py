@@ -99,7 +99,8 @@ def best_fixed_k(
         return None
     p = extend_position_rates(rates, max(len(rates), MAX_FIXED_K))
     best, best_speedup = 0, 1.0
-    for k, speedup in enumerate(costmodel.speedups_of_prefixes(cm, batch, p, coverage), start=1):
+    for k in range(1, len(p) + 1):
+        speedup = costmodel.expected_speedup_for_positions(cm, batch, p[:k], coverage)
         if speedup > best_speedup:
             best, best_speedup = k, speedup
     return best, best_speedup

@@ -18,7 +18,7 @@ from specwatch import costmodel as cmod
 from specwatch.costmodel import learned
 from specwatch.costmodel.breakeven import first_drop_best
 from specwatch.costmodel.models import model_weight_bytes
-from specwatch.costmodel.roofline import _MEMO_LIMIT, _PROBES_LIMIT, CostModel
+from specwatch.costmodel.roofline import _MEMO_LIMIT, CostModel
 from specwatch.costmodel.search import last_true
 
 MODELS = [  # dense and MoE, one and four GPUs, every draft cost class, a profile, a configured cost
@@ -110,64 +110,10 @@ def test_the_fused_step_times_are_the_plain_step_times_bit_for_bit(which, method
     assert _same_floats(cm.fused_step_times(batch, k, coverage), cm.plain_step_times(batch, k, coverage))
 
 
-@hypothesis_settings(max_examples=300, deadline=None)
-@given(
-    which=st.integers(0, len(MODELS)),
-    method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model", "medusa")),
-    batches=st.lists(
-        st.one_of(st.integers(-3, 2048), st.floats(-1.0, 4096.0), st.just(math.nan)), min_size=1, max_size=12
-    ),
-    k=st.one_of(st.integers(-2, 16), st.floats(-1.0, 16.0), st.just(math.nan)),
-    coverage=st.one_of(st.just(1.0), st.floats(1e-6, 1.0)),
-)
-def test_the_step_times_by_batch_are_the_plain_step_times_bit_for_bit(which, method, batches, k, coverage):
-    cm = BUILDS[which]().with_method(method)
-    for at in (cm.step_times_by_batch(k, coverage), cm.step_times_by_batch(k, coverage)):  # the second: kept answers
-        for batch in batches:
-            assert _same_floats(at(batch), cm.plain_step_times(batch, k, coverage))
-
-
-@hypothesis_settings(max_examples=300, deadline=None)
-@given(
-    which=st.integers(0, len(MODELS)),
-    method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model", "medusa")),
-    batch=st.one_of(st.integers(-3, 2048), st.floats(-1.0, 4096.0), st.just(math.nan)),
-    ks=st.lists(st.one_of(st.integers(-2, 16), st.floats(-1.0, 16.0), st.just(math.nan)), min_size=1, max_size=12),
-    coverage=st.one_of(st.just(1.0), st.floats(1e-6, 1.0)),
-)
-def test_the_step_times_by_k_are_the_plain_step_times_bit_for_bit(which, method, batch, ks, coverage):
-    cm = BUILDS[which]().with_method(method)
-    for at in (cm.step_times_by_k(batch, coverage), cm.step_times_by_k(batch, coverage)):  # the second: kept answers
-        for k in ks:
-            assert _same_floats(at(k), cm.plain_step_times(batch, k, coverage))
-
-
-@hypothesis_settings(max_examples=200, deadline=None)
-@given(
-    which=st.integers(0, len(MODELS)),
-    method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model")),
-    batch=st.one_of(st.integers(1, 1024), st.floats(0.0, 2048.0)),
-    rates=st.lists(st.floats(0.0, 1.0), max_size=10),
-    coverage=st.one_of(st.just(1.0), st.floats(1e-6, 1.0)),
-)
-def test_the_speedups_of_prefixes_are_the_speedups_for_each_prefix(which, method, batch, rates, coverage):
-    cm = BUILDS[which]().with_method(method)
-    fresh = BUILDS[which]().with_method(method)
-    expected = [
-        cmod.expected_speedup_for_positions(fresh, batch, rates[:k], coverage) for k in range(1, len(rates) + 1)
-    ]
-    assert cmod.speedups_of_prefixes(cm, batch, rates, coverage) == expected
-
-
 @pytest.mark.parametrize("coverage", [0.0, 1.5, math.nan])
 def test_the_fused_step_times_refuse_a_coverage_outside_0_1_as_the_plain_ones_do(coverage):
     cm = cmod.build_cost_model()
-    for step_times in (
-        cm.fused_step_times,
-        cm.plain_step_times,
-        lambda b, k, c: cm.step_times_by_batch(k, c)(b),
-        lambda b, k, c: cm.step_times_by_k(b, c)(k),
-    ):
+    for step_times in (cm.fused_step_times, cm.plain_step_times):
         with pytest.raises(cmod.CostModelError, match="draft_coverage"):
             step_times(4.0, 3, coverage)
 
@@ -191,15 +137,6 @@ def test_the_memo_is_bounded_and_not_part_of_the_models_value():
         cm.step_times(1.0 + i, 3, 0.7)
     assert len(cm._memo) <= _MEMO_LIMIT
     assert cm == replace(cm) and not replace(cm)._memo
-
-
-def test_the_probes_answers_are_bounded_and_not_part_of_the_models_value():
-    cm = cmod.build_cost_model()
-    for i in range(3 * _PROBES_LIMIT):
-        cm.step_times_by_batch(3.0 + i / 1000, 0.7)(4)
-        cm.step_times_by_k(1.0 + i, 0.7)(3)
-    assert len(cm._by_batch) <= _PROBES_LIMIT and len(cm._by_k) <= _PROBES_LIMIT
-    assert cm == replace(cm) and not replace(cm)._by_batch and not replace(cm)._by_k
 
 
 def test_with_method_gives_one_model_per_method():
