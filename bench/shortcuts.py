@@ -5,7 +5,9 @@ read through a Pipeline once, keeping every route snapshot. Then, in alternation
 round and in CPU time of this thread:
 
 - `window.implausible` / `implausible_plain` on every snapshot;
-- `RouteWindow.ingest` / `ingest_plain`: every snapshot fed to a fresh window, each call timed.
+- `RouteWindow.ingest` / `ingest_plain`: every snapshot fed to a fresh window, each call timed;
+- `decide.with_fields` / `dataclasses.replace`: each assessed window's assessment given its
+  controller terms.
 
 Medians per call. The shortcuts are tested to give the same answers (tests/unit/windows/
 test_implausible_shortcut.py, test_window_shortcuts.py); this shows what they cost.
@@ -14,11 +16,14 @@ test_implausible_shortcut.py, test_window_shortcuts.py); this shows what they co
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections.abc import Callable
 
 from specwatch.engines.series import RouteSnapshot
 from specwatch.sidecar.pipeline import Pipeline
+from specwatch.verdict.decide import Assessment, with_fields
+from specwatch.windows.derive import WindowStats
 from specwatch.windows.window import RouteWindow, implausible, implausible_plain
 
 from . import payloads
@@ -34,6 +39,21 @@ def recorded() -> list[RouteSnapshot]:
         pipeline.ingest("vllm", t, text)
         snaps += [route.window.entries[-1].snapshot for route in pipeline._routes.values()]
     return snaps
+
+
+def assessed() -> tuple[list[WindowStats], list[Assessment]]:
+    """The real recording's assessed windows (speculation with drafts and a batch)."""
+    pipeline = Pipeline(default_config())
+    stats: list[WindowStats] = []
+    assessments: list[Assessment] = []
+    for _, t, text in payloads.real_payloads():
+        pipeline.ingest("vllm", t, text)
+        for evaluation in pipeline.evaluate(t):
+            s = evaluation.stats
+            if s.drafts and s.draft_length and s.acceptance_rate is not None and s.batch_size and s.position_rates:
+                stats.append(s)
+                assessments.append(evaluation.assessment)
+    return stats, assessments
 
 
 def _each(fn: Callable[[object], object], items: list) -> list[float]:
@@ -53,20 +73,24 @@ def _ingest_all(ingest: Callable[[RouteWindow, RouteSnapshot], bool], snaps: lis
 
 def measure(rounds: int = 20) -> dict[str, float]:
     snaps = recorded()
+    stats, assessments = assessed()
     cases: dict[str, Callable[[], list[float]]] = {
         "implausible": lambda: _each(implausible, snaps),  # type: ignore[arg-type]
         "implausible_plain": lambda: _each(implausible_plain, snaps),  # type: ignore[arg-type]
         "ingest": lambda: _ingest_all(RouteWindow.ingest, snaps)[2:],
         "ingest_plain": lambda: _ingest_all(RouteWindow.ingest_plain, snaps)[2:],
+        "with_fields": lambda: _each(lambda a: with_fields(a, controller_terms=None), assessments),  # type: ignore[arg-type]
+        "with_fields_plain": lambda: _each(lambda a: dataclasses.replace(a, controller_terms=None), assessments),  # type: ignore[arg-type]
     }
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, case in cases.items():
             samples[name] += case()
     out = {f"{name}_us": median(xs) * 1e6 for name, xs in samples.items()}
-    for name in ("implausible", "ingest"):
+    for name in ("implausible", "ingest", "with_fields"):
         out[f"{name}_plain_over_shortcut"] = out[f"{name}_plain_us"] / out[f"{name}_us"]
     out["snapshots"] = float(len(snaps))
+    out["assessed_windows"] = float(len(stats))
     return out
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 
 from specwatch.costmodel.engine_priors import log_error_at
@@ -46,7 +47,8 @@ DEFAULT_STEP_LOG_SPREAD = 0.15
 #: units): near the learner's residual floor (learned.MIN_RESIDUAL_SCALE, 0.05).
 MIN_MEASURED_LOG_ERROR = 0.04
 #: z of P99 over P50 for a log-normal step time.
-_Z_P99 = NormalDist().inv_cdf(0.99)
+_STANDARD_NORMAL = NormalDist()
+_Z_P99 = _STANDARD_NORMAL.inv_cdf(0.99)
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,12 @@ class SpeedupInterval:
     z: float
 
 
+@lru_cache(maxsize=16)
 def z_for(confidence: float) -> float:
-    """The two-sided normal quantile: 1.645 at 0.9."""
-    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+    """The two-sided normal quantile: 1.645 at 0.9. Remembered: the configured confidence is asked
+    for every assessed window, and the quantile's rational approximation is the dearest part of
+    an interval."""
+    return _STANDARD_NORMAL.inv_cdf(0.5 + confidence / 2.0)
 
 
 def calibration_log_error(cm: CostModel, batch: float | None = None) -> float:
@@ -126,7 +131,7 @@ def loss_probability(speedup: float, model_log_error: float, sampling_log_error:
     centre = math.log(max(speedup, 1e-9))
     if sigma <= 0.0:
         return 0.5 if centre == 0.0 else float(centre < 0.0)
-    return NormalDist().cdf(-centre / sigma)
+    return _STANDARD_NORMAL.cdf(-centre / sigma)
 
 
 def step_log_spread(itl_p50_seconds: float | None, itl_p99_seconds: float | None) -> float:

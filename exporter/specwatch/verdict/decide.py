@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -110,6 +110,25 @@ class Assessment:
     loss_probability: float | None = None
     # What the advice in the engine's controller's terms needs (controller_gain.controller_terms).
     controller_terms: ControllerTerms | None = None
+
+
+_ASSESSMENT_FIELDS = frozenset(f.name for f in fields(Assessment))
+
+
+def with_fields(assessment: Assessment, **changes: object) -> Assessment:
+    """``dataclasses.replace(assessment, **changes)`` without running the frozen dataclass's
+    ``__init__``, which sets its 17 fields one ``object.__setattr__`` at a time (the evaluation
+    replaces one field of each window's assessment every poll): its fields copied, ``changes``
+    over them. The same value as ``replace`` while Assessment has no ``__post_init__``, InitVar
+    or init=False field (tests/unit/verdict/test_decide_with_fields.py holds it to that)."""
+    unknown = changes.keys() - _ASSESSMENT_FIELDS
+    if unknown:
+        raise TypeError(f"Assessment has no field {', '.join(sorted(unknown))}")
+    new = object.__new__(type(assessment))
+    state = new.__dict__
+    state.update(assessment.__dict__)
+    state.update(changes)
+    return new
 
 
 def _finite(x: float | None) -> float | None:

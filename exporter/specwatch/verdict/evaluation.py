@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
@@ -404,7 +404,7 @@ def evaluate_route(
                 assessment = judged(assessment, gain, base_config)
         if guard and assessment.expected_speedup is not None:
             terms = controller_terms(cost_model, stats, assessment, gain, batches, base_config)
-            assessment = replace(assessment, controller_terms=terms)
+            assessment = decide.with_fields(assessment, controller_terms=terms)
         if fresh or previous is None:
             state = decide.next_verdict(previous, assessment.candidate, hold, now)
             memory.verdicts[label] = state

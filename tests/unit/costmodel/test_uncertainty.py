@@ -4,8 +4,11 @@ alpha's sampling noise, and how long a canary must run."""
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specwatch import costmodel as cmod
 from specwatch.costmodel import uncertainty
@@ -117,3 +120,16 @@ def test_a_canary_runs_longer_the_closer_the_speedup_is_to_1_and_not_at_all_with
 def test_the_step_spread_comes_from_the_windows_itl_quantiles():
     assert uncertainty.step_log_spread(0.02, 0.02 * math.exp(2 * 2.3263)) == pytest.approx(2.0, rel=1e-3)
     assert uncertainty.step_log_spread(None, 0.05) == uncertainty.DEFAULT_STEP_LOG_SPREAD
+
+
+@given(confidences=st.lists(st.floats(0.01, 0.999), min_size=1, max_size=20))
+def test_the_remembered_z_is_the_normal_quantile_computed_afresh(confidences):
+    for confidence in confidences + confidences[::-1]:  # every confidence again, remembered
+        assert uncertainty.z_for(confidence) == NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+@given(speedup=st.floats(1e-12, 1e6), model=st.floats(1e-6, 3.0), sampling=st.floats(0.0, 3.0))
+def test_the_loss_probability_is_a_fresh_standard_normals_cdf(speedup, model, sampling):
+    centre = math.log(max(speedup, 1e-9))
+    expected = NormalDist().cdf(-centre / math.hypot(model, sampling))
+    assert uncertainty.loss_probability(speedup, model, sampling) == expected

@@ -31,6 +31,7 @@ from specwatch.windows.derive import (
     window_stats,
 )
 from specwatch.windows.window import Entry, RouteWindow, WindowView, _broken_engines, _one_step_slack
+from support.counter_sequences import random_snapshots
 from support.paths import fixture_path
 
 
@@ -294,72 +295,6 @@ def test_position_rates_equal_the_loop_over_the_drafts_reaching_each_position(ac
                     assert _same(position_rates(*args, **kwargs), reference_position_rates(*args, **kwargs))
 
 
-LAYOUTS = ((0.01, 0.1, math.inf), (0.01, 0.05, 0.1, math.inf))
-
-
-def _random_snapshots(rng, polls):
-    """Counters of 1-2 engines that grow, restart (visibly or hidden), re-lay-out their ITL
-    histogram and lose or gain series, with or without `_created`."""
-    engines = ("0", "1")[: rng.randint(1, 2)]
-    with_created = rng.random() < 0.5
-    k = rng.choice((None, 2, 4))
-    spec = rng.random() < 0.9
-    layout = {e: rng.choice(LAYOUTS) for e in engines}
-    created = dict.fromkeys(engines, 1000.0)
-    value: dict[SeriesKey, float] = {}
-    t = 1_000_000.0
-    out = []
-    for _ in range(polls):
-        t += rng.choice((2.0, 5.0, 5.0, 5.0, 0.0, 40.0))
-        counters: dict[SeriesKey, float] = {}
-        for e in engines:
-            if rng.random() < 0.05:
-                created[e] += 7.0  # a restart
-                for key in [key for key in value if key.series == e]:
-                    value[key] = 0.0
-            if rng.random() < 0.05:
-                layout[e] = rng.choice(LAYOUTS)
-            drafts = rng.randint(0, 50)
-            steps = {
-                SeriesKey(Counter.DRAFTS, e): drafts,
-                SeriesKey(Counter.DRAFT_TOKENS, e): drafts * rng.choice((2, 3, 4)),
-                SeriesKey(Counter.ACCEPTED, e): rng.randint(0, drafts * 2),
-                SeriesKey(Counter.GEN, e): rng.randint(0, 300),
-                SeriesKey(Counter.ITL_SUM, e): rng.random(),
-                SeriesKey(Counter.ITL_COUNT, e): rng.randint(0, 300),
-                SeriesKey(Counter.STEPS, e): rng.randint(0, 100),
-            }
-            for position in range(3):
-                steps[SeriesKey(Counter.POS, e, float(position))] = rng.randint(0, drafts)
-            cumulative = 0
-            for le in layout[e]:
-                cumulative += rng.randint(0, 40)
-                steps[SeriesKey(Counter.ITL_BUCKET, e, le)] = cumulative
-            for key, step in steps.items():
-                if rng.random() < 0.03:
-                    continue  # a series missing from this poll
-                if rng.random() < 0.02:
-                    value[key] = 0.0  # a reset only this series shows
-                value[key] = value.get(key, 0.0) + step
-                counters[key] = value[key]
-        out.append(
-            RouteSnapshot(
-                t=t,
-                target="vllm",
-                route="r",
-                model_name="m",
-                schema="v1",
-                spec_present=spec,
-                engines=engines,
-                configured_k=k,
-                counters=counters,
-                created={SeriesKey(Counter.ITL, e): c for e, c in created.items()} if with_created else {},
-                running={e: float(rng.randint(0, 16)) for e in engines} if rng.random() < 0.8 else {},
-            )
-        )
-    return out
-
-
 def _window_state(w):
     return (w.totals, [(e.t, e.totals) for e in w.entries], w.resets, w._le_sets, w._raw, w._created, w.dips, w.mirror)
 
@@ -368,7 +303,7 @@ def test_window_ingest_and_window_stats_equal_the_plain_computation_on_random_se
     rng = random.Random(17)
     for _ in range(150):
         window, reference = RouteWindow(300.0), ReferenceWindow(300.0)
-        for snap in _random_snapshots(rng, rng.randint(2, 40)):
+        for snap in random_snapshots(rng, rng.randint(2, 40), drafted_by_position=False):
             assert window.ingest(snap) == reference.ingest(snap)
             assert _window_state(window) == _window_state(reference)
             for width in (60.0, 300.0):
@@ -506,7 +441,7 @@ def test_window_stats_reads_a_view_class_with_its_own_increases_through_them():
     rng = random.Random(11)
     for _ in range(40):
         window = RouteWindow(300.0)
-        for snap in _random_snapshots(rng, rng.randint(3, 20)):
+        for snap in random_snapshots(rng, rng.randint(3, 20), drafted_by_position=False):
             window.ingest(snap)
             view = window.view(snap.t, 300.0)
             if view is not None:

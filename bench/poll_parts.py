@@ -1,0 +1,92 @@
+"""Where one full poll of the real payload goes, measured as `python -m bench --only parse`
+measures the poll: prometheus_client parses the payload first (so every cache is cold), then
+`Pipeline.ingest` + `Pipeline.evaluate`, in CPU time of this thread.
+
+`python -m bench.poll_parts [--rounds N]`: each part below is wrapped where the pipeline calls it
+and its time summed per poll; medians per poll over every round of the recording (the first two
+polls, empty windows, left out). The wrappers cost a little each, so the parts add up to more
+than an unwrapped poll; compare runs of this tool, not its parts with the parse benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+from specwatch import costmodel
+from specwatch.sidecar import pipeline as pipeline_module
+from specwatch.sidecar.pipeline import Pipeline
+from specwatch.verdict import decide, evaluation, memo
+
+from . import payloads
+from .common import median
+from .parse_cost import default_config, pc_parse
+
+#: (module, function name, label): where the pipeline looks each part up when it calls it.
+PARTS = (
+    (pipeline_module, "window_stats", "window_stats"),
+    (pipeline_module, "evaluate_route", "evaluate_route"),
+    (memo.decide, "assess", "assess_memo_miss"),
+    (costmodel, "max_speculative_batch_size", "max_speculative_batch_size"),
+    (costmodel, "best_draft_length", "best_draft_length"),
+    (decide.uncertainty, "speedup_interval", "speedup_interval"),
+    (evaluation, "controller_terms", "controller_terms"),
+)
+
+
+def measure(rounds: int = 5) -> dict[str, float]:
+    spent: dict[str, float] = {}
+    clock = time.thread_time
+
+    def timed(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def part(*args: Any, **kwargs: Any) -> Any:
+            a = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + clock() - a
+
+        return part
+
+    originals = [(module, name, getattr(module, name)) for module, name, _ in PARTS]
+    for (module, name, label), (_, _, fn) in zip(PARTS, originals, strict=True):
+        setattr(module, name, timed(fn, label))
+    samples: dict[str, list[float]] = {}
+    try:
+        seq = [(t, text) for _, t, text in payloads.real_payloads()]
+        for _ in range(rounds):
+            pipeline = Pipeline(default_config())
+            for i, (t, text) in enumerate(seq):
+                pc_parse(text)
+                spent.clear()
+                a = clock()
+                pipeline.ingest("vllm", t, text)
+                b = clock()
+                pipeline.evaluate(t)
+                c = clock()
+                if i >= 2:
+                    for label, seconds in {
+                        "poll": c - a,
+                        "Pipeline.ingest": b - a,
+                        "Pipeline.evaluate": c - b,
+                        **spent,
+                    }.items():
+                        samples.setdefault(label, []).append(seconds)
+    finally:
+        for module, name, fn in originals:
+            setattr(module, name, fn)
+    return {f"{label}_us": median(xs) * 1e6 for label, xs in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    for key, value in measure(args.rounds).items():
+        print(f"{key:40s} {value:10.1f}")
+
+
+if __name__ == "__main__":
+    main()
