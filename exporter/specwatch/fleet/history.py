@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 
 from specwatch.costmodel import learned
-from specwatch.fleet.backtest import RANGE_QUERY_TIMEOUT, RangeClient, replay
+from specwatch.fleet.backtest import RANGE_QUERY_TIMEOUT, RangeClient, detect_recorded, replay
 from specwatch.fleet.client import (
     MAX_POINTS_PER_SERIES,
     PromClient,
@@ -132,6 +132,8 @@ def read_history(
     bounded = _BoundedClient(raw, started + deadline, max_queries)
     done, first, last, error = 0, None, None, None
     try:
+        if evaluator.recorded is None:  # first: the probe reads the series the read will
+            detect_recorded(evaluator, bounded, now - step, step)
         begins = first_data(bounded, evaluator.queries.freshness, origin, now - step, step)
         if begins is None:  # no replica in the lookback: nothing to evaluate
             return HistoryRead(lookback, None, None, 0, bounded.queries, time.monotonic() - started)
