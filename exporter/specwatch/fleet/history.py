@@ -100,7 +100,8 @@ def first_data(client: RangeClient, expr: str, origin: float, end: float, step: 
     replica in the range. A read of a history that began minutes ago then costs the queries of
     those minutes, not those of the whole lookback (at a loaded Prometheus, seconds each)."""
     probe = max(step, PROBE_STEP)
-    seen = [t for series in client.query_range(expr, origin, end, probe).series for t, _ in series.points]
+    last = origin + math.ceil((end - origin) / probe - 1e-9) * probe  # at or after `end`: its newest step too
+    seen = [t for series in client.query_range(expr, origin, last, probe).series for t, _ in series.points]
     if not seen:
         return None
     start = max(origin, min(seen) - probe)  # a replica seen at t was first scraped after t - probe

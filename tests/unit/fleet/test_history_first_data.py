@@ -54,7 +54,8 @@ def test_a_twelve_hour_lookback_over_five_minutes_of_data_reads_one_chunk_after_
     assert read.error is None
     probe, *chunks = prometheus.ranges
     origin, steps = history_grid(NOW, 12 * 3600.0, 10.0)
-    assert probe == (origin, NOW - 10.0, PROBE_STEP), "the probe spans the whole lookback"
+    assert probe[0] == origin and probe[2] == PROBE_STEP, "the probe spans the whole lookback"
+    assert NOW - 10.0 <= probe[1] < NOW - 10.0 + PROBE_STEP, "... to its newest step"
     assert len(chunks) == 3, f"one chunk (its two windows and the freshness query), not {3 * steps // CHUNK_STEPS}"
     start, end, step = chunks[0]
     assert step == 10.0 and end == NOW - 10.0
@@ -87,3 +88,10 @@ def test_the_first_data_step_is_on_the_grid_and_never_before_the_origin():
     prometheus.since = NOW - 95.0
     begins = first_data(prometheus, evaluator.queries.freshness, NOW - 3600.0, NOW - 10.0, 10.0)
     assert begins is not None and (NOW - begins) % 10.0 == 0 and NOW - 95.0 - PROBE_STEP - 10.0 < begins <= NOW - 95.0
+
+
+def test_a_replica_that_appeared_after_the_probes_last_step_before_the_end_is_read():
+    evaluator = _evaluator("1h")
+    prometheus = YoungPrometheus(evaluator.config.prometheus, evaluator.queries.freshness, since=NOW - 30.0)
+    begins = first_data(prometheus, evaluator.queries.freshness, NOW - 3600.0, NOW - 10.0, 10.0)
+    assert begins is not None and NOW - 30.0 - PROBE_STEP - 10.0 < begins <= NOW - 30.0
