@@ -120,6 +120,12 @@ class RangeClient(Protocol):
     def query_range(self, expr: str, start: float, end: float, step: float) -> RangeAnswer: ...
 
 
+def detect_recorded(evaluator: FleetEvaluator, client: RangeClient, end: float, step: float) -> None:
+    """One range query: were the recording rules there at ``end``? The evaluator then reads them, or not."""
+    answer = client.query_range(recorded.detection_query(evaluator.source.matchers), end, end, step)
+    evaluator.use_recorded(recorded.covers(evaluator.config.windows) and recorded.present_in_range(answer.series))
+
+
 def replay(
     evaluator: FleetEvaluator,
     client: RangeClient,
@@ -135,9 +141,8 @@ def replay(
     halves until it fits; any other query error is raised. ``from_first_data``: the steps before
     the first with any window series are skipped (before the fleet existed, an empty answer is no
     selector that matches nothing; evaluating them would change nothing else)."""
-    if evaluator.recorded is None:  # one range query: were the recording rules there at the end?
-        answer = client.query_range(recorded.detection_query(evaluator.source.matchers), end, end, step)
-        evaluator.use_recorded(recorded.covers(evaluator.config.windows) and recorded.present_in_range(answer.series))
+    if evaluator.recorded is None:
+        detect_recorded(evaluator, client, end, step)
     queries = evaluator.queries
     pending = _chunks(origin, end, step, max_points)
     waiting = from_first_data

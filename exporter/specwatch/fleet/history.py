@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 
 from specwatch.costmodel import learned
-from specwatch.fleet.backtest import RANGE_QUERY_TIMEOUT, replay
+from specwatch.fleet.backtest import RANGE_QUERY_TIMEOUT, RangeClient, detect_recorded, replay
 from specwatch.fleet.client import (
     MAX_POINTS_PER_SERIES,
     PromClient,
@@ -55,6 +55,9 @@ HISTORY_ERROR_REASONS = (*QUERY_ERROR_REASONS, BUDGET)
 #: Wall-time budget of the whole read. It comes before the first live poll (the service keeps /healthz
 #: ticking meanwhile; /readyz says starting), so the budget bounds how late that poll comes.
 DEADLINE = 120.0
+#: Step of the one range query that finds where the fleet's data begins (first_data): no longer than
+#: Prometheus' default lookback delta (5m), so a replica scraped in between is seen at some step.
+PROBE_STEP = 60.0
 
 
 class _QueryBudgetSpent(Exception):
@@ -91,6 +94,20 @@ def history_grid(now: float, lookback: float, step: float, max_steps: int = MAX_
     return now - steps * step, steps
 
 
+def first_data(client: RangeClient, expr: str, origin: float, end: float, step: float) -> float | None:
+    """The first step origin + k·step (up to ``end``) whose windows may hold data, from one range
+    query of the freshness expression ``expr`` at PROBE_STEP (or ``step``, if longer); None: no
+    replica in the range. A read of a history that began minutes ago then costs the queries of
+    those minutes, not those of the whole lookback (at a loaded Prometheus, seconds each)."""
+    probe = max(step, PROBE_STEP)
+    last = origin + math.ceil((end - origin) / probe - 1e-9) * probe  # at or after `end`: its newest step too
+    seen = [t for series in client.query_range(expr, origin, last, probe).series for t, _ in series.points]
+    if not seen:
+        return None
+    start = max(origin, min(seen) - probe)  # a replica seen at t was first scraped after t - probe
+    return origin + math.floor((start - origin) / step + 1e-9) * step
+
+
 def read_history(
     evaluator: FleetEvaluator,
     now: float,
@@ -116,8 +133,13 @@ def read_history(
     bounded = _BoundedClient(raw, started + deadline, max_queries)
     done, first, last, error = 0, None, None, None
     try:
+        if evaluator.recorded is None:  # first: the probe reads the series the read will
+            detect_recorded(evaluator, bounded, now - step, step)
+        begins = first_data(bounded, evaluator.queries.freshness, origin, now - step, step)
+        if begins is None:  # no replica in the lookback: nothing to evaluate
+            return HistoryRead(lookback, None, None, 0, bounded.queries, time.monotonic() - started)
         for _, t, _ in replay(
-            evaluator, bounded, origin, now - step, step, min(CHUNK_STEPS, MAX_POINTS_PER_SERIES), from_first_data=True
+            evaluator, bounded, begins, now - step, step, min(CHUNK_STEPS, MAX_POINTS_PER_SERIES), from_first_data=True
         ):
             done += 1
             first = t if first is None else first

@@ -141,9 +141,9 @@ def test_with_the_history_read_the_first_live_poll_rests_on_history_exactly_as_b
         ("llama-8b", "learned", "history")
     ]
     history = status["history"]
-    # 20m at 1m in one chunk (3 queries); the 2 steps before the recordings' first sample answer
-    # nothing and are skipped, so the read starts at that sample.
-    assert (history["steps"], history["queries"], history["error"]) == (18, 3, None)
+    # The probe for the first data, then 20m at 1m in one chunk (3 queries); the 2 steps before the
+    # recordings' first sample answer nothing and are skipped, so the read starts at that sample.
+    assert (history["steps"], history["queries"], history["error"]) == (18, 4, None)
     assert (history["lookback_seconds"], history["start"], history["end"]) == (
         1200.0,
         iso_time(origin),
