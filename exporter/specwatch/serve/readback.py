@@ -7,9 +7,11 @@ one per quantity) and its learned step-time curve (`specwatch_step_time_curve_se
 one reads them back with one range query over `lookback`, picked by the route label under the
 configured selector (the pod label is new with each pod). Per route the series group (every label
 but the name and the family's own) with the newest
-sample wins: the last pod before this one. It runs once, on its own thread, under one deadline:
-the first poll never waits for it. A failure is counted by reason and logged once; the sidecar then
-starts from nothing, as without `readback:`.
+sample wins: the last pod before this one. It runs on its own thread, each try under one deadline:
+the first poll never waits for it. A failure that passes (Prometheus unreachable, slow or answering
+5xx: a new pod's network is often not ready in its first seconds, and Prometheus restarts) is
+tried again after the pauses of RETRY_PAUSES; each failed try is counted by reason, the first and
+the last are logged; after the last the sidecar starts from nothing, as without `readback:`.
 
 Bounded like a poll: the answer (at most `max_bytes`) is decoded in place and only the newest point
 of each series inside [now - lookback, now] is kept (client.MatrixDecoder), at most MAX_SERIES
@@ -29,7 +31,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,6 +51,10 @@ if TYPE_CHECKING:
 #: of range (times outside the lookback, impossible magnitudes), or disagreeing with live windows.
 IMPLAUSIBLE, DISAGREES = "implausible", "disagrees"
 READBACK_ERROR_REASONS = (*QUERY_ERROR_REASONS, IMPLAUSIBLE, DISAGREES)
+#: Seconds between the tries of a read-back that failed for a reason that passes (TRANSIENT): about
+#: 40 s in all, well inside the default lookback, so the previous pod's last window is still there.
+RETRY_PAUSES = (2.0, 5.0, 10.0, 20.0)
+TRANSIENT = frozenset({"timeout", "connect", "http_5xx"})
 #: Series of one read-back answer at most: 50 routes over several pods in the lookback (a route's
 #: series: its quantities, positions and 65 knots; docs/benchmarks.md, "Chart defaults and constants").
 MAX_SERIES = 20_000
@@ -191,14 +197,26 @@ def restored_from_series(series: Iterable[Series], now: float | None = None, loo
 class Readback:
     """One read-back, on its own thread; `take` hands its result to the poll thread once."""
 
-    def __init__(self, config: ReadbackConfig, client: PromClient | None = None) -> None:
+    def __init__(
+        self,
+        config: ReadbackConfig,
+        client: PromClient | None = None,
+        *,
+        pauses: Sequence[float] | None = None,
+        wait: Callable[[float], object] | None = None,
+    ) -> None:
         if client is None:
             from specwatch.fleet.client import PromClient
 
             client = PromClient(config.as_prometheus())
         self.config = config
         self._client = client
+        self._pauses = tuple(RETRY_PAUSES if pauses is None else pauses)
+        self._stopping = threading.Event()
+        self._wait = wait if wait is not None else self._stopping.wait  # returns true once stopping
         self.errors = dict.fromkeys(READBACK_ERROR_REASONS, 0)
+        self.tries = 0
+        self._message = ""  # the last failed try's, for the log
         self.restored: int | None = None  # routes restored (None: not done yet)
         self._result = Restored({}, {})
         self._done = threading.Event()  # set once _result is final (the poll thread reads it then)
@@ -210,10 +228,50 @@ class Readback:
         self._thread = threading.Thread(target=self.run, args=(at,), name="specwatch-readback", daemon=True)
         self._thread.start()
 
+    def stop(self) -> None:
+        """Ends a read-back waiting to try again (shutdown): it restores nothing more."""
+        self._stopping.set()
+
     def run(self, now: float) -> None:
-        """The read; never raises: whatever goes wrong is counted, logged once and restores nothing."""
+        """The read, tried again after each pause while it fails for a reason that passes; never
+        raises: whatever goes wrong is counted and restores nothing. `now` is the first try's time;
+        a later try reads up to its own time (now plus the seconds since)."""
+        started = time.monotonic()
+        result, reason = self._try(now)
+        for pause in self._pauses:
+            if reason not in TRANSIENT:
+                break
+            if self.tries == 1:
+                log.warning(
+                    "readback_failed",
+                    reason=reason,
+                    message=self._message,
+                    action=f"trying {len(self._pauses)} more times within {format_duration(sum(self._pauses))}",
+                )
+            if self._wait(pause) is True:
+                break
+            result, reason = self._try(now + (time.monotonic() - started))
+        if reason is not None:
+            log.warning(
+                "readback_failed",
+                reason=reason,
+                message=self._message,
+                tries=self.tries,
+                action="starting from nothing",
+            )
+        with contextlib.suppress(Exception):
+            self._client.close()
+        self.restored = len(result.routes)
+        if result.routes:
+            log.info("readback_restored", routes=result.routes, curves=sorted(result.curves), tries=self.tries)
+        self._result = result
+        self._done.set()
+
+    def _try(self, now: float) -> tuple[Restored, str | None]:
+        """One query: what it restores, and the reason it failed (None: it did not)."""
         from specwatch.fleet.client import PromQueryError
 
+        self.tries += 1
         lookback = self.config.lookback
         try:
             answer = self._client.query_range(
@@ -234,22 +292,13 @@ class Readback:
                     samples_outside_lookback=out_of_range,
                     action="dropped: samples stamped outside [now - lookback, now], magnitudes no server has",
                 )
+            return result, None
         except PromQueryError as exc:
-            self.errors[exc.reason if exc.reason in self.errors else "invalid"] += 1
-            log.warning("readback_failed", reason=exc.reason, message=str(exc), action="starting from nothing")
-            result = Restored({}, {})
+            reason, self._message = (exc.reason if exc.reason in self.errors else "invalid"), str(exc)[:200]
         except Exception as exc:  # noqa: BLE001 - a bug or an answer nothing foresaw: never a silent dead thread
-            self.errors["invalid"] += 1
-            log.warning("readback_failed", reason="invalid", message=repr(exc)[:200], action="starting from nothing")
-            result = Restored({}, {})
-        finally:
-            with contextlib.suppress(Exception):
-                self._client.close()
-        self.restored = len(result.routes)
-        if result.routes:
-            log.info("readback_restored", routes=result.routes, curves=sorted(result.curves))
-        self._result = result
-        self._done.set()
+            reason, self._message = "invalid", repr(exc)[:200]
+        self.errors[reason] += 1
+        return Restored({}, {}), reason
 
     def take(self) -> Restored | None:
         """The result once, when done (the poll thread applies it between polls); else None."""

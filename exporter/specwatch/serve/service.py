@@ -350,6 +350,8 @@ class Service:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self.readback is not None:
+            self.readback.stop()
         if self.httpd is not None:
             self.httpd.shutdown()
             self.httpd.server_close()

@@ -58,6 +58,7 @@ class Pod:
             windows=WINDOWS,
         )
         config["shutdown_drain"] = "0s"
+        config["log"] = {"format": "json", "level": "info"}  # the read-back's outcome is logged at info
         config["readback"] = {"url": prometheus_url, "selector": '{job="vllm"}', "timeout": "3s", "lookback": "10m"}
         (work / "specwatch.yaml").write_text(json.dumps(config))
         self.log = work / "specwatch.log"
@@ -88,6 +89,16 @@ class Pod:
 
     def status(self) -> dict:
         return requests.get(f"http://127.0.0.1:{self.sidecar_port}/api/v1/status", timeout=5).json()
+
+    def diagnosis(self) -> str:
+        """What the sidecar says about its read-back and grading: for a failing assertion's message."""
+        try:
+            metrics = requests.get(f"http://127.0.0.1:{self.sidecar_port}/metrics", timeout=5).text
+        except requests.RequestException as exc:
+            metrics = f"(no /metrics: {exc})"
+        lines = [line for line in metrics.splitlines() if line.startswith(("specwatch_readback", "specwatch_advice"))]
+        log = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(["/metrics:", *lines, "log (last 30 lines):", *log[-30:]])
 
     def replace(self) -> None:
         """The pod goes: both processes end."""
@@ -170,7 +181,7 @@ def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_in_si
         # Sidecar mode: the new sidecar graded against the old pod's window, read back. The pod keeps
         # serving at the same load while we wait: on a loaded machine the last poll can lag the window.
         grading = graded_or_last(lambda: new.status()["routes"][0]["grading"])
-        assert grading is not None and grading["status"] == "graded", grading
+        assert grading is not None and grading["status"] == "graded", f"{grading}\n{new.diagnosis()}"
         assert grading["before"]["origin"] == "previous_pod"
         assert grading["change"]["draft_length_before"] == pytest.approx(4.0, abs=0.05)
         assert grading["change"]["draft_length_after"] == pytest.approx(2.0, abs=0.05)
@@ -187,7 +198,10 @@ def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_in_si
         # fleet mode reads Prometheus one scrape later than the sidecar: more patience on a loaded machine
         rollout = graded_or_last(lambda: fleet_status()["rollouts"].get("chat"), patience=90.0)
         status = fleet_status()
-        assert rollout is not None and rollout["status"] == "graded", status["rollouts"]
+        assert rollout is not None and rollout["status"] == "graded", (
+            f"{status['rollouts']}\nfleet log (last 30 lines):\n"
+            + "\n".join(fleet_log.read_text(errors="replace").splitlines()[-30:])
+        )
         assert rollout["change"]["draft_length_before"] == pytest.approx(4.0, abs=0.05)
         assert rollout["change"]["draft_length_after"] == pytest.approx(2.0, abs=0.05)
         assert rollout["measured"]["gain_ratio"] == pytest.approx(true_gain, rel=0.10)

@@ -12,8 +12,9 @@ from specwatch import sim
 from specwatch.config import ReadbackConfig, from_mapping
 from specwatch.export.collector import registry_for
 from specwatch.export.contract import BEFORE_WINDOW
-from specwatch.fleet.client import Series
-from specwatch.serve.readback import Readback, readback_query, restored_from_series
+from specwatch.fleet.client import PromQueryError, RangeAnswer, Series
+from specwatch.serve import readback as readback_module
+from specwatch.serve.readback import RETRY_PAUSES, Readback, readback_query, restored_from_series
 from specwatch.serve.service import Service
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.polling import simulated_polls
@@ -133,12 +134,73 @@ def test_the_query_picks_the_families_under_the_configured_selector():
     )
 
 
-def test_an_unreachable_prometheus_is_counted_once_and_restores_nothing():
-    readback = Readback(ReadbackConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1.0))
+def test_an_unreachable_prometheus_is_counted_for_each_try_and_restores_nothing():
+    waited: list[float] = []
+    readback = Readback(ReadbackConfig(url=f"http://127.0.0.1:{free_port()}", timeout=1.0), wait=waited.append)
     readback.run(now=10_000.0)
-    assert readback.errors["connect"] == 1 and sum(readback.errors.values()) == 1
+    assert waited == list(RETRY_PAUSES)
+    assert readback.errors["connect"] == readback.tries == len(RETRY_PAUSES) + 1
+    assert sum(readback.errors.values()) == readback.tries
     restored = readback.take()
     assert readback.restored == 0 and restored is not None and restored.routes == [] and readback.take() is None
+
+
+class FlakyPrometheus:
+    """A query client that fails with `reasons` in turn, then answers `series`; it keeps each
+    query's range."""
+
+    def __init__(self, reasons: list[str], series: list[Series]) -> None:
+        self.reasons, self.series = reasons, series
+        self.ranges: list[tuple[float, float]] = []
+        self.last_out_of_range = 0
+        self.closed = False
+
+    def query_range(self, expr: str, start: float, end: float, step: float, **_: object) -> RangeAnswer:
+        self.ranges.append((start, end))
+        if self.reasons:
+            raise PromQueryError(self.reasons.pop(0), "as told")
+        return RangeAnswer(tuple(self.series), 0.01, 100)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture(scope="module")
+def stored_old_pod() -> list[Series]:
+    old, _ = run_pod(4, 300.0)
+    return as_stored(old, 9_990.0, pod="vllm-old")
+
+
+def test_a_readback_that_fails_while_prometheus_is_not_reachable_yet_tries_again_and_restores(stored_old_pod):
+    client = FlakyPrometheus(["connect", "timeout", "http_5xx"], stored_old_pod)
+    waited: list[float] = []
+    readback = Readback(ReadbackConfig(url="http://p:9090"), client, wait=waited.append)  # type: ignore[arg-type]
+    readback.run(now=10_000.0)
+    assert waited == list(RETRY_PAUSES[:3]) and readback.tries == 4 and client.closed
+    assert {r: n for r, n in readback.errors.items() if n} == {"connect": 1, "timeout": 1, "http_5xx": 1}
+    restored = readback.take()
+    assert restored is not None and restored.routes == ["chat"] and readback.restored == 1
+    # Each try reads up to its own time: never before the first.
+    assert all(end >= 10_000.0 and end - start == pytest.approx(3600.0) for start, end in client.ranges)
+
+
+@pytest.mark.parametrize("reason", ["http_4xx", "tls", "too_large", "invalid", "limit"])
+def test_a_readback_refused_for_a_reason_that_does_not_pass_is_not_tried_again(stored_old_pod, reason):
+    client = FlakyPrometheus([reason], stored_old_pod)
+    waited: list[float] = []
+    readback = Readback(ReadbackConfig(url="http://p:9090"), client, wait=waited.append)  # type: ignore[arg-type]
+    readback.run(now=10_000.0)
+    assert waited == [] and readback.tries == 1 and readback.errors[reason] == 1
+    restored = readback.take()
+    assert restored is not None and restored.routes == []
+
+
+def test_a_readback_waiting_to_try_again_ends_when_the_sidecar_stops(stored_old_pod):
+    client = FlakyPrometheus(["connect"], stored_old_pod)
+    readback = Readback(ReadbackConfig(url="http://p:9090"), client)  # type: ignore[arg-type]
+    readback.stop()
+    readback.run(now=10_000.0)
+    assert readback.tries == 1 and readback.take() is not None and readback.restored == 0
 
 
 def test_the_learned_curve_is_read_back_and_used_until_the_new_pod_has_learned_its_own():
@@ -173,7 +235,8 @@ def test_a_curve_that_falls_with_the_load_or_is_not_positive_is_not_restored():
     assert "chat" not in restored_from_series([*stored, another(0.5 * tokens, -1.0)]).curves
 
 
-def test_a_failed_readback_is_exported_and_the_sidecar_polls_as_without_it():
+def test_a_failed_readback_is_exported_and_the_sidecar_polls_as_without_it(monkeypatch):
+    monkeypatch.setattr(readback_module, "RETRY_PAUSES", (0.01,))
     config = from_mapping(
         {
             "targets": [{"url": f"http://127.0.0.1:{free_port()}/metrics"}],
@@ -189,7 +252,7 @@ def test_a_failed_readback_is_exported_and_the_sidecar_polls_as_without_it():
         text = service.published.metrics.decode()
     finally:
         service.stop()
-    assert 'specwatch_readback_errors_total{reason="connect"} 1.0' in text
+    assert 'specwatch_readback_errors_total{reason="connect"} 2.0' in text  # the first try and one more
     assert "specwatch_readback_restored_routes 0.0" in text
     assert 'specwatch_scrape_errors_total{reason="connect",target="vllm"} 1.0' in text
 
