@@ -32,6 +32,9 @@ PARTS = (
     (costmodel, "max_speculative_batch_size", "max_speculative_batch_size"),
     (costmodel, "best_draft_length", "best_draft_length"),
     (decide.uncertainty, "speedup_interval", "speedup_interval"),
+    (evaluation, "with_controller_terms", "with_controller_terms"),
+    # Worked out on the advice's first read, which the poll does not do: absent from the output
+    # unless something in the poll reads them again.
     (evaluation, "controller_terms", "controller_terms"),
 )
 
