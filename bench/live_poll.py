@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import time
 
 from prometheus_client import generate_latest
 
@@ -34,7 +33,7 @@ from specwatch.serve.service import Service
 from specwatch.sidecar.scrape import ScrapeResult
 
 from . import payloads
-from .common import median
+from .common import cpu_clock, cpu_seconds, median
 from .parse_cost import config_for_scenario, pc_parse
 
 HOUR_POLLS = 720
@@ -61,12 +60,6 @@ class _Answer:
         return None
 
 
-def _cpu(fn) -> float:
-    t0 = time.thread_time()
-    fn()
-    return time.thread_time() - t0
-
-
 class _CollectorTime:
     """CPU time of the garbage collector's passes while `inside` is set, by generation."""
 
@@ -80,10 +73,10 @@ class _CollectorTime:
         if not self.inside:
             return
         if phase == "start":
-            self._start = time.thread_time()
+            self._start = cpu_clock()
         else:
             generation = info["generation"]
-            self.seconds[generation] += time.thread_time() - self._start
+            self.seconds[generation] += cpu_clock() - self._start
             self.passes[generation] += 1
 
 
@@ -109,19 +102,19 @@ def measure(polls: int = 60, *, gc_freeze: bool = False) -> dict[str, float]:
         for t, text in it:
             clock.now, answer.text = t, text
             collector.inside = True
-            poll.append(_cpu(service.poll_once))
+            poll.append(cpu_seconds(service.poll_once))
             collector.inside = False
-            peer.append(_cpu(lambda text=text: pc_parse(text)))
+            peer.append(cpu_seconds(lambda text=text: pc_parse(text)))
             published = service.published
-            page.append(_cpu(lambda published=published: published.page))
-            page_again.append(_cpu(lambda published=published: published.page))
-            status.append(_cpu(lambda published=published: published.status))
-            metrics.append(_cpu(lambda published=published: published.metrics))
+            page.append(cpu_seconds(lambda published=published: published.page))
+            page_again.append(cpu_seconds(lambda published=published: published.page))
+            status.append(cpu_seconds(lambda published=published: published.status))
+            metrics.append(cpu_seconds(lambda published=published: published.metrics))
             # The plain renderings of the same view, every poll: what rendering on read saves.
             view = published.view
-            plain_page.append(_cpu(lambda view=view: render_page(view, service.page_history)))
-            plain_status.append(_cpu(lambda view=view: encode_status(view)))
-            plain_metrics.append(_cpu(lambda: generate_latest(service.registry)))
+            plain_page.append(cpu_seconds(lambda view=view: render_page(view, service.page_history)))
+            plain_status.append(cpu_seconds(lambda view=view: encode_status(view)))
+            plain_metrics.append(cpu_seconds(lambda: generate_latest(service.registry)))
     finally:
         gc.callbacks.remove(collector)
         if gc_freeze:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from collections.abc import Callable
 
 from specwatch.engines.series import RouteSnapshot
@@ -32,7 +31,7 @@ from specwatch.windows.derive import WindowStats
 from specwatch.windows.window import RouteWindow, implausible, implausible_plain
 
 from . import payloads
-from .common import median
+from .common import cpu_each, median
 from .parse_cost import default_config
 
 
@@ -81,19 +80,9 @@ def terms_calls() -> list[tuple]:
     return calls
 
 
-def _each(fn: Callable[[object], object], items: list) -> list[float]:
-    out = []
-    clock = time.thread_time
-    for item in items:
-        a = clock()
-        fn(item)
-        out.append(clock() - a)
-    return out
-
-
 def _ingest_all(ingest: Callable[[RouteWindow, RouteSnapshot], bool], snaps: list[RouteSnapshot]) -> list[float]:
     window = RouteWindow(300.0)
-    return _each(lambda snap: ingest(window, snap), snaps)  # type: ignore[arg-type]
+    return cpu_each(lambda snap: ingest(window, snap), snaps)  # type: ignore[arg-type]
 
 
 def measure(rounds: int = 20) -> dict[str, float]:
@@ -101,14 +90,14 @@ def measure(rounds: int = 20) -> dict[str, float]:
     stats, assessments = assessed()
     terms = terms_calls()
     cases: dict[str, Callable[[], list[float]]] = {
-        "implausible": lambda: _each(implausible, snaps),  # type: ignore[arg-type]
-        "implausible_plain": lambda: _each(implausible_plain, snaps),  # type: ignore[arg-type]
+        "implausible": lambda: cpu_each(implausible, snaps),  # type: ignore[arg-type]
+        "implausible_plain": lambda: cpu_each(implausible_plain, snaps),  # type: ignore[arg-type]
         "ingest": lambda: _ingest_all(RouteWindow.ingest, snaps)[2:],
         "ingest_plain": lambda: _ingest_all(RouteWindow.ingest_plain, snaps)[2:],
-        "with_fields": lambda: _each(lambda a: with_fields(a, controller_terms=None), assessments),  # type: ignore[arg-type]
-        "with_fields_plain": lambda: _each(lambda a: dataclasses.replace(a, controller_terms=None), assessments),  # type: ignore[arg-type]
-        "with_controller_terms": lambda: _each(lambda c: evaluation.with_controller_terms(*c), terms),  # type: ignore[arg-type]
-        "with_controller_terms_plain": lambda: _each(lambda c: evaluation.with_controller_terms_plain(*c), terms),  # type: ignore[arg-type]
+        "with_fields": lambda: cpu_each(lambda a: with_fields(a, controller_terms=None), assessments),  # type: ignore[arg-type]
+        "with_fields_plain": lambda: cpu_each(lambda a: dataclasses.replace(a, controller_terms=None), assessments),  # type: ignore[arg-type]
+        "with_controller_terms": lambda: cpu_each(lambda c: evaluation.with_controller_terms(*c), terms),  # type: ignore[arg-type]
+        "with_controller_terms_plain": lambda: cpu_each(lambda c: evaluation.with_controller_terms_plain(*c), terms),  # type: ignore[arg-type]
     }
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
