@@ -145,7 +145,9 @@ class Assessment:
     sampling_log_error: float | None = None
     # P(speedup < 1) from the same interval: a warning that needs no interval clear of 1.
     loss_probability: float | None = None
-    # What the advice in the engine's controller's terms needs (controller_gain.controller_terms).
+    # What the advice in the engine's controller's terms needs (controller_gain.controller_terms):
+    # reads as ControllerTerms | None, the value given to __init__ or, for an assessment made by
+    # with_deferred_terms, worked out on the first read.
     controller_terms: _TermsOnFirstRead = _TermsOnFirstRead()
 
 
