@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"  # real vLLM payloads, kept in the repository
@@ -38,6 +39,44 @@ def percentile(xs: Sequence[float], q: float) -> float:
     s = sorted(xs)
     k = max(0, min(len(s) - 1, math.ceil(q / 100.0 * len(s)) - 1))
     return s[k]
+
+
+#: The per-call benchmarks' clock: CPU time of this thread. On shared cores wall time also counts
+#: other processes' turns, which land more often inside the longer of two calls compared.
+cpu_clock = time.thread_time
+
+
+def cpu_seconds(fn: Callable[[], object]) -> float:
+    """CPU seconds of this thread that one call of ``fn`` takes."""
+    start = cpu_clock()
+    fn()
+    return cpu_clock() - start
+
+
+def cpu_each(fn: Callable[[Any], object], items: Iterable[Any]) -> list[float]:
+    """CPU seconds of ``fn(item)`` for each item, in order."""
+    out = []
+    clock = cpu_clock
+    for item in items:
+        start = clock()
+        fn(item)
+        out.append(clock() - start)
+    return out
+
+
+def cpu_tally(fn: Callable[..., Any], label: str, spent: dict[str, float]) -> Callable[..., Any]:
+    """``fn`` that adds the CPU seconds of each of its calls to ``spent[label]``: a part timed
+    where its caller calls it."""
+    clock = cpu_clock
+
+    def part(*args: Any, **kwargs: Any) -> Any:
+        start = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[label] = spent.get(label, 0.0) + clock() - start
+
+    return part
 
 
 def time_calls(fn: Callable[[], object], number: int) -> float:

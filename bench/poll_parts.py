@@ -11,9 +11,7 @@ than an unwrapped poll; compare runs of this tool, not its parts with the parse 
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
-from typing import Any
+from functools import partial
 
 from specwatch import costmodel
 from specwatch.sidecar import pipeline as pipeline_module
@@ -21,7 +19,7 @@ from specwatch.sidecar.pipeline import Pipeline
 from specwatch.verdict import decide, evaluation, memo
 
 from . import payloads
-from .common import median
+from .common import cpu_seconds, cpu_tally, median
 from .parse_cost import default_config, pc_parse
 
 #: (module, function name, label): where the pipeline looks each part up when it calls it.
@@ -32,27 +30,18 @@ PARTS = (
     (costmodel, "max_speculative_batch_size", "max_speculative_batch_size"),
     (costmodel, "best_draft_length", "best_draft_length"),
     (decide.uncertainty, "speedup_interval", "speedup_interval"),
+    (evaluation, "with_controller_terms", "with_controller_terms"),
+    # Worked out on the advice's first read, which the poll does not do: absent from the output
+    # unless something in the poll reads them again.
     (evaluation, "controller_terms", "controller_terms"),
 )
 
 
 def measure(rounds: int = 5) -> dict[str, float]:
     spent: dict[str, float] = {}
-    clock = time.thread_time
-
-    def timed(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
-        def part(*args: Any, **kwargs: Any) -> Any:
-            a = clock()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[label] = spent.get(label, 0.0) + clock() - a
-
-        return part
-
     originals = [(module, name, getattr(module, name)) for module, name, _ in PARTS]
     for (module, name, label), (_, _, fn) in zip(PARTS, originals, strict=True):
-        setattr(module, name, timed(fn, label))
+        setattr(module, name, cpu_tally(fn, label, spent))
     samples: dict[str, list[float]] = {}
     try:
         seq = [(t, text) for _, t, text in payloads.real_payloads()]
@@ -61,16 +50,13 @@ def measure(rounds: int = 5) -> dict[str, float]:
             for i, (t, text) in enumerate(seq):
                 pc_parse(text)
                 spent.clear()
-                a = clock()
-                pipeline.ingest("vllm", t, text)
-                b = clock()
-                pipeline.evaluate(t)
-                c = clock()
+                ingest = cpu_seconds(partial(pipeline.ingest, "vllm", t, text))
+                evaluate = cpu_seconds(partial(pipeline.evaluate, t))
                 if i >= 2:
                     for label, seconds in {
-                        "poll": c - a,
-                        "Pipeline.ingest": b - a,
-                        "Pipeline.evaluate": c - b,
+                        "poll": ingest + evaluate,
+                        "Pipeline.ingest": ingest,
+                        "Pipeline.evaluate": evaluate,
                         **spent,
                     }.items():
                         samples.setdefault(label, []).append(seconds)

@@ -7,27 +7,31 @@ round and in CPU time of this thread:
 - `window.implausible` / `implausible_plain` on every snapshot;
 - `RouteWindow.ingest` / `ingest_plain`: every snapshot fed to a fresh window, each call timed;
 - `decide.with_fields` / `dataclasses.replace`: each assessed window's assessment given its
-  controller terms.
+  controller terms;
+- `evaluation.with_controller_terms` / `with_controller_terms_plain`: each assessed window's
+  assessment with its controller terms to be worked out on their first read (which the poll does
+  not do) / worked out now, as the evaluation called them.
 
 Medians per call. The shortcuts are tested to give the same answers (tests/unit/windows/
-test_implausible_shortcut.py, test_window_shortcuts.py); this shows what they cost.
+test_implausible_shortcut.py, test_window_shortcuts.py, tests/unit/verdict/
+test_evaluation_controller_terms.py); this shows what they cost.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from collections.abc import Callable
 
 from specwatch.engines.series import RouteSnapshot
 from specwatch.sidecar.pipeline import Pipeline
+from specwatch.verdict import evaluation
 from specwatch.verdict.decide import Assessment, with_fields
 from specwatch.windows.derive import WindowStats
 from specwatch.windows.window import RouteWindow, implausible, implausible_plain
 
 from . import payloads
-from .common import median
+from .common import cpu_each, median
 from .parse_cost import default_config
 
 
@@ -48,46 +52,59 @@ def assessed() -> tuple[list[WindowStats], list[Assessment]]:
     assessments: list[Assessment] = []
     for _, t, text in payloads.real_payloads():
         pipeline.ingest("vllm", t, text)
-        for evaluation in pipeline.evaluate(t):
-            s = evaluation.stats
+        for evaluated in pipeline.evaluate(t):
+            s = evaluated.stats
             if s.drafts and s.draft_length and s.acceptance_rate is not None and s.batch_size and s.position_rates:
                 stats.append(s)
-                assessments.append(evaluation.assessment)
+                assessments.append(evaluated.assessment)
     return stats, assessments
 
 
-def _each(fn: Callable[[object], object], items: list) -> list[float]:
-    out = []
-    clock = time.thread_time
-    for item in items:
-        a = clock()
-        fn(item)
-        out.append(clock() - a)
-    return out
+def terms_calls() -> list[tuple]:
+    """The arguments of every `with_controller_terms` call of the real recording's evaluations."""
+    calls: list[tuple] = []
+    deferred = evaluation.with_controller_terms
+
+    def recorded_call(*args):
+        calls.append(args)
+        return deferred(*args)
+
+    evaluation.with_controller_terms = recorded_call  # type: ignore[assignment]
+    try:
+        pipeline = Pipeline(default_config())
+        for _, t, text in payloads.real_payloads():
+            pipeline.ingest("vllm", t, text)
+            pipeline.evaluate(t)
+    finally:
+        evaluation.with_controller_terms = deferred  # type: ignore[assignment]
+    return calls
 
 
 def _ingest_all(ingest: Callable[[RouteWindow, RouteSnapshot], bool], snaps: list[RouteSnapshot]) -> list[float]:
     window = RouteWindow(300.0)
-    return _each(lambda snap: ingest(window, snap), snaps)  # type: ignore[arg-type]
+    return cpu_each(lambda snap: ingest(window, snap), snaps)  # type: ignore[arg-type]
 
 
 def measure(rounds: int = 20) -> dict[str, float]:
     snaps = recorded()
     stats, assessments = assessed()
+    terms = terms_calls()
     cases: dict[str, Callable[[], list[float]]] = {
-        "implausible": lambda: _each(implausible, snaps),  # type: ignore[arg-type]
-        "implausible_plain": lambda: _each(implausible_plain, snaps),  # type: ignore[arg-type]
+        "implausible": lambda: cpu_each(implausible, snaps),  # type: ignore[arg-type]
+        "implausible_plain": lambda: cpu_each(implausible_plain, snaps),  # type: ignore[arg-type]
         "ingest": lambda: _ingest_all(RouteWindow.ingest, snaps)[2:],
         "ingest_plain": lambda: _ingest_all(RouteWindow.ingest_plain, snaps)[2:],
-        "with_fields": lambda: _each(lambda a: with_fields(a, controller_terms=None), assessments),  # type: ignore[arg-type]
-        "with_fields_plain": lambda: _each(lambda a: dataclasses.replace(a, controller_terms=None), assessments),  # type: ignore[arg-type]
+        "with_fields": lambda: cpu_each(lambda a: with_fields(a, controller_terms=None), assessments),  # type: ignore[arg-type]
+        "with_fields_plain": lambda: cpu_each(lambda a: dataclasses.replace(a, controller_terms=None), assessments),  # type: ignore[arg-type]
+        "with_controller_terms": lambda: cpu_each(lambda c: evaluation.with_controller_terms(*c), terms),  # type: ignore[arg-type]
+        "with_controller_terms_plain": lambda: cpu_each(lambda c: evaluation.with_controller_terms_plain(*c), terms),  # type: ignore[arg-type]
     }
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, case in cases.items():
             samples[name] += case()
     out = {f"{name}_us": median(xs) * 1e6 for name, xs in samples.items()}
-    for name in ("implausible", "ingest", "with_fields"):
+    for name in ("implausible", "ingest", "with_fields", "with_controller_terms"):
         out[f"{name}_plain_over_shortcut"] = out[f"{name}_plain_us"] / out[f"{name}_us"]
     out["snapshots"] = float(len(snaps))
     out["assessed_windows"] = float(len(stats))

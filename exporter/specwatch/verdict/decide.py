@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from specwatch import costmodel as cmod
 from specwatch.costmodel import uncertainty
@@ -88,6 +88,43 @@ class Measurement:
     config_changes: SpeculativeConfig | None = None  # its keys, to merge when it cannot be complete
 
 
+class _TermsOnFirstRead:
+    """``Assessment.controller_terms``: the value its ``__init__`` was given, or, for an assessment
+    made by ``with_deferred_terms``, worked out on its first read and kept. As a dataclass field's
+    default it gives None (dataclasses reads a descriptor's default from the class)."""
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> None: ...
+    @overload
+    def __get__(self, obj: Assessment, owner: type | None = None) -> ControllerTerms | None: ...
+    def __get__(self, obj: Assessment | None, owner: type | None = None) -> ControllerTerms | None:
+        if obj is None:
+            return None
+        state = obj.__dict__
+        terms: ControllerTerms | None
+        try:
+            terms = state["controller_terms"]
+            return terms
+        except KeyError:
+            pass
+        compute = state.get(_DEFERRED)
+        if compute is None:  # another thread stored them between the two lookups
+            terms = state["controller_terms"]
+            return terms
+        terms = compute()
+        # Stored before the function goes: a reader in another thread finds one or the other.
+        state["controller_terms"] = terms
+        state.pop(_DEFERRED, None)
+        return terms
+
+    def __set__(self, obj: Assessment, value: ControllerTerms | None) -> None:
+        obj.__dict__["controller_terms"] = value  # __init__'s, through object.__setattr__ (frozen)
+
+
+#: Where a deferred assessment keeps the function that works out its controller terms.
+_DEFERRED = "_controller_terms_deferred"
+
+
 @dataclass(frozen=True)
 class Assessment:
     candidate: str  # one of VERDICTS, before the hold
@@ -108,8 +145,10 @@ class Assessment:
     sampling_log_error: float | None = None
     # P(speedup < 1) from the same interval: a warning that needs no interval clear of 1.
     loss_probability: float | None = None
-    # What the advice in the engine's controller's terms needs (controller_gain.controller_terms).
-    controller_terms: ControllerTerms | None = None
+    # What the advice in the engine's controller's terms needs (controller_gain.controller_terms):
+    # reads as ControllerTerms | None, the value given to __init__ or, for an assessment made by
+    # with_deferred_terms, worked out on the first read.
+    controller_terms: _TermsOnFirstRead = _TermsOnFirstRead()
 
 
 _ASSESSMENT_FIELDS = frozenset(f.name for f in fields(Assessment))
@@ -128,6 +167,23 @@ def with_fields(assessment: Assessment, **changes: object) -> Assessment:
     state = new.__dict__
     state.update(assessment.__dict__)
     state.update(changes)
+    if "controller_terms" in changes:
+        state.pop(_DEFERRED, None)  # a deferred assessment's terms, replaced before they were read
+    return new
+
+
+def with_deferred_terms(assessment: Assessment, compute: Callable[[], ControllerTerms | None]) -> Assessment:
+    """``with_fields(assessment, controller_terms=compute())`` with ``compute`` run on the first
+    read of ``controller_terms`` instead of now. Only the advice in an engine's terms reads them
+    (engines/advice.py: a status or page render, a verdict's log line, another engine's /metrics
+    label), most polls nobody does, and ``compute`` is the priciest question of an assessed
+    window. ``compute`` must be pure over what it closes on: it may run in another thread, later,
+    or twice. Equal to the eager copy in every field (tests/unit/verdict/test_decide_with_fields.py)."""
+    new = object.__new__(type(assessment))
+    state: dict[str, Any] = new.__dict__
+    state.update(assessment.__dict__)
+    state.pop("controller_terms", None)
+    state[_DEFERRED] = compute
     return new
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal, Protocol, get_args
 
 from specwatch import costmodel
@@ -348,6 +349,34 @@ def route_controller(
     )
 
 
+def with_controller_terms(
+    cm: costmodel.CostModel,
+    stats: WindowStats,
+    assessment: decide.Assessment,
+    gain: ControllerGain | None,
+    batches: Sequence[float],
+    config: Mapping[str, object] | None,
+) -> decide.Assessment:
+    """The assessment with its controller terms (controller_gain.controller_terms), worked out when
+    the advice first reads them (decide.with_deferred_terms): every input is immutable, so later
+    they are what they would be now. ``with_controller_terms_plain`` works them out now."""
+    return decide.with_deferred_terms(
+        assessment, partial(controller_terms, cm, stats, assessment, gain, batches, config)
+    )
+
+
+def with_controller_terms_plain(
+    cm: costmodel.CostModel,
+    stats: WindowStats,
+    assessment: decide.Assessment,
+    gain: ControllerGain | None,
+    batches: Sequence[float],
+    config: Mapping[str, object] | None,
+) -> decide.Assessment:
+    terms = controller_terms(cm, stats, assessment, gain, batches, config)
+    return decide.with_fields(assessment, controller_terms=terms)
+
+
 def evaluate_route(
     config: Config,
     cost_model: costmodel.CostModel,
@@ -380,7 +409,7 @@ def evaluate_route(
     cost_class = method.split(":")[-1]
     config_method = config_method_for(configured, cost_class)
     by_delivery = judges_by_delivery(base_config, schedule)
-    batches = [w[3].batch_size or 0.0 for w in windows]
+    batches = tuple(w[3].batch_size or 0.0 for w in windows)
     evaluations: list[RouteEvaluation] = []
     for _, label, view, measured in windows:
         stats = with_drafter(measured, variable_length=drafts_vary(cost_class, measured), schedule_ks=schedule_ks)
@@ -403,8 +432,7 @@ def evaluate_route(
             if gain is not None and assessment.expected_speedup is not None:
                 assessment = judged(assessment, gain, base_config)
         if guard and assessment.expected_speedup is not None:
-            terms = controller_terms(cost_model, stats, assessment, gain, batches, base_config)
-            assessment = decide.with_fields(assessment, controller_terms=terms)
+            assessment = with_controller_terms(cost_model, stats, assessment, gain, batches, base_config)
         if fresh or previous is None:
             state = decide.next_verdict(previous, assessment.candidate, hold, now)
             memory.verdicts[label] = state
