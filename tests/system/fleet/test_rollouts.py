@@ -8,6 +8,7 @@ true change in tokens/s (closed loop at the same load: the per-request decode sp
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.config import ReadbackConfig
+from specwatch.serve.readback import Readback, readback_query
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.sidecar_config import sidecar_config_for
 from support.builders import pod_scenario
@@ -213,4 +216,36 @@ def test_a_change_applied_by_replacing_the_pod_is_graded_within_10_percent_in_si
         for pod in pods:
             pod.replace()
         stop_process(fleet)
+        prometheus.stop()
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed")
+def test_a_readback_while_the_old_pod_still_runs_restores_its_window(tmp_path: Path) -> None:
+    """A rolling update starts the new pod before the old one goes: the old sidecar's newest sample
+    is then the range query's last step, which the query API stamps at `now` rounded to the
+    millisecond — here, deliberately, rounded up."""
+    ports = {name: free_port() for name in ("sim", "sidecar")}
+    prometheus = start_prometheus(tmp_path / "prom", scrape_targets=[f"127.0.0.1:{p}" for p in ports.values()])
+    config = ReadbackConfig(url=prometheus.url, selector='{job="vllm"}', timeout=5.0, lookback=600.0)
+    old = None
+    try:
+        old = Pod(tmp_path / "old", 4, 1, ports["sim"], ports["sidecar"], prometheus.url)
+        deadline = time.monotonic() + 90.0
+        while time.monotonic() < deadline:  # until Prometheus holds the old sidecar's before-window
+            answer = requests.get(
+                f"{prometheus.url}/api/v1/query", params={"query": readback_query(config)}, timeout=5
+            ).json()
+            if len(answer["data"]["result"]) >= 8:
+                break
+            time.sleep(1.0)
+        now = math.floor(time.time()) + 0.9996  # written as the next second: 0.4 ms after now
+        readback = Readback(config, pauses=())
+        readback.run(now)
+        restored = readback.take()
+        assert restored is not None and restored.routes == ["chat"], (readback.errors, old.diagnosis())
+        assert restored.before_windows["chat"].draft_length == pytest.approx(4.0, abs=0.05)
+    finally:
+        if old is not None:
+            old.replace()
         prometheus.stop()

@@ -301,6 +301,18 @@ def test_a_sample_stamped_in_the_future_or_before_the_lookback_never_beats_the_p
     assert restored.rejected == 3 * len(real)
 
 
+def test_the_newest_step_written_to_the_millisecond_after_now_is_the_previous_pod_still_running():
+    # A rolling update: the old pod is still scraped, so its newest sample is the query's last step,
+    # `now` as the query API writes it (rounded to the millisecond, here up).
+    old, _ = run_pod(4, 300.0)
+    now = 1200.0004
+    at_the_end = as_stored(old, round(now, 3), pod="vllm-old")
+    restored = restored_from_series(at_the_end, now=now, lookback=600.0)
+    assert restored.routes == ["chat"] and restored.rejected == 0
+    a_second_late = as_stored(old, now + 1.0, pod="vllm-old")
+    assert restored_from_series(a_second_late, now=now, lookback=600.0).routes == []
+
+
 def test_a_before_window_with_magnitudes_no_server_has_is_not_restored():
     old, _ = run_pod(4, 300.0)
     real = as_stored(old, 1000.0, pod="vllm-old")
