@@ -50,6 +50,7 @@ from deploy.test_dashboard import (  # shared helpers of the static dashboard te
     substitute,
 )
 from support.loopback import free_port, stop_process, wait_http
+from support.prometheus import PROMETHEUS, start_prometheus, static_job
 from support.rule_files import rule_files
 
 pytestmark = pytest.mark.e2e
@@ -110,23 +111,23 @@ class Stack:
     fleet: str  # the fleet-mode specwatch reading the same deployment back from Prometheus
     routes: list[str]
     tmp: Path
-    started: float  # time.monotonic() when Prometheus became ready
+    started: float  # time.monotonic() when the stack was up
     started_wall: float  # the same moment, unix time
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    if not shutil.which("prometheus"):
+    if PROMETHEUS is None:
         pytest.skip("Debian package `prometheus` is not installed")
     from specwatch.sim import serve
     from specwatch.sim.scenario import load_scenario
     from specwatch.sim.sidecar_config import sidecar_config_for
 
     tmp = tmp_path_factory.mktemp("dashboard-live")
-    procs: list[subprocess.Popen] = []
+    procs: list[tuple[subprocess.Popen, Path]] = []
     sim = serve(SCENARIO, host="127.0.0.1", port=0, speed=SPEED, seed=0)
     try:
-        metrics_url = sim.url if sim.url.endswith("/metrics") else sim.url.rstrip("/") + "/metrics"
+        metrics_url = sim.url
         models = model_names(metrics_url)
         assert models, f"simulator at {metrics_url} exports no vllm model_name"
 
@@ -160,15 +161,29 @@ def stack(tmp_path_factory):
             os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "exporter"), os.environ.get("PYTHONPATH")]))
         )
         side_log = tmp / "sidecar.log"
-        procs.append(
-            subprocess.Popen(
-                sidecar_command(config), stdout=side_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
-            )
+        side = subprocess.Popen(
+            sidecar_command(config), stdout=side_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
         )
+        procs.append((side, side_log))
         sidecar = f"http://127.0.0.1:{sidecar_port}"
-        wait_http(sidecar + "/metrics", 30, procs[-1], side_log)
+        wait_http(sidecar + "/metrics", 30, side, side_log)
 
-        prom_port, fleet_port = free_port(), free_port()
+        fleet_port = free_port()
+        rules_dir = tmp / "rules"
+        rules_dir.mkdir()
+        replica = {"namespace": NAMESPACE, "pod": POD}
+        fleet_replica = {"namespace": "monitoring", "pod": "specwatch-fleet-0"}
+        api = start_prometheus(
+            tmp,
+            [
+                static_job("vllm", urllib.parse.urlsplit(metrics_url).netloc, replica),
+                {**static_job("specwatch-fleet", f"127.0.0.1:{fleet_port}", fleet_replica), "honor_labels": True},
+                static_job("specwatch", f"127.0.0.1:{sidecar_port}", replica),
+            ],
+            procs,
+            rule_files=shortened_rules(rules_dir),
+        )
+        prom = api.removesuffix("/api/v1")
         # fleet mode: the same deployment read back from Prometheus (docs/fleet.md)
         fleet_cfg = {k: v for k, v in cfg.items() if k not in ("targets", "listen")}
         fleet_cfg["listen"] = f"127.0.0.1:{fleet_port}"
@@ -177,7 +192,7 @@ def stack(tmp_path_factory):
         ]
         fleet_cfg["poll_interval"] = 2.0
         fleet_cfg["prometheus"] = {
-            "url": f"http://127.0.0.1:{prom_port}",
+            "url": prom,
             "selector": '{job="vllm"}',
             "replica_labels": ["namespace", "pod"],
             "timeout": "1500ms",
@@ -185,73 +200,12 @@ def stack(tmp_path_factory):
         }
         fleet_config = tmp / "specwatch-fleet.yaml"
         fleet_config.write_text(yaml.safe_dump(fleet_cfg), encoding="utf-8")
-        rules_dir = tmp / "rules"
-        rules_dir.mkdir()
-        prom_cfg = tmp / "prometheus.yml"
-        prom_cfg.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "rule_files": [str(p) for p in shortened_rules(rules_dir)],
-                    "scrape_configs": [
-                        {
-                            "job_name": "vllm",
-                            "static_configs": [
-                                {
-                                    "targets": [urllib.parse.urlsplit(metrics_url).netloc],
-                                    "labels": {"namespace": NAMESPACE, "pod": POD},
-                                }
-                            ],
-                            "metrics_path": urllib.parse.urlsplit(metrics_url).path,
-                        },
-                        {
-                            "job_name": "specwatch-fleet",
-                            "honor_labels": True,
-                            "static_configs": [
-                                {
-                                    "targets": [f"127.0.0.1:{fleet_port}"],
-                                    "labels": {"namespace": "monitoring", "pod": "specwatch-fleet-0"},
-                                }
-                            ],
-                        },
-                        {
-                            "job_name": "specwatch",
-                            "static_configs": [
-                                {
-                                    "targets": [f"127.0.0.1:{sidecar_port}"],
-                                    "labels": {"namespace": NAMESPACE, "pod": POD},
-                                }
-                            ],
-                        },
-                    ],
-                }
-            ),
-            encoding="utf-8",
-        )
-        prom_log = tmp / "prometheus.log"
-        procs.append(
-            subprocess.Popen(
-                [
-                    "prometheus",
-                    f"--config.file={prom_cfg}",
-                    f"--web.listen-address=127.0.0.1:{prom_port}",
-                    f"--storage.tsdb.path={tmp / 'tsdb'}",
-                    "--web.enable-lifecycle",
-                ],
-                stdout=prom_log.open("w"),
-                stderr=subprocess.STDOUT,
-                cwd=tmp,
-            )
-        )
-        prom = f"http://127.0.0.1:{prom_port}"
-        wait_http(prom + "/-/ready", 30, procs[-1], prom_log)
         fleet_log = tmp / "specwatch-fleet.log"
-        procs.append(
-            subprocess.Popen(
-                sidecar_command(fleet_config), stdout=fleet_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
-            )
+        fleet = subprocess.Popen(
+            sidecar_command(fleet_config), stdout=fleet_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
         )
-        wait_http(f"http://127.0.0.1:{fleet_port}/metrics", 30, procs[-1], fleet_log)
+        procs.append((fleet, fleet_log))
+        wait_http(f"http://127.0.0.1:{fleet_port}/metrics", 30, fleet, fleet_log)
         yield Stack(
             prom=prom,
             sidecar=sidecar,
@@ -262,8 +216,8 @@ def stack(tmp_path_factory):
             started_wall=time.time(),
         )
     finally:
-        for p in reversed(procs):
-            stop_process(p)
+        for proc, _ in reversed(procs):
+            stop_process(proc)
         sim.stop()
 
 
