@@ -43,13 +43,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deploy.test_dashboard import (  # shared helpers of the static dashboard tests
     EXPORTED,
-    ROOT,
     load_dashboard,
     panels,
     selectors,
     substitute,
 )
-from support.loopback import free_port, stop_process, wait_http
+from support.cli import start_specwatch
+from support.loopback import free_port, stop_process
 from support.prometheus import PROMETHEUS, start_prometheus, static_job
 from support.rule_files import rule_files
 
@@ -67,20 +67,6 @@ SCREENSHOT_HISTORY_S = 60  # seconds of scraped history before the screenshots (
 
 
 # ---- process helpers ----------------------------------------------------------------------------
-
-
-def sidecar_command(config: Path) -> list[str]:
-    exe = shutil.which("specwatch", path=str(Path(sys.executable).parent)) or shutil.which("specwatch")
-    if exe:
-        return [exe, "run", "--config", str(config)]
-    return [
-        sys.executable,
-        "-c",
-        "import sys; from specwatch.cli.main import main; sys.exit(main())",
-        "run",
-        "--config",
-        str(config),
-    ]
 
 
 def model_names(metrics_url: str) -> list[str]:
@@ -155,18 +141,7 @@ def stack(tmp_path_factory):
         cfg["routes"] = [
             {"name": m, "target": "vllm", "match": {"model_name": m}, "baseline_itl_p99_seconds": 0.05} for m in models
         ]
-        config = tmp / "specwatch.yaml"
-        config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-        env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "exporter"), os.environ.get("PYTHONPATH")]))
-        )
-        side_log = tmp / "sidecar.log"
-        side = subprocess.Popen(
-            sidecar_command(config), stdout=side_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
-        )
-        procs.append((side, side_log))
-        sidecar = f"http://127.0.0.1:{sidecar_port}"
-        wait_http(sidecar + "/metrics", 30, side, side_log)
+        sidecar = start_specwatch(cfg, tmp, procs, ready="/metrics")
 
         fleet_port = free_port()
         rules_dir = tmp / "rules"
@@ -198,18 +173,11 @@ def stack(tmp_path_factory):
             "timeout": "1500ms",
             "scrape_interval": "1s",
         }
-        fleet_config = tmp / "specwatch-fleet.yaml"
-        fleet_config.write_text(yaml.safe_dump(fleet_cfg), encoding="utf-8")
-        fleet_log = tmp / "specwatch-fleet.log"
-        fleet = subprocess.Popen(
-            sidecar_command(fleet_config), stdout=fleet_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
-        )
-        procs.append((fleet, fleet_log))
-        wait_http(f"http://127.0.0.1:{fleet_port}/metrics", 30, fleet, fleet_log)
+        fleet = start_specwatch(fleet_cfg, tmp, procs, name="specwatch-fleet", ready="/metrics")
         yield Stack(
             prom=prom,
             sidecar=sidecar,
-            fleet=f"http://127.0.0.1:{fleet_port}",
+            fleet=fleet,
             routes=models,
             tmp=tmp,
             started=time.monotonic(),
