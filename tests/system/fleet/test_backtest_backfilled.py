@@ -20,6 +20,7 @@ from specwatch.fleet.backtest import Backtest, backtest_to
 from specwatch.sidecar.replay import replay
 from support.cli import run_cli
 
+from .agreement import PRICED_VALUES, agree
 from .conftest import POLL
 from .promharness import PROMETHEUS, PROMTOOL
 
@@ -28,23 +29,7 @@ pytestmark = [
     pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool not installed"),
 ]
 
-COMPARED = (
-    "acceptance_rate",
-    "mean_acceptance_length",
-    "draft_length",
-    "batch_size",
-    "itl_p50_seconds",
-    "itl_p99_seconds",
-    "breakeven_acceptance_rate",
-    "expected_speedup",
-    "drafts",
-)
-
-
-def _close(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return math.isclose(a, b, rel_tol=0.01, abs_tol=1e-12)
+COMPARED = (*PRICED_VALUES, "drafts")
 
 
 def _config(prometheus: dict[str, object] | None) -> config_mod.Config:
@@ -89,7 +74,7 @@ def test_backtest_of_a_backfilled_tsdb_equals_replay_of_the_recording(backfilled
         (key, name, replayed[key][name], line[name])
         for key, line in mine.items()
         for name in COMPARED
-        if not _close(replayed[key][name], line[name])
+        if not agree(replayed[key][name], line[name])
     ]
     mismatches += [
         (key, "verdict", replayed[key]["verdict"], line["verdict"])
