@@ -5,7 +5,7 @@ simulated scenario, and the scenario of one pod whose shorter draft pays."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specwatch import costmodel as cmod
@@ -71,21 +71,23 @@ def route_evaluation(stats: WindowStats | None = None, verdict: str = "keep", gu
 
 
 def route_snapshot(
-    t: float, counters: dict[SeriesKey, float], created: dict[SeriesKey, float] | None = None, schema: str = "v1"
+    t: float,
+    counters: Mapping[SeriesKey, float],
+    created: Mapping[SeriesKey, float] | None = None,
+    schema: str = "v1",
+    **changes: Any,
 ) -> RouteSnapshot:
-    """One poll of route `r` (model `m`) on engine 0, with these counter values."""
-    return RouteSnapshot(
-        t=t,
-        target="vllm",
-        route="r",
-        model_name="m",
-        schema=schema,
-        spec_present=True,
-        engines=("0",),
-        configured_k=None,
-        counters=counters,
-        created=created or {},
-    )
+    """One poll of route `r` (model `m`) of target `vllm` on engine 0, with these counter values;
+    `changes` set any other field."""
+    fields: dict[str, Any] = {
+        "target": "vllm",
+        "route": "r",
+        "model_name": "m",
+        "spec_present": True,
+        "engines": ("0",),
+        "configured_k": None,
+    }
+    return RouteSnapshot(t=t, schema=schema, counters=counters, created=created or {}, **{**fields, **changes})
 
 
 def scenario_raw_config(
