@@ -1,6 +1,7 @@
 """Builders of the values many tests start from: a window's stats whose counters agree with each
-other, one route-window's evaluation of it, one poll's route snapshot, the sidecar config of a
-simulated scenario, and the scenario of one pod whose shorter draft pays."""
+other, one route-window's evaluation of it, one poll's route snapshot, a cost model on the plain
+roofline, the sidecar config of a simulated scenario, and the scenario of one pod whose shorter
+draft pays."""
 
 from __future__ import annotations
 
@@ -68,6 +69,20 @@ def route_evaluation(stats: WindowStats | None = None, verdict: str = "keep", gu
         action="no_change",
     )
     return RouteEvaluation(stats or window_stats(), assessment, verdict, guard, advice=assessment)
+
+
+def roofline_cost_model() -> cmod.CostModel:
+    """Llama-3.1-8B on an H100 with EAGLE-3 and 1,024 tokens of context, on the plain roofline: no
+    fixed costs of speculation or of verification, so a decision is read off the roofline alone."""
+    model = cmod.MODEL_PRESETS["llama-3.1-8b"]
+    return cmod.CostModel(
+        cmod.HARDWARE_PRESETS["h100-sxm"],
+        model,
+        context_tokens=1024,
+        draft=dataclasses.replace(cmod.draft_cost_for("eagle3", model), fixed_seconds=0.0),
+        verify_overhead_seconds=0.0,
+        verify_seconds_per_request=0.0,
+    )
 
 
 def route_snapshot(
