@@ -1,7 +1,7 @@
 """Builders of the values many tests start from: a window's stats whose counters agree with each
 other, one route-window's evaluation of it, one poll's route snapshot, a cost model on the plain
-roofline, the sidecar config of a simulated scenario, and the scenario of one pod whose shorter
-draft pays."""
+roofline, the sidecar config of a simulated scenario, and the scenario mappings of a chat route and
+of one pod whose shorter draft pays."""
 
 from __future__ import annotations
 
@@ -126,15 +126,12 @@ def scenario_config(scenario: Scenario | str, **options: Any) -> Config:
     return from_mapping(scenario_raw_config(scenario, **options), environ={})
 
 
-#: The pods' acceptance by draft position: sure of two tokens, weak after, so a shorter draft pays at batch 64.
-POD_ACCEPTANCE = (0.9, 0.7, 0.25, 0.15)
-
-
-def pod_scenario(k: int, duration: str) -> dict[str, Any]:
-    """One pod's life, as a scenario mapping: Llama-3.1-8B on an H100 with EAGLE-3 at draft length k,
-    64 requests on route `chat` for `duration`."""
+def chat_scenario(name: str, k: int, phases: Sequence[Mapping[str, Any]], **more: Any) -> dict[str, Any]:
+    """A scenario mapping: Llama-3.1-8B on an H100 with EAGLE-3, started at draft length k, requests
+    of 512 prompt and 256 output tokens on route `chat`, through `phases`; `more` adds top-level keys
+    (events, ...)."""
     return {
-        "name": f"pod-k{k}",
+        "name": name,
         "hardware": "h100-sxm",
         "model": "llama-3.1-8b",
         "method": "eagle3",
@@ -142,7 +139,17 @@ def pod_scenario(k: int, duration: str) -> dict[str, Any]:
         "prompt_tokens": 512,
         "output_tokens": 256,
         "routes": [{"model_name": "chat"}],
-        "phases": [
-            {"name": "run", "duration": duration, "concurrency": 64, "k": k, "acceptance": list(POD_ACCEPTANCE[:k])}
-        ],
+        "phases": list(phases),
+        **more,
     }
+
+
+#: The pods' acceptance by draft position: sure of two tokens, weak after, so a shorter draft pays at batch 64.
+POD_ACCEPTANCE = (0.9, 0.7, 0.25, 0.15)
+
+
+def pod_scenario(k: int, duration: str) -> dict[str, Any]:
+    """One pod's life, as a scenario mapping: the chat scenario at draft length k, 64 requests for
+    `duration`."""
+    phase = {"name": "run", "duration": duration, "concurrency": 64, "k": k, "acceptance": list(POD_ACCEPTANCE[:k])}
+    return chat_scenario(f"pod-k{k}", k, [phase])
