@@ -1,11 +1,12 @@
 """Builders of the values many tests start from: a window's stats whose counters agree with each
-other, one route-window's evaluation of it, one poll's route snapshot, the sidecar config of a
-simulated scenario, and the scenario of one pod whose shorter draft pays."""
+other, one route-window's evaluation of it, one poll's route snapshot, a cost model on the plain
+roofline, the sidecar config of a simulated scenario, and the scenario mappings of a chat route and
+of one pod whose shorter draft pays."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specwatch import costmodel as cmod
@@ -70,22 +71,38 @@ def route_evaluation(stats: WindowStats | None = None, verdict: str = "keep", gu
     return RouteEvaluation(stats or window_stats(), assessment, verdict, guard, advice=assessment)
 
 
-def route_snapshot(
-    t: float, counters: dict[SeriesKey, float], created: dict[SeriesKey, float] | None = None, schema: str = "v1"
-) -> RouteSnapshot:
-    """One poll of route `r` (model `m`) on engine 0, with these counter values."""
-    return RouteSnapshot(
-        t=t,
-        target="vllm",
-        route="r",
-        model_name="m",
-        schema=schema,
-        spec_present=True,
-        engines=("0",),
-        configured_k=None,
-        counters=counters,
-        created=created or {},
+def roofline_cost_model() -> cmod.CostModel:
+    """Llama-3.1-8B on an H100 with EAGLE-3 and 1,024 tokens of context, on the plain roofline: no
+    fixed costs of speculation or of verification, so a decision is read off the roofline alone."""
+    model = cmod.MODEL_PRESETS["llama-3.1-8b"]
+    return cmod.CostModel(
+        cmod.HARDWARE_PRESETS["h100-sxm"],
+        model,
+        context_tokens=1024,
+        draft=dataclasses.replace(cmod.draft_cost_for("eagle3", model), fixed_seconds=0.0),
+        verify_overhead_seconds=0.0,
+        verify_seconds_per_request=0.0,
     )
+
+
+def route_snapshot(
+    t: float,
+    counters: Mapping[SeriesKey, float],
+    created: Mapping[SeriesKey, float] | None = None,
+    schema: str = "v1",
+    **changes: Any,
+) -> RouteSnapshot:
+    """One poll of route `r` (model `m`) of target `vllm` on engine 0, with these counter values;
+    `changes` set any other field."""
+    fields: dict[str, Any] = {
+        "target": "vllm",
+        "route": "r",
+        "model_name": "m",
+        "spec_present": True,
+        "engines": ("0",),
+        "configured_k": None,
+    }
+    return RouteSnapshot(t=t, schema=schema, counters=counters, created=created or {}, **{**fields, **changes})
 
 
 def scenario_raw_config(
@@ -109,15 +126,12 @@ def scenario_config(scenario: Scenario | str, **options: Any) -> Config:
     return from_mapping(scenario_raw_config(scenario, **options), environ={})
 
 
-#: The pods' acceptance by draft position: sure of two tokens, weak after, so a shorter draft pays at batch 64.
-POD_ACCEPTANCE = (0.9, 0.7, 0.25, 0.15)
-
-
-def pod_scenario(k: int, duration: str) -> dict[str, Any]:
-    """One pod's life, as a scenario mapping: Llama-3.1-8B on an H100 with EAGLE-3 at draft length k,
-    64 requests on route `chat` for `duration`."""
+def chat_scenario(name: str, k: int, phases: Sequence[Mapping[str, Any]], **more: Any) -> dict[str, Any]:
+    """A scenario mapping: Llama-3.1-8B on an H100 with EAGLE-3, started at draft length k, requests
+    of 512 prompt and 256 output tokens on route `chat`, through `phases`; `more` adds top-level keys
+    (events, ...)."""
     return {
-        "name": f"pod-k{k}",
+        "name": name,
         "hardware": "h100-sxm",
         "model": "llama-3.1-8b",
         "method": "eagle3",
@@ -125,7 +139,17 @@ def pod_scenario(k: int, duration: str) -> dict[str, Any]:
         "prompt_tokens": 512,
         "output_tokens": 256,
         "routes": [{"model_name": "chat"}],
-        "phases": [
-            {"name": "run", "duration": duration, "concurrency": 64, "k": k, "acceptance": list(POD_ACCEPTANCE[:k])}
-        ],
+        "phases": list(phases),
+        **more,
     }
+
+
+#: The pods' acceptance by draft position: sure of two tokens, weak after, so a shorter draft pays at batch 64.
+POD_ACCEPTANCE = (0.9, 0.7, 0.25, 0.15)
+
+
+def pod_scenario(k: int, duration: str) -> dict[str, Any]:
+    """One pod's life, as a scenario mapping: the chat scenario at draft length k, 64 requests for
+    `duration`."""
+    phase = {"name": "run", "duration": duration, "concurrency": 64, "k": k, "acceptance": list(POD_ACCEPTANCE[:k])}
+    return chat_scenario(f"pod-k{k}", k, [phase])

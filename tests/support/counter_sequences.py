@@ -9,6 +9,7 @@ import math
 import random
 
 from specwatch.engines.series import Counter, RouteSnapshot, SeriesKey
+from support.builders import route_snapshot
 
 #: ITL bucket layouts a histogram moves between.
 LAYOUTS = (
@@ -73,17 +74,13 @@ def random_snapshots(rng: random.Random, polls: int, *, drafted_by_position: boo
         if not calm and rng.random() < 0.1:
             counters = dict(rng.sample(list(counters.items()), len(counters)))  # the same series, reordered
         out.append(
-            RouteSnapshot(
-                t=t,
-                target="vllm",
-                route="r",
-                model_name="m",
-                schema="v1",
+            route_snapshot(
+                t,
+                counters,
+                {SeriesKey(Counter.ITL, e): c for e, c in created.items()} if with_created else {},
                 spec_present=spec,
                 engines=engines,
                 configured_k=k,
-                counters=counters,
-                created={SeriesKey(Counter.ITL, e): c for e, c in created.items()} if with_created else {},
                 running={e: float(rng.randint(0, 16)) for e in engines} if rng.random() < 0.8 else {},
             )
         )

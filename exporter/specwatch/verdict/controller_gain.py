@@ -238,7 +238,7 @@ def judged(assessment: Assessment, gain: ControllerGain, config: Mapping[str, ob
     moot = assessment.candidate == "shorten" and adapts
     started = (config or {}).get("num_speculative_tokens") if adapts else None
     if moot or (gain.lower > 1.0 and assessment.candidate in ("disable", "undecided")):
-        notes = (note, adaptive_note(config)) if adapts_draft_length(config) else (note,)
+        notes = (note, adaptive_note(config)) if adapts else (note,)
         k = started if isinstance(started, int) else assessment.recommended_draft_length or None
         return replace(
             delivered,

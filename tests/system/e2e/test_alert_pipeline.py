@@ -38,6 +38,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deploy.test_rules import FLEET_HEALTH, every_expression, selectors  # the rules' metric names, parsed
+from support.cli import start_specwatch
 from support.loopback import free_port, stop_process, wait_http
 from support.prometheus import PROMETHEUS, start_prometheus, static_job
 
@@ -74,14 +75,6 @@ def _sim():
     except ImportError:
         return None
     return sim if hasattr(sim, "serve") else None
-
-
-def _specwatch_cli() -> list[str] | None:
-    script = Path(sys.executable).with_name("specwatch")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("specwatch")
-    return [found] if found else None
 
 
 # ---- helpers -------------------------------------------------------------------------------------
@@ -175,7 +168,6 @@ def sidecar_samples(text: str, name: str) -> list[tuple[dict, float]]:
     PROMETHEUS is None or ALERTMANAGER is None, reason="needs Debian packages prometheus and prometheus-alertmanager"
 )
 @pytest.mark.skipif(_sim() is None, reason="specwatch.sim.serve is not available")
-@pytest.mark.skipif(_specwatch_cli() is None, reason="the specwatch console script is not installed")
 def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(tmp_path: Path):
     sim = _sim()
     from specwatch.sim.sidecar_config import sidecar_config_for
@@ -244,16 +236,7 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         cfg["routes"] = [
             {"name": ROUTE, "target": "vllm", "match": {"model_name": model_name}, "baseline_itl_p99_seconds": 0.05}
         ]
-        sidecar_cfg = tmp_path / "specwatch.yaml"
-        sidecar_cfg.write_text(yaml.safe_dump(cfg))
-        sidecar_log = tmp_path / "specwatch.log"
-        sidecar = subprocess.Popen(
-            [*_specwatch_cli(), "run", "--config", str(sidecar_cfg)],
-            stdout=sidecar_log.open("w"),
-            stderr=subprocess.STDOUT,
-        )
-        procs.append((sidecar, sidecar_log))
-        wait_http(f"http://127.0.0.1:{sidecar_port}/healthz", 30, sidecar, sidecar_log)
+        start_specwatch(cfg, tmp_path, procs)
 
         # watch the three stages until the notification arrives or the scenario is over
         margins: list[tuple[float, float]] = []  # (sim time, sidecar margin)

@@ -43,13 +43,14 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deploy.test_dashboard import (  # shared helpers of the static dashboard tests
     EXPORTED,
-    ROOT,
     load_dashboard,
     panels,
     selectors,
     substitute,
 )
-from support.loopback import free_port, stop_process, wait_http
+from support.cli import start_specwatch
+from support.loopback import free_port, stop_process
+from support.prometheus import PROMETHEUS, start_prometheus, static_job
 from support.rule_files import rule_files
 
 pytestmark = pytest.mark.e2e
@@ -66,20 +67,6 @@ SCREENSHOT_HISTORY_S = 60  # seconds of scraped history before the screenshots (
 
 
 # ---- process helpers ----------------------------------------------------------------------------
-
-
-def sidecar_command(config: Path) -> list[str]:
-    exe = shutil.which("specwatch", path=str(Path(sys.executable).parent)) or shutil.which("specwatch")
-    if exe:
-        return [exe, "run", "--config", str(config)]
-    return [
-        sys.executable,
-        "-c",
-        "import sys; from specwatch.cli.main import main; sys.exit(main())",
-        "run",
-        "--config",
-        str(config),
-    ]
 
 
 def model_names(metrics_url: str) -> list[str]:
@@ -110,23 +97,23 @@ class Stack:
     fleet: str  # the fleet-mode specwatch reading the same deployment back from Prometheus
     routes: list[str]
     tmp: Path
-    started: float  # time.monotonic() when Prometheus became ready
+    started: float  # time.monotonic() when the stack was up
     started_wall: float  # the same moment, unix time
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    if not shutil.which("prometheus"):
+    if PROMETHEUS is None:
         pytest.skip("Debian package `prometheus` is not installed")
     from specwatch.sim import serve
     from specwatch.sim.scenario import load_scenario
     from specwatch.sim.sidecar_config import sidecar_config_for
 
     tmp = tmp_path_factory.mktemp("dashboard-live")
-    procs: list[subprocess.Popen] = []
+    procs: list[tuple[subprocess.Popen, Path]] = []
     sim = serve(SCENARIO, host="127.0.0.1", port=0, speed=SPEED, seed=0)
     try:
-        metrics_url = sim.url if sim.url.endswith("/metrics") else sim.url.rstrip("/") + "/metrics"
+        metrics_url = sim.url
         models = model_names(metrics_url)
         assert models, f"simulator at {metrics_url} exports no vllm model_name"
 
@@ -154,21 +141,24 @@ def stack(tmp_path_factory):
         cfg["routes"] = [
             {"name": m, "target": "vllm", "match": {"model_name": m}, "baseline_itl_p99_seconds": 0.05} for m in models
         ]
-        config = tmp / "specwatch.yaml"
-        config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-        env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "exporter"), os.environ.get("PYTHONPATH")]))
-        )
-        side_log = tmp / "sidecar.log"
-        procs.append(
-            subprocess.Popen(
-                sidecar_command(config), stdout=side_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
-            )
-        )
-        sidecar = f"http://127.0.0.1:{sidecar_port}"
-        wait_http(sidecar + "/metrics", 30, procs[-1], side_log)
+        sidecar = start_specwatch(cfg, tmp, procs, ready="/metrics")
 
-        prom_port, fleet_port = free_port(), free_port()
+        fleet_port = free_port()
+        rules_dir = tmp / "rules"
+        rules_dir.mkdir()
+        replica = {"namespace": NAMESPACE, "pod": POD}
+        fleet_replica = {"namespace": "monitoring", "pod": "specwatch-fleet-0"}
+        api = start_prometheus(
+            tmp,
+            [
+                static_job("vllm", urllib.parse.urlsplit(metrics_url).netloc, replica),
+                {**static_job("specwatch-fleet", f"127.0.0.1:{fleet_port}", fleet_replica), "honor_labels": True},
+                static_job("specwatch", f"127.0.0.1:{sidecar_port}", replica),
+            ],
+            procs,
+            rule_files=shortened_rules(rules_dir),
+        )
+        prom = api.removesuffix("/api/v1")
         # fleet mode: the same deployment read back from Prometheus (docs/fleet.md)
         fleet_cfg = {k: v for k, v in cfg.items() if k not in ("targets", "listen")}
         fleet_cfg["listen"] = f"127.0.0.1:{fleet_port}"
@@ -177,93 +167,25 @@ def stack(tmp_path_factory):
         ]
         fleet_cfg["poll_interval"] = 2.0
         fleet_cfg["prometheus"] = {
-            "url": f"http://127.0.0.1:{prom_port}",
+            "url": prom,
             "selector": '{job="vllm"}',
             "replica_labels": ["namespace", "pod"],
             "timeout": "1500ms",
             "scrape_interval": "1s",
         }
-        fleet_config = tmp / "specwatch-fleet.yaml"
-        fleet_config.write_text(yaml.safe_dump(fleet_cfg), encoding="utf-8")
-        rules_dir = tmp / "rules"
-        rules_dir.mkdir()
-        prom_cfg = tmp / "prometheus.yml"
-        prom_cfg.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "rule_files": [str(p) for p in shortened_rules(rules_dir)],
-                    "scrape_configs": [
-                        {
-                            "job_name": "vllm",
-                            "static_configs": [
-                                {
-                                    "targets": [urllib.parse.urlsplit(metrics_url).netloc],
-                                    "labels": {"namespace": NAMESPACE, "pod": POD},
-                                }
-                            ],
-                            "metrics_path": urllib.parse.urlsplit(metrics_url).path,
-                        },
-                        {
-                            "job_name": "specwatch-fleet",
-                            "honor_labels": True,
-                            "static_configs": [
-                                {
-                                    "targets": [f"127.0.0.1:{fleet_port}"],
-                                    "labels": {"namespace": "monitoring", "pod": "specwatch-fleet-0"},
-                                }
-                            ],
-                        },
-                        {
-                            "job_name": "specwatch",
-                            "static_configs": [
-                                {
-                                    "targets": [f"127.0.0.1:{sidecar_port}"],
-                                    "labels": {"namespace": NAMESPACE, "pod": POD},
-                                }
-                            ],
-                        },
-                    ],
-                }
-            ),
-            encoding="utf-8",
-        )
-        prom_log = tmp / "prometheus.log"
-        procs.append(
-            subprocess.Popen(
-                [
-                    "prometheus",
-                    f"--config.file={prom_cfg}",
-                    f"--web.listen-address=127.0.0.1:{prom_port}",
-                    f"--storage.tsdb.path={tmp / 'tsdb'}",
-                    "--web.enable-lifecycle",
-                ],
-                stdout=prom_log.open("w"),
-                stderr=subprocess.STDOUT,
-                cwd=tmp,
-            )
-        )
-        prom = f"http://127.0.0.1:{prom_port}"
-        wait_http(prom + "/-/ready", 30, procs[-1], prom_log)
-        fleet_log = tmp / "specwatch-fleet.log"
-        procs.append(
-            subprocess.Popen(
-                sidecar_command(fleet_config), stdout=fleet_log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp
-            )
-        )
-        wait_http(f"http://127.0.0.1:{fleet_port}/metrics", 30, procs[-1], fleet_log)
+        fleet = start_specwatch(fleet_cfg, tmp, procs, name="specwatch-fleet", ready="/metrics")
         yield Stack(
             prom=prom,
             sidecar=sidecar,
-            fleet=f"http://127.0.0.1:{fleet_port}",
+            fleet=fleet,
             routes=models,
             tmp=tmp,
             started=time.monotonic(),
             started_wall=time.time(),
         )
     finally:
-        for p in reversed(procs):
-            stop_process(p)
+        for proc, _ in reversed(procs):
+            stop_process(proc)
         sim.stop()
 
 

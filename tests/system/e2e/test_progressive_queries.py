@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 import requests
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deploy.test_progressive import argo, flagger
-from support.loopback import free_port, stop_process, wait_http
+from support.cli import start_specwatch
+from support.loopback import free_port, stop_process
 from support.prometheus import PROMETHEUS, start_prometheus, static_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.system]
@@ -58,7 +58,7 @@ def test_template_queries_pass_before_the_alpha_drop_and_fail_after_it(tmp_path:
     from specwatch import sim
     from specwatch.sim.sidecar_config import sidecar_config_for
 
-    from .test_alert_pipeline import _specwatch_cli, drop_time
+    from .test_alert_pipeline import drop_time
 
     scenario = sim.load_scenario(SCENARIO)
     model_name = scenario.model_names[0]
@@ -82,16 +82,7 @@ def test_template_queries_pass_before_the_alpha_drop_and_fail_after_it(tmp_path:
             scenario, target_url=handle.url, listen=f"127.0.0.1:{sidecar_port}", poll_interval=POLL_S, windows=(WINDOW,)
         )
         cfg["routes"] = [{"name": ROUTE, "target": "vllm", "match": {"model_name": model_name}}]
-        sidecar_cfg = tmp_path / "specwatch.yaml"
-        sidecar_cfg.write_text(yaml.safe_dump(cfg))
-        sidecar_log = tmp_path / "specwatch.log"
-        sidecar = subprocess.Popen(
-            [*_specwatch_cli(), "run", "--config", str(sidecar_cfg)],
-            stdout=sidecar_log.open("w"),
-            stderr=subprocess.STDOUT,
-        )
-        procs.append((sidecar, sidecar_log))
-        wait_http(f"http://127.0.0.1:{sidecar_port}/healthz", 30, sidecar, sidecar_log)
+        start_specwatch(cfg, tmp_path, procs)
 
         before: list[float] = []
         after: list[float] = []

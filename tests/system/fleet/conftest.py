@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from specwatch import config as config_mod
+
 from .promharness import PROMETHEUS, PROMTOOL, serve_scenarios
 
 HERE = Path(__file__).resolve().parent
@@ -21,6 +23,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 REPLICAS = {"sim-a:8000": "alpha-drop", "sim-b:8000": "mixed-routes"}
 POLL = 5.0
 DURATION = 420.0
+
+
+def backfilled_config(prometheus: dict[str, object] | None) -> config_mod.Config:
+    """What the history of `backfilled` is read with: fleet mode with this prometheus: section,
+    sidecar mode (polling targets) with None."""
+    # Hardware and model stated (the defaults) and a loose confidence: on assumed ones, or at 0.9 on
+    # this 8B model, every verdict is undecided and a comparison would cover no decided one.
+    return config_mod.from_mapping(
+        {
+            "windows": ["1m", "5m"],
+            "poll_interval": f"{POLL:g}s",
+            "prometheus": prometheus,
+            "hardware": {"preset": "h100-sxm"},
+            "model": {"preset": "llama-3.1-8b"},
+            "decision": {"confidence": 0.6},
+        },
+        environ={},
+    )
 
 
 @pytest.fixture(scope="session")

@@ -15,11 +15,11 @@ from typing import Any
 import requests
 import yaml
 
-from support.loopback import free_port
+from support.loopback import wait_http
+from support.prometheus import PROMETHEUS, launch_prometheus  # noqa: F401 -- the fleet tests take PROMETHEUS from here
 
 from .openmetrics import recording_to_openmetrics
 
-PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 
 
@@ -70,39 +70,22 @@ def start_prometheus(
                 "static_configs": [{"targets": scrape_targets}],
             }
         ]
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = workdir / "prometheus.log"
-    assert PROMETHEUS is not None
-    process = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={storage or workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=20y",
-            "--log.level=warn",
-            # A test never depends on the machine's speed: on a loaded 2-core machine a backtest's range
-            # queries can outlast Prometheus's default 2m evaluation limit.
-            "--query.timeout=15m",
-            *extra_args,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
+    args = (
+        "--storage.tsdb.retention.time=20y",
+        "--log.level=warn",
+        # A test never depends on the machine's speed: on a loaded 2-core machine a backtest's range
+        # queries can outlast Prometheus's default 2m evaluation limit.
+        "--query.timeout=15m",
+        *extra_args,
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"prometheus exited: {log.read_text()[-2000:]}")
-        try:
-            if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                return PrometheusProcess(url, process, log)
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("prometheus did not become ready")
+    process, log, url = launch_prometheus(workdir, config, storage=storage or workdir / "data", args=args)
+    prometheus = PrometheusProcess(url, process, log)
+    try:
+        wait_http(f"{url}/-/ready", 60, process, log)
+    except BaseException:
+        prometheus.stop()
+        raise
+    return prometheus
 
 
 def serve_backfilled(work: Path, recordings: list[tuple[Path, dict[str, str], str]]) -> PrometheusProcess:

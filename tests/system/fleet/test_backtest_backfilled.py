@@ -15,12 +15,12 @@ import math
 
 import pytest
 
-from specwatch import config as config_mod
 from specwatch.fleet.backtest import Backtest, backtest_to
 from specwatch.sidecar.replay import replay
 from support.cli import run_cli
 
-from .conftest import POLL
+from .agreement import PRICED_VALUES, agree
+from .conftest import POLL, backfilled_config
 from .promharness import PROMETHEUS, PROMTOOL
 
 pytestmark = [
@@ -28,45 +28,12 @@ pytestmark = [
     pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None, reason="prometheus/promtool not installed"),
 ]
 
-COMPARED = (
-    "acceptance_rate",
-    "mean_acceptance_length",
-    "draft_length",
-    "batch_size",
-    "itl_p50_seconds",
-    "itl_p99_seconds",
-    "breakeven_acceptance_rate",
-    "expected_speedup",
-    "drafts",
-)
-
-
-def _close(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return math.isclose(a, b, rel_tol=0.01, abs_tol=1e-12)
-
-
-def _config(prometheus: dict[str, object] | None) -> config_mod.Config:
-    """Fleet mode with this prometheus: section; sidecar mode (polling targets) with None."""
-    # Hardware and model stated (the defaults) and a loose confidence: on assumed ones, or at 0.9 on
-    # this 8B model, every verdict is undecided and the comparison would cover no decided one.
-    return config_mod.from_mapping(
-        {
-            "windows": ["1m", "5m"],
-            "poll_interval": f"{POLL:g}s",
-            "prometheus": prometheus,
-            "hardware": {"preset": "h100-sxm"},
-            "model": {"preset": "llama-3.1-8b"},
-            "decision": {"confidence": 0.6},
-        },
-        environ={},
-    )
+COMPARED = (*PRICED_VALUES, "drafts")
 
 
 def test_backtest_of_a_backfilled_tsdb_equals_replay_of_the_recording(backfilled) -> None:
     prometheus, recordings = backfilled
-    config = _config(
+    config = backfilled_config(
         {"url": prometheus.url, "selector": '{job="vllm"}', "replica_labels": ["instance"], "scrape_interval": "5s"}
     )
     first = {json.loads(line)["t"] for path in recordings.values() for line in path.read_text().splitlines()}
@@ -82,14 +49,14 @@ def test_backtest_of_a_backfilled_tsdb_equals_replay_of_the_recording(backfilled
     }
     replayed = {}
     for instance, path in recordings.items():
-        for line in replay(_config(None), path.read_text().splitlines()):
+        for line in replay(backfilled_config(None), path.read_text().splitlines()):
             replayed[(instance, line["route"], line["window"], round(line["t"], 3))] = line
     assert set(mine) == set(replayed), "the same replicas, routes, windows and times"
     mismatches = [
         (key, name, replayed[key][name], line[name])
         for key, line in mine.items()
         for name in COMPARED
-        if not _close(replayed[key][name], line[name])
+        if not agree(replayed[key][name], line[name])
     ]
     mismatches += [
         (key, "verdict", replayed[key]["verdict"], line["verdict"])
@@ -115,7 +82,7 @@ def test_backtest_of_a_backfilled_tsdb_equals_replay_of_the_recording(backfilled
 
 def test_backtest_splits_a_range_over_the_points_limit_without_changing_the_answer(backfilled) -> None:
     prometheus, recordings = backfilled
-    config = _config({"url": prometheus.url, "selector": '{job="vllm"}'})
+    config = backfilled_config({"url": prometheus.url, "selector": '{job="vllm"}'})
     start = min(json.loads(line)["t"] for line in recordings["sim-a:8000"].read_text().splitlines())
     whole = list(Backtest(config).run(start, start + 200, POLL))
     split = Backtest(config, max_points=7)
@@ -123,7 +90,7 @@ def test_backtest_splits_a_range_over_the_points_limit_without_changing_the_answ
     assert split.client.queries == 3 * math.ceil(41 / 7)
 
 
-def test_the_backtest_command_streams_json_lines_and_exits_2_on_a_bad_config(backfilled, tmp_path) -> None:
+def test_the_backtest_command_streams_json_lines_and_exits_2_on_a_badbackfilled_config(backfilled, tmp_path) -> None:
     prometheus, recordings = backfilled
     start = min(json.loads(line)["t"] for line in recordings["sim-a:8000"].read_text().splitlines())
     good = tmp_path / "fleet.yaml"

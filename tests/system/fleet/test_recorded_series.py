@@ -12,7 +12,6 @@ is not their average), with twice the drafts.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from specwatch import config as config_mod
 from specwatch.fleet.backtest import Backtest
 from specwatch.fleet.recorded import LAST_SAMPLE
 
+from .agreement import PRICED_VALUES, agree
 from .conftest import POLL
 from .promharness import PROMETHEUS, PROMTOOL, serve_scenarios, with_recorded_rules
 
@@ -33,22 +33,6 @@ pytestmark = [
 RULES = Path(__file__).resolve().parents[3] / "rules" / "specwatch-fleet-recording.yaml"
 DURATION = 420.0
 SCENARIOS = {"alpha-drop": 1, "mixed-routes": 1, "steady": 2}  # namespace (= scenario): replicas
-COMPARED = (
-    "acceptance_rate",
-    "mean_acceptance_length",
-    "draft_length",
-    "batch_size",
-    "itl_p50_seconds",
-    "itl_p99_seconds",
-    "breakeven_acceptance_rate",
-    "expected_speedup",
-)
-
-
-def _close(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return math.isclose(a, b, rel_tol=0.01, abs_tol=1e-12)
 
 
 def _config(url: str, recorded: bool, namespaces: str) -> config_mod.Config:
@@ -121,8 +105,8 @@ def test_recorded_series_give_the_raw_series_verdicts_breakevens_and_gains_withi
     mismatches = [
         (key, name, theirs[key][name], line[name])
         for key, line in mine.items()
-        for name in (*COMPARED, "drafts")
-        if not _close(theirs[key][name], line[name])
+        for name in (*PRICED_VALUES, "drafts")
+        if not agree(theirs[key][name], line[name])
     ]
     mismatches += [
         (key, "verdict", theirs[key]["verdict"], line["verdict"])
@@ -134,7 +118,7 @@ def test_recorded_series_give_the_raw_series_verdicts_breakevens_and_gains_withi
     assert len(seen - {"insufficient_data"}) >= 2, seen  # decided verdicts are compared, not only the guard
     for window, graded in raw_summary["windows"].items():
         gain = recorded_summary["windows"][window]["throughput_gain_if_followed"]
-        assert _close(graded["throughput_gain_if_followed"], gain), (window, graded, gain)
+        assert agree(graded["throughput_gain_if_followed"], gain), (window, graded, gain)
         assert recorded_summary["windows"][window]["verdict_changes"] == graded["verdict_changes"]
 
 
@@ -149,7 +133,7 @@ def test_an_aggregate_of_two_equal_replicas_keeps_their_ratios_and_batch_with_tw
         if one is None or one["drafts"] is None:
             continue
         compared += 1
-        for name in COMPARED:
-            assert _close(one[name], line[name]), (name, t, one[name], line[name])
+        for name in PRICED_VALUES:
+            assert agree(one[name], line[name]), (name, t, one[name], line[name])
         assert line["drafts"] == pytest.approx(2 * one["drafts"], rel=0.01)
     assert compared > 10

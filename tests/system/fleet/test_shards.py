@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from specwatch import config as config_mod
 from specwatch.fleet.backtest import Backtest
 
-from .conftest import POLL
+from .conftest import POLL, backfilled_config
 from .promharness import PROMETHEUS, PROMTOOL
 
 pytestmark = [
@@ -24,17 +23,7 @@ def _lines(url: str, start: float, end: float, shard: dict[str, int] | None) -> 
     prometheus: dict[str, object] = {"url": url, "selector": '{job="vllm"}', "scrape_interval": f"{POLL:g}s"}
     if shard is not None:
         prometheus["shard"] = shard
-    config = config_mod.from_mapping(
-        {
-            "windows": ["1m", "5m"],
-            "poll_interval": f"{POLL:g}s",
-            "prometheus": prometheus,
-            "hardware": {"preset": "h100-sxm"},
-            "model": {"preset": "llama-3.1-8b"},
-            "decision": {"confidence": 0.6},
-        },
-        environ={},
-    )
+    config = backfilled_config(prometheus)
     return {
         (line["replica"]["instance"], line["route"], line["window"], round(line["t"], 3)): line
         for line in Backtest(config).run(start, end, POLL)

@@ -23,6 +23,7 @@ from specwatch import config as config_mod
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
 from specwatch.sidecar.pipeline import Pipeline
 
+from .agreement import WINDOW_VALUES, agree
 from .promharness import PROMETHEUS, RecordedSim, serve_recorded, start_prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed")]
@@ -48,20 +49,6 @@ RUN_SECONDS = 80.0
 STOPPED = 7  # this replica goes away STOP_AFTER seconds into the run
 STOP_AFTER = 60.0
 FIRST_EVALUATION = 32.0
-COMPARED = (
-    "acceptance_rate",
-    "mean_acceptance_length",
-    "draft_length",
-    "batch_size",
-    "itl_p50_seconds",
-    "itl_p99_seconds",
-)
-
-
-def _close(a: float | None, b: float | None, rel: float = 0.01) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
 
 
 def _evaluation_offset(timestamps: dict[str, list[tuple[float, float]]]) -> float:
@@ -194,16 +181,16 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
         if near_reset:
             continue
         mine = fleet_out[key]
-        for name in COMPARED:
+        for name in WINDOW_VALUES:
             a, b = side.value(name), mine.value(name)  # type: ignore[attr-defined]
             compared += 1
             with_values += a is not None
-            if not _close(a, b):
+            if not agree(a, b):
                 mismatches.append((key, name, a, b))
         verdicts += 1
         if side.verdict != mine.verdict:  # type: ignore[attr-defined]
             mismatches.append((key, "verdict", side.verdict, mine.verdict))  # type: ignore[attr-defined]
-        if not _close(side.stats.drafts, mine.stats.drafts):  # type: ignore[attr-defined]
+        if not agree(side.stats.drafts, mine.stats.drafts):  # type: ignore[attr-defined]
             mismatches.append((key, "drafts", side.stats.drafts, mine.stats.drafts))  # type: ignore[attr-defined]
     assert compared > 500 and verdicts > 100 and with_values > 0.6 * compared
     assert {e.stats.schema for e in fleet_out.values()} == {"v1", "v1-legacy-itl"}  # type: ignore[attr-defined]
@@ -220,5 +207,5 @@ def test_fleet_mode_matches_the_sidecar_per_replica_route_and_window(fleet_run) 
         assert row.replicas == len(members)
         accepted = sum(e.stats.accepted_tokens for e in members if e.guard_passed and e.stats.draft_tokens)
         proposed = sum(e.stats.draft_tokens for e in members if e.guard_passed and e.stats.draft_tokens)
-        assert _close(row.acceptance_rate, accepted / proposed if proposed else None)
+        assert agree(row.acceptance_rate, accepted / proposed if proposed else None)
         assert sum(row.verdicts.values()) == len(members)

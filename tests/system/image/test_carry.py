@@ -15,22 +15,13 @@ Needs root, buildah, skopeo and docker-registry; skipped otherwise.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 
-import pytest
-
+from system.image.needs import needs
 from system.image.test_walkthrough import DOC, TAG, containers_env, run
 
-pytestmark = [
-    pytest.mark.skipif(
-        not all(shutil.which(b) for b in ("buildah", "skopeo", "docker-registry")),
-        reason="needs the Debian packages buildah, skopeo and docker-registry",
-    ),
-    pytest.mark.skipif(os.geteuid() != 0, reason="buildah (chroot isolation, vfs) needs root here"),
-]
+pytestmark = needs("buildah", "skopeo", "docker-registry")
 
 
 def carry_block() -> str:

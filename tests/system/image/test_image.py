@@ -35,6 +35,8 @@ from pathlib import Path
 
 import pytest
 
+from system.image.needs import needs
+
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "Dockerfile"
 CACHE = Path(os.environ.get("SPECWATCH_IMAGE_CACHE", Path.home() / ".cache" / "specwatch-image"))
@@ -43,13 +45,7 @@ MIRROR = os.environ.get("SPECWATCH_DEBIAN_MIRROR", "http://deb.debian.org/debian
 BASE_PACKAGES = ("python3", "python3-pip", "python-is-python3", "ca-certificates")
 IMAGE = "localhost/specwatch:image-test"
 
-pytestmark = [
-    pytest.mark.skipif(
-        shutil.which("buildah") is None or shutil.which("debootstrap") is None,
-        reason="needs the Debian packages buildah and debootstrap",
-    ),
-    pytest.mark.skipif(os.geteuid() != 0, reason="buildah (chroot isolation, vfs) and debootstrap need root here"),
-]
+pytestmark = needs("buildah", "debootstrap")
 
 
 def from_image() -> str:

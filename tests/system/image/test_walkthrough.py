@@ -27,19 +27,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from system.image.needs import needs
 from system.image.test_image import DOCKERFILE, ROOT, base_rootfs_tarball, from_image
 
 DOC = ROOT / "docs" / "kubernetes.md"
 CHART = ROOT / "helm" / "specwatch"
 TAG = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]  # the walkthrough leaves image.tag empty
 
-pytestmark = [
-    pytest.mark.skipif(
-        not all(shutil.which(b) for b in ("buildah", "debootstrap", "docker-registry")),
-        reason="needs the Debian packages buildah, debootstrap and docker-registry",
-    ),
-    pytest.mark.skipif(os.geteuid() != 0, reason="buildah (chroot isolation, vfs) and debootstrap need root here"),
-]
+pytestmark = needs("buildah", "debootstrap", "docker-registry")
 
 
 def walkthrough() -> str:

@@ -35,6 +35,7 @@ import requests
 # tests/ on the path: this module also runs as a script and is imported by bench_speedup.py.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from support import server_cache
+from support.cli import specwatch_command
 from support.loopback import free_port
 from support.server_cache import EnvironmentUnavailable, run_logged, tail
 
@@ -352,17 +353,6 @@ class Recorder:
     def stop(self) -> None:
         self._stop = True
         self._thread.join(timeout=30)
-
-
-def specwatch_command() -> list[str]:
-    """The project's own `specwatch` console script, from the interpreter running the tests."""
-    exe = Path(sys.executable).parent / "specwatch"
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("specwatch")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "import sys; from specwatch.cli.main import main; sys.exit(main())"]
 
 
 class Sidecar:

@@ -21,10 +21,12 @@ CORPUS = Path(__file__).parent / "corpus"
 _CONFIG = None
 
 
-def seed_payloads() -> list[str]:
+def seed_payloads(every: int = 3) -> list[str]:
+    """Every `every`-th real vLLM payload of the fixtures: a spread of phases (idle, load, restart,
+    spec off, multiprocess)."""
     folder = fixture_path("vllm-cpu-real")
     files = sorted(folder.glob("*.prom")) + sorted((folder / "extra").glob("*.prom"))
-    return [p.read_text() for p in files[::3]]
+    return [p.read_text() for p in files[::every]]
 
 
 def _pipeline(good: str) -> Pipeline:

@@ -7,6 +7,12 @@ syntax, escapes, odd values, duplicated or reordered lines, stray TYPE lines, NU
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
 TOKENS = (
     "{",
     "}",
@@ -156,3 +162,12 @@ def apply_mutations(text: str, ops) -> str:
     for name, a, b in ops:
         text = MUTATIONS[name](text, a, b)
     return text
+
+
+def mutated(payloads: Sequence[str]) -> SearchStrategy[str]:
+    """A Hypothesis strategy: one of `payloads` with one to six mutations applied. Hypothesis is
+    imported here, not above: a fuzzer that reads only the mutations does not need it."""
+    from hypothesis import strategies as st
+
+    op = st.tuples(st.sampled_from(sorted(MUTATIONS)), st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1))
+    return st.builds(apply_mutations, st.sampled_from(payloads), st.lists(op, min_size=1, max_size=6))

@@ -56,8 +56,9 @@ class Running:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-@contextmanager
-def sidecar_process(tmp_path: Path, config: dict, *, env: dict | None = None, drop_env: tuple[str, ...] = ()):
+def spawn_sidecar(tmp_path: Path, config: dict, *, env: dict | None = None, drop_env: tuple[str, ...] = ()) -> Running:
+    """`specwatch run` on `config` (listening on a free loopback port unless `config` says where),
+    started and not awaited: the caller stops it."""
     port = free_port()
     config = {"listen": f"127.0.0.1:{port}", **config}
     path = tmp_path / "specwatch.yaml"
@@ -72,7 +73,14 @@ def sidecar_process(tmp_path: Path, config: dict, *, env: dict | None = None, dr
             stderr=subprocess.STDOUT,
             env=full_env,
         )
-    running = Running(proc, f"http://127.0.0.1:{port}", log_path)
+    return Running(proc, f"http://{config['listen']}", log_path)
+
+
+@contextmanager
+def sidecar_process(tmp_path: Path, config: dict, *, env: dict | None = None, drop_env: tuple[str, ...] = ()):
+    """`specwatch run` on `config`, once it is ready; killed when the block ends."""
+    running = spawn_sidecar(tmp_path, config, env=env, drop_env=drop_env)
+    proc = running.proc
     try:
         running.wait_for(lambda: running.get("/readyz", timeout=1).status_code == 200, what="ready")
         yield running

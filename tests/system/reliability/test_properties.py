@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,38 +28,15 @@ from specwatch.windows.derive import window_stats
 from specwatch.windows.window import RouteWindow
 from support.builders import route_snapshot
 from support.counter_rule import noise, poll_increases
-from support.paths import fixture_path
 
-from .mutate import MUTATIONS, apply_mutations
+from .fuzzcheck import seed_payloads
+from .mutate import mutated
 
-CORPUS = Path(__file__).parent / "corpus"
-
-
-def real_payloads() -> list[str]:
-    folder = fixture_path("vllm-cpu-real")
-    files = sorted(folder.glob("*.prom")) + sorted((folder / "extra").glob("*.prom"))
-    # A spread of phases (idle, load, restart, spec off, multiprocess) keeps each example cheap.
-    return [p.read_text() for p in files[::4]]
-
-
-PAYLOADS = real_payloads()
-
-
-@st.composite
-def mutated_payloads(draw):
-    text = draw(st.sampled_from(PAYLOADS))
-    ops = draw(
-        st.lists(
-            st.tuples(st.sampled_from(sorted(MUTATIONS)), st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1)),
-            min_size=1,
-            max_size=6,
-        )
-    )
-    return apply_mutations(text, ops)
+PAYLOADS = seed_payloads(every=4)  # fewer seeds than the fuzzer's keep each example cheap
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mutated_payloads())
+@given(mutated(PAYLOADS))
 def test_the_parser_raises_only_exposition_error_on_mutations_of_real_payloads(text):
     try:
         SELECTOR.parse(text)
@@ -82,7 +58,7 @@ def _config():
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mutated_payloads())
+@given(mutated(PAYLOADS))
 def test_a_rejected_mutation_leaves_the_pipeline_windows_byte_identical(text):
     pipeline = Pipeline(_config())
     assert pipeline.ingest("vllm", 1000.0, PAYLOADS[1]).ok

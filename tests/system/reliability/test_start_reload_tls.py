@@ -11,14 +11,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -33,7 +31,7 @@ from support.loopback import free_port
 
 from .harness import Sidecar
 from .hostile import HostileServer, respond
-from .process import sidecar_process
+from .process import sidecar_process, spawn_sidecar
 
 FAST = {"poll_interval": "500ms", "windows": ["2s", "5s"], "log": {"format": "json", "level": "debug"}}
 
@@ -57,16 +55,9 @@ def _listening(port: int) -> bool:
 
 def test_sighup_during_start_up_never_kills_the_sidecar_and_is_replayed_as_a_reload(tmp_path):
     port = free_port()
-    path = tmp_path / "specwatch.yaml"
     config = {**FAST, "listen": f"127.0.0.1:{port}", "targets": [{"url": "http://127.0.0.1:9/metrics"}]}
-    path.write_text(json.dumps(config))
-    log_path = tmp_path / "specwatch.log"
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "specwatch.cli", "run", "--config", str(path)],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
+    running = spawn_sidecar(tmp_path, config)
+    proc, log_path = running.proc, running.log_path
     try:
         deadline = time.monotonic() + 20
         while not _sighup_caught(proc.pid):  # the handler is in place: from here on, no SIGHUP may kill it
@@ -98,6 +89,7 @@ def test_sighup_during_start_up_never_kills_the_sidecar_and_is_replayed_as_a_rel
     finally:
         proc.kill()
         proc.wait(timeout=10)
+        running.http.close()
 
 
 def _in_thread(fn, seconds: float = 5.0):

@@ -7,7 +7,6 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from specwatch import costmodel as cmod
 from specwatch.config import DecisionConfig
 from specwatch.engines.advice import (
     ADVISED_ENGINES,
@@ -23,6 +22,7 @@ from specwatch.engines.vllm_schedule import SCHEDULE_KEY, k_at_batch, parse_spec
 from specwatch.verdict.config_check import check_draft_length
 from specwatch.verdict.decide import Assessment, assess
 from specwatch.windows.derive import WindowStats
+from support.builders import roofline_cost_model
 
 BANDS = [[1, 16, 4], [17, 64, 2], [65, 512, 1]]
 SCHEDULED = Assessment(
@@ -229,15 +229,8 @@ def test_recommendation_reads_the_schedule_bands_and_the_live_k():
 # -- adaptive verification: the engine chooses K per step, so no shorten advice -----------------
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
-CM = cmod.CostModel(
-    cmod.HARDWARE_PRESETS["h100-sxm"],
-    cmod.MODEL_PRESETS["llama-3.1-8b"],
-    context_tokens=1024,
-    draft=replace(cmod.draft_cost_for("eagle3", cmod.MODEL_PRESETS["llama-3.1-8b"]), fixed_seconds=0.0),
-    verify_overhead_seconds=0.0,
-    verify_seconds_per_request=0.0,
-    calibration_log_error=0.0,  # exact: the advice is tested apart from the speedup's interval
-)
+# exact: the advice is tested apart from the speedup's interval
+CM = replace(roofline_cost_model(), calibration_log_error=0.0)
 WEAK_TAIL = (0.8, 0.6, 0.05, 0.01)  # positions 2 and 3 rarely survive: a shorter K pays more
 DSPARK = {"method": "dspark", "model": "/m/dspark", "num_speculative_tokens": 4}
 

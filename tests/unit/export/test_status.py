@@ -7,27 +7,15 @@ import dataclasses
 
 import pytest
 
-from specwatch import sim
 from specwatch.export.status import status_document
-from specwatch.sidecar.pipeline import Pipeline
 from specwatch.view.fleet import FleetState, ReplicaRouteState
 from specwatch.view.targets import State
-from support.builders import OFFLINE_URL, scenario_config
-from support.views import view_of
-
-POLL = 5.0
+from support.views import alpha_drop_state, view_of
 
 
 @pytest.fixture(scope="module")
 def targets() -> State:
-    scenario = sim.load_scenario("alpha-drop")
-    config = scenario_config(scenario, poll_interval=POLL, url=OFFLINE_URL, min_drafts=50, hold=2)
-    pipeline, simulator = Pipeline(config), sim.Simulator(scenario, seed=1)
-    for i in range(1, 30):
-        simulator.advance_to(POLL * i)
-        pipeline.ingest("vllm", POLL * i, simulator.render(), duration=0.01)
-        pipeline.evaluate(POLL * i)
-    return pipeline.state()
+    return alpha_drop_state()
 
 
 def _fleet(state: State, *, up: bool = True) -> FleetState:

@@ -17,7 +17,7 @@ from support.engine_fixtures import polls
 from support.paths import fixture_path
 from support.vllm_payloads import FakeVllm
 from system.reliability.fuzzcheck import CORPUS, text_from_bytes
-from system.reliability.mutate import MUTATIONS, apply_mutations
+from system.reliability.mutate import mutated
 
 
 def _payloads() -> list[Path]:
@@ -310,21 +310,8 @@ def _seeds():
 SEEDS = _seeds()
 
 
-@st.composite
-def _mutated(draw):
-    text = draw(st.sampled_from(SEEDS))
-    ops = draw(
-        st.lists(
-            st.tuples(st.sampled_from(sorted(MUTATIONS)), st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1)),
-            min_size=1,
-            max_size=6,
-        )
-    )
-    return apply_mutations(text, ops)
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_mutated())
+@given(mutated(SEEDS))
 def test_mutated_real_payloads_read_the_same_through_the_line_finder_and_the_line_scan(text):
     assert _outcome(SELECTOR.parse, text) == _outcome(SELECTOR.parse_by_lines, text)
 

@@ -120,6 +120,24 @@ def test_breakeven_json_matches_golden_for_70b_fp8_tp4_from_a_config_file(tmp_pa
     assert rates == sorted(rates) and rates[-1] >= 0.45
 
 
+def sidecar_window(alpha: float, batch: float) -> WindowStats:
+    """A sidecar's 1m window at K=3 with enough drafts to decide: what `breakeven --k 3` is compared with."""
+    return WindowStats(
+        route="r",
+        window="1m",
+        t=0.0,
+        samples=10,
+        span_seconds=60.0,
+        spec_present=True,
+        drafts=5000.0,
+        acceptance_rate=alpha,
+        draft_length=3.0,
+        configured_k=3,
+        position_rates=cmod.position_rates_from_alpha(alpha, 3),
+        batch_size=batch,
+    )
+
+
 def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
     _rc, out = run(
         [
@@ -134,20 +152,7 @@ def test_breakeven_cli_and_live_sidecar_assessment_give_the_same_numbers():
     cm = cost_model_from_config(
         Config(model=ModelConfig(context_tokens=2048), draft=DraftConfig(k=3), engine=EngineConfig(name="vllm"))
     )
-    stats = WindowStats(
-        route="r",
-        window="1m",
-        t=0.0,
-        samples=10,
-        span_seconds=60.0,
-        spec_present=True,
-        drafts=5000.0,
-        acceptance_rate=0.55,
-        draft_length=3.0,
-        configured_k=3,
-        position_rates=cmod.position_rates_from_alpha(0.55, 3),
-        batch_size=48.0,
-    )
+    stats = sidecar_window(alpha=0.55, batch=48.0)
     a = decide.assess(cm, stats, DecisionConfig(min_drafts=500, margin=0.02), "auto", None)
     assert a.breakeven_acceptance_rate is not None and a.expected_speedup is not None
     assert row["breakeven_acceptance_rate"] == round(a.breakeven_acceptance_rate, 4)
@@ -552,20 +557,7 @@ def test_breakeven_with_the_sidecars_profile_gives_the_sidecars_numbers(tmp_path
     config = from_mapping(
         {"profile": str(path), "draft": {"method": "ngram", "k": 3}, "engine": {"name": "vllm"}}, environ={}
     )
-    stats = WindowStats(
-        route="r",
-        window="1m",
-        t=0.0,
-        samples=10,
-        span_seconds=60.0,
-        spec_present=True,
-        drafts=5000.0,
-        acceptance_rate=0.7,
-        draft_length=3.0,
-        configured_k=3,
-        position_rates=cmod.position_rates_from_alpha(0.7, 3),
-        batch_size=4.0,
-    )
+    stats = sidecar_window(alpha=0.7, batch=4.0)
     a = decide.assess(Pipeline(config).cost_model, stats, DecisionConfig(), "ngram", None)
     assert row["breakeven_acceptance_rate"] == round(a.breakeven_acceptance_rate, 4)
     assert row["expected_speedup"] == round(a.expected_speedup, 4)

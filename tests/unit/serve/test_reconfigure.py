@@ -15,19 +15,11 @@ from specwatch.export.collector import registry_for
 from specwatch.serve.service import Service
 from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
-from support.builders import scenario_raw_config
+from support.builders import chat_scenario, scenario_raw_config
 
-SCENARIO = {
-    "name": "k2-server",
-    "hardware": "h100-sxm",
-    "model": "llama-3.1-8b",
-    "method": "eagle3",
-    "num_speculative_tokens": 2,
-    "prompt_tokens": 512,
-    "output_tokens": 256,
-    "routes": [{"model_name": "chat"}],
-    "phases": [{"name": "steady", "duration": "10m", "concurrency": 8, "k": 2, "alpha": 0.7}],
-}
+SCENARIO = chat_scenario(
+    "k2-server", 2, [{"name": "steady", "duration": "10m", "concurrency": 8, "k": 2, "alpha": 0.7}]
+)
 
 
 def _config(k: int, **extra):

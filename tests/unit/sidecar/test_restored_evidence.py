@@ -17,17 +17,14 @@ from specwatch.sidecar import pipeline as pipeline_module
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import load_scenario, parse_scenario
-from specwatch.sim.sidecar_config import sidecar_config_for
-from support.builders import pod_scenario
+from support.builders import pod_scenario, scenario_raw_config
 
 POLL = 5.0
 STEADY = Path(sim.__file__).parent / "scenarios" / "steady.yaml"
 
 
 def _pipeline(sc, learning: bool = True) -> Pipeline:
-    raw = sidecar_config_for(
-        sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m", "4m")
-    )
+    raw = scenario_raw_config(sc, poll_interval=POLL, windows=("1m", "4m"))
     return Pipeline(from_mapping({**raw, "learning": {"enabled": learning}}, environ={}))
 
 

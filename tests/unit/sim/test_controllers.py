@@ -17,11 +17,10 @@ from collections import defaultdict
 import pytest
 
 from specwatch import sim
-from specwatch.config import from_mapping
 from specwatch.export.collector import SpecwatchCollector
 from specwatch.sidecar.pipeline import Pipeline
-from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.controller import Controller
+from support.builders import scenario_config
 from support.views import view_of
 
 POLL = 5.0
@@ -32,16 +31,7 @@ Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
 def sidecar(scenario: sim.Scenario) -> Pipeline:
-    config = from_mapping(
-        sidecar_config_for(
-            scenario,
-            target_url="http://127.0.0.1:1/metrics",
-            listen="127.0.0.1:0",
-            poll_interval=POLL,
-            windows=("1m", "5m"),
-        )
-    )
-    return Pipeline(config)
+    return Pipeline(scenario_config(scenario, poll_interval=POLL))
 
 
 def samples_of(pipeline: Pipeline) -> Samples:

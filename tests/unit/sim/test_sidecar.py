@@ -7,9 +7,8 @@ import json
 import pytest
 
 from specwatch import sim
-from specwatch.config import from_mapping
 from specwatch.sidecar.replay import replay
-from specwatch.sim.sidecar_config import sidecar_config_for
+from support.builders import scenario_config
 from support.cli import run_cli
 from support.decidable import decidable_verdict
 
@@ -34,16 +33,7 @@ ADAPTIVE = {"adaptive-wins", "adaptive-loses-low-concurrency", "sglang-adaptive-
 
 
 def sidecar_config(scenario):
-    return from_mapping(
-        sidecar_config_for(
-            scenario,
-            target_url="http://127.0.0.1:1/metrics",
-            listen="127.0.0.1:0",
-            poll_interval=POLL,
-            windows=("1m", "5m"),
-            hold=HOLD,
-        )
-    )
+    return scenario_config(scenario, poll_interval=POLL, hold=HOLD)
 
 
 def decidable(scenario, widen=1.0):

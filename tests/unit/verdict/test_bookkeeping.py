@@ -22,22 +22,14 @@ from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 from specwatch.verdict.bookkeeping import EvaluationContext, RouteLearning
-from support.builders import scenario_raw_config
+from support.builders import chat_scenario, scenario_raw_config
 
 K = 3
 LEARNING = {"enabled": True, "min_points": 2}
 STATED = {"method": "eagle3", "model": "/models/eagle3", "num_speculative_tokens": K}
-SCENARIO = {
-    "name": "k3-server",
-    "hardware": "h100-sxm",
-    "model": "llama-3.1-8b",
-    "method": "eagle3",
-    "num_speculative_tokens": K,
-    "prompt_tokens": 512,
-    "output_tokens": 256,
-    "routes": [{"model_name": "chat"}],
-    "phases": [{"name": "steady", "duration": "10m", "concurrency": 8, "k": K, "alpha": 0.7}],
-}
+SCENARIO = chat_scenario(
+    "k3-server", K, [{"name": "steady", "duration": "10m", "concurrency": 8, "k": K, "alpha": 0.7}]
+)
 
 
 def _sidecar_config() -> Config:

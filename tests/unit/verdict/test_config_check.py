@@ -20,7 +20,7 @@ from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 from specwatch.verdict.config_check import check_draft_length
-from support.builders import scenario_raw_config
+from support.builders import chat_scenario, scenario_raw_config
 
 SCHEDULE = {
     "method": "eagle3",
@@ -141,20 +141,14 @@ def test_the_sidecar_exports_a_mismatch_while_the_simulated_server_ignores_its_s
     """At 32 concurrent requests the stated schedule gives K=2. The simulated vLLM first follows it,
     then (as after a restart that dropped the schedule) drafts K=4 again."""
     sc = parse_scenario(
-        {
-            "name": "schedule-dropped",
-            "hardware": "h100-sxm",
-            "model": "llama-3.1-8b",
-            "method": "eagle3",
-            "num_speculative_tokens": 4,
-            "prompt_tokens": 512,
-            "output_tokens": 256,
-            "routes": [{"model_name": "chat"}],
-            "phases": [
+        chat_scenario(
+            "schedule-dropped",
+            4,
+            [
                 {"name": "follows", "duration": "3m", "concurrency": 32, "k": 2, "alpha": 0.75},
                 {"name": "dropped", "duration": "3m", "concurrency": 32, "k": 4, "alpha": 0.75},
             ],
-        }
+        )
     )
     raw = scenario_raw_config(sc, windows=("1m", "2m"))
     raw["draft"]["config"] = SCHEDULE

@@ -22,21 +22,14 @@ from specwatch.sidecar.pipeline import Pipeline
 from specwatch.verdict import decide
 from specwatch.verdict.decide import VERDICTS, Assessment, VerdictState, assess, next_verdict
 from specwatch.verdict.evaluation import evaluation_record, resolve_method
-from support.builders import window_stats
+from support.builders import roofline_cost_model, window_stats
 
 DECISION = DecisionConfig(min_drafts=500, margin=0.02, hold=2)
 # Decision logic on the plain roofline (no fitted fixed costs of speculation): the scenarios below
 # were laid out on it, and the calibration has its own tests (tests/unit/costmodel/test_calibration.py). Taken as
 # exact (no calibration error), so the lines and configs are tested apart from the interval, which
 # EXACT_CM's siblings with the generic prior's error test below.
-ROOFLINE_CM = cmod.CostModel(
-    cmod.HARDWARE_PRESETS["h100-sxm"],
-    cmod.MODEL_PRESETS["llama-3.1-8b"],
-    context_tokens=1024,
-    draft=replace(cmod.draft_cost_for("eagle3", cmod.MODEL_PRESETS["llama-3.1-8b"]), fixed_seconds=0.0),
-    verify_overhead_seconds=0.0,
-    verify_seconds_per_request=0.0,
-)
+ROOFLINE_CM = roofline_cost_model()
 CM = replace(ROOFLINE_CM, calibration_log_error=0.0)
 #: Drafts in a window large enough that alpha's sampling noise is negligible.
 HUGE = 1e12

@@ -18,7 +18,7 @@ from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 from specwatch.verdict.grading import AdviceGrader, summarize
 from specwatch.windows.derive import WindowStats
-from support.builders import scenario_config
+from support.builders import chat_scenario, scenario_config
 
 POLL = 5.0
 BEFORE, AFTER = 300.0, 360.0  # seconds of each phase
@@ -47,19 +47,7 @@ def scenario(k_after: int | None):
                 "acceptance": ACCEPTANCE,
             }
         )
-    return parse_scenario(
-        {
-            "name": "apply-recommendation",
-            "hardware": "h100-sxm",
-            "model": "llama-3.1-8b",
-            "method": "eagle3",
-            "num_speculative_tokens": 4,
-            "prompt_tokens": 512,
-            "output_tokens": 256,
-            "routes": [{"model_name": "chat"}],
-            "phases": phases,
-        }
-    )
+    return parse_scenario(chat_scenario("apply-recommendation", 4, phases))
 
 
 def drive(sc, until: float, marks: tuple[float, ...] = ()):
@@ -148,18 +136,12 @@ def test_turning_speculation_off_is_graded_against_the_simulators_truth():
     """At 128 requests with a weak drafter (per-position acceptance 0.3) vLLM is restarted without
     speculation at 300 s: the measured gain matches the simulator's tokens/s."""
     sc = parse_scenario(
-        {
-            "name": "apply-disable",
-            "hardware": "h100-sxm",
-            "model": "llama-3.1-8b",
-            "method": "eagle3",
-            "num_speculative_tokens": 4,
-            "prompt_tokens": 512,
-            "output_tokens": 256,
-            "routes": [{"model_name": "chat"}],
-            "phases": [{"name": "weak", "duration": "660s", "concurrency": 128, "k": 4, "alpha": 0.3}],
-            "events": [{"at": "300s", "type": "spec_off"}],
-        }
+        chat_scenario(
+            "apply-disable",
+            4,
+            [{"name": "weak", "duration": "660s", "concurrency": 128, "k": 4, "alpha": 0.3}],
+            events=[{"at": "300s", "type": "spec_off"}],
+        )
     )
     # The restart at 300 s zeroes the simulator's counters: measure each phase on its own side of it.
     pipeline, _, generated = drive(sc, 660.0, (60.0, 300.0, 360.0, 660.0))

@@ -7,13 +7,11 @@ from __future__ import annotations
 import pytest
 
 from specwatch import sim
-from specwatch.config import from_mapping
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.scenario import parse_scenario
-from specwatch.sim.sidecar_config import sidecar_config_for
 from specwatch.verdict.grading import RolloutGrader
-from support.builders import pod_scenario
+from support.builders import pod_scenario, scenario_config
 
 POLL = 5.0
 
@@ -23,12 +21,7 @@ def pod(k: int, seed: int):
     drafted = k or 2
     events = [] if k else [{"at": 0, "type": "spec_off"}]
     sc = parse_scenario({**pod_scenario(drafted, "900s"), "name": f"pod-k{k}", "events": events})
-    config = from_mapping(
-        sidecar_config_for(
-            sc, target_url="http://127.0.0.1:1/metrics", listen="127.0.0.1:0", poll_interval=POLL, windows=("1m", "4m")
-        ),
-        environ={},
-    )
+    config = scenario_config(sc, poll_interval=POLL, windows=("1m", "4m"))
     return config, Pipeline(config), sim.Simulator(sc, seed=seed)
 
 

@@ -14,7 +14,7 @@ from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sim.polling import simulated_polls
 from specwatch.sim.scenario import parse_scenario
 from specwatch.verdict.grading import AdviceGrader, KPlan, Regime, k_plan, on_plan
-from support.builders import scenario_raw_config, window_stats
+from support.builders import chat_scenario, scenario_raw_config, window_stats
 
 #: What `shorten` recommends for a drafter sure of two tokens: K=4 up to batch 16, K=2 above.
 SCHEDULE = speculative_config("eagle3", 4, [[1, 16, 4], [17, 1024, 2]])
@@ -98,19 +98,7 @@ def _sidecar_run(stated: bool):
         {"name": "quiet", "duration": "240s", "concurrency": 8, "k": 4, "acceptance": [0.9, 0.7, 0.25, 0.15]},
         {"name": "busy", "duration": "300s", "concurrency": 64, "k": 2, "acceptance": [0.9, 0.7]},
     ]
-    sc = parse_scenario(
-        {
-            "name": "schedule-follows-batch",
-            "hardware": "h100-sxm",
-            "model": "llama-3.1-8b",
-            "method": "eagle3",
-            "num_speculative_tokens": 4,
-            "prompt_tokens": 512,
-            "output_tokens": 256,
-            "routes": [{"model_name": "chat"}],
-            "phases": phases,
-        }
-    )
+    sc = parse_scenario(chat_scenario("schedule-follows-batch", 4, phases))
     raw = scenario_raw_config(sc, windows=("1m", "4m"))
     if stated:
         raw["draft"] = {**raw["draft"], "config": dict(SCHEDULE)}

@@ -9,6 +9,7 @@ from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey
 from specwatch.windows.derive import GAUGE_MEAN, window_stats
 from specwatch.windows.gauges import BATCH, gauge_means
 from specwatch.windows.window import RouteWindow
+from support.builders import route_snapshot
 
 DRAFTS = SeriesKey(Counter.DRAFTS, "0")
 
@@ -23,17 +24,11 @@ def snap(t, drafts, rate=None, length=None, steps=None, running=None):
         )
         if value is not None
     }
-    return RouteSnapshot(
-        t=t,
-        target="t",
-        route="r",
-        model_name="m",
+    return route_snapshot(
+        t,
+        {DRAFTS: drafts},
         schema="sglang",
-        spec_present=True,
-        engines=("0",),
-        configured_k=None,
-        counters={DRAFTS: drafts},
-        created={},
+        target="t",
         running={} if running is None else {"0": running},
         gauges=gauges,
         gauge_acceptance=True,

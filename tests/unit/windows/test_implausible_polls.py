@@ -15,6 +15,7 @@ from specwatch.config import from_mapping
 from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.windows.window import implausible
+from support.builders import route_snapshot
 from support.engine_fixtures import fixture, polls
 
 CONFIG = {
@@ -28,34 +29,11 @@ TRTLLM = polls(fixture("trtllm", "eagle3-load.prom"))
 
 
 def _gauged(**gauges: float) -> RouteSnapshot:
-    return RouteSnapshot(
-        t=0.0,
-        target="llm",
-        route="r",
-        model_name="m",
-        schema="sglang",
-        spec_present=True,
-        engines=("0",),
-        configured_k=None,
-        counters={},
-        created={},
-        gauges=gauges,
-    )
+    return route_snapshot(0.0, {}, schema="sglang", target="llm", gauges=gauges)
 
 
 def _counted(counters: dict[SeriesKey, float]) -> RouteSnapshot:
-    return RouteSnapshot(
-        t=0.0,
-        target="llm",
-        route="r",
-        model_name="m",
-        schema="v1",
-        spec_present=True,
-        engines=("0",),
-        configured_k=None,
-        counters=counters,
-        created={},
-    )
+    return route_snapshot(0.0, counters, target="llm")
 
 
 def test_gauges_that_contradict_each_other_or_exceed_k_plus_one_are_implausible():

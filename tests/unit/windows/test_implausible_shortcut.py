@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey
+from specwatch.engines.series import Counter, Gauge, SeriesKey
 from specwatch.windows import window
 from specwatch.windows.window import implausible, implausible_plain
+from support.builders import route_snapshot
 
 _VALUES = st.one_of(
     st.integers(0, 60).map(float),
@@ -37,19 +38,8 @@ _KEYS = st.one_of(
 
 
 def _snapshot(counters, running, gauges, configured_k):
-    return RouteSnapshot(
-        t=0.0,
-        target="llm",
-        route="r",
-        model_name="m",
-        schema="v1",
-        spec_present=True,
-        engines=("0", "1"),
-        configured_k=configured_k,
-        counters=counters,
-        created={},
-        running=running,
-        gauges=gauges,
+    return route_snapshot(
+        0.0, counters, target="llm", engines=("0", "1"), configured_k=configured_k, running=running, gauges=gauges
     )
 
 

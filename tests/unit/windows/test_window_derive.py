@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.engines.series import RouteSnapshot, SeriesKey
+from specwatch.engines.series import SeriesKey
 from specwatch.windows.derive import drafts_reaching_positions, histogram_quantile, position_rates
 from specwatch.windows.window import RouteWindow
 from support.builders import route_snapshot
@@ -171,64 +171,33 @@ def test_the_poll_clock_never_steps_back_with_the_wall_clock(monkeypatch):
     assert clock() >= first
 
 
+def multiprocess_poll(t, drafts, tokens, accepted, running=4.0):
+    """A poll of vLLM in multiprocess mode (no _created) configured with K=4."""
+    counters = {
+        SeriesKey("drafts", "0"): drafts,
+        SeriesKey("draft_tokens", "0"): tokens,
+        SeriesKey("accepted", "0"): accepted,
+    }
+    return route_snapshot(t, counters, configured_k=4, running={"0": running})
+
+
 def test_a_half_applied_step_in_multiprocess_mode_is_not_taken_for_a_restart():
     """Without _created, a scrape can land between vLLM's increments of one step: drafts counted,
     its draft tokens not yet. That is one step's worth, not a restart."""
     w = RouteWindow(600)
-    running = {"0": 16.0}
-
-    def mp_snap(t, drafts, tokens, accepted):
-        return RouteSnapshot(
-            t=t,
-            target="vllm",
-            route="r",
-            model_name="m",
-            schema="v1",
-            spec_present=True,
-            engines=("0",),
-            configured_k=4,
-            created={},
-            running=running,
-            counters={
-                SeriesKey("drafts", "0"): drafts,
-                SeriesKey("draft_tokens", "0"): tokens,
-                SeriesKey("accepted", "0"): accepted,
-            },
-        )
-
-    assert not w.ingest(mp_snap(0, 1_000_000, 4_000_000, 2_000_000))
+    assert not w.ingest(multiprocess_poll(0, 1_000_000, 4_000_000, 2_000_000, running=16.0))
     # 16 drafts of the last step are in, their 64 tokens and 40 accepted are not yet.
-    assert not w.ingest(mp_snap(5, 1_000_016, 4_000_000, 2_000_000))
-    assert not w.ingest(mp_snap(10, 1_000_400, 4_001_600, 2_000_960))
+    assert not w.ingest(multiprocess_poll(5, 1_000_016, 4_000_000, 2_000_000, running=16.0))
+    assert not w.ingest(multiprocess_poll(10, 1_000_400, 4_001_600, 2_000_960, running=16.0))
     assert w.resets == 0
     assert w.view(10, 600).increase(SeriesKey("drafts", "0")) == 400
 
 
 def test_a_hidden_restart_that_breaks_vllms_identities_is_still_detected_without_created():
     w = RouteWindow(600)
-
-    def mp_snap(t, drafts, tokens, accepted):
-        return RouteSnapshot(
-            t=t,
-            target="vllm",
-            route="r",
-            model_name="m",
-            schema="v1",
-            spec_present=True,
-            engines=("0",),
-            configured_k=4,
-            created={},
-            running={"0": 4.0},
-            counters={
-                SeriesKey("drafts", "0"): drafts,
-                SeriesKey("draft_tokens", "0"): tokens,
-                SeriesKey("accepted", "0"): accepted,
-            },
-        )
-
-    w.ingest(mp_snap(0, 100, 400, 100))
+    w.ingest(multiprocess_poll(0, 100, 400, 100))
     # Restarted and counted past the old values: 150 drafts, 600 tokens, 500 accepted since the restart.
-    assert w.ingest(mp_snap(5, 150, 600, 500))
+    assert w.ingest(multiprocess_poll(5, 150, 600, 500))
     assert w.view(5, 600).increase(SeriesKey("accepted", "0")) == 500
 
 

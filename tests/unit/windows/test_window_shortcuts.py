@@ -10,8 +10,9 @@ import random
 
 import pytest
 
-from specwatch.engines.series import Counter, RouteSnapshot, SeriesKey
+from specwatch.engines.series import Counter, SeriesKey
 from specwatch.windows.window import RouteWindow
+from support.builders import route_snapshot
 from support.counter_sequences import random_snapshots
 
 
@@ -49,19 +50,6 @@ def test_the_usual_poll_takes_the_shorter_way():
     window.ingest_plain = lambda snap: calls.append(snap) or RouteWindow.ingest_plain(window, snap)  # type: ignore[method-assign]
     key = SeriesKey(Counter.DRAFTS, "0")
     for i in range(5):
-        window.ingest(
-            RouteSnapshot(
-                t=float(i),
-                target="vllm",
-                route="r",
-                model_name="m",
-                schema="v1",
-                spec_present=True,
-                engines=("0",),
-                configured_k=3,
-                counters={key: 10.0 * i},
-                created={SeriesKey(Counter.ITL, "0"): 1.0},
-            )
-        )
+        window.ingest(route_snapshot(float(i), {key: 10.0 * i}, {SeriesKey(Counter.ITL, "0"): 1.0}, configured_k=3))
     assert len(calls) == 1  # only the first poll (no base yet) went the plain way
     assert window.totals[key] == 40.0
