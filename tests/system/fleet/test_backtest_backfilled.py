@@ -17,9 +17,9 @@ import pytest
 
 from specwatch.fleet.backtest import Backtest, backtest_to
 from specwatch.sidecar.replay import replay
+from support.agreement import PRICED_VALUES, agree
 from support.cli import run_cli
 
-from .agreement import PRICED_VALUES, agree
 from .conftest import POLL, backfilled_config
 from .promharness import PROMETHEUS, PROMTOOL
 

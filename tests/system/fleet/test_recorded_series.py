@@ -20,8 +20,8 @@ import requests
 from specwatch import config as config_mod
 from specwatch.fleet.backtest import Backtest
 from specwatch.fleet.recorded import LAST_SAMPLE
+from support.agreement import PRICED_VALUES, agree
 
-from .agreement import PRICED_VALUES, agree
 from .conftest import POLL
 from .promharness import PROMETHEUS, PROMTOOL, serve_scenarios, with_recorded_rules
 

@@ -22,8 +22,8 @@ import pytest
 from specwatch import config as config_mod
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
 from specwatch.sidecar.pipeline import Pipeline
+from support.agreement import WINDOW_VALUES, agree
 
-from .agreement import WINDOW_VALUES, agree
 from .promharness import PROMETHEUS, RecordedSim, serve_recorded, start_prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed")]

@@ -8,6 +8,7 @@ import pytest
 from specwatch.config import from_mapping
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.sidecar.replay import replay
+from support.agreement import WINDOW_VALUES
 from support.cli import run_cli
 from support.vllm_payloads import FakeVllm
 
@@ -47,18 +48,7 @@ def evaluations(lines, config=CONFIG):
     return list(replay(from_mapping(config), lines))
 
 
-def assert_close(
-    record,
-    expected,
-    keys=(
-        "acceptance_rate",
-        "mean_acceptance_length",
-        "draft_length",
-        "batch_size",
-        "itl_p50_seconds",
-        "itl_p99_seconds",
-    ),
-):
+def assert_close(record, expected, keys=WINDOW_VALUES):
     for key in keys:
         assert record[key] == pytest.approx(expected[key], abs=1e-9), key
 

@@ -1,4 +1,4 @@
-"""What the fleet tests compare between fleet mode and the sidecar (or a replay of what Prometheus
+"""What the tests compare between fleet mode and the sidecar (or a replay of what Prometheus
 scraped), and how: the same number within 1 %, absent only where the other is absent too."""
 
 from __future__ import annotations
