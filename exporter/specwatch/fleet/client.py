@@ -556,12 +556,18 @@ _POINT = re.compile(rb"\[[ \t\n\r]*" + _NUMBER + rb'[ \t\n\r]*,[ \t\n\r]*"([^"\\
 MAX_DEPTH = 32
 
 
+#: The query API's times are written and read to the millisecond (`_ts`; Prometheus rounds each
+#: step's time it answers): a point of a range can sit one rounding of the range's end and one of
+#: its own outside the [start, end] asked for, so bounds checks allow this much and no more.
+TIME_SLACK = 0.002
+
+
 class MatrixDecoder:
-    """One range answer's series: (labels, Points), the points inside [start, end] only."""
+    """One range answer's series: (labels, Points), the points inside [start, end] (give or take
+    TIME_SLACK) only."""
 
     def __init__(self, start: float, end: float, *, last_only: bool = False, max_series: int = MAX_RANGE_SERIES):
-        slack = 1e-6 * max(abs(start), abs(end), 1.0)
-        self.start, self.end = start - slack, end + slack
+        self.start, self.end = start - TIME_SLACK, end + TIME_SLACK
         self.last_only = last_only
         self.max_series = max_series
         self.out_of_range = 0

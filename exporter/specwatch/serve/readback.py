@@ -51,9 +51,6 @@ if TYPE_CHECKING:
 #: of range (times outside the lookback, impossible magnitudes), or disagreeing with live windows.
 IMPLAUSIBLE, DISAGREES = "implausible", "disagrees"
 READBACK_ERROR_REASONS = (*QUERY_ERROR_REASONS, IMPLAUSIBLE, DISAGREES)
-#: The query API writes times to the millisecond, rounded: the step at the query's end (the newest
-#: sample of a pod still scraped, as in a rolling update) reads up to half a millisecond after `now`.
-TIME_SLACK = 0.001
 #: Seconds between the tries of a read-back that failed for a reason that passes (TRANSIENT): about
 #: 40 s in all, well inside the default lookback, so the previous pod's last window is still there.
 RETRY_PAUSES = (2.0, 5.0, 10.0, 20.0)
@@ -166,8 +163,12 @@ class Restored:
 def restored_from_series(series: Iterable[Series], now: float | None = None, lookback: float | None = None) -> Restored:
     """Per route, the newest group's before-window and curve (what does not make one is skipped).
     With ``now`` (and ``lookback``), a sample stamped after now, before now - lookback (either by
-    more than TIME_SLACK) or at a non-finite time is dropped and counted in `rejected`: it must not
+    more than the query API's rounding, fleet.client.TIME_SLACK) or at a non-finite time is dropped and counted in `rejected`: it must not
     beat the real previous pod."""
+    # The query API's millisecond: the step at the query's end (the newest sample of a pod still
+    # scraped, as in a rolling update) reads up to half a millisecond after `now`.
+    from specwatch.fleet.client import TIME_SLACK
+
     groups: dict[tuple[tuple[str, str], ...], _Group] = {}
     rejected = 0
     earliest = now - lookback - TIME_SLACK if now is not None and lookback is not None else -math.inf

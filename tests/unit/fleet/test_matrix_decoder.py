@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specwatch.fleet.client import MatrixDecoder, Points, PromQueryError
+from specwatch.fleet.client import TIME_SLACK, MatrixDecoder, Points, PromQueryError, _ts
 
 
 def _answer(values, **extra) -> bytes:
@@ -27,6 +27,17 @@ def test_only_the_newest_point_inside_the_range_is_kept_and_future_or_infinite_s
     decoder = MatrixDecoder(100.0, 200.0, last_only=True)
     (series,) = decoder.decode(body)
     assert list(series.points) == [(150.0, 2.0)] and decoder.out_of_range == 1
+
+
+def test_at_todays_epoch_a_point_a_rounding_outside_the_range_is_kept_and_one_a_second_outside_is_counted():
+    # Times as the API writes them (to the millisecond): the range's ends are rounded when asked
+    # and each step's time when answered, so a point sits up to 1 ms outside; a second is not that.
+    start, end = 1_765_000_000.0004, 1_765_000_600.0004
+    first, last = float(_ts(start)), float(_ts(end)) + 0.0005
+    decoder = MatrixDecoder(start, end)
+    (series,) = decoder.decode(_answer([[start - 1.0, "0"], [first, "1"], [last, "2"], [end + 1.0, "9"]]))
+    assert [t for t, _ in series.points] == [first, last] and decoder.out_of_range == 2
+    assert 0.001 <= TIME_SLACK < 1.0
 
 
 def test_every_point_is_packed_in_order_and_reads_as_pairs():
