@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from specwatch import config as config_mod
+from specwatch.export.status import encode_status
 from specwatch.fleet.client import PromClient, Vector
 from specwatch.fleet.evaluator import FleetEvaluator, FleetSource
 from specwatch.fleet.rows import fleet_record, replica_record
@@ -288,6 +289,16 @@ def poll_child(url: str, last: float, repeat: int, records: Path | None, recorde
             lines += [json.dumps(fleet_record(t, row), sort_keys=True) for row in fleet.evaluator.state().fleet]
     if records is not None:
         records.write_text("\n".join(lines) + "\n")
+    # The status document after the last poll: its first read works out each replica's advice in
+    # its engine's own terms (deferred from the poll to whoever reads it), a second read of the same
+    # view reuses them; the service renders it once per poll, on the first request.
+    view = fleet.evaluator.view()
+    t_cpu = time.process_time()
+    status_bytes = len(encode_status(view))
+    status_first = time.process_time() - t_cpu
+    t_cpu = time.process_time()
+    encode_status(view)
+    status_again = time.process_time() - t_cpu
     gc.collect()
     state = fleet.evaluator.state()
 
@@ -305,6 +316,9 @@ def poll_child(url: str, last: float, repeat: int, records: Path | None, recorde
         "rss_after_mib": _rss_mib("VmRSS"),  # what the polls leave held (state + allocator)
         "answer_bytes": client.largest,  # the largest window answer, bytes
         "answer_bytes_per_poll": median(sizes),  # every answer of a poll, bytes
+        "status_first_cpu_seconds": status_first,  # the status document's first render after a poll
+        "status_again_cpu_seconds": status_again,  # the same view rendered again
+        "status_bytes": status_bytes,
     }
 
 
@@ -346,6 +360,7 @@ def run_fleet(
             "rules / evaluation",
             "specwatch CPU / poll",
             "wall / poll",
+            "status: first read / again",
             "peak RSS",
             "load average",
         ],
@@ -353,7 +368,8 @@ def run_fleet(
         "verdicts); Prometheus's own CPU is not counted. Median of the polls after a warm-up. Prometheus / poll: "
         "the queries' wall time (evaluation and transfer). Rules / evaluation: Prometheus's own evaluation time of "
         "the recording group's expressions once at the last step, summed (what the rules cost Prometheus each "
-        "evaluation interval). "
+        "evaluation interval). Status: CPU of the status document's first render after the last poll (it works "
+        "out each replica's advice in its engine's terms) and of a second render of the same view. "
         f"Peak RSS: VmHWM of a process that only imports specwatch, builds the evaluator and polls. Replicas are "
         f"copies of one {duration:g} s recording, spread over {AGGREGATES} namespaces.",
     )
@@ -378,6 +394,7 @@ def run_fleet(
                     f"{row['rules_seconds'] * 1000:,.0f} ms" if "rules_seconds" in row else "-",
                     f"{row['cpu_seconds_per_poll'] * 1000:,.0f} ms",
                     f"{row['wall_seconds_per_poll'] * 1000:,.0f} ms",
+                    f"{row['status_first_cpu_seconds'] * 1000:,.0f} / {row['status_again_cpu_seconds'] * 1000:,.0f} ms",
                     f"{row['rss_peak_mib']:.0f} MiB",
                     f"{row['load_average_1m']:.1f}",
                 )
