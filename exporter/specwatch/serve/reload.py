@@ -18,12 +18,10 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
-
 from specwatch.base.logsetup import get_logger
 from specwatch.config import Config, ConfigError, format_duration
 from specwatch.export import contract
+from specwatch.export.families import Metric
 
 log = get_logger("specwatch")
 
@@ -124,14 +122,11 @@ class ReloadStatus:
         self.error = error
 
 
-class ReloadCollector(Collector):
+class ReloadCollector:
     """specwatch_config_last_reload_successful and ..._success_timestamp_seconds."""
 
     def __init__(self, status: Callable[[], ReloadStatus]):
         self._status = status
-
-    def describe(self) -> Iterable[Metric]:
-        return []
 
     def collect(self) -> Iterable[Metric]:
         status = self._status()
