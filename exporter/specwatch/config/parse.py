@@ -7,7 +7,6 @@ Every error is a ConfigError naming the dotted key, so the CLI prints one line a
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -37,6 +36,8 @@ def _check_keys(raw: Mapping[str, Any], section: Section, where: str) -> None:
     allowed = {node.name for node in section.keys}
     for key in raw:
         if key not in allowed:
+            import difflib  # only to name a near key in the error
+
             near = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.75)
             hint = f"did you mean {near[0]}? " if near else ""
             raise ConfigError(_where(where, str(key)), f"unknown key ({hint}allowed: {', '.join(sorted(allowed))})")

@@ -24,7 +24,6 @@ Where the engine chooses K per step itself (vLLM's adaptive verification, SGLang
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -182,6 +181,13 @@ class Recommendation:
     bands: tuple[Band, ...] = ()  # the K per batch band, from batch 1; empty: one K at every batch
 
 
+def _shell_line(flags: tuple[str, ...]) -> str:
+    """Flags quoted as one shell line."""
+    import shlex  # only where an engine's flags are advised
+
+    return shlex.join(flags)
+
+
 @dataclass(frozen=True)
 class EngineAdvice:
     """A recommendation in one engine's terms. ``flags``: arguments to add to the server's command
@@ -203,7 +209,7 @@ class EngineAdvice:
     def command(self) -> str | None:
         """The advice as one line a user can act on (None: nothing to change)."""
         if self.flags:
-            return shlex.join(self.flags)
+            return _shell_line(self.flags)
         if self.config is not None:
             return yaml.safe_dump(dict(self.config), sort_keys=False, default_flow_style=False).strip()
         family = "vllm" if self.engine in VLLM_ENGINES else self.engine
@@ -228,7 +234,7 @@ class EngineAdvice:
                 for key, value in self.config.items()
             )
         if self.flags:
-            return shlex.join(self.flags)
+            return _shell_line(self.flags)
         return (self.command or "") if self.action == "disable" else ""
 
     @property

@@ -62,8 +62,8 @@ from typing import Any, Protocol, cast
 
 from specwatch import __version__
 from specwatch.config import Config
+from specwatch.export.csp import CONTENT_SECURITY_POLICY
 from specwatch.export.metrics_text import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE
-from specwatch.export.page import CONTENT_SECURITY_POLICY
 from specwatch.view import View
 
 MAX_CONNECTIONS = 512  # open connections; past it a new one evicts the longest waiter, never queues

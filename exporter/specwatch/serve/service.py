@@ -36,10 +36,8 @@ from specwatch.config.cost_model import config_is_default
 from specwatch.export import contract, metrics_text
 from specwatch.export.collector import SpecwatchCollector
 from specwatch.export.families import Metric, Registry
-from specwatch.export.page import render_page
 from specwatch.export.page_history import PageHistory
 from specwatch.export.process import PlatformCollector, ProcessCollector
-from specwatch.export.status import encode_status
 from specwatch.serve.drain import Drain
 from specwatch.serve.http_server import CappedHTTPServer, Published, Rendered, handler_for
 from specwatch.serve.readback import Readback, readback_collector
@@ -218,7 +216,7 @@ class Service:
             published = Published(
                 view,
                 Rendered(lambda: metrics_text.render_text(families, self._self_families())),
-                Rendered(lambda: encode_status(view)),
+                Rendered(lambda: _status(view)),
                 ready,
                 time.monotonic(),
                 Rendered(page) if recorded else Rendered(b""),
@@ -256,6 +254,8 @@ class Service:
             with self._page_lock:
                 if generation == self._page_generation:
                     try:
+                        from specwatch.export.page import render_page  # at the first request for a page
+
                         return render_page(view, self.page_history, now=wall, config_error=error, polling=polling)
                     except Exception as exc:  # logged below: the page is an extra, /metrics and the verdicts go on
                         if self._changes.changed(("page_failed",), repr(exc)[:200]):
@@ -408,6 +408,12 @@ class Service:
         self.stop()
         log.info("stopped", reason=reason)
         return 0
+
+
+def _status(view: View) -> bytes:
+    from specwatch.export.status import encode_status  # at the first request for the status document
+
+    return encode_status(view)
 
 
 class PollErrorsCollector:

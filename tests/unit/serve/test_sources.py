@@ -80,3 +80,9 @@ def test_a_serving_sidecar_renders_metrics_without_prometheus_client():
     modules = json.loads(line.removeprefix("MODULES "))
     assert "specwatch.export.metrics_text" in modules
     assert [m for m in modules if m.split(".")[0] == "prometheus_client"] == []
+
+
+def test_a_polling_sidecar_loads_neither_the_page_nor_the_status_renderer_nor_error_helpers_before_asked():
+    _, modules = _polled(SIDECAR)
+    assert {"specwatch.export.page", "specwatch.export.status", "difflib", "shlex"} & modules == set()
+    assert "specwatch.export.page_history" in modules  # the page's history is recorded every poll
