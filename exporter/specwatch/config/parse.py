@@ -11,8 +11,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from specwatch.base.units import format_duration
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.config.env import apply_env, named_by_environment
@@ -306,6 +304,8 @@ def load(
     raw: dict[str, Any] = {}
     base_dir = "."
     if path is not None:
+        import yaml  # only to read a file: a config of flags and environment alone needs none
+
         try:
             with open(path, encoding="utf-8") as handle:
                 loaded = yaml.safe_load(handle)

@@ -86,3 +86,8 @@ def test_a_polling_sidecar_loads_neither_the_page_nor_the_status_renderer_nor_er
     _, modules = _polled(SIDECAR)
     assert {"specwatch.export.page", "specwatch.export.status", "difflib", "shlex"} & modules == set()
     assert "specwatch.export.page_history" in modules  # the page's history is recorded every poll
+
+
+def test_a_polling_sidecar_configured_without_a_file_loads_no_pyyaml():
+    _, modules = _polled(SIDECAR)
+    assert {m for m in modules if m.split(".")[0] in ("yaml", "_yaml")} == set()
