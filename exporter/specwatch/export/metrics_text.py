@@ -3,9 +3,10 @@ OpenMetrics 1.0.0 when a scraper's Accept header asks for `application/openmetri
 (serve/http_server.wants_openmetrics).
 
 Both write exactly what prometheus_client's `generate_latest` (text, and its OpenMetrics one with
-underscore escaping) writes for the same families: tests/unit/export/test_metrics_text.py renders
-every family a sidecar and a fleet export, and every special case of the formats, through both and
-compares the bytes. Names come from the metric contract and cannot change between polls, so each
+underscore escaping) writes for the same families: the tests render a polled sidecar's families,
+every sidecar and fleet case of the contract tests (test_contract.py), every special case of the
+formats and arbitrary names, labels and values (test_metrics_text.py) through both and compare
+the bytes. Names come from the metric contract and cannot change between polls, so each
 name's escaping and each family's HELP/TYPE lines are built once per process (a label *value* is
 escaped per sample, as it must be).
 """
