@@ -2,8 +2,8 @@
 
 `python -m bench.startup [--repeats N]`: each case runs in a fresh `python -S -X importtime`
 process (from bytecode: one warm-up run first) that calls `specwatch.cli.main.main` as the
-`specwatch` script does, and reports how many modules `sys.modules` holds and the process's CPU
-time. Only what the image installs can be imported there: the runtime dependencies of
+`specwatch` script does, and reports how many modules `sys.modules` holds, the process's CPU
+time and its peak RSS (VmHWM of /proc/self/status, else getrusage's ru_maxrss). Only what the image installs can be imported there: the runtime dependencies of
 pyproject.toml (RUNTIME, copied from this environment into a temporary directory) and the
 package. A development environment has more (rich, which import-linter brings, is imported by
 structlog whenever it is installed); `--environment dev` measures with everything installed here.
@@ -56,7 +56,14 @@ _CHILD = r"""
 import json, os, resource, sys, threading, time
 def report():
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print("STARTUP " + json.dumps({"modules": len(sys.modules), "cpu": usage.ru_utime + usage.ru_stime}), flush=True)
+    peak = usage.ru_maxrss / 1024  # MiB (Linux counts kB); the kernel's VmHWM where /proc has it
+    try:
+        with open("/proc/self/status") as status:
+            peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        pass
+    out = {"modules": len(sys.modules), "cpu": usage.ru_utime + usage.ru_stime, "rss": peak}
+    print("STARTUP " + json.dumps(out), flush=True)
 case, argv, wait = sys.argv[1], sys.argv[2:], float(os.environ["STARTUP_WAIT"])
 if case == "import":
     __import__(argv[0])
@@ -144,7 +151,7 @@ def main() -> None:
             verdict = f"  {'PASS' if result['modules'] < GOAL_MODULES else 'MISS'} (< {GOAL_MODULES})"
         print(
             f"{name:40s} {result['modules']:5.0f} modules  {result['importtime_lines']:5.0f} imported  "
-            f"{result['cpu']:6.3f} s CPU{verdict}"
+            f"{result['cpu']:6.3f} s CPU  {result['rss']:5.1f} MiB peak RSS{verdict}"
         )
 
 

@@ -13,7 +13,6 @@ lesson and the simulator cannot import this module); ``main`` prints it in this 
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from typing import NoReturn
@@ -36,6 +35,8 @@ def _short_choices(message: str) -> str:
     if match is None:
         return message
     choices = [c.strip().strip("'") for c in match.group("choices").split(",")]
+    import difflib  # only on a usage error
+
     near = difflib.get_close_matches(match.group("got"), choices, n=3, cutoff=0.5)
     head = message[: match.start()] + f"invalid choice {match.group('got')!r}"
     if near:

@@ -7,7 +7,6 @@ their own variable (SPECWATCH_TARGET_URL), and aliases kept from earlier release
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +87,8 @@ def check_misspelled(environ: Mapping[str, str]) -> None:
             )
         if not name.startswith(ENV_PREFIX) or name in KNOWN_VARIABLES:
             continue
+        import difflib  # only to name a near variable in the error
+
         near = difflib.get_close_matches(name, sorted(KNOWN_VARIABLES), n=1, cutoff=0.85)
         if near:
             raise ConfigError(f"environment variable {name}", f"not a specwatch variable; did you mean {near[0]}?")

@@ -10,8 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-import yaml
-
 from specwatch.config.kinds import ConfigError, Context, JsonSchema, Kind, error_from
 from specwatch.costmodel import Profile, parse_profile
 
@@ -75,6 +73,8 @@ class StepTimeProfile(Kind):
         path = None
         data = value
         if isinstance(value, str):
+            import yaml  # only for a profile given as a file
+
             path = os.path.join(ctx.base_dir, value)
             data = read_file(path, key, yaml.safe_load, yaml.YAMLError)
         try:

@@ -7,12 +7,9 @@ Every error is a ConfigError naming the dotted key, so the CLI prints one line a
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from typing import Any
-
-import yaml
 
 from specwatch.base.units import format_duration
 from specwatch.config.cost_model import cost_model_from_config
@@ -37,6 +34,8 @@ def _check_keys(raw: Mapping[str, Any], section: Section, where: str) -> None:
     allowed = {node.name for node in section.keys}
     for key in raw:
         if key not in allowed:
+            import difflib  # only to name a near key in the error
+
             near = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.75)
             hint = f"did you mean {near[0]}? " if near else ""
             raise ConfigError(_where(where, str(key)), f"unknown key ({hint}allowed: {', '.join(sorted(allowed))})")
@@ -305,6 +304,8 @@ def load(
     raw: dict[str, Any] = {}
     base_dir = "."
     if path is not None:
+        import yaml  # only to read a file: a config of flags and environment alone needs none
+
         try:
             with open(path, encoding="utf-8") as handle:
                 loaded = yaml.safe_load(handle)

@@ -24,12 +24,9 @@ Where the engine chooses K per step itself (vLLM's adaptive verification, SGLang
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
-
-import yaml
+from typing import Any, Protocol
 
 from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.engines.vllm_schedule import ADAPTIVE_VERIFICATION_KEY, SCHEDULE_KEY, SGLANG_ADAPTIVE_KEY
@@ -182,6 +179,21 @@ class Recommendation:
     bands: tuple[Band, ...] = ()  # the K per batch band, from batch 1; empty: one K at every batch
 
 
+def _shell_line(flags: tuple[str, ...]) -> str:
+    """Flags quoted as one shell line."""
+    import shlex  # only where an engine's flags are advised
+
+    return shlex.join(flags)
+
+
+def _yaml(value: object, **options: Any) -> str:
+    """yaml.safe_dump of an engine's config section."""
+    import yaml  # only where an engine's YAML config is advised
+
+    text: str = yaml.safe_dump(value, **options)
+    return text
+
+
 @dataclass(frozen=True)
 class EngineAdvice:
     """A recommendation in one engine's terms. ``flags``: arguments to add to the server's command
@@ -203,9 +215,9 @@ class EngineAdvice:
     def command(self) -> str | None:
         """The advice as one line a user can act on (None: nothing to change)."""
         if self.flags:
-            return shlex.join(self.flags)
+            return _shell_line(self.flags)
         if self.config is not None:
-            return yaml.safe_dump(dict(self.config), sort_keys=False, default_flow_style=False).strip()
+            return _yaml(dict(self.config), sort_keys=False, default_flow_style=False).strip()
         family = "vllm" if self.engine in VLLM_ENGINES else self.engine
         if self.merge is not None:
             return MERGE_PREFIX.get(family, "merge: ") + json.dumps(self.merge, separators=(",", ":"))
@@ -224,11 +236,11 @@ class EngineAdvice:
             return "" if keys is None else json.dumps(keys, separators=(",", ":"), sort_keys=True)
         if self.config is not None:
             return "; ".join(
-                f"{key}: " + yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip()
+                f"{key}: " + _yaml(value, default_flow_style=True, width=1 << 16).strip()
                 for key, value in self.config.items()
             )
         if self.flags:
-            return shlex.join(self.flags)
+            return _shell_line(self.flags)
         return (self.command or "") if self.action == "disable" else ""
 
     @property

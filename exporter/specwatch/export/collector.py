@@ -1,6 +1,6 @@
-"""prometheus_client custom Collector: the families of the metric contract (export/contract.py,
-docs/architecture.md §4), filled from one View: the scraped targets' families, or, when the View
-has a fleet section, fleet mode's (below).
+"""The sidecar's and the fleet's collector: the families (export/families.py) of the metric
+contract (export/contract.py, docs/architecture.md §4), filled from one View: the scraped targets'
+families, or, when the View has a fleet section, fleet mode's (below).
 
 Families are built fresh from an immutable View on every collect(), so a route or engine that
 disappears simply stops being exported (no stale children to remove), and collect() can never
@@ -28,13 +28,11 @@ import json
 import math
 from collections.abc import Callable, Iterable
 
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
-
 from specwatch import __version__
 from specwatch.engines.advice import VLLM_ENGINES, advise
 from specwatch.engines.series import Counter
 from specwatch.export import contract
+from specwatch.export.families import Metric, Registry
 from specwatch.verdict.decide import VERDICTS, Assessment
 from specwatch.verdict.evaluation import RouteEvaluation
 from specwatch.view import View
@@ -100,14 +98,16 @@ def add_evaluation(families: contract.Families, wlabels: list[str], evaluation: 
         )
 
 
-class SpecwatchCollector(Collector):
+class SpecwatchCollector:
     """Families built fresh from one immutable View per collect()."""
 
     def __init__(self, get_view: Callable[[], View]):
         self._get_view = get_view
 
     def describe(self) -> Iterable[Metric]:
-        return []  # families depend on what vLLM exports; nothing to pre-register
+        # Families depend on what vLLM exports: nothing to pre-register in a prometheus_client registry
+        # (the tests' oracle renders this collector through one).
+        return []
 
     def collect(self) -> Iterable[Metric]:
         view = self._get_view()
@@ -229,8 +229,8 @@ def _add_mirrored(route: RouteState, labels: list[str], families: contract.Famil
             families.add("specwatch_accepted_tokens_by_position", labels + [str(position)], value)
 
 
-def registry_for(get_view: Callable[[], View]) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
+def registry_for(get_view: Callable[[], View]) -> Registry:
+    registry = Registry()
     registry.register(SpecwatchCollector(get_view))
     return registry
 

@@ -23,8 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-
+from specwatch.export.families import Metric
 from specwatch.verdict.evaluation import NUMERIC_VALUES, NumericValue
 from specwatch.view.fleet import QUERY_ERROR_REASONS
 
@@ -48,11 +47,7 @@ NOTES = {
     "fleet": " Computed by specwatch from Prometheus (fleet mode).",
     "query_reasons": ", ".join(QUERY_ERROR_REASONS),
 }
-_TYPES: dict[str, type[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]] = {
-    "gauge": GaugeMetricFamily,
-    "counter": CounterMetricFamily,
-    "histogram": HistogramMetricFamily,
-}
+_TYPES = ("gauge", "counter", "histogram")
 
 _ROWS = """
 name                                         type      stability    modes   labels                                         value                      | help
@@ -162,7 +157,7 @@ class Family:
         return [*key, *(replica if "target" in self.key else ()), *self.own]
 
     def new(self, replica: Sequence[str] = (), deployment: Sequence[str] = ()) -> Metric:
-        return _TYPES[self.type](self.name, self.help, labels=self.labels(replica, deployment))
+        return Metric(self.name, self.help, self.type, self.labels(replica, deployment))
 
     def sample_names(self) -> tuple[str, ...]:
         if self.type == "counter":
@@ -240,15 +235,15 @@ class Families:
         if value is None:
             return
         family = self._families[name]
-        assert isinstance(family, GaugeMetricFamily | CounterMetricFamily), name
+        assert family.type != "histogram", name
         family.add_metric(labels, value)
 
     def add_histogram(
         self, name: str, labels: Sequence[str], buckets: Sequence[tuple[str, float]], total: float
     ) -> None:
         family = self._families[name]
-        assert isinstance(family, HistogramMetricFamily), name
-        family.add_metric(labels, buckets, total)
+        assert family.type == "histogram", name
+        family.add_histogram(labels, buckets, total)
 
     def __iter__(self) -> Iterator[Metric]:
         return iter(f for f in self._families.values() if f.samples or f.name not in ONLY_WITH_SAMPLES)
@@ -257,7 +252,7 @@ class Families:
 def single(name: str, value: float) -> Metric:
     """An unlabelled family of the contract with its one sample."""
     family = BY_NAME[name].new()
-    assert isinstance(family, GaugeMetricFamily | CounterMetricFamily), name
+    assert family.type != "histogram", name
     family.add_metric([], value)
     return family
 
@@ -265,7 +260,7 @@ def single(name: str, value: float) -> Metric:
 def filled(name: str, samples: Iterable[tuple[Sequence[str], float]]) -> Metric:
     """A family of the contract (a service's own, keyed by its own labels only) with these samples."""
     family = BY_NAME[name].new()
-    assert isinstance(family, GaugeMetricFamily | CounterMetricFamily), name
+    assert family.type != "histogram", name
     for labels, value in samples:
         family.add_metric(labels, value)
     return family

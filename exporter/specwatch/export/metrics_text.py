@@ -1,34 +1,36 @@
-"""/metrics bytes from collected families: prometheus_client's text rendering and a fast path.
+"""/metrics bytes from collected families (export/families.py): the Prometheus text format, and
+OpenMetrics 1.0.0 when a scraper's Accept header asks for `application/openmetrics-text`
+(serve/http_server.wants_openmetrics).
 
-The sidecar's registry is collected once per poll (collect: the families hold that poll's values)
-and its bytes rendered on the first scrape after it (serve/http_server.Rendered). Two renderings
-of the same families sit side by side, compared byte for byte by tests/unit/export/test_metrics_text.py:
-
-- plain_text: prometheus_client's `generate_latest`, which escapes (and so re-validates) every
-  metric and label name of every sample on every call;
-- render_text: the same bytes, with each name's escaping computed once per process (names come
-  from the metric contract and cannot change between polls; a label *value* is escaped per sample,
-  as it must be), the HELP/TYPE lines of a family kept once built. It is what /metrics serves.
-
-render_openmetrics is prometheus_client's OpenMetrics rendering (served when a scraper's Accept
-header asks for `application/openmetrics-text`, serve/http_server.wants_openmetrics).
+Both write exactly what prometheus_client's `generate_latest` (text, and its OpenMetrics one with
+underscore escaping) writes for the same families: the tests render a polled sidecar's families,
+every sidecar and fleet case of the contract tests (test_contract.py), every special case of the
+formats and arbitrary names, labels and values (test_metrics_text.py) through both and compare
+the bytes. Names come from the metric contract and cannot change between polls, so each
+name's escaping and each family's HELP/TYPE lines are built once per process (a label *value* is
+escaped per sample, as it must be).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import cast
 
-from prometheus_client import generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics import exposition as openmetrics
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from specwatch.export.families import Collector, Metric
 
-__all__ = ["collect", "plain_text", "render_openmetrics", "render_text"]
+__all__ = ["CONTENT_TYPE", "OPENMETRICS_CONTENT_TYPE", "collect", "render_openmetrics", "render_text"]
+
+#: The content types of the two formats, as prometheus_client names its latest ones.
+CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 _needs_escape = re.compile(r'[\\\n"]').search  # label value characters escaped with a backslash
+_LEGACY_METRIC = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*").fullmatch
+_LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*").fullmatch
+_NOT_METRIC_RUNE = re.compile(r"[^a-zA-Z0-9_:]")
+_NOT_LABEL_RUNE = re.compile(r"[^a-zA-Z0-9_]")
+_Match = Callable[[str], "re.Match[str] | None"]
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
 _TYPE_RENAME = {"counter": ("_total", "counter"), "info": ("_info", "gauge"), "stateset": ("", "gauge")}
 _TYPE_RENAME |= {"gaugehistogram": ("", "histogram"), "unknown": ("", "untyped")}
@@ -38,17 +40,9 @@ _TYPE_RENAME |= {"gaugehistogram": ("", "histogram"), "unknown": ("", "untyped")
 _MAX_CACHED = 4096
 _metric_names: dict[str, str] = {}
 _label_names: dict[str, str] = {}
+_om_sample_names: dict[str, str] = {}
 _heads: dict[tuple[str, str, str], tuple[str, tuple[str, ...], str]] = {}
-
-
-class _Families(Collector):
-    """Already collected families as a collector (what prometheus_client's renderers take)."""
-
-    def __init__(self, families: Iterable[Metric]):
-        self._families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return self._families
+_om_heads: dict[tuple[str, str, str, str], str] = {}
 
 
 def collect(registry: Collector) -> list[Metric]:
@@ -56,34 +50,61 @@ def collect(registry: Collector) -> list[Metric]:
     return list(registry.collect())
 
 
-def plain_text(*family_lists: Sequence[Metric]) -> bytes:
-    """prometheus_client's text rendering of the families, in order."""
-    families = [f for fams in family_lists for f in fams]
-    return generate_latest(_Families(families))
+def go_float(value: float) -> str:
+    """A value as Go's strconv formats it ('+Inf', 'NaN', exponents from 1e7 on), as Prometheus writes it."""
+    d = float(value)
+    if math.isinf(d):
+        return "+Inf" if d > 0 else "-Inf"
+    if math.isnan(d):
+        return "NaN"
+    s = repr(d)
+    dot = s.find(".")
+    if d > 0 and dot > 6:  # Go switches to exponents sooner than Python
+        mantissa = f"{s[0]}.{s[1:dot]}{s[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return s
 
 
-def render_openmetrics(*family_lists: Sequence[Metric]) -> bytes:
-    """prometheus_client's OpenMetrics 1.0.0 rendering of the families, in order (ends in # EOF)."""
-    families = [f for fams in family_lists for f in fams]
-    text = openmetrics.generate_latest(  # type: ignore[no-untyped-call]
-        _Families(families), escaping=openmetrics.UNDERSCORES, version="1.0.0"
-    )
-    return cast(bytes, text)
+def _underscored(name: str, valid: re.Pattern[str]) -> str:
+    """A name with every character outside the legacy set (`valid`: what is not in it) replaced by
+    `_`, and a leading digit too (underscore escaping)."""
+    escaped = valid.sub("_", name)
+    return "_" + escaped[1:] if escaped[:1].isdigit() else escaped
 
 
-def _escaped(name: str, cache: dict[str, str], escape: Callable[[str, str], str]) -> str:
-    """A metric name (cache _metric_names, escape_metric_name) or a label name (_label_names,
-    escape_label_name) as the text format writes it, escaped once while the cache has room."""
+def _cached(name: str, cache: dict[str, str], legacy: _Match | None, invalid: re.Pattern[str]) -> str:
+    """`name` escaped with underscores, unchanged when `legacy` (the legacy name set) matches it."""
     escaped = cache.get(name)
     if escaped is None:
-        escaped = escape(name, openmetrics.UNDERSCORES)
+        escaped = name if not name or (legacy is not None and legacy(name)) else _underscored(name, invalid)
         if len(cache) < _MAX_CACHED:
             cache[name] = escaped
     return escaped
 
 
 def _metric_name(name: str) -> str:
-    return _escaped(name, _metric_names, openmetrics.escape_metric_name)
+    """A metric name as both formats write it in HELP/TYPE lines and the text format in samples."""
+    return _cached(name, _metric_names, _LEGACY_METRIC, _NOT_METRIC_RUNE)
+
+
+def _label_name(name: str) -> str:
+    return _cached(name, _label_names, _LEGACY_LABEL, _NOT_LABEL_RUNE)
+
+
+def _om_sample_name(name: str) -> str:
+    """A sample's name as OpenMetrics writes it: every character outside a label name's set
+    replaced, `:` included (prometheus_client escapes sample names so)."""
+    return _cached(name, _om_sample_names, None, _NOT_LABEL_RUNE)
+
+
+def _escape_value(raw: str) -> str:
+    return raw.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"") if _needs_escape(raw) else raw
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{_label_name(k)}="{_escape_value(v)}"' for k, v in sorted(labels.items())) + "}"
 
 
 def _head(metric: Metric) -> tuple[str, tuple[str, ...], str]:
@@ -102,22 +123,14 @@ def _head(metric: Metric) -> tuple[str, tuple[str, ...], str]:
     return head
 
 
-def _sample_line(name: str, labels: dict[str, str], value: float, timestamp: object) -> str:
-    if labels:
-        parts = []
-        for k, raw in sorted(labels.items()):
-            v = raw.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"") if _needs_escape(raw) else raw
-            parts.append(f'{_escaped(k, _label_names, openmetrics.escape_label_name)}="{v}"')
-        labelstr = "{" + ",".join(parts) + "}"
-    else:
-        labelstr = ""
-    ts = "" if timestamp is None else f" {int(float(timestamp) * 1000):d}"  # type: ignore[arg-type]
-    value_text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
-    return f"{_metric_name(name)}{labelstr} {value_text}{ts}\n"
+def _sample_line(name: str, labels: dict[str, str], value: float, timestamp: float | None) -> str:
+    ts = "" if timestamp is None else f" {int(float(timestamp) * 1000):d}"
+    return f"{_metric_name(name)}{_labels(labels)} {go_float(value)}{ts}\n"
 
 
 def render_text(*family_lists: Sequence[Metric]) -> bytes:
-    """The bytes of plain_text (prometheus_client's text format), names escaped once per process."""
+    """The families, in order, in the Prometheus text format (prometheus_client's generate_latest):
+    a counter's TYPE line names it with `_total`, its `_created` samples a gauge of their own after it."""
     output: list[str] = []
     for families in family_lists:
         for metric in families:
@@ -134,4 +147,33 @@ def render_text(*family_lists: Sequence[Metric]) -> bytes:
                 mname = _metric_name(metric.name + suffix)
                 output.append(f"# HELP {mname} {doc}\n# TYPE {mname} gauge\n")
                 output.extend(lines)
+    return "".join(output).encode("utf-8")
+
+
+def _om_head(metric: Metric) -> str:
+    key = (metric.name, metric.type, metric.documentation, metric.unit)
+    head = _om_heads.get(key)
+    if head is None:
+        mname = _metric_name(metric.name)
+        doc = _escape_value(metric.documentation)
+        head = f"# HELP {mname} {doc}\n# TYPE {mname} {metric.type}\n"
+        if metric.unit:
+            head += f"# UNIT {mname} {metric.unit}\n"
+        if len(_om_heads) < _MAX_CACHED:
+            _om_heads[key] = head
+    return head
+
+
+def _om_lines(metric: Metric) -> Iterable[str]:
+    yield _om_head(metric)
+    for s in metric.samples:
+        ts = "" if s.timestamp is None else f" {s.timestamp}"
+        yield f"{_om_sample_name(s.name)}{_labels(s.labels)} {go_float(s.value)}{ts}\n"
+
+
+def render_openmetrics(*family_lists: Sequence[Metric]) -> bytes:
+    """The families, in order, in OpenMetrics 1.0.0 (prometheus_client's openmetrics generate_latest
+    with underscore escaping): types and names as the families hold them, ending in `# EOF`."""
+    output = [line for families in family_lists for metric in families for line in _om_lines(metric)]
+    output.append("# EOF\n")
     return "".join(output).encode("utf-8")

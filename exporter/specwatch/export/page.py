@@ -54,6 +54,7 @@ from specwatch.costmodel import MAX_BATCH_LIMIT
 from specwatch.engines.advice import VLLM_ENGINES
 from specwatch.engines.series import DEFAULT_ENGINE
 from specwatch.export.assumptions import Assumptions, view_assumptions
+from specwatch.export.csp import CONTENT_SECURITY_POLICY
 from specwatch.export.page_history import Bucket, PageHistory, SeriesKey, page_order, verdict_of
 from specwatch.export.status import window_status
 from specwatch.verdict.evaluation import RouteEvaluation
@@ -85,10 +86,6 @@ PAGE_RESERVE = 32 * 1024  # of MAX_PAGE_BYTES: the head, the header, the banner 
 #: text after it read differently from what it is, so each is shown as its code point instead.
 BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 _BIDI_VISIBLE = str.maketrans({c: f"[U+{ord(c):04X}]" for c in BIDI_CONTROLS})
-#: The page's Content-Security-Policy: nothing fetched, no script, inline styles and data: images only.
-CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
-)
 DASH = "—"
 QUESTION = "Is vLLM's speculative decoding paying for itself at the live batch size?"
 

@@ -60,12 +60,10 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol, cast
 
-from prometheus_client import CONTENT_TYPE_LATEST
-from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
-
 from specwatch import __version__
 from specwatch.config import Config
-from specwatch.export.page import CONTENT_SECURITY_POLICY
+from specwatch.export.csp import CONTENT_SECURITY_POLICY
+from specwatch.export.metrics_text import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE
 from specwatch.view import View
 
 MAX_CONNECTIONS = 512  # open connections; past it a new one evicts the longest waiter, never queues
@@ -564,7 +562,7 @@ def handler_for(service: PublishedView) -> type[BufferedRequestHandler]:
                 if wants_openmetrics(self.headers.get("Accept", "")):
                     self._send(200, published.openmetrics, OPENMETRICS_CONTENT_TYPE)
                 else:
-                    self._send(200, published.metrics, CONTENT_TYPE_LATEST)
+                    self._send(200, published.metrics, CONTENT_TYPE)
             elif path == "/api/v1/status":
                 self._send(200, published.status, "application/json")
             elif path == "/healthz":

@@ -13,17 +13,14 @@ ReloadCollector export the outcome under the names Prometheus uses for its own r
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable
 
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
-
 from specwatch.base.logsetup import get_logger
 from specwatch.config import Config, ConfigError, format_duration
 from specwatch.export import contract
+from specwatch.export.families import Metric
 
 log = get_logger("specwatch")
 
@@ -69,15 +66,16 @@ def read_regular(path: str) -> bytes:
 class ConfigSource:
     """The config file (or none: env and defaults only) plus the command line's overrides.
 
-    changed() is cheap enough for every tick: one stat; the content is hashed only when the
-    file's identity moved, and a change counts only when the bytes differ from the last attempt
-    (a ConfigMap resync that rewrites the same content is not a reload)."""
+    changed() is cheap enough for every tick: one stat; the content is read only when the file's
+    identity moved, and a change counts only when the bytes differ from the last attempt's (a
+    ConfigMap resync that rewrites the same content is not a reload; the bytes are kept, bounded
+    as read_regular bounds them)."""
 
     def __init__(self, path: str | None, load: Callable[[str | None], Config]):
         self.path = path
         self._load = load
         self._identity: FileIdentity | None = self._stat()
-        self._digest: str | None = self._hash()
+        self._content: bytes | None = self._read()
 
     def _stat(self) -> FileIdentity | None:
         if self.path is None:
@@ -88,11 +86,11 @@ class ConfigSource:
             return None
         return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
-    def _hash(self) -> str | None:
+    def _read(self) -> bytes | None:
         if self.path is None:
             return None
         try:
-            return hashlib.sha256(read_regular(self.path)).hexdigest()
+            return read_regular(self.path)
         except ConfigError:
             return None
 
@@ -103,10 +101,10 @@ class ConfigSource:
         if identity == self._identity:
             return False
         self._identity = identity
-        digest = self._hash()
-        if digest == self._digest:
+        content = self._read()
+        if content == self._content:
             return False
-        self._digest = digest
+        self._content = content
         return True
 
     def load(self) -> Config:
@@ -124,14 +122,11 @@ class ReloadStatus:
         self.error = error
 
 
-class ReloadCollector(Collector):
+class ReloadCollector:
     """specwatch_config_last_reload_successful and ..._success_timestamp_seconds."""
 
     def __init__(self, status: Callable[[], ReloadStatus]):
         self._status = status
-
-    def describe(self) -> Iterable[Metric]:
-        return []
 
     def collect(self) -> Iterable[Metric]:
         status = self._status()

@@ -28,10 +28,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
-from prometheus_client import PlatformCollector, ProcessCollector
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
-
 from specwatch import __version__
 from specwatch.base.logsetup import get_logger
 from specwatch.base.urls import redact_url
@@ -39,9 +35,9 @@ from specwatch.config import Config, ConfigError
 from specwatch.config.cost_model import config_is_default
 from specwatch.export import contract, metrics_text
 from specwatch.export.collector import SpecwatchCollector
-from specwatch.export.page import render_page
+from specwatch.export.families import Metric, Registry
 from specwatch.export.page_history import PageHistory
-from specwatch.export.status import encode_status
+from specwatch.export.process import PlatformCollector, ProcessCollector
 from specwatch.serve.drain import Drain
 from specwatch.serve.http_server import CappedHTTPServer, Published, Rendered, handler_for
 from specwatch.serve.readback import Readback, readback_collector
@@ -84,7 +80,7 @@ class Service:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reload_requested = False
-        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry = Registry()
         self.registry.register(SpecwatchCollector(lambda: self._rendering_view))
         self.registry.register(ReloadCollector(lambda: self.reload_status))
         self.registry.register(
@@ -104,10 +100,10 @@ class Service:
         # thread) under this lock; the generation says whether a render's view is still the newest.
         self._page_lock = threading.Lock()
         self._page_generation = 0
-        # prometheus_client's process_* and python_info, rendered after the sidecar's families.
-        self.self_registry = CollectorRegistry(auto_describe=False)
-        ProcessCollector(registry=self.self_registry)
-        PlatformCollector(registry=self.self_registry)
+        # process_* and python_info, rendered after the sidecar's families.
+        self.self_registry = Registry()
+        self.self_registry.register(ProcessCollector())
+        self.self_registry.register(PlatformCollector())
         self.page_history = PageHistory()  # the page's last hour per route-window (bounded)
         self.published = self._publish(ready=False)
         self.httpd: CappedHTTPServer | None = None
@@ -220,7 +216,7 @@ class Service:
             published = Published(
                 view,
                 Rendered(lambda: metrics_text.render_text(families, self._self_families())),
-                Rendered(lambda: encode_status(view)),
+                Rendered(lambda: _status(view)),
                 ready,
                 time.monotonic(),
                 Rendered(page) if recorded else Rendered(b""),
@@ -231,7 +227,7 @@ class Service:
         return published
 
     def _self_families(self) -> list[Metric]:
-        """process_* and python_info (prometheus_client's own collectors), read when /metrics is
+        """process_* and python_info (export/process.py), read when /metrics is
         rendered: the process's memory and CPU against its limits."""
         return metrics_text.collect(self.self_registry)
 
@@ -258,6 +254,8 @@ class Service:
             with self._page_lock:
                 if generation == self._page_generation:
                     try:
+                        from specwatch.export.page import render_page  # at the first request for a page
+
                         return render_page(view, self.page_history, now=wall, config_error=error, polling=polling)
                     except Exception as exc:  # logged below: the page is an extra, /metrics and the verdicts go on
                         if self._changes.changed(("page_failed",), repr(exc)[:200]):
@@ -412,14 +410,17 @@ class Service:
         return 0
 
 
-class PollErrorsCollector(Collector):
+def _status(view: View) -> bytes:
+    from specwatch.export.status import encode_status  # at the first request for the status document
+
+    return encode_status(view)
+
+
+class PollErrorsCollector:
     """specwatch_poll_errors_total: poll-loop bugs, each recovered in process."""
 
     def __init__(self, count: Callable[[], int]):
         self._count = count
-
-    def describe(self) -> Iterable[Metric]:
-        return []
 
     def collect(self) -> Iterable[Metric]:
         yield contract.single("specwatch_poll_errors", float(self._count()))

@@ -5,25 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
-
 from specwatch.export import contract
+from specwatch.export.families import Metric
 from specwatch.view import View
 
 #: What a read says now: failures by reason, and what it read (None: not done yet).
 StartRead = tuple[Mapping[str, int], float | None]
 
 
-class StartReadCollector(Collector):
+class StartReadCollector:
     """`errors` ({reason}) and `gauge` of the read `get` returns; nothing when it returns None (no
     such read in this mode)."""
 
     def __init__(self, errors: str, gauge: str, get: Callable[[], StartRead | None]) -> None:
         self._errors, self._gauge, self._get = errors, gauge, get
-
-    def describe(self) -> Iterable[Metric]:
-        return []
 
     def collect(self) -> Iterable[Metric]:
         read = self._get()

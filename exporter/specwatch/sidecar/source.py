@@ -5,7 +5,7 @@ logged once each (view/change_log.py), not once per poll."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from specwatch.base.logsetup import get_logger
 from specwatch.config import Config
@@ -15,6 +15,9 @@ from specwatch.verdict.grading import WindowSummary
 from specwatch.view import View
 from specwatch.view.change_log import ChangeLog
 from specwatch.view.source import Host
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["Restore", "TargetsSource"]
 
@@ -33,7 +36,8 @@ class TargetsSource:
         self.scrapers = self._scrapers_for(config)
         self._host, self._clock, self._restore = host, clock, restore
         self._changes = ChangeLog()
-        self._pool = ThreadPoolExecutor(max_workers=max(len(config.targets), 1), thread_name_prefix="specwatch-fetch")
+        # The fetch threads of several targets, started at the first poll that has more than one.
+        self._pool: ThreadPoolExecutor | None = None
 
     @staticmethod
     def _scrapers_for(config: Config) -> dict[str, Scraper]:
@@ -58,11 +62,9 @@ class TargetsSource:
             for scraper in self.scrapers.values():
                 scraper.close()
             self.scrapers = self._scrapers_for(new)
-            if len(new.targets) != len(old.targets):
+            if len(new.targets) != len(old.targets) and self._pool is not None:
                 self._pool.shutdown(wait=False)
-                self._pool = ThreadPoolExecutor(
-                    max_workers=max(len(new.targets), 1), thread_name_prefix="specwatch-fetch"
-                )
+                self._pool = None  # sized afresh at the next poll that needs one
             rebuilt.append("scrapers")
         self.config = new
         return rebuilt
@@ -71,7 +73,8 @@ class TargetsSource:
         self.pipeline = Pipeline(self.config).adopt_counters(self.pipeline)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         for scraper in self.scrapers.values():
             scraper.close()
 
@@ -85,13 +88,22 @@ class TargetsSource:
             exc.__context__ = None
             return started, exc.with_traceback(None)
 
+    def _fetch_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            # Here, not at the top: one target (the usual sidecar) is fetched by the poll thread
+            # itself, and concurrent.futures brings logging and queue with it.
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=len(self.config.targets), thread_name_prefix="specwatch-fetch")
+        return self._pool
+
     def poll(self) -> None:
         if self._restore is not None and (restored := self._restore()) is not None:
             self.pipeline.restore(*restored)  # here: the poll thread is the pipeline's only writer
         # Targets are fetched in parallel (a hung one must not delay the others past the interval),
         # then ingested in config order by this one thread, the only writer of the pipeline.
         if len(self.config.targets) > 1:
-            results = list(self._pool.map(self._fetch, [t.name for t in self.config.targets]))
+            results = list(self._fetch_pool().map(self._fetch, [t.name for t in self.config.targets]))
         else:
             results = [self._fetch(self.config.targets[0].name)]
         for target, (now, result) in zip(self.config.targets, results, strict=True):

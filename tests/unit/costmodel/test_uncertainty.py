@@ -133,3 +133,19 @@ def test_the_loss_probability_is_a_fresh_standard_normals_cdf(speedup, model, sa
     centre = math.log(max(speedup, 1e-9))
     expected = NormalDist().cdf(-centre / math.hypot(model, sampling))
     assert uncertainty.loss_probability(speedup, model, sampling) == expected
+
+
+@given(p=st.floats(0.0, 1.0, exclude_min=True, exclude_max=True))
+def test_the_normal_quantile_is_statistics_normal_dists(p):
+    assert uncertainty.normal_quantile(p) == pytest.approx(NormalDist().inv_cdf(p), rel=1e-12, abs=1e-12)
+
+
+@given(x=st.floats(-40.0, 40.0))
+def test_the_normal_cdf_is_statistics_normal_dists(x):
+    assert uncertainty.normal_cdf(x) == pytest.approx(NormalDist().cdf(x), rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, -0.5, 1.5, float("nan")])
+def test_the_normal_quantile_refuses_p_outside_the_open_unit_interval(p):
+    with pytest.raises(ValueError, match="p must be"):
+        uncertainty.normal_quantile(p)

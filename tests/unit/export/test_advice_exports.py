@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 import yaml
 from prometheus_client import generate_latest
-from prometheus_client.core import GaugeMetricFamily
 
 from specwatch.cli.demo import _recommendation
 from specwatch.config import from_mapping
@@ -56,7 +55,7 @@ def config_info(engine: str, advice: Assessment) -> list[tuple[str, str]]:
     families = contract.Families("sidecar")
     add_evaluation(families, ["chat", "vllm", "1m"], evaluation(advice, engine))
     family = next(f for f in families if f.name == "specwatch_recommended_config_info")
-    assert isinstance(family, GaugeMetricFamily)
+    assert family.type == "gauge"
     return [(s.labels["config"], s.labels["action"]) for s in family.samples]
 
 

@@ -8,15 +8,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
-from specwatch.export import contract
+from specwatch.export import contract, metrics_text
 from specwatch.export.collector import SpecwatchCollector
 from specwatch.verdict.grading import SUMMARY_QUANTITIES, Grading, WindowSummary
 from specwatch.view.fleet import FleetRow, FleetState, ReplicaRouteState, RouteBaseline
 from specwatch.view.targets import RouteState, State, TargetState
 from specwatch.windows.derive import GAUGE_MEAN
 from support.builders import route_evaluation, window_stats
+from support.prom_oracle import plain_openmetrics, plain_text
 from support.views import view_of
 
 REPO = Path(__file__).resolve().parents[3]
@@ -86,16 +86,22 @@ BEFORE = WindowSummary(
 AFTER = replace(BEFORE, t=200.0, itl_per_token_seconds=0.01)
 
 
+def _served_lines(view) -> list[str]:
+    """The view's /metrics lines as specwatch serves them, which must be the bytes prometheus_client
+    renders from the same families, in the text format and in OpenMetrics."""
+    families = list(SpecwatchCollector(lambda: view).collect())
+    text = metrics_text.render_text(families)
+    assert text == plain_text(families)
+    assert metrics_text.render_openmetrics(families) == plain_openmetrics(families)
+    return text.decode().splitlines()
+
+
 def _sidecar_lines(state: State) -> list[str]:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpecwatchCollector(lambda: view_of(state)))
-    return generate_latest(registry).decode().splitlines()
+    return _served_lines(view_of(state))
 
 
 def _fleet_lines(state: FleetState) -> list[str]:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpecwatchCollector(lambda: view_of(fleet=state)))
-    return generate_latest(registry).decode().splitlines()
+    return _served_lines(view_of(fleet=state))
 
 
 def _state(target=TARGET, route=ROUTE) -> State:

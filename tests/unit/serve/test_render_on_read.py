@@ -15,6 +15,7 @@ from specwatch.serve.http_server import Rendered
 from specwatch.serve.service import Service
 from specwatch.sidecar.scrape import ScrapeResult
 from support.builders import scenario_config
+from support.prom_oracle import plain_text
 
 
 class _Answer:
@@ -109,6 +110,6 @@ def test_the_fast_metrics_path_serves_the_same_bytes_as_prometheus_client():
     service = _polled()
     try:
         families = metrics_text.collect(service.registry)
-        assert metrics_text.render_text(families) == metrics_text.plain_text(families)
+        assert metrics_text.render_text(families) == plain_text(families)
     finally:
         service.stop()
