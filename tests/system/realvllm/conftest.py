@@ -38,6 +38,15 @@ def vllm_env() -> tuple[Path, Path]:
     return py, harness.ensure_tiny_model(py)
 
 
+@pytest.fixture(scope="session")
+def server_pool(vllm_env, artifacts):
+    """Servers started ahead of their fixtures (their start-ups overlap); those never taken are
+    stopped at the end of the session."""
+    pool = harness.ServerPool(vllm_env, artifacts)
+    yield pool
+    pool.stop_untaken()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

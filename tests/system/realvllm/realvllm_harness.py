@@ -244,10 +244,13 @@ class VllmServer:
         )
         fh.close()
         self._t_start = time.time()
+        self.ready_seconds = None
         log(f"[{self.tag}] started vllm serve pid {self.proc.pid} on {self.base} (log {self.log_path})")
 
     def wait_ready(self, timeout: float = 420) -> float:
         assert self.proc is not None
+        if self.ready_seconds is not None and self.proc.poll() is None:
+            return self.ready_seconds  # a prestarted server waited for before
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -471,6 +474,54 @@ def start_server(vllm_env, artifacts: Path, tag: str, spec: dict | None) -> Vllm
         srv.wait_ready()
 
     return launch(srv, start)
+
+
+class ServerPool:
+    """Servers started ahead of the fixture that serves with them.  A vLLM CPU start is about a
+    minute of one core spent importing torch and vLLM in three processes one after another
+    (API server, EngineCore, worker); two servers started together on two cores are both ready in
+    about the time of one."""
+
+    def __init__(self, vllm_env, artifacts: Path):
+        self.vllm_env, self.artifacts = vllm_env, artifacts
+        self._booting: dict[str, VllmServer] = {}
+
+    def prestart(self, tag: str, spec: dict | None) -> None:
+        """Start `tag`'s server without waiting for it; take() waits."""
+        if tag not in self._booting:
+            py, model = self.vllm_env
+            srv = VllmServer(py, model, tag, spec, self.artifacts)
+            self._booting[tag] = launch(srv, srv.start)
+
+    def take(self, tag: str, spec: dict | None) -> VllmServer:
+        """`tag`'s server, ready: the one prestarted with this spec, else one started now."""
+        srv = self._booting.pop(tag, None)
+        if srv is None or srv.spec != spec:
+            if srv is not None:
+                srv.stop()
+            return start_server(self.vllm_env, self.artifacts, tag, spec)
+        try:
+            srv.wait_ready()
+        except BaseException:
+            srv.stop()
+            raise
+        return srv
+
+    def settle(self) -> None:
+        """Wait until every prestarted server is ready, so none is still starting (a minute of one
+        core) while a scenario measures another.  One that fails is dropped: take() starts it anew."""
+        for tag, srv in list(self._booting.items()):
+            try:
+                srv.wait_ready()
+            except RuntimeError as e:
+                log(f"[{tag}] prestart failed, take() starts it again: {e}")
+                srv.stop()
+                del self._booting[tag]
+
+    def stop_untaken(self) -> None:
+        for srv in self._booting.values():
+            srv.stop()
+        self._booting.clear()
 
 
 def start_sidecar(config: dict, artifacts: Path, tag: str) -> Sidecar:

@@ -204,10 +204,14 @@ def drive_phases(run: Run, artifacts: Path, tag: str, gap: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def spec_run(vllm_env, artifacts):
+def spec_run(vllm_env, artifacts, server_pool, request):
     """n-gram K=4 server: idle, c=1, c=4, c=16 with quiet gaps, then a restart and c=4 again."""
     _py, model = vllm_env
-    server = harness.start_server(vllm_env, artifacts, "ngram", harness.NGRAM_SPEC)
+    if any("nospec_run" in item.fixturenames for item in request.session.items):
+        # The spec-off server boots beside this one and waits, idle, for its own scenario.
+        server_pool.prestart("nospec", None)
+    server = server_pool.take("ngram", harness.NGRAM_SPEC)
+    server_pool.settle()
     rec_path = artifacts / "recording-ngram.jsonl"
     rec_path.unlink(missing_ok=True)
     run = Run(server=server, recording=rec_path, config=sidecar_config(server.metrics_url, model))
@@ -247,10 +251,10 @@ def spec_run(vllm_env, artifacts):
 
 
 @pytest.fixture(scope="module")
-def nospec_run(vllm_env, artifacts):
+def nospec_run(vllm_env, artifacts, server_pool):
     """The same load against a server without speculative_config."""
     _py, model = vllm_env
-    server = harness.start_server(vllm_env, artifacts, "nospec", None)
+    server = server_pool.take("nospec", None)
     rec_path = artifacts / "recording-nospec.jsonl"
     rec_path.unlink(missing_ok=True)
     run = Run(server=server, recording=rec_path, config=sidecar_config(server.metrics_url, model))

@@ -9,28 +9,9 @@ Both run bench/soak.py in a fresh process, so the RSS measured is the soak's own
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def run_soak(*args: str, timeout: float) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "soak.py"), *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
-    assert proc.stdout, proc.stderr[-3000:]
-    result = json.loads(proc.stdout)
-    print(f"\nsoak {args}: " + json.dumps({k: result[k] for k in result if k not in ("series",)}))
-    return result
+from .soakrun import Soak
 
 
 def check(result: dict) -> None:
@@ -45,13 +26,13 @@ def check(result: dict) -> None:
 
 def test_replay_soak_of_a_noisy_stable_day_has_no_verdict_change_flat_rss_and_constant_series():
     hours = float(os.environ.get("SPECWATCH_SOAK_HOURS", "2"))
-    result = run_soak("replay", "--hours", str(hours), timeout=120 + hours * 60)
+    result = Soak("replay", "--hours", str(hours), timeout=120 + hours * 60).result()
     assert result["polls"] == int(hours * 720)
     check(result)
 
 
-def test_live_soak_of_specwatch_run_against_the_simulated_vllm_at_fast_polls():
-    minutes = float(os.environ.get("SPECWATCH_SOAK_MINUTES", "1"))
-    result = run_soak("live", "--minutes", str(minutes), "--poll-interval", "1", timeout=120 + minutes * 90)
+def test_live_soak_of_specwatch_run_against_the_simulated_vllm_at_fast_polls(live_soak):
+    """The soak was started when the tests were collected (conftest.py): it ran beside them."""
+    result = live_soak.result()
     assert result["exit_code"] == 0
     check(result)
