@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 from specwatch.exposition.checks import bucket_bound, validate_histogram, validate_values
@@ -59,7 +60,9 @@ class Selector:
         # read in full (the layout is not vouched for).
         self.shape: LastPoll | None = None
         self._lines = line_finder(self._prefixes, tuple(self._type_names))
-        self._whole_lines = whole_line_finder(self._prefixes, tuple(self._type_names))
+        # whole_line_finder's pattern, compiled on the first poll that has a last poll to compare
+        # with: a selector that never reads a second poll (a process's start-up) does not pay for it.
+        self._whole_lines: re.Pattern[str] | None = None
 
     def parse(self, text: str) -> dict[str, Family]:
         """Parse and validate the selected families of `text`. Raises ExpositionError, nothing else."""
@@ -80,7 +83,10 @@ class Selector:
         (tests/unit/exposition/test_lastpoll_whole_lines.py)."""
         last = self._last
         if last is not None and "\x00" not in text:
-            lines: list[str] = self._whole_lines.findall(text)
+            finder = self._whole_lines
+            if finder is None:
+                finder = self._whole_lines = whole_line_finder(self._prefixes, tuple(self._type_names))
+            lines: list[str] = finder.findall(text)
             if text.startswith(self._first_line_starts):
                 lines.insert(0, text.split("\n", 1)[0])  # as _selected_lines
             values = last.reread_lines(lines)
