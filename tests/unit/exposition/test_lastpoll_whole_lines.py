@@ -159,3 +159,24 @@ def test_a_value_the_cut_does_not_take_on_any_line_reads_the_same_including_line
             changed = list(lines)
             changed[i] = f"{head} {value}"
             _assert_same_sequence([text, "\n".join(changed)])
+
+
+def test_a_payload_whose_first_line_is_selected_reads_the_same():
+    # The patterns anchor on the newline before a line: the first line is taken whole by both paths.
+    lines = REAL[10].rstrip("\n").split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("# TYPE vllm:spec_decode_num_drafts"))
+    from_type = lines[start:] + lines[:start]
+    from_sample = lines[start + 1 :] + lines[: start + 1]
+    for rotated in (from_type, from_sample):
+        first = rotated[0]
+        texts = ["\n".join(rotated)]
+        if not first.startswith("#"):
+            head = first.rpartition(" ")[0]
+            texts += ["\n".join([f"{head} 7.0", *rotated[1:]]), "\n".join([f"{head} 7.0 1", *rotated[1:]])]
+        else:
+            texts += [
+                "\n".join([first + " x", *rotated[1:]]),
+                "\n".join([first.replace("counter", "gauge"), *rotated[1:]]),
+            ]
+        remembered = _assert_same_sequence([*texts, *texts])
+        assert remembered >= 1 or not first.startswith("#")  # a sample first is never remembered
