@@ -6,6 +6,11 @@ measures the poll: prometheus_client parses the payload first (so every cache is
 and its time summed per poll; medians per poll over every round of the recording (the first two
 polls, empty windows, left out). The wrappers cost a little each, so the parts add up to more
 than an unwrapped poll; compare runs of this tool, not its parts with the parse benchmark.
+
+`python -m bench.poll_parts --against-plain-parse [--rounds N]`: no wrappers; two pipelines in this
+process, one reading each payload as `Selector.parse_values` does, the other through
+`parse_values_plain` (the remembered poll's lines found cut), polled in alternation (each after the
+peer's parse, the order swapped every round): the full poll's medians, paired.
 """
 
 from __future__ import annotations
@@ -66,11 +71,33 @@ def measure(rounds: int = 5) -> dict[str, float]:
     return {f"{label}_us": median(xs) * 1e6 for label, xs in samples.items()}
 
 
+def against_plain_parse(rounds: int = 6) -> dict[str, float]:
+    seq = [(t, text) for _, t, text in payloads.real_payloads()]
+    samples: dict[str, list[float]] = {"poll_us": [], "poll_plain_parse_us": []}
+    for r in range(rounds):
+        pipelines = {"poll_us": Pipeline(default_config()), "poll_plain_parse_us": Pipeline(default_config())}
+        for pipeline in pipelines.values():
+            pipeline.ingest("vllm", *seq[0])  # the target's parser, remembering the first poll
+        selector = pipelines["poll_plain_parse_us"]._targets["vllm"].grouping.selector
+        selector.parse_values = selector.parse_values_plain  # type: ignore[method-assign]
+        order = list(pipelines.items())
+        for i, (t, text) in enumerate(seq[1:], 1):
+            for label, pipeline in order if r % 2 == 0 else order[::-1]:
+                pc_parse(text)
+                seconds = cpu_seconds(partial(pipeline.ingest, "vllm", t, text))
+                seconds += cpu_seconds(partial(pipeline.evaluate, t))
+                if i >= 2:
+                    samples[label].append(seconds)
+    return {label: median(xs) * 1e6 for label, xs in samples.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--against-plain-parse", action="store_true")
     args = parser.parse_args()
-    for key, value in measure(args.rounds).items():
+    measured = against_plain_parse(args.rounds) if args.against_plain_parse else measure(args.rounds)
+    for key, value in measured.items():
         print(f"{key:40s} {value:10.1f}")
 
 

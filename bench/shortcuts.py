@@ -4,6 +4,8 @@
 read through a Pipeline once, keeping every route snapshot. Then, in alternation round after
 round and in CPU time of this thread:
 
+- `Selector.parse_values` / `parse_values_plain`: every payload read by one selector, which
+  remembers the last poll (the remembered poll's lines found whole / found cut);
 - `window.implausible` / `implausible_plain` on every snapshot;
 - `RouteWindow.ingest` / `ingest_plain`: every snapshot fed to a fresh window, each call timed;
 - `decide.with_fields` / `dataclasses.replace`: each assessed window's assessment given its
@@ -12,7 +14,8 @@ round and in CPU time of this thread:
   assessment with its controller terms to be worked out on their first read (which the poll does
   not do) / worked out now, as the evaluation called them.
 
-Medians per call. The shortcuts are tested to give the same answers (tests/unit/windows/
+Medians per call. The shortcuts are tested to give the same answers (tests/unit/exposition/
+test_lastpoll_whole_lines.py, tests/unit/windows/
 test_implausible_shortcut.py, test_window_shortcuts.py, tests/unit/verdict/
 test_evaluation_controller_terms.py); this shows what they cost.
 """
@@ -24,6 +27,8 @@ import dataclasses
 from collections.abc import Callable
 
 from specwatch.engines.series import RouteSnapshot
+from specwatch.engines.vllm import VLLM
+from specwatch.exposition import Selector
 from specwatch.sidecar.pipeline import Pipeline
 from specwatch.verdict import evaluation
 from specwatch.verdict.decide import Assessment, with_fields
@@ -85,11 +90,20 @@ def _ingest_all(ingest: Callable[[RouteWindow, RouteSnapshot], bool], snaps: lis
     return cpu_each(lambda snap: ingest(window, snap), snaps)  # type: ignore[arg-type]
 
 
+def _parse_all(plain: bool, texts: list[str]) -> list[float]:
+    selector = Selector(VLLM.families)
+    return cpu_each(selector.parse_values_plain if plain else selector.parse_values, texts)
+
+
 def measure(rounds: int = 20) -> dict[str, float]:
+    texts = [text for _, _, text in payloads.real_payloads()]
     snaps = recorded()
     stats, assessments = assessed()
     terms = terms_calls()
     cases: dict[str, Callable[[], list[float]]] = {
+        # The first payload is read in full either way (nothing remembered yet).
+        "parse_values": lambda: _parse_all(False, texts)[1:],
+        "parse_values_plain": lambda: _parse_all(True, texts)[1:],
         "implausible": lambda: cpu_each(implausible, snaps),  # type: ignore[arg-type]
         "implausible_plain": lambda: cpu_each(implausible_plain, snaps),  # type: ignore[arg-type]
         "ingest": lambda: _ingest_all(RouteWindow.ingest, snaps)[2:],
@@ -104,7 +118,7 @@ def measure(rounds: int = 20) -> dict[str, float]:
         for name, case in cases.items():
             samples[name] += case()
     out = {f"{name}_us": median(xs) * 1e6 for name, xs in samples.items()}
-    for name in ("implausible", "ingest", "with_fields", "with_controller_terms"):
+    for name in ("parse_values", "implausible", "ingest", "with_fields", "with_controller_terms"):
         out[f"{name}_plain_over_shortcut"] = out[f"{name}_plain_us"] / out[f"{name}_us"]
     out["snapshots"] = float(len(snaps))
     out["assessed_windows"] = float(len(stats))

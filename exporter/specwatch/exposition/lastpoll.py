@@ -8,8 +8,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from operator import itemgetter
-from typing import TypeVar
+from operator import getitem, itemgetter
+from typing import TypeVar, cast
 
 from specwatch.exposition.samples import SKIP, Family, Labels, Sample, Series
 from specwatch.exposition.syntax import TYPE_PREFIX, Line
@@ -59,12 +59,30 @@ class LastPoll:
     _not_negative: Callable[[Sequence[float]], tuple[float, ...]] = field(init=False, repr=False, compare=False)
     _timestamps: Callable[[Sequence[float]], tuple[float, ...]] = field(init=False, repr=False, compare=False)
     _buckets: tuple[Callable[[Sequence[float]], tuple[float, ...]], ...] = field(init=False, repr=False, compare=False)
+    # For reread_lines (whole lines): the cut lines' places, how each starts (`name{labels} `) and
+    # where its value begins; the whole lines' places and texts; the samples among the cut lines.
+    _cut: Callable[[Sequence[str]], tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _starts: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _value_slices: tuple[slice, ...] = field(init=False, repr=False, compare=False)
+    _whole: Callable[[Sequence[str]], tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _whole_lines: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _samples_of_cut: Callable[[Sequence[str]], tuple[str, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_plain", picker(self.plain))
         object.__setattr__(self, "_not_negative", picker(self.not_negative))
         object.__setattr__(self, "_timestamps", picker(self.timestamps))
         object.__setattr__(self, "_buckets", tuple(picker(plan.buckets) for plan in self.histograms))
+        cut = tuple(i for i, head in enumerate(self.heads) if head)
+        whole = tuple(i for i, head in enumerate(self.heads) if not head)
+        starts = tuple(self.heads[i] + " " for i in cut)
+        place = {at: n for n, at in enumerate(cut)}
+        object.__setattr__(self, "_cut", picker(cut))
+        object.__setattr__(self, "_starts", starts)
+        object.__setattr__(self, "_value_slices", tuple(slice(len(start), None) for start in starts))
+        object.__setattr__(self, "_whole", picker(whole))
+        object.__setattr__(self, "_whole_lines", tuple(self.lines[i] for i in whole))
+        object.__setattr__(self, "_samples_of_cut", picker(tuple(place[at] for at in self.plain)))
 
     @staticmethod
     def remember(
@@ -136,9 +154,34 @@ class LastPoll:
         values, else None."""
         if list(map(_head, found)) != self.heads or list(map(_whole_line, found)) != self.lines:
             return None
-        texts = list(map(_value_text, found))
+        return self._checked_values(self._plain(list(map(_value_text, found))))
+
+    def reread_lines(self, lines: list[str]) -> list[float] | None:
+        """`reread_values` for the same lines found whole (syntax.whole_line_finder): the sample
+        values if they are this poll's lines with valid values, else None.
+
+        A line this poll cut as `name{labels}` and value is the same cut again when it starts with
+        the same `name{labels} ` and the rest is a value the cut takes (no space, no brace, not
+        empty): the cut is decided by the line's text up to that space alone. Whole lines (TYPE
+        lines) must be equal. The same answer as the cut lines through `reread_values`
+        (tests/unit/exposition/test_lastpoll_whole_lines.py)."""
+        if len(lines) != len(self.heads) or self._whole(lines) != self._whole_lines:
+            return None
+        cut = self._cut(lines)
+        if not all(map(str.startswith, cut, self._starts)):
+            return None
+        rest = cast(list[str], list(map(getitem, cut, self._value_slices)))  # each line[start:], in C
+        if not all(rest):
+            return None  # an empty value: the line is not cut
+        joined = "".join(rest)
+        if " " in joined or "{" in joined or "}" in joined:
+            return None  # a timestamp, or a brace the cut does not take after the labels
+        return self._checked_values(self._samples_of_cut(rest))
+
+    def _checked_values(self, texts: Sequence[str]) -> list[float] | None:
+        """The samples' value texts as floats if each passes the checks of this poll's families."""
         try:
-            values = list(map(float, self._plain(texts)))
+            values = list(map(float, texts))
         except ValueError:
             return None
         if self.not_negative:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 from specwatch.exposition.checks import bucket_bound, validate_histogram, validate_values
@@ -18,7 +19,16 @@ from specwatch.exposition.samples import (
     Sample,
     Series,
 )
-from specwatch.exposition.syntax import TYPE_PREFIX, Line, every_line, line_finder, parse_labels, parse_value, suffixes
+from specwatch.exposition.syntax import (
+    TYPE_PREFIX,
+    Line,
+    every_line,
+    line_finder,
+    parse_labels,
+    parse_value,
+    suffixes,
+    whole_line_finder,
+)
 
 
 class Selector:
@@ -50,6 +60,9 @@ class Selector:
         # read in full (the layout is not vouched for).
         self.shape: LastPoll | None = None
         self._lines = line_finder(self._prefixes, tuple(self._type_names))
+        # whole_line_finder's pattern, compiled on the first poll that has a last poll to compare
+        # with: a selector that never reads a second poll (a process's start-up) does not pay for it.
+        self._whole_lines: re.Pattern[str] | None = None
 
     def parse(self, text: str) -> dict[str, Family]:
         """Parse and validate the selected families of `text`. Raises ExpositionError, nothing else."""
@@ -62,7 +75,28 @@ class Selector:
     def parse_values(self, text: str) -> tuple[dict[str, Family] | None, list[float] | None]:
         """parse(), except that a poll read from the remembered last poll (`shape` set) comes as
         its sample values alone, (None, values): `shape.families_of(values)` are its families,
-        for a reader that only needs the values. Otherwise (families, None)."""
+        for a reader that only needs the values. Otherwise (families, None).
+
+        With a remembered last poll the lines are first found whole, which is cheaper than finding
+        them cut, and compared with it (LastPoll.reread_lines); any difference or doubt reads the
+        poll as `parse_values_plain` does, which gives the same answer in every case
+        (tests/unit/exposition/test_lastpoll_whole_lines.py)."""
+        last = self._last
+        if last is not None and "\x00" not in text:
+            finder = self._whole_lines
+            if finder is None:
+                finder = self._whole_lines = whole_line_finder(self._prefixes, tuple(self._type_names))
+            lines: list[str] = finder.findall(text)
+            if text.startswith(self._first_line_starts):
+                lines.insert(0, text.split("\n", 1)[0])  # as _selected_lines
+            values = last.reread_lines(lines)
+            if values is not None:
+                self.shape = last
+                return None, values
+        return self.parse_values_plain(text)
+
+    def parse_values_plain(self, text: str) -> tuple[dict[str, Family] | None, list[float] | None]:
+        """parse_values with the lines found cut, compared with the last poll's as such."""
         self.shape = None
         try:
             if "\x00" in text:

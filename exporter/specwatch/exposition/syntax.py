@@ -123,7 +123,17 @@ def line_finder(prefixes: tuple[str, ...], type_names: tuple[str, ...]) -> re.Pa
     no `}` inside the labels and no timestamp, comes already cut: (`name{labels}`, `value`, "").
     That is the cut the line scan makes (the first brace opens the labels, the last `}` closes
     them, the value follows). Any other selected line comes whole: ("", "", line)."""
+    return _finder(prefixes, type_names, cut=True)
 
+
+def whole_line_finder(prefixes: tuple[str, ...], type_names: tuple[str, ...]) -> re.Pattern[str]:
+    """`line_finder` without the cut: findall() returns the same lines, each whole, as strings.
+    Cheaper to run (one string per line, no attempt at the plain sample's shape): for a reader that
+    already knows what the lines should look like (lastpoll.LastPoll.reread_lines)."""
+    return _finder(prefixes, type_names, cut=False)
+
+
+def _finder(prefixes: tuple[str, ...], type_names: tuple[str, ...], *, cut: bool) -> re.Pattern[str]:
     def alternatives(words: tuple[str, ...]) -> str:
         return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
@@ -149,4 +159,5 @@ def line_finder(prefixes: tuple[str, ...], type_names: tuple[str, ...]) -> re.Pa
             guard.append(re.escape(common) + "[" + "".join(re.escape(c) for c in following) + "]")
         else:
             guard.append(re.escape(common))
-    return re.compile(r"\n(?=" + "|".join(guard) + ")(?:" + plain + "|(" + "|".join(branches) + "))")
+    whole = "(" + "|".join(branches) + ")"
+    return re.compile(r"\n(?=" + "|".join(guard) + ")(?:" + (plain + "|" + whole if cut else whole) + ")")
