@@ -45,7 +45,6 @@ DEFAULT_STEP_LOG_SPREAD = 0.15
 #: The least model error of a curve whose spec-off and spec-on steps were both measured (log
 #: units): near the learner's residual floor (learned.MIN_RESIDUAL_SCALE, 0.05).
 MIN_MEASURED_LOG_ERROR = 0.04
-#: z of P99 over P50 for a log-normal step time.
 
 
 def normal_cdf(x: float) -> float:
@@ -91,6 +90,7 @@ def normal_quantile(p: float) -> float:
     return -x if q < 0.0 else x
 
 
+#: z of P99 over P50 for a log-normal step time.
 _Z_P99 = normal_quantile(0.99)
 
 
