@@ -39,6 +39,9 @@ GOAL_MODULES = 200
 #: The importable packages of pyproject.toml's runtime dependencies (certifi, prometheus-client,
 #: pyyaml, structlog): all that the image has besides the standard library and specwatch.
 RUNTIME = ("certifi", "prometheus_client", "yaml", "_yaml", "structlog")
+#: Top-level module names counted as the runtime dependencies' (pyyaml's C extension also brings
+#: Cython's runtime modules, cython_runtime and _cython_<version>).
+DEPENDENCY_MODULES = (*RUNTIME, "cython_runtime")
 
 
 def runtime_site(into: Path) -> Path:
@@ -53,8 +56,13 @@ def runtime_site(into: Path) -> Path:
 
 
 _CHILD = r"""
-import json, os, resource, sys, threading, time
+import os, sys, threading, time
 def report():
+    names = list(sys.modules)  # counted before the report's own imports
+    modules = len(names)
+    own = sum(1 for name in names if name.partition(".")[0] == "specwatch")
+    dependencies = sum(1 for name in names if name.partition(".")[0] in DEPENDENCIES or name.startswith("_cython_"))
+    import json, resource
     usage = resource.getrusage(resource.RUSAGE_SELF)
     peak = usage.ru_maxrss / 1024  # MiB (Linux counts kB); the kernel's VmHWM where /proc has it
     try:
@@ -62,8 +70,10 @@ def report():
             peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
     except (OSError, StopIteration):
         pass
-    out = {"modules": len(sys.modules), "cpu": usage.ru_utime + usage.ru_stime, "rss": peak}
+    out = {"modules": modules, "own": own, "dependencies": dependencies, "stdlib": modules - own - dependencies,
+           "cpu": usage.ru_utime + usage.ru_stime, "rss": peak}
     print("STARTUP " + json.dumps(out), flush=True)
+DEPENDENCIES = set(os.environ["STARTUP_DEPENDENCIES"].split(","))
 case, argv, wait = sys.argv[1], sys.argv[2:], float(os.environ["STARTUP_WAIT"])
 if case == "import":
     __import__(argv[0])
@@ -104,7 +114,12 @@ FLAGS_ONLY = ["run", "--target", "http://127.0.0.1:9/metrics", "--listen", "127.
 
 def _once(case: str, argv: list[str], wait: float, site: Path | None) -> dict[str, float]:
     path = f"{site}:{REPO / 'exporter'}" if site is not None else str(REPO / "exporter")
-    env = {"PYTHONPATH": path, "STARTUP_WAIT": str(wait), "PATH": "/usr/bin:/bin"}
+    env = {
+        "PYTHONPATH": path,
+        "STARTUP_WAIT": str(wait),
+        "STARTUP_DEPENDENCIES": ",".join(DEPENDENCY_MODULES),
+        "PATH": "/usr/bin:/bin",
+    }
     isolated = ["-S"] if site is not None else []
     proc = subprocess.run(
         [sys.executable, *isolated, "-X", "importtime", "-c", _CHILD, case, *argv],
@@ -150,7 +165,9 @@ def main() -> None:
         if name.startswith("specwatch run") and "--help" not in name:
             verdict = f"  {'PASS' if result['modules'] < GOAL_MODULES else 'MISS'} (< {GOAL_MODULES})"
         print(
-            f"{name:40s} {result['modules']:5.0f} modules  {result['importtime_lines']:5.0f} imported  "
+            f"{name:40s} {result['modules']:5.0f} modules (own {result['own']:.0f}, dependencies "
+            f"{result['dependencies']:.0f}, standard library {result['stdlib']:.0f})  "
+            f"{result['importtime_lines']:5.0f} imported  "
             f"{result['cpu']:6.3f} s CPU  {result['rss']:5.1f} MiB peak RSS{verdict}"
         )
 
