@@ -13,9 +13,10 @@ lesson and the simulator cannot import this module); ``main`` prints it in this 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 EXIT_USAGE = 2
 
@@ -46,8 +47,37 @@ def _short_choices(message: str) -> str:
     return head + f" ({len(choices)} choices, listed in --help)"
 
 
+def terminal_columns() -> int:
+    """The terminal's width as shutil.get_terminal_size() gives it: COLUMNS when a positive
+    integer, else the width of the terminal on stdout, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        size = os.get_terminal_size(sys.__stdout__.fileno())  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+    return size.columns or 80
+
+
+class CliHelpFormatter(argparse.HelpFormatter):
+    """argparse's help layout at the terminal's width, found without shutil: argparse imports
+    shutil (and bz2, lzma and fnmatch with it) only to ask the width, and builds a formatter for
+    every argument a parser is given, so every command, a running sidecar too, would import them."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, terminal_columns() - 2 if width is None else width)
+
+
 class CliParser(argparse.ArgumentParser):
-    """argparse with specwatch's error shape (sub-parsers inherit the class)."""
+    """argparse with specwatch's error shape and help formatter (sub-parsers inherit the class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", CliHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         fail(self.prog, _short_choices(message))
