@@ -23,9 +23,10 @@ Kept as it was, because a client could see it:
   an HTTP/1.1 client gets an interim 100 response first.
 
 Changed on purpose: a two-word (HTTP/0.9) request line is answered 400 (http.server sent a
-GET's body alone, without a status line or headers), every error has a status line and headers
-(http.server sent a bad version's error page bare), and the reason phrase is the standard one,
-never text from the request. Error bodies are short plain text.
+GET's body alone, without a status line or headers); a three-word one naming HTTP/0.9 as its
+version gets a whole response (http.server sent the body alone); every error has a status line and headers (http.server sent a bad
+version's error page bare) with the standard reason phrase, never text from the request, and a
+short plain-text body.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """A head that is not a request. `status`: the error to answer, or None to close without one
-    (an empty request line). `method`: the request's, where it was read (HEAD gets no body)."""
+    (an empty request line). `method`: the request line's first word (HEAD gets no body)."""
 
     status: int | None
     method: str = ""
@@ -116,17 +117,18 @@ def parse_head(head: bytes) -> Request | Refusal:
     words = line.decode("latin-1").split()
     if not words:
         return Refusal(None)
+    method = words[0]
     version = (0, 9)
     if len(words) >= 3:
         match = _VERSION.fullmatch(words[-1])
         if match is None:
-            return Refusal(400)
+            return Refusal(400, method)
         version = (int(match[1]), int(match[2]))
         if version >= (2, 0):
-            return Refusal(505)
+            return Refusal(505, method)
     if len(words) != 3:
-        return Refusal(400)
-    method, target = words[0], words[1]
+        return Refusal(400, method)
+    target = words[1]
     if target.startswith("//"):
         target = "/" + target.lstrip("/")
     headers = _headers(rest)
