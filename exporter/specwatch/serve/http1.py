@@ -1,9 +1,9 @@
 """HTTP/1.x request heads parsed and response heads written, for the HTTP front (http_server.py).
 
 The parser answers what http.server's BaseHTTPRequestHandler (and the http.client and email
-parsers under it) answered the same head, without importing them: those bring socketserver,
-html, mimetypes, http.client and the email package, some forty modules of a sidecar's start-up.
-Kept as it was, because a client could see it:
+parsers under it) answered the same head, without importing them: they bring socketserver,
+html, mimetypes, http.client and the email package to a sidecar's start-up. Kept as it was,
+because a client could see it:
 
 - the request line is split on whitespace (str.split of its Latin-1 text): three words, or two;
   a version is `HTTP/<major>.<minor>` of at most ten digits each (else 400), 2.0 and above are
@@ -24,9 +24,9 @@ Kept as it was, because a client could see it:
 
 Changed on purpose: a two-word (HTTP/0.9) request line is answered 400 (http.server sent a
 GET's body alone, without a status line or headers); a three-word one naming HTTP/0.9 as its
-version gets a whole response (http.server sent the body alone); every error has a status line and headers (http.server sent a bad
-version's error page bare) with the standard reason phrase, never text from the request, and a
-short plain-text body.
+version gets a whole response (http.server sent the body alone); every error has a status line
+and headers (http.server sent a bad version's error page bare) with the standard reason phrase,
+never text from the request, and a short plain-text body.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The hardened HTTP side of `specwatch run`: an event-loop server and the read-only handler.
+"""The hardened HTTP side of `specwatch run`: an event-loop server and the read-only routes.
 
-Handlers only read the immutable view the poller published last (Published), so a scrape does no
+Routes only read the immutable view the poller published last (Published), so a scrape does no
 I/O towards vLLM and takes no lock. The whole front is one thread with a selector (epoll), so a
 held connection costs a few KiB and no thread; a few hostile clients on the pod network can neither
 exhaust its memory nor lock a scraper or the kubelet's probes out:
@@ -88,9 +88,9 @@ _BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head: a line ending, then 
 
 def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
     """The index just past a complete request head in `buffer`, or -1. A head is a request line
-    and headers up to an empty line (CRLF or bare LF, as http.server accepts); an empty first line
-    is a head of its own (the handler answers it by closing). `start`: where the last search
-    stopped, so a head dripped a byte at a time is not searched again from its start."""
+    and headers up to an empty line (CRLF or bare LF, as http.server accepted); an empty first line
+    is a head of its own (answered by closing). `start`: where the last search stopped, so a head
+    dripped a byte at a time is not searched again from its start."""
     if buffer[:1] == b"\n" or buffer[:2] == b"\r\n":
         return 1 if buffer[:1] == b"\n" else 2
     match = _BLANK_LINE.search(buffer, max(start - 2, 0))
@@ -134,7 +134,7 @@ class Rendered:
 
 @dataclass(frozen=True)
 class Published:
-    """One poll's result as served: swapped whole by the poller, only read by the handlers. The
+    """One poll's result as served: swapped whole by the poller, only read by the routes. The
     page, the status document and /metrics are rendered on their first read (Rendered) and kept
     until the next poll publishes a new view."""
 
@@ -165,7 +165,7 @@ class Published:
 
 
 class PublishedView(Protocol):
-    """What the handler reads from the service: the last published view and the running config."""
+    """What the routes read from the service: the last published view and the running config."""
 
     @property
     def published(self) -> Published: ...

@@ -395,4 +395,6 @@ def test_garbage_gets_well_formed_answers_or_a_close_never_a_failure(front, head
         if status != 100:
             assert "\r\nX-Content-Type-Options: nosniff\r\n" in "\r\n" + fields
         if status >= 400:
-            assert "Content-Type: text/plain\r\n" in fields and "Connection: close\r\n" in fields
+            assert "Content-Type: text/plain\r\n" in fields
+        if status in (400, 414, 431, 501, 505):  # the head was refused: nothing more is read
+            assert fields.endswith("Connection: close\r\n")
