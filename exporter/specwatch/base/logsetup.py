@@ -5,7 +5,8 @@ byte for byte): the call's keywords, then `event`, `level` and an ISO-8601 UTC `
 `exception` (the traceback) when `exc_info` is given. JSON is written here without importing
 structlog: its package imports asyncio and its logging bridge, about 50 modules of a sidecar's
 start-up (docs/benchmarks.md "Start-up"). The console format is structlog's ConsoleRenderer,
-imported when it is chosen.
+imported when it is chosen. For the same reason the timestamp is made without datetime, and
+traceback is imported only when an exception is formatted.
 
 Until `configure_logging` is called (a command that logs calls it first), lines are JSON on stderr
 at every level.
@@ -13,12 +14,11 @@ at every level.
 
 from __future__ import annotations
 
-import datetime
 import io
 import json
 import sys
 import threading
-import traceback
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
@@ -72,6 +72,17 @@ def reset_logging() -> None:
     _setup.reset()
 
 
+def iso_timestamp(ns: int) -> str:
+    """An instant (nanoseconds since the epoch) as structlog's TimeStamper(fmt="iso", utc=True)
+    writes it: `datetime.now(UTC).isoformat()` with `Z` for `+00:00`. The clock is floored to
+    microseconds as datetime.now floors it, and isoformat leaves out a fraction of zero."""
+    seconds, nanoseconds = divmod(ns, 1_000_000_000)
+    micros = nanoseconds // 1000
+    t = time.gmtime(seconds)
+    stamp = f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
+    return f"{stamp}.{micros:06d}Z" if micros else f"{stamp}Z"
+
+
 def _format_exception(exc_info: object) -> str | None:
     """structlog's format_exc_info: the exception being handled (exc_info=True), or the one given."""
     if isinstance(exc_info, BaseException):
@@ -82,6 +93,8 @@ def _format_exception(exc_info: object) -> str | None:
         exc = sys.exc_info()[1] if exc_info else None
     if exc is None:
         return None
+    import traceback  # only when there is an exception to print (see the module docstring)
+
     out = io.StringIO()
     traceback.print_exception(type(exc), exc, exc.__traceback__, None, out)
     return out.getvalue().removesuffix("\n")
@@ -97,7 +110,7 @@ def _emit(level: str, event: str, kw: EventDict) -> None:
         _setup.capture.append(event_dict)
         return
     event_dict["level"] = level
-    event_dict["timestamp"] = datetime.datetime.now(tz=datetime.UTC).isoformat().replace("+00:00", "Z")
+    event_dict["timestamp"] = iso_timestamp(time.time_ns())
     if "exc_info" in event_dict:
         exception = _format_exception(event_dict.pop("exc_info"))
         if exception is not None:

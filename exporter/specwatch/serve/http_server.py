@@ -1,12 +1,12 @@
-"""The hardened HTTP side of `specwatch run`: an event-loop server and the read-only handler.
+"""The hardened HTTP side of `specwatch run`: an event-loop server and the read-only routes.
 
-Handlers only read the immutable view the poller published last (Published), so a scrape does no
+Routes only read the immutable view the poller published last (Published), so a scrape does no
 I/O towards vLLM and takes no lock. The whole front is one thread with a selector (epoll), so a
 held connection costs a few KiB and no thread; a few hostile clients on the pod network can neither
 exhaust its memory nor lock a scraper or the kubelet's probes out:
 
 - a request head is read by the loop, non-blocking, into a buffer bounded in *total* bytes
-  (MAX_HEAD_BYTES: 414 or 431 past it, then close), not per line as http.server bounds it;
+  (MAX_HEAD_BYTES: 414 or 431 past it, then close), not only per line as http.server bounded it;
 - the whole head has a deadline (HEAD_TIMEOUT) from accept or from the end of the previous
   response: a slowloris dripping a byte per second is cut there, not kept alive by every byte as
   a per-recv timeout is. An idle keep-alive connection is the same wait (nothing is pending);
@@ -14,8 +14,8 @@ exhaust its memory nor lock a scraper or the kubelet's probes out:
   connections get SCARCE_HEAD_TIMEOUT instead; when they are all taken, a new connection evicts
   the one that has waited longest without a complete request, so a holder of every slot cannot
   lock anybody out: a real request completes in a millisecond, an attacker's never does;
-- only a complete head is handed to the handler (http.server's parser and limits, through a
-  buffer), which runs in the loop: serving a published view is a few tens of microseconds (the first read
+- only a complete head is parsed (http1.py: http.server's parsing and limits, without http.server)
+  and routed, in the loop: serving a published view is a few tens of microseconds (the first read
   of a view's page, status or /metrics renders it once: a few ms);
 - the response is written non-blocking from the published bytes themselves (no copy per
   connection) with a deadline (WRITE_TIMEOUT); while it is pending nothing more is read, so a
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import math
 import re
 import selectors
@@ -57,13 +56,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-from specwatch import __version__
 from specwatch.config import Config
 from specwatch.export.csp import CONTENT_SECURITY_POLICY
 from specwatch.export.metrics_text import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE
+from specwatch.serve.http1 import Refusal, Request, parse_head, response_head
 from specwatch.view import View
 
 MAX_CONNECTIONS = 512  # open connections; past it a new one evicts the longest waiter, never queues
@@ -90,9 +88,9 @@ _BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head: a line ending, then 
 
 def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
     """The index just past a complete request head in `buffer`, or -1. A head is a request line
-    and headers up to an empty line (CRLF or bare LF, as http.server accepts); an empty first line
-    is a head of its own (the handler answers it by closing). `start`: where the last search
-    stopped, so a head dripped a byte at a time is not searched again from its start."""
+    and headers up to an empty line (CRLF or bare LF, as http.server accepted); an empty first line
+    is a head of its own (answered by closing). `start`: where the last search stopped, so a head
+    dripped a byte at a time is not searched again from its start."""
     if buffer[:1] == b"\n" or buffer[:2] == b"\r\n":
         return 1 if buffer[:1] == b"\n" else 2
     match = _BLANK_LINE.search(buffer, max(start - 2, 0))
@@ -136,7 +134,7 @@ class Rendered:
 
 @dataclass(frozen=True)
 class Published:
-    """One poll's result as served: swapped whole by the poller, only read by the handlers. The
+    """One poll's result as served: swapped whole by the poller, only read by the routes. The
     page, the status document and /metrics are rendered on their first read (Rendered) and kept
     until the next poll publishes a new view."""
 
@@ -167,7 +165,7 @@ class Published:
 
 
 class PublishedView(Protocol):
-    """What the handler reads from the service: the last published view and the running config."""
+    """What the routes read from the service: the last published view and the running config."""
 
     @property
     def published(self) -> Published: ...
@@ -176,52 +174,38 @@ class PublishedView(Protocol):
     def config(self) -> Config: ...
 
 
-class _Output:
-    """The handler's wfile: keeps what is written (the published bytes themselves, not copies)."""
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a route answers a request: the status, the body (not sent to HEAD) and its type.
+    `close`: the connection closes after it whatever the request asked."""
 
-    def __init__(self) -> None:
-        self.chunks: list[bytes | memoryview] = []
-
-    def write(self, data: bytes) -> int:
-        if data:
-            self.chunks.append(data)
-        return len(data)
-
-    def flush(self) -> None:
-        return None
+    status: int
+    body: bytes
+    content_type: str
+    close: bool = False
 
 
-class BufferedRequestHandler(BaseHTTPRequestHandler):
-    """One complete request head, read by the server's loop, through http.server's own parser and
-    limits. `request` is the head's bytes; what the handler writes is kept in `wfile.chunks`.
-    `promised_wait`: the head deadline the response's Keep-Alive header was derived from (0: none)."""
+#: The routes: a parsed request to its answer, run in the loop (so only reads published views).
+Route = Callable[[Request], Answer]
 
-    wfile: Any
-    request: bytes
-    promised_wait = 0.0
+_ERROR_BODIES = {
+    400: b"bad request\n",
+    414: b"request head too long\n",
+    431: b"request header fields too large\n",
+    505: b"HTTP version not supported\n",
+}
 
-    def setup(self) -> None:
-        self.rfile = io.BytesIO(self.request)
-        self.wfile = _Output()
+_CLOSE = "Connection: close\r\n"
 
-    def handle(self) -> None:
-        self.close_connection = True  # unless the request is a keep-alive one (parse_request)
-        self.handle_one_request()
 
-    def end_headers(self) -> None:
-        if not self.close_connection:  # a keep-alive response says how long it may stay idle
-            head_timeout = cast("CappedHTTPServer", self.server).head_timeout()
-            idle = advertised_idle_timeout(head_timeout)
-            if idle is None:
-                self.send_header("Connection", "close")  # http.server sets close_connection
-            else:
-                self.send_header("Connection", "keep-alive")
-                self.send_header("Keep-Alive", f"timeout={idle}")
-                self.promised_wait = head_timeout
-        super().end_headers()
-
-    def finish(self) -> None:
-        return None
+def _response(answer: Answer, connection: str, *, head_only: bool = False) -> list[bytes | memoryview]:
+    """The response's head and body, with `connection` (its Connection and Keep-Alive lines)."""
+    head = response_head(
+        answer.status,
+        f"Content-Type: {answer.content_type}\r\nContent-Length: {len(answer.body)}\r\n"
+        f"Cache-Control: no-store\r\n{_SECURITY_HEAD}{connection}",
+    )
+    return [head] if head_only else [head, answer.body]
 
 
 class _Connection:
@@ -258,13 +242,13 @@ class CappedHTTPServer:
     def __init__(
         self,
         address: tuple[str, int],
-        handler: type[BufferedRequestHandler],
+        route: Route,
         *,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         host = address[0]
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.handler = handler
+        self.route = route
         self.max_connections = max_connections
         self.socket = socket.socket(self.address_family, socket.SOCK_STREAM)
         try:
@@ -426,7 +410,8 @@ class CappedHTTPServer:
                     return  # wait for more of the head (within its deadline)
                 self.refused_heads += 1
                 first_line_done = b"\n" in conn.inbuf[: MAX_HEAD_BYTES + 1]
-                self._answer_error(conn, 431 if first_line_done else 414)
+                limit = f"a request head is at most {MAX_HEAD_BYTES} bytes\n".encode()
+                self._answer_error(conn, 431 if first_line_done else 414, limit)
                 return
             head = bytes(conn.inbuf[:end])
             del conn.inbuf[:end]
@@ -438,23 +423,39 @@ class CappedHTTPServer:
 
     def _handle(self, conn: _Connection, head: bytes) -> None:
         self.requests += 1
+        request = parse_head(head)
+        if isinstance(request, Refusal):
+            if request.status is None:
+                self._close(conn)  # an empty request line: nothing to answer
+            else:
+                self._answer_error(conn, request.status, head_only=request.method == "HEAD")
+            return
+        # The Connection lines for a keep-alive response say how long it may stay idle.
+        keep_alive = request.keep_alive
+        connection = ""
+        head_timeout = self.head_timeout()
+        if keep_alive:
+            idle = advertised_idle_timeout(head_timeout)
+            keep_alive = idle is not None
+            connection = f"Connection: keep-alive\r\nKeep-Alive: timeout={idle}\r\n" if keep_alive else _CLOSE
+        chunks: list[bytes | memoryview] = []
+        if request.expects_continue:
+            chunks.append(f"HTTP/1.1 100 Continue\r\n{connection}\r\n".encode())
         try:
-            handler = self.handler(head, conn.address, self)  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001 - a bug in a handler must not take the loop down with it
+            answer = self.route(request)
+        except Exception:  # noqa: BLE001 - a bug in a route must not take the loop down with it
             self._close(conn)
             return
-        conn.promised_wait = handler.promised_wait
-        self._respond(conn, handler.wfile.chunks, close=bool(handler.close_connection))
+        if answer.close or request.carries_body:
+            keep_alive = False
+        conn.promised_wait = head_timeout if keep_alive else 0.0
+        chunks += _response(answer, connection if keep_alive else _CLOSE, head_only=request.method == "HEAD")
+        self._respond(conn, chunks, close=not keep_alive)
 
-    def _answer_error(self, conn: _Connection, code: int) -> None:
-        reason = "Request Header Fields Too Large" if code == 431 else "URI Too Long"
-        body = f"{reason}: a request head is at most {MAX_HEAD_BYTES} bytes\n".encode()
-        head = (
-            f"HTTP/1.1 {code} {reason}\r\nServer: specwatch/{__version__}\r\nContent-Type: text/plain\r\n"
-            f"Content-Length: {len(body)}\r\n{_SECURITY_HEAD}Connection: close\r\n\r\n"
-        ).encode()
+    def _answer_error(self, conn: _Connection, code: int, body: bytes = b"", *, head_only: bool = False) -> None:
+        answer = Answer(code, body or _ERROR_BODIES.get(code, b"error\n"), "text/plain")
         conn.inbuf = bytearray()
-        self._respond(conn, [head, body], close=True)
+        self._respond(conn, _response(answer, _CLOSE, head_only=head_only), close=True)
 
     def _respond(self, conn: _Connection, chunks: list[bytes | memoryview], *, close: bool) -> None:
         conn.out = [memoryview(c) for c in chunks if len(c)]
@@ -520,69 +521,30 @@ LANDING = b"""<!doctype html><html><head><title>specwatch</title></head><body>
 <li><a href="/healthz">/healthz</a></li><li><a href="/readyz">/readyz</a></li></ul></body></html>"""
 
 
-def handler_for(service: PublishedView) -> type[BufferedRequestHandler]:
-    """The request handler class serving `service`'s published view."""
+def handler_for(service: PublishedView) -> Route:
+    """The routes serving `service`'s published view."""
 
-    class Handler(BufferedRequestHandler):
-        server_version = f"specwatch/{__version__}"
-        protocol_version = "HTTP/1.1"
+    def route(request: Request) -> Answer:
+        if request.method in ("POST", "PUT", "DELETE", "PATCH"):
+            return Answer(405, b"method not allowed\n", "text/plain")
+        if request.method not in ("GET", "HEAD"):
+            return Answer(501, b"not implemented\n", "text/plain", close=True)
+        path = request.target.split("?", 1)[0]  # query strings are ignored: nothing can change what is polled
+        published = service.published
+        if path == "/metrics":
+            if wants_openmetrics(request.header("accept")):
+                return Answer(200, published.openmetrics, OPENMETRICS_CONTENT_TYPE)
+            return Answer(200, published.metrics, CONTENT_TYPE)
+        if path == "/api/v1/status":
+            return Answer(200, published.status, "application/json")
+        if path == "/healthz":
+            stale = time.monotonic() - published.last_tick > 3 * service.config.poll_interval + 5
+            return Answer(503 if stale else 200, b"stalled\n" if stale else b"ok\n", "text/plain")
+        if path == "/readyz":
+            ready = published.ready
+            return Answer(200 if ready else 503, b"ready\n" if ready else published.not_ready, "text/plain")
+        if path == "/":
+            return Answer(200, published.page or LANDING, "text/html; charset=utf-8")
+        return Answer(404, b"not found\n", "text/plain")
 
-        def log_message(self, *args: Any) -> None:  # access logs would be one line per scrape
-            return
-
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            for name, value in SECURITY_HEADERS:
-                self.send_header(name, value)
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def _unread_body(self) -> None:
-            # Request bodies are never read. One left on a keep-alive connection would be parsed as
-            # the next request line (request desync), so a request carrying one closes the connection.
-            if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get(
-                "Transfer-Encoding"
-            ):
-                self.close_connection = True
-
-        def do_HEAD(self) -> None:
-            self.do_GET()
-
-        def do_GET(self) -> None:
-            self._unread_body()
-            path = self.path.split("?", 1)[0]  # query strings are ignored: nothing can change what is polled
-            published = service.published
-            if path == "/metrics":
-                if wants_openmetrics(self.headers.get("Accept", "")):
-                    self._send(200, published.openmetrics, OPENMETRICS_CONTENT_TYPE)
-                else:
-                    self._send(200, published.metrics, CONTENT_TYPE)
-            elif path == "/api/v1/status":
-                self._send(200, published.status, "application/json")
-            elif path == "/healthz":
-                stale = time.monotonic() - published.last_tick > 3 * service.config.poll_interval + 5
-                self._send(503 if stale else 200, b"stalled\n" if stale else b"ok\n", "text/plain")
-            elif path == "/readyz":
-                self._send(
-                    200 if published.ready else 503,
-                    b"ready\n" if published.ready else published.not_ready,
-                    "text/plain",
-                )
-            elif path == "/":
-                self._send(200, published.page or LANDING, "text/html; charset=utf-8")
-            else:
-                self._send(404, b"not found\n", "text/plain")
-
-        def do_POST(self) -> None:
-            self._unread_body()
-            self._send(405, b"method not allowed\n", "text/plain")
-
-        do_PUT = do_DELETE = do_PATCH = do_POST
-
-    return Handler
+    return route

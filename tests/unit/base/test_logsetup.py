@@ -3,6 +3,7 @@ configured them, run beside ours on the same events), and JSON logging imports n
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import re
@@ -11,8 +12,11 @@ import sys
 
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import strategies as st
 
-from specwatch.base.logsetup import capture_logs, configure_logging, get_logger
+from specwatch.base import logsetup
+from specwatch.base.logsetup import capture_logs, configure_logging, get_logger, iso_timestamp
 
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
@@ -111,3 +115,59 @@ def test_json_logging_imports_no_structlog():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
     assert json.loads(out.stderr)["event"] == "started"
+
+
+# ---- the timestamp, without datetime ----------------------------------------------------------
+
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+SECOND = 1_000_000_000
+
+
+def _datetime_stamp(ns: int) -> str:
+    """What datetime.now(UTC).isoformat() (structlog's TimeStamper) gives at `ns`: the clock floored
+    to microseconds (as datetime.now reads it), in exact integer arithmetic."""
+    return (EPOCH + datetime.timedelta(microseconds=ns // 1000)).isoformat().replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize(
+    "ns",
+    [
+        0,
+        999,  # under a microsecond: no fraction at all, as isoformat writes a whole second
+        1000,
+        SECOND - 1,  # 999.999999 ms: floored, never rounded up into the next second
+        SECOND - 500,  # the 999.9995 ms edge
+        SECOND - 500_000,  # the 999.5 ms edge
+        1_798_761_599 * SECOND + SECOND - 1,  # the last nanosecond of 2026
+        951_868_799 * SECOND + 999_999_500,  # the end of 2000-02-29 (a century leap day)
+        4_102_444_800 * SECOND,  # 2100-01-01, no fraction
+    ],
+)
+def test_the_timestamp_is_the_one_datetime_writes_at_the_edges(ns):
+    assert iso_timestamp(ns) == _datetime_stamp(ns)
+
+
+@given(st.integers(min_value=0, max_value=253_402_300_799 * SECOND + SECOND - 1))  # to 9999-12-31
+def test_the_timestamp_is_the_one_datetime_writes_at_any_instant(ns):
+    assert iso_timestamp(ns) == _datetime_stamp(ns)
+
+
+def test_a_line_is_stamped_with_the_clock_floored_to_microseconds(monkeypatch):
+    monkeypatch.setattr(logsetup.time, "time_ns", lambda: 1_796_000_000 * SECOND + 999_999_999)
+    out = io.StringIO()
+    configure_logging("json", "info", out)
+    get_logger("specwatch").info("started")
+    assert json.loads(out.getvalue())["timestamp"] == "2026-11-30T00:53:20.999999Z"
+
+
+def test_logging_imports_neither_datetime_nor_traceback_until_an_exception_is_printed():
+    code = (
+        "import sys\nfrom specwatch.base.logsetup import configure_logging, get_logger\n"
+        "configure_logging('json', 'info')\nlog = get_logger('specwatch')\nlog.info('started')\n"
+        "before = sorted(m for m in ('datetime', 'traceback') if m in sys.modules)\n"
+        "try:\n    raise ValueError('x')\nexcept ValueError:\n    log.exception('failed')\n"
+        "print(before, 'traceback' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[] True"
+    assert json.loads(out.stderr.splitlines()[1])["exception"].endswith("ValueError: x")
