@@ -14,7 +14,7 @@ exhaust its memory nor lock a scraper or the kubelet's probes out:
   connections get SCARCE_HEAD_TIMEOUT instead; when they are all taken, a new connection evicts
   the one that has waited longest without a complete request, so a holder of every slot cannot
   lock anybody out: a real request completes in a millisecond, an attacker's never does;
-- only a complete head is parsed (http1.py: http.server's parsing and limits, without http.server)
+- only a complete head is parsed (http_head.py: http.server's parsing and limits, without http.server)
   and routed, in the loop: serving a published view is a few tens of microseconds (the first read
   of a view's page, status or /metrics renders it once: a few ms);
 - the response is written non-blocking from the published bytes themselves (no copy per
@@ -61,7 +61,7 @@ from typing import Any, Protocol
 from specwatch.config import Config
 from specwatch.export.csp import CONTENT_SECURITY_POLICY
 from specwatch.export.metrics_text import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE
-from specwatch.serve.http1 import Refusal, Request, parse_head, response_head
+from specwatch.serve.http_head import Refusal, Request, parse_head, response_head
 from specwatch.view import View
 
 MAX_CONNECTIONS = 512  # open connections; past it a new one evicts the longest waiter, never queues

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from specwatch.serve.http1 import MAX_HEADERS, MAX_LINE, REASONS, SERVER, Refusal, Request, http_date, parse_head
+from specwatch.serve.http_head import MAX_HEADERS, MAX_LINE, REASONS, SERVER, Refusal, Request, http_date, parse_head
 from specwatch.serve.http_server import SECURITY_HEADERS, CappedHTTPServer, handler_for
 from specwatch.serve.service import Service
 from support.builders import scenario_config
