@@ -280,7 +280,10 @@ class CappedHTTPServer:
         last_sweep = time.monotonic()
         try:
             while not self._stopping:
-                for key, mask in self._selector.select(min(poll_interval, SWEEP_INTERVAL)):
+                # With no connection there is no deadline to sweep: sleep until a client connects
+                # or shutdown() writes to the wake socket, instead of waking ten times a second.
+                timeout = min(poll_interval, SWEEP_INTERVAL) if self._conns else None
+                for key, mask in self._selector.select(timeout):
                     if key.data is None:
                         self._accept()
                     elif key.data is self._wake_r:

@@ -529,3 +529,18 @@ def test_a_target_pinned_to_another_engine_is_logged_once_as_engine_mismatch_and
     assert "looks like vllm" in rejected[0]["error"]
     (target,) = service.poller.pipeline.state().targets
     assert target.errors["engine_mismatch"] == 3 and target.payload_engine == "vllm"
+
+
+def test_stop_signals_are_taken_one_per_wait_and_a_wait_without_one_times_out():
+    from specwatch.serve.service import StopSignals
+
+    signals = StopSignals()
+    try:
+        assert signals.wait(0) is False
+        signals.note(15, None)
+        signals.note(15, None)
+        assert signals.wait(0) is True
+        assert signals.wait(0) is True  # the second signal: a drain's "exit at once"
+        assert signals.wait(0.01) is False
+    finally:
+        signals.close()
