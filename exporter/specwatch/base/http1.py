@@ -111,13 +111,14 @@ class _Reader:
                 line = self._buf[self._pos : end + 1]
                 self._pos = end + 1
                 return line
-            if len(self._buf) - self._pos > MAX_LINE:
+            scanned = len(self._buf) - self._pos
+            if scanned > MAX_LINE:
                 raise ProtocolError(f"{what} line over {MAX_LINE} bytes")
-            start = len(self._buf)
             if not self._fill(RECV):
                 line = self._buf[self._pos :]
                 self._buf, self._pos = b"", 0
                 return line
+            start = self._pos + scanned  # (the fill moved what was left to the front)
 
     def read1(self, n: int) -> bytes:
         """At most n bytes: what is buffered, else one recv (b"" only at the end of the stream)."""
