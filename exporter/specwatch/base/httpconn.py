@@ -185,8 +185,9 @@ class DeadlineConnection:
     @contextlib.contextmanager
     def deadline(self, timeout: float) -> Iterator[float]:
         """One request's whole-request deadline (yielded, monotonic seconds). A failure after the
-        watchdog fired is a timeout whatever broke; the connection is closed unless the request
-        completed in time and its answer leaves it reusable."""
+        watchdog fired is a timeout whatever broke, and so is a success (a close-delimited body
+        ends when the socket is shut down); the connection is closed unless the request completed
+        in time and its answer leaves it reusable."""
         with self._lock:
             self._expired = False
         deadline = time.monotonic() + timeout
@@ -194,6 +195,8 @@ class DeadlineConnection:
         completed = False
         try:
             yield deadline
+            if self._expired:  # the cut ended a body read to the end of the connection: not the end
+                raise self._error("timeout", f"whole-request deadline of {timeout:g}s passed")
             completed = True
         except TransferError as exc:
             if self._expired and exc.reason != "timeout":
