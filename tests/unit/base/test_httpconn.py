@@ -189,3 +189,52 @@ def test_credentials_in_the_url_bring_base64_and_nothing_else_heavy():
     modules = _fresh_modules("http://user:pw@127.0.0.1:{port}/metrics")
     assert "base64" in modules
     assert _heavy(modules) == set()
+
+
+@pytest.fixture
+def tls_server(tmp_path, serve, monkeypatch):
+    """A loopback TLS server for `localhost` (a fresh self-signed certificate), trusted by the
+    connection's TLS context; `serve`'s plain answers inside the TLS session."""
+    import shutil
+    import ssl
+
+    from specwatch.base import httpconn
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        + ["-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    monkeypatch.setattr(httpconn, "tls_context", lambda: ssl.create_default_context(cafile=str(cert)))
+    server = serve(OK_CHUNKED)
+    plain_serve = server._serve
+
+    def serve_tls(conn):
+        try:
+            conn = server_context.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError):
+            conn.close()  # the client refused the certificate
+            return
+        plain_serve(conn)
+
+    server._serve = serve_tls
+    return server
+
+
+def test_an_https_target_is_polled_over_one_kept_alive_tls_connection(tls_server):
+    assert _polls(f"https://localhost:{tls_server.port}/metrics") == ["x_total 1.0\n"] * 3
+    assert tls_server.connections == 1
+
+
+def test_an_https_target_whose_certificate_names_another_host_is_tls(tls_server):
+    with pytest.raises(ScrapeError) as info:
+        _polls(f"https://127.0.0.1:{tls_server.port}/metrics", n=1)
+    assert info.value.reason == "tls"
