@@ -210,15 +210,16 @@ class Response:
         self._by_name: dict[str, list[str]] = {}
         for name, value in self.headers:
             self._by_name.setdefault(name.lower(), []).append(value)
-        encoding = self.getheader("Transfer-Encoding")
-        self.chunked = encoding is not None
-        if self.chunked and encoding is not None and encoding.lower() != "chunked":
-            raise ProtocolError("Transfer-Encoding other than chunked")
         self.keep_alive = self._keep_alive()
-        lengths = self._by_name.get("content-length")
-        length = _length(lengths) if lengths and not self.chunked else None
-        if self.status in (204, 304) or 100 <= self.status < 200 or method == "HEAD":
-            length, self.chunked = 0, False
+        self.chunked = False
+        length: int | None = 0  # no body whatever the headers say
+        if not (self.status in (204, 304) or 100 <= self.status < 200 or method == "HEAD"):
+            encoding = self.getheader("Transfer-Encoding")
+            self.chunked = encoding is not None
+            if encoding is not None and encoding.lower() != "chunked":
+                raise ProtocolError("Transfer-Encoding other than chunked")
+            lengths = self._by_name.get("content-length")
+            length = _length(lengths) if lengths and not self.chunked else None
         if length is None and not self.chunked:
             self.keep_alive = False  # read to the end of the connection
         self._left = length  # body bytes left; None: to the end of the connection (or chunked)

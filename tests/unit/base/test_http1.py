@@ -119,6 +119,7 @@ AGREED = {
     "103 is the answer, without a body": b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
     "204 has no body": b"HTTP/1.1 204 No Content\r\n\r\n",
     "304 has no body": b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
+    "204 has no body whatever its headers say": b"HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n",
     "404 with a body": b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found",
     "a redirect": b"HTTP/1.1 302 Found\r\nLocation: http://169.254.169.254/\r\nContent-Length: 0\r\n\r\n",
     "no reason phrase": b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok",
@@ -168,6 +169,9 @@ REFUSED_ONLY_BY_OURS = {
     "a 0x chunk size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
     "a chunk not followed by its line end": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXY0\r\n\r\n",
     "a Transfer-Encoding other than chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\nhello",
+    "too many trailer lines": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
+    + b"T: 1\r\n" * MAX_HEADERS
+    + b"\r\n",
     "a header line without a colon": b"HTTP/1.1 200 OK\r\nX-A: 1\r\nnot a header\r\nContent-Length: 2\r\n\r\nok",
     "a space before the colon": b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nok",
 }
