@@ -13,10 +13,11 @@ keep-alive), its body was read to the end and nothing followed it.
 A hostile server meets the bounds of `http.client`: a line of at most MAX_LINE bytes, at most
 MAX_HEADERS header lines (and as many trailer lines), and every read sized by what the framing
 allows, never "until the end" of a length-delimited body. Where `http.client` tolerates a broken
-frame this refuses it (ProtocolError): a Content-Length that is not digits, Content-Lengths that
-disagree, a chunk size that is not hex (a sign, `0x`, `_`), a chunk not followed by its line end,
-a Transfer-Encoding other than chunked, a header line without a name and a colon, a body that
-ends before its Content-Length.
+frame this refuses it (ProtocolError), so whatever is read here http.client reads the same: a
+Content-Length that is not digits, Content-Lengths that disagree, a chunk size that is not hex (a
+sign, `0x`, `_`), a chunk not followed by CRLF, a Transfer-Encoding other than chunked, a header
+line without a name and a colon or with a CR or a NUL inside, more trailer lines than header
+lines, a body that ends before its Content-Length.
 """
 
 from __future__ import annotations
@@ -165,7 +166,9 @@ def _parse_fields(lines: list[bytes]) -> list[tuple[str, str]]:
     """(name, value) pairs; an obsolete folded line is joined to its field by a space."""
     fields: list[tuple[str, str]] = []
     for raw in lines:
-        line = raw.decode("latin-1").rstrip("\r\n")
+        line = raw.decode("latin-1").removesuffix("\n").removesuffix("\r")
+        if "\r" in line or "\0" in line:  # email's parser would cut the line there
+            raise ProtocolError("a CR or a NUL inside a header line")
         if line[:1] in (" ", "\t"):
             if not fields:
                 raise ProtocolError("header continuation without a header")
@@ -286,7 +289,7 @@ class Response:
     def _read1_chunked(self, n: int) -> bytes:
         reader = self._reader
         if self._chunk_left <= 0:
-            if self._chunk_left == 0 and reader.readline("chunk end") not in (b"\r\n", b"\n"):
+            if self._chunk_left == 0 and reader.readline("chunk end") != b"\r\n":
                 raise ProtocolError("chunk not followed by its line end")
             size = self._chunk_size(reader.readline("chunk size"))
             if size == 0:

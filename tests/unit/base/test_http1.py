@@ -1,6 +1,7 @@
 """Our HTTP/1.1 client reads every answer as http.client reads it (the oracle, over a real
 socketpair): the same status, headers, body and keep-alive; where http.client tolerates a broken
-frame, ours refuses it. A request is written as http.client writes it."""
+frame, ours refuses it, so whatever ours reads, http.client reads the same. A request is written
+as http.client writes it."""
 
 from __future__ import annotations
 
@@ -174,6 +175,8 @@ REFUSED_ONLY_BY_OURS = {
     + b"\r\n",
     "a header line without a colon": b"HTTP/1.1 200 OK\r\nX-A: 1\r\nnot a header\r\nContent-Length: 2\r\n\r\nok",
     "a space before the colon": b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nok",
+    "a bare CR inside a header line": b"HTTP/1.1 200 OK\r\nX-A: 1\r\rContent-Length: 2\r\n\r\nok",
+    "a chunk followed by a bare line feed": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\n\n0\r\n\r\n",
 }
 
 
@@ -324,3 +327,22 @@ def test_a_request_is_written_as_http_client_writes_it(url_host, port, method, t
 def test_a_request_that_cannot_be_sent_as_given_is_a_value_error(method, target, headers):
     with pytest.raises(ValueError):
         encode_request(method, target, "h", headers, None)
+
+
+_SEEDS = [raw for raw in (*AGREED.values(), *REFUSED_ONLY_BY_OURS.values()) if len(raw) < 2000]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.sampled_from(_SEEDS),
+    edits=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 3), st.binary(max_size=3)), max_size=4),
+    cut=st.integers(1, 50),
+)
+def test_whatever_ours_reads_from_a_mangled_answer_http_client_reads_the_same(seed, edits, cut):
+    raw = bytearray(seed)
+    for pos, drop, insert in edits:
+        raw[pos : pos + drop] = insert
+    raw = bytes(raw)
+    ours = _ours(pieces(raw[:cut], raw[cut:]))  # a failure other than ProtocolError fails the test
+    if ours[0] == "answer":
+        assert ours == read_both(raw)[1]
