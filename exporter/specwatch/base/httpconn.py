@@ -1,42 +1,47 @@
 """One kept-alive HTTP connection with a whole-request deadline, for both sources: the sidecar's
 scraper (scrape.py, vLLM's /metrics) and fleet mode's query client (fleet/client.py, Prometheus).
 
-- plain `http.client` on a connection opened and owned here: no proxy from the environment can
-  capture a request, and no redirect is followed (the callers refuse a 3xx);
+- HTTP/1.1 of our own (http1.py) on a socket opened and owned here: no proxy from the
+  environment can capture a request, and no redirect is followed (the callers refuse a 3xx).
+  What a poll does not need is not imported: `ssl` (and certifi) only for an https target,
+  `base64` only for a URL with credentials, and the host is resolved as ASCII bytes so the
+  socket module never loads the IDNA codec (a non-ASCII name is encoded with it, then only);
 - a whole-request deadline: a socket timeout bounds each read, not the request, so a server
   dripping a byte every 0.1 s would hold a request forever. One watchdog thread for the process
   (WATCHDOG, started on first use; no thread per request) shuts the socket down at the deadline,
-  so whatever read is blocked (connect, headers, body) returns at once; the body loop also
-  checks the deadline per chunk and shrinks the socket timeout to the time left. Only public
-  interfaces of the standard library are used (`socket.shutdown`, `HTTPConnection.sock`,
-  `HTTPResponse.read1`), so an upgrade cannot silently disable the guard
+  so whatever read is blocked (connect, TLS handshake, headers, body) returns at once; the body
+  loop also checks the deadline per chunk and shrinks the socket timeout to the time left
   (tests/unit/sidecar/test_scrape.py, tests/system/reliability/test_fault_matrix.py and
   tests/system/fleet/test_faults.py prove it);
-- a connection cut, expired or left mid-answer is closed, never reused; an idle kept-alive one
-  the server closed is noticed before it is used.
+- a connection cut, expired, left mid-answer, or whose answer said it closes, is closed, never
+  reused; an idle kept-alive one the server closed is noticed before it is used.
 
 Failures are raised as the caller's own error class (a TransferError with a reason): `timeout`,
-`connect`, `tls` (the TLS handshake or session failed: an untrusted or expired certificate, a
-name mismatch, no common protocol; a certificate problem is not a network one), or `invalid` (a
-request that cannot be sent).
+`connect` (no connection, or it broke, or the answer broke HTTP/1.1), `tls` (the TLS handshake or
+session failed: an untrusted or expired certificate, a name mismatch, no common protocol; a
+certificate problem is not a network one), or `invalid` (a request that cannot be sent).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import heapq
-import http.client
 import itertools
 import select
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from specwatch.base.http1 import ProtocolError, Response, authority, encode_request, read_response
+
+if TYPE_CHECKING:
+    import ssl
+
 CHUNK = 64 * 1024
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def tls_failure(exc: ssl.SSLError) -> str:
@@ -55,6 +60,8 @@ class TransferError(Exception):
 
 def tls_context() -> ssl.SSLContext:
     """Certificate checks as requests did: the certifi bundle when installed, else the system store."""
+    import ssl
+
     try:
         import certifi
     except ImportError:
@@ -66,15 +73,17 @@ def basic_auth(username: str | None, password: str | None) -> dict[str, str]:
     """Credentials in the URL become an Authorization header, as HTTP clients conventionally do."""
     if username is None:
         return {}
+    import base64  # only for a URL with credentials
+
     token = f"{unquote(username)}:{unquote(password or '')}".encode("latin-1")
     return {"Authorization": "Basic " + base64.b64encode(token).decode("ascii")}
 
 
-def set_timeout(conn: http.client.HTTPConnection, deadline: float) -> None:
+def set_timeout(sock: socket.socket | None, deadline: float) -> None:
     """Shrink the socket timeout to the time left, so one slow read cannot outlive the deadline."""
-    if conn.sock is not None:
+    if sock is not None:
         with contextlib.suppress(OSError):
-            conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
 
 
 def dropped(sock: socket.socket) -> bool:
@@ -149,21 +158,26 @@ class DeadlineConnection:
         self.auth = basic_auth(parts.username, parts.password)
         self._connect_timeout = connect_timeout
         self._error = error
-        self._conn: http.client.HTTPConnection | None = None
-        self._lock = threading.Lock()  # the watchdog and the request both touch the connection
+        # ssl.SSLError once a TLS connection is made (an empty tuple catches nothing).
+        self._tls_errors: tuple[type[Exception], ...] = ()
+        self._sock: socket.socket | None = None
+        self._response: Response | None = None  # the last answer on _sock
+        self._lock = threading.Lock()  # the watchdog and the request both touch the socket
         self._expired = False
 
     def close(self) -> None:
         with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+            sock, self._sock = self._sock, None
+            self._response = None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def _cut(self) -> None:
         """Watchdog at the deadline: shut the socket down so any blocked read returns at once."""
         with self._lock:
             self._expired = True
-            sock = self._conn.sock if self._conn is not None else None
+            sock = self._sock
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -171,8 +185,9 @@ class DeadlineConnection:
     @contextlib.contextmanager
     def deadline(self, timeout: float) -> Iterator[float]:
         """One request's whole-request deadline (yielded, monotonic seconds). A failure after the
-        watchdog fired is a timeout whatever broke; the connection is closed unless the request
-        completed in time."""
+        watchdog fired is a timeout whatever broke, and so is a success (a close-delimited body
+        ends when the socket is shut down); the connection is closed unless the request completed
+        in time and its answer leaves it reusable."""
         with self._lock:
             self._expired = False
         deadline = time.monotonic() + timeout
@@ -180,6 +195,8 @@ class DeadlineConnection:
         completed = False
         try:
             yield deadline
+            if self._expired:  # the cut ended a body read to the end of the connection: not the end
+                raise self._error("timeout", f"whole-request deadline of {timeout:g}s passed")
             completed = True
         except TransferError as exc:
             if self._expired and exc.reason != "timeout":
@@ -187,70 +204,94 @@ class DeadlineConnection:
             raise
         finally:
             WATCHDOG.disarm(watchdog)
-            if not completed or self._expired:
+            response = self._response
+            if not completed or self._expired or response is None or not response.reusable:
                 self.close()  # a connection in an unknown state is never reused
 
-    def _connection(self, deadline: float) -> http.client.HTTPConnection:
-        """The kept-alive connection if the server has not closed it, else a new one."""
-        conn = self._conn
-        if conn is not None and conn.sock is not None and not dropped(conn.sock):
-            return conn
-        self.close()
-        timeout = max(min(self._connect_timeout, deadline - time.monotonic()), 0.001)
-        if self._scheme == "https":
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=tls_context())
-        elif self._scheme == "http":
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-        else:
-            raise self._error("invalid", f"unsupported URL scheme {self._scheme[:10]!r}")
-        with self._lock:
-            self._conn = conn
+    def _address(self) -> bytes:
+        """The host as getaddrinfo takes it without the IDNA codec: ASCII bytes (IDNA only for a
+        non-ASCII name)."""
         try:
-            conn.connect()
+            return self._host.encode("ascii")
+        except UnicodeEncodeError:
+            pass
+        try:
+            return self._host.encode("idna")
+        except UnicodeError:
+            raise self._error("invalid", "host name has no IDNA form") from None
+
+    def _connection(self, deadline: float) -> socket.socket:
+        """The kept-alive socket if its last answer allows reuse and the server has not closed it,
+        else a new connection."""
+        sock, response = self._sock, self._response
+        if sock is not None and response is not None and response.reusable and not dropped(sock):
+            return sock
+        self.close()
+        if self._scheme not in _DEFAULT_PORTS:
+            raise self._error("invalid", f"unsupported URL scheme {self._scheme[:10]!r}")
+        address = (self._address(), self._port or _DEFAULT_PORTS[self._scheme])
+        timeout = max(min(self._connect_timeout, deadline - time.monotonic()), 0.001)
+        try:
+            sock = socket.create_connection(address, timeout)  # type: ignore[arg-type]  # bytes host: no IDNA codec
+            with self._lock:
+                self._sock = sock  # the watchdog can cut the TLS handshake from here on
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._scheme == "https":
+                import ssl  # only for an https target
+
+                self._tls_errors = (ssl.SSLError,)
+                sock = tls_context().wrap_socket(sock, server_hostname=self._host)
+                with self._lock:
+                    self._sock = sock
         except TimeoutError:
             raise self._error("timeout", "connect timed out") from None
-        except ssl.SSLError as exc:  # an OSError too: caught first, a certificate is not the network
-            raise self._error("tls", tls_failure(exc)) from None
+        except self._tls_errors as exc:  # an OSError too: caught first, a certificate is not the network
+            raise self._error("tls", tls_failure(exc)) from None  # type: ignore[arg-type]
         except OSError as exc:
             raise self._error("connect", f"cannot connect: {type(exc).__name__}") from None
         with self._lock:
             if self._expired:  # the watchdog fired before the socket existed
                 raise self._error("timeout", "connect outlived the deadline")
-        return conn
+        return sock
 
     def request(
         self, method: str, target: str, headers: Mapping[str, str], deadline: float, body: bytes | None = None
-    ) -> http.client.HTTPResponse:
+    ) -> Response:
         """Send the request and read the status line and headers, within the deadline."""
-        conn = self._connection(deadline)
         try:
-            set_timeout(conn, deadline)
-            conn.request(method, target, body=body, headers=dict(headers))
-            return conn.getresponse()
+            host = authority(self._host, self._port, _DEFAULT_PORTS.get(self._scheme, 0))
+            data = encode_request(method, target, host, headers, body)
+        except ValueError as exc:  # e.g. a header value with a line break (UnicodeError included)
+            raise self._error("invalid", f"request failed: {type(exc).__name__}") from None
+        sock = self._connection(deadline)
+        self._response = None
+        try:
+            set_timeout(sock, deadline)
+            sock.sendall(data)
+            response = read_response(sock.recv, method)
         except TimeoutError:
             raise self._error("timeout", "no answer in time") from None
-        except ssl.SSLError as exc:
-            raise self._error("tls", tls_failure(exc)) from None
-        except (http.client.HTTPException, OSError) as exc:
+        except self._tls_errors as exc:
+            raise self._error("tls", tls_failure(exc)) from None  # type: ignore[arg-type]
+        except (ProtocolError, OSError, ValueError) as exc:
             raise self._error("connect", f"connection failed: {type(exc).__name__}") from None
-        except ValueError as exc:  # e.g. a header value with a line break
-            raise self._error("invalid", f"request failed: {type(exc).__name__}") from None
+        self._response = response
+        return response
 
-    def chunks(self, response: http.client.HTTPResponse, deadline: float, size: int = CHUNK) -> Iterator[bytes]:
+    def chunks(self, response: Response, deadline: float, size: int = CHUNK) -> Iterator[bytes]:
         """The body as it arrives, each read bounded by the time left; ends at the body's end."""
         while True:
             if time.monotonic() >= deadline:
                 raise self._error("timeout", "deadline passed while reading the body")
-            conn = self._conn
-            if conn is not None:
-                set_timeout(conn, deadline)
+            set_timeout(self._sock, deadline)
             try:
                 chunk = response.read1(size)
             except TimeoutError as exc:
                 raise self._error("timeout", f"read timed out: {type(exc).__name__}") from None
-            except ssl.SSLError as exc:
-                raise self._error("tls", tls_failure(exc)) from None
-            except (http.client.HTTPException, OSError, ValueError) as exc:
+            except self._tls_errors as exc:
+                raise self._error("tls", tls_failure(exc)) from None  # type: ignore[arg-type]
+            except (ProtocolError, OSError, ValueError) as exc:
                 raise self._error("connect", f"connection broken while reading: {type(exc).__name__}") from None
             if not chunk:
                 return

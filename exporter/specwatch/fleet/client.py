@@ -5,10 +5,11 @@ Any Prometheus-compatible query API (Prometheus, Thanos, Mimir/Cortex, VictoriaM
 bodies, not URL parameters: a fleet query is a few KiB and proxies cap URL lengths. The section
 that configures it is `prometheus:` (specwatch.config.PrometheusConfig).
 
-The connection is httpconn.DeadlineConnection, the sidecar scraper's: plain `http.client`, kept
-alive between queries, a watchdog thread that shuts the socket down at the whole-request deadline,
-so whatever read is blocked (connect, headers, a dripping body) returns at once, and a connection
-cut or left mid-answer is never reused. No proxy from the environment applies and no redirect is
+The connection is httpconn.DeadlineConnection, the sidecar scraper's: HTTP/1.1 of our own
+(base/http1.py, read as `http.client` reads it), kept alive between queries, a watchdog thread
+that shuts the socket down at the whole-request deadline, so whatever read is blocked (connect,
+headers, a dripping body) returns at once, and a connection cut or left mid-answer is never
+reused. No proxy from the environment applies and no redirect is
 followed.
 
 Every failure is a PromQueryError with one reason from QUERY_ERROR_REASONS, so the caller can count
@@ -32,7 +33,6 @@ by the standard library's json, so every answer gives what json.loads would give
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import os
@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
 from urllib.parse import urlencode, urlsplit
 
+from specwatch.base.http1 import Response
 from specwatch.base.httpconn import DeadlineConnection, TransferError
 from specwatch.config import PrometheusConfig
 
@@ -479,7 +480,7 @@ class PromClient:
         return (None if streamed else self._decode(status, answer)), duration, size
 
     def _read(
-        self, response: http.client.HTTPResponse, deadline: float, sink: Callable[[bytes], None] | None = None
+        self, response: Response, deadline: float, sink: Callable[[bytes], None] | None = None
     ) -> tuple[bytes, int]:
         """The body (b"" if each chunk went to `sink`) and its size."""
         declared = response.getheader("Content-Length")

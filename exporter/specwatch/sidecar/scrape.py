@@ -1,8 +1,8 @@
 """HTTP GET of one target's /metrics, bounded in time and in decoded bytes.
 
 - the connection, its whole-request deadline (a watchdog that shuts the socket down in whatever
-  phase the request is), keep-alive, no proxy and no redirect: httpconn.DeadlineConnection, the
-  same for fleet mode's query client (tests/unit/sidecar/test_scrape.py and
+  phase the request is), keep-alive, no proxy and no redirect: httpconn.DeadlineConnection with
+  HTTP/1.1 of our own (base/http1.py), the same for fleet mode's query client (tests/unit/sidecar/test_scrape.py and
   tests/system/reliability/test_fault_matrix.py prove the guard here);
 - a redirect is counted as `http_status` (a 3xx to a metadata address is not followed);
 - gzip is decoded here, with a cap on *decoded* bytes, so a 200 MiB gzip bomb never reaches memory.
@@ -10,13 +10,13 @@
 
 from __future__ import annotations
 
-import http.client
 import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from specwatch.base.http1 import Response
 from specwatch.base.httpconn import DeadlineConnection, TransferError
 
 CONNECT_TIMEOUT = 1.0  # seconds, at most (and never beyond the deadline)
@@ -71,7 +71,6 @@ class Scraper:
                 body = self._read_body(response, deadline)
             finally:
                 response.close()
-        # Reusable: http.client drops the socket itself when the server asked to close.
         duration = time.monotonic() - start
         try:
             text = body.decode("utf-8")
@@ -79,7 +78,7 @@ class Scraper:
             raise ScrapeError("invalid", "body is not UTF-8") from None
         return ScrapeResult(text, duration, len(body))
 
-    def _read_body(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
+    def _read_body(self, response: Response, deadline: float) -> bytes:
         encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
         if encoding in ("", "identity"):
             decoder = None
