@@ -83,20 +83,26 @@ class Service:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reload_requested = False
-        self.registry = Registry()
-        self.registry.register(SpecwatchCollector(lambda: self._rendering_view))
-        self.registry.register(ReloadCollector(lambda: self.reload_status))
-        self.registry.register(
+        # /metrics: first the view's own families (a function of the immutable view alone: built at
+        # the first read of a view's /metrics, never for a view nobody scrapes), then the live ones
+        # (reload status, read-back, poll errors, history read: collected at each poll, so they
+        # hold that poll's values). `registry`: both, in that order, collected now.
+        self._live_registry = Registry()
+        self._live_registry.register(ReloadCollector(lambda: self.reload_status))
+        self._live_registry.register(
             readback_collector(lambda: self.readback, lambda: self._rendering_view.targets.restore_disagreed)
         )
         self.poll_errors = 0  # poll-loop bugs recovered in process (_recover)
         self.drain = Drain()  # sidecar mode after SIGTERM: what each target answered since (drain.py)
-        self.registry.register(PollErrorsCollector(lambda: self.poll_errors))
-        self.registry.register(
+        self._live_registry.register(PollErrorsCollector(lambda: self.poll_errors))
+        self._live_registry.register(
             StartReadCollector(
                 "specwatch_history_errors", "specwatch_history_steps", lambda: history_read(self._rendering_view)
             )
         )
+        self.registry = Registry()
+        self.registry.register(SpecwatchCollector(lambda: self._rendering_view))
+        self.registry.register(self._live_registry)
         self._rendering_view: View = self.poller.view()
         self._changes = ChangeLog()
         # The page's history is written by the poll thread and read by a page render (the HTTP
@@ -205,11 +211,12 @@ class Service:
 
     def _publish(self, *, ready: bool) -> Published:
         """Swap in (and return) this poll's view. The page's history is recorded here (one point per
-        route-window, cheap); the /metrics families are collected here, so they hold this poll's
-        values; their bytes, the status document and the page are rendered on their first read
-        (Rendered), at most once per view, and not at all for a view nobody reads."""
+        route-window, cheap); the live /metrics families are collected here, so they hold this
+        poll's values (ViewFamilies); the view's own families, the /metrics bytes, the status
+        document and the page are built on their first read (Rendered), at most once per view, and
+        not at all for a view nobody reads."""
         view = self._rendering_view = self.poller.view()
-        families = metrics_text.collect(self.registry)
+        families = ViewFamilies(view, metrics_text.collect(self._live_registry))
         error = self.reload_status.error if not self.active else None
         not_ready = f"config error: {error}\n".encode() if error else b"starting\n"
         with self._page_lock:
@@ -218,13 +225,13 @@ class Service:
             page = self._page_renderer(view, self.reload_status.error, self.active, time.time(), self._page_generation)
             published = Published(
                 view,
-                Rendered(lambda: metrics_text.render_text(families, self._self_families())),
+                Rendered(lambda: metrics_text.render_text(families.get(), self._self_families())),
                 Rendered(lambda: _status(view)),
                 ready,
                 time.monotonic(),
                 Rendered(page) if recorded else Rendered(b""),
                 not_ready,
-                Rendered(lambda: metrics_text.render_openmetrics(families, self._self_families())),
+                Rendered(lambda: metrics_text.render_openmetrics(families.get(), self._self_families())),
             )
             self.published = published
         return published
@@ -413,6 +420,25 @@ class Service:
         self.stop()
         log.info("stopped", reason=reason)
         return 0
+
+
+class ViewFamilies:
+    """One published view's /metrics families: the view's own (SpecwatchCollector, built on the
+    first get(), shared by the text and OpenMetrics renderings) and the live ones collected at the
+    poll. Read by the HTTP thread only; a second reader racing the first builds the same list."""
+
+    __slots__ = ("_families", "_live", "_view")
+
+    def __init__(self, view: View, live: list[Metric]):
+        self._view = view
+        self._live = live
+        self._families: list[Metric] | None = None
+
+    def get(self) -> list[Metric]:
+        families = self._families
+        if families is None:
+            families = self._families = [*SpecwatchCollector(lambda: self._view).collect(), *self._live]
+        return families
 
 
 class StopSignals:

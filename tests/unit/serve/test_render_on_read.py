@@ -113,3 +113,39 @@ def test_the_fast_metrics_path_serves_the_same_bytes_as_prometheus_client():
         assert metrics_text.render_text(families) == plain_text(families)
     finally:
         service.stop()
+
+
+def test_the_views_families_are_built_at_the_first_read_of_metrics_not_at_the_poll(monkeypatch):
+    from specwatch.export import collector
+
+    built = []
+    original = collector.SpecwatchCollector.collect
+
+    def counted(self):
+        built.append(1)
+        return original(self)
+
+    monkeypatch.setattr(collector.SpecwatchCollector, "collect", counted)
+    service = _polled(polls=3)
+    try:
+        assert built == []  # three polls, nobody scraping
+        published = service.published
+        text, openmetrics = published.metrics, published.openmetrics
+        assert built == [1]  # once for both formats
+        specwatch_part = text.split(b"# HELP process_", 1)[0]
+        assert specwatch_part == generate_latest(service.registry)
+        assert openmetrics.endswith(b"# EOF\n")
+    finally:
+        service.stop()
+
+
+def test_live_families_hold_the_polls_values_when_metrics_is_read_later():
+    service = _polled(polls=3)
+    try:
+        published = service.published
+        service.poll_errors += 7  # after the poll: the poll's published /metrics must not show it
+        assert b"specwatch_poll_errors_total 0.0\n" in published.metrics
+        service.poll_once()
+        assert b"specwatch_poll_errors_total 7.0\n" in service.published.metrics
+    finally:
+        service.stop()
