@@ -5,7 +5,12 @@
   HTTP/1.1 of our own (base/http1.py), the same for fleet mode's query client (tests/unit/sidecar/test_scrape.py and
   tests/system/reliability/test_fault_matrix.py prove the guard here);
 - a redirect is counted as `http_status` (a 3xx to a metadata address is not followed);
-- gzip is decoded here, with a cap on *decoded* bytes, so a 200 MiB gzip bomb never reaches memory.
+- the body is asked for uncompressed (`Accept-Encoding: identity`): vLLM's prometheus_client
+  compresses /metrics at gzip's level 9 when asked, about 1.6 ms of the API server's CPU for each
+  poll of a 56 KB payload, to save bytes on a loopback connection where they cost nothing
+  (docs/benchmarks.md, "The running process against a peer poller");
+- a server that compresses anyway is read: gzip is decoded here, with a cap on *decoded* bytes, so
+  a 200 MiB gzip bomb never reaches memory.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ class Scraper:
         self._http = DeadlineConnection(url, connect_timeout=CONNECT_TIMEOUT, error=ScrapeError)
         self.headers = {
             "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
-            "Accept-Encoding": "gzip",
+            "Accept-Encoding": "identity",
             "User-Agent": "specwatch",
             **dict(headers or {}),
             **self._http.auth,
