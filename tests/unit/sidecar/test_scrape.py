@@ -106,7 +106,9 @@ def keepalive_server():
     httpd.server_close()
 
 
-def test_polls_reuse_one_kept_alive_connection_send_url_credentials_as_basic_auth_and_ask_for_no_compression(keepalive_server):
+def test_polls_reuse_one_kept_alive_connection_send_url_credentials_as_basic_auth_and_ask_for_no_compression(
+    keepalive_server,
+):
     httpd, seen = keepalive_server
     port = httpd.server_address[1]
     scraper = Scraper(f"http://user:p%40ss@127.0.0.1:{port}/metrics", timeout=1.0, max_bytes=1 << 20)
