@@ -1,0 +1,149 @@
+"""The running `specwatch run` process against a peer poller of the same endpoint, CPU from /proc.
+
+    python -m bench.live_loop [--scenario steady] [--interval 1] [--warmup 60] [--seconds 120]
+                              [--page-every 5]
+
+Two simulated vLLM servers of one scenario (sim.serve, same seed: the same payloads; in this
+process, whose CPU is not counted) are polled every INTERVAL seconds, one by `specwatch run` (a
+config file, as the Helm chart runs it; its default 1m and 5m windows), the other by the peer,
+bench/peer_poller.py (requests, then prometheus_client's parser over every sample, nothing else).
+After WARMUP seconds, each process's CPU time (utime + stime of /proc/PID/stat, every thread) is
+read over the same SECONDS twice:
+
+- nobody reading specwatch's `/`;
+- a reader of `/` every PAGE_EVERY seconds (a fresh connection each, from this process).
+
+CPU per poll is that CPU over the polls its simulator answered in the interval. specwatch's
+figure is everything the process does: the scrape over HTTP, parse, windows, cost model and
+verdict, publishing, the page when read, its logging and its threads. The page's cost per request
+is the difference between the two phases over the reads made. WARMUP sets how much page history
+the reader's page draws (an hour is 3600: the page's full horizon).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from .common import REPO, free_port, machine, stop_process, wait_http
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid: int) -> float:
+    """Seconds of CPU (user + system, all threads) the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14 and 15)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _drain(stream) -> None:  # the peer's lines, read so its pipe never fills
+    for _ in stream:
+        pass
+
+
+def _phase(procs: dict, sims: dict, seconds: float, page_url: str | None, page_every: float) -> dict:
+    cpu0 = {name: cpu_of(p.pid) for name, p in procs.items()}
+    polls0 = {name: s.requests for name, s in sims.items()}
+    reads = 0
+    start = time.monotonic()
+    next_read = start + page_every / 2
+    while (now := time.monotonic()) < start + seconds:
+        if page_url is not None and now >= next_read:
+            response = requests.get(page_url, timeout=10, headers={"Connection": "close"})
+            response.raise_for_status()
+            reads += 1
+            next_read += page_every
+        time.sleep(0.05)
+    out: dict = {"seconds": round(time.monotonic() - start, 1), "page_reads": reads}
+    for name, proc in procs.items():
+        cpu = cpu_of(proc.pid) - cpu0[name]
+        polls = sims[name].requests - polls0[name]
+        out[name] = {
+            "cpu_s": round(cpu, 3),
+            "polls": polls,
+            "ms_per_poll": round(1000 * cpu / polls, 3) if polls else None,
+            "rss_mib": round(rss_mib(proc.pid), 1),
+        }
+    sw, peer = out["specwatch"]["ms_per_poll"], out["peer"]["ms_per_poll"]
+    out["peer_over_specwatch"] = round(peer / sw, 2) if sw and peer else None
+    return out
+
+
+def run(scenario: str, interval: float, warmup: float, seconds: float, page_every: float) -> dict:
+    from specwatch import sim
+
+    sims = {"specwatch": sim.serve(scenario, seed=1), "peer": sim.serve(scenario, seed=1)}
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="specwatch-live-loop-"))
+    config = workdir / "specwatch.yaml"
+    config.write_text(
+        f"targets:\n  - name: vllm\n    url: {sims['specwatch'].url}\n"
+        f"listen: 127.0.0.1:{port}\npoll_interval: {interval}s\nlog:\n  level: warning\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "exporter")}
+    procs: dict[str, subprocess.Popen] = {}
+    log = open(workdir / "specwatch.log", "w")  # noqa: SIM115  (the sidecar's stderr, closed below)
+    try:
+        procs["specwatch"] = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from specwatch.cli.main import main; sys.exit(main())",
+             "run", "--config", str(config)],
+            env=env, stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+        procs["peer"] = subprocess.Popen(
+            [sys.executable, "-m", "bench.peer_poller", sims["peer"].url, str(interval)],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        threading.Thread(target=_drain, args=(procs["peer"].stdout,), daemon=True).start()
+        wait_http(f"http://127.0.0.1:{port}/readyz", 60, procs["specwatch"])
+        time.sleep(warmup)
+        page = f"http://127.0.0.1:{port}/"
+        result = {
+            "scenario": scenario,
+            "interval_s": interval,
+            "warmup_s": warmup,
+            "nobody_reading": _phase(procs, sims, seconds, None, page_every),
+            f"page_read_every_{page_every:g}s": _phase(procs, sims, seconds, page, page_every),
+            "machine": machine(),
+        }
+        quiet, read = result["nobody_reading"], result[f"page_read_every_{page_every:g}s"]
+        if read["page_reads"]:
+            extra = read["specwatch"]["cpu_s"] / read["seconds"] - quiet["specwatch"]["cpu_s"] / quiet["seconds"]
+            result["page_ms_per_read"] = round(1000 * extra * read["seconds"] / read["page_reads"], 2)
+        return result
+    finally:
+        for proc in procs.values():
+            stop_process(proc)
+        for handle in sims.values():
+            handle.stop()
+        log.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="steady")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between polls (both pollers)")
+    parser.add_argument("--warmup", type=float, default=60.0, help="seconds before the first phase")
+    parser.add_argument("--seconds", type=float, default=120.0, help="length of each phase")
+    parser.add_argument("--page-every", type=float, default=5.0, help="seconds between reads of / (second phase)")
+    args = parser.parse_args()
+    print(json.dumps(run(args.scenario, args.interval, args.warmup, args.seconds, args.page_every), indent=2))
+
+
+if __name__ == "__main__":
+    main()
