@@ -5,8 +5,8 @@ configs are written in: block mappings and block sequences by indentation (`- ke
 a sequence at its mapping's own indentation), full-line and trailing comments, blank lines, one
 leading `---`, plain scalars on one line, single-quoted scalars, double-quoted scalars without a
 backslash, and the empty flow collections `[]` and `{}`. Plain scalars are resolved as PyYAML's
-SafeLoader does (the YAML 1.1 resolver: its regular expressions are copied here, and a test holds
-them equal to the installed PyYAML's), into str, int, float, bool or None of the simple forms.
+SafeLoader does (the YAML 1.1 resolver, followed by hand: a test holds it to the installed PyYAML's),
+into str, int, float, bool or None of the simple forms.
 
 Whatever lies outside the subset, or that the fast path is not sure of, it declines, and PyYAML
 reads the text (imported only then): escapes, flow collections with content, block scalars,
@@ -15,14 +15,14 @@ keys, and the plain scalars PyYAML turns into anything else or by a less simple 
 sexagesimal, octal, hexadecimal or binary numbers, `_` in numbers, .inf/.nan, `<<`, `=`). Invalid
 YAML is always declined, so its error is PyYAML's, raised as YamlError with PyYAML's message.
 
-PyYAML costs `specwatch run` some 26 modules (its C extension, Cython's runtime, and datetime,
-base64, binascii and struct that its constructor imports) and is read again on every reload.
+Why: PyYAML (its C extension, Cython's runtime, and the datetime, base64, binascii and struct its
+constructor imports) is otherwise the only YAML a running sidecar needs, for a file it reads at
+start and on every reload (bench/config_read.py measures both ways).
 """
 
 from __future__ import annotations
 
 import io
-import re
 from typing import IO
 
 __all__ = ["DECLINED", "YamlError", "fast_load", "load", "read"]
@@ -72,78 +72,20 @@ class _Decline(Exception):
     """The text is outside the fast path's subset, or it is not sure of it."""
 
 
-#: PyYAML's implicit resolvers (yaml/resolver.py, YAML 1.1), in its order: (tag, first characters
-#: a match can start with, pattern). Tests hold them equal to the installed PyYAML's.
-IMPLICIT_RESOLVERS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
-    (
-        "bool",
-        "yYnNtTfFoO",
-        re.compile(
-            r"""^(?:yes|Yes|YES|no|No|NO
-                    |true|True|TRUE|false|False|FALSE
-                    |on|On|ON|off|Off|OFF)$""",
-            re.X,
-        ),
-    ),
-    (
-        "float",
-        "-+0123456789.",
-        re.compile(
-            r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-                    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
-                    |[-+]?\.(?:inf|Inf|INF)
-                    |\.(?:nan|NaN|NAN))$""",
-            re.X,
-        ),
-    ),
-    (
-        "int",
-        "-+0123456789",
-        re.compile(
-            r"""^(?:[-+]?0b[0-1_]+
-                    |[-+]?0[0-7_]+
-                    |[-+]?(?:0|[1-9][0-9_]*)
-                    |[-+]?0x[0-9a-fA-F_]+
-                    |[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+)$""",
-            re.X,
-        ),
-    ),
-    ("merge", "<", re.compile(r"^(?:<<)$")),
-    (
-        "null",
-        "~nN",  # and the empty scalar
-        re.compile(
-            r"""^(?: ~
-                    |null|Null|NULL
-                    | )$""",
-            re.X,
-        ),
-    ),
-    (
-        "timestamp",
-        "0123456789",
-        re.compile(
-            r"""^(?:[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]
-                    |[0-9][0-9][0-9][0-9] -[0-9][0-9]? -[0-9][0-9]?
-                     (?:[Tt]|[ \t]+)[0-9][0-9]?
-                     :[0-9][0-9] :[0-9][0-9] (?:\.[0-9]*)?
-                     (?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?)$""",
-            re.X,
-        ),
-    ),
-    ("value", "=", re.compile(r"^(?:=)$")),
-    ("yaml", "!&*", re.compile(r"^(?:!|&|\*)$")),
-)
+# PyYAML's SafeLoader resolves a plain scalar by the patterns of yaml/resolver.py (YAML 1.1). They
+# are followed here by hand, not with `re`: a running sidecar imports no `re` (about 35 modules).
+# Tests hold `kind` to PyYAML's resolver on every form and on random text.
 
-_BOOLS = {"yes": True, "no": False, "true": True, "false": False, "on": True, "off": False}
-#: The int and float forms read here; the others PyYAML resolves (with `_`, `:`, a base, inf or
-#: nan) are declined.
-_SIMPLE_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
-_SIMPLE_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?|\.[0-9]+(?:[eE][-+][0-9]+)?")
-#: Characters outside these (tabs, CR, YAML 1.1's other line breaks, the BOM, what PyYAML's reader
-#: refuses as non-printable) are declined wherever they are.
-_OUTSIDE = re.compile("[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]")
+_DIGITS = frozenset("0123456789")
+_BOOLS = {
+    word: value
+    for words, value in (("yes true on", True), ("no false off", False))
+    for lower in words.split()
+    for word in (lower, lower.capitalize(), lower.upper())
+}
+_NULLS = frozenset(("", "~", "null", "Null", "NULL"))
+_SPECIAL = frozenset(("inf", "Inf", "INF"))
+_NAN = frozenset(("nan", "NaN", "NAN"))
 #: Characters a plain scalar cannot start with (`-`, `?` and `:` only when a space follows).
 _INDICATORS = frozenset(",[]{}#&*!|>'\"%@`")
 #: PyYAML takes a simple key of at most 1024 characters; kept well inside.
@@ -152,23 +94,127 @@ _MAX_KEY = 1000
 _MAX_DIGITS = 100
 
 
+def _only(text: str, allowed: str | frozenset[str]) -> bool:
+    return all(c in allowed for c in text)
+
+
+def _sexagesimal(text: str) -> bool:
+    """`(?::[0-5]?[0-9])+` exactly: `text` is one or more `:` and one or two digits (first 0-5)."""
+    groups = text.split(":")
+    return (
+        len(groups) > 1
+        and groups[0] == ""
+        and all(
+            (len(g) == 1 and g in _DIGITS) or (len(g) == 2 and g[0] in "012345" and g[1] in _DIGITS) for g in groups[1:]
+        )
+    )
+
+
+def _is_int(value: str) -> bool:
+    """PyYAML's int pattern: binary, octal, decimal, hexadecimal, sexagesimal, `_` anywhere after."""
+    body = value[1:] if value[:1] in ("-", "+") else value
+    if body[:2] == "0b":
+        return len(body) > 2 and _only(body[2:], "01_")
+    if body[:2] == "0x":
+        return len(body) > 2 and _only(body[2:], "0123456789abcdefABCDEF_")
+    if body[:1] == "0":
+        return body == "0" or _only(body[1:], "01234567_")
+    if body[:1] not in _DIGITS:
+        return False
+    head, colon, tail = body.partition(":")
+    return _only(head, "0123456789_") and (not colon or _sexagesimal(colon + tail))
+
+
+def _is_float(value: str) -> bool:
+    """PyYAML's float pattern: `1.5`, `1.`, `1.5e+3` (the exponent signed), `.5` (unsigned),
+    sexagesimal `1:30.5`, `_` after the first digit, `.inf` (signed or not), `.nan`."""
+    if value[:1] == ".":
+        return value[1:] in _SPECIAL or value[1:] in _NAN or _fraction(value[1:], first_digit=True)
+    body = value[1:] if value[:1] in ("-", "+") else value
+    if body[:1] == ".":
+        return body[1:] in _SPECIAL
+    if body[:1] not in _DIGITS:
+        return False
+    whole, dot, fraction = body.partition(".")
+    if not dot:
+        return False
+    head, colon, tail = whole.partition(":")
+    if not _only(head, "0123456789_"):
+        return False
+    if colon:
+        return _sexagesimal(colon + tail) and _only(fraction, "0123456789_")
+    return _fraction(fraction, first_digit=False)
+
+
+def _fraction(text: str, *, first_digit: bool) -> bool:
+    """`[0-9_]*(?:[eE][-+][0-9]+)?` (with first_digit: `[0-9][0-9_]*...`)."""
+    if first_digit and text[:1] not in _DIGITS:
+        return False
+    end = 0
+    while end < len(text) and (text[end] in _DIGITS or text[end] == "_"):
+        end += 1
+    exponent = text[end:]
+    return not exponent or (
+        exponent[0] in "eE" and exponent[1:2] in ("-", "+") and len(exponent) > 2 and _only(exponent[2:], _DIGITS)
+    )
+
+
+def _may_be_timestamp(value: str) -> bool:
+    """Every match of PyYAML's timestamp pattern starts so (`2001-12-14`, `2001-1-2 3:04:05`);
+    some strings that do are not timestamps, and are declined all the same."""
+    return len(value) >= 8 and _only(value[:4], _DIGITS) and value[4] == "-"
+
+
+def kind(value: str) -> str:
+    """What PyYAML's resolver makes of a plain scalar: "null", "bool", "int", "float", "str", or
+    "other" (a timestamp or something that may be one, `<<`, `=`)."""
+    if value in _NULLS:
+        return "null"
+    if value in _BOOLS:
+        return "bool"
+    if value in ("<<", "="):
+        return "other"
+    first = value[0]
+    if first not in "-+.0123456789":
+        return "str"
+    if _is_float(value):
+        return "float"
+    if _is_int(value):
+        return "int"
+    if _may_be_timestamp(value):
+        return "other"
+    return "str"
+
+
 def resolve(value: str) -> object:
     """A plain scalar as PyYAML's SafeLoader constructs it; declines the forms not read here."""
-    first = value[:1]
-    for tag, firsts, pattern in IMPLICIT_RESOLVERS:
-        if (first in firsts if first else tag == "null") and pattern.match(value):
-            break
-    else:
+    found = kind(value)
+    if found == "str":
         return value
-    if tag == "null":
+    if found == "null":
         return None
-    if tag == "bool":
-        return _BOOLS[value.lower()]
-    if tag == "int" and _SIMPLE_INT.fullmatch(value) and len(value) <= _MAX_DIGITS:
-        return int(value)
-    if tag == "float" and _SIMPLE_FLOAT.fullmatch(value):
-        return float(value)
+    if found == "bool":
+        return _BOOLS[value]
+    body = value[1:] if value[:1] in ("-", "+") else value
+    if found == "int" and (body == "0" or body[0] != "0") and _only(body, _DIGITS) and len(body) <= _MAX_DIGITS:
+        return int(value)  # [-+]?(0|[1-9][0-9]*)
+    if found == "float" and _only(value, "0123456789.eE+-"):
+        return float(value)  # no `_`, `:`, inf or nan
     raise _Decline
+
+
+def _printable(text: str) -> bool:
+    """No tab, CR, BOM, YAML 1.1 line break other than LF, nor what PyYAML's reader refuses."""
+    if text.isascii():
+        return all(" " <= c <= "~" or c == "\n" for c in set(text))
+    return all(
+        " " <= c <= "~"
+        or c == "\n"
+        or ("\xa0" <= c <= "\ud7ff" and c not in ("\u2028", "\u2029"))
+        or ("\ue000" <= c <= "\ufffd" and c != "\ufeff")
+        or c >= "\U00010000"
+        for c in set(text)
+    )
 
 
 class _Line:
@@ -189,7 +235,7 @@ class _Reader:
     """One pass over the lines; raises _Decline at the first thing outside the subset."""
 
     def __init__(self, text: str) -> None:
-        if _OUTSIDE.search(text):
+        if not _printable(text):
             raise _Decline
         self.lines: list[_Line] = []
         started = False

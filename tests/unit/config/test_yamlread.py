@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specwatch.config import ConfigError, from_mapping, load, yamlread
-from specwatch.config.yamlread import DECLINED, IMPLICIT_RESOLVERS, fast_load
+from specwatch.config.yamlread import DECLINED, fast_load, kind
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "helm" / "specwatch"
@@ -52,20 +52,19 @@ def assert_agrees(text: str) -> bool:
 # -- the resolver ---------------------------------------------------------------------------------
 
 
-def test_resolver_patterns_are_pyyamls():
-    """The copied patterns and first characters are the installed PyYAML's, in its order."""
-    theirs: dict[str, tuple[set[str], str]] = {}
-    for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items():
-        for tag, pattern in resolvers:
-            name = tag.rpartition(":")[2]
-            firsts, source = theirs.setdefault(name, (set(), pattern.pattern))
-            assert source == pattern.pattern
-            firsts.add(first)
-    ours = {tag: ({*firsts} | ({""} if tag == "null" else set()), p.pattern) for tag, firsts, p in IMPLICIT_RESOLVERS}
-    assert ours == theirs
-    for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items():
-        order = [t.rpartition(":")[2] for t, _ in resolvers]
-        assert order == [t for t, firsts, _ in IMPLICIT_RESOLVERS if (first in firsts if first else t == "null")]
+def pyyaml_kind(value: str) -> str:
+    tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, value, (True, False))
+    return tag.rpartition(":")[2]
+
+
+def assert_kind_is_pyyamls(value: str) -> None:
+    """kind() names PyYAML's tag, or "other" for a tag it does not read (never for a str but a
+    string that starts as a timestamp does)."""
+    ours, theirs = kind(value), pyyaml_kind(value)
+    if ours == "other":
+        assert theirs in ("timestamp", "merge", "value") or (theirs == "str" and value[4:5] == "-"), value
+    else:
+        assert ours == theirs, value
 
 
 RESOLVED = [
@@ -82,6 +81,36 @@ RESOLVED = [
 def test_plain_scalar_resolves_as_pyyaml_does(scalar):
     text = f"k: {scalar}\n"
     assert assert_agrees(text), f"declined {scalar!r}"
+
+
+RESOLVER_FORMS = [
+    *RESOLVED, "2001-12-14", "2001-12-14t21:59:43.10-05:00", "2001-1-2 3:04:05", "2001-12-1", "2001-ab",
+    "1:30", "-1:30", "+1:5", "1:60", "1:5:07", "1::30", "0:30", "1:30.5", "0:30.5", "1:30.", "1:30.5e+1",
+    "012", "-012", "08", "0_", "0o12", "0x1F", "0x", "-0xg", "0b11", "0b", "0b2", "+0b_", "1_000", "1__",
+    "1_0.5", "1._5", "_1", "1.5_", "1.5e+5_", "1.5e+", "1.5e-05", ".5e+1", ".e+1", "._5", ".inf", "-.inf",
+    "+.Inf", ".INF", ".iNf", "-.nan", ".NaN", ".nan", "<<", "<", "=", "==", "..", ".", "-.", "+", "1.2.3",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", RESOLVER_FORMS)
+def test_kind_is_pyyamls_resolver(value):
+    assert_kind_is_pyyamls(value)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet="0123456789_.:+-eExbaBfFinNAtTZ ~<=yYoO", min_size=1, max_size=12))
+def test_kind_is_pyyamls_resolver_on_random_text(value):
+    assert_kind_is_pyyamls(value)
+
+
+NUMBER_PIECES = ["0", "1", "5", "9", "12", "60", "007", "2001", "_", ".", ":", "e", "E", "+", "-", "x", "b", "f"]
+NUMBER_PIECES += ["inf", "Inf", "nan", "NaN", " ", "T", "Z", "-12-14", "10:00:00"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(NUMBER_PIECES), min_size=1, max_size=7))
+def test_kind_is_pyyamls_resolver_on_number_like_text(pieces):
+    assert_kind_is_pyyamls("".join(pieces))
 
 
 # -- what it declines -----------------------------------------------------------------------------
@@ -428,14 +457,20 @@ def test_profile_file_keeps_pyyamls_error(tmp_path):
 
 
 def test_chart_config_is_read_without_importing_yaml(tmp_path, chart_rendered):
+    """In a fresh interpreter: specwatch.config.load of the chart's config imports no yaml, and the
+    read itself (yamlread.load) imports no module at all."""
     path = tmp_path / "specwatch.yaml"
     path.write_text(chart_rendered["defaults"])
     code = (
-        "import sys\n"
-        "from specwatch.config import load\n"
+        "import json, sys\n"
+        "from specwatch.config import load, yamlread\n"
+        "before = set(sys.modules)\n"
+        f"yamlread.load(open({str(path)!r}).read())\n"
+        "by_read = sorted(set(sys.modules) - before)\n"
         f"config = load({str(path)!r}, environ={{}})\n"
         "assert config.targets, config\n"
-        "print(sorted(m for m in sys.modules if m == 'yaml' or m.startswith(('yaml.', '_yaml'))))\n"
+        "yaml = sorted(m for m in sys.modules if m == 'yaml' or m.startswith(('yaml.', '_yaml')))\n"
+        "print(json.dumps([by_read, yaml]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    assert out.stdout.strip() == "[[], []]", out.stdout
