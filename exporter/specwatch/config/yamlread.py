@@ -4,12 +4,14 @@
 configs are written in: block mappings and block sequences by indentation (`- key: value` items,
 a sequence at its mapping's own indentation), full-line and trailing comments, blank lines, one
 leading `---`, plain scalars on one line, single-quoted scalars, double-quoted scalars without a
-backslash, and the empty flow collections `[]` and `{}`. Plain scalars are resolved as PyYAML's
+backslash, and flow collections on one line (`[1m, 5m]`, `{k: v}`, nested) of simple words and
+quoted scalars. Plain scalars are resolved as PyYAML's
 SafeLoader does (the YAML 1.1 resolver, followed by hand: a test holds it to the installed PyYAML's),
 into str, int, float, bool or None of the simple forms.
 
 Whatever lies outside the subset, or that the fast path is not sure of, it declines, and PyYAML
-reads the text (imported only then): escapes, flow collections with content, block scalars,
+reads the text (imported only then): escapes, flow collections over lines or holding anything
+else (`,` inside a plain word, `[a: b]`, a trailing comma, ...), block scalars,
 anchors, aliases, tags, `?` keys, scalars over several lines, tabs, several documents, duplicate
 keys, and the plain scalars PyYAML turns into anything else or by a less simple form (timestamps,
 sexagesimal, octal, hexadecimal or binary numbers, `_` in numbers, .inf/.nan, `<<`, `=`). Invalid
@@ -329,10 +331,7 @@ class _Reader:
         if head in "'\"":
             scalar, end = _quoted(text)
         elif head in "[{":
-            closing = "]" if head == "[" else "}"
-            if text[1:2] != closing:
-                raise _Decline  # a flow collection with content
-            scalar, end = ([] if head == "[" else {}), 2
+            scalar, end = _flow(text, 0)
         elif head in _INDICATORS or (head in "-?:" and text[1:2] in ("", " ")):
             raise _Decline
         else:
@@ -388,3 +387,59 @@ def _quoted(text: str) -> tuple[str, int]:
         if quote == '"' and "\\" in value:
             raise _Decline
         return value, close + 1
+
+
+#: What a plain scalar inside a flow collection may hold here (PyYAML's rules there differ: `,`,
+#: `[]{}`, `?` and `:` end or change it); anything else in a flow collection is declined.
+_FLOW_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/+-~")
+_ALNUM_DOT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.")
+
+
+def _skip(text: str, at: int) -> int:
+    while text[at : at + 1] == " ":
+        at += 1
+    return at
+
+
+def _flow(text: str, at: int) -> tuple[object, int]:
+    """The flow collection opening at text[at] (`[a, b]`, `{k: v}`, nested), closed on its line,
+    each entry a scalar or a flow collection; and where it ends."""
+    closing = "]" if text[at] == "[" else "}"
+    items: list[object] = []
+    mapping: dict[object, object] = {}
+    at = _skip(text, at + 1)
+    if text[at : at + 1] == closing:
+        return (items if closing == "]" else mapping), at + 1
+    while True:
+        node, at = _flow_node(text, at)
+        at = _skip(text, at)
+        if closing == "]":
+            items.append(node)
+        else:
+            if text[at : at + 2] != ": " or isinstance(node, list | dict) or node in mapping:
+                raise _Decline  # a key without `: `, a collection as a key, a duplicate key
+            mapping[node], at = _flow_node(text, _skip(text, at + 2))
+            at = _skip(text, at)
+        if text[at : at + 1] == closing:
+            return (items if closing == "]" else mapping), at + 1
+        if text[at : at + 1] != ",":
+            raise _Decline  # `[a: b]`, `[a b]`, an unclosed collection, ...
+        at = _skip(text, at + 1)
+        if text[at : at + 1] in (",", closing):
+            raise _Decline  # an empty entry, a trailing comma
+
+
+def _flow_node(text: str, at: int) -> tuple[object, int]:
+    head = text[at : at + 1]
+    if head in ("[", "{"):
+        return _flow(text, at)
+    if head in ("'", '"'):
+        value, length = _quoted(text[at:])
+        return value, at + length
+    end = at
+    while end < len(text) and text[end] in _FLOW_PLAIN:
+        end += 1
+    word = text[at:end]
+    if not word or (word[0] == "-" and word[1:2] not in _ALNUM_DOT):
+        raise _Decline
+    return resolve(word), end

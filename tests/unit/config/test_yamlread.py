@@ -117,9 +117,18 @@ def test_kind_is_pyyamls_resolver_on_number_like_text(pieces):
 
 DECLINED_FORMS = {
     "a backslash escape": 'k: "a\\tb"\n',
-    "a flow sequence with content": "k: [1m, 5m]\n",
-    "a flow mapping with content": "k: {a: b}\n",
-    "a spaced empty flow sequence": "k: [ ]\n",
+    "a flow sequence over lines": "k: [1m,\n  5m]\n",
+    "a pair in a flow sequence": "k: [a: b]\n",
+    "a trailing comma": "k: [a, b,]\n",
+    "an empty flow entry": "k: [a, , b]\n",
+    "a flow word with a space": "k: [a b]\n",
+    "a flow word with a colon": "k: [http://a:1/m]\n",
+    "a flow key without a space": "k: {a:b}\n",
+    "a flow key without a value": "k: {a}\n",
+    "a flow collection as a key": "k: {[a]: b}\n",
+    "a duplicate flow key": "k: {a: 1, a: 2}\n",
+    "a flow word with a brace": "k: [${X}]\n",
+    "text after a flow collection": "k: [a] b\n",
     "a literal block scalar": "k: |\n  text\n",
     "a folded block scalar": "k: >-\n  text\n",
     "an anchor": "k: &a 1\nj: 2\n",
@@ -203,7 +212,11 @@ ACCEPTED_FORMS = {
     "an empty key": "a:\nb: 1\n",
     "quoted keys and values": "'a b': \"c d\"\n\"e\": 'it''s'\n",
     "empty quoted values": "a: ''\nb: \"\"\n",
-    "empty flows": "a: []\nb: {}  # none\n",
+    "empty flows": "a: []\nb: {}  # none\nc: [ ]\n",
+    "flow sequences": "windows: [1m, 5m]  # c\nl: [ namespace ,pod ]\n",
+    "flow mappings": "m: {config_json: /models/x.json, n: 1}\n",
+    "nested flows": "points: [[1, 0.01], [64, 0.02]]\nrows: [{a: 'x, y', b: \"z\"}]\n",
+    "a flow item": "- [a, -1, .5, ~, yes]\n- {}\n",
     "a top-level sequence": "- 1\n- a: b\n  c: [] \n- 'q'\n",
     "an indented document": "  a: 1\n  b:\n    - x\n",
     "spaces before the colon": "a   : 1\n'b' : 2\n",
@@ -306,6 +319,29 @@ scalars = st.one_of(
 keys = st.one_of(st.sampled_from(["a", "b", "name", "url", "1", "yes", "~", "a b", "k:x", "-k", "1.5"]), scalars)
 
 
+def flow_text(draw: st.DrawFn, depth: int = 0) -> str:
+    """A flow collection on one line: random entries, spacing and separators."""
+    opening, closing = draw(st.sampled_from([("[", "]"), ("{", "}")]))
+
+    def space() -> str:
+        return draw(st.sampled_from(["", "", " ", "  "]))
+
+    def entry() -> str:
+        if depth < 2 and draw(st.integers(0, 3)) == 0:
+            return flow_text(draw, depth + 1)
+        return quoted(draw(scalars), draw(st.sampled_from(["plain", "plain", "single", "double"])))
+
+    entries = []
+    for _ in range(draw(st.integers(0, 3))):
+        if opening == "{":
+            colon = draw(st.sampled_from([": ", ": ", ":", " : ", ":  "]))
+            entries.append(f"{space()}{entry()}{colon}{entry()}{space()}")
+        else:
+            entries.append(f"{space()}{entry()}{space()}")
+    separator = draw(st.sampled_from([",", ",", ", ", " ,"]))
+    return opening + separator.join(entries) + draw(st.sampled_from(["", "", ",", " "])) + closing
+
+
 def quoted(value: str, style: str) -> str:
     if style == "single":
         return "'" + value.replace("'", "''") + "'"
@@ -354,7 +390,7 @@ def documents(draw: st.DrawFn) -> str:
                 elif choice == "empty":
                     lines.append(f"{head}{key}{sep}{comment()}")
                 elif choice == "flow":
-                    lines.append(f"{head}{key}{sep} {draw(st.sampled_from(['[]', '{}', '[ ]', '[a]']))}{comment()}")
+                    lines.append(f"{head}{key}{sep} {flow_text(draw)}{comment()}")
                 else:
                     lines.append(f"{head}{key}{sep} {scalar()}{comment()}")
             else:
@@ -362,7 +398,8 @@ def documents(draw: st.DrawFn) -> str:
                 if draw(st.booleans()) and depth < 2:
                     node(indent + 1 + len(gap), depth + 1, head + "-" + gap, "map")
                 else:
-                    lines.append(f"{head}-{gap}{scalar()}{comment()}")
+                    item = flow_text(draw) if draw(st.integers(0, 4)) == 0 else scalar()
+                    lines.append(f"{head}-{gap}{item}{comment()}")
 
     def seq_node(indent: int, depth: int) -> None:
         pad = " " * indent
@@ -392,6 +429,12 @@ def test_random_config_documents_agree_with_pyyaml_or_are_declined(text):
 @given(st.lists(st.sampled_from(["a: 1", "- b", "  c:", "    - d: e", "  f: 'g'", "- h: i", "  - j", "k:", "# l", "", "---", "  m: [] # n", " o: p q", "r: s: t", "  - u: v", "-   w: 1.5"]), max_size=8))  # fmt: skip
 def test_random_line_soups_agree_with_pyyaml_or_are_declined(lines):
     assert_agrees("\n".join(lines))
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_flow_collections_agree_with_pyyaml_or_are_declined(data):
+    assert_agrees("k: " + flow_text(data.draw) + "\n")
 
 
 PIECES = [*"ab1 :#-'\"[]{},.~\n", "  ", "- ", ": ", " #", "\n  ", "\n- ", "yes", "1.5", "0x", "---", "...", "''"]
