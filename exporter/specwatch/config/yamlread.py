@@ -259,8 +259,8 @@ class _Reader:
             return None
         first = self.lines[0]
         if not _is_item(first.text):
-            kind, scalar, _rest = self.split(first.text)
-            if kind == "scalar":
+            form, scalar, _rest = self.split(first.text)
+            if form == "scalar":
                 if len(self.lines) > 1:
                     raise _Decline
                 return scalar
@@ -279,8 +279,8 @@ class _Reader:
         out: dict[object, object] = {}
         lines = self.lines
         while i < len(lines) and lines[i].indent == indent:
-            kind, key, rest = self.split(lines[i].text)
-            if kind != "key":
+            form, key, rest = self.split(lines[i].text)
+            if form != "key":
                 raise _Decline
             if key in out:
                 raise _Decline  # a duplicate key (1, 1.0 and true are one key to a dict)
@@ -306,8 +306,8 @@ class _Reader:
             if not body or body.startswith("#") or _is_item(body):
                 raise _Decline  # an empty item, or a sequence in a sequence on one line
             column = indent + len(text) - len(body)
-            kind, _key, _rest = self.split(body)
-            if kind == "key":
+            form, _key, _rest = self.split(body)
+            if form == "key":
                 lines[i] = _Line(column, body)  # the item's mapping starts at its first key
                 item, i = self.mapping(i, column)
                 out.append(item)
@@ -319,8 +319,8 @@ class _Reader:
         return out, i
 
     def value(self, text: str) -> object:
-        kind, value, _rest = self.split(text)
-        if kind != "scalar":
+        form, value, _rest = self.split(text)
+        if form != "scalar":
             raise _Decline  # `a: b: c`, PyYAML's error
         return value
 
