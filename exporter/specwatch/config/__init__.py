@@ -10,6 +10,8 @@
              --speculative-config), the kinds naming a file, the Prometheus label kinds (fleet mode)
 - env.py     the SPECWATCH_* overrides, derived from the declarations
 - parse.py   load / from_mapping: the schema walk plus the rules that span keys
+- yamlread.py  the config and profile files' YAML: the plain subset they are written in read
+             without PyYAML, anything else by yaml.safe_load
 
 The files generated from the declarations (the Helm chart's schema and README table,
 docs/configuration.md) are written by tools/gen_*.py, outside the runtime package.

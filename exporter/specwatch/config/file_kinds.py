@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from specwatch.config import yamlread
 from specwatch.config.kinds import ConfigError, Context, JsonSchema, Kind, error_from
 from specwatch.costmodel import Profile, parse_profile
 
@@ -73,10 +74,8 @@ class StepTimeProfile(Kind):
         path = None
         data = value
         if isinstance(value, str):
-            import yaml  # only for a profile given as a file
-
             path = os.path.join(ctx.base_dir, value)
-            data = read_file(path, key, yaml.safe_load, yaml.YAMLError)
+            data = read_file(path, key, yamlread.read, yamlread.YamlError)
         try:
             return parse_profile(data), path
         except ValueError as exc:

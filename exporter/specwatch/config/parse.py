@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specwatch.base.units import format_duration
+from specwatch.config import yamlread
 from specwatch.config.cost_model import cost_model_from_config
 from specwatch.config.env import apply_env, named_by_environment
 from specwatch.config.kinds import ConfigError, Context, error_from
@@ -304,14 +305,12 @@ def load(
     raw: dict[str, Any] = {}
     base_dir = "."
     if path is not None:
-        import yaml  # only to read a file: a config of flags and environment alone needs none
-
         try:
             with open(path, encoding="utf-8") as handle:
-                loaded = yaml.safe_load(handle)
+                loaded = yamlread.read(handle)
         except FileNotFoundError:
             raise ConfigError("config", f"file not found: {path}") from None
-        except yaml.YAMLError as exc:
+        except yamlread.YamlError as exc:
             raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
         except OSError as exc:
             raise ConfigError("config", f"cannot read {path}: {exc}") from None
