@@ -213,7 +213,10 @@ class Response:
         self._by_name: dict[str, list[str]] = {}
         for name, value in self.headers:
             self._by_name.setdefault(name.lower(), []).append(value)
-        self.keep_alive = self._keep_alive()
+        # An interim answer other than 100 Continue (103 Early Hints, 102) is taken as the answer,
+        # as http.client takes it; its final answer may still follow on this connection, and the
+        # next request would read it as its own: never reuse the connection after one.
+        self.keep_alive = self._keep_alive() and not 100 <= self.status < 200
         self.chunked = False
         length: int | None = 0  # no body whatever the headers say
         if not (self.status in (204, 304) or 100 <= self.status < 200 or method == "HEAD"):

@@ -235,6 +235,10 @@ class DeadlineConnection:
             sock = socket.create_connection(address, timeout)  # type: ignore[arg-type]  # bytes host: no IDNA codec
             with self._lock:
                 self._sock = sock  # the watchdog can cut the TLS handshake from here on
+                expired = self._expired
+            if expired:  # the watchdog fired while the name resolved or the socket connected
+                sock.close()
+                raise self._error("timeout", "connect outlived the deadline")
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._scheme == "https":

@@ -411,13 +411,14 @@ def _flow(text: str, at: int) -> tuple[object, int]:
     if text[at : at + 1] == closing:
         return (items if closing == "]" else mapping), at + 1
     while True:
+        start = at
         node, at = _flow_node(text, at)
         at = _skip(text, at)
         if closing == "]":
             items.append(node)
         else:
-            if text[at : at + 2] != ": " or isinstance(node, list | dict) or node in mapping:
-                raise _Decline  # a key without `: `, a collection as a key, a duplicate key
+            if text[at : at + 2] != ": " or isinstance(node, list | dict) or node in mapping or at - start > _MAX_KEY:
+                raise _Decline  # a key without `: `, a collection as a key, a duplicate key, a long key
             mapping[node], at = _flow_node(text, _skip(text, at + 2))
             at = _skip(text, at)
         if text[at : at + 1] == closing:

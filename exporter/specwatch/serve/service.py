@@ -376,8 +376,7 @@ class Service:
         answer: drain.py), or `shutdown_drain` has passed, whichever comes first; the chart keeps
         that cap below the pod's terminationGracePeriodSeconds. A second signal exits at once."""
         signals = StopSignals()
-        signal.signal(signal.SIGTERM, signals.note)
-        signal.signal(signal.SIGINT, signals.note)
+        before = {number: signal.signal(number, signals.note) for number in (signal.SIGTERM, signal.SIGINT)}
         signal.signal(signal.SIGHUP, lambda _signum, _frame: self.request_reload())
         if reload_pending is not None and reload_pending():
             self.request_reload()  # a SIGHUP queued during start-up: reload once the loop runs
@@ -386,6 +385,8 @@ class Service:
             signals.wait()
             return self._shut_down(signals, sidecar=sidecar)
         finally:
+            for number, handler in before.items():  # never a handler writing to a closed pipe
+                signal.signal(number, handler)
             signals.close()
 
     def _shut_down(self, signals: StopSignals, *, sidecar: bool) -> int:

@@ -111,6 +111,10 @@ class Scraper:
                         if not decoder.unconsumed_tail:
                             break
                         data = decoder.decompress(decoder.unconsumed_tail, self.max_bytes - size + 1)
+                    if decoder.eof and decoder.unused_data:
+                        # Bytes after the compressed stream's end would pile up in unused_data
+                        # uncounted (a tiny gzip body, then endless junk): refused at once.
+                        raise ScrapeError("invalid", "bytes after the end of the compressed body")
                 else:
                     size += len(chunk)
                     if size > self.max_bytes:

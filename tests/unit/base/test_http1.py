@@ -117,7 +117,6 @@ AGREED = {
     "HTTP/1.2 is read as 1.1": b"HTTP/1.2 200 OK\r\nContent-Length: 2\r\n\r\nok",
     "100 Continue skipped": CONTINUE,
     "two 100 Continue skipped": b"HTTP/1.1 100 Continue\r\n\r\n" + CONTINUE,
-    "103 is the answer, without a body": b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
     "204 has no body": b"HTTP/1.1 204 No Content\r\n\r\n",
     "304 has no body": b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
     "204 has no body whatever its headers say": b"HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n",
@@ -256,6 +255,18 @@ def test_the_connection_is_reusable_only_after_a_kept_alive_answer_read_to_its_e
     assert not answer(CLOSE_DELIMITED).reusable
     assert not answer(CL + b"HTTP/1.1 200 OK\r\n").reusable  # more than the answer was sent
     assert not answer(AGREED["chunked cut after the last chunk, no trailer"]).reusable  # the server closed
+
+
+EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+
+
+def test_an_interim_answer_other_than_100_is_the_answer_but_its_connection_is_never_reused():
+    ours, oracle = read_both(EARLY_HINTS)
+    assert ours[:5] == oracle[:5] == ("answer", 103, "Early Hints", [("link", "</a>")], b"")
+    assert oracle[5] is True  # http.client would keep the connection: the final answer may follow
+    assert ours[5] is False  # and the next request would read it as its own
+    response = read_response(pieces(EARLY_HINTS), "GET")
+    assert response.read1(READ) == b"" and not response.reusable
 
 
 def test_a_hostile_server_never_makes_a_read_unbounded():

@@ -238,3 +238,40 @@ def test_an_https_target_whose_certificate_names_another_host_is_tls(tls_server)
     with pytest.raises(ScrapeError) as info:
         _polls(f"https://127.0.0.1:{tls_server.port}/metrics", n=1)
     assert info.value.reason == "tls"
+
+
+def test_a_connect_that_outlives_the_deadline_never_starts_a_tls_handshake(monkeypatch):
+    import time
+
+    from specwatch.base import httpconn
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    handshakes = []
+
+    def serve():  # a TLS server that drips its answer: a handshake would run its own timeout out
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            return
+        handshakes.append(conn.recv(65536))
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    real = socket.create_connection
+
+    def slow_resolver(address, timeout):  # name resolution alone takes longer than the deadline
+        time.sleep(0.6)
+        return real(address, timeout)
+
+    monkeypatch.setattr(httpconn.socket, "create_connection", slow_resolver)
+    conn = httpconn.DeadlineConnection(
+        f"https://localhost:{srv.getsockname()[1]}/", connect_timeout=5, error=httpconn.TransferError
+    )
+    with pytest.raises(httpconn.TransferError) as info, conn.deadline(0.3) as deadline:
+        conn.request("GET", "/metrics", {}, deadline)
+    assert info.value.reason == "timeout"
+    time.sleep(0.2)
+    assert handshakes == [b""]  # connected, then closed: no ClientHello was ever sent
+    srv.close()

@@ -517,3 +517,10 @@ def test_chart_config_is_read_without_importing_yaml(tmp_path, chart_rendered):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[[], []]", out.stdout
+
+
+@pytest.mark.parametrize("template", ["{%s: v}", "a: {%s: v}", "a: [{%s: v}]", '{"%s": v}'])
+def test_a_flow_key_longer_than_pyyaml_takes_is_declined(template):
+    for length in (1001, 1024, 1025, 4000):
+        assert fast_load(template % ("k" * length)) is DECLINED
+    assert fast_load(template % ("k" * 900)) == yaml.safe_load(template % ("k" * 900))

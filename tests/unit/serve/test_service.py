@@ -544,3 +544,18 @@ def test_stop_signals_are_taken_one_per_wait_and_a_wait_without_one_times_out():
         assert signals.wait(0.01) is False
     finally:
         signals.close()
+
+
+def test_run_forever_stops_on_sigterm_and_gives_the_signal_handlers_back():
+    from specwatch.config import from_mapping
+    from specwatch.serve.service import Service
+
+    config = from_mapping(
+        {"listen": "127.0.0.1:0", "targets": [{"name": "vllm", "url": f"http://127.0.0.1:{free_port()}/metrics"}]},
+        environ={},
+    )
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    service = Service(config)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    assert service.run_forever() == 0
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before

@@ -160,3 +160,51 @@ def test_the_watchdog_calls_what_is_due_and_never_what_was_disarmed():
     watchdog.disarm(kept)  # after it ran: nothing happens
     time.sleep(0.05)
     assert called == ["due"]
+
+
+def _answer_once(raw: bytes) -> tuple[str, threading.Thread]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        try:
+            conn.recv(4096)
+            conn.sendall(raw)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+            srv.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}/metrics", thread
+
+
+def test_bytes_after_the_end_of_a_gzip_body_are_refused_not_kept():
+    import gzip
+
+    body = gzip.compress(b"# TYPE x counter\nx_total 1\n") + b"junk after the stream" * 1000
+    head = f"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    url, thread = _answer_once(head + body)
+    scraper = Scraper(url, timeout=2.0, max_bytes=1 << 20)
+    with pytest.raises(ScrapeError) as info:
+        scraper.fetch()
+    assert info.value.reason == "invalid"
+    scraper.close()
+    thread.join(5)
+
+
+def test_an_honest_gzip_body_is_still_read():
+    import gzip
+
+    text = b"# TYPE x counter\nx_total 1\n"
+    body = gzip.compress(text)
+    head = f"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    url, thread = _answer_once(head + body)
+    scraper = Scraper(url, timeout=2.0, max_bytes=1 << 20)
+    assert scraper.fetch().text == text.decode()
+    scraper.close()
+    thread.join(5)
