@@ -168,6 +168,6 @@ def test_logging_imports_neither_datetime_nor_traceback_until_an_exception_is_pr
         "try:\n    raise ValueError('x')\nexcept ValueError:\n    log.exception('failed')\n"
         "print(before, 'traceback' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[] True"
     assert json.loads(out.stderr.splitlines()[1])["exception"].endswith("ValueError: x")
