@@ -36,9 +36,9 @@ import time
 from dataclasses import dataclass
 
 from specwatch import __version__
+from specwatch.base.http1 import MAX_HEADERS, MAX_LINE  # http.client's limits, held by both sides
 
-MAX_LINE = 65536  # bytes of one line, its LF included (http.server's and http.client's limit)
-MAX_HEADERS = 100  # header lines, the blank line ending them included (http.client's count)
+__all__ = ["MAX_HEADERS", "MAX_LINE", "REASONS", "SERVER", "Refusal", "Request", "http_date", "parse_head", "response_head"]
 
 SERVER = f"specwatch/{__version__}"
 
