@@ -38,7 +38,17 @@ from dataclasses import dataclass
 from specwatch import __version__
 from specwatch.base.http1 import MAX_HEADERS, MAX_LINE  # http.client's limits, held by both sides
 
-__all__ = ["MAX_HEADERS", "MAX_LINE", "REASONS", "SERVER", "Refusal", "Request", "http_date", "parse_head", "response_head"]
+__all__ = [
+    "MAX_HEADERS",
+    "MAX_LINE",
+    "REASONS",
+    "SERVER",
+    "Refusal",
+    "Request",
+    "http_date",
+    "parse_head",
+    "response_head",
+]
 
 SERVER = f"specwatch/{__version__}"
 
