@@ -71,6 +71,7 @@ __all__ = [
     "MAX_PLOTTED",
     "MAX_ROUTES",
     "render_page",
+    "runs_plain",
 ]
 
 MAX_ROUTES = 50  # route sections on the page (fleet mode: replica-routes); the rest are counted
@@ -220,9 +221,49 @@ def _x(i: int) -> float:
     return ML + (i + 0.5) * PW / BUCKETS
 
 
+def _x_text(i: int) -> str:
+    """A line point's x as `_runs` writes it."""
+    return f"{ML + (i + 0.5) * (PW / BUCKETS):.1f}"
+
+
+#: Each bucket's x as the lines write it (the same in every plot and every render).
+_X_TEXT = [_x_text(i) for i in range(BUCKETS)]
+
+
 def _runs(buckets: Sequence[Bucket], ymin: float, ymax: float) -> list[str]:
     """The `points` attribute of each gap-free run of buckets: a bucket's min and max at its x (a
-    spike keeps its height), the one nearer its last value second, so the line leaves from there."""
+    spike keeps its height), the one nearer its last value second, so the line leaves from there.
+    The x texts come from a table (`runs_plain` formats each; tested equal)."""
+    runs: list[list[str]] = [[]]
+    run = runs[-1]
+    bottom, scale, height = MT + PH, PH / (ymax - ymin), ymax - ymin
+    for i, lo, hi, last in buckets:
+        if lo is None or hi is None or last is None:
+            if run:
+                run = []
+                runs.append(run)
+            continue
+        x = _X_TEXT[i] if 0 <= i < BUCKETS else _x_text(i)
+        # min(max(d, 0.0), height) written out: clamped to the plotting area, the same floats
+        # (-0.0 and NaN pass through alike) without two calls per point
+        if lo == hi:
+            d = lo - ymin
+            d = 0.0 if d < 0.0 else height if d > height else d
+            run.append(f"{x},{bottom - d * scale:.1f}")
+            continue
+        first, second = (hi, lo) if last - lo < hi - last else (lo, hi)
+        d = first - ymin
+        d = 0.0 if d < 0.0 else height if d > height else d
+        e = second - ymin
+        e = 0.0 if e < 0.0 else height if e > height else e
+        run.append(f"{x},{bottom - d * scale:.1f}")
+        run.append(f"{x},{bottom - e * scale:.1f}")
+    return [" ".join(run) for run in runs if run]
+
+
+def runs_plain(buckets: Sequence[Bucket], ymin: float, ymax: float) -> list[str]:
+    """`_runs` a point at a time, each x worked out where it is written: the reference the line
+    drawing is tested against."""
     runs: list[list[str]] = [[]]
     bottom, scale, step = MT + PH, PH / (ymax - ymin), PW / BUCKETS
     for i, lo, hi, last in buckets:

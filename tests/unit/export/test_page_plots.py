@@ -78,6 +78,41 @@ def test_the_bucketed_read_matches_the_plain_one_point_at_a_time_reference():
         assert fast == buckets_plain(series.column("alpha"), t0, t1, n), seed
 
 
+def test_the_bucketed_read_matches_the_reference_with_infinities_and_sums_that_overflow():
+    # The fast read finds absent values by a NaN sum: infinities of both signs also sum to NaN (the
+    # bucket is read value by value), huge values of one sign sum to infinity (read by min and max).
+    specials = (math.inf, -math.inf, 1e308, -1e308, math.nan, 0.0, -0.0, 5e-324)
+    for seed in range(300):
+        rng = random.Random(seed)
+        values = [
+            rng.choice(specials) if rng.random() < 0.4 else rng.uniform(-2, 2) for _ in range(rng.randint(1, 300))
+        ]
+        series = _series(values)
+        t1 = 5.0 * len(values)
+        n = rng.randint(1, 120)
+        fast = series.buckets("alpha", series.cut(0.0, t1, n))
+        plain = buckets_plain(series.column("alpha"), 0.0, t1, n)
+        # equal as values, and the same sign of zero where a zero is the answer
+        assert fast == plain, seed
+        assert [tuple(map(repr, b)) for b in fast] == [tuple(map(repr, b)) for b in plain], seed
+
+
+def test_the_line_points_match_their_plain_drawing():
+    for seed in range(300):
+        rng = random.Random(seed)
+        buckets = []
+        for i in sorted(rng.sample(range(BUCKETS + 5), rng.randint(0, BUCKETS))):
+            if rng.random() < 0.1:
+                buckets.append((i, None, None, None))  # a gap
+                continue
+            a, b = sorted(rng.uniform(-0.5, 1.5) for _ in range(2))
+            if rng.random() < 0.3:
+                b = a  # one value in the bucket
+            buckets.append((i, a, b, rng.choice((a, b, (a + b) / 2))))
+        ymin, ymax = rng.choice(((0.0, 1.0), (0.0, 2.5), (-1.0, 3.0), (0.0, 0.1)))
+        assert page_mod._runs(buckets, ymin, ymax) == page_mod.runs_plain(buckets, ymin, ymax), seed
+
+
 def test_a_plot_draws_at_most_two_points_per_bucket_however_long_the_history():
     counts = {}
     for polls in (60, 360, 720):
