@@ -20,7 +20,8 @@ because a client could see it:
   reduced to one `/`;
 - keep-alive: HTTP/1.1 and above by default, below only with `Connection: keep-alive`;
   `Connection: close` closes (each compared whole, ignoring case); `Expect: 100-continue` from
-  an HTTP/1.1 client gets an interim 100 response first.
+  an HTTP/1.1 client gets an interim 100 response first, unless the connection closes after the
+  answer (a request with a body: the body is never read, so it is not asked for).
 
 Changed on purpose: a two-word (HTTP/0.9) request line is answered 400 (http.server sent a
 GET's body alone, without a status line or headers); a three-word one naming HTTP/0.9 as its
@@ -105,9 +106,15 @@ class Request:
 
     @property
     def carries_body(self) -> bool:
-        """Whether a body follows the head. Bodies are never read: one left on a keep-alive
-        connection would be parsed as the next request (request desync), so it closes."""
-        return self.header("content-length", "0").strip() not in ("", "0") or bool(self.header("transfer-encoding"))
+        """Whether a body may follow the head. Bodies are never read: one left on a keep-alive
+        connection would be parsed as the next request (request desync), so it closes. Every
+        Content-Length counts, not the first: `0` then `50` is a body to a proxy that reads the
+        last one (RFC 9112 6.3 makes differing ones an error), and so is any Transfer-Encoding with a
+        value."""
+        for key, value in self.headers:
+            if (key == "transfer-encoding" and value) or (key == "content-length" and value.strip() not in ("", "0")):
+                return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -441,9 +441,6 @@ class CappedHTTPServer:
             idle = advertised_idle_timeout(head_timeout)
             keep_alive = idle is not None
             connection = f"Connection: keep-alive\r\nKeep-Alive: timeout={idle}\r\n" if keep_alive else _CLOSE
-        chunks: list[bytes | memoryview] = []
-        if request.expects_continue:
-            chunks.append(f"HTTP/1.1 100 Continue\r\n{connection}\r\n".encode())
         try:
             answer = self.route(request)
         except Exception:  # noqa: BLE001 - a bug in a route must not take the loop down with it
@@ -451,6 +448,9 @@ class CappedHTTPServer:
             return
         if answer.close or request.carries_body:
             keep_alive = False
+        chunks: list[bytes | memoryview] = []
+        if request.expects_continue and keep_alive:  # never invite a body the closing answer won't read
+            chunks.append(f"HTTP/1.1 100 Continue\r\n{connection}\r\n".encode())
         conn.promised_wait = head_timeout if keep_alive else 0.0
         chunks += _response(answer, connection if keep_alive else _CLOSE, head_only=request.method == "HEAD")
         self._respond(conn, chunks, close=not keep_alive)

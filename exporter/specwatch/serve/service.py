@@ -375,9 +375,9 @@ class Service:
         every target's first answer that says vLLM has gone (a refused connection, a non-metrics
         answer: drain.py), or `shutdown_drain` has passed, whichever comes first; the chart keeps
         that cap below the pod's terminationGracePeriodSeconds. A second signal exits at once."""
-        signals = StopSignals()
+        signals = StopSignals(on_reload=self.request_reload)
         before = {number: signal.signal(number, signals.note) for number in (signal.SIGTERM, signal.SIGINT)}
-        signal.signal(signal.SIGHUP, lambda _signum, _frame: self.request_reload())
+        before[signal.SIGHUP] = signal.signal(signal.SIGHUP, signals.note_reload)
         if reload_pending is not None and reload_pending():
             self.request_reload()  # a SIGHUP queued during start-up: reload once the loop runs
         try:
@@ -443,26 +443,41 @@ class ViewFamilies:
 
 
 class StopSignals:
-    """SIGTERM and SIGINT as the main thread waits for them. The handler only writes a byte to a
-    pipe: it takes no lock (a handler runs in the main thread, between any two of its bytecodes, so
-    one that took a lock could wait forever on its own thread), and the wait sleeps in select() on
-    the pipe, so an idle sidecar's main thread is never woken to look (a wait with a timeout in a
-    loop cost about 0.5 ms of CPU a second)."""
+    """SIGTERM and SIGINT as the main thread waits for them, and SIGHUP passed on to `on_reload`
+    from the same wait. A handler only writes a byte to a pipe: it takes no lock (a handler runs in
+    the main thread, between any two of its bytecodes, so one that took a lock could wait forever
+    on its own thread: setting the poll thread's Event from the SIGHUP handler did, when the signal
+    came while the main thread held that Event's lock to stop or drain), and the wait sleeps in
+    select() on the pipe, so an idle sidecar's main thread is never woken to look (a wait with a
+    timeout in a loop cost about 0.5 ms of CPU a second)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_reload: Callable[[], None] | None = None) -> None:
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)  # a handler never blocks, even on a full pipe
+        self._on_reload = on_reload
 
     def note(self, _signum: int, _frame: object) -> None:
         with contextlib.suppress(OSError):
             os.write(self._write, b"s")
 
+    def note_reload(self, _signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._write, b"h")
+
     def wait(self, timeout: float | None = None) -> bool:
-        """Whether a signal came (each wait takes one) before `timeout` seconds (None: forever)."""
-        readable, _, _ = select.select([self._read], [], [], timeout)
-        if readable:
-            os.read(self._read, 1)
-        return bool(readable)
+        """Whether a stop signal came (each wait takes one) before `timeout` seconds (None:
+        forever). A SIGHUP met on the way is handed to `on_reload`, outside the handler, and the
+        wait goes on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            readable, _, _ = select.select([self._read], [], [], left)
+            if not readable:
+                return False
+            if os.read(self._read, 1) != b"h":
+                return True
+            if self._on_reload is not None:
+                self._on_reload()
 
     def close(self) -> None:
         os.close(self._read)

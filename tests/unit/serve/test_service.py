@@ -546,6 +546,57 @@ def test_stop_signals_are_taken_one_per_wait_and_a_wait_without_one_times_out():
         signals.close()
 
 
+def test_a_sighup_met_by_the_wait_is_handed_on_and_the_wait_goes_on():
+    from specwatch.serve.service import StopSignals
+
+    reloads = []
+    signals = StopSignals(on_reload=lambda: reloads.append(1))
+    try:
+        signals.note_reload(1, None)
+        assert signals.wait(0.01) is False and reloads == [1]  # a reload is not a stop
+        signals.note_reload(1, None)
+        signals.note(15, None)
+        assert signals.wait(0) is True and reloads == [1, 1]
+    finally:
+        signals.close()
+
+
+def test_the_sighup_handler_takes_no_lock_the_main_thread_may_hold():
+    # A handler runs in the main thread between two bytecodes: one that set the poll thread's Event
+    # (a lock inside) while the main thread held that lock, stopping or draining, waited forever.
+    from specwatch.config import from_mapping
+    from specwatch.serve.service import Service
+
+    config = from_mapping(
+        {"listen": "127.0.0.1:0", "targets": [{"name": "vllm", "url": f"http://127.0.0.1:{free_port()}/metrics"}]},
+        environ={},
+    )
+    before = signal.getsignal(signal.SIGHUP)
+    service = Service(config)
+    reloads, outcome = [], {}
+    request_reload = service.request_reload
+    service.request_reload = lambda: (reloads.append(1), request_reload())  # type: ignore[method-assign]
+
+    def while_running():
+        handler = signal.getsignal(signal.SIGHUP)
+        with service._wake._cond:  # the lock Event.set takes, held as the main thread would hold it
+            caller = threading.Thread(target=handler, args=(signal.SIGHUP, None), daemon=True)
+            caller.start()
+            caller.join(timeout=2.0)
+            outcome["returned_under_the_lock"] = not caller.is_alive()
+        os.kill(os.getpid(), signal.SIGHUP)  # a real one
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(reloads) < 2:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Timer(0.5, while_running).start()
+    assert service.run_forever() == 0
+    assert outcome["returned_under_the_lock"], "the SIGHUP handler blocked on a lock"
+    assert len(reloads) == 2, "each SIGHUP asks for a reload, outside its handler"
+    assert signal.getsignal(signal.SIGHUP) == before
+
+
 def test_run_forever_stops_on_sigterm_and_gives_the_signal_handlers_back():
     from specwatch.config import from_mapping
     from specwatch.serve.service import Service
