@@ -1,11 +1,11 @@
 """The running `specwatch run` process against a peer poller of the same endpoint, CPU from /proc.
 
     python -m bench.live_loop [--scenario steady] [--interval 1] [--warmup 60] [--seconds 120]
-                              [--page-every 5]
+                              [--page-every 5] [--peers 3]
 
-Two simulated vLLM servers of one scenario (sim.serve, same seed: the same payloads; in this
-process, whose CPU is not counted) are polled every INTERVAL seconds, one by `specwatch run` (a
-config file, as the Helm chart runs it; its default 1m and 5m windows), the other by the peer,
+Simulated vLLM servers of one scenario (sim.serve, same seed: the same payloads; in this process,
+whose CPU is not counted) are polled every INTERVAL seconds, one by `specwatch run` (a config file,
+as the Helm chart runs it; its default 1m and 5m windows), each of the others by one peer process,
 bench/peer_poller.py (requests, then prometheus_client's parser over every sample, nothing else).
 After WARMUP seconds, each process's CPU time (utime + stime of /proc/PID/stat, every thread) is
 read over the same SECONDS twice:
@@ -13,7 +13,10 @@ read over the same SECONDS twice:
 - nobody reading specwatch's `/`;
 - a reader of `/` every PAGE_EVERY seconds (a fresh connection each, from this process).
 
-CPU per poll is that CPU over the polls its simulator answered in the interval. specwatch's
+CPU per poll is that CPU over the polls its simulator answered in the interval. The peer's figure
+is the median of PEERS processes: one CPython process runs prometheus_client's parser at one of
+two speeds (seen 25 % apart, and changing between two phases of one process), so a single peer
+process can move the ratio by a quarter on its own. specwatch's
 figure is everything the process does: the scrape over HTTP, parse, windows, cost model and
 verdict, publishing, the page when read, its logging and its threads. The page's cost per request
 is the difference between the two phases over the reads made. WARMUP sets how much page history
@@ -34,7 +37,7 @@ from pathlib import Path
 
 import requests
 
-from .common import REPO, free_port, machine, stop_process, wait_http
+from .common import REPO, free_port, machine, median, stop_process, wait_http
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -80,15 +83,18 @@ def _phase(procs: dict, sims: dict, seconds: float, page_url: str | None, page_e
             "ms_per_poll": round(1000 * cpu / polls, 3) if polls else None,
             "rss_mib": round(rss_mib(proc.pid), 1),
         }
-    sw, peer = out["specwatch"]["ms_per_poll"], out["peer"]["ms_per_poll"]
+    peers = sorted(out[name]["ms_per_poll"] for name in procs if name != "specwatch" and out[name]["ms_per_poll"])
+    out["peer_median_ms_per_poll"] = round(median(peers), 3) if peers else None
+    sw, peer = out["specwatch"]["ms_per_poll"], out["peer_median_ms_per_poll"]
     out["peer_over_specwatch"] = round(peer / sw, 2) if sw and peer else None
     return out
 
 
-def run(scenario: str, interval: float, warmup: float, seconds: float, page_every: float) -> dict:
+def run(scenario: str, interval: float, warmup: float, seconds: float, page_every: float, peers: int) -> dict:
     from specwatch import sim
 
-    sims = {"specwatch": sim.serve(scenario, seed=1), "peer": sim.serve(scenario, seed=1)}
+    peer_names = [f"peer{i + 1}" for i in range(peers)]
+    sims = {name: sim.serve(scenario, seed=1) for name in ["specwatch", *peer_names]}
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="specwatch-live-loop-"))
     config = workdir / "specwatch.yaml"
@@ -105,11 +111,12 @@ def run(scenario: str, interval: float, warmup: float, seconds: float, page_ever
              "run", "--config", str(config)],
             env=env, stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
-        procs["peer"] = subprocess.Popen(
-            [sys.executable, "-m", "bench.peer_poller", sims["peer"].url, str(interval)],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        threading.Thread(target=_drain, args=(procs["peer"].stdout,), daemon=True).start()
+        for name in peer_names:
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "bench.peer_poller", sims[name].url, str(interval)],
+                cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            threading.Thread(target=_drain, args=(procs[name].stdout,), daemon=True).start()
         wait_http(f"http://127.0.0.1:{port}/readyz", 60, procs["specwatch"])
         time.sleep(warmup)
         page = f"http://127.0.0.1:{port}/"
@@ -117,6 +124,7 @@ def run(scenario: str, interval: float, warmup: float, seconds: float, page_ever
             "scenario": scenario,
             "interval_s": interval,
             "warmup_s": warmup,
+            "peers": peers,
             "nobody_reading": _phase(procs, sims, seconds, None, page_every),
             f"page_read_every_{page_every:g}s": _phase(procs, sims, seconds, page, page_every),
             "machine": machine(),
@@ -141,8 +149,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds before the first phase")
     parser.add_argument("--seconds", type=float, default=120.0, help="length of each phase")
     parser.add_argument("--page-every", type=float, default=5.0, help="seconds between reads of / (second phase)")
+    parser.add_argument("--peers", type=int, default=3, help="peer processes; their median is the peer's figure")
     args = parser.parse_args()
-    print(json.dumps(run(args.scenario, args.interval, args.warmup, args.seconds, args.page_every), indent=2))
+    if args.peers < 1:
+        parser.error("--peers must be at least 1")
+    result = run(args.scenario, args.interval, args.warmup, args.seconds, args.page_every, args.peers)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
