@@ -111,11 +111,16 @@ class Watchdog:
         """Call fn at monotonic time `when`; the returned token disarms it (disarm)."""
         token: list[Callable[[], None] | None] = [fn]
         with self._cond:
-            heapq.heappush(self._due, (when, next(self._seq), token))
+            entry = (when, next(self._seq), token)
+            heapq.heappush(self._due, entry)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="specwatch-deadlines", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif self._due[0] is entry:
+                # Only a new earliest deadline needs the thread awake: otherwise it already sleeps
+                # until an earlier one (usually the previous poll's, disarmed), and looks again then.
+                # A poll wakes it once, not twice.
+                self._cond.notify()
         return token
 
     def disarm(self, token: list[Callable[[], None] | None]) -> None:

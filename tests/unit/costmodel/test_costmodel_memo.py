@@ -39,32 +39,52 @@ BATCHES = (1, 2.5, 7, 16, 63.7, 300, 1024)
 COVERAGES = (None, 0.71, 1.0)
 
 
-def learned_model() -> CostModel:
-    """A learned curve over the default prior, from six spec-on windows of a slow server."""
-    prior = cmod.build_cost_model()
-    learner = learned.StepTimeLearner(prior.with_method("ngram"), min_points=2)
-    for i, (batch, step) in enumerate([(1, 0.03), (3, 0.035), (7, 0.05), (12, 0.07), (30, 0.12), (60, 0.3)]):
-        learner.add(
-            learned.StepObservation(
-                t=10.0 * (i + 1),
-                batch=float(batch),
-                query_tokens=batch * 3.2,
-                step_seconds=step,
-                draft_length=3.4,
-                draft_coverage=0.7,
-                steps=100.0,
-                prefill_tokens=0.0,
+SLOW_SERVER = [(1, 0.03), (3, 0.035), (7, 0.05), (12, 0.07), (30, 0.12), (60, 0.3)]
+
+
+def learned_model(
+    settings: dict | None = None, method: str = "ngram", *, spec_off: bool = False, scale: float = 1.0
+) -> CostModel:
+    """A learned curve over a prior (the default one unless ``settings``), from six spec-on windows
+    of a slow server; ``spec_off``: and six windows with speculation off at the same batches, so the
+    curve measures the scale of the spec costs (spec_scale) too."""
+    prior = cmod.build_cost_model(**(settings or {}))
+    learner = learned.StepTimeLearner(prior.with_method(method), min_points=2)
+    for i, (batch, step) in enumerate(SLOW_SERVER):
+        for off in (False, True) if spec_off else (False,):
+            learner.add(  # spec off: as many requests as the spec-on window verifies tokens
+                learned.StepObservation(
+                    t=10.0 * (2 * i + 1 + off),
+                    batch=batch * 3.2 if off else float(batch),
+                    query_tokens=batch * 3.2,
+                    step_seconds=scale * (step / 1.6 if off else step),
+                    draft_length=0.0 if off else 3.4,
+                    draft_coverage=0.7,
+                    steps=100.0,
+                    prefill_tokens=0.0,
+                )
             )
-        )
     curve = learner.curve()
     assert curve is not None
+    assert (curve.spec_scale is not None) == spec_off
     return learned.learned_cost_model(prior, curve)
+
+
+LEARNED = {  # over dense and MoE priors, with and without a measured scale of the spec costs
+    "learned": learned_model,
+    "learned-mtp-spec-scale": lambda: learned_model(method="mtp", spec_off=True),
+    "learned-70b-tp4": lambda: learned_model(MODELS[1], scale=0.5),
+    "learned-eagle3-spec-scale": lambda: learned_model(MODELS[0], "eagle3", spec_off=True),
+    "learned-draft-model": lambda: learned_model(MODELS[3], "draft_model"),
+    "learned-moe": lambda: learned_model(MODELS[2], "mtp"),
+    "learned-configured-cost": lambda: learned_model(MODELS[5], "eagle3", spec_off=True),
+}
 
 
 def builders() -> Iterator[tuple[str, Callable[[], CostModel]]]:
     for name, settings in zip(IDS, MODELS, strict=True):
         yield name, lambda settings=settings: cmod.build_cost_model(**settings)
-    yield "learned", learned_model
+    yield from LEARNED.items()
 
 
 BUILDS = [build for _, build in builders()]
@@ -72,7 +92,7 @@ BUILDS = [build for _, build in builders()]
 
 @hypothesis_settings(max_examples=150, deadline=None)
 @given(
-    which=st.integers(0, len(MODELS)),
+    which=st.integers(0, len(BUILDS) - 1),
     method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model")),
     questions=st.lists(
         st.tuples(
@@ -97,9 +117,9 @@ def _same_floats(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b, strict=True))
 
 
-@hypothesis_settings(max_examples=300, deadline=None)
+@hypothesis_settings(max_examples=500, deadline=None)
 @given(
-    which=st.integers(0, len(MODELS)),
+    which=st.integers(0, len(BUILDS) - 1),
     method=st.sampled_from(("eagle3", "ngram", "mtp", "draft_model", "medusa")),
     batch=st.one_of(st.integers(-3, 1024), st.floats(-1.0, 4096.0), st.just(math.nan)),
     k=st.one_of(st.integers(-2, 16), st.floats(-1.0, 16.0), st.just(math.nan)),
@@ -127,7 +147,7 @@ def test_the_fused_path_covers_the_dense_roofline_and_leaves_profiles_and_moe_to
         "draft-model": True,
         "profile": False,
         "configured-cost": True,
-        "learned": False,
+        **dict.fromkeys(LEARNED, False),
     }
 
 
@@ -171,7 +191,7 @@ def max_batch_by_expected_speedup(cm: CostModel, k: float, alpha: float, limit: 
     return last_true(pays, lo, hi)
 
 
-@pytest.mark.parametrize(("name", "build"), list(builders()), ids=[*IDS, "learned"])
+@pytest.mark.parametrize(("name", "build"), list(builders()), ids=[name for name, _ in builders()])
 def test_best_k_and_the_largest_speculative_batch_equal_the_plain_scans_on_fresh_models(name, build):
     long_lived = build()
     rng = random.Random(11)

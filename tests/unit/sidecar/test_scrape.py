@@ -162,6 +162,26 @@ def test_the_watchdog_calls_what_is_due_and_never_what_was_disarmed():
     assert called == ["due"]
 
 
+def test_the_watchdog_is_woken_only_by_a_new_earliest_deadline():
+    from specwatch.base.httpconn import Watchdog
+
+    watchdog, called = Watchdog(), []
+    first = watchdog.arm(time.monotonic() + 100, lambda: called.append("first"))  # starts the thread
+    notified = []
+    real_notify = watchdog._cond.notify
+    watchdog._cond.notify = lambda n=1: (notified.append(n), real_notify(n))  # type: ignore[method-assign]
+    later = watchdog.arm(time.monotonic() + 200, lambda: called.append("later"))
+    assert notified == []  # the thread already sleeps until an earlier deadline
+    soon = watchdog.arm(time.monotonic() + 0.02, lambda: called.append("soon"))
+    assert notified == [1]
+    deadline = time.monotonic() + 5
+    while not called and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for token in (first, later, soon):
+        watchdog.disarm(token)
+    assert called == ["soon"]  # the earlier deadline was not slept through
+
+
 def _answer_once(raw: bytes) -> tuple[str, threading.Thread]:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
