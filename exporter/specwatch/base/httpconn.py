@@ -7,12 +7,15 @@ scraper (scrape.py, vLLM's /metrics) and fleet mode's query client (fleet/client
   `base64` only for a URL with credentials, and the host is resolved as ASCII bytes so the
   socket module never loads the IDNA codec (a non-ASCII name is encoded with it, then only);
 - a whole-request deadline: a socket timeout bounds each read, not the request, so a server
-  dripping a byte every 0.1 s would hold a request forever. One watchdog thread for the process
-  (WATCHDOG, started on first use; no thread per request) shuts the socket down at the deadline,
-  so whatever read is blocked (connect, TLS handshake, headers, body) returns at once; the body
-  loop also checks the deadline per chunk and shrinks the socket timeout to the time left
-  (tests/unit/sidecar/test_scrape.py, tests/system/reliability/test_fault_matrix.py and
-  tests/system/fleet/test_faults.py prove it);
+  dripping a byte every 0.1 s would hold a request forever. Over plain HTTP the socket is
+  non-blocking and every send and read waits in poll() for no longer than the time left, checked
+  before each: no thread, no signal, two system calls per read. Over TLS one read of the
+  ssl module can wait on several records, so one watchdog thread for the process (WATCHDOG, started
+  on first https use; no thread per request) shuts the socket down at the deadline, and whatever
+  read is blocked (TLS handshake, headers, body) returns at once; each read also shrinks the socket
+  timeout to the time left. Connecting is bounded by its own timeout, never past the deadline
+  (tests/unit/sidecar/test_scrape.py, tests/unit/base/test_httpconn.py,
+  tests/system/reliability/test_fault_matrix.py and tests/system/fleet/test_faults.py prove it);
 - a connection cut, expired, left mid-answer, or whose answer said it closes, is closed, never
   reused; an idle kept-alive one the server closed is noticed before it is used.
 
@@ -84,6 +87,11 @@ def set_timeout(sock: socket.socket | None, deadline: float) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
+
+
+def _milliseconds(seconds: float) -> int:
+    """poll()'s timeout for `seconds` left: rounded up, so a wait never ends before the deadline."""
+    return max(int(seconds * 1000.0) + 1, 1)
 
 
 def dropped(sock: socket.socket) -> bool:
@@ -169,11 +177,14 @@ class DeadlineConnection:
         self._response: Response | None = None  # the last answer on _sock
         self._lock = threading.Lock()  # the watchdog and the request both touch the socket
         self._expired = False
+        self._deadline = 0.0  # the request in flight's (monotonic seconds)
+        self._ready: select.poll | None = None  # plain HTTP: the non-blocking socket's readiness
 
     def close(self) -> None:
         with self._lock:
             sock, self._sock = self._sock, None
             self._response = None
+            self._ready = None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -195,8 +206,9 @@ class DeadlineConnection:
         in time and its answer leaves it reusable."""
         with self._lock:
             self._expired = False
-        deadline = time.monotonic() + timeout
-        watchdog = WATCHDOG.arm(deadline, self._cut)
+        deadline = self._deadline = time.monotonic() + timeout
+        # Plain HTTP waits in poll() with the time left (_recv, _send_all): no watchdog to wake.
+        watchdog = WATCHDOG.arm(deadline, self._cut) if self._scheme == "https" else None
         completed = False
         try:
             yield deadline
@@ -208,7 +220,8 @@ class DeadlineConnection:
                 raise type(exc)("timeout", f"whole-request deadline of {timeout:g}s passed") from None
             raise
         finally:
-            WATCHDOG.disarm(watchdog)
+            if watchdog is not None:
+                WATCHDOG.disarm(watchdog)
             response = self._response
             if not completed or self._expired or response is None or not response.reusable:
                 self.close()  # a connection in an unknown state is never reused
@@ -253,6 +266,11 @@ class DeadlineConnection:
                 sock = tls_context().wrap_socket(sock, server_hostname=self._host)
                 with self._lock:
                     self._sock = sock
+            else:
+                sock.setblocking(False)  # once per connection: reads and sends wait in poll()
+                ready = select.poll()
+                ready.register(sock, select.POLLIN)
+                self._ready = ready
         except TimeoutError:
             raise self._error("timeout", "connect timed out") from None
         except self._tls_errors as exc:  # an OSError too: caught first, a certificate is not the network
@@ -276,9 +294,12 @@ class DeadlineConnection:
         sock = self._connection(deadline)
         self._response = None
         try:
-            set_timeout(sock, deadline)
-            sock.sendall(data)
-            response = read_response(sock.recv, method)
+            if self._ready is None:
+                set_timeout(sock, deadline)
+                sock.sendall(data)
+            else:
+                self._send_all(sock, data)
+            response = read_response(self._recv, method)
         except TimeoutError:
             raise self._error("timeout", "no answer in time") from None
         except self._tls_errors as exc:
@@ -288,14 +309,51 @@ class DeadlineConnection:
         self._response = response
         return response
 
+    def _recv(self, n: int) -> bytes:
+        """One read of the answer, bounded by the time left to the request's deadline (checked
+        before each read, so bytes dripped one at a time end there too). TimeoutError past it."""
+        sock, ready = self._sock, self._ready
+        if sock is None:
+            raise OSError("connection closed")
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("whole-request deadline passed")
+        if ready is None:  # TLS: the socket's own timeout, and the watchdog past the deadline
+            set_timeout(sock, self._deadline)
+            return sock.recv(n)
+        while True:
+            if not ready.poll(_milliseconds(left)):
+                raise TimeoutError("no answer before the whole-request deadline")
+            try:
+                return sock.recv(n)
+            except (BlockingIOError, InterruptedError):
+                left = self._deadline - time.monotonic()  # readable, then not (a spurious wake-up)
+                if left <= 0:
+                    raise TimeoutError("whole-request deadline passed") from None
+
+    def _send_all(self, sock: socket.socket, data: bytes) -> None:
+        """sendall on the non-blocking socket: what the buffer does not take waits for room in
+        poll(), no longer than the time left."""
+        view = memoryview(data)
+        while view:
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                view = view[sock.send(view) :]
+            if view:
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("whole-request deadline passed while sending")
+                writable = select.poll()
+                writable.register(sock, select.POLLOUT)
+                if not writable.poll(_milliseconds(left)):
+                    raise TimeoutError("no room to send before the whole-request deadline")
+
     def chunks(self, response: Response, deadline: float, size: int = CHUNK) -> Iterator[bytes]:
         """The body as it arrives, each read bounded by the time left; ends at the body's end."""
         while True:
             if time.monotonic() >= deadline:
                 raise self._error("timeout", "deadline passed while reading the body")
-            set_timeout(self._sock, deadline)
             try:
-                chunk = response.read1(size)
+                chunk = response.read1(size)  # each recv bounded by the time left (_recv)
             except TimeoutError as exc:
                 raise self._error("timeout", f"read timed out: {type(exc).__name__}") from None
             except self._tls_errors as exc:

@@ -275,3 +275,54 @@ def test_a_connect_that_outlives_the_deadline_never_starts_a_tls_handshake(monke
     time.sleep(0.2)
     assert handshakes == [b""]  # connected, then closed: no ClientHello was ever sent
     srv.close()
+
+
+def test_a_plain_http_connect_that_outlives_the_deadline_is_a_timeout_before_any_read(monkeypatch, serve):
+    import time
+
+    from specwatch.base import httpconn
+
+    server = serve(OK)
+    real = socket.create_connection
+
+    def slow_resolver(address, timeout):  # name resolution alone takes longer than the deadline
+        time.sleep(0.5)
+        return real(address, timeout)
+
+    monkeypatch.setattr(httpconn.socket, "create_connection", slow_resolver)
+    conn = httpconn.DeadlineConnection(server.url(), connect_timeout=5, error=httpconn.TransferError)
+    with pytest.raises(httpconn.TransferError) as info, conn.deadline(0.3) as deadline:
+        conn.request("GET", "/metrics", {}, deadline)
+    assert info.value.reason == "timeout"
+    conn.close()
+
+
+def test_a_request_body_the_server_never_reads_is_cut_at_the_whole_request_deadline():
+    import time
+
+    from specwatch.base import httpconn
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(srv.accept()), daemon=True).start()  # never reads
+    conn = httpconn.DeadlineConnection(
+        f"http://127.0.0.1:{srv.getsockname()[1]}/", connect_timeout=5, error=httpconn.TransferError
+    )
+    start = time.monotonic()
+    with pytest.raises(httpconn.TransferError) as info, conn.deadline(0.5) as deadline:
+        conn.request("POST", "/api/v1/query", {}, deadline, b"q" * (64 << 20))  # more than any socket buffer
+    assert info.value.reason == "timeout"
+    assert time.monotonic() - start < 5  # bounded by the deadline, not by the body's size
+    conn.close()
+    srv.close()
+
+
+def test_an_answer_that_stops_mid_head_is_a_timeout_at_the_deadline_and_the_next_request_starts_clean(serve):
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Le")  # then nothing, the connection left open
+    scraper = Scraper(server.url(), timeout=0.3, max_bytes=1 << 20)
+    for _ in range(2):
+        with pytest.raises(ScrapeError) as info:
+            scraper.fetch()
+        assert info.value.reason == "timeout"
+    assert server.connections == 2  # the timed-out connection is never reused
+    scraper.close()

@@ -132,17 +132,21 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_failed_
     assert len({address for address, _ in seen}) == 3
 
 
-def test_scrapes_start_no_thread_each_one_deadline_thread_serves_them_all(keepalive_server):
+def test_plain_http_scrapes_start_no_thread_and_never_wake_the_deadline_thread(keepalive_server, monkeypatch):
+    from specwatch.base import httpconn
+
+    armed = []
+    real_arm = httpconn.WATCHDOG.arm
+    monkeypatch.setattr(httpconn.WATCHDOG, "arm", lambda when, fn: armed.append(when) or real_arm(when, fn))
     httpd, _ = keepalive_server
     scraper = Scraper(f"http://127.0.0.1:{httpd.server_address[1]}/metrics", timeout=2, max_bytes=1 << 20)
     try:
-        scraper.fetch()  # the process's deadline thread starts on first use (and the server's for the connection)
+        scraper.fetch()  # the server starts its thread for the connection
         before = {t.ident for t in threading.enumerate()}
         for _ in range(20):
             scraper.fetch()
-        started = {t.name for t in threading.enumerate() if t.ident not in before}
-        assert started == set()
-        assert sum(t.name == "specwatch-deadlines" for t in threading.enumerate()) == 1
+        assert {t.name for t in threading.enumerate() if t.ident not in before} == set()
+        assert armed == []  # each read waits in poll() with the time left: no watchdog at all
     finally:
         scraper.close()
 
