@@ -1,7 +1,7 @@
 """The running `specwatch run` process against a peer poller of the same endpoint, CPU from /proc.
 
     python -m bench.live_loop [--scenario steady] [--interval 1] [--warmup 60] [--seconds 120]
-                              [--page-every 5] [--peers 3]
+                              [--page-every 5] [--peers 3] [--checkout DIR]
 
 Simulated vLLM servers of one scenario (sim.serve, same seed: the same payloads; in this process,
 whose CPU is not counted) are polled every INTERVAL seconds, one by `specwatch run` (a config file,
@@ -21,7 +21,9 @@ process can move the ratio by a quarter on its own. specwatch's
 figure is everything the process does: the scrape over HTTP, parse, windows, cost model and
 verdict, publishing, the page when read, its logging and its threads. The page's cost per request
 is the difference between the two phases over the reads made. WARMUP sets how much page history
-the reader's page draws (an hour is 3600: the page's full horizon).
+the reader's page draws (an hour is 3600: the page's full horizon). CHECKOUT runs the specwatch
+of another checkout of the repository (its exporter/) against the same peers: before and after a
+change, on one machine.
 """
 
 from __future__ import annotations
@@ -111,7 +113,9 @@ def _phase(procs: dict, sims: dict, seconds: float, page_url: str | None, page_e
     return out
 
 
-def run(scenario: str, interval: float, warmup: float, seconds: float, page_every: float, peers: int) -> dict:
+def run(
+    scenario: str, interval: float, warmup: float, seconds: float, page_every: float, peers: int, checkout: Path = REPO
+) -> dict:
     from specwatch import sim
 
     peer_names = [f"peer{i + 1}" for i in range(peers)]
@@ -124,13 +128,14 @@ def run(scenario: str, interval: float, warmup: float, seconds: float, page_ever
         f"listen: 127.0.0.1:{port}\npoll_interval: {interval}s\nlog:\n  level: warning\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "exporter")}
+    specwatch_env = {**os.environ, "PYTHONPATH": str(checkout / "exporter")}
     procs: dict[str, subprocess.Popen] = {}
     log = open(workdir / "specwatch.log", "w")  # noqa: SIM115  (the sidecar's stderr, closed below)
     try:
         procs["specwatch"] = subprocess.Popen(
             [sys.executable, "-c", "import sys; from specwatch.cli.main import main; sys.exit(main())",
              "run", "--config", str(config)],
-            env=env, stdout=subprocess.DEVNULL, stderr=log,
+            env=specwatch_env, stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
         for name in peer_names:
             procs[name] = subprocess.Popen(
@@ -146,6 +151,7 @@ def run(scenario: str, interval: float, warmup: float, seconds: float, page_ever
             "interval_s": interval,
             "warmup_s": warmup,
             "peers": peers,
+            "checkout": str(checkout),
             "nobody_reading": _phase(procs, sims, seconds, None, page_every),
             f"page_read_every_{page_every:g}s": _phase(procs, sims, seconds, page, page_every),
             "machine": machine(),
@@ -171,10 +177,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="length of each phase")
     parser.add_argument("--page-every", type=float, default=5.0, help="seconds between reads of / (second phase)")
     parser.add_argument("--peers", type=int, default=3, help="peer processes; their median is the peer's figure")
+    parser.add_argument(
+        "--checkout", type=Path, default=REPO, help="the repository whose specwatch runs (default: this one)"
+    )
     args = parser.parse_args()
     if args.peers < 1:
         parser.error("--peers must be at least 1")
-    result = run(args.scenario, args.interval, args.warmup, args.seconds, args.page_every, args.peers)
+    if not (args.checkout / "exporter" / "specwatch").is_dir():
+        parser.error(f"--checkout {args.checkout} has no exporter/specwatch")
+    result = run(args.scenario, args.interval, args.warmup, args.seconds, args.page_every, args.peers, args.checkout)
     print(json.dumps(result, indent=2))
 
 
