@@ -17,7 +17,9 @@ read over the same SECONDS twice:
 CPU per poll is that CPU over the polls its simulator answered in the interval. The peer's figure
 is the median of PEERS processes: one CPython process runs prometheus_client's parser at one of
 two speeds (seen 25 % apart, and changing between two phases of one process), so a single peer
-process can move the ratio by a quarter on its own. specwatch's
+process can move the ratio by a quarter on its own. A peer whose requests failed in a phase (its
+timeout is INTERVAL, passed when a loaded host slows its simulator) is reported and left out of
+that phase's median. specwatch's
 figure is everything the process does: the scrape over HTTP, parse, windows, cost model and
 verdict, publishing, the page when read, its logging and its threads. The page's cost per request
 is the difference between the two phases over the reads made. WARMUP sets how much page history
@@ -72,13 +74,16 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def _drain(stream) -> None:  # the peer's lines, read so its pipe never fills
-    for _ in stream:
-        pass
+def _drain(stream, errors: list[int]) -> None:
+    """The peer's lines, read so its pipe never fills; its failed requests counted."""
+    for line in stream:
+        if line.startswith("error"):
+            errors[0] += 1
 
 
-def _phase(procs: dict, sims: dict, seconds: float, page_url: str | None, page_every: float) -> dict:
+def _phase(procs: dict, sims: dict, seconds: float, page_url: str | None, page_every: float, peer_errors: dict) -> dict:
     cpu0 = {name: cpu_of(p.pid) for name, p in procs.items()}
+    errors0 = {name: count[0] for name, count in peer_errors.items()}
     ns0 = {name: task_ns(p.pid) for name, p in procs.items()}
     polls0 = {name: s.requests for name, s in sims.items()}
     reads = 0
@@ -105,8 +110,17 @@ def _phase(procs: dict, sims: dict, seconds: float, page_url: str | None, page_e
             "ms_per_poll": round(1000 * cpu / polls, 3) if polls else None,
             "ms_per_poll_ticks": round(1000 * ticks / polls, 3) if polls else None,
             "rss_mib": round(rss_mib(proc.pid), 1),
+            "running": proc.poll() is None,
         }
-    peers = sorted(out[name]["ms_per_poll"] for name in procs if name != "specwatch" and out[name]["ms_per_poll"])
+        if name in peer_errors:
+            out[name]["failed_requests"] = peer_errors[name][0] - errors0[name]
+    # A peer that stopped, or whose requests failed in the phase (it parsed fewer answers than the
+    # simulator counted), would understate the peer: left out of the median.
+    peers = sorted(
+        out[name]["ms_per_poll"]
+        for name in peer_errors
+        if out[name]["ms_per_poll"] and out[name]["running"] and not out[name]["failed_requests"]
+    )
     out["peer_median_ms_per_poll"] = round(median(peers), 3) if peers else None
     sw, peer = out["specwatch"]["ms_per_poll"], out["peer_median_ms_per_poll"]
     out["peer_over_specwatch"] = round(peer / sw, 2) if sw and peer else None
@@ -130,6 +144,7 @@ def run(
     env = {**os.environ, "PYTHONPATH": str(REPO / "exporter")}
     specwatch_env = {**os.environ, "PYTHONPATH": str(checkout / "exporter")}
     procs: dict[str, subprocess.Popen] = {}
+    peer_errors = {name: [0] for name in peer_names}  # failed requests, counted by _drain
     log = open(workdir / "specwatch.log", "w")  # noqa: SIM115  (the sidecar's stderr, closed below)
     try:
         procs["specwatch"] = subprocess.Popen(
@@ -142,7 +157,7 @@ def run(
                 [sys.executable, "-m", "bench.peer_poller", sims[name].url, str(interval)],
                 cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
-            threading.Thread(target=_drain, args=(procs[name].stdout,), daemon=True).start()
+            threading.Thread(target=_drain, args=(procs[name].stdout, peer_errors[name]), daemon=True).start()
         wait_http(f"http://127.0.0.1:{port}/readyz", 60, procs["specwatch"])
         time.sleep(warmup)
         page = f"http://127.0.0.1:{port}/"
@@ -152,8 +167,8 @@ def run(
             "warmup_s": warmup,
             "peers": peers,
             "checkout": str(checkout),
-            "nobody_reading": _phase(procs, sims, seconds, None, page_every),
-            f"page_read_every_{page_every:g}s": _phase(procs, sims, seconds, page, page_every),
+            "nobody_reading": _phase(procs, sims, seconds, None, page_every, peer_errors),
+            f"page_read_every_{page_every:g}s": _phase(procs, sims, seconds, page, page_every, peer_errors),
             "machine": machine(),
         }
         quiet, read = result["nobody_reading"], result[f"page_read_every_{page_every:g}s"]
