@@ -55,7 +55,7 @@ def cpu_of(pid: int) -> float:
 
 def task_ns(pid: int) -> dict[str, int]:
     """Nanoseconds on CPU of each live thread of the process (the first field of
-    /proc/PID/task/TID/schedstat): the clock-tick count of /proc/PID/stat reads a 2 ms poll to ±5 %
+    /proc/PID/task/TID/schedstat): the clock-tick count of /proc/PID/stat reads a 2 ms poll to ±8 %
     over a minute, this to the nanosecond. A thread that exits takes its time with it (counted in
     the phase's `threads_exited`, then the tick figure is the one to read)."""
     out = {}
