@@ -179,6 +179,8 @@ class DeadlineConnection:
         self._expired = False
         self._deadline = 0.0  # the request in flight's (monotonic seconds)
         self._ready: select.poll | None = None  # plain HTTP: the non-blocking socket's readiness
+        # The last request's (method, target, headers, body) and its bytes.
+        self._encoded: tuple[tuple[str, str, tuple[tuple[str, str], ...], bytes | None], bytes] | None = None
 
     def close(self) -> None:
         with self._lock:
@@ -242,8 +244,11 @@ class DeadlineConnection:
         """The kept-alive socket if its last answer allows reuse and the server has not closed it,
         else a new connection."""
         sock, response = self._sock, self._response
-        if sock is not None and response is not None and response.reusable and not dropped(sock):
-            return sock
+        if sock is not None and response is not None and response.reusable:
+            ready = self._ready
+            # Plain HTTP asks the socket's own poll object (no fd set built per request), TLS select().
+            if not (ready.poll(0) if ready is not None else dropped(sock)):
+                return sock
         self.close()
         if self._scheme not in _DEFAULT_PORTS:
             raise self._error("invalid", f"unsupported URL scheme {self._scheme[:10]!r}")
@@ -286,11 +291,18 @@ class DeadlineConnection:
         self, method: str, target: str, headers: Mapping[str, str], deadline: float, body: bytes | None = None
     ) -> Response:
         """Send the request and read the status line and headers, within the deadline."""
-        try:
-            host = authority(self._host, self._port, _DEFAULT_PORTS.get(self._scheme, 0))
-            data = encode_request(method, target, host, headers, body)
-        except ValueError as exc:  # e.g. a header value with a line break (UnicodeError included)
-            raise self._error("invalid", f"request failed: {type(exc).__name__}") from None
+        # A poller sends the same request every poll: its bytes are encoded once and kept.
+        key = (method, target, tuple(headers.items()), body)
+        encoded = self._encoded
+        if encoded is not None and encoded[0] == key:
+            data = encoded[1]
+        else:
+            try:
+                host = authority(self._host, self._port, _DEFAULT_PORTS.get(self._scheme, 0))
+                data = encode_request(method, target, host, headers, body)
+            except ValueError as exc:  # e.g. a header value with a line break (UnicodeError included)
+                raise self._error("invalid", f"request failed: {type(exc).__name__}") from None
+            self._encoded = (key, data)
         sock = self._connection(deadline)
         self._response = None
         try:

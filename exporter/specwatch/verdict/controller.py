@@ -138,7 +138,8 @@ def k_variation(
     if len(history) < 2:
         return None
     _, batch, _ = history[-1]
-    near = [k for _, b, k in history if abs(b - batch) <= max(BATCH_SPREAD * batch, 1.0)]
+    spread_allowed = max(BATCH_SPREAD * batch, 1.0)
+    near = [k for _, b, k in history if abs(b - batch) <= spread_allowed]
     if len(near) < 2:
         return None
     low, high = min(near), max(near)

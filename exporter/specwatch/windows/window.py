@@ -27,10 +27,9 @@ from __future__ import annotations
 import math
 import operator
 from bisect import bisect_left, bisect_right
-from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import islice, pairwise
+from itertools import pairwise
 
 from specwatch.engines.series import Counter, Gauge, RouteSnapshot, SeriesKey, reset_group
 
@@ -104,8 +103,11 @@ class RouteWindow:
 
     def __init__(self, horizon_seconds: float):
         self.horizon = horizon_seconds
-        self.entries: deque[Entry] = deque()
-        self._times: deque[float] = deque()  # entries' times, for view()'s bisection in C
+        # Lists, not deques: a view is a slice (a copy in C), where a deque's islice walks from the
+        # oldest entry to the window's start; the few pruned from the front each poll are one
+        # memmove of a few hundred pointers.
+        self.entries: list[Entry] = []
+        self._times: list[float] = []  # entries' times, for view()'s bisection in C
         self._raw: dict[SeriesKey, float] = {}
         self._created: dict[SeriesKey, float] = {}
         self._le_sets: dict[str, frozenset[float]] = {}  # ITL bucket bounds per series
@@ -357,9 +359,13 @@ class RouteWindow:
             self._held.pop(name, None)
 
     def _prune(self, now: float) -> None:
-        while self.entries and self.entries[0].t < now - self.horizon:
-            self.entries.popleft()
-            self._times.popleft()
+        entries, cutoff = self.entries, now - self.horizon
+        gone = 0
+        while gone < len(entries) and entries[gone].t < cutoff:
+            gone += 1
+        if gone:
+            del entries[:gone]
+            del self._times[:gone]
 
     @property
     def latest(self) -> RouteSnapshot | None:
@@ -387,7 +393,7 @@ class RouteWindow:
             end = bisect_right(self._times, now)
             if end - start < 2:
                 return None
-            chosen = tuple(islice(entries, start, end))
+            chosen = tuple(entries[start:end])
         if len(chosen) < 2:
             return None
         return WindowView(chosen[0], chosen[-1], chosen)

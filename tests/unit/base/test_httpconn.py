@@ -28,6 +28,7 @@ class RawServer:
     def __init__(self, answer: bytes, *, close: bool = False):
         self.answer, self.close = answer, close
         self.connections = 0
+        self.heads: list[bytes] = []  # each request's head, as received
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -53,7 +54,8 @@ class RawServer:
                     return
                 data += chunk
                 while b"\r\n\r\n" in data:
-                    _, data = data.split(b"\r\n\r\n", 1)
+                    head, data = data.split(b"\r\n\r\n", 1)
+                    self.heads.append(head)
                     conn.sendall(self.answer)
                     if self.close:
                         return
@@ -141,6 +143,25 @@ def test_a_request_that_cannot_be_sent_is_invalid_and_never_connects(serve, path
         scraper.fetch()
     assert info.value.reason == "invalid"
     assert server.connections == 0
+
+
+def test_a_request_is_sent_as_encoded_for_its_own_headers_when_an_earlier_one_was_kept(serve):
+    # The request's bytes are kept between polls: a changed header must still reach the server.
+    server = serve(OK)
+    scraper = Scraper(server.url(), timeout=5.0, max_bytes=1 << 20, headers={"X-Poll": "1"})
+    try:
+        scraper.fetch()
+        scraper.fetch()
+        scraper.headers["X-Poll"] = "2"
+        scraper.fetch()
+        scraper.headers["X-Poll"] = "bad\r\nX-Injected: 1"
+        with pytest.raises(ScrapeError) as info:
+            scraper.fetch()
+    finally:
+        scraper.close()
+    assert info.value.reason == "invalid"
+    assert [h.split(b"\r\nX-Poll: ")[1].split(b"\r\n")[0] for h in server.heads] == [b"1", b"1", b"2"]
+    assert server.heads[0] == server.heads[1]
 
 
 def test_a_silent_close_delimited_body_is_cut_at_the_whole_request_deadline(serve):

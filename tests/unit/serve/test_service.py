@@ -579,7 +579,7 @@ def test_the_sighup_handler_takes_no_lock_the_main_thread_may_hold():
 
     def while_running():
         handler = signal.getsignal(signal.SIGHUP)
-        with service._wake._cond:  # the lock Event.set takes, held as the main thread would hold it
+        with service._stop._cond:  # the lock Event.set takes, held as the main thread would hold it to stop
             caller = threading.Thread(target=handler, args=(signal.SIGHUP, None), daemon=True)
             caller.start()
             caller.join(timeout=2.0)

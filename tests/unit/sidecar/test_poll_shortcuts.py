@@ -178,7 +178,7 @@ class ReferenceWindow(RouteWindow):
 
     def _prune(self, now: float) -> None:
         while self.entries and self.entries[0].t < now - self.horizon:
-            self.entries.popleft()
+            del self.entries[0]
 
 
 def reference_window_stats(view, route, window, now, *, configured_k_hint=None):
