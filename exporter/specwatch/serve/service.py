@@ -286,7 +286,7 @@ class Service:
                     self.published = self._publish(ready=False)  # alive, waiting for a good config
             except Exception as exc:  # noqa: BLE001 - a bug, not a target fault: recovered here
                 self._recover(exc)
-            if self.drain.check(t.name for t in self.config.targets):
+            if self.drain.active and self.drain.check(t.name for t in self.config.targets):
                 return  # every target has gone since SIGTERM: run_forever stops the rest
             # Without a config, tick every second: the file is checked once per tick. Draining: poll
             # faster, so the exit follows vLLM's within a fraction of a second.

@@ -126,17 +126,16 @@ class TargetsSource:
         if self._changes.changed(("dropped", name), over) and over:
             # Once per change: routes or engines past specwatch's bounds (docs/architecture.md §2).
             log.warning("payload_over_bounds", target=name, dropped=dict(over))
-        self._changes.info(
-            ("target", name), ("up",), "target_up", target=name, duration_seconds=round(result.duration, 4)
-        )
-        self._changes.info(
-            ("schema", name),
-            (outcome.engine, outcome.schema),
-            "schema_detected",
-            target=name,
-            engine=outcome.engine,
-            schema=outcome.schema,
-            routes=list(outcome.routes),
-        )
+        # Asked before the line's fields are built: on almost every poll nothing changed.
+        if self._changes.changed(("target", name), ("up",)):
+            log.info("target_up", target=name, duration_seconds=round(result.duration, 4))
+        if self._changes.changed(("schema", name), (outcome.engine, outcome.schema)):
+            log.info(
+                "schema_detected",
+                target=name,
+                engine=outcome.engine,
+                schema=outcome.schema,
+                routes=list(outcome.routes),
+            )
         if outcome.resets:
             log.info("counter_reset", target=name, routes=outcome.resets)
