@@ -68,11 +68,26 @@ def measure(gap: float, wakes: int, rounds: int) -> dict:
     return result
 
 
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    """An argparse type: a finite number above zero, else one line and exit 2."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be above zero: {text!r}")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.wake_cost", description=__doc__.split("\n")[0])
-    parser.add_argument("--gap", type=float, default=0.2, help="seconds of each sleep")
-    parser.add_argument("--wakes", type=int, default=60, help="sleeps per kind and round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--gap", type=_positive(float), default=0.2, help="seconds of each sleep")
+    parser.add_argument("--wakes", type=_positive(int), default=60, help="sleeps per kind and round")
+    parser.add_argument("--rounds", type=_positive(int), default=3)
     args = parser.parse_args(argv)
     print(json.dumps(measure(args.gap, args.wakes, args.rounds), indent=2))
     return 0
