@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, overload
 
 from specwatch import costmodel as cmod
 from specwatch.costmodel import uncertainty
@@ -31,6 +31,8 @@ from specwatch.windows.derive import WindowStats
 
 if TYPE_CHECKING:
     from specwatch.config import DecisionConfig
+
+_V = TypeVar("_V")
 
 VERDICTS = ("spec_off", "insufficient_data", "undecided", "keep", "shorten", "disable")
 #: What to do with the recommendation: nothing (keep), paste ``recommended_config`` (a complete
@@ -88,41 +90,46 @@ class Measurement:
     config_changes: SpeculativeConfig | None = None  # its keys, to merge when it cannot be complete
 
 
-class _TermsOnFirstRead:
-    """``Assessment.controller_terms``: the value its ``__init__`` was given, or, for an assessment
-    made by ``with_deferred_terms``, worked out on its first read and kept. As a dataclass field's
-    default it gives None (dataclasses reads a descriptor's default from the class)."""
+class _OnFirstRead(Generic[_V]):
+    """A field of ``Assessment`` that may be worked out on its first read: the value its
+    ``__init__`` (or ``with_fields``) was given, or, for an assessment made by ``with_deferred``, the
+    deferred function's result, kept from then on. As a dataclass field's default it gives None
+    (dataclasses reads a descriptor's default from the class)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name, self._deferred = name, _deferred_key(name)
 
     @overload
     def __get__(self, obj: None, owner: type | None = None) -> None: ...
     @overload
-    def __get__(self, obj: Assessment, owner: type | None = None) -> ControllerTerms | None: ...
-    def __get__(self, obj: Assessment | None, owner: type | None = None) -> ControllerTerms | None:
+    def __get__(self, obj: Assessment, owner: type | None = None) -> _V | None: ...
+    def __get__(self, obj: Assessment | None, owner: type | None = None) -> _V | None:
         if obj is None:
             return None
         state = obj.__dict__
-        terms: ControllerTerms | None
+        value: _V | None
         try:
-            terms = state["controller_terms"]
-            return terms
+            value = state[self._name]
+            return value
         except KeyError:
             pass
-        compute = state.get(_DEFERRED)
-        if compute is None:  # another thread stored them between the two lookups
-            terms = state["controller_terms"]
-            return terms
-        terms = compute()
+        compute = state.get(self._deferred)
+        if compute is None:  # another thread stored the value between the two lookups
+            value = state[self._name]
+            return value
+        value = compute()
         # Stored before the function goes: a reader in another thread finds one or the other.
-        state["controller_terms"] = terms
-        state.pop(_DEFERRED, None)
-        return terms
+        state[self._name] = value
+        state.pop(self._deferred, None)
+        return value
 
-    def __set__(self, obj: Assessment, value: ControllerTerms | None) -> None:
-        obj.__dict__["controller_terms"] = value  # __init__'s, through object.__setattr__ (frozen)
+    def __set__(self, obj: Assessment, value: _V | None) -> None:
+        obj.__dict__[self._name] = value  # __init__'s, through object.__setattr__ (frozen)
 
 
-#: Where a deferred assessment keeps the function that works out its controller terms.
-_DEFERRED = "_controller_terms_deferred"
+def _deferred_key(name: str) -> str:
+    """Where a deferred assessment keeps the function that works out its field ``name``."""
+    return f"_{name}_deferred"
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,9 @@ class Assessment:
     acceptance_margin: float | None = None  # alpha − break-even
     expected_speedup: float | None = None
     recommended_draft_length: int | None = None  # K the recommendation gives at the live batch; 0 = disable
-    max_speculative_batch_size: int | None = None
+    # Reported only (/metrics, the page, the status document), never decided on: a search of a dozen
+    # step times, worked out on the first read for an assessment made by ``assess``.
+    max_speculative_batch_size: _OnFirstRead[int] = _OnFirstRead()
     recommended_config: dict[str, object] | None = None  # a complete --speculative-config (action apply)
     config_changes: SpeculativeConfig | None = None  # the keys that change (actions apply and merge)
     action: str | None = None  # one of ACTIONS; None without a verdict
@@ -147,11 +156,15 @@ class Assessment:
     loss_probability: float | None = None
     # What the advice in the engine's controller's terms needs (controller_gain.controller_terms):
     # reads as ControllerTerms | None, the value given to __init__ or, for an assessment made by
-    # with_deferred_terms, worked out on the first read.
-    controller_terms: _TermsOnFirstRead = _TermsOnFirstRead()
+    # with_deferred, worked out on the first read.
+    controller_terms: _OnFirstRead[ControllerTerms] = _OnFirstRead()
 
 
 _ASSESSMENT_FIELDS = frozenset(f.name for f in fields(Assessment))
+#: The fields an assessment may work out on their first read (``with_deferred``).
+DEFERRABLE_FIELDS = frozenset(
+    name for name in _ASSESSMENT_FIELDS if isinstance(Assessment.__dict__.get(name), _OnFirstRead)
+)
 
 
 def with_fields(assessment: Assessment, **changes: object) -> Assessment:
@@ -167,23 +180,26 @@ def with_fields(assessment: Assessment, **changes: object) -> Assessment:
     state = new.__dict__
     state.update(assessment.__dict__)
     state.update(changes)
-    if "controller_terms" in changes:
-        state.pop(_DEFERRED, None)  # a deferred assessment's terms, replaced before they were read
+    for name in DEFERRABLE_FIELDS.intersection(changes):
+        state.pop(_deferred_key(name), None)  # a deferred value, replaced before it was read
     return new
 
 
-def with_deferred_terms(assessment: Assessment, compute: Callable[[], ControllerTerms | None]) -> Assessment:
-    """``with_fields(assessment, controller_terms=compute())`` with ``compute`` run on the first
-    read of ``controller_terms`` instead of now. Only the advice in an engine's terms reads them
-    (engines/advice.py: a status or page render, a verdict's log line, another engine's /metrics
-    label), most polls nobody does, and ``compute`` is the priciest question of an assessed
-    window. ``compute`` must be pure over what it closes on: it may run in another thread, later,
-    or twice. Equal to the eager copy in every field (tests/unit/verdict/test_decide_with_fields.py)."""
+def with_deferred(assessment: Assessment, name: str, compute: Callable[[], object]) -> Assessment:
+    """``with_fields(assessment, **{name: compute()})`` with ``compute`` run on the first read of
+    the field instead of now (``name`` one of ``DEFERRABLE_FIELDS``). For what most polls nobody
+    reads: ``controller_terms`` (only the advice in an engine's terms reads them: a status or page
+    render, a verdict's log line, another engine's /metrics label) and ``max_speculative_batch_size``
+    (a /metrics, page or status render). ``compute`` must be pure over what it closes on: it may
+    run in another thread, later, or twice. Equal to the eager copy in every field
+    (tests/unit/verdict/test_decide_with_fields.py)."""
+    if name not in DEFERRABLE_FIELDS:
+        raise TypeError(f"Assessment has no field {name} to work out on first read")
     new = object.__new__(type(assessment))
     state: dict[str, Any] = new.__dict__
     state.update(assessment.__dict__)
-    state.pop("controller_terms", None)
-    state[_DEFERRED] = compute
+    state.pop(name, None)
+    state[_deferred_key(name)] = compute
     return new
 
 
@@ -424,7 +440,6 @@ def assess(
         # No per-position counters (V0 schema): i.i.d. rates that reproduce alpha at K.
         p = cmod.position_rates_from_alpha(alpha, k_window)
     best_k = cmod.best_draft_length(cm, b, p, coverage=c)
-    b_max = cmod.max_speculative_batch_size(cm, k, alpha, coverage=c)
 
     # Hysteresis: once disabled, speculation must clear the line by `margin` to come back;
     # otherwise it must fall `margin` below it to be disabled.
@@ -459,18 +474,24 @@ def assess(
         batch=b,
     )
     named = method if config_method == "same" else config_method
-    verdict = partial(
+    assessment = partial(
         Assessment,
         breakeven_acceptance_rate=breakeven,
         acceptance_margin=alpha - breakeven,
         expected_speedup=speedup,
-        max_speculative_batch_size=b_max,
         speedup_lower=interval.lower,
         speedup_upper=interval.upper,
         model_log_error=interval.model_log_error,
         sampling_log_error=interval.sampling_log_error,
         loss_probability=uncertainty.loss_probability(speedup, interval.model_log_error, interval.sampling_log_error),
     )
+    # The largest batch where (K, alpha) pays is reported, never decided on: its search (a dozen
+    # step times at a K measured afresh each poll) runs when /metrics, the page or the status reads it.
+    b_max = partial(cmod.max_speculative_batch_size, cm, k, alpha, coverage=c)
+
+    def verdict(**decided: Any) -> Assessment:
+        return with_deferred(assessment(**decided), "max_speculative_batch_size", b_max)
+
     # keep claims that speculation pays, disable that it does not, shorten either (a shorter K pays
     # more, or the current K does not pay): the interval must clear the line on that side.
     keep_line, disable_line = interval_lines(candidate, previous_verdict, band=band, stay=stay_margin(interval, band))

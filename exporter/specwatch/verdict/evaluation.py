@@ -358,10 +358,10 @@ def with_controller_terms(
     config: Mapping[str, object] | None,
 ) -> decide.Assessment:
     """The assessment with its controller terms (controller_gain.controller_terms), worked out when
-    the advice first reads them (decide.with_deferred_terms): every input is immutable, so later
+    the advice first reads them (decide.with_deferred): every input is immutable, so later
     they are what they would be now. ``with_controller_terms_plain`` works them out now."""
-    return decide.with_deferred_terms(
-        assessment, partial(controller_terms, cm, stats, assessment, gain, batches, config)
+    return decide.with_deferred(
+        assessment, "controller_terms", partial(controller_terms, cm, stats, assessment, gain, batches, config)
     )
 
 

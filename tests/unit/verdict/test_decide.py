@@ -102,6 +102,18 @@ def test_high_alpha_at_small_batch_keeps_speculation_with_the_model_numbers():
     assert a.action == "no_change" and a.recommended_config is None and a.config_changes is None
 
 
+@pytest.mark.parametrize(("alpha", "batch"), [(0.6, 8), (0.05, 256), (0.3, 64), (0.9, 1)])
+def test_the_largest_paying_batch_is_searched_only_when_read_and_equals_the_eager_search(alpha, batch, monkeypatch):
+    searches = []
+    search = cmod.max_speculative_batch_size
+    monkeypatch.setattr(cmod, "max_speculative_batch_size", lambda *a, **kw: searches.append(a) or search(*a, **kw))
+    a = assess(CM, window_stats(alpha=alpha, batch=batch), DECISION, "eagle3", None)
+    assert a.candidate in ("keep", "shorten", "disable", "undecided")
+    assert searches == []  # deciding never needs it
+    assert a.max_speculative_batch_size == search(CM, 3, alpha) and len(searches) == 1
+    assert a.max_speculative_batch_size == search(CM, 3, alpha) and len(searches) == 1  # kept
+
+
 def test_alpha_below_breakeven_at_high_batch_with_no_paying_draft_length_is_disable():
     a = assess(CM, window_stats(alpha=0.05, batch=256), DECISION, "eagle3", None)
     assert a.candidate == "disable"

@@ -1,8 +1,9 @@
 """decide.with_fields, the evaluation's copy of an assessment with some fields changed, is
 dataclasses.replace: the same value and type on any assessment and any changes, the same refusal of
 a name that is no field, and Assessment keeps what makes copying its fields the same as running
-its __init__ (no __post_init__, no InitVar, every field set by __init__). decide.with_deferred_terms,
-whose controller terms are worked out on their first read, equals the copy given them at once."""
+its __init__ (no __post_init__, no InitVar, every field set by __init__). decide.with_deferred,
+whose field (the controller terms, the largest batch that pays) is worked out on its first read,
+equals the copy given it at once."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specwatch.engines.advice import ControllerTerms
-from specwatch.verdict.decide import Assessment, Measurement, with_deferred_terms, with_fields
+from specwatch.verdict.decide import DEFERRABLE_FIELDS, Assessment, Measurement, with_deferred, with_fields
 
 FLOATS = st.one_of(st.none(), st.floats(allow_nan=False))
 TERMS = st.one_of(
@@ -71,32 +72,55 @@ def test_assessment_has_nothing_its_init_does_beyond_setting_its_fields():
     )
 
 
-@given(assessment=ASSESSMENTS, terms=TERMS, changes=CHANGES)
-def test_a_deferred_assessment_equals_the_eager_copy_and_works_its_terms_out_once_on_first_read(
-    assessment, terms, changes
+BATCH_LIMITS = st.one_of(st.none(), st.integers(0, 1024))
+
+
+def test_the_deferrable_fields_are_the_controller_terms_and_the_largest_batch_that_pays():
+    assert {"controller_terms", "max_speculative_batch_size"} == DEFERRABLE_FIELDS
+
+
+@given(
+    assessment=ASSESSMENTS,
+    field_and_value=st.one_of(
+        st.tuples(st.just("controller_terms"), TERMS), st.tuples(st.just("max_speculative_batch_size"), BATCH_LIMITS)
+    ),
+    changes=CHANGES,
+)
+def test_a_deferred_assessment_equals_the_eager_copy_and_works_its_field_out_once_on_first_read(
+    assessment, field_and_value, changes
 ):
+    name, value = field_and_value
     calls = []
 
     def compute():
         calls.append(1)
-        return terms
+        return value
 
-    deferred, eager = with_deferred_terms(assessment, compute), with_fields(assessment, controller_terms=terms)
-    copied = with_fields(deferred, **{k: v for k, v in changes.items() if k != "controller_terms"})
+    deferred, eager = with_deferred(assessment, name, compute), with_fields(assessment, **{name: value})
+    others = {k: v for k, v in changes.items() if k != name}
+    copied = with_fields(deferred, **others)
     assert calls == []  # nothing worked out before a read
     assert type(deferred) is type(eager)
     assert deferred == eager
     assert calls == [1]
-    assert deferred.controller_terms == terms and calls == [1]  # kept, not worked out again
+    assert getattr(deferred, name) == value and calls == [1]  # kept, not worked out again
     assert vars(deferred) == vars(eager)
-    assert copied == dataclasses.replace(eager, **{k: v for k, v in changes.items() if k != "controller_terms"})
+    assert copied == dataclasses.replace(eager, **others)
 
 
-def test_terms_given_to_a_deferred_assessment_replace_its_function_which_then_never_runs():
+@pytest.mark.parametrize(
+    ("name", "given_value"),
+    [("controller_terms", ControllerTerms(batch=4.0, zero_k_tax=0.1)), ("max_speculative_batch_size", 48)],
+)
+def test_a_value_given_to_a_deferred_assessment_replaces_its_function_which_then_never_runs(name, given_value):
     def never():
-        raise AssertionError("replaced terms were worked out")
+        raise AssertionError("a replaced value was worked out")
 
-    given_terms = ControllerTerms(batch=4.0, zero_k_tax=0.1)
-    copied = with_fields(with_deferred_terms(Assessment("keep"), never), controller_terms=given_terms)
-    assert copied.controller_terms is given_terms
-    assert vars(copied) == vars(Assessment("keep", controller_terms=given_terms))
+    copied = with_fields(with_deferred(Assessment("keep"), name, never), **{name: given_value})
+    assert getattr(copied, name) is given_value
+    assert vars(copied) == vars(Assessment("keep", **{name: given_value}))
+
+
+def test_only_a_deferrable_field_can_be_deferred():
+    with pytest.raises(TypeError):
+        with_deferred(Assessment("keep"), "expected_speedup", lambda: 1.0)
