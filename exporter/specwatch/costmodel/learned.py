@@ -49,6 +49,7 @@ __all__ = [
     "StepObservation",
     "StepTimeLearner",
     "fit_summary",
+    "fit_summary_kept",
     "learned_cost_model",
     "model_step_seconds",
     "observation_from_deltas",
@@ -209,6 +210,8 @@ class StepTimeLearner:
         self._curve: LearnedStepCurve | None = None
         self.last: StepObservation | None = None
         self._recent: deque[StepObservation] = deque(maxlen=RETAINED_POINTS)
+        # fit_summary_kept's last answer: the (model, last point, points) it was worked out for, and it.
+        self._summary: tuple[CostModel, StepObservation | None, float, FitSummary] | None = None
 
     def with_prior(self, prior: CostModel) -> StepTimeLearner:
         """A learner over another prior fed the latest ``RETAINED_POINTS`` points again: the
@@ -463,3 +466,16 @@ def fit_summary(learner: StepTimeLearner, model: CostModel) -> FitSummary:
         model_step_seconds(model, obs, learner.prior),
         obs.step_seconds,
     )
+
+
+def fit_summary_kept(learner: StepTimeLearner, model: CostModel) -> FitSummary:
+    """``fit_summary``, kept on the learner until it takes a point or ``model`` is another object:
+    the sidecar publishes it every poll, the learner moves once a ``point_seconds``. Everything it
+    reads changes only with a point (``last``, ``points``, the curve) or with the model."""
+    kept = learner._summary
+    last, points = learner.last, learner.points
+    if kept is not None and kept[0] is model and kept[1] is last and kept[2] == points:
+        return kept[3]
+    summary = fit_summary(learner, model)
+    learner._summary = (model, last, points, summary)
+    return summary

@@ -631,7 +631,7 @@ class Pipeline(EvaluationContext):
         learner = route.learner
         if learner is None:
             return None
-        return learned.fit_summary(learner, self._learned_model(route).with_method(route.learner_method))
+        return learned.fit_summary_kept(learner, self._learned_model(route).with_method(route.learner_method))
 
     def cost_model_info(self) -> CostModelInfo:
         cm = self.cost_model

@@ -344,3 +344,22 @@ def test_the_service_warns_once_at_start_up_when_the_verdict_rests_on_defaults(r
         service.start()
         service.stop()
     assert sum(1 for e in logs if e["event"] == "cost_model_defaults") == warned
+
+
+def test_the_kept_fit_summary_is_the_plain_one_at_every_step_and_is_worked_out_again_only_after_a_point_or_model_change():
+    learner = learned.StepTimeLearner(PRIOR, min_points=3)
+    other = replace(PRIOR, context_tokens=1024)
+    assert learned.fit_summary_kept(learner, PRIOR) == learned.fit_summary(learner, PRIOR)  # no point yet
+    for i, b in enumerate((2, 8, 32, 128, 2, 8, 3, 40)):
+        point = obs(10.0 * i, b, slow_server(b), k=2.0 if i % 2 else 0.0, coverage=0.7 if i % 2 else 0.0)
+        learner.add(point)
+        curve = learner.curve()
+        model = learned.learned_cost_model(PRIOR, curve) if curve is not None else PRIOR
+        first = learned.fit_summary_kept(learner, model)
+        assert first == learned.fit_summary(learner, model)
+        assert learned.fit_summary_kept(learner, model) is first  # asked again between points: kept
+        changed = learned.fit_summary_kept(learner, other)  # another model: worked out for it
+        assert changed == learned.fit_summary(learner, other)
+        assert learned.fit_summary_kept(learner, model) == first
+    learner.add(point)  # a repeated time adds nothing: the summary stays
+    assert learned.fit_summary_kept(learner, model) == learned.fit_summary(learner, model)
