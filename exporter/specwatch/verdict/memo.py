@@ -10,6 +10,7 @@ exact (no quantisation), so a cached assessment is bit-identical to a fresh one.
 from __future__ import annotations
 
 import json
+import operator
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -49,8 +50,13 @@ DEFAULT_SIZE = 256
 _Key = tuple[object, ...]
 
 
+#: The fields of ASSESS_INPUTS read in one call, as a tuple in that order.
+_assess_inputs = operator.attrgetter(*ASSESS_INPUTS)
+
+
 def stats_key(stats: WindowStats) -> tuple[object, ...]:
-    return tuple(getattr(stats, name) for name in ASSESS_INPUTS)
+    key: tuple[object, ...] = _assess_inputs(stats)
+    return key
 
 
 class AssessmentCache:
