@@ -28,13 +28,14 @@ TERMS = st.one_of(
         best_fixed_k=st.one_of(st.none(), st.integers(0, 8)),
     ),
 )
+BATCH_LIMITS = st.one_of(st.none(), st.integers(0, 1024))
 ASSESSMENTS = st.builds(
     Assessment,
     candidate=st.sampled_from(("keep", "disable", "shorten", "undecided", "insufficient_data")),
     breakeven_acceptance_rate=FLOATS,
     expected_speedup=FLOATS,
     recommended_draft_length=st.one_of(st.none(), st.integers(0, 8)),
-    max_speculative_batch_size=st.one_of(st.none(), st.integers(0, 1024)),
+    max_speculative_batch_size=BATCH_LIMITS,
     recommended_config=st.one_of(st.none(), st.just({"num_speculative_tokens": 2})),
     action=st.one_of(st.none(), st.sampled_from(("no_change", "apply", "measure"))),
     notes=st.lists(st.text(max_size=5), max_size=2).map(tuple),
@@ -70,9 +71,6 @@ def test_assessment_has_nothing_its_init_does_beyond_setting_its_fields():
     assert not any(
         isinstance(f.type, dataclasses.InitVar) or "InitVar" in str(f.type) for f in dataclasses.fields(Assessment)
     )
-
-
-BATCH_LIMITS = st.one_of(st.none(), st.integers(0, 1024))
 
 
 def test_the_deferrable_fields_are_the_controller_terms_and_the_largest_batch_that_pays():
