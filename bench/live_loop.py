@@ -1,11 +1,14 @@
 """The running `specwatch run` process against a peer poller of the same endpoint, CPU from /proc.
 
-    python -m bench.live_loop [--scenario steady] [--interval 1] [--warmup 60] [--seconds 120]
-                              [--page-every 5] [--peers 3] [--checkout DIR]
+    python -m bench.live_loop [--scenario steady] [--interval 1] [--evaluation-interval SECONDS]
+                              [--warmup 60] [--seconds 120] [--page-every 5] [--peers 3]
+                              [--checkout DIR]
 
 Simulated vLLM servers of one scenario (sim.serve, same seed: the same payloads; in this process,
 whose CPU is not counted) are polled every INTERVAL seconds, one by `specwatch run` (a config file,
-as the Helm chart runs it; its default 1m and 5m windows), each of the others by one peer process,
+as the Helm chart runs it; its default 1m and 5m windows; with EVALUATION_INTERVAL, its
+`evaluation_interval`: the polls between evaluations only fill the windows), each of the others by
+one peer process,
 bench/peer_poller.py (requests, then prometheus_client's parser over every sample, nothing else).
 After WARMUP seconds, each process's CPU time (the nanoseconds on CPU of every thread, from
 /proc/PID/task/TID/schedstat; utime + stime of /proc/PID/stat beside it, in 10 ms clock ticks) is
@@ -140,7 +143,14 @@ def _phase(procs: dict, sims: dict, seconds: float, page_url: str | None, page_e
 
 
 def run(
-    scenario: str, interval: float, warmup: float, seconds: float, page_every: float, peers: int, checkout: Path = REPO
+    scenario: str,
+    interval: float,
+    warmup: float,
+    seconds: float,
+    page_every: float,
+    peers: int,
+    checkout: Path = REPO,
+    evaluation_interval: float | None = None,
 ) -> dict:
     from specwatch import sim
 
@@ -152,6 +162,7 @@ def run(
     config.write_text(
         f"targets:\n  - name: vllm\n    url: {sims['specwatch'].url}\n"
         f"listen: 127.0.0.1:{port}\npoll_interval: {interval}s\nlog:\n  level: warning\n"
+        + (f"evaluation_interval: {evaluation_interval}s\n" if evaluation_interval is not None else "")
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "exporter")}
     specwatch_env = {**os.environ, "PYTHONPATH": str(checkout / "exporter")}
@@ -178,6 +189,7 @@ def run(
         result = {
             "scenario": scenario,
             "interval_s": interval,
+            "evaluation_interval_s": evaluation_interval,  # None: every poll evaluated
             "warmup_s": warmup,
             "peers": peers,
             "checkout": str(checkout),
@@ -203,6 +215,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="steady")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between polls (both pollers)")
+    parser.add_argument(
+        "--evaluation-interval",
+        type=float,
+        default=None,
+        help="specwatch's evaluation_interval in seconds (default: unset, every poll evaluated)",
+    )
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds before the first phase")
     parser.add_argument("--seconds", type=float, default=120.0, help="length of each phase")
     parser.add_argument("--page-every", type=float, default=5.0, help="seconds between reads of / (second phase)")
@@ -215,7 +233,18 @@ def main() -> None:
         parser.error("--peers must be at least 1")
     if not (args.checkout / "exporter" / "specwatch").is_dir():
         parser.error(f"--checkout {args.checkout} has no exporter/specwatch")
-    result = run(args.scenario, args.interval, args.warmup, args.seconds, args.page_every, args.peers, args.checkout)
+    if args.evaluation_interval is not None and args.evaluation_interval < args.interval:
+        parser.error("--evaluation-interval must be at least --interval")
+    result = run(
+        args.scenario,
+        args.interval,
+        args.warmup,
+        args.seconds,
+        args.page_every,
+        args.peers,
+        args.checkout,
+        args.evaluation_interval,
+    )
     print(json.dumps(result, indent=2))
 
 

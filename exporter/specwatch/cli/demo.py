@@ -356,7 +356,7 @@ def _show(
         _wrap(
             f"specwatch demo: scenario {scenario.name!r} at {speed:g}x, windows {', '.join(config.window_labels)} "
             f"(wall time), poll every {config.poll_interval:g}s, verdict hold "
-            f"{config.decision.hold_seconds(config.poll_interval):g}s"
+            f"{config.decision.hold_seconds(config.evaluation_period):g}s"
         ),
         _wrap("  " + describe(scenario)),
         _wrap("  " + breakeven_line(handle.truth())),
@@ -368,7 +368,7 @@ def _show(
     ]
     out.write((ALT_SCREEN_ON if tty else "") + "\n".join(intro) + "\n")
     out.flush()
-    pending = Pending(hold_seconds=config.decision.hold_seconds(config.poll_interval))
+    pending = Pending(hold_seconds=config.decision.hold_seconds(config.evaluation_period))
     watch = TargetWatch()
     stop = threading.Event()
     end = time.monotonic() + duration if duration else None

@@ -214,9 +214,30 @@ def _build_prometheus(values: dict[str, Any], poll_interval: float) -> Prometheu
     return PrometheusConfig(**{**section, "timeout": timeout})
 
 
+def _check_evaluation_interval(values: dict[str, Any], poll_interval: float) -> None:
+    """evaluation_interval: sidecar mode only, no shorter than a poll, and each window evaluated at
+    least twice over its width."""
+    evaluation_interval = values.get("evaluation_interval")
+    if evaluation_interval is None:
+        return
+    if values.get("prometheus") is not None:
+        raise ConfigError(
+            "evaluation_interval", "not used with prometheus: (fleet mode evaluates at each poll); remove it"
+        )
+    if evaluation_interval < poll_interval:
+        raise ConfigError("evaluation_interval", f"must be at least poll_interval ({format_duration(poll_interval)})")
+    for i, window in enumerate(values.get("windows", Config.windows)):
+        if window < 2 * evaluation_interval:
+            raise ConfigError(
+                f"windows[{i}]",
+                f"must be at least 2 x evaluation_interval ({format_duration(2 * evaluation_interval)})",
+            )
+
+
 def _build(values: dict[str, Any]) -> Config:
     """The rules that span keys, then the dataclass."""
     poll_interval = values.get("poll_interval", Config.poll_interval)
+    _check_evaluation_interval(values, poll_interval)
     for i, window in enumerate(values.get("windows", ())):
         # A ratio needs two snapshots, and a failed poll should not empty the window.
         if window < 2 * poll_interval:

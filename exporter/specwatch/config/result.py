@@ -317,16 +317,17 @@ class DecisionConfig:
     hold: float | int = setting(
         HoldTime(),
         "how long a new verdict must stay the candidate before it takes effect; "
-        "a bare integer counts polls (N polls = (N-1) x poll_interval)",
+        "a bare integer counts evaluations (N = (N-1) x evaluation_interval, which is poll_interval unless set)",
         default=30.0,
         example="1m",
     )
 
-    def hold_seconds(self, poll_interval: float) -> float:
-        """How long a new verdict must stay the candidate. N evaluations span N - 1 poll intervals,
-        so an integer hold of N takes effect on the N-th consecutive evaluation."""
+    def hold_seconds(self, evaluation_period: float) -> float:
+        """How long a new verdict must stay the candidate. N evaluations span N - 1 evaluation
+        periods (Config.evaluation_period), so an integer hold of N takes effect on the N-th
+        consecutive evaluation."""
         if isinstance(self.hold, int):
-            return max(self.hold - 1, 0) * poll_interval
+            return max(self.hold - 1, 0) * evaluation_period
         return float(self.hold)
 
 
@@ -522,6 +523,16 @@ class Config:
         Listen(), "exporter HTTP address [host]:port", default=":9474", example="127.0.0.1:9100", chart=False
     )
     poll_interval: float = setting(Duration(), "time between polls of each target", default=5.0, example="2s")
+    # Sidecar mode: polls between two evaluations only ingest (None: every poll is evaluated).
+    evaluation_interval: float | None = setting(
+        Duration(),
+        "sidecar mode: time between evaluations of the windows (verdicts, the published view); the polls "
+        "between only fill the windows, a failed or changed poll is evaluated at once; at least poll_interval",
+        default=None,
+        example="5s",
+        nullable=True,
+        default_doc="poll_interval",
+    )
     windows: tuple[float, ...] = setting(
         DurationList(),
         "rolling windows, each at least 2 x poll_interval; env: comma-separated",
@@ -605,6 +616,11 @@ class Config:
     # The keys the file, the environment or a flag stated (``hardware.preset``, ``tensor_parallel``):
     # a stated value equal to its default is no assumption. Not part of equality.
     stated: frozenset[str] = field(default=frozenset(), compare=False)
+
+    @property
+    def evaluation_period(self) -> float:
+        """Seconds between two evaluations: evaluation_interval, else every poll."""
+        return self.evaluation_interval if self.evaluation_interval is not None else self.poll_interval
 
     @property
     def window_labels(self) -> tuple[str, ...]:

@@ -21,8 +21,9 @@ Choices:
   fetched), stay small, and a browser draws polylines with nothing to load. A Content-Security-
   Policy meta tag (default-src 'none', inline styles only) makes any script or external fetch
   impossible even if escaping were ever wrong.
-- It refreshes itself with <meta http-equiv="refresh"> every poll interval: the page is rebuilt per
-  poll anyway, so reloading it is exactly as fresh as polling /api/v1/status from a script would be,
+- It refreshes itself with <meta http-equiv="refresh"> every evaluation (each poll, unless
+  evaluation_interval is set): a new view is published at each, so reloading it is exactly as fresh
+  as polling /api/v1/status from a script would be,
   with no client code to keep in step with the JSON.
 - Everything from a target, a route match or Prometheus (label values are attacker-controlled) is
   HTML-escaped, in text and attributes alike, and Unicode bidi controls in it are shown as their
@@ -540,7 +541,7 @@ def windows_table(
     where: str, evaluations: Sequence[RouteEvaluation], history: PageHistory, config: Config, now: float | None
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """One route's windows as a table, and the records (window, window_status) behind it."""
-    hold = config.decision.hold_seconds(config.poll_interval)
+    hold = config.decision.hold_seconds(config.evaluation_period)
     rows, records = [], []
     for e in evaluations:
         record = window_status(e)
@@ -752,7 +753,7 @@ def cost_model_section(state: State, config: Config, basis: Assumptions) -> str:
         ("dtype", info.dtype),
         ("tensor parallel", info.tensor_parallel),
         ("drafter cost class", info.method),
-        ("hold", duration(config.decision.hold_seconds(config.poll_interval))),
+        ("hold", duration(config.decision.hold_seconds(config.evaluation_period))),
         ("min drafts per window", num(config.decision.min_drafts, ".0f")),
     ]
     body = "".join(f"<tr>{td(esc(k), 'l')}{td(label(v), 'l')}</tr>" for k, v in rows)
@@ -958,7 +959,7 @@ def render_page(
     """The whole page as served at `/` (UTF-8). `now`: the wall time shown as "updated";
     config_error: the last config load failed (`polling`: a previous good config still runs)."""
     config = view.config
-    refresh = max(1, math.ceil(config.poll_interval))
+    refresh = max(1, math.ceil(config.evaluation_period))  # a new view at each evaluation
     if view.fleet is None:
         body, verdicts = sidecar_body(view, history)
         mode = "sidecar"
@@ -981,9 +982,12 @@ def render_page(
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
     )
+    evaluates = ""
+    if config.evaluation_interval is not None and config.evaluation_interval != config.poll_interval:
+        evaluates = f" · evaluates every {esc(duration(config.evaluation_interval))}"
     header = (
         f"<header><h1>specwatch</h1><p class=q>{esc(QUESTION)}</p><p class=meta>{mode} mode · specwatch "
-        f"{esc(__version__)} · polls every {esc(duration(config.poll_interval))} · this page refreshes every "
+        f"{esc(__version__)} · polls every {esc(duration(config.poll_interval))}{evaluates} · this page refreshes every "
         f"{refresh} s · updated {esc(updated)} · plots: window {esc(_chart_window(config))}, up to the last hour · "
         '<a href="/metrics">/metrics</a> · <a href="/api/v1/status">/api/v1/status</a> · '
         '<a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p></header>'

@@ -72,16 +72,17 @@ class QuerySource:
     def close(self) -> None:
         self.fleet.client.close()
 
-    def poll(self) -> None:
+    def poll(self) -> bool:
         now = self._clock()
         if self._history_pending:
             self._history_pending = False
             self._read_history(now)
             if self._host.stopping():
-                return
+                return True
         for replica, evaluation in self.fleet.poll(now) or ():
             key = ("verdict", replica, evaluation.stats.route, evaluation.stats.window)
             self._changes.verdict(key, evaluation, replica=replica_name(replica))
+        return True  # a fleet poll is its evaluation
 
     def _read_history(self, now: float) -> None:
         """The history read on its own thread while this one, the evaluator's only other writer,

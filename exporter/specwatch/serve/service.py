@@ -188,9 +188,13 @@ class Service:
 
     # -- polling ---------------------------------------------------------------------------------
     def poll_once(self) -> None:
-        self.poller.poll()
-        if not self._stop.is_set():
+        evaluated = self.poller.poll()
+        if self._stop.is_set():
+            return
+        if evaluated or not self.published.ready:
             self.published = self._publish(ready=True)
+        else:
+            self.alive()  # nothing new to publish (evaluation_interval): the loop ticked
 
     def _restored(self) -> tuple[Mapping[str, WindowSummary], Mapping[str, tuple[tuple[float, float], ...]]] | None:
         """The previous pod's evidence, once it has been read back (`readback:`)."""

@@ -80,6 +80,7 @@ class _TargetRecord:
     polls: int = 0
     engine: str = AUTO  # the configured engine, or detected from each payload
     payload_engine: str | None = None  # what the last payload looks like, when it is not the pinned engine
+    routes: tuple[str, ...] = ()  # the routes of its last good poll
 
     def __post_init__(self) -> None:
         fixed = None if self.engine == AUTO else engine_named(self.engine)
@@ -140,6 +141,10 @@ class Pipeline(EvaluationContext):
         self._routes: dict[str, _RouteRecord] = {}
         self._t: float | None = None
         self._evaluated = False
+        # When the last evaluation ran, and whether a poll since changed more than the windows'
+        # values (a failure, a recovery, a reset, a route come or gone): evaluation_due.
+        self._evaluated_at: float | None = None
+        self._moved = True
         self._limit_for: Config | None = None
         self._position_limit = position_limit(None)
 
@@ -176,6 +181,7 @@ class Pipeline(EvaluationContext):
         process's first regime is graded against it when K or the method differ) and its learned
         curve's knots (the route's cost model until this process's own curve fits)."""
         curves = curves or {}
+        self._moved = True
         for name in sorted(set(before_windows) | set(curves)):
             route = self._routes.get(name)
             if route is not None:
@@ -194,6 +200,7 @@ class Pipeline(EvaluationContext):
         record = self._targets[target]
         record.up = False
         record.polls += 1
+        self._moved = True
         record.errors[reason if reason in record.errors else "invalid"] += 1
         record.scrape_duration = duration
         self._t = t
@@ -213,19 +220,43 @@ class Pipeline(EvaluationContext):
         except ExpositionError as exc:
             self.ingest_error(target, t, exc.reason, duration)
             return IngestResult(False, exc.reason, str(exc))
+        recovered = record.up is not True  # or its first good poll
         record.up = True
         record.polls += 1
         record.payload_engine = None
         record.last_success = t
         record.scrape_duration = duration
         self._t = t
-        resets = dipped = 0
         schema = snaps[0].schema if snaps else record.schema
         dropped = grouping.dropped
         if dropped["routes"] or dropped["engines"]:
             for kind, count in dropped.items():
                 record.dropped[kind] += count
         replanned = grouping.replanned  # False: the same series per route as the last poll
+        resets, dipped = self._take(record, snaps, replanned)
+        if resets:
+            record.resets += 1  # one restart of vLLM resets every route: count it once per poll
+        if dipped:
+            record.dips += 1  # counted like restarts: polls, not series
+        routes = tuple(s.route for s in snaps)
+        if recovered or resets or dipped or routes != record.routes or schema != record.schema:
+            self._moved = True  # published at once, not at the next evaluation_interval
+        record.schema, record.routes = schema, routes
+        self._expire_routes(record)
+        return IngestResult(
+            True,
+            resets=resets,
+            schema=schema,
+            routes=routes,
+            dropped=dropped,
+            engine=grouping.engine.name,
+        )
+
+    def _take(self, record: _TargetRecord, snaps: list[RouteSnapshot], replanned: bool) -> tuple[int, int]:
+        """Each snapshot into its route's window (a new route made first): how many routes' counters
+        reset, and how many dipped."""
+        resets = dipped = 0
+        target = record.name
         for snap in snaps:
             route = self._routes.get(snap.route)
             new = route is None
@@ -244,20 +275,7 @@ class Pipeline(EvaluationContext):
             dipped += route.window.last_dips
             route.seen_poll = record.polls
             route.fresh = True
-        if resets:
-            record.resets += 1  # one restart of vLLM resets every route: count it once per poll
-        if dipped:
-            record.dips += 1  # counted like restarts: polls, not series
-        record.schema = schema
-        self._expire_routes(record)
-        return IngestResult(
-            True,
-            resets=resets,
-            schema=schema,
-            routes=tuple(s.route for s in snaps),
-            dropped=dropped,
-            engine=grouping.engine.name,
-        )
+        return resets, dipped
 
     def _read(self, grouping: Grouping, text: str, t: float, target: str) -> list[RouteSnapshot]:
         """The poll's route snapshots; ExpositionError on bad input, and ("invalid") on values no
@@ -347,8 +365,20 @@ class Pipeline(EvaluationContext):
         mine = ((n, r.seen_poll) for n, r in self._routes.items() if r.target == record.name)
         for name in self.expired(mine, record.polls):
             del self._routes[name]
+            self._moved = True
 
     # -- evaluation -----------------------------------------------------------------------------
+    def evaluation_due(self, now: float) -> bool:
+        """Whether a poll at `now` is evaluated: at the first poll, every evaluation_interval
+        (within half a poll interval, so polls that come a little early do not skip a beat), and at
+        once after a poll that changed more than the windows' values, so a failure, a recovery, a
+        reset or a route come or gone is never published late. Without evaluation_interval,
+        every poll."""
+        last, config = self._evaluated_at, self.config
+        if self._moved or last is None or config.evaluation_interval is None:
+            return True
+        return now - last >= config.evaluation_interval - 0.5 * config.poll_interval
+
     def evaluate(self, now: float) -> list[RouteEvaluation]:
         out: list[RouteEvaluation] = []
         config = self.config
@@ -389,6 +419,7 @@ class Pipeline(EvaluationContext):
             out.extend(evaluations)
         self._t = now
         self._evaluated = True
+        self._evaluated_at, self._moved = now, False
         return out
 
     def _controller(

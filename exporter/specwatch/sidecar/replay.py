@@ -1,8 +1,9 @@
 """`specwatch replay`: run a recording through the live sidecar's evaluation path.
 
 The same Pipeline as `specwatch run`, fed from the file instead of HTTP: each recorded poll is
-ingested at its recorded time, then every route and window is evaluated at that time, and one
-JSON line per evaluation is printed (the keys of docs/architecture.md §4, null where there is no value).
+ingested at its recorded time, then every route and window is evaluated at that time when an
+evaluation is due (every poll unless `evaluation_interval` is set), and one JSON line per evaluation
+is printed (the keys of docs/architecture.md §4, null where there is no value).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def replay(
             pipeline.ingest(target, float(entry["t"]), entry["text"])
         else:
             pipeline.ingest_error(target, float(entry["t"]), str(entry["error"]))
-        for evaluation in pipeline.evaluate(float(entry["t"])):
-            yield json_safe_record(evaluation_record(evaluation))
+        if pipeline.evaluation_due(float(entry["t"])):
+            for evaluation in pipeline.evaluate(float(entry["t"])):
+                yield json_safe_record(evaluation_record(evaluation))
 
 
 def replay_to(

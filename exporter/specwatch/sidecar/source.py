@@ -1,6 +1,7 @@
 """Sidecar mode's Source (view/source.py): every target scraped in parallel each tick, then ingested
-in config order by the poll thread, the pipeline's only writer; target, schema and verdict changes
-logged once each (view/change_log.py), not once per poll."""
+in config order by the poll thread, the pipeline's only writer, and evaluated when due
+(`evaluation_interval`: every poll unless set); target, schema and verdict changes logged once each
+(view/change_log.py), not once per poll."""
 
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ class TargetsSource:
             self._pool = ThreadPoolExecutor(max_workers=len(self.config.targets), thread_name_prefix="specwatch-fetch")
         return self._pool
 
-    def poll(self) -> None:
+    def poll(self) -> bool:
         if self._restore is not None and (restored := self._restore()) is not None:
             self.pipeline.restore(*restored)  # here: the poll thread is the pipeline's only writer
         # Targets are fetched in parallel (a hung one must not delay the others past the interval),
@@ -108,8 +109,12 @@ class TargetsSource:
             results = [self._fetch(self.config.targets[0].name)]
         for target, (now, result) in zip(self.config.targets, results, strict=True):
             self._ingest(target.name, now, result)
-        for evaluation in self.pipeline.evaluate(self._clock()):
+        now = self._clock()
+        if not self.pipeline.evaluation_due(now):
+            return False  # the windows took this poll; the published view stands until the next evaluation
+        for evaluation in self.pipeline.evaluate(now):
             self._changes.verdict(("verdict", evaluation.stats.route, evaluation.stats.window), evaluation)
+        return True
 
     def _ingest(self, name: str, now: float, result: ScrapeResult | ScrapeError) -> None:
         if isinstance(result, ScrapeError):

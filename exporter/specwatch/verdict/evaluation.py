@@ -402,8 +402,8 @@ def evaluate_route(
     base_config: Mapping[str, object] | None = stated if isinstance(stated, Mapping) else None
     schedule_ks = scheduled_ks(schedule)
     decision = config.decision
-    # Half a poll of slack: evaluations are one poll interval apart, give or take scheduling.
-    hold = max(decision.hold_seconds(config.poll_interval) - 0.5 * config.poll_interval, 0.0)
+    # Half a poll of slack: evaluations are one evaluation period apart, give or take scheduling.
+    hold = max(decision.hold_seconds(config.evaluation_period) - 0.5 * config.poll_interval, 0.0)
     if method is None:
         method = update_route_method(config, memory, windows, schedule)
     cost_class = method.split(":")[-1]

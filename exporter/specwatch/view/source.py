@@ -1,7 +1,7 @@
 """The Source a running specwatch polls, chosen once from the config (and again only on a reload
 that switches modes): the sidecar's targets (sidecar/source.py) or the fleet's query API
 (fleet/source.py). serve/service.py keeps the loop, reload, publish and lifecycle; each tick it
-calls poll, and publishes view()."""
+calls poll, and publishes view() when the poll evaluated."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ class Source(Protocol):
     mode: str  # sidecar | fleet: named in the logs
     drains: bool  # after SIGTERM, polls on until its targets have gone (serve/drain.py)
 
-    def poll(self) -> None:
-        """One tick: fetch, ingest and evaluate."""
+    def poll(self) -> bool:
+        """One tick: fetch, ingest and, when due, evaluate. True when it evaluated: view() then
+        has something new to publish."""
 
     def view(self) -> View:
         """What the last poll publishes."""

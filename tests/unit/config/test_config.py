@@ -903,3 +903,36 @@ def test_both_query_sections_refuse_a_bad_query_client_key_in_one_line_naming_it
         from_mapping(raw, environ={})
     assert info.value.key.startswith(f"{section}.{key}") and message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            {"poll_interval": "5s", "evaluation_interval": "2s"},
+            r"^evaluation_interval: must be at least poll_interval \(5s\)",
+        ),
+        (
+            {"poll_interval": "1s", "evaluation_interval": "40s"},
+            r"^windows\[0\]: must be at least 2 x evaluation_interval \(80s\)",
+        ),
+        (
+            {"prometheus": PROMETHEUS_URL, "evaluation_interval": "30s"},
+            r"^evaluation_interval: not used with prometheus",
+        ),
+    ],
+)
+def test_an_evaluation_interval_shorter_than_a_poll_or_half_a_window_or_in_fleet_mode_is_refused(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        from_mapping(raw, environ={})
+
+
+def test_the_evaluation_period_is_the_poll_interval_unless_set_and_an_integer_hold_counts_evaluations():
+    plain = from_mapping({"poll_interval": "1s", "decision": {"hold": 3}}, environ={})
+    assert plain.evaluation_interval is None and plain.evaluation_period == 1.0
+    assert plain.decision.hold_seconds(plain.evaluation_period) == 2.0
+    spaced = from_mapping({"poll_interval": "1s", "evaluation_interval": "5s", "decision": {"hold": 3}}, environ={})
+    assert spaced.evaluation_period == 5.0
+    assert spaced.decision.hold_seconds(spaced.evaluation_period) == 10.0
+    timed = from_mapping({"poll_interval": "1s", "evaluation_interval": "5s", "decision": {"hold": "30s"}}, environ={})
+    assert timed.decision.hold_seconds(timed.evaluation_period) == 30.0
