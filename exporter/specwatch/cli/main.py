@@ -173,7 +173,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return 0
     print(
         f"{args.file}: OK ({source}, {len(config.routes)} route(s), "
-        f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s)"
+        f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s"
+        + (f", evaluate every {config.evaluation_interval:g}s" if config.evaluation_interval is not None else "")
+        + ")"
     )
     print("verdicts will rest on:")
     for line in basis.config_lines():

@@ -147,6 +147,20 @@ class Published:
     not_ready: bytes  # /readyz's body while not ready: starting, or the config error
     rendered_openmetrics: Rendered  # /metrics when OpenMetrics is asked for
 
+    def ticked(self, now: float) -> Published:
+        """The same publication at a later loop tick (a poll with nothing new to publish).
+        Positional: dataclasses.replace looks the fields up each call, and this is every poll."""
+        return Published(
+            self.view,
+            self.rendered_metrics,
+            self.rendered_status,
+            self.ready,
+            now,
+            self.rendered_page,
+            self.not_ready,
+            self.rendered_openmetrics,
+        )
+
     @property
     def metrics(self) -> bytes:
         return self.rendered_metrics.get()

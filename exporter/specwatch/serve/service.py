@@ -23,6 +23,7 @@ a reload that switches modes builds the other Source.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import signal
@@ -83,6 +84,7 @@ class Service:
         self._stop = threading.Event()
         self._wake = Wake()
         self._reload_requested = False
+        self._file_checked = -math.inf  # monotonic time the config file was last looked at
         # /metrics: first the view's own families (a function of the immutable view alone: built at
         # the first read of a view's /metrics, never for a view nobody scrapes), then the live ones
         # (reload status, read-back, poll errors, history read: collected at each poll, so they
@@ -135,7 +137,7 @@ class Service:
 
     def _reload_if_due(self) -> None:
         forced, self._reload_requested = self._reload_requested, False
-        file_changed = self.source is not None and self.source.changed()
+        file_changed = self.source is not None and self._file_check_due() and self.source.changed()
         if not (forced or file_changed) or self.source is None:
             return
         try:
@@ -151,6 +153,19 @@ class Service:
             )
             return
         self.apply(new, trigger="signal" if forced else "file")
+
+    def _file_check_due(self) -> bool:
+        """The config file is looked at once per evaluation: every tick, unless evaluation_interval
+        spaces the evaluations out (a reload is then taken within one evaluation interval; SIGHUP
+        and the API at the next tick)."""
+        config = self.config
+        if config.evaluation_interval is None:
+            return True
+        now = time.monotonic()
+        if now - self._file_checked < config.evaluation_interval - 0.5 * config.poll_interval:
+            return False
+        self._file_checked = now
+        return True
 
     def apply(self, new: Config, *, trigger: str = "api") -> None:
         """Swap to a validated config, rebuilding only what it changes."""
@@ -211,7 +226,7 @@ class Service:
         return self._stop.is_set()
 
     def alive(self) -> None:
-        self.published = replace(self.published, last_tick=time.monotonic())
+        self.published = self.published.ticked(time.monotonic())
 
     def _publish(self, *, ready: bool) -> Published:
         """Swap in (and return) this poll's view. The page's history is recorded here (one point per

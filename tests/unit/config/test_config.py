@@ -936,3 +936,16 @@ def test_the_evaluation_period_is_the_poll_interval_unless_set_and_an_integer_ho
     assert spaced.decision.hold_seconds(spaced.evaluation_period) == 10.0
     timed = from_mapping({"poll_interval": "1s", "evaluation_interval": "5s", "decision": {"hold": "30s"}}, environ={})
     assert timed.decision.hold_seconds(timed.evaluation_period) == 30.0
+
+
+def test_check_config_names_the_evaluation_interval_and_exits_2_on_a_bad_one(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("poll_interval: 1s\nevaluation_interval: 5s\n")
+    proc = run_cli("check-config", str(good))
+    assert proc.returncode == 0, proc.stderr
+    assert "poll every 1s, evaluate every 5s)" in proc.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("poll_interval: 5s\nevaluation_interval: 1s\n")
+    proc = run_cli("check-config", str(bad))
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 1  # the error line, then the hint line
+    assert "evaluation_interval: must be at least poll_interval (5s)" in proc.stderr

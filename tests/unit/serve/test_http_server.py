@@ -223,3 +223,21 @@ def test_openmetrics_is_served_when_the_accept_header_asks_for_it(front):
         assert status.endswith(b"200 OK") and headers["content-type"].startswith("application/openmetrics-text")
         status, headers = exchange(sock, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert headers["content-type"].startswith("text/plain")
+
+
+def test_a_ticked_publication_is_the_same_publication_at_the_new_tick():
+    import dataclasses
+
+    service = Service(scenario_config("steady"))
+    try:
+        published = service.published
+        ticked = published.ticked(published.last_tick + 7.0)
+        assert ticked == dataclasses.replace(published, last_tick=published.last_tick + 7.0)
+        assert [f.name for f in dataclasses.fields(ticked)] == [f.name for f in dataclasses.fields(published)]
+        assert all(
+            getattr(ticked, f.name) is getattr(published, f.name)
+            for f in dataclasses.fields(published)
+            if f.name != "last_tick"
+        )
+    finally:
+        service.stop()
