@@ -354,6 +354,7 @@ class Service:
             prometheus=redact_url(prometheus.url) if prometheus else None,
             targets=[t.name for t in self.config.targets],
             poll_interval=self.config.poll_interval,
+            evaluation_interval=self.config.evaluation_period,
             windows=list(self.config.window_labels),
             config=self.source.path if self.source else None,
             config_ok=self.active,
