@@ -622,6 +622,13 @@ class Config:
         """Seconds between two evaluations: evaluation_interval, else every poll."""
         return self.evaluation_interval if self.evaluation_interval is not None else self.poll_interval
 
+    def evaluation_due(self, elapsed: float) -> bool:
+        """Whether an evaluation (or the config file's look that goes with it) is due `elapsed`
+        seconds after the last: always without evaluation_interval, else once it has passed within
+        half a poll interval, so polls that come a little early do not skip a beat."""
+        interval = self.evaluation_interval
+        return interval is None or elapsed >= interval - 0.5 * self.poll_interval
+
     @property
     def window_labels(self) -> tuple[str, ...]:
         return tuple(format_duration(w) for w in self.windows)

@@ -158,11 +158,10 @@ class Service:
         """The config file is looked at once per evaluation: every tick, unless evaluation_interval
         spaces the evaluations out (a reload is then taken within one evaluation interval; SIGHUP
         and the API at the next tick)."""
-        config = self.config
-        if config.evaluation_interval is None:
-            return True
+        if self.config.evaluation_interval is None:
+            return True  # every tick: no clock read
         now = time.monotonic()
-        if now - self._file_checked < config.evaluation_interval - 0.5 * config.poll_interval:
+        if not self.config.evaluation_due(now - self._file_checked):
             return False
         self._file_checked = now
         return True

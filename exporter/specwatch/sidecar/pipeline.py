@@ -374,10 +374,8 @@ class Pipeline(EvaluationContext):
         once after a poll that changed more than the windows' values, so a failure, a recovery, a
         reset or a route come or gone is never published late. Without evaluation_interval,
         every poll."""
-        last, config = self._evaluated_at, self.config
-        if self._moved or last is None or config.evaluation_interval is None:
-            return True
-        return now - last >= config.evaluation_interval - 0.5 * config.poll_interval
+        last = self._evaluated_at
+        return self._moved or last is None or self.config.evaluation_due(now - last)
 
     def evaluate(self, now: float) -> list[RouteEvaluation]:
         out: list[RouteEvaluation] = []

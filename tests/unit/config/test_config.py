@@ -934,6 +934,7 @@ def test_the_evaluation_period_is_the_poll_interval_unless_set_and_an_integer_ho
     spaced = from_mapping({"poll_interval": "1s", "evaluation_interval": "5s", "decision": {"hold": 3}}, environ={})
     assert spaced.evaluation_period == 5.0
     assert spaced.decision.hold_seconds(spaced.evaluation_period) == 10.0
+    assert plain.evaluation_due(0.0) and not spaced.evaluation_due(4.4) and spaced.evaluation_due(4.5)
     timed = from_mapping({"poll_interval": "1s", "evaluation_interval": "5s", "decision": {"hold": "30s"}}, environ={})
     assert timed.decision.hold_seconds(timed.evaluation_period) == 30.0
 
