@@ -23,7 +23,7 @@ from specwatch.costmodel.engine_priors import GENERIC, EnginePrior
 from specwatch.costmodel.errors import CostModelError
 from specwatch.costmodel.hardware import COMPUTE_DTYPE, HardwareSpec
 from specwatch.costmodel.models import DTYPE_BYTES, ModelSpec, model_total_weight_bytes, model_weight_bytes
-from specwatch.costmodel.profile import RelativeStepTimeCurve, StepTimeCurve
+from specwatch.costmodel.profile import RelativeStepTimeCurve, StepTimeCurve, is_relative_curve
 
 # Efficiency defaults, calibrated against the SpecDecode-Bench fitted step model for Llama-3.1-8B
 # on H100; docs/costmodel.md ("Defaults and why") shows the derivation and tests/unit/costmodel/test_costmodel.py
@@ -266,10 +266,10 @@ class CostModel:
 
     @cached_property
     def _relative_curve(self) -> RelativeStepTimeCurve | None:
-        # isinstance against a runtime-checkable Protocol walks its members on every call (a third
-        # of an evaluation's time when it ran per step-time question); the profile never changes.
+        # Worked out once per model (the profile never changes), without isinstance against a
+        # runtime-checkable Protocol, which walks the protocol's members on every call.
         curve = self.profile
-        return curve if isinstance(curve, RelativeStepTimeCurve) else None
+        return curve if is_relative_curve(curve) else None
 
     def spec_overhead_time(self, batch: float, tokens: float | None = None) -> float:
         """Fixed cost of one speculative step over ``batch`` requests (``tokens`` verified),

@@ -363,3 +363,27 @@ def test_the_kept_fit_summary_is_the_plain_one_at_every_step_and_is_worked_out_a
         assert learned.fit_summary_kept(learner, model) == first
     learner.add(point)  # a repeated time adds nothing: the summary stays
     assert learned.fit_summary_kept(learner, model) == learned.fit_summary(learner, model)
+
+
+def test_a_learned_curve_is_a_relative_curve_and_a_measured_profile_is_not():
+    """CostModel scales its absolute spec costs by a curve learned relative to the roofline; the test
+    that tells one (profile.is_relative_curve) answers as isinstance against the Protocol would."""
+    from specwatch.costmodel.profile import Profile, is_relative_curve
+
+    prior = costmodel.build_cost_model(hardware="h100-sxm", model="llama-3.1-8b", draft_method="eagle3")
+    curve = learned.LearnedStepCurve(prior=prior, knots=((1.0, 0.008), (256.0, 0.03)), points=12.0, residual_ratio=0.1)
+
+    class StepOnly:
+        def step_seconds(self, tokens: float, context_tokens: float, roofline_kv_seconds_per_token: float) -> float:
+            return 0.01
+
+    class NulledRatio(StepOnly):
+        spec_cost_ratio = None  # a member set to None is no method (as the Protocol's check has it)
+
+    assert is_relative_curve(curve)
+    assert not is_relative_curve(Profile(points=((1.0, 0.01), (64.0, 0.02))))
+    assert not is_relative_curve(StepOnly())
+    assert not is_relative_curve(NulledRatio())
+    assert not is_relative_curve(None)
+    assert learned.learned_cost_model(prior, curve).cost_scale(64.0) == curve.spec_cost_ratio(64.0)
+    assert replace(prior, profile=Profile(points=((1.0, 0.01), (64.0, 0.02)))).cost_scale(64.0) == 1.0
