@@ -7,7 +7,9 @@
 Simulated vLLM servers of one scenario (sim.serve, same seed: the same payloads; in this process,
 whose CPU is not counted) are polled every INTERVAL seconds, one by `specwatch run` (a config file,
 as the Helm chart runs it; its default 1m and 5m windows; with EVALUATION_INTERVAL, its
-`evaluation_interval`: the polls between evaluations only fill the windows), each of the others by
+`evaluation_interval`: the polls between evaluations only fill the windows; unset, specwatch's
+default: every 5 s at polls faster than that, every poll otherwise; equal to INTERVAL, every poll
+is evaluated), each of the others by
 one peer process,
 bench/peer_poller.py (requests, then prometheus_client's parser over every sample, nothing else).
 After WARMUP seconds, each process's CPU time (the nanoseconds on CPU of every thread, from
@@ -189,7 +191,7 @@ def run(
         result = {
             "scenario": scenario,
             "interval_s": interval,
-            "evaluation_interval_s": evaluation_interval,  # None: every poll evaluated
+            "evaluation_interval_s": evaluation_interval,  # None: unset (every 5 s at faster polls)
             "warmup_s": warmup,
             "peers": peers,
             "checkout": str(checkout),
@@ -219,7 +221,8 @@ def main() -> None:
         "--evaluation-interval",
         type=float,
         default=None,
-        help="specwatch's evaluation_interval in seconds (default: unset, every poll evaluated)",
+        help="specwatch's evaluation_interval in seconds (default: unset, every 5 s at faster polls; "
+        "--interval's value: every poll evaluated)",
     )
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds before the first phase")
     parser.add_argument("--seconds", type=float, default=120.0, help="length of each phase")

@@ -174,7 +174,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(
         f"{args.file}: OK ({source}, {len(config.routes)} route(s), "
         f"windows {', '.join(config.window_labels)}, poll every {config.poll_interval:g}s"
-        + (f", evaluate every {config.evaluation_interval:g}s" if config.evaluation_interval is not None else "")
+        + (
+            f", evaluate every {config.evaluation_period:g}s"
+            if config.evaluation_period != config.poll_interval
+            else ""
+        )
         + ")"
     )
     print("verdicts will rest on:")

@@ -317,7 +317,7 @@ class DecisionConfig:
     hold: float | int = setting(
         HoldTime(),
         "how long a new verdict must stay the candidate before it takes effect; "
-        "a bare integer counts evaluations (N = (N-1) x evaluation_interval, which is poll_interval unless set)",
+        "a bare integer counts evaluations (N = (N-1) x the time between evaluations, see evaluation_interval)",
         default=30.0,
         example="1m",
     )
@@ -517,21 +517,29 @@ class ReadbackConfig:
         )
 
 
+#: Sidecar mode without evaluation_interval: polls faster than this are evaluated this often (the
+#: polls between only fill the windows). What reads an evaluation — a Prometheus scrape (15 s or more),
+#: the page's refresh, a verdict held for a minute — reads none faster; at one-second polls it is
+#: four evaluations in five that nobody reads (docs/benchmarks.md, "Polling fast").
+AUTO_EVALUATION_SECONDS = 5.0
+
+
 @declared
 class Config:
     listen: str = setting(
         Listen(), "exporter HTTP address [host]:port", default=":9474", example="127.0.0.1:9100", chart=False
     )
     poll_interval: float = setting(Duration(), "time between polls of each target", default=5.0, example="2s")
-    # Sidecar mode: polls between two evaluations only ingest (None: every poll is evaluated).
+    # Sidecar mode: polls between two evaluations only ingest (None: Config.evaluation_period's rule).
     evaluation_interval: float | None = setting(
         Duration(),
         "sidecar mode: time between evaluations of the windows (verdicts, the published view); the polls "
-        "between only fill the windows, a failed or changed poll is evaluated at once; at least poll_interval",
+        "between only fill the windows, a failed or changed poll is evaluated at once; at least poll_interval "
+        "(set it to poll_interval to evaluate every poll)",
         default=None,
         example="5s",
         nullable=True,
-        default_doc="poll_interval",
+        default_doc="5s, or poll_interval when that is longer (at most half the shortest window)",
     )
     windows: tuple[float, ...] = setting(
         DurationList(),
@@ -619,15 +627,21 @@ class Config:
 
     @property
     def evaluation_period(self) -> float:
-        """Seconds between two evaluations: evaluation_interval, else every poll."""
-        return self.evaluation_interval if self.evaluation_interval is not None else self.poll_interval
+        """Seconds between two evaluations: evaluation_interval when set; unset, every poll in fleet
+        mode, and in sidecar mode every poll no more often than AUTO_EVALUATION_SECONDS (nor than half
+        the shortest window)."""
+        if self.evaluation_interval is not None:
+            return self.evaluation_interval
+        if self.prometheus is not None:
+            return self.poll_interval
+        return max(self.poll_interval, min(AUTO_EVALUATION_SECONDS, min(self.windows) / 2))
 
     def evaluation_due(self, elapsed: float) -> bool:
         """Whether an evaluation (or the config file's look that goes with it) is due `elapsed`
-        seconds after the last: always without evaluation_interval, else once it has passed within
-        half a poll interval, so polls that come a little early do not skip a beat."""
-        interval = self.evaluation_interval
-        return interval is None or elapsed >= interval - 0.5 * self.poll_interval
+        seconds after the last: at every poll when the period is one poll, else once the period
+        has passed within half a poll interval, so polls that come a little early do not skip a beat."""
+        period = self.evaluation_period
+        return period <= self.poll_interval or elapsed >= period - 0.5 * self.poll_interval
 
     @property
     def window_labels(self) -> tuple[str, ...]:

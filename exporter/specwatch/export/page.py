@@ -983,8 +983,8 @@ def render_page(
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
     )
     evaluates = ""
-    if config.evaluation_interval is not None and config.evaluation_interval != config.poll_interval:
-        evaluates = f" · evaluates every {esc(duration(config.evaluation_interval))}"
+    if config.evaluation_period != config.poll_interval:
+        evaluates = f" · evaluates every {esc(duration(config.evaluation_period))}"
     header = (
         f"<header><h1>specwatch</h1><p class=q>{esc(QUESTION)}</p><p class=meta>{mode} mode · specwatch "
         f"{esc(__version__)} · polls every {esc(duration(config.poll_interval))}{evaluates} · this page refreshes every "

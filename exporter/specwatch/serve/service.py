@@ -158,7 +158,7 @@ class Service:
         """The config file is looked at once per evaluation: every tick, unless evaluation_interval
         spaces the evaluations out (a reload is then taken within one evaluation interval; SIGHUP
         and the API at the next tick)."""
-        if self.config.evaluation_interval is None:
+        if self.config.evaluation_period <= self.config.poll_interval:
             return True  # every tick: no clock read
         now = time.monotonic()
         if not self.config.evaluation_due(now - self._file_checked):

@@ -184,7 +184,9 @@ def test_the_page_shows_the_answer_and_follows_the_verdict(live):
     assert '<span class="down">down</span>' in gone and "<b>connect</b>" in gone
     # Nothing but itself: no script, no external URL, and a CSP forbidding both.
     assert "<script" not in dom and not re.search(r'(src|href)="(https?:)?//', dom)
-    assert "default-src 'none'" in dom and 'http-equiv="refresh" content="1"' in dom
+    assert "default-src 'none'" in dom
+    # One-second polls, evaluated (and the page renewed) every five seconds, as the header says.
+    assert 'http-equiv="refresh" content="5"' in dom and "polls every 1 s · evaluates every 5 s" in dom
     screenshot(base + "/", shots / "live-page-keep.png")
 
     # The drop: the same URL, loaded again, shows the new verdict.

@@ -927,14 +927,25 @@ def test_an_evaluation_interval_shorter_than_a_poll_or_half_a_window_or_in_fleet
         from_mapping(raw, environ={})
 
 
-def test_the_evaluation_period_is_the_poll_interval_unless_set_and_an_integer_hold_counts_evaluations():
-    plain = from_mapping({"poll_interval": "1s", "decision": {"hold": 3}}, environ={})
-    assert plain.evaluation_interval is None and plain.evaluation_period == 1.0
-    assert plain.decision.hold_seconds(plain.evaluation_period) == 2.0
+def test_unset_the_evaluation_period_is_five_seconds_or_the_poll_and_an_integer_hold_counts_evaluations():
+    every = from_mapping({"poll_interval": "1s", "evaluation_interval": "1s", "decision": {"hold": 3}}, environ={})
+    assert every.evaluation_period == 1.0 and every.decision.hold_seconds(every.evaluation_period) == 2.0
     spaced = from_mapping({"poll_interval": "1s", "evaluation_interval": "5s", "decision": {"hold": 3}}, environ={})
     assert spaced.evaluation_period == 5.0
     assert spaced.decision.hold_seconds(spaced.evaluation_period) == 10.0
-    assert plain.evaluation_due(0.0) and not spaced.evaluation_due(4.4) and spaced.evaluation_due(4.5)
+    assert every.evaluation_due(0.0) and not spaced.evaluation_due(4.4) and spaced.evaluation_due(4.5)
+    # Unset: polls faster than five seconds are evaluated every five (never more than half the
+    # shortest window apart); slower polls, and fleet mode's, at every poll.
+    fast = from_mapping({"poll_interval": "1s", "decision": {"hold": 3}}, environ={})
+    assert fast.evaluation_interval is None and fast.evaluation_period == 5.0
+    assert fast.decision.hold_seconds(fast.evaluation_period) == 10.0
+    assert not fast.evaluation_due(4.4) and fast.evaluation_due(4.5)
+    assert from_mapping({"poll_interval": "1s", "windows": ["4s", "1m"]}, environ={}).evaluation_period == 2.0
+    default = from_mapping({}, environ={})
+    assert default.poll_interval == default.evaluation_period == 5.0 and default.evaluation_due(0.0)
+    assert from_mapping({"poll_interval": "10s"}, environ={}).evaluation_period == 10.0
+    fleet = from_mapping({"poll_interval": "1s", "prometheus": {"url": "http://prometheus:9090"}}, environ={})
+    assert fleet.evaluation_period == 1.0 and fleet.evaluation_due(0.0)
     timed = from_mapping({"poll_interval": "1s", "evaluation_interval": "5s", "decision": {"hold": "30s"}}, environ={})
     assert timed.decision.hold_seconds(timed.evaluation_period) == 30.0
 
@@ -945,6 +956,14 @@ def test_check_config_names_the_evaluation_interval_and_exits_2_on_a_bad_one(tmp
     proc = run_cli("check-config", str(good))
     assert proc.returncode == 0, proc.stderr
     assert "poll every 1s, evaluate every 5s)" in proc.stdout
+    unset = tmp_path / "unset.yaml"
+    unset.write_text("poll_interval: 2s\n")
+    proc = run_cli("check-config", str(unset))
+    assert proc.returncode == 0 and "poll every 2s, evaluate every 5s)" in proc.stdout, proc.stderr
+    every = tmp_path / "every.yaml"
+    every.write_text("poll_interval: 5s\n")
+    proc = run_cli("check-config", str(every))
+    assert proc.returncode == 0 and "poll every 5s)" in proc.stdout, proc.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("poll_interval: 5s\nevaluation_interval: 1s\n")
     proc = run_cli("check-config", str(bad))

@@ -28,7 +28,9 @@ class _CountingSource:
         raise service_module.ConfigError("config", "refused, to count the load")
 
 
-@pytest.mark.parametrize(("extra", "looks"), [({}, 11), ({"evaluation_interval": "5s"}, 3)])
+@pytest.mark.parametrize(
+    ("extra", "looks"), [({"evaluation_interval": "1s"}, 11), ({"evaluation_interval": "5s"}, 3), ({}, 3)]
+)
 def test_the_config_file_is_looked_at_once_per_evaluation(monkeypatch, extra, looks):
     config = from_mapping({**CLOSED, "poll_interval": "1s", **extra}, environ={})
     source = _CountingSource()

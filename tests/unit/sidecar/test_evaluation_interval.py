@@ -1,7 +1,8 @@
 """`evaluation_interval`: the polls between two evaluations only fill the windows, publish nothing
 new and leave the verdicts' state alone; a failed, recovered or reset poll is evaluated and
 published at once; what an evaluation says about its windows is what an evaluation at every poll
-says at the same time."""
+says at the same time. Unset, polls faster than five seconds are evaluated every five seconds, and
+slower ones at every poll."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ class _Answer:
 class _Polled:
     """A Service polling the steady scenario's simulator once a second of its own clock."""
 
-    def __init__(self, **extra: object) -> None:
-        raw = {**scenario_raw_config("steady", poll_interval=1.0), **extra}
+    def __init__(self, poll_interval: float = 1.0, **extra: object) -> None:
+        raw = {**scenario_raw_config("steady", poll_interval=poll_interval), **extra}
         self.clock = 0.0
         self.service = Service(from_mapping(raw, environ={}), clock=lambda: self.clock)
         self.answer = _Answer()
@@ -71,8 +72,24 @@ def test_polls_between_evaluations_fill_the_windows_and_publish_nothing_new():
         polled.close()
 
 
-def test_without_an_evaluation_interval_every_poll_is_evaluated_and_published():
+def test_without_an_evaluation_interval_one_second_polls_are_evaluated_every_five_seconds():
     polled = _Polled()
+    try:
+        assert [t for t in range(1, 22) if polled.poll(float(t))] == [1, 6, 11, 16, 21]
+    finally:
+        polled.close()
+
+
+def test_without_an_evaluation_interval_five_second_polls_are_each_evaluated_and_published():
+    polled = _Polled(poll_interval=5.0)
+    try:
+        assert all(polled.poll(float(t)) for t in range(5, 60, 5))
+    finally:
+        polled.close()
+
+
+def test_an_evaluation_interval_of_one_poll_evaluates_and_publishes_every_poll():
+    polled = _Polled(evaluation_interval="1s")
     try:
         assert all(polled.poll(float(t)) for t in range(1, 12))
     finally:
@@ -114,7 +131,7 @@ def _window_numbers(service: Service) -> dict[tuple[str, str], tuple[float | Non
 
 
 def test_an_evaluation_says_of_its_windows_what_an_evaluation_at_every_poll_says_at_that_time():
-    spaced, every = _Polled(evaluation_interval="5s"), _Polled()
+    spaced, every = _Polled(evaluation_interval="5s"), _Polled(evaluation_interval="1s")
     compared = 0
     try:
         for t in range(1, 80):
@@ -157,10 +174,12 @@ def test_replay_prints_the_evaluations_of_its_evaluation_interval():
             fake.step(0, batch=8, accepted_per_request=[2, 1, 0, 3], itl_seconds=0.02)
         lines.append(json.dumps({"t": float(t), "target": "vllm", "text": fake.text()}))
     config = {"poll_interval": "1s", "windows": ["20s"], "decision": {"min_drafts": 10}}
-    every = list(replay(from_mapping(config, environ={}), lines))
+    every = list(replay(from_mapping({**config, "evaluation_interval": "1s"}, environ={}), lines))
     spaced = list(replay(from_mapping({**config, "evaluation_interval": "10s"}, environ={}), lines))
+    unset = list(replay(from_mapping(config, environ={}), lines))
     # The first poll is evaluated too, with one sample: no window yet, no line.
     assert len(every) == 29 and [r["t"] for r in spaced] == [11.0, 21.0]
+    assert [r["t"] for r in unset] == [6.0, 11.0, 16.0, 21.0, 26.0]  # one-second polls: every five seconds
     by_t = {r["t"]: r for r in every}
     for record in spaced:
         assert record["acceptance_rate"] == by_t[record["t"]]["acceptance_rate"]
