@@ -21,8 +21,8 @@ Choices:
   fetched), stay small, and a browser draws polylines with nothing to load. A Content-Security-
   Policy meta tag (default-src 'none', inline styles only) makes any script or external fetch
   impossible even if escaping were ever wrong.
-- It refreshes itself with <meta http-equiv="refresh"> every evaluation (each poll, unless
-  evaluation_interval is set): a new view is published at each, so reloading it is exactly as fresh
+- It refreshes itself with <meta http-equiv="refresh"> every evaluation (Config.evaluation_period:
+  evaluation_interval, by default each poll at 5 s polls): a new view is published at each, so reloading it is exactly as fresh
   as polling /api/v1/status from a script would be,
   with no client code to keep in step with the JSON.
 - Everything from a target, a route match or Prometheus (label values are attacker-controlled) is

@@ -369,11 +369,11 @@ class Pipeline(EvaluationContext):
 
     # -- evaluation -----------------------------------------------------------------------------
     def evaluation_due(self, now: float) -> bool:
-        """Whether a poll at `now` is evaluated: at the first poll, every evaluation_interval
-        (within half a poll interval, so polls that come a little early do not skip a beat), and at
-        once after a poll that changed more than the windows' values, so a failure, a recovery, a
-        reset or a route come or gone is never published late. Without evaluation_interval,
-        every poll."""
+        """Whether a poll at `now` is evaluated: at the first poll, once per evaluation period
+        (Config.evaluation_due: within half a poll interval, so polls that come a little early do
+        not skip a beat; every poll when the period is one poll), and at once after a poll that
+        changed more than the windows' values, so a failure, a recovery, a reset or a route come or
+        gone is never published late."""
         last = self._evaluated_at
         return self._moved or last is None or self.config.evaluation_due(now - last)
 

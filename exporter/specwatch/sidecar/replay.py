@@ -2,7 +2,7 @@
 
 The same Pipeline as `specwatch run`, fed from the file instead of HTTP: each recorded poll is
 ingested at its recorded time, then every route and window is evaluated at that time when an
-evaluation is due (every poll unless `evaluation_interval` is set), and one JSON line per evaluation
+evaluation is due (Config.evaluation_period, as `specwatch run`), and one JSON line per evaluation
 is printed (the keys of docs/architecture.md §4, null where there is no value).
 """
 

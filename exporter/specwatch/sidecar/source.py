@@ -1,6 +1,6 @@
 """Sidecar mode's Source (view/source.py): every target scraped in parallel each tick, then ingested
 in config order by the poll thread, the pipeline's only writer, and evaluated when due
-(`evaluation_interval`: every poll unless set); target, schema and verdict changes logged once each
+(Config.evaluation_period); target, schema and verdict changes logged once each
 (view/change_log.py), not once per poll."""
 
 from __future__ import annotations
