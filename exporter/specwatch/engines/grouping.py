@@ -9,8 +9,10 @@ holds the grouping with its remembered plan and the bounds on what a payload may
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import NamedTuple
 
 from specwatch.engines import registry
@@ -58,6 +60,41 @@ class _RoutePlan:
     positions: set[int] = field(default_factory=set)
     spec: bool = False
     admitted: set[str] = field(default_factory=set)  # series kept (at most MAX_ENGINES_PER_ROUTE)
+    # counters_of's shortcut, made at the first poll read through this plan (the plan is complete then).
+    read_counters: Callable[[Sequence[float]], dict[SeriesKey, float]] | None = None
+
+    def counters_of(self, values: Sequence[float]) -> dict[SeriesKey, float]:
+        """`summed_counters(self.counters, values)`; when no key repeats (one series per key, the
+        usual route), the values are read in one pass in C."""
+        read = self.read_counters
+        if read is None:
+            read = self.read_counters = counter_reader(self.counters)
+        return read(values)
+
+
+def summed_counters(counters: Sequence[tuple[SeriesKey, int]], values: Sequence[float]) -> dict[SeriesKey, float]:
+    """Each key's values at its positions, added from 0.0 in plan order."""
+    out: dict[SeriesKey, float] = {}
+    for key, at in counters:
+        out[key] = out.get(key, 0.0) + values[at]
+    return out
+
+
+def counter_reader(counters: Sequence[tuple[SeriesKey, int]]) -> Callable[[Sequence[float]], dict[SeriesKey, float]]:
+    """summed_counters over these (key, position) pairs, as a function of the values: with no key
+    twice, each key's one value read by position and added to 0.0 (summed_counters' first addition,
+    which makes -0.0 0.0), all in C."""
+    keys = tuple(key for key, _ in counters)
+    if len(set(keys)) != len(keys):
+        pairs = tuple(counters)
+        return lambda values: summed_counters(pairs, values)
+    positions = tuple(at for _, at in counters)
+    add = operator.add
+
+    def read(values: Sequence[float]) -> dict[SeriesKey, float]:
+        return dict(zip(keys, map(add, repeat(0.0), map(values.__getitem__, positions)), strict=True))
+
+    return read
 
 
 @dataclass(frozen=True)
@@ -341,9 +378,7 @@ class Grouping:
         """The route snapshots from the values in the order the plan reads them."""
         result = []
         for p in plan.routes:
-            counters: dict[SeriesKey, float] = {}
-            for key, at in p.counters:
-                counters[key] = counters.get(key, 0.0) + values[at]
+            counters = p.counters_of(values)
             running: dict[str, float] = {}
             for engine, at in p.running:
                 running[engine] = running.get(engine, 0.0) + values[at]

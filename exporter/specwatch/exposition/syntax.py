@@ -116,7 +116,8 @@ def _common_start(words: tuple[str, ...]) -> str:
 
 def line_finder(prefixes: tuple[str, ...], type_names: tuple[str, ...]) -> re.Pattern[str]:
     """A pattern whose findall() returns, in order, as `Line`s, every line (after the first) that
-    starts with one of `prefixes`, every TYPE line naming one of `type_names`, and every TYPE line
+    starts with one of `prefixes`, every TYPE line naming one of `type_names`, and every other TYPE
+    line but `# TYPE name type` in printable ASCII with single spaces: among them, every TYPE line
     that str.split() would not cut into exactly four fields.
 
     A plain sample line, `name{labels} value` or `name value` with no brace in the name or value,
@@ -133,21 +134,44 @@ def whole_line_finder(prefixes: tuple[str, ...], type_names: tuple[str, ...]) ->
     return _finder(prefixes, type_names, cut=False)
 
 
-def _finder(prefixes: tuple[str, ...], type_names: tuple[str, ...], *, cut: bool) -> re.Pattern[str]:
-    def alternatives(words: tuple[str, ...]) -> str:
-        return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+def alternation(words: tuple[str, ...]) -> str:
+    """A pattern matching exactly the strings of `words` (none empty), written as their trie: each
+    point where the words part is one alternation on the next character, so a line is tested
+    against the few branches that can still match it rather than against every word in turn (the
+    re engine tries an alternation's branches one after another)."""
+    ordered = sorted(set(words))
+    if len(ordered) == 1:
+        return re.escape(ordered[0])
+    shared = _common_start(tuple(ordered))
+    rests = [word[len(shared) :] for word in ordered]
+    ends_here = "" in rests
+    by_first: dict[str, list[str]] = {}
+    for rest in rests:
+        if rest:
+            by_first.setdefault(rest[0], []).append(rest)
+    branches = [alternation(tuple(group)) for group in by_first.values()]
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    if ends_here:  # a word that is a prefix of others: the rest is optional
+        body = "(?:" + body + ")?"
+    return re.escape(shared) + body
 
+
+def _finder(prefixes: tuple[str, ...], type_names: tuple[str, ...], *, cut: bool) -> re.Pattern[str]:
     branches = []
     if prefixes:
-        names = f"(?:{alternatives(prefixes)})"
+        names = f"(?:{alternation(prefixes)})"
         plain = rf"({names}[^ {{}}\n]*(?:\{{[^}}\n]*\}})?) ([^ {{}}\n]+)(?=\n|\Z)"
         branches.append(rf"{names}[^\n]*")
     else:
         plain = "()()(?!)"
     type_branches = []
     if type_names:
-        type_branches.append(rf"{_WS}*(?:{alternatives(type_names)}){_WS}[^\n]*")
-    type_branches.append(rf"(?!{_WS}*\S+{_WS}+\S+{_WS}*(?:\n|\Z))[^\n]*")
+        type_branches.append(rf"{_WS}*(?:{alternation(type_names)}){_WS}[^\n]*")
+    # Every other TYPE line but those of the one shape exporters print, `# TYPE name type` in
+    # printable ASCII with single spaces: it is cheaper to tell than str.split()'s four fields, and
+    # each TYPE line it lets through that str.split() would cut in four is one `_read` looks at and
+    # passes over (another family's, well formed), as the line scan does.
+    type_branches.append(r"(?![!-~]+ [!-~]+(?:\n|\Z))[^\n]*")
     branches.append(re.escape(TYPE_PREFIX) + "(?:" + "|".join(type_branches) + ")")
     # A guard the branches imply, cheaper than trying them: most lines start with neither a
     # prefix's first characters nor a TYPE line, so the guard skips them at the cost of one test.

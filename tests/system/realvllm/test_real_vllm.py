@@ -52,6 +52,8 @@ GUARDED_KEYS = ("acceptance_rate", "mean_acceptance_length", "draft_length")
 def sidecar_config(metrics_url: str, model_dir: Path) -> dict:
     return {
         "poll_interval": "1s",
+        # Every poll evaluated (unset: every 5 s): the replay compares each poll's windows with vLLM.
+        "evaluation_interval": "1s",
         "windows": [W_SHORT, W_MID, W_LONG],
         "targets": [{"name": "vllm", "url": metrics_url, "timeout": "900ms"}],
         "model": {"config_json": str(model_dir / "config.json"), "dtype": "bf16"},

@@ -64,3 +64,25 @@ def test_the_remembered_placements_stay_bounded(monkeypatch):
             families, t=float(i), target="t"
         )
         assert len(grouping._placements) <= 5
+
+
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_a_routes_counters_read_in_one_pass_equal_them_summed_key_by_key(duplicates):
+    """grouping.counter_reader, the shortcut a route's plan reads its counters with, against
+    summed_counters, the key-by-key reference: the same keys in the same order and the same floats,
+    bit for bit (a -0.0 made 0.0, NaN and infinities kept), with and without keys read twice."""
+    from specwatch.engines.grouping import counter_reader, summed_counters
+    from specwatch.engines.series import Counter, SeriesKey
+
+    rnd = random.Random(3)
+    specials = [0.0, -0.0, float("nan"), float("inf"), 1e308, 5e-324, 3.0]
+    for _ in range(200):
+        keys = [SeriesKey(Counter.ITL_BUCKET, str(rnd.randrange(3)), float(i)) for i in range(rnd.randrange(1, 12))]
+        if duplicates:
+            keys += rnd.choices(keys, k=rnd.randrange(1, 4))
+        values = [rnd.choice(specials) if rnd.random() < 0.3 else rnd.uniform(0, 1e6) for _ in range(40)]
+        pairs = [(key, rnd.randrange(len(values))) for key in keys]
+        rnd.shuffle(pairs)
+        fast, plain = counter_reader(pairs)(values), summed_counters(pairs, values)
+        assert list(fast) == list(plain)
+        assert [repr(v) for v in fast.values()] == [repr(v) for v in plain.values()]

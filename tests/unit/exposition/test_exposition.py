@@ -453,3 +453,46 @@ def test_an_invalid_value_on_the_last_polls_lines_is_still_rejected(change):
     bad = GOOD.replace(*change)
     assert bad != GOOD
     assert _outcome(selector.parse, bad) == _outcome(selector.parse_by_lines, bad)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab_:.*+?()[]{}|\\^$", min_size=1, max_size=6), min_size=1, max_size=12),
+    st.lists(st.text(alphabet="ab_:.*+?()[]{}|\\^$", max_size=7), max_size=20),
+)
+def test_the_line_finders_alternation_matches_exactly_its_words(words, others):
+    """The names' alternation is written as a trie (syntax.alternation): it matches a word of the
+    set, whole, and nothing else: no prefix of one, no extension, no other string."""
+    import re
+
+    from specwatch.exposition.syntax import alternation
+
+    pattern = re.compile(alternation(tuple(words)))
+    candidates = set(others) | set(words) | {w[:-1] for w in words} | {w + "a" for w in words}
+    for candidate in candidates:
+        assert (pattern.fullmatch(candidate) is not None) == (candidate in words), candidate
+
+
+@pytest.mark.parametrize(
+    "type_line",
+    [
+        "# TYPE zzz_other gauge",  # the usual shape: not looked at
+        "# TYPE zzz_other\tgauge",  # well formed for str.split(), not the usual shape: looked at, passed over
+        "# TYPE zzz_other  gauge",
+        "# TYPE zzz_other gauge ",
+        "# TYPE  zzz_other gauge",
+        "# TYPE zzz_\u00e9t\u00e9 gauge",
+        "# TYPE zzz_other\u00a0gauge",
+        "# TYPE zzz_other",  # malformed: three fields
+        "# TYPE zzz_other gauge extra",  # malformed: five fields
+        "# TYPE vllm:num_requests_running\tgauge",  # a selected family's, tab-separated
+    ],
+)
+def test_another_familys_type_line_in_any_shape_reads_as_the_line_scan(type_line):
+    lines = _real().rstrip("\n").split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("vllm:spec_decode_num_drafts_total"))
+    text = "\n".join([*lines[:at], type_line, "zzz_other 1.0", *lines[at:]]) + "\n"
+    fresh = Selector(FAMILIES)
+    assert _outcome(fresh.parse, text) == _outcome(fresh.parse_by_lines, text)
+    fresh.parse(_real())  # a remembered last poll: the next read compares its lines with it
+    assert _outcome(fresh.parse, text) == _outcome(fresh.parse_by_lines, text)
