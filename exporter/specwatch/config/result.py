@@ -518,9 +518,9 @@ class ReadbackConfig:
 
 
 #: Sidecar mode without evaluation_interval: polls faster than this are evaluated this often (the
-#: polls between only fill the windows). What reads an evaluation — a Prometheus scrape (15 s or more),
-#: the page's refresh, a verdict held for a minute — reads none faster; at one-second polls it is
-#: four evaluations in five that nobody reads (docs/benchmarks.md, "Polling fast").
+#: polls between only fill the windows). What reads an evaluation (a Prometheus scrape every 15 s or
+#: more, the page's refresh, a verdict held for 30 s) reads none faster: at one-second polls four
+#: evaluations in five were read by nobody (docs/benchmarks.md, "Polling fast").
 AUTO_EVALUATION_SECONDS = 5.0
 
 

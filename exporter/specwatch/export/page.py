@@ -22,9 +22,9 @@ Choices:
   Policy meta tag (default-src 'none', inline styles only) makes any script or external fetch
   impossible even if escaping were ever wrong.
 - It refreshes itself with <meta http-equiv="refresh"> every evaluation (Config.evaluation_period:
-  evaluation_interval, by default each poll at 5 s polls): a new view is published at each, so reloading it is exactly as fresh
-  as polling /api/v1/status from a script would be,
-  with no client code to keep in step with the JSON.
+  evaluation_interval, by default each poll at 5 s polls): a new view is published at each, so
+  reloading it is exactly as fresh as polling /api/v1/status from a script would be, with no client
+  code to keep in step with the JSON.
 - Everything from a target, a route match or Prometheus (label values are attacker-controlled) is
   HTML-escaped, in text and attributes alike, and Unicode bidi controls in it are shown as their
   code points ("[U+202E]"): a label cannot reorder what the page says around it. Absent values are

@@ -9,8 +9,9 @@ prometheus_client stays the test oracle.
 
 How the lines are found: a line-by-line scan acts on two kinds of lines only, sample lines that
 begin with a selected family's name and `# TYPE` lines. One compiled regular expression finds,
-in C, exactly the lines of the first kind, the TYPE lines that name a selected family and the
-TYPE lines that are malformed; the bulk of a vLLM payload (process and Python metrics,
+in C, exactly the lines of the first kind, the TYPE lines that name a selected family and every
+other TYPE line but the usual `# TYPE name type` (among them the malformed ones, which the read
+rejects; the others it passes over, as the scan does); the bulk of a vLLM payload (process and Python metrics,
 other families, HELP lines) is never split into lines. Because lines are found wherever they
 sit, exporters that omit HELP/TYPE, interleave families or put a sample far from its header are
 read exactly as the line scan reads them. When the payload is rejected it is re-read by the

@@ -129,7 +129,8 @@ class Selector:
             raise ExpositionError("parse", f"{type(exc).__name__}: {exc}") from None
 
     def _selected_lines(self, text: str) -> list[Line]:
-        """The lines `_read` acts on, in order, except well-formed TYPE lines of other families."""
+        """The lines `_read` acts on, in order, except other families' TYPE lines of the usual shape
+        (`# TYPE name type`, which `_read` would pass over)."""
         lines: list[Line] = self._lines.findall(text)
         if text.startswith(self._first_line_starts):
             lines.insert(0, ("", "", text.split("\n", 1)[0]))  # the pattern anchors on the newline before a line

@@ -155,9 +155,9 @@ class Service:
         self.apply(new, trigger="signal" if forced else "file")
 
     def _file_check_due(self) -> bool:
-        """The config file is looked at once per evaluation: every tick, unless evaluation_interval
-        spaces the evaluations out (a reload is then taken within one evaluation interval; SIGHUP
-        and the API at the next tick)."""
+        """The config file is looked at once per evaluation: every tick, unless the evaluations are
+        spaced out (Config.evaluation_period: a reload is then taken within one evaluation period;
+        SIGHUP and the API at the next tick)."""
         if self.config.evaluation_period <= self.config.poll_interval:
             return True  # every tick: no clock read
         now = time.monotonic()
