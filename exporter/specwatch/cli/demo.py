@@ -276,19 +276,21 @@ def breakeven_line(truth: dict[str, Any]) -> str:
 
 
 def demo_config(
-    scenario: Scenario, *, target_url: str, port: int, poll_interval: float, windows: tuple[str, ...]
+    scenario: Scenario, *, target_url: str, port: int, poll_interval: float, windows: tuple[str, ...], speed: float
 ) -> Config:
     """The sidecar config of the demo. The alert rules read the longest demo window, so the
-    "alerting.window is not among windows" warning (true for a 5m default) does not apply. Every
-    poll is evaluated: the demo runs the scenario faster than real time, so one of its wall-clock
-    polls stands for `speed` seconds of the deployment's (unset, with the 5 s window, evaluations
-    would be 2.5 s of wall time apart: 25 s of the scenario's at the default 10x)."""
+    "alerting.window is not among windows" warning (true for a 5m default) does not apply. The
+    scenario runs `speed` times faster than real time, so every poll is evaluated (sidecar_config_for)."""
     from specwatch.sim.sidecar_config import sidecar_config_for
 
     raw = sidecar_config_for(
-        scenario, target_url=target_url, listen=f"127.0.0.1:{port}", poll_interval=poll_interval, windows=windows
+        scenario,
+        target_url=target_url,
+        listen=f"127.0.0.1:{port}",
+        poll_interval=poll_interval,
+        windows=windows,
+        speed=speed,
     )
-    raw["evaluation_interval"] = raw["poll_interval"]
     try:
         longest = max(windows, key=lambda w: parse_duration(w, "--windows"))
         raw["alerting"] = {"window": longest}
@@ -326,7 +328,9 @@ def run_demo(
     handle = sim.serve(scenario, host="127.0.0.1", port=0, speed=speed, seed=seed)
     service = None
     try:
-        config = demo_config(scenario, target_url=handle.url, port=port, poll_interval=poll_interval, windows=windows)
+        config = demo_config(
+            scenario, target_url=handle.url, port=port, poll_interval=poll_interval, windows=windows, speed=speed
+        )
         service = Service(config)
         try:
             service.start()

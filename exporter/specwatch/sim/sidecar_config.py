@@ -17,11 +17,16 @@ def sidecar_config_for(
     windows: tuple[str, ...],
     min_drafts: int = 500,
     hold: int = 2,
+    speed: float = 1.0,
 ) -> dict[str, Any]:
-    """The sidecar config a user would write for the scenario's deployment."""
+    """The sidecar config a user would write for the scenario's deployment. `speed`: how much faster
+    than real time the simulator runs it; above 1, every poll is evaluated, since one wall-clock
+    poll then stands for `speed` of the deployment's (unset, `evaluation_interval` would space the
+    evaluations by seconds of wall time, minutes of the scenario's)."""
     return {
         "listen": listen,
         "poll_interval": f"{poll_interval}s",
+        **({"evaluation_interval": f"{poll_interval}s"} if speed > 1 else {}),
         "windows": list(windows),
         "targets": [{"name": "vllm", "url": target_url}],
         "hardware": scenario.hardware,

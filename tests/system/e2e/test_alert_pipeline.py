@@ -231,7 +231,12 @@ def test_alpha_drop_reaches_alertmanager_webhook_with_route_and_recommendation(t
         handle = sim.serve(SCENARIO, host="127.0.0.1", port=0, speed=SPEED, seed=SEED)
         clock["fn"] = handle.sim_time
         cfg = sidecar_config_for(
-            scenario, target_url=handle.url, listen=f"127.0.0.1:{sidecar_port}", poll_interval=POLL_S, windows=(WINDOW,)
+            scenario,
+            target_url=handle.url,
+            listen=f"127.0.0.1:{sidecar_port}",
+            poll_interval=POLL_S,
+            windows=(WINDOW,),
+            speed=SPEED,
         )
         cfg["routes"] = [
             {"name": ROUTE, "target": "vllm", "match": {"model_name": model_name}, "baseline_itl_p99_seconds": 0.05}

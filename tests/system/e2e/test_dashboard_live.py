@@ -128,6 +128,7 @@ def stack(tmp_path_factory):
             windows=(STORY_WINDOW, "1m", "5m"),
             min_drafts=50,
             hold=1,
+            speed=SPEED,
         )
         # the --speculative-config vLLM runs with: the configured-K line and a complete recommendation
         cfg["draft"]["config"] = {
@@ -160,7 +161,7 @@ def stack(tmp_path_factory):
         )
         prom = api.removesuffix("/api/v1")
         # fleet mode: the same deployment read back from Prometheus (docs/fleet.md)
-        fleet_cfg = {k: v for k, v in cfg.items() if k not in ("targets", "listen")}
+        fleet_cfg = {k: v for k, v in cfg.items() if k not in ("targets", "listen", "evaluation_interval")}
         fleet_cfg["listen"] = f"127.0.0.1:{fleet_port}"
         fleet_cfg["routes"] = [
             {"name": m, "match": {"model_name": m}, "baseline_itl_p99_seconds": 0.05} for m in models

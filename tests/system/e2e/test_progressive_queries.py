@@ -79,7 +79,12 @@ def test_template_queries_pass_before_the_alpha_drop_and_fail_after_it(tmp_path:
 
         handle = sim.serve(SCENARIO, host="127.0.0.1", port=0, speed=SPEED, seed=SEED)
         cfg = sidecar_config_for(
-            scenario, target_url=handle.url, listen=f"127.0.0.1:{sidecar_port}", poll_interval=POLL_S, windows=(WINDOW,)
+            scenario,
+            target_url=handle.url,
+            listen=f"127.0.0.1:{sidecar_port}",
+            poll_interval=POLL_S,
+            windows=(WINDOW,),
+            speed=SPEED,
         )
         cfg["routes"] = [{"name": ROUTE, "target": "vllm", "match": {"model_name": model_name}}]
         start_specwatch(cfg, tmp_path, procs)

@@ -59,6 +59,7 @@ class Pod:
             listen=f"127.0.0.1:{sidecar_port}",
             poll_interval=1.0,
             windows=WINDOWS,
+            speed=SPEED,
         )
         config["shutdown_drain"] = "0s"
         config["log"] = {"format": "json", "level": "info"}  # the read-back's outcome is logged at info

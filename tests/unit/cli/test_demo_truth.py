@@ -65,7 +65,7 @@ def test_the_printed_break_even_is_the_sidecar_s(name):
     truth = Simulator(scenario).truth()
     line = breakeven_line(truth)
     config = demo_config(
-        scenario, target_url="http://127.0.0.1:9/metrics", port=0, poll_interval=1.0, windows=("5s", "15s")
+        scenario, target_url="http://127.0.0.1:9/metrics", port=0, poll_interval=1.0, windows=("5s", "15s"), speed=10.0
     )
     # the simulated vLLM's routes, as the sidecar prices them (its detected engine's prior)
     cm = route_cost_model(cost_model_from_config(config), config, "vllm", None)
@@ -84,8 +84,10 @@ def test_the_demo_alert_window_is_one_of_its_windows():
         port=0,
         poll_interval=1.0,
         windows=("5s", "15s"),
+        speed=10.0,
     )
     assert alert_window_warning(config) is None
+    assert config.evaluation_period == config.poll_interval  # faster than real time: every poll evaluated
 
 
 def test_a_down_target_is_shown_as_down_not_waiting():
