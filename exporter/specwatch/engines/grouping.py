@@ -88,11 +88,11 @@ def counter_reader(counters: Sequence[tuple[SeriesKey, int]]) -> Callable[[Seque
     if len(set(keys)) != len(keys):
         pairs = tuple(counters)
         return lambda values: summed_counters(pairs, values)
-    positions = tuple(at for _, at in counters)
+    pick = picker(tuple(at for _, at in counters))
     add = operator.add
 
     def read(values: Sequence[float]) -> dict[SeriesKey, float]:
-        return dict(zip(keys, map(add, repeat(0.0), map(values.__getitem__, positions)), strict=True))
+        return dict(zip(keys, map(add, repeat(0.0), pick(values)), strict=True))
 
     return read
 
